@@ -1,0 +1,64 @@
+// Packing documents into fixed-length sequences.
+//
+// The stream of documents is concatenated; sequence k is stream tokens
+// [k * seq_len, (k + 1) * seq_len). A document that crosses a sequence boundary is cut:
+// each piece is its own document in its sequence (positions restart at 0, and the last
+// token of each piece has no target). Sequence k is therefore a pure function of k.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "data/sources.h"
+
+namespace lct {
+
+// A packed batch: T tokens in n documents.
+struct PackedBatch {
+  std::vector<int32_t> tokens;      // [T]
+  std::vector<int32_t> targets;     // [T] next token of the same document, or -1
+  std::vector<int32_t> positions;   // [T] offset of the token inside its document
+  std::vector<int32_t> cu_seqlens;  // [n + 1] document boundaries, 0 ... T
+  std::vector<uint8_t> answer_mask; // [T] 1 where the target is a retrieval answer (may be empty)
+
+  int64_t num_tokens() const { return int64_t(tokens.size()); }
+  int64_t num_docs() const { return int64_t(cu_seqlens.size()) - 1; }
+  int64_t num_targets() const;
+  // sum over documents of L_i^2 (attention work grows with it)
+  int64_t sum_sq_doc_lengths() const;
+};
+
+// Fill targets and positions from tokens and cu_seqlens.
+void derive_targets_and_positions(PackedBatch& batch);
+
+// Validate cu_seqlens against a token count: starts at 0, strictly increasing, ends at T.
+// Returns an empty string when valid, otherwise a one-line description of the problem.
+std::string check_cu_seqlens(std::span<const int32_t> cu_seqlens, int64_t num_tokens);
+
+// Where a sequence starts in the document stream.
+struct StreamCursor {
+  int64_t doc = 0;     // index of the document in the stream
+  int64_t offset = 0;  // tokens of that document already consumed
+};
+
+class SequencePacker {
+ public:
+  SequencePacker(const DocumentSource& source, int64_t seq_len);
+
+  PackedBatch sequence(int64_t index);
+  StreamCursor cursor_for(int64_t index);
+  int64_t seq_len() const { return seq_len_; }
+
+ private:
+  const DocumentSource& source_;
+  int64_t seq_len_;
+  // Cursors of sequences seen so far, every kCacheEvery sequences plus the latest, so
+  // sequential access is O(seq_len) and random access walks at most kCacheEvery
+  // sequences' worth of document lengths.
+  std::map<int64_t, StreamCursor> cache_;
+  static constexpr int64_t kCacheEvery = 1024;
+};
+
+}  // namespace lct

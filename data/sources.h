@@ -1,0 +1,64 @@
+// Document sources: an endless, deterministic stream of documents. Document i is a pure
+// function of (source, seed, i), so any position of the stream can be recomputed
+// without replaying it (resume, disjoint draws per rank).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/doc_lengths.h"
+
+namespace lct {
+
+class DocumentSource {
+ public:
+  virtual ~DocumentSource() = default;
+  // Length (>= 1) of document i of the stream.
+  virtual int64_t doc_length(int64_t i) const = 0;
+  // Tokens [offset, offset + count) of document i. If answer_mask is non-null it is set
+  // to 1 where the *next* token is a long-range retrieval answer (synthetic only).
+  virtual void doc_tokens(int64_t i, int64_t offset, int64_t count, int32_t* out,
+                          uint8_t* answer_mask) const = 0;
+  // Token ids are in [0, vocab_required()).
+  virtual int64_t vocab_required() const = 0;
+  virtual std::string describe() const = 0;
+  virtual bool has_answers() const { return false; }
+};
+
+// Synthetic documents with long-range dependencies (key-value retrieval):
+//   BOS  k1 v1 k2 v2 ... kn vn  SEP  filler ...  QRY k_a v_a  QRY k_b v_b ...
+// The filler is an arithmetic progression modulo the filler range with a per-document
+// stride, so local structure is learnable; each query repeats a key from the start of
+// the document and the following value can only be predicted by attending back to the
+// pair section, possibly thousands of tokens earlier.
+struct SyntheticOptions {
+  uint64_t seed = 0;
+  int64_t vocab_size = 256;  // ids used: [0, vocab_size)
+  DocLengthSampler lengths;
+};
+std::unique_ptr<DocumentSource> make_synthetic_source(const SyntheticOptions& options);
+
+// Byte-level text: a UTF-8 file or a folder (all regular files, recursively, sorted by
+// path). Each file is a document, or, if `separator` is non-empty, each piece between
+// separators. Empty documents are dropped. The stream visits every document once per
+// epoch in a seed-dependent order. Tokens are bytes (vocabulary 256).
+std::unique_ptr<DocumentSource> make_text_source(const std::string& path,
+                                                 const std::string& separator, uint64_t seed);
+
+// Binary token ids (little-endian uint16 or uint32) with a document-separator id; the
+// separator itself is not part of any document. Memory-mapped.
+std::unique_ptr<DocumentSource> make_token_source(const std::string& path,
+                                                  const std::string& dtype,
+                                                  int64_t separator_id, uint64_t seed);
+
+// Synthetic token ids, exposed for tests and the retrieval metric.
+namespace synthetic_ids {
+constexpr int32_t bos = 0, sep = 1, query = 2, first_key = 4, num_keys = 32, num_values = 32;
+constexpr int32_t first_value = first_key + num_keys;
+constexpr int32_t first_filler = first_value + num_values;
+constexpr int64_t min_vocab = first_filler + 16;
+}  // namespace synthetic_ids
+
+}  // namespace lct

@@ -1,0 +1,206 @@
+#include "model/ops.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace lct {
+namespace {
+// Token chunk for deterministic reductions over T (independent of thread count).
+constexpr int64_t kReduceChunk = 256;
+}
+
+void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
+                    int64_t out_dim) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(out_dim), int(in_dim), 1.0f,
+              x, int(in_dim), w, int(in_dim), 0.0f, out, int(out_dim));
+}
+
+void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                     int64_t T, int64_t in_dim, int64_t out_dim) {
+  // forward was out = x W^T, so dx = dout W and dW = dout^T x
+  if (dx)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(in_dim), int(out_dim),
+                1.0f, dout, int(out_dim), w, int(in_dim), 1.0f, dx, int(in_dim));
+  if (dw)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out_dim), int(in_dim), int(T), 1.0f,
+                dout, int(out_dim), x, int(in_dim), 1.0f, dw, int(in_dim));
+}
+
+void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
+                       int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) std::copy_n(table + int64_t(tokens[t]) * C, C, out + t * C);
+}
+
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t T,
+                        int64_t C) {
+  // Threads own disjoint column ranges and walk tokens in order: no races, and the
+  // summation order per element is fixed.
+#pragma omp parallel
+  {
+    const int64_t nth = omp_get_num_threads(), th = omp_get_thread_num();
+    const int64_t c0 = C * th / nth, c1 = C * (th + 1) / nth;
+    for (int64_t t = 0; t < T; ++t) {
+      float* d = dtable + int64_t(tokens[t]) * C;
+      const float* g = dout + t * C;
+      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  }
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * C;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < C; ++c) ss += xt[c] * xt[c];
+    const float r = 1.0f / std::sqrt(ss / float(C) + eps);
+    rstd[t] = r;
+    float* ot = out + t * C;
+    for (int64_t c = 0; c < C; ++c) ot[c] = xt[c] * r * w[c];
+  }
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, int64_t T, int64_t C) {
+  // forward: y_c = x_c * r * w_c with r = (mean(x^2) + eps)^(-1/2)
+  // dw_c += sum_t dy_c x_c r
+  // dx_c += r * g_c - x_c * r^3 / C * sum_j g_j x_j   where g = dy * w
+  const int64_t chunks = (T + kReduceChunk - 1) / kReduceChunk;
+  std::vector<float> dw_partial(size_t(chunks * C), 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    float* dwp = dw_partial.data() + ch * C;
+    for (int64_t t = ch * kReduceChunk; t < std::min(T, (ch + 1) * kReduceChunk); ++t) {
+      const float* xt = x + t * C;
+      const float* gt = dout + t * C;
+      const float r = rstd[t];
+      float dot = 0.0f;
+      for (int64_t c = 0; c < C; ++c) {
+        dot += gt[c] * w[c] * xt[c];
+        dwp[c] += gt[c] * xt[c] * r;
+      }
+      const float k = dot * r * r * r / float(C);
+      float* dxt = dx + t * C;
+      for (int64_t c = 0; c < C; ++c) dxt[c] += r * gt[c] * w[c] - xt[c] * k;
+    }
+  }
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    for (int64_t c = 0; c < C; ++c) dw[c] += dw_partial[size_t(ch * C + c)];
+}
+
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta) {
+  RopeTable r;
+  r.max_positions = max_positions;
+  r.half = head_dim / 2;
+  r.cos.resize(size_t(max_positions * r.half));
+  r.sin.resize(size_t(max_positions * r.half));
+  for (int64_t i = 0; i < r.half; ++i) {
+    // computed in double so long positions keep their accuracy, then rounded once
+    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(head_dim));
+    for (int64_t p = 0; p < max_positions; ++p) {
+      const double angle = double(p) * inv_freq;
+      r.cos[size_t(p * r.half + i)] = float(std::cos(angle));
+      r.sin[size_t(p * r.half + i)] = float(std::sin(angle));
+    }
+  }
+  return r;
+}
+
+namespace {
+// sign = +1 rotates forward, -1 applies the transpose (inverse) rotation
+void rope_apply(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                int64_t heads, int64_t head_dim, float sign) {
+  const int64_t half = head_dim / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* cs = rope.cos.data() + int64_t(positions[t]) * half;
+    const float* sn = rope.sin.data() + int64_t(positions[t]) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        // forward: out_i = x_i cos - x_{i+half} sin ; out_{i+half} = x_{i+half} cos + x_i sin
+        const float a = v[i], b = v[i + half], s = sign * sn[i];
+        v[i] = a * cs[i] - b * s;
+        v[i + half] = b * cs[i] + a * s;
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                  int64_t heads, int64_t head_dim) {
+  rope_apply(x, positions, rope, T, heads, head_dim, 1.0f);
+}
+
+void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
+                   int64_t heads, int64_t head_dim) {
+  rope_apply(dx, positions, rope, T, heads, head_dim, -1.0f);
+}
+
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n) {
+  // silu(g) = g * s(g), s = sigmoid; silu'(g) = s(g) * (1 + g * (1 - s(g)))
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float s = 1.0f / (1.0f + std::exp(-g));
+    dup[i] = dout[i] * g * s;
+    dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+  }
+}
+
+void cross_entropy_forward_backward(float* logits, const int32_t* targets,
+                                    const uint8_t* answer_mask, int64_t n, int64_t V,
+                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats) {
+  std::vector<double> row_loss(size_t(n), 0.0);
+  std::vector<uint8_t> row_correct(size_t(n), 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    float* z = logits + r * V;
+    const int32_t y = targets[r];
+    if (y < 0) {
+      if (compute_grad) std::fill(z, z + V, 0.0f);
+      continue;
+    }
+    int64_t argmax = 0;
+    float mx = z[0];
+    for (int64_t v = 1; v < V; ++v)
+      if (z[v] > mx) mx = z[v], argmax = v;
+    double sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(double(z[v] - mx));
+    const double log_sum = std::log(sum);
+    row_loss[size_t(r)] = log_sum - double(z[y] - mx);
+    row_correct[size_t(r)] = argmax == y;
+    if (compute_grad) {
+      // d(-log softmax_y)/dz = softmax(z) - onehot(y)
+      const float inv = float(1.0 / sum);
+      for (int64_t v = 0; v < V; ++v) z[v] = grad_scale * std::exp(z[v] - mx) * inv;
+      z[y] -= grad_scale;
+    }
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    if (targets[r] < 0) continue;
+    stats.loss_sum += row_loss[size_t(r)];
+    ++stats.targets;
+    if (answer_mask && answer_mask[r]) {
+      ++stats.answers;
+      stats.answers_correct += row_correct[size_t(r)];
+    }
+  }
+}
+
+}  // namespace lct

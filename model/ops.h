@@ -1,0 +1,71 @@
+// Layer math as free functions over plain arrays, forward/backward pairs.
+// Argument order: outputs, saved-for-backward values, inputs, weights, dims.
+// Backward functions *accumulate* (+=) into parameter gradients; into activation
+// gradients they accumulate too unless the comment says "writes".
+// T = tokens, C = hidden size, V = vocabulary, I = intermediate size.
+//
+// Reductions over tokens (weight gradients of norms/embeddings, loss sums) use fixed
+// token chunks combined in order, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lct {
+
+// out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias)
+void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
+                    int64_t out_dim);
+// dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either)
+void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                     int64_t T, int64_t in_dim, int64_t out_dim);
+
+// out[T, C] = table[tokens[t], :]
+void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
+                       int64_t C);
+// dtable[tokens[t], :] += dout[t, :]
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t T,
+                        int64_t C);
+
+// out = x / sqrt(mean(x^2) + eps) * w ; rstd[T] saved for backward
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, int64_t T, int64_t C);
+
+// Rotary embedding, Hugging Face rotate_half convention: dimension i pairs with
+// i + hd/2, inv_freq[i] = theta^(-2i/hd), angle = position * inv_freq[i].
+struct RopeTable {
+  int64_t max_positions = 0;
+  int64_t half = 0;        // hd / 2
+  std::vector<float> cos;  // [max_positions, half]
+  std::vector<float> sin;
+};
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta);
+// x[T, heads, hd] rotated in place by positions[T]
+void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                  int64_t heads, int64_t head_dim);
+// dx[T, heads, hd] rotated back in place (the transpose rotation)
+void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
+                   int64_t heads, int64_t head_dim);
+
+// out[n] = silu(gate) * up
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+// writes dgate, dup from dout
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n);
+
+struct CrossEntropyStats {
+  double loss_sum = 0.0;    // sum of -log p(target) over rows with a target
+  int64_t targets = 0;      // rows with a target
+  int64_t answers = 0;      // rows flagged in answer_mask with a target
+  int64_t answers_correct = 0;  // ... whose argmax equals the target
+};
+// logits[n, V] are replaced by grad_scale * d(sum of losses)/d(logits) when
+// compute_grad is set (rows without a target get zero gradient). targets[n] are -1
+// for "no target". Adds into stats.
+void cross_entropy_forward_backward(float* logits, const int32_t* targets,
+                                    const uint8_t* answer_mask, int64_t n, int64_t V,
+                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats);
+
+}  // namespace lct

@@ -1,0 +1,86 @@
+#include "model/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace lct {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adamw") return OptimizerKind::adamw;
+  if (name == "sgd") return OptimizerKind::sgd;
+  throw std::invalid_argument("unknown optimizer '" + name + "' (expected: adamw, sgd)");
+}
+
+const char* optimizer_name(OptimizerKind kind) {
+  return kind == OptimizerKind::adamw ? "adamw" : "sgd";
+}
+
+double learning_rate(const OptimizerConfig& c, int64_t step) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return c.lr * double(step + 1) / double(c.warmup_steps);
+  const int64_t decay_steps = std::max<int64_t>(1, c.total_steps - c.warmup_steps);
+  const double progress = std::clamp(double(step - c.warmup_steps) / double(decay_steps), 0.0, 1.0);
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+double global_grad_norm(const std::vector<float>& g) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t n = int64_t(g.size()), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0.0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += double(g[i]) * g[i];
+    partial[size_t(c)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, const TensorTable& table)
+    : config_(config), table_(table) {
+  if (config.kind == OptimizerKind::adamw) {
+    m_.assign(size_t(table.total()), 0.0f);
+    v_.assign(size_t(table.total()), 0.0f);
+  }
+}
+
+void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads, double lr,
+                     double grad_multiplier) {
+  ++step_count_;
+  const float mult = float(grad_multiplier);
+  if (config_.kind == OptimizerKind::sgd) {
+    const float a = float(lr);
+    for (const TensorSpec& s : table_.specs()) {
+      float* p = params.data() + s.offset;
+      const float* g = grads.data() + s.offset;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < s.numel; ++i) p[i] -= a * mult * g[i];
+    }
+    return;
+  }
+  const double b1 = config_.beta1, b2 = config_.beta2;
+  const float bias1 = float(1.0 - std::pow(b1, double(step_count_)));
+  const float bias2 = float(1.0 - std::pow(b2, double(step_count_)));
+  const float eps = float(config_.eps), flr = float(lr);
+  for (const TensorSpec& s : table_.specs()) {
+    float* p = params.data() + s.offset;
+    const float* g = grads.data() + s.offset;
+    float* m = m_.data() + s.offset;
+    float* v = v_.data() + s.offset;
+    const float decay = s.weight_decay ? float(config_.weight_decay) : 0.0f;
+    const float fb1 = float(b1), fb2 = float(b2);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const float gi = g[i] * mult;
+      m[i] = fb1 * m[i] + (1.0f - fb1) * gi;
+      v[i] = fb2 * v[i] + (1.0f - fb2) * gi * gi;
+      const float mhat = m[i] / bias1, vhat = v[i] / bias2;
+      p[i] -= flr * (mhat / (std::sqrt(vhat) + eps) + decay * p[i]);
+    }
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,56 @@
+// Optimizers over the flat parameter arena (one loop, driven by the tensor table for
+// per-tensor weight decay), the learning-rate schedule and global-norm clipping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/tensor_table.h"
+
+namespace lct {
+
+enum class OptimizerKind { adamw, sgd };
+OptimizerKind parse_optimizer(const std::string& name);  // throws on unknown
+const char* optimizer_name(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  double lr = 1e-3;          // peak learning rate
+  double min_lr = 1e-4;      // floor of the cosine decay
+  int64_t warmup_steps = 0;  // linear warm-up from lr/warmup to lr
+  int64_t total_steps = 1;   // cosine decays to min_lr at this step
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled (AdamW); tensors flagged weight_decay only
+  double grad_clip = 1.0;     // clip to this global L2 norm; <= 0 disables
+};
+
+// Learning rate at 0-based step: linear warm-up, then cosine from lr to min_lr.
+double learning_rate(const OptimizerConfig& config, int64_t step);
+
+// Global L2 norm of the arena, computed in double over fixed chunks (deterministic).
+double global_grad_norm(const std::vector<float>& grads);
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerConfig& config, const TensorTable& table);
+
+  // One update with learning rate lr; grads are multiplied by grad_multiplier first
+  // (clipping). Increments step_count().
+  void step(std::vector<float>& params, const std::vector<float>& grads, double lr,
+            double grad_multiplier);
+
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t n) { step_count_ = n; }
+  std::vector<float>& exp_avg() { return m_; }
+  std::vector<float>& exp_avg_sq() { return v_; }
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  OptimizerConfig config_;
+  const TensorTable& table_;
+  std::vector<float> m_, v_;  // AdamW moments, arena layout (empty for SGD)
+  int64_t step_count_ = 0;
+};
+
+}  // namespace lct

@@ -1,0 +1,553 @@
+#!/usr/bin/python3
+"""Independent float64 reference for lct's Llama model math (PyTorch autograd).
+
+Reads an lct parameter file and a packed batch file (both HDF5), computes the
+mean next-token cross-entropy loss and the gradient of every parameter, and
+either writes them in the layout of `lct eval --grads-out` or compares them
+against such a file.
+
+Usage:
+  reference_llama.py --checkpoint CKPT.h5 --batch-file B.h5
+                     [--grads-out OUT.h5] [--compare LCT_GRADS.h5 [--rtol 1e-5]]
+  reference_llama.py --compare A.h5 --reference-grads B.h5 [--rtol 1e-5]
+  reference_llama.py --make-batch B.h5 --vocab-size V --lengths 7,1,33 --seed 3
+  reference_llama.py --make-checkpoint CKPT.h5 --vocab-size 61 --hidden-size 32
+                     --intermediate-size 48 --layers 2 --heads 4 --kv-heads 2
+                     [--rope-theta 10000] [--rms-norm-eps 1e-5]
+                     [--tie-word-embeddings] --seed 1
+  reference_llama.py --self-test
+
+Exit codes: 0 ok, 1 comparison/self-test failure, 2 usage or input error.
+
+Shape letters: T tokens in the batch, V vocab, C hidden, I intermediate,
+H query heads, KV key/value heads, hd head dim (C / H), L document length.
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DT = torch.float64
+INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads")
+FLOAT_KEYS = ("rope_theta", "rms_norm_eps")
+
+
+class RefError(Exception):
+    """Input/usage problem: reported as one line, exit code 2."""
+
+
+# ----------------------------------------------------------------------------
+# Parameter naming / config
+# ----------------------------------------------------------------------------
+
+def param_shapes(cfg):
+    """Ordered dict: Hugging Face parameter name -> expected shape."""
+    V, C, I = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"]
+    hd = C // cfg["num_attention_heads"]
+    qd, kvd = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": (V, C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes[p + "input_layernorm.weight"] = (C,)
+        shapes[p + "self_attn.q_proj.weight"] = (qd, C)
+        shapes[p + "self_attn.k_proj.weight"] = (kvd, C)
+        shapes[p + "self_attn.v_proj.weight"] = (kvd, C)
+        shapes[p + "self_attn.o_proj.weight"] = (C, qd)
+        shapes[p + "post_attention_layernorm.weight"] = (C,)
+        shapes[p + "mlp.gate_proj.weight"] = (I, C)
+        shapes[p + "mlp.up_proj.weight"] = (I, C)
+        shapes[p + "mlp.down_proj.weight"] = (C, I)
+    shapes["model.norm.weight"] = (C,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, C)
+    return shapes
+
+
+def h5name(name):
+    """'model.layers.0.mlp.up_proj.weight' -> 'model/layers/0/mlp/up_proj/weight'."""
+    return name.replace(".", "/")
+
+
+def validate_config(cfg):
+    for k in INT_KEYS:
+        if cfg[k] <= 0:
+            raise RefError(f"config: {k} must be positive, got {cfg[k]}")
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    if C % H:
+        raise RefError(f"config: hidden_size {C} not divisible by num_attention_heads {H}")
+    if H % KV:
+        raise RefError(f"config: num_attention_heads {H} not divisible by num_key_value_heads {KV}")
+    if (C // H) % 2:
+        raise RefError(f"config: head_dim {C // H} must be even for RoPE")
+    if cfg["attention_kernel"] != "causal":
+        raise RefError(f"config: attention_kernel '{cfg['attention_kernel']}' is not supported "
+                       "(only 'causal')")
+
+
+# ----------------------------------------------------------------------------
+# HDF5 helpers
+# ----------------------------------------------------------------------------
+
+def open_h5(path, what, mode="r"):
+    if mode == "r" and not os.path.isfile(path):
+        raise RefError(f"{what} file not found: {path}")
+    try:
+        return h5py.File(path, mode)
+    except OSError as e:
+        raise RefError(f"cannot open {what} file {path}: {e}")
+
+
+def read_attr(obj, key, where):
+    """Scalar attribute as a Python value; strings are decoded."""
+    if key not in obj.attrs:
+        raise RefError(f"missing attribute '{key}' on {where}")
+    v = obj.attrs[key]
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise RefError(f"attribute '{key}' on {where} is not a scalar (shape {v.shape})")
+        v = v.reshape(-1)[0]
+    if isinstance(v, (bytes, np.bytes_)):
+        v = v.decode("utf-8")
+    return v
+
+
+def read_dataset(f, path, where):
+    obj = f.get(path)
+    if not isinstance(obj, h5py.Dataset):
+        raise RefError(f"missing dataset '/{path}' in {where}")
+    return obj[()]
+
+
+def list_datasets(group):
+    """Relative paths of all datasets under an HDF5 group."""
+    out = []
+    group.visititems(lambda n, o: out.append(n) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+# ----------------------------------------------------------------------------
+# Reading / writing files
+# ----------------------------------------------------------------------------
+
+def load_checkpoint(path):
+    """-> (cfg dict, {name: float64 ndarray})."""
+    with open_h5(path, "checkpoint") as f:
+        g = f.get("model")
+        if not isinstance(g, h5py.Group):
+            raise RefError(f"missing group '/model' in checkpoint {path}")
+        where = f"/model of {path}"
+        cfg = {k: int(read_attr(g, k, where)) for k in INT_KEYS}
+        cfg.update({k: float(read_attr(g, k, where)) for k in FLOAT_KEYS})
+        tie = read_attr(g, "tie_word_embeddings", where)   # int 0/1 or bool
+        if isinstance(tie, str):
+            raise RefError(f"attribute 'tie_word_embeddings' on {where} is a string")
+        cfg["tie_word_embeddings"] = int(bool(tie))
+        cfg["attention_kernel"] = str(read_attr(g, "attention_kernel", where))
+        validate_config(cfg)
+
+        shapes = param_shapes(cfg)
+        params = {}
+        for name, shape in shapes.items():
+            a = read_dataset(f, "params/" + h5name(name), f"checkpoint {path}")
+            if tuple(a.shape) != shape:
+                raise RefError(f"checkpoint {path}: {name} has shape {tuple(a.shape)}, "
+                               f"expected {shape}")
+            params[name] = np.asarray(a, dtype=np.float64)
+        if "params" in f:
+            expected = {h5name(n) for n in shapes}
+            for extra in sorted(set(list_datasets(f["params"])) - expected):
+                print(f"warning: ignoring unexpected checkpoint dataset /params/{extra}",
+                      file=sys.stderr)
+    return cfg, params
+
+
+def load_batch(path, vocab_size):
+    """-> (tokens int64 ndarray [T], cu_seqlens list of ints [n+1])."""
+    with open_h5(path, "batch") as f:
+        tokens = np.asarray(read_dataset(f, "tokens", f"batch {path}")).reshape(-1)
+        cu = np.asarray(read_dataset(f, "cu_seqlens", f"batch {path}")).reshape(-1)
+    if not (np.issubdtype(tokens.dtype, np.integer) and np.issubdtype(cu.dtype, np.integer)):
+        raise RefError(f"batch {path}: tokens and cu_seqlens must be integer datasets")
+    tokens, cu = tokens.astype(np.int64), [int(c) for c in cu]
+    T = len(tokens)
+    if len(cu) < 2 or cu[0] != 0 or cu[-1] != T or any(b <= a for a, b in zip(cu, cu[1:])):
+        raise RefError(f"batch {path}: cu_seqlens must start at 0, strictly increase "
+                       f"and end at len(tokens)={T}; got {cu[:8]}{'...' if len(cu) > 8 else ''}")
+    if T and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise RefError(f"batch {path}: token ids must be in [0, {vocab_size}), "
+                       f"got range [{tokens.min()}, {tokens.max()}]")
+    return tokens, cu
+
+
+def write_checkpoint(path, cfg, params):
+    with open_h5(path, "checkpoint", "w") as f:
+        g = f.create_group("model")
+        for k in INT_KEYS:
+            g.attrs[k] = np.int64(cfg[k])
+        for k in FLOAT_KEYS:
+            g.attrs[k] = np.float64(cfg[k])
+        g.attrs["tie_word_embeddings"] = np.int64(cfg["tie_word_embeddings"])
+        g.attrs["attention_kernel"] = cfg["attention_kernel"]   # variable-length string
+        for name, a in params.items():
+            f.create_dataset("params/" + h5name(name), data=np.asarray(a, dtype=np.float32))
+
+
+def write_batch(path, tokens, cu):
+    with open_h5(path, "batch", "w") as f:
+        f.create_dataset("tokens", data=np.asarray(tokens, dtype=np.int32))
+        f.create_dataset("cu_seqlens", data=np.asarray(cu, dtype=np.int32))
+
+
+def write_grads(path, loss, grads):
+    with open_h5(path, "grads", "w") as f:
+        f.attrs["loss"] = np.float64(loss)
+        for name, g in grads.items():
+            f.create_dataset("grads/" + h5name(name), data=np.asarray(g, dtype=np.float64))
+
+
+def read_grads_file(path, names):
+    """-> (loss, {name: float64 ndarray}, [unexpected dataset paths under /grads])."""
+    with open_h5(path, "grads") as f:
+        loss = float(read_attr(f, "loss", f"/ of {path}"))
+        if not isinstance(f.get("grads"), h5py.Group):
+            raise RefError(f"missing group '/grads' in grads file {path}")
+        grads = {n: np.asarray(read_dataset(f, "grads/" + h5name(n), f"grads file {path}"),
+                               dtype=np.float64) for n in names}
+        extra = sorted(set(list_datasets(f["grads"])) - {h5name(n) for n in names})
+    return loss, grads, extra
+
+
+# ----------------------------------------------------------------------------
+# Model math (float64)
+# ----------------------------------------------------------------------------
+
+def rmsnorm(x, w, eps):
+    # x: (T, C), w: (C,) -> (T, C)
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(pos, hd, theta):
+    # pos: (T,) float64 position inside the document -> cos, sin: (T, 1, hd)
+    i = torch.arange(hd // 2, dtype=DT)
+    inv_freq = theta ** (-(2 * i) / hd)                  # (hd/2,)
+    ang = pos[:, None] * inv_freq[None, :]               # (T, hd/2)
+    ang = torch.cat([ang, ang], dim=-1)                  # (T, hd)
+    return ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+
+def rotate_half(x):
+    # x: (..., hd) -> cat(-x[hd/2:], x[:hd/2])
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def attention(q, k, v, cu):
+    # q: (T, H, hd); k, v: (T, KV, hd); cu: document boundaries -> (T, H*hd)
+    T, H, hd = q.shape
+    rep = H // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1)                  # (T, H, hd): head h uses kv h // rep
+    v = v.repeat_interleave(rep, dim=1)
+    outs = []
+    for s, e in zip(cu[:-1], cu[1:]):                    # each document on its own
+        L = e - s
+        qd, kd, vd = (t[s:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
+        scores = qd @ kd.transpose(1, 2) / math.sqrt(hd)            # (H, L, L)
+        causal = torch.ones(L, L, dtype=torch.bool).tril()          # key j <= query i
+        scores = scores.masked_fill(~causal, float("-inf"))
+        p = scores.softmax(dim=-1)                                  # (H, L, L)
+        outs.append((p @ vd).transpose(0, 1).reshape(L, H * hd))    # (L, H*hd)
+    return torch.cat(outs, dim=0)
+
+
+def positions(cu):
+    # (T,) float64: offset of each token inside its own document
+    return torch.cat([torch.arange(e - s, dtype=DT) for s, e in zip(cu[:-1], cu[1:])])
+
+
+def forward(cfg, P, tokens, cu):
+    """P: {name: float64 tensor}; tokens: (T,) int64 tensor -> logits (T, V)."""
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, eps, T = C // H, cfg["rms_norm_eps"], tokens.shape[0]
+    cos, sin = rope_cos_sin(positions(cu), hd, cfg["rope_theta"])   # (T, 1, hd)
+
+    x = P["model.embed_tokens.weight"][tokens]                       # (T, C)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)         # (T, C)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(T, H, hd)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(T, KV, hd)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(T, KV, hd)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        x = x + attention(q, k, v, cu) @ P[p + "self_attn.o_proj.weight"].T
+        h2 = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
+        gate = F.silu(h2 @ P[p + "mlp.gate_proj.weight"].T)          # (T, I)
+        up = h2 @ P[p + "mlp.up_proj.weight"].T                      # (T, I)
+        x = x + (gate * up) @ P[p + "mlp.down_proj.weight"].T        # (T, C)
+    hf = rmsnorm(x, P["model.norm.weight"], eps)
+    w_lm = P["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
+    return hf @ w_lm.T                                               # (T, V)
+
+
+def target_positions(cu):
+    # indices t whose next token t+1 is in the same document (all but each doc's last)
+    return torch.cat([torch.arange(s, e - 1, dtype=torch.long) for s, e in zip(cu[:-1], cu[1:])])
+
+
+def loss_fn(cfg, P, tokens, cu):
+    """-> (mean cross-entropy over all targets, number of targets)."""
+    idx = target_positions(cu)
+    n = int(idx.numel())
+    if n == 0:
+        raise RefError("batch has zero prediction targets (every document has length 1)")
+    logits = forward(cfg, P, tokens, cu)
+    return F.cross_entropy(logits[idx], tokens[idx + 1], reduction="sum") / n, n
+
+
+def loss_and_grads(cfg, params, tokens, cu):
+    """params: {name: ndarray} -> (loss float, n_targets, {name: float64 ndarray grad})."""
+    P = {n: torch.tensor(a, dtype=DT, requires_grad=True) for n, a in params.items()}
+    loss, n = loss_fn(cfg, P, torch.as_tensor(tokens, dtype=torch.long), cu)
+    loss.backward()
+    grads = {k: (t.grad.numpy() if t.grad is not None else np.zeros(t.shape)) for k, t in P.items()}
+    return float(loss), n, grads
+
+
+# ----------------------------------------------------------------------------
+# Comparison
+# ----------------------------------------------------------------------------
+
+def compare(other_loss, other_grads, extra, ref_loss, ref_grads, rtol, label):
+    """Compare `other` (a) to reference (b); prints one line per tensor. -> True if all pass."""
+    ok_all = True
+    print(f"comparing {label} (a) against reference (b), rtol={rtol:g}")
+    for name, b in ref_grads.items():
+        a = other_grads[name]
+        if a.shape != b.shape:
+            print(f"{name:<48s} FAIL shape {a.shape} != {b.shape}")
+            ok_all = False
+            continue
+        d = a - b
+        max_abs = float(np.max(np.abs(d))) if d.size else 0.0
+        rel = float(np.linalg.norm(d) / max(np.linalg.norm(b), 1e-30))
+        ok = rel <= rtol            # False for NaN too
+        ok_all &= ok
+        print(f"{name:<48s} max_abs={max_abs:.3e} rel={rel:.3e} {'ok' if ok else 'FAIL'}")
+    for e in extra:
+        print(f"{'/grads/' + e:<48s} FAIL unexpected tensor (not a parameter of this model)")
+        ok_all = False
+    rel = abs(other_loss - ref_loss) / max(abs(ref_loss), 1e-30)
+    ok = rel <= rtol
+    ok_all &= ok
+    print(f"{'loss':<48s} a={other_loss:.12g} b={ref_loss:.12g} "
+          f"abs={abs(other_loss - ref_loss):.3e} rel={rel:.3e} {'ok' if ok else 'FAIL'}")
+    print("PASS" if ok_all else "FAIL")
+    return ok_all
+
+
+# ----------------------------------------------------------------------------
+# Random checkpoints / batches
+# ----------------------------------------------------------------------------
+
+def random_params(cfg, rng, std=0.3):
+    # norm weights around 1, everything else N(0, std^2); rounded to float32 like the file
+    return {n: ((1.0 if n.endswith("norm.weight") else 0.0) + std * rng.standard_normal(s))
+            .astype(np.float32).astype(np.float64) for n, s in param_shapes(cfg).items()}
+
+
+def random_batch(vocab_size, lengths, rng):
+    if not lengths or min(lengths) < 1:
+        raise RefError(f"--lengths must be a non-empty list of positive ints, got {lengths}")
+    cu = [0] + np.cumsum(lengths).tolist()
+    return rng.integers(0, vocab_size, size=cu[-1]).astype(np.int64), cu
+
+
+# ----------------------------------------------------------------------------
+# Self test
+# ----------------------------------------------------------------------------
+
+def self_test():
+    rng = np.random.default_rng(1234)
+    ok_all = True
+
+    def check(cond, msg):
+        nonlocal ok_all
+        ok_all &= bool(cond)
+        print(f"{'ok  ' if cond else 'FAIL'} {msg}")
+
+    for tied in (0, 1):
+        cfg = dict(vocab_size=13, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, rope_theta=100.0,
+                   rms_norm_eps=1e-5, tie_word_embeddings=tied, attention_kernel="causal")
+        params = random_params(cfg, rng)
+        tokens, cu = random_batch(cfg["vocab_size"], [5, 1, 7], rng)
+        tok = torch.as_tensor(tokens)
+
+        # (a) autograd vs central finite differences on a few entries of every tensor
+        _, _, grads = loss_and_grads(cfg, params, tokens, cu)
+        P = {n: torch.tensor(a, dtype=DT) for n, a in params.items()}
+
+        def L():
+            with torch.no_grad():
+                return float(loss_fn(cfg, P, tok, cu)[0])
+
+        h, worst = 1e-5, 0.0
+        for name, g in grads.items():
+            flat = P[name].view(-1)
+            picks = {int(np.argmax(np.abs(g))), *rng.integers(0, g.size, size=2).tolist()}
+            for j in picks:
+                orig = float(flat[j])
+                flat[j] = orig + h; lp = L()
+                flat[j] = orig - h; lm = L()
+                flat[j] = orig
+                fd, ag = (lp - lm) / (2 * h), float(g.reshape(-1)[j])
+                worst = max(worst, abs(fd - ag) / (1e-6 + abs(ag)))
+        check(worst < 1e-5, f"tied={tied}: autograd vs finite differences, "
+                            f"worst |fd-ag|/(1e-6+|ag|) = {worst:.2e}")
+
+        # (b) packed two-document batch == each document alone (logits and loss)
+        ta, tb = random_batch(cfg["vocab_size"], [6], rng)[0], random_batch(cfg["vocab_size"], [9], rng)[0]
+        packed = torch.as_tensor(np.concatenate([ta, tb]))
+        cu2 = [0, 6, 15]
+        with torch.no_grad():
+            lp = forward(cfg, P, packed, cu2)
+            la = forward(cfg, P, torch.as_tensor(ta), [0, 6])
+            lb = forward(cfg, P, torch.as_tensor(tb), [0, 9])
+            diff = max(float((lp[:6] - la).abs().max()), float((lp[6:] - lb).abs().max()))
+            loss_p = float(loss_fn(cfg, P, packed, cu2)[0]) * 13
+            loss_s = (float(loss_fn(cfg, P, torch.as_tensor(ta), [0, 6])[0]) * 5
+                      + float(loss_fn(cfg, P, torch.as_tensor(tb), [0, 9])[0]) * 8)
+        check(diff < 1e-12, f"tied={tied}: packed vs separate documents, max logit diff = {diff:.2e}")
+        check(abs(loss_p - loss_s) < 1e-10, f"tied={tied}: packed loss sum = separate loss sums "
+                                            f"(diff {abs(loss_p - loss_s):.2e})")
+
+        # (c) file round trip: checkpoint -> batch -> grads file -> compare with itself
+        with tempfile.TemporaryDirectory() as d:
+            ck, bf, gf = (os.path.join(d, n) for n in ("ck.h5", "b.h5", "g.h5"))
+            write_checkpoint(ck, cfg, params)
+            write_batch(bf, tokens, cu)
+            cfg2, params2 = load_checkpoint(ck)
+            tokens2, cu3 = load_batch(bf, cfg2["vocab_size"])
+            loss2, _, grads2 = loss_and_grads(cfg2, params2, tokens2, cu3)
+            write_grads(gf, loss2, grads2)
+            l3, g3, extra = read_grads_file(gf, list(grads2))
+            same = (cfg2 == cfg and l3 == loss2 and not extra
+                    and all(np.array_equal(g3[n], grads2[n]) for n in grads2))
+        check(same, f"tied={tied}: HDF5 round trip reproduces config, loss and gradients exactly")
+
+    print("SELF-TEST PASSED" if ok_all else "SELF-TEST FAILED")
+    return ok_all
+
+
+# ----------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkpoint", help="lct parameter file (HDF5)")
+    ap.add_argument("--batch-file", help="packed batch file (HDF5: tokens, cu_seqlens)")
+    ap.add_argument("--grads-out", help="write loss + float64 gradients here")
+    ap.add_argument("--compare", metavar="LCT_GRADS.h5", help="grads file to check")
+    ap.add_argument("--reference-grads", metavar="REF.h5",
+                    help="compare --compare against this grads file instead of recomputing")
+    ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--make-batch", metavar="B.h5")
+    ap.add_argument("--lengths", help="comma-separated document lengths, e.g. 7,1,33")
+    ap.add_argument("--make-checkpoint", metavar="CKPT.h5")
+    ap.add_argument("--vocab-size", type=int)
+    ap.add_argument("--hidden-size", type=int)
+    ap.add_argument("--intermediate-size", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--rms-norm-eps", type=float, default=1e-5)
+    ap.add_argument("--tie-word-embeddings", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--self-test", action="store_true")
+    return ap.parse_args(argv)
+
+
+def require(args, *names):
+    missing = [n for n in names if getattr(args, n) is None]
+    if missing:
+        raise RefError("missing required option(s): "
+                       + ", ".join("--" + n.replace("_", "-") for n in missing))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    modes = sum(bool(m) for m in (args.self_test, args.make_batch, args.make_checkpoint))
+    if modes > 1:
+        raise RefError("choose at most one of --self-test, --make-batch, --make-checkpoint")
+
+    if args.self_test:
+        return 0 if self_test() else 1
+
+    rng = np.random.default_rng(args.seed)
+    if args.make_batch:
+        require(args, "vocab_size", "lengths")
+        try:
+            lengths = [int(s) for s in args.lengths.split(",") if s.strip()]
+        except ValueError:
+            raise RefError(f"--lengths must be comma-separated integers, got '{args.lengths}'")
+        if args.vocab_size <= 0:
+            raise RefError("--vocab-size must be positive")
+        tokens, cu = random_batch(args.vocab_size, lengths, rng)
+        write_batch(args.make_batch, tokens, cu)
+        print(f"wrote {args.make_batch}: T={len(tokens)} documents={len(lengths)}")
+        return 0
+
+    if args.make_checkpoint:
+        require(args, "vocab_size", "hidden_size", "intermediate_size", "layers", "heads", "kv_heads")
+        cfg = dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                   intermediate_size=args.intermediate_size, num_hidden_layers=args.layers,
+                   num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+                   rope_theta=args.rope_theta, rms_norm_eps=args.rms_norm_eps,
+                   tie_word_embeddings=int(args.tie_word_embeddings), attention_kernel="causal")
+        validate_config(cfg)
+        write_checkpoint(args.make_checkpoint, cfg, random_params(cfg, rng))
+        print(f"wrote {args.make_checkpoint}")
+        return 0
+
+    # Compare two existing grads files (no model computation).
+    if args.reference_grads:
+        require(args, "compare")
+        with open_h5(args.reference_grads, "grads") as f:
+            if not isinstance(f.get("grads"), h5py.Group):
+                raise RefError(f"missing group '/grads' in {args.reference_grads}")
+            names = sorted(n.replace("/", ".") for n in list_datasets(f["grads"]))
+        ref_loss, ref_grads, _ = read_grads_file(args.reference_grads, names)
+        loss, grads, extra = read_grads_file(args.compare, names)
+        return 0 if compare(loss, grads, extra, ref_loss, ref_grads, args.rtol, args.compare) else 1
+
+    # Evaluate the reference model on the batch.
+    require(args, "checkpoint", "batch_file")
+    cfg, params = load_checkpoint(args.checkpoint)
+    tokens, cu = load_batch(args.batch_file, cfg["vocab_size"])
+    loss, n, grads = loss_and_grads(cfg, params, tokens, cu)
+    print(f"loss={loss:.15g} targets={n} tokens={len(tokens)} documents={len(cu) - 1}")
+    if args.grads_out:
+        write_grads(args.grads_out, loss, grads)
+        print(f"wrote {args.grads_out}")
+    if args.compare:
+        other_loss, other_grads, extra = read_grads_file(args.compare, list(grads))
+        return 0 if compare(other_loss, other_grads, extra, loss, grads, args.rtol, args.compare) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except RefError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,269 @@
+#include "src/config.h"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "data/doc_lengths.h"
+#include "model/optimizer.h"
+
+namespace lct {
+namespace {
+
+int64_t parse_int(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0)
+    throw ConfigError(key + " must be an integer, got '" + text + "'");
+  return v;
+}
+
+double parse_number(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
+    throw ConfigError(key + " must be a number, got '" + text + "'");
+  return v;
+}
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  throw ConfigError(key + " must be true or false, got '" + text + "'");
+}
+
+std::string number_text(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  std::string t = s.str();
+  if (t.find_first_of(".eEn") == std::string::npos) t += ".0";  // keep it a TOML float
+  return t;
+}
+
+// Registry helpers: bind a key to a field of Config.
+template <typename Field>
+ConfigKey int_key(std::string name, std::string help, Field field, int64_t min_value) {
+  return {name, KeyType::integer, std::move(help),
+          [field](const Config& c) { return std::to_string(int64_t(field(const_cast<Config&>(c)))); },
+          [field, name, min_value](Config& c, const std::string& t) {
+            const int64_t v = parse_int(name, t);
+            if (v < min_value)
+              throw ConfigError(name + " must be >= " + std::to_string(min_value) + ", got " + t);
+            using T = std::remove_reference_t<decltype(field(c))>;
+            field(c) = T(v);
+          }};
+}
+template <typename Field>
+ConfigKey num_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::number, std::move(help),
+          [field](const Config& c) { return number_text(field(const_cast<Config&>(c))); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_number(name, t); }};
+}
+template <typename Field>
+ConfigKey bool_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::boolean, std::move(help),
+          [field](const Config& c) { return std::string(field(const_cast<Config&>(c)) ? "true" : "false"); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_bool(name, t); }};
+}
+template <typename Field>
+ConfigKey str_key(std::string name, std::string help, Field field,
+                  std::function<void(const std::string&)> check = nullptr) {
+  return {name, KeyType::string, std::move(help),
+          [field](const Config& c) { return field(const_cast<Config&>(c)); },
+          [field, check, name](Config& c, const std::string& t) {
+            if (check) {
+              try {
+                check(t);
+              } catch (const std::exception& e) {
+                throw ConfigError(name + ": " + e.what());
+              }
+            }
+            field(c) = t;
+          }};
+}
+
+std::vector<ConfigKey> make_keys() {
+  std::vector<ConfigKey> k;
+  // [model] (Hugging Face LlamaConfig names)
+  k.push_back(int_key("model.vocab_size", "vocabulary size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1));
+  k.push_back(int_key("model.hidden_size", "model width C", [](Config& c) -> auto& { return c.model.hidden_size; }, 1));
+  k.push_back(int_key("model.intermediate_size", "SwiGLU MLP width", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1));
+  k.push_back(int_key("model.num_hidden_layers", "decoder layers", [](Config& c) -> auto& { return c.model.num_hidden_layers; }, 1));
+  k.push_back(int_key("model.num_attention_heads", "query heads H", [](Config& c) -> auto& { return c.model.num_attention_heads; }, 1));
+  k.push_back(int_key("model.num_key_value_heads", "key/value heads (GQA), divides H", [](Config& c) -> auto& { return c.model.num_key_value_heads; }, 1));
+  k.push_back(num_key("model.rope_theta", "RoPE base", [](Config& c) -> auto& { return c.model.rope_theta; }));
+  k.push_back(num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; }));
+  k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
+  k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
+  // [attention]
+  k.push_back(str_key("attention.kernel", "core attention kernel: causal", [](Config& c) -> auto& { return c.attention_kernel; },
+                      [](const std::string& t) { parse_attention_kernel(t); }));
+  // [data]
+  k.push_back(str_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
+                      [](const std::string& t) {
+                        if (t != "synthetic" && t != "text" && t != "tokens")
+                          throw std::invalid_argument("expected synthetic, text or tokens, got '" + t + "'");
+                      }));
+  k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
+  k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
+  k.push_back(str_key("data.doc_lengths", std::string("synthetic length distribution: ") + doc_length_dist_choices(),
+                      [](Config& c) -> auto& { return c.data.doc_lengths; },
+                      [](const std::string& t) { parse_doc_length_dist(t); }));
+  k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
+  k.push_back(int_key("data.min_doc_len", "synthetic: shortest document", [](Config& c) -> auto& { return c.data.min_doc_len; }, 1));
+  k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
+  k.push_back(str_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
+                      [](const std::string& t) {
+                        if (t != "uint16" && t != "uint32")
+                          throw std::invalid_argument("expected uint16 or uint32, got '" + t + "'");
+                      }));
+  k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
+  // [train]
+  k.push_back(int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1));
+  k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
+  k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
+  k.push_back(str_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
+                      [](const std::string& t) { parse_optimizer(t); }));
+  k.push_back(num_key("train.lr", "peak learning rate", [](Config& c) -> auto& { return c.train.lr; }));
+  k.push_back(num_key("train.min_lr", "cosine schedule floor", [](Config& c) -> auto& { return c.train.min_lr; }));
+  k.push_back(int_key("train.warmup_steps", "linear warm-up steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, 0));
+  k.push_back(num_key("train.beta1", "AdamW beta1", [](Config& c) -> auto& { return c.train.beta1; }));
+  k.push_back(num_key("train.beta2", "AdamW beta2", [](Config& c) -> auto& { return c.train.beta2; }));
+  k.push_back(num_key("train.eps", "AdamW epsilon", [](Config& c) -> auto& { return c.train.eps; }));
+  k.push_back(num_key("train.weight_decay", "AdamW decoupled weight decay (matrices only)", [](Config& c) -> auto& { return c.train.weight_decay; }));
+  k.push_back(num_key("train.grad_clip", "clip gradients to this global L2 norm (0 = off)", [](Config& c) -> auto& { return c.train.grad_clip; }));
+  k.push_back(int_key("train.threads", "threads for BLAS and kernels (0 = all cores)", [](Config& c) -> auto& { return c.train.threads; }, 0));
+  k.push_back(int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1));
+  // [checkpoint]
+  k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
+  k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
+  k.push_back(int_key("checkpoint.keep", "keep the newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
+  return k;
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_keys();
+  return keys;
+}
+
+const ConfigKey* find_config_key(const std::string& name) {
+  for (const ConfigKey& k : config_keys())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+void apply_toml_file(Config& config, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin.line << ":" << e.source().begin.column;
+    if (!std::ifstream(path)) throw ConfigError("config file '" + path + "': cannot open");
+    throw ConfigError("config file '" + path + "':" + where.str() + ": " +
+                      std::string(e.description()));
+  }
+  for (auto&& [section, node] : root) {
+    const std::string sec(section.str());
+    const toml::table* table = node.as_table();
+    if (!table)
+      throw ConfigError("config file '" + path + "': '" + sec +
+                        "' must be a section ([" + sec + "]), not a value");
+    for (auto&& [key, value] : *table) {
+      const std::string name = sec + "." + std::string(key.str());
+      const ConfigKey* k = find_config_key(name);
+      if (!k) throw ConfigError("config file '" + path + "': unknown key '" + name + "'");
+      std::string text;
+      switch (k->type) {
+        case KeyType::integer:
+          if (!value.is_integer())
+            throw ConfigError("config file '" + path + "': " + name + " must be an integer");
+          text = std::to_string(value.as_integer()->get());
+          break;
+        case KeyType::number:
+          if (!value.is_number())
+            throw ConfigError("config file '" + path + "': " + name + " must be a number");
+          text = number_text(value.value<double>().value());
+          break;
+        case KeyType::boolean:
+          if (!value.is_boolean())
+            throw ConfigError("config file '" + path + "': " + name + " must be true or false");
+          text = value.as_boolean()->get() ? "true" : "false";
+          break;
+        case KeyType::string:
+          if (!value.is_string())
+            throw ConfigError("config file '" + path + "': " + name + " must be a string");
+          text = value.as_string()->get();
+          break;
+      }
+      try {
+        k->set(config, text);
+      } catch (const ConfigError& e) {
+        throw ConfigError("config file '" + path + "': " + e.what());
+      }
+    }
+  }
+}
+
+void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides) {
+  for (const auto& [name, text] : overrides) {
+    const ConfigKey* k = find_config_key(name);
+    if (!k) throw ConfigError("unknown key '" + name + "'");
+    k->set(config, text);
+  }
+}
+
+void validate_config(const Config& c) {
+  const std::string model_error = c.model.validate();
+  if (!model_error.empty()) throw ConfigError(model_error);
+  if (c.data.source != "synthetic" && c.data.path.empty())
+    throw ConfigError("data.path is required when data.source = " + c.data.source);
+  if (c.data.min_doc_len > c.data.max_doc_len)
+    throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
+                      ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
+  if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
+  if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
+  if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
+    throw ConfigError("train.min_lr must be in [0, train.lr]");
+  if (!(c.train.beta1 >= 0 && c.train.beta1 < 1)) throw ConfigError("train.beta1 must be in [0, 1)");
+  if (!(c.train.beta2 >= 0 && c.train.beta2 < 1)) throw ConfigError("train.beta2 must be in [0, 1)");
+  if (!(c.train.eps > 0)) throw ConfigError("train.eps must be > 0");
+  if (c.train.weight_decay < 0) throw ConfigError("train.weight_decay must be >= 0");
+  if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
+  if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
+}
+
+std::string config_to_toml(const Config& config) {
+  std::ostringstream out;
+  std::string section;
+  for (const ConfigKey& k : config_keys()) {
+    const size_t dot = k.name.find('.');
+    const std::string sec = k.name.substr(0, dot), key = k.name.substr(dot + 1);
+    if (sec != section) {
+      out << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
+      section = sec;
+    }
+    const std::string v = k.get(config);
+    if (k.type == KeyType::string) {
+      toml::table t;
+      t.insert("v", v);
+      std::ostringstream q;
+      q << t;  // "v = '...'" with correct TOML quoting
+      out << key << q.str().substr(1) << "\n";
+    } else {
+      out << key << " = " << v << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace lct

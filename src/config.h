@@ -1,0 +1,84 @@
+// The run configuration: one struct per TOML section, one registry of keys.
+// Precedence: command line (--section.key VALUE) > config file > built-in defaults.
+// The built-in defaults equal configs/default.toml (a test checks this).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace lct {
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | text | tokens
+  std::string path;                  // text file/folder or token file
+  int64_t seq_len = 2048;            // tokens per micro-batch (one packed sequence)
+  std::string doc_lengths = "pretrain";
+  int64_t max_doc_len = 2048;
+  int64_t min_doc_len = 1;
+  std::string separator;             // text: document separator ("" = one document per file)
+  std::string token_dtype = "uint16";
+  int64_t separator_id = 0;          // tokens: document-separator id
+};
+
+struct TrainConfig {
+  int64_t steps = 150;
+  int64_t seed = 1234;
+  int64_t micro_batches = 1;
+  std::string optimizer = "adamw";
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int64_t threads = 0;  // 0 = all cores
+  int64_t log_every = 1;
+};
+
+struct CheckpointConfig {
+  std::string dir = "runs/default";
+  int64_t every = 0;  // 0 = only at the end
+  int64_t keep = 3;
+};
+
+struct Config {
+  LlamaConfig model;
+  std::string attention_kernel = "causal";
+  DataConfig data;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+};
+
+enum class KeyType { integer, number, boolean, string };
+
+struct ConfigKey {
+  std::string name;  // section.key
+  KeyType type;
+  std::string help;
+  std::function<std::string(const Config&)> get;           // value as text
+  std::function<void(Config&, const std::string&)> set;     // parses, throws ConfigError
+};
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const std::vector<ConfigKey>& config_keys();
+const ConfigKey* find_config_key(const std::string& name);
+
+// Applies a TOML file onto config. Unknown sections/keys and wrong types are errors
+// naming the file and the key.
+void apply_toml_file(Config& config, const std::string& path);
+// Applies "section.key" -> text overrides (from the command line).
+void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
+// Cross-field validation; throws ConfigError naming the key.
+void validate_config(const Config& config);
+// The resolved configuration as TOML text (what checkpoints and logs record).
+std::string config_to_toml(const Config& config);
+
+}  // namespace lct

@@ -1,0 +1,25 @@
+#include "src/flops.h"
+
+namespace lct {
+
+double forward_flops(const LlamaConfig& c, int64_t tokens, int64_t pairs) {
+  const double matmul = 2.0 * double(matmul_params_per_token(c)) * double(tokens);
+  const double attention = 4.0 * double(c.num_attention_heads) * double(c.head_dim()) *
+                           double(c.num_hidden_layers) * double(pairs);
+  return matmul + attention;
+}
+
+double train_step_flops(const LlamaConfig& c, int64_t tokens, int64_t pairs) {
+  return 3.0 * forward_flops(c, tokens, pairs);
+}
+
+int64_t attended_pairs(const PackedBatch& b) {
+  int64_t pairs = 0;
+  for (size_t d = 0; d + 1 < b.cu_seqlens.size(); ++d) {
+    const int64_t L = b.cu_seqlens[d + 1] - b.cu_seqlens[d];
+    pairs += L * (L + 1) / 2;
+  }
+  return pairs;
+}
+
+}  // namespace lct

@@ -1,0 +1,22 @@
+// FLOP convention (stated once, used by every log line and benchmark):
+//   Megatron-style, causal-aware, real tokens only. A training step counts
+//   3 x forward (forward + two backward GEMMs), with forward =
+//     2 * matmul_params_per_token * tokens                (projections, MLP, LM head)
+//   + 4 * H * hd * layers * attended_pairs                (Q K^T and P V)
+//   where attended_pairs = sum over documents of L_i (L_i + 1) / 2.
+//   Softmax, norms, RoPE and the optimizer are not counted; attention-backward
+//   recomputation is not counted (model FLOPs, not hardware FLOPs).
+#pragma once
+
+#include <cstdint>
+
+#include "data/packing.h"
+#include "model/llama.h"
+
+namespace lct {
+
+double forward_flops(const LlamaConfig& config, int64_t tokens, int64_t attended_pairs);
+double train_step_flops(const LlamaConfig& config, int64_t tokens, int64_t attended_pairs);
+int64_t attended_pairs(const PackedBatch& batch);
+
+}  // namespace lct

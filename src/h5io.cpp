@@ -1,0 +1,230 @@
+#include "src/h5io.h"
+
+#include <stdexcept>
+
+namespace lct {
+namespace {
+
+struct H5ErrorsOff {
+  H5ErrorsOff() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+const H5ErrorsOff h5_errors_off;
+
+// Closes an HDF5 handle of any kind at scope exit.
+struct Handle {
+  hid_t id;
+  herr_t (*closer)(hid_t);
+  ~Handle() {
+    if (id >= 0) closer(id);
+  }
+};
+
+std::runtime_error h5_error(const std::string& file, const std::string& what) {
+  return std::runtime_error(file + ": " + what);
+}
+
+}  // namespace
+
+H5File H5File::create(const std::string& path) {
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw h5_error(path, "cannot create HDF5 file");
+  return H5File(id, path);
+}
+
+H5File H5File::open_read(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw h5_error(path, "no such file");
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw h5_error(path, "not a readable HDF5 file (truncated or corrupt?)");
+  return H5File(id, path);
+}
+
+H5File::~H5File() { close(); }
+
+void H5File::close() {
+  if (id_ >= 0) H5Fclose(id_);
+  id_ = -1;
+}
+
+bool H5File::exists(const std::string& object) const {
+  if (object == "/") return true;
+  // every prefix must exist for H5Lexists to be meaningful
+  size_t pos = 1;
+  while (true) {
+    pos = object.find('/', pos);
+    const std::string prefix = object.substr(0, pos);
+    if (H5Lexists(id_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+    ++pos;
+  }
+}
+
+void H5File::ensure_group(const std::string& group) {
+  if (group.empty() || group == "/" || exists(group)) return;
+  const size_t slash = group.rfind('/');
+  if (slash != std::string::npos && slash > 0) ensure_group(group.substr(0, slash));
+  Handle g{H5Gcreate2(id_, group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose};
+  if (g.id < 0) throw h5_error(path_, "cannot create group " + group);
+}
+
+std::vector<int64_t> H5File::shape(const std::string& dataset) const {
+  if (!exists(dataset)) throw h5_error(path_, "missing dataset " + dataset);
+  Handle d{H5Dopen2(id_, dataset.c_str(), H5P_DEFAULT), H5Dclose};
+  if (d.id < 0) throw h5_error(path_, dataset + " is not a dataset");
+  Handle s{H5Dget_space(d.id), H5Sclose};
+  const int rank = H5Sget_simple_extent_ndims(s.id);
+  std::vector<hsize_t> dims(size_t(std::max(rank, 0)));
+  H5Sget_simple_extent_dims(s.id, dims.data(), nullptr);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+void H5File::write_raw(const std::string& dataset, const std::vector<int64_t>& shape,
+                       hid_t mem_type, hid_t file_type, const void* data) {
+  const size_t slash = dataset.rfind('/');
+  if (slash != std::string::npos && slash > 0) ensure_group(dataset.substr(0, slash));
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  Handle s{H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose};
+  Handle d{H5Dcreate2(id_, dataset.c_str(), file_type, s.id, H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Dclose};
+  if (d.id < 0) throw h5_error(path_, "cannot create dataset " + dataset);
+  if (H5Dwrite(d.id, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw h5_error(path_, "cannot write dataset " + dataset);
+}
+
+void H5File::write_f32(const std::string& ds, const std::vector<int64_t>& shape, const float* data) {
+  write_raw(ds, shape, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data);
+}
+void H5File::write_f64(const std::string& ds, const std::vector<int64_t>& shape, const double* data) {
+  write_raw(ds, shape, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, data);
+}
+void H5File::write_i32(const std::string& ds, const std::vector<int64_t>& shape, const int32_t* data) {
+  write_raw(ds, shape, H5T_NATIVE_INT32, H5T_STD_I32LE, data);
+}
+
+namespace {
+template <typename T>
+std::vector<T> read_as(const H5File& f, const std::string& dataset, hid_t mem_type) {
+  const std::vector<int64_t> shp = f.shape(dataset);
+  int64_t n = 1;
+  for (int64_t d : shp) n *= d;
+  std::vector<T> out(static_cast<size_t>(n));
+  Handle d{H5Dopen2(f.id(), dataset.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+    throw h5_error(f.path(), dataset + " is not numeric");
+  if (n > 0 && H5Dread(d.id, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw h5_error(f.path(), "cannot read dataset " + dataset + " (corrupt?)");
+  return out;
+}
+}  // namespace
+
+std::vector<float> H5File::read_f32(const std::string& ds) const {
+  return read_as<float>(*this, ds, H5T_NATIVE_FLOAT);
+}
+std::vector<int32_t> H5File::read_i32(const std::string& ds) const {
+  return read_as<int32_t>(*this, ds, H5T_NATIVE_INT32);
+}
+
+namespace {
+hid_t open_object(const H5File& f, const std::string& object) {
+  const hid_t o = H5Oopen(f.id(), object.c_str(), H5P_DEFAULT);
+  if (o < 0) throw h5_error(f.path(), "missing object " + object);
+  return o;
+}
+void write_attr(H5File& f, const std::string& object, const std::string& name, hid_t type,
+                const void* value) {
+  Handle o{open_object(f, object), H5Oclose};
+  if (H5Aexists(o.id, name.c_str()) > 0) H5Adelete(o.id, name.c_str());
+  Handle s{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle a{H5Acreate2(o.id, name.c_str(), type, s.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  if (a.id < 0 || H5Awrite(a.id, type, value) < 0)
+    throw h5_error(f.path(), "cannot write attribute " + object + "@" + name);
+}
+}  // namespace
+
+void H5File::set_attr(const std::string& object, const std::string& name, int64_t value) {
+  ensure_group(object);
+  write_attr(*this, object, name, H5T_NATIVE_INT64, &value);
+}
+void H5File::set_attr(const std::string& object, const std::string& name, double value) {
+  ensure_group(object);
+  write_attr(*this, object, name, H5T_NATIVE_DOUBLE, &value);
+}
+void H5File::set_attr(const std::string& object, const std::string& name,
+                      const std::string& value) {
+  ensure_group(object);
+  Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(t.id, H5T_VARIABLE);
+  H5Tset_cset(t.id, H5T_CSET_UTF8);
+  const char* p = value.c_str();
+  write_attr(*this, object, name, t.id, &p);
+}
+
+namespace {
+// Opens attribute `name` on `object`, or returns -1 when either is absent.
+hid_t open_attr(const H5File& f, const std::string& object, const std::string& name) {
+  if (!f.exists(object)) return -1;
+  Handle o{open_object(f, object), H5Oclose};
+  if (H5Aexists(o.id, name.c_str()) <= 0) return -1;
+  return H5Aopen(o.id, name.c_str(), H5P_DEFAULT);
+}
+}  // namespace
+
+std::optional<int64_t> H5File::attr_int(const std::string& object, const std::string& name) const {
+  Handle a{open_attr(*this, object, name), H5Aclose};
+  if (a.id < 0) return std::nullopt;
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_INTEGER && cls != H5T_ENUM)  // h5py stores bools as an enum
+    throw h5_error(path_, "attribute " + object + "@" + name + " is not an integer");
+  int64_t v = 0;
+  if (cls == H5T_ENUM) {
+    int8_t b = 0;
+    if (H5Aread(a.id, H5T_NATIVE_INT8, &b) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
+    return int64_t(b);
+  }
+  if (H5Aread(a.id, H5T_NATIVE_INT64, &v) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
+  return v;
+}
+
+std::optional<double> H5File::attr_double(const std::string& object, const std::string& name) const {
+  Handle a{open_attr(*this, object, name), H5Aclose};
+  if (a.id < 0) return std::nullopt;
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  const H5T_class_t cls = H5Tget_class(t.id);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+    throw h5_error(path_, "attribute " + object + "@" + name + " is not a number");
+  double v = 0;
+  if (H5Aread(a.id, H5T_NATIVE_DOUBLE, &v) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
+  return v;
+}
+
+std::optional<std::string> H5File::attr_string(const std::string& object,
+                                               const std::string& name) const {
+  Handle a{open_attr(*this, object, name), H5Aclose};
+  if (a.id < 0) return std::nullopt;
+  Handle t{H5Aget_type(a.id), H5Tclose};
+  if (H5Tget_class(t.id) != H5T_STRING)
+    throw h5_error(path_, "attribute " + object + "@" + name + " is not a string");
+  if (H5Tis_variable_str(t.id) > 0) {
+    Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(mt.id, H5T_VARIABLE);
+    H5Tset_cset(mt.id, H5Tget_cset(t.id));  // HDF5 will not convert ASCII <-> UTF-8
+    char* p = nullptr;
+    if (H5Aread(a.id, mt.id, &p) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const size_t n = H5Tget_size(t.id);
+  std::string s(n, '\0');
+  Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(mt.id, n);
+  H5Tset_cset(mt.id, H5Tget_cset(t.id));
+  if (H5Aread(a.id, mt.id, s.data()) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+}  // namespace lct

@@ -1,0 +1,79 @@
+// lct: command line entry point.
+//   lct train [--config FILE] [--section.key VALUE ...]
+//   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5]
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <map>
+
+#include "src/config.h"
+#include "src/eval.h"
+#include "src/log.h"
+#include "src/trainer.h"
+
+using namespace lct;
+
+int main(int argc, char** argv) {
+  CLI::App app{"lct: long-context transformer training on CPUs"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  // ---- train ----------------------------------------------------------------
+  CLI::App* train = app.add_subcommand("train", "train a model (keys: section.key, see --help)");
+  std::string config_file;
+  train->add_option("--config", config_file, "TOML config file (e.g. configs/default.toml)")
+      ->check(CLI::ExistingFile);
+  const Config defaults;
+  std::map<std::string, std::string> overrides;
+  for (const ConfigKey& k : config_keys()) {
+    const std::string section = k.name.substr(0, k.name.find('.'));
+    train->add_option_function<std::string>(
+             "--" + k.name, [&overrides, name = k.name](const std::string& v) { overrides[name] = v; },
+             k.help)
+        ->default_str(k.get(defaults))
+        ->group("[" + section + "]")
+        ->type_name(k.type == KeyType::integer   ? "INT"
+                    : k.type == KeyType::number  ? "FLOAT"
+                    : k.type == KeyType::boolean ? "BOOL"
+                                                 : "TEXT");
+  }
+  train->get_formatter()->column_width(36);
+
+  // ---- eval -----------------------------------------------------------------
+  CLI::App* eval = app.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
+  std::string checkpoint, batch_file, grads_out;
+  int64_t eval_threads = 0;
+  eval->add_option("--checkpoint", checkpoint, "parameter or checkpoint file (.h5)")->required();
+  eval->add_option("--batch-file", batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")
+      ->required();
+  eval->add_option("--grads-out", grads_out, "write /grads/... and @loss to this HDF5 file");
+  eval->add_option("--threads", eval_threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*train) {
+      Config config;
+      if (!config_file.empty()) apply_toml_file(config, config_file);
+      apply_overrides(config, overrides);
+      validate_config(config);
+      configure_threads(config.train.threads);
+      Trainer trainer(config);
+      trainer.run();
+    } else if (*eval) {
+      configure_threads(eval_threads);
+      const EvalResult r = run_eval(checkpoint, batch_file, grads_out);
+      std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s\n", r.loss,
+                  (long long)r.targets, (long long)r.tokens, (long long)r.documents,
+                  grads_out.empty() ? "" : (" | grads -> " + grads_out).c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lct: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

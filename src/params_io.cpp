@@ -1,0 +1,86 @@
+#include "src/params_io.h"
+
+#include <stdexcept>
+
+namespace lct {
+
+namespace {
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+}  // namespace
+
+void write_model_attrs(H5File& f, const LlamaConfig& c) {
+  f.set_attr("/model", "vocab_size", int64_t(c.vocab_size));
+  f.set_attr("/model", "hidden_size", int64_t(c.hidden_size));
+  f.set_attr("/model", "intermediate_size", int64_t(c.intermediate_size));
+  f.set_attr("/model", "num_hidden_layers", int64_t(c.num_hidden_layers));
+  f.set_attr("/model", "num_attention_heads", int64_t(c.num_attention_heads));
+  f.set_attr("/model", "num_key_value_heads", int64_t(c.num_key_value_heads));
+  f.set_attr("/model", "head_dim", int64_t(c.head_dim()));
+  f.set_attr("/model", "rope_theta", c.rope_theta);
+  f.set_attr("/model", "rms_norm_eps", c.rms_norm_eps);
+  f.set_attr("/model", "tie_word_embeddings", int64_t(c.tie_word_embeddings ? 1 : 0));
+  f.set_attr("/model", "attention_kernel", std::string(attention_kernel_name(c.attention_kernel)));
+}
+
+LlamaConfig read_model_attrs(const H5File& f) {
+  if (!f.exists("/model")) throw std::runtime_error(f.path() + ": missing group /model");
+  auto need_int = [&](const char* name) {
+    auto v = f.attr_int("/model", name);
+    if (!v) throw std::runtime_error(f.path() + ": missing attribute /model@" + name);
+    return *v;
+  };
+  auto need_double = [&](const char* name) {
+    auto v = f.attr_double("/model", name);
+    if (!v) throw std::runtime_error(f.path() + ": missing attribute /model@" + name);
+    return *v;
+  };
+  LlamaConfig c;
+  c.vocab_size = need_int("vocab_size");
+  c.hidden_size = need_int("hidden_size");
+  c.intermediate_size = need_int("intermediate_size");
+  c.num_hidden_layers = int(need_int("num_hidden_layers"));
+  c.num_attention_heads = int(need_int("num_attention_heads"));
+  c.num_key_value_heads = int(need_int("num_key_value_heads"));
+  c.rope_theta = need_double("rope_theta");
+  c.rms_norm_eps = need_double("rms_norm_eps");
+  c.tie_word_embeddings = need_int("tie_word_embeddings") != 0;
+  const auto kernel = f.attr_string("/model", "attention_kernel");
+  if (!kernel) throw std::runtime_error(f.path() + ": missing attribute /model@attention_kernel");
+  try {
+    c.attention_kernel = parse_attention_kernel(*kernel);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(f.path() + ": /model@attention_kernel: " + e.what());
+  }
+  const std::string err = c.validate();
+  if (!err.empty()) throw std::runtime_error(f.path() + ": /model attributes: " + err);
+  if (auto hd = f.attr_int("/model", "head_dim"); hd && *hd != c.head_dim())
+    throw std::runtime_error(f.path() + ": /model@head_dim " + std::to_string(*hd) +
+                             " != hidden_size / num_attention_heads");
+  return c;
+}
+
+void write_tensors(H5File& f, const std::string& root, const TensorTable& table,
+                   const float* arena) {
+  for (const TensorSpec& s : table.specs())
+    f.write_f32(root + "/" + hf_name_to_path(s.name), s.shape, arena + s.offset);
+}
+
+void read_tensors(const H5File& f, const std::string& root, const TensorTable& table,
+                  float* arena) {
+  for (const TensorSpec& s : table.specs()) {
+    const std::string ds = root + "/" + hf_name_to_path(s.name);
+    if (!f.exists(ds)) throw std::runtime_error(f.path() + ": missing tensor " + ds);
+    const std::vector<int64_t> shape = f.shape(ds);
+    if (shape != s.shape)
+      throw std::runtime_error(f.path() + ": tensor " + ds + " has shape " + shape_text(shape) +
+                               ", expected " + shape_text(s.shape));
+    const std::vector<float> v = f.read_f32(ds);
+    std::copy(v.begin(), v.end(), arena + s.offset);
+  }
+}
+
+}  // namespace lct

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -39,10 +40,9 @@ bool parse_bool(const std::string& key, const std::string& text) {
 }
 
 std::string number_text(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  std::string t = s.str();
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  std::string t(buf, res.ptr);
   if (t.find_first_of(".eEn") == std::string::npos) t += ".0";  // keep it a TOML float
   return t;
 }

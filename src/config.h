@@ -42,7 +42,7 @@ struct TrainConfig {
 
 struct CheckpointConfig {
   std::string dir = "runs/default";
-  int64_t every = 0;  // 0 = only at the end
+  int64_t every = 50;  // 0 = only at the end
   int64_t keep = 3;
 };
 

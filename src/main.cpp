@@ -16,6 +16,10 @@ using namespace lct;
 int main(int argc, char** argv) {
   CLI::App app{"lct: long-context transformer training on CPUs"};
   app.require_subcommand(1);
+  // one-line parse errors, like every other lct error
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("lct: error: ") + e.what() + " (see --help)\n";
+  });
   app.set_help_all_flag("--help-all", "help for every subcommand");
 
   // ---- train ----------------------------------------------------------------

@@ -1,0 +1,231 @@
+// Core attention against a dense float64 reference (O, LSE, dQ/dK/dV), finite
+// differences, GQA, packed documents, and task splits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attention/core_attention.h"
+#include "tests/test_util.h"
+
+namespace lct {
+namespace {
+using namespace test;
+
+struct Problem {
+  int H, KV, hd;
+  std::vector<int32_t> cu;  // document boundaries
+  int64_t T() const { return cu.back(); }
+  AttentionParams params() const {
+    AttentionParams p;
+    p.num_heads = H;
+    p.num_kv_heads = KV;
+    p.head_dim = hd;
+    p.scale = float(1.0 / std::sqrt(double(hd)));
+    return p;
+  }
+};
+
+struct Dense {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+// Dense float64 attention inside each document (causal), and its exact backward.
+Dense dense_reference(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k,
+                      const std::vector<float>& v, const std::vector<float>& dout) {
+  const int H = pr.H, KV = pr.KV, hd = pr.hd, group = H / KV;
+  const int64_t T = pr.T();
+  const double scale = 1.0 / std::sqrt(double(hd));
+  Dense r;
+  r.o.assign(size_t(T * H * hd), 0);
+  r.lse.assign(size_t(T * H), 0);
+  r.dq.assign(size_t(T * H * hd), 0);
+  r.dk.assign(size_t(T * KV * hd), 0);
+  r.dv.assign(size_t(T * KV * hd), 0);
+  for (size_t d = 0; d + 1 < pr.cu.size(); ++d) {
+    const int64_t b = pr.cu[d], e = pr.cu[d + 1];
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      for (int64_t i = b; i < e; ++i) {
+        std::vector<double> s;
+        double mx = -1e300;
+        for (int64_t j = b; j <= i; ++j) {
+          double acc = 0;
+          for (int x = 0; x < hd; ++x)
+            acc += double(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];
+          s.push_back(acc * scale);
+          mx = std::max(mx, s.back());
+        }
+        double sum = 0;
+        for (double& x : s) sum += std::exp(x - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[size_t(i * H + h)] = lse;
+        std::vector<double> p(s.size());
+        for (size_t j = 0; j < s.size(); ++j) p[j] = std::exp(s[j] - lse);
+        for (int x = 0; x < hd; ++x) {
+          double acc = 0;
+          for (size_t j = 0; j < p.size(); ++j) acc += p[j] * v[size_t(((b + j) * KV + g) * hd + x)];
+          r.o[size_t((i * H + h) * hd + x)] = acc;
+        }
+        // backward: dP_j = dO . V_j ; dS_j = P_j (dP_j - sum_k P_k dP_k)
+        std::vector<double> dp(p.size());
+        double D = 0;
+        for (size_t j = 0; j < p.size(); ++j) {
+          double acc = 0;
+          for (int x = 0; x < hd; ++x)
+            acc += double(dout[size_t((i * H + h) * hd + x)]) * v[size_t(((b + j) * KV + g) * hd + x)];
+          dp[j] = acc;
+          D += p[j] * acc;
+        }
+        for (size_t j = 0; j < p.size(); ++j) {
+          const double ds = p[j] * (dp[j] - D) * scale;
+          const int64_t kj = b + int64_t(j);
+          for (int x = 0; x < hd; ++x) {
+            r.dq[size_t((i * H + h) * hd + x)] += ds * k[size_t((kj * KV + g) * hd + x)];
+            r.dk[size_t((kj * KV + g) * hd + x)] += ds * q[size_t((i * H + h) * hd + x)];
+            r.dv[size_t((kj * KV + g) * hd + x)] += p[j] * dout[size_t((i * H + h) * hd + x)];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double max_rel(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - b[i]));
+    den = std::max(den, std::abs(b[i]));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+struct KernelRun {
+  std::vector<float> q, k, v, dout, o, lse, dq, dk, dv;
+};
+
+KernelRun run_kernel(const Problem& pr, uint64_t seed, const std::vector<AttentionTask>* tasks = nullptr) {
+  const int64_t T = pr.T();
+  KernelRun r;
+  r.q = random_vector(T * pr.H * pr.hd, seed);
+  r.k = random_vector(T * pr.KV * pr.hd, seed + 1);
+  r.v = random_vector(T * pr.KV * pr.hd, seed + 2);
+  r.dout = random_vector(T * pr.H * pr.hd, seed + 3);
+  r.o.assign(r.q.size(), 0);
+  r.lse.assign(size_t(T * pr.H), 0);
+  r.dq.assign(r.q.size(), 0);
+  r.dk.assign(r.k.size(), 0);
+  r.dv.assign(r.v.size(), 0);
+  const std::vector<AttentionTask> doc_tasks = tasks_for_documents(pr.cu);
+  const std::vector<AttentionTask>& t = tasks ? *tasks : doc_tasks;
+  attention_forward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data());
+  attention_backward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data(),
+                     r.dout.data(), r.dq.data(), r.dk.data(), r.dv.data());
+  return r;
+}
+
+void expect_matches_dense(const Problem& pr) {
+  const KernelRun r = run_kernel(pr, 100);
+  const Dense d = dense_reference(pr, r.q, r.k, r.v, r.dout);
+  EXPECT_LT(max_rel(r.o, d.o), 2e-6);
+  EXPECT_LT(max_rel(r.lse, d.lse), 2e-6);
+  EXPECT_LT(max_rel(r.dq, d.dq), 1e-5);
+  EXPECT_LT(max_rel(r.dk, d.dk), 1e-5);
+  EXPECT_LT(max_rel(r.dv, d.dv), 1e-5);
+}
+
+TEST(Attention, OneDocumentMatchesDenseReference) { expect_matches_dense({2, 2, 16, {0, 200}}); }
+
+TEST(Attention, ManyDocumentsLengthsOffBlockSize) {
+  // 1-token documents, lengths straddling the 64-row query and 128-row key tiles
+  expect_matches_dense({4, 2, 8, {0, 1, 64, 129, 130, 261, 262, 400}});
+}
+
+TEST(Attention, GqaRatiosMatchDenseReference) {
+  for (int kv : {8, 4, 2, 1}) expect_matches_dense({8, kv, 8, {0, 37, 150, 151}});
+}
+
+TEST(Attention, GqaEqualsMhaWithRepeatedKv) {
+  const Problem gqa{4, 2, 8, {0, 70, 99}}, mha{4, 4, 8, {0, 70, 99}};
+  KernelRun g = run_kernel(gqa, 7);
+  // repeat each kv head for its group of query heads
+  const int64_t T = gqa.T();
+  std::vector<float> k4(size_t(T * 4 * 8)), v4(k4.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < 4; ++h)
+      for (int x = 0; x < 8; ++x) {
+        k4[size_t((t * 4 + h) * 8 + x)] = g.k[size_t((t * 2 + h / 2) * 8 + x)];
+        v4[size_t((t * 4 + h) * 8 + x)] = g.v[size_t((t * 2 + h / 2) * 8 + x)];
+      }
+  std::vector<float> o(g.o.size()), lse(g.lse.size());
+  const auto tasks = tasks_for_documents(mha.cu);
+  attention_forward(mha.params(), tasks, g.q.data(), k4.data(), v4.data(), o.data(), lse.data());
+  for (size_t i = 0; i < o.size(); ++i) EXPECT_NEAR(o[i], g.o[i], 1e-6);
+  for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], g.lse[i], 1e-6);
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  const Problem pr{4, 2, 8, {0, 9, 10, 30}};
+  KernelRun r = run_kernel(pr, 55);
+  const auto tasks = tasks_for_documents(pr.cu);
+  std::vector<float> o(r.o.size()), lse(r.lse.size());
+  auto loss = [&] {
+    attention_forward(pr.params(), tasks, r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
+    return dot(o, r.dout);
+  };
+  const auto every3 = [](int64_t n) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < n; i += 3) v.push_back(i);
+    return v;
+  };
+  for (auto [x, g] : {std::pair{&r.q, &r.dq}, std::pair{&r.k, &r.dk}, std::pair{&r.v, &r.dv}}) {
+    const auto idx = every3(int64_t(x->size()));
+    EXPECT_LT(rel_error(pick(*g, idx), finite_difference(*x, loss, 1e-2, idx)), 2e-3);
+  }
+}
+
+TEST(Attention, TaskSplitDocumentEqualsUnsplit) {
+  // one 300-token document cut into query shards of 1, 90, 120 and 89 rows, each with
+  // the key prefix it needs, and a shard whose keys start mid-document
+  const Problem pr{4, 2, 8, {0, 300}};
+  const KernelRun whole = run_kernel(pr, 21);
+  std::vector<AttentionTask> tasks;
+  int32_t start = 0;
+  for (int32_t len : {1, 90, 120, 89}) {
+    AttentionTask t;
+    t.q_row = start;
+    t.q_len = len;
+    t.q_pos = start;
+    t.kv_row = 0;
+    t.kv_pos = 0;
+    t.kv_len = start + len;
+    tasks.push_back(t);
+    start += len;
+  }
+  const KernelRun split = run_kernel(pr, 21, &tasks);
+  for (size_t i = 0; i < whole.o.size(); ++i) EXPECT_NEAR(split.o[i], whole.o[i], 1e-6);
+  for (size_t i = 0; i < whole.lse.size(); ++i) EXPECT_NEAR(split.lse[i], whole.lse[i], 1e-6);
+  for (size_t i = 0; i < whole.dq.size(); ++i) EXPECT_NEAR(split.dq[i], whole.dq[i], 1e-5);
+  for (size_t i = 0; i < whole.dk.size(); ++i) EXPECT_NEAR(split.dk[i], whole.dk[i], 1e-5);
+  for (size_t i = 0; i < whole.dv.size(); ++i) EXPECT_NEAR(split.dv[i], whole.dv[i], 1e-5);
+}
+
+TEST(Attention, FutureKeysNeverChangeEarlierOutputs) {
+  const Problem pr{2, 1, 8, {0, 180}};
+  KernelRun a = run_kernel(pr, 3);
+  std::vector<float> k2 = a.k, v2 = a.v;
+  for (size_t i = size_t(150 * 8); i < k2.size(); ++i) k2[i] += 1.0f, v2[i] -= 1.0f;
+  std::vector<float> o(a.o.size()), lse(a.lse.size());
+  attention_forward(pr.params(), tasks_for_documents(pr.cu), a.q.data(), k2.data(), v2.data(),
+                    o.data(), lse.data());
+  for (size_t i = 0; i < size_t(150 * 2 * 8); ++i) EXPECT_EQ(o[i], a.o[i]);
+}
+
+TEST(Attention, AttendedPairsCountsCausalArea) {
+  const std::vector<int32_t> cu = {0, 1, 5, 105};
+  EXPECT_EQ(attended_pairs(tasks_for_documents(cu)), 1 + 4 * 5 / 2 + 100 * 101 / 2);
+}
+
+}  // namespace
+}  // namespace lct

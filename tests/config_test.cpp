@@ -1,0 +1,94 @@
+// Config registry: defaults equal configs/default.toml, file and command-line
+// precedence, and one-line errors naming the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "src/config.h"
+
+namespace lct {
+namespace {
+
+std::string write_temp(const std::string& content) {
+  const auto p = std::filesystem::temp_directory_path() /
+                 ("lct_cfg_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(p) << content;
+  return p.string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultTomlEqualsBuiltInDefaults) {
+  Config from_file;
+  apply_toml_file(from_file, std::string(LCT_SOURCE_DIR) + "/configs/default.toml");
+  EXPECT_EQ(config_to_toml(from_file), config_to_toml(Config{}));
+}
+
+TEST(Config, ResolvedTomlRoundTrips) {
+  Config c;
+  c.data.separator = "it's \"quoted\"\n";
+  c.train.lr = 1.5e-4;
+  c.model.tie_word_embeddings = true;
+  const std::string path = write_temp(config_to_toml(c));
+  Config back;
+  apply_toml_file(back, path);
+  EXPECT_EQ(config_to_toml(back), config_to_toml(c));
+}
+
+TEST(Config, CommandLineOverridesFile) {
+  const std::string path = write_temp("[train]\nsteps = 7\nlr = 0.5\n[data]\nseq_len = 64\n");
+  Config c;
+  apply_toml_file(c, path);
+  apply_overrides(c, {{"train.steps", "9"}});
+  EXPECT_EQ(c.train.steps, 9);
+  EXPECT_EQ(c.train.lr, 0.5);
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.model.hidden_size, Config{}.model.hidden_size);
+}
+
+TEST(Config, ErrorsNameTheKeyAndFile) {
+  Config c;
+  EXPECT_NE(error_of([&] { apply_toml_file(c, write_temp("[model]\nhiden_size = 3\n")); })
+                .find("unknown key 'model.hiden_size'"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_toml_file(c, write_temp("[model]\nhidden_size = \"big\"\n")); })
+                .find("model.hidden_size must be an integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_toml_file(c, write_temp("[model\n")); }).find(".toml':"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"train.steps", "ten"}}); })
+                .find("train.steps must be an integer, got 'ten'"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"train.steps", "0"}}); }).find("train.steps must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"data.doc_lengths", "zipf"}}); }).find("data.doc_lengths"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"attention.kernel", "sparse"}}); }).find("attention.kernel"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"nope.key", "1"}}); }).find("unknown key 'nope.key'"),
+            std::string::npos);
+}
+
+TEST(Config, CrossFieldValidation) {
+  Config c;
+  c.model.num_attention_heads = 6;
+  EXPECT_NE(error_of([&] { validate_config(c); }).find("model.hidden_size (256) must be divisible"),
+            std::string::npos);
+  c = Config{};
+  c.model.num_key_value_heads = 3;
+  EXPECT_NE(error_of([&] { validate_config(c); }).find("model.num_key_value_heads"), std::string::npos);
+  c = Config{};
+  c.data.source = "text";
+  EXPECT_NE(error_of([&] { validate_config(c); }).find("data.path is required"), std::string::npos);
+  c = Config{};
+  c.data.min_doc_len = 5000;
+  EXPECT_NE(error_of([&] { validate_config(c); }).find("data.min_doc_len"), std::string::npos);
+  EXPECT_EQ(error_of([&] { validate_config(Config{}); }), "");
+}
+
+}  // namespace
+}  // namespace lct

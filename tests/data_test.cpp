@@ -1,0 +1,221 @@
+// Packing invariants, document sources and length distributions.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "data/packing.h"
+#include "data/sources.h"
+
+namespace lct {
+namespace {
+namespace fs = std::filesystem;
+
+std::unique_ptr<DocumentSource> synthetic(DocLengthDist dist, int64_t max_len, uint64_t seed = 3) {
+  SyntheticOptions o;
+  o.seed = seed;
+  o.vocab_size = 256;
+  o.lengths = {dist, 1, max_len, seed};
+  return make_synthetic_source(o);
+}
+
+TEST(Packing, SequencesTileTheDocumentStreamExactly) {
+  auto src = synthetic(DocLengthDist::uniform, 300);
+  SequencePacker packer(*src, 256);
+  // concatenating the sequences gives the concatenated documents, in order
+  std::vector<int32_t> from_sequences, from_docs;
+  for (int64_t k = 0; k < 20; ++k) {
+    const PackedBatch b = packer.sequence(k);
+    from_sequences.insert(from_sequences.end(), b.tokens.begin(), b.tokens.end());
+  }
+  for (int64_t d = 0; int64_t(from_docs.size()) < 20 * 256; ++d) {
+    std::vector<int32_t> doc(size_t(src->doc_length(d)));
+    src->doc_tokens(d, 0, int64_t(doc.size()), doc.data(), nullptr);
+    from_docs.insert(from_docs.end(), doc.begin(), doc.end());
+  }
+  from_docs.resize(from_sequences.size());
+  EXPECT_EQ(from_sequences, from_docs);
+}
+
+TEST(Packing, BoundariesPositionsAndTargets) {
+  auto src = synthetic(DocLengthDist::uniform, 100);
+  SequencePacker packer(*src, 128);
+  for (int64_t k = 0; k < 30; ++k) {
+    const PackedBatch b = packer.sequence(k);
+    ASSERT_EQ(b.num_tokens(), 128);
+    ASSERT_EQ(check_cu_seqlens(b.cu_seqlens, 128), "");
+    for (int64_t d = 0; d < b.num_docs(); ++d) {
+      for (int32_t t = b.cu_seqlens[d]; t < b.cu_seqlens[d + 1]; ++t) {
+        EXPECT_EQ(b.positions[t], t - b.cu_seqlens[d]);  // restart per document
+        if (t + 1 < b.cu_seqlens[d + 1]) {
+          EXPECT_EQ(b.targets[t], b.tokens[t + 1]);
+        } else {
+          EXPECT_EQ(b.targets[t], -1);  // last token of a document (or piece)
+        }
+      }
+    }
+    EXPECT_EQ(b.num_targets(), 128 - b.num_docs());
+  }
+}
+
+TEST(Packing, CutDocumentContinuesAsItsOwnDocument) {
+  auto src = synthetic(DocLengthDist::fixed, 100);  // every document is 100 tokens
+  SequencePacker packer(*src, 64);
+  const PackedBatch s0 = packer.sequence(0), s1 = packer.sequence(1);
+  EXPECT_EQ(s0.cu_seqlens, (std::vector<int32_t>{0, 64}));
+  EXPECT_EQ(s1.cu_seqlens, (std::vector<int32_t>{0, 36, 64}));  // remainder, then next doc
+  EXPECT_EQ(s1.positions[0], 0);
+  EXPECT_EQ(s1.positions[36], 0);
+  std::vector<int32_t> doc0(100);
+  src->doc_tokens(0, 0, 100, doc0.data(), nullptr);
+  EXPECT_TRUE(std::equal(s1.tokens.begin(), s1.tokens.begin() + 36, doc0.begin() + 64));
+  EXPECT_EQ(s0.targets[63], -1);
+}
+
+TEST(Packing, RandomAccessEqualsSequentialAccess) {
+  auto src = synthetic(DocLengthDist::pretrain, 512);
+  SequencePacker sequential(*src, 256), random(*src, 256);
+  std::vector<PackedBatch> seq;
+  for (int64_t k = 0; k < 2100; ++k) seq.push_back(sequential.sequence(k));  // crosses a cache stride
+  for (int64_t k : {2099, 5, 1500, 0, 1024, 1023, 2048}) {
+    const PackedBatch b = random.sequence(k);
+    EXPECT_EQ(b.tokens, seq[size_t(k)].tokens) << k;
+    EXPECT_EQ(b.cu_seqlens, seq[size_t(k)].cu_seqlens) << k;
+  }
+}
+
+TEST(Packing, CheckCuSeqlensNamesTheProblem) {
+  EXPECT_NE(check_cu_seqlens(std::vector<int32_t>{1, 5}, 5).find("cu_seqlens[0]"), std::string::npos);
+  EXPECT_NE(check_cu_seqlens(std::vector<int32_t>{0, 3, 3, 5}, 5).find("strictly increasing"), std::string::npos);
+  EXPECT_NE(check_cu_seqlens(std::vector<int32_t>{0, 4}, 5).find("ends at 4"), std::string::npos);
+  EXPECT_EQ(check_cu_seqlens(std::vector<int32_t>{0, 2, 5}, 5), "");
+}
+
+TEST(Synthetic, RetrievalAnswersAreTheValuesOfEarlierKeys) {
+  auto src = synthetic(DocLengthDist::fixed, 400);
+  std::vector<int32_t> tok(400);
+  std::vector<uint8_t> ans(400);
+  src->doc_tokens(7, 0, 400, tok.data(), ans.data());
+  EXPECT_EQ(tok[0], synthetic_ids::bos);
+  int answers = 0;
+  for (int t = 0; t < 399; ++t) {
+    if (!ans[size_t(t)]) continue;
+    ++answers;
+    // tok[t] is a key; its value in the pair section must equal tok[t + 1]
+    bool found = false;
+    for (int p = 1; p + 1 < 40; p += 2)
+      if (tok[size_t(p)] == tok[size_t(t)]) found = tok[size_t(p + 1)] == tok[size_t(t + 1)];
+    EXPECT_TRUE(found) << "position " << t;
+  }
+  EXPECT_EQ(answers, 8);
+  // a slice equals the same range of the whole document
+  std::vector<int32_t> part(50);
+  src->doc_tokens(7, 333, 50, part.data(), nullptr);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), tok.begin() + 333));
+}
+
+TEST(Synthetic, TooSmallVocabularyIsAnError) {
+  SyntheticOptions o;
+  o.vocab_size = 20;
+  o.lengths = {DocLengthDist::fixed, 1, 10, 0};
+  EXPECT_THROW(make_synthetic_source(o), std::invalid_argument);
+}
+
+TEST(DocLengths, DistributionsStayInRangeAndHaveTheirShape) {
+  for (DocLengthDist d : {DocLengthDist::uniform, DocLengthDist::pile, DocLengthDist::prolong64k,
+                          DocLengthDist::prolong512k, DocLengthDist::pretrain}) {
+    DocLengthSampler s{d, 2, 4096, 11};
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < 20000; ++i) v.push_back(s.length(i));
+    for (int64_t L : v) ASSERT_TRUE(L >= 2 && L <= 4096) << doc_length_dist_name(d);
+    std::sort(v.begin(), v.end());
+    const double median = double(v[v.size() / 2]);
+    if (d == DocLengthDist::uniform) {
+      EXPECT_NEAR(median, 2049, 150);
+    }
+    // pretrain (scaled from 128K to 4K): most documents fall in the 2K-8K source bins,
+    // i.e. 64-256 tokens here; pile's median document (~250 tokens of 128K) is tiny
+    if (d == DocLengthDist::pretrain) {
+      EXPECT_TRUE(median > 40 && median < 200) << median;
+    }
+    if (d == DocLengthDist::pile) {
+      EXPECT_LT(median, 20);
+    }
+  }
+  EXPECT_EQ((DocLengthSampler{DocLengthDist::fixed, 1, 77, 0}.length(5)), 77);
+  EXPECT_THROW(parse_doc_length_dist("zipf"), std::invalid_argument);
+}
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("lct_data_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  void write(const std::string& name, const std::string& content) {
+    fs::create_directories((dir / name).parent_path());
+    std::ofstream(dir / name, std::ios::binary) << content;
+  }
+  fs::path dir;
+};
+
+using TextSourceTest = TempDir;
+
+TEST_F(TextSourceTest, FilesAreDocumentsAndSeparatorsSplitThem) {
+  write("a.txt", "hello");
+  write("sub/b.txt", "xy");
+  write("empty.txt", "");
+  auto src = make_text_source(dir.string(), "", 1);
+  std::multiset<int64_t> lengths;
+  for (int i = 0; i < 2; ++i) lengths.insert(src->doc_length(i));
+  EXPECT_EQ(lengths, (std::multiset<int64_t>{2, 5}));  // one epoch visits each once
+  EXPECT_EQ(src->vocab_required(), 256);
+
+  write("c.txt", "ab||cde||||f");
+  auto sep = make_text_source((dir / "c.txt").string(), "||", 1);
+  std::multiset<int64_t> l2;
+  for (int i = 0; i < 3; ++i) l2.insert(sep->doc_length(i));
+  EXPECT_EQ(l2, (std::multiset<int64_t>{1, 2, 3}));
+  int32_t buf[3];
+  for (int i = 0; i < 3; ++i)
+    if (sep->doc_length(i) == 3) {
+      sep->doc_tokens(i, 0, 3, buf, nullptr);
+      EXPECT_EQ(buf[0], 'c');
+      EXPECT_EQ(buf[2], 'e');
+    }
+}
+
+TEST_F(TextSourceTest, MissingOrEmptyInputIsAClearError) {
+  try {
+    make_text_source((dir / "nope").string(), "", 0);
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no such file"), std::string::npos);
+  }
+  write("e.txt", "");
+  try {
+    make_text_source(dir.string(), "", 0);
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no non-empty documents"), std::string::npos);
+  }
+}
+
+TEST_F(TextSourceTest, TokenFileSplitsOnSeparatorId) {
+  const std::vector<uint32_t> ids = {5, 6, 0, 0, 7, 70000, 8, 0};
+  std::ofstream(dir / "t.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
+  auto src = make_token_source((dir / "t.bin").string(), "uint32", 0, 2);
+  std::multiset<int64_t> lengths = {src->doc_length(0), src->doc_length(1)};
+  EXPECT_EQ(lengths, (std::multiset<int64_t>{2, 3}));
+  EXPECT_EQ(src->vocab_required(), 70001);
+  EXPECT_THROW(make_token_source((dir / "t.bin").string(), "int8", 0, 2), std::invalid_argument);
+  std::ofstream(dir / "odd.bin", std::ios::binary) << "abc";
+  EXPECT_THROW(make_token_source((dir / "odd.bin").string(), "uint16", 0, 2), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace lct

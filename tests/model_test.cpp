@@ -1,0 +1,187 @@
+// End-to-end model checks: finite-difference gradients of the whole model, the
+// parameter table, micro-batch splitting, and bit-identical reruns of the trainer.
+#include <gtest/gtest.h>
+
+#include "model/llama.h"
+#include "model/optimizer.h"
+#include "src/trainer.h"
+#include "tests/test_util.h"
+
+namespace lct {
+namespace {
+using namespace test;
+
+LlamaConfig tiny_config(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 8;
+  c.intermediate_size = 12;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+PackedBatch make_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& cu) {
+  PackedBatch b;
+  b.tokens = tokens;
+  b.cu_seqlens = cu;
+  derive_targets_and_positions(b);
+  return b;
+}
+
+void randomize(LlamaModel& m, uint64_t seed) {
+  // larger than the training init so every path carries signal; norms near 1
+  auto r = random_vector(int64_t(m.params.size()), seed, 0.4);
+  for (const TensorSpec& s : m.table().specs())
+    for (int64_t i = 0; i < s.numel; ++i)
+      m.params[size_t(s.offset + i)] = s.init == TensorInit::ones ? 1.0f + r[size_t(s.offset + i)] * 0.5f
+                                                                  : r[size_t(s.offset + i)];
+}
+
+void check_model_gradients(bool tied) {
+  LlamaModel m(tiny_config(tied));
+  randomize(m, 5);
+  const PackedBatch b =
+      make_batch({1, 4, 2, 9, 3, 0, 7, 7, 2, 5, 10, 6, 1, 8, 3}, {0, 5, 6, 15});
+  const int64_t N = b.num_targets();
+  m.zero_grads();
+  m.forward_backward(b, 1.0f / float(N), true);
+  auto loss = [&] { return m.forward_backward(b, 1.0f, false).loss_sum / double(N); };
+  for (const TensorSpec& s : m.table().specs()) {
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < s.numel; i += std::max<int64_t>(1, s.numel / 12)) idx.push_back(s.offset + i);
+    const auto fd = finite_difference(m.params, loss, 3e-3, idx);
+    EXPECT_LT(rel_error(pick(m.grads, idx), fd), 1e-2) << s.name;
+  }
+}
+
+TEST(Model, GradientsMatchFiniteDifferences) { check_model_gradients(false); }
+TEST(Model, TiedEmbeddingGradientsMatchFiniteDifferences) { check_model_gradients(true); }
+
+TEST(Model, TableUsesHuggingFaceNamesInLayerOrder) {
+  const TensorTable t = build_llama_table(tiny_config(false));
+  EXPECT_EQ(t.specs().front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(t.specs().back().name, "lm_head.weight");
+  EXPECT_EQ(t.get("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(t.get("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{8, 12}));
+  EXPECT_EQ(hf_name_to_path("model.layers.0.mlp.up_proj.weight"), "model/layers/0/mlp/up_proj/weight");
+  EXPECT_EQ(build_llama_table(tiny_config(true)).find("lm_head.weight"), nullptr);
+  // a pipeline stage's layers are one contiguous arena range
+  const ArenaRange r0 = layer_range(t, 0, 1), r1 = layer_range(t, 1, 2);
+  EXPECT_LE(r0.end, r1.begin);
+  EXPECT_EQ(layer_range(t, 0, 2).begin, r0.begin);
+  EXPECT_EQ(layer_range(t, 0, 2).end, r1.end);
+}
+
+TEST(Model, InitIsDeterministicAndScaled) {
+  LlamaConfig c = tiny_config(false);
+  c.hidden_size = 64;
+  c.intermediate_size = 256;
+  LlamaModel a(c), b(c);
+  init_llama_params(a.table(), c, 9, a.params.data());
+  init_llama_params(b.table(), c, 9, b.params.data());
+  EXPECT_EQ(a.params, b.params);
+  auto stdev = [&](const std::string& n) {
+    const TensorSpec& s = a.table().get(n);
+    double ss = 0;
+    for (int64_t i = 0; i < s.numel; ++i) ss += double(a.params[size_t(s.offset + i)]) * a.params[size_t(s.offset + i)];
+    return std::sqrt(ss / double(s.numel));
+  };
+  EXPECT_NEAR(stdev("model.layers.0.mlp.up_proj.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stdev("model.layers.0.mlp.down_proj.weight"), 0.02 / std::sqrt(4.0), 0.0007);
+  EXPECT_EQ(a.params[size_t(a.table().get("model.norm.weight").offset)], 1.0f);
+}
+
+TEST(Model, MicroBatchSplitGivesSameLossAndGradients) {
+  LlamaModel m(tiny_config(false));
+  randomize(m, 6);
+  const std::vector<int32_t> s1 = {1, 2, 3, 4, 5, 6, 7, 8}, s2 = {9, 8, 7, 6, 5, 4, 3, 2};
+  const PackedBatch a = make_batch(s1, {0, 3, 8}), b = make_batch(s2, {0, 6, 8});
+  std::vector<int32_t> both = s1;
+  both.insert(both.end(), s2.begin(), s2.end());
+  const PackedBatch ab = make_batch(both, {0, 3, 8, 14, 16});
+  const int64_t N = ab.num_targets();
+  ASSERT_EQ(N, a.num_targets() + b.num_targets());
+
+  m.zero_grads();
+  const double loss_one = m.forward_backward(ab, 1.0f / float(N), true).loss_sum / double(N);
+  const std::vector<float> grads_one = m.grads;
+  m.zero_grads();
+  double loss_split = m.forward_backward(a, 1.0f / float(N), true).loss_sum;
+  loss_split += m.forward_backward(b, 1.0f / float(N), true).loss_sum;
+  loss_split /= double(N);
+  EXPECT_NEAR(loss_one, loss_split, 1e-6 * loss_one);
+  std::vector<double> g1(grads_one.begin(), grads_one.end()), g2(m.grads.begin(), m.grads.end());
+  EXPECT_LT(rel_error(g2, g1), 1e-5);
+}
+
+TEST(Model, LearningRateScheduleWarmsUpThenDecays) {
+  OptimizerConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.warmup_steps = 4;
+  c.total_steps = 14;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 3), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 1.0);
+  EXPECT_NEAR(learning_rate(c, 9), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 14), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 100), 0.1);
+}
+
+Config tiny_run_config() {
+  Config c;
+  c.model = tiny_config(false);
+  c.model.vocab_size = 96;
+  c.model.hidden_size = 32;
+  c.data.seq_len = 128;
+  c.data.max_doc_len = 100;
+  c.train.steps = 4;
+  c.train.micro_batches = 2;
+  c.train.warmup_steps = 1;
+  return c;
+}
+
+TEST(Trainer, TwoRunsWithOneSeedAreBitIdentical) {
+  const Config c = tiny_run_config();
+  Trainer a(c), b(c);
+  for (int s = 0; s < 4; ++s) {
+    const StepRecord ra = a.train_step(), rb = b.train_step();
+    EXPECT_EQ(ra.loss, rb.loss) << "step " << s;
+    EXPECT_EQ(ra.grad_norm, rb.grad_norm);
+  }
+  EXPECT_EQ(a.model().params, b.model().params);
+}
+
+TEST(Trainer, LossFallsOnSyntheticData) {
+  Config c = tiny_run_config();
+  c.train.steps = 30;
+  c.train.lr = 1e-2;
+  Trainer t(c);
+  double first = 0, last = 0;
+  for (int s = 0; s < 30; ++s) {
+    const double l = t.train_step().loss;
+    if (s < 3) first += l / 3;
+    if (s >= 27) last += l / 3;
+  }
+  EXPECT_LT(last, first - 0.5);
+}
+
+TEST(Trainer, SgdStepMovesAgainstTheGradient) {
+  Config c = tiny_run_config();
+  c.train.optimizer = "sgd";
+  c.train.grad_clip = 0;
+  c.train.warmup_steps = 0;
+  c.train.min_lr = c.train.lr;
+  Trainer t(c);
+  const std::vector<float> before = t.model().params;
+  t.train_step();
+  const std::vector<float>& g = t.model().grads;
+  for (size_t i = 0; i < before.size(); i += 97)
+    EXPECT_NEAR(t.model().params[i], before[i] - float(c.train.lr) * g[i], 1e-7);
+}
+
+}  // namespace
+}  // namespace lct

@@ -1,0 +1,147 @@
+// Finite-difference gradient checks for every model op, each through the scalar
+// loss sum(r * out) with a fixed random r.
+#include <gtest/gtest.h>
+
+#include "model/ops.h"
+#include "tests/test_util.h"
+
+namespace lct {
+namespace {
+using namespace test;
+
+constexpr double kEps = 1e-2;     // FD step (ops are smooth; float evaluation)
+constexpr double kTol = 2e-3;     // relative L2 error allowed between FD and analytic
+
+TEST(Ops, MatmulGradientsMatchFiniteDifferences) {
+  const int64_t T = 5, I = 7, O = 3;
+  auto x = random_vector(T * I, 1), w = random_vector(O * I, 2), r = random_vector(T * O, 3);
+  std::vector<float> out(static_cast<size_t>(T * O));
+  auto loss = [&] {
+    matmul_forward(out.data(), x.data(), w.data(), T, I, O);
+    return dot(out, r);
+  };
+  std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f);
+  matmul_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), T, I, O);
+  EXPECT_LT(rel_error(pick(dx, all_indices(T * I)), finite_difference(x, loss, kEps, all_indices(T * I))), kTol);
+  EXPECT_LT(rel_error(pick(dw, all_indices(O * I)), finite_difference(w, loss, kEps, all_indices(O * I))), kTol);
+}
+
+TEST(Ops, MatmulBackwardAccumulates) {
+  const int64_t T = 2, I = 3, O = 2;
+  auto x = random_vector(T * I, 1), w = random_vector(O * I, 2), g = random_vector(T * O, 3);
+  std::vector<float> dx1(x.size(), 0.0f), dw1(w.size(), 0.0f), dx2(x.size(), 1.0f), dw2(w.size(), 1.0f);
+  matmul_backward(dx1.data(), dw1.data(), g.data(), x.data(), w.data(), T, I, O);
+  matmul_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), T, I, O);
+  for (size_t i = 0; i < dx1.size(); ++i) EXPECT_FLOAT_EQ(dx2[i], dx1[i] + 1.0f);
+  for (size_t i = 0; i < dw1.size(); ++i) EXPECT_FLOAT_EQ(dw2[i], dw1[i] + 1.0f);
+}
+
+TEST(Ops, EmbeddingGradientMatchesFiniteDifferences) {
+  const int64_t T = 6, C = 4, V = 5;
+  const std::vector<int32_t> tokens = {3, 1, 3, 0, 4, 3};  // repeated ids accumulate
+  auto table = random_vector(V * C, 4), r = random_vector(T * C, 5);
+  std::vector<float> out(static_cast<size_t>(T * C));
+  auto loss = [&] {
+    embedding_forward(out.data(), tokens.data(), table.data(), T, C);
+    return dot(out, r);
+  };
+  std::vector<float> d(table.size(), 0.0f);
+  embedding_backward(d.data(), r.data(), tokens.data(), T, C);
+  EXPECT_LT(rel_error(pick(d, all_indices(V * C)), finite_difference(table, loss, kEps, all_indices(V * C))), kTol);
+  for (int64_t c = 0; c < C; ++c) EXPECT_EQ(d[size_t(2 * C + c)], 0.0f);  // id 2 unused
+}
+
+TEST(Ops, RmsNormGradientsMatchFiniteDifferences) {
+  const int64_t T = 4, C = 8;
+  auto x = random_vector(T * C, 6), w = random_vector(C, 7), r = random_vector(T * C, 8);
+  std::vector<float> out(static_cast<size_t>(T * C)), rstd(static_cast<size_t>(T));
+  auto loss = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), T, C, 1e-5f);
+    return dot(out, r);
+  };
+  loss();
+  std::vector<float> dx(x.size(), 0.0f), dw(w.size(), 0.0f);
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), T, C);
+  EXPECT_LT(rel_error(pick(dx, all_indices(T * C)), finite_difference(x, loss, 1e-3, all_indices(T * C))), kTol);
+  EXPECT_LT(rel_error(pick(dw, all_indices(C)), finite_difference(w, loss, kEps, all_indices(C))), kTol);
+}
+
+TEST(Ops, RmsNormForwardMatchesFormula) {
+  const std::vector<float> x = {1, 2, 3, 4}, w = {1, 1, 2, 0.5f};
+  std::vector<float> out(4), rstd(1);
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), 1, 4, 0.0f);
+  const double r = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[size_t(i)], x[size_t(i)] * r * w[size_t(i)], 1e-6);
+}
+
+TEST(Ops, RopeGradientMatchesFiniteDifferencesAndHfConvention) {
+  const int64_t T = 5, heads = 3, hd = 8;
+  const std::vector<int32_t> pos = {0, 1, 2, 0, 7};
+  const RopeTable rope = build_rope_table(16, hd, 10000.0);
+  auto x = random_vector(T * heads * hd, 9), r = random_vector(T * heads * hd, 10);
+  std::vector<float> y;
+  auto loss = [&] {
+    y = x;
+    rope_forward(y.data(), pos.data(), rope, T, heads, hd);
+    return dot(y, r);
+  };
+  std::vector<float> dx = r;
+  rope_backward(dx.data(), pos.data(), rope, T, heads, hd);
+  EXPECT_LT(rel_error(pick(dx, all_indices(T * heads * hd)),
+                      finite_difference(x, loss, kEps, all_indices(T * heads * hd))), kTol);
+  // HF rotate_half: out[i] = x[i] cos - x[i+hd/2] sin, angle = pos * theta^(-2i/hd)
+  loss();
+  const int64_t t = 4, h = 1, i = 2;
+  const double angle = 7 * std::pow(10000.0, -2.0 * i / hd);
+  const float* xv = x.data() + (t * heads + h) * hd;
+  EXPECT_NEAR(y[size_t((t * heads + h) * hd + i)],
+              xv[i] * std::cos(angle) - xv[i + hd / 2] * std::sin(angle), 1e-5);
+  EXPECT_NEAR(y[size_t((t * heads + h) * hd + i + hd / 2)],
+              xv[i + hd / 2] * std::cos(angle) + xv[i] * std::sin(angle), 1e-5);
+  // position 0 is the identity
+  for (int64_t d = 0; d < heads * hd; ++d) EXPECT_EQ(y[size_t(d)], x[size_t(d)]);
+}
+
+TEST(Ops, SwigluGradientsMatchFiniteDifferences) {
+  const int64_t n = 24;
+  auto gate = random_vector(n, 11, 2.0), up = random_vector(n, 12), r = random_vector(n, 13);
+  std::vector<float> out(static_cast<size_t>(n));
+  auto loss = [&] {
+    swiglu_forward(out.data(), gate.data(), up.data(), n);
+    return dot(out, r);
+  };
+  std::vector<float> dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
+  swiglu_backward(dg.data(), du.data(), r.data(), gate.data(), up.data(), n);
+  EXPECT_LT(rel_error(pick(dg, all_indices(n)), finite_difference(gate, loss, 1e-3, all_indices(n))), kTol);
+  EXPECT_LT(rel_error(pick(du, all_indices(n)), finite_difference(up, loss, kEps, all_indices(n))), kTol);
+}
+
+TEST(Ops, CrossEntropyGradientMatchesFiniteDifferences) {
+  const int64_t n = 4, V = 9;
+  const std::vector<int32_t> targets = {2, -1, 8, 0};  // row 1 has no target
+  auto logits = random_vector(n * V, 14, 2.0);
+  const float scale = 0.25f;
+  auto loss = [&] {
+    std::vector<float> z = logits;
+    CrossEntropyStats s;
+    cross_entropy_forward_backward(z.data(), targets.data(), nullptr, n, V, false, 1.0f, s);
+    return scale * s.loss_sum;
+  };
+  std::vector<float> d = logits;
+  CrossEntropyStats s;
+  cross_entropy_forward_backward(d.data(), targets.data(), nullptr, n, V, true, scale, s);
+  EXPECT_EQ(s.targets, 3);
+  EXPECT_LT(rel_error(pick(d, all_indices(n * V)), finite_difference(logits, loss, 1e-3, all_indices(n * V))), kTol);
+  for (int64_t v = 0; v < V; ++v) EXPECT_EQ(d[size_t(V + v)], 0.0f);  // no-target row
+  // value: -log softmax(z)[y]
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(double(logits[size_t(v)]));
+  const double expected_row0 = std::log(sum) - logits[2];
+  CrossEntropyStats one;
+  std::vector<float> z(logits.begin(), logits.begin() + V);
+  cross_entropy_forward_backward(z.data(), targets.data(), nullptr, 1, V, false, 1.0f, one);
+  EXPECT_NEAR(one.loss_sum, expected_row0, 1e-5);
+}
+
+}  // namespace
+}  // namespace lct

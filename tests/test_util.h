@@ -1,0 +1,65 @@
+// Shared helpers for the tests: deterministic random fills and finite differences.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "data/rng.h"
+
+namespace lct::test {
+
+inline std::vector<float> random_vector(int64_t n, uint64_t seed, double scale = 1.0) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(scale * normal_at(seed, 77, uint64_t(i)));
+  return v;
+}
+
+inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+inline double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// Central finite differences of a scalar function of `x` at every index in `indices`
+// (all indices when empty). The function is evaluated in float, so eps is kept
+// moderate; ops tested this way are smooth.
+inline std::vector<double> finite_difference(std::vector<float>& x,
+                                             const std::function<double()>& f, double eps,
+                                             const std::vector<int64_t>& indices) {
+  std::vector<double> g;
+  for (int64_t i : indices) {
+    const float saved = x[size_t(i)];
+    x[size_t(i)] = float(saved + eps);
+    const double up = f();
+    x[size_t(i)] = float(saved - eps);
+    const double down = f();
+    x[size_t(i)] = saved;
+    g.push_back((up - down) / (2 * eps));
+  }
+  return g;
+}
+
+inline std::vector<int64_t> all_indices(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
+  return v;
+}
+
+inline std::vector<double> pick(const std::vector<float>& v, const std::vector<int64_t>& idx) {
+  std::vector<double> r;
+  for (int64_t i : idx) r.push_back(v[size_t(i)]);
+  return r;
+}
+
+}  // namespace lct::test

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 1: install what is missing, build, and train the default config.
+# Extra arguments are passed to `lct train` (e.g. --train.steps 50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+exec ./build/lct train --config configs/default.toml "$@"

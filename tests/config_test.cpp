@@ -92,3 +92,14 @@ TEST(Config, CrossFieldValidation) {
 
 }  // namespace
 }  // namespace lct
+
+namespace lct {
+namespace {
+TEST(Config, ReadmeDocumentsEveryKey) {
+  std::ifstream in(std::string(LCT_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const ConfigKey& k : config_keys())
+    EXPECT_NE(readme.find("`" + k.name), std::string::npos) << k.name << " is not in README.md";
+}
+}  // namespace
+}  // namespace lct

@@ -2,6 +2,9 @@
 // parameter table, micro-batch splitting, and bit-identical reruns of the trainer.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "src/trainer.h"
@@ -183,5 +186,35 @@ TEST(Trainer, SgdStepMovesAgainstTheGradient) {
     EXPECT_NEAR(t.model().params[i], before[i] - float(c.train.lr) * g[i], 1e-7);
 }
 
+}  // namespace
+}  // namespace lct
+
+namespace lct {
+namespace {
+TEST(Trainer, TrainsOnTextAndTokenFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("lct_train_src_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "a.txt") << "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / "b.txt") << "pack my box with five dozen liquor jugs!";
+  std::vector<uint16_t> ids;
+  for (int i = 0; i < 500; ++i) ids.push_back(uint16_t(i % 17 == 16 ? 0 : 1 + i % 17));
+  std::ofstream(dir / "t.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 2));
+  for (const std::string source : {"text", "tokens"}) {
+    Config c = tiny_run_config();
+    c.data.source = source;
+    c.data.path = (dir / (source == "text" ? "" : "t.bin")).string();
+    c.model.vocab_size = source == "text" ? 256 : 32;
+    c.data.seq_len = 64;
+    Trainer t(c);
+    const double first = t.train_step().loss;
+    double last = first;
+    for (int s = 0; s < 3; ++s) last = t.train_step().loss;
+    EXPECT_TRUE(std::isfinite(last)) << source;
+    EXPECT_LT(last, first) << source;
+  }
+  fs::remove_all(dir);
+}
 }  // namespace
 }  // namespace lct

@@ -141,6 +141,8 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(num_key("train.grad_clip", "clip gradients to this global L2 norm (0 = off)", [](Config& c) -> auto& { return c.train.grad_clip; }));
   k.push_back(int_key("train.threads", "threads for BLAS and kernels (0 = all cores)", [](Config& c) -> auto& { return c.train.threads; }, 0));
   k.push_back(int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1));
+  k.push_back(str_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
+                      [](Config& c) -> auto& { return c.train.resume; }));
   // [checkpoint]
   k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
   k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
@@ -162,13 +164,27 @@ const ConfigKey* find_config_key(const std::string& name) {
 }
 
 void apply_toml_file(Config& config, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("config file '" + path + "': cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  apply_toml_text(config, text, path);
+}
+
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b) {
+  std::vector<ConfigDifference> d;
+  for (const ConfigKey& k : config_keys())
+    if (k.get(a) != k.get(b)) d.push_back({k.name, k.get(a), k.get(b)});
+  return d;
+}
+
+void apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
+  const std::string& path = origin;
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
     where << e.source().begin.line << ":" << e.source().begin.column;
-    if (!std::ifstream(path)) throw ConfigError("config file '" + path + "': cannot open");
     throw ConfigError("config file '" + path + "':" + where.str() + ": " +
                       std::string(e.description()));
   }

@@ -38,6 +38,7 @@ struct TrainConfig {
   double grad_clip = 1.0;
   int64_t threads = 0;  // 0 = all cores
   int64_t log_every = 1;
+  std::string resume;   // "" = fresh run, "auto" = newest checkpoint in checkpoint.dir, or a path
 };
 
 struct CheckpointConfig {
@@ -74,10 +75,17 @@ const ConfigKey* find_config_key(const std::string& name);
 // Applies a TOML file onto config. Unknown sections/keys and wrong types are errors
 // naming the file and the key.
 void apply_toml_file(Config& config, const std::string& path);
+// Same, from TOML text (origin names it in errors, e.g. a checkpoint's /config).
+void apply_toml_text(Config& config, const std::string& text, const std::string& origin);
 // Applies "section.key" -> text overrides (from the command line).
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
 // Cross-field validation; throws ConfigError naming the key.
 void validate_config(const Config& config);
+struct ConfigDifference {
+  std::string key, a, b;
+};
+// Keys whose values differ between two configs, in registry order.
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b);
 // The resolved configuration as TOML text (what checkpoints and logs record).
 std::string config_to_toml(const Config& config);
 

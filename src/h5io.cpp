@@ -1,5 +1,6 @@
 #include "src/h5io.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace lct {
@@ -91,6 +92,78 @@ void H5File::write_raw(const std::string& dataset, const std::vector<int64_t>& s
     throw h5_error(path_, "cannot write dataset " + dataset);
 }
 
+void H5File::write_i64(const std::string& ds, const std::vector<int64_t>& shape, const int64_t* data) {
+  write_raw(ds, shape, H5T_NATIVE_INT64, H5T_STD_I64LE, data);
+}
+
+void H5File::write_string(const std::string& ds, const std::string& text) {
+  const size_t slash = ds.rfind('/');
+  if (slash != std::string::npos && slash > 0) ensure_group(ds.substr(0, slash));
+  Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(t.id, H5T_VARIABLE);
+  H5Tset_cset(t.id, H5T_CSET_UTF8);
+  Handle s{H5Screate(H5S_SCALAR), H5Sclose};
+  Handle d{H5Dcreate2(id_, ds.c_str(), t.id, s.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  const char* p = text.c_str();
+  if (d.id < 0 || H5Dwrite(d.id, t.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p) < 0)
+    throw h5_error(path_, "cannot write dataset " + ds);
+}
+
+std::string H5File::read_string(const std::string& ds) const {
+  if (!exists(ds)) throw h5_error(path_, "missing dataset " + ds);
+  Handle d{H5Dopen2(id_, ds.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  if (d.id < 0 || H5Tget_class(t.id) != H5T_STRING || H5Tis_variable_str(t.id) <= 0)
+    throw h5_error(path_, ds + " is not a string dataset");
+  Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(mt.id, H5T_VARIABLE);
+  H5Tset_cset(mt.id, H5Tget_cset(t.id));
+  char* p = nullptr;
+  if (H5Dread(d.id, mt.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p) < 0)
+    throw h5_error(path_, "cannot read dataset " + ds + " (corrupt?)");
+  std::string out = p ? p : "";
+  H5free_memory(p);
+  return out;
+}
+
+std::string H5File::dtype(const std::string& ds) const {
+  if (!exists(ds)) throw h5_error(path_, "missing dataset " + ds);
+  Handle d{H5Dopen2(id_, ds.c_str(), H5P_DEFAULT), H5Dclose};
+  Handle t{H5Dget_type(d.id), H5Tclose};
+  const size_t bits = H5Tget_size(t.id) * 8;
+  switch (H5Tget_class(t.id)) {
+    case H5T_FLOAT: return "float" + std::to_string(bits);
+    case H5T_INTEGER:
+      return (H5Tget_sign(t.id) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_STRING: return "string";
+    default: return "other";
+  }
+}
+
+std::vector<std::string> H5File::members(const std::string& group) const {
+  std::vector<std::string> names;
+  if (!exists(group)) return names;
+  Handle g{H5Gopen2(id_, group.c_str(), H5P_DEFAULT), H5Gclose};
+  if (g.id < 0) return names;
+  H5G_info_t info;
+  H5Gget_info(g.id, &info);
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    char buf[1024];
+    if (H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf, sizeof buf, H5P_DEFAULT) > 0)
+      names.emplace_back(buf);
+  }
+  return names;
+}
+
+std::string checksum_text(const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 void H5File::write_f32(const std::string& ds, const std::vector<int64_t>& shape, const float* data) {
   write_raw(ds, shape, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data);
 }
@@ -124,6 +197,12 @@ std::vector<float> H5File::read_f32(const std::string& ds) const {
 }
 std::vector<int32_t> H5File::read_i32(const std::string& ds) const {
   return read_as<int32_t>(*this, ds, H5T_NATIVE_INT32);
+}
+std::vector<double> H5File::read_f64(const std::string& ds) const {
+  return read_as<double>(*this, ds, H5T_NATIVE_DOUBLE);
+}
+std::vector<int64_t> H5File::read_i64(const std::string& ds) const {
+  return read_as<int64_t>(*this, ds, H5T_NATIVE_INT64);
 }
 
 namespace {

@@ -30,9 +30,19 @@ class H5File {
   void write_f32(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
   void write_f64(const std::string& dataset, const std::vector<int64_t>& shape, const double* data);
   void write_i32(const std::string& dataset, const std::vector<int64_t>& shape, const int32_t* data);
+  void write_i64(const std::string& dataset, const std::vector<int64_t>& shape, const int64_t* data);
+  // A scalar variable-length UTF-8 string dataset (for text too long for an attribute).
+  void write_string(const std::string& dataset, const std::string& text);
+  std::string read_string(const std::string& dataset) const;
+  // "float32", "float64", "int32", "int64", ... of a dataset's stored type.
+  std::string dtype(const std::string& dataset) const;
   // Reads a dataset converting to the requested type; checks the element count.
   std::vector<float> read_f32(const std::string& dataset) const;
   std::vector<int32_t> read_i32(const std::string& dataset) const;
+  std::vector<double> read_f64(const std::string& dataset) const;
+  std::vector<int64_t> read_i64(const std::string& dataset) const;
+  // Names of the direct members of a group (sorted by HDF5's name order).
+  std::vector<std::string> members(const std::string& group) const;
 
   // Attributes on an object ("/" for the root, "/model" for a group), created if needed.
   void set_attr(const std::string& object, const std::string& name, int64_t value);
@@ -50,6 +60,10 @@ class H5File {
   hid_t id_ = -1;
   std::string path_;
 };
+
+// 64-bit FNV-1a over raw bytes, printed as "fnv1a64:<16 hex digits>": the per-tensor
+// checksum stored in checkpoints (attribute `checksum` on each tensor dataset).
+std::string checksum_text(const void* data, size_t bytes);
 
 // Write to `path + ".tmp"` via `fill`, flush and close, then rename over `path`, so a
 // crash never leaves a partial file where a good one was.

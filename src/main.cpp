@@ -67,7 +67,18 @@ int main(int argc, char** argv) {
       validate_config(config);
       configure_threads(config.train.threads);
       Trainer trainer(config);
-      trainer.run();
+      if (config.train.resume == "auto") {
+        const std::string latest = latest_checkpoint(config.checkpoint.dir);
+        if (latest.empty())
+          log_info("train.resume = auto: no checkpoint in %s, starting fresh",
+                   config.checkpoint.dir.c_str());
+        else
+          trainer.resume_from(latest);
+      } else if (!config.train.resume.empty()) {
+        trainer.resume_from(config.train.resume);
+      }
+      install_stop_signal_handlers();
+      return trainer.run();
     } else if (*eval) {
       configure_threads(eval_threads);
       const EvalResult r = run_eval(checkpoint, batch_file, grads_out);

@@ -65,8 +65,11 @@ LlamaConfig read_model_attrs(const H5File& f) {
 
 void write_tensors(H5File& f, const std::string& root, const TensorTable& table,
                    const float* arena) {
-  for (const TensorSpec& s : table.specs())
-    f.write_f32(root + "/" + hf_name_to_path(s.name), s.shape, arena + s.offset);
+  for (const TensorSpec& s : table.specs()) {
+    const std::string ds = root + "/" + hf_name_to_path(s.name);
+    f.write_f32(ds, s.shape, arena + s.offset);
+    f.set_attr(ds, "checksum", checksum_text(arena + s.offset, size_t(s.numel) * sizeof(float)));
+  }
 }
 
 void read_tensors(const H5File& f, const std::string& root, const TensorTable& table,
@@ -78,7 +81,16 @@ void read_tensors(const H5File& f, const std::string& root, const TensorTable& t
     if (shape != s.shape)
       throw std::runtime_error(f.path() + ": tensor " + ds + " has shape " + shape_text(shape) +
                                ", expected " + shape_text(s.shape));
+    if (const std::string dt = f.dtype(ds); dt != "float32")
+      throw std::runtime_error(f.path() + ": tensor " + ds + " has dtype " + dt + ", expected float32");
     const std::vector<float> v = f.read_f32(ds);
+    // tensors written by lct carry a checksum of their bytes; files from other tools may not
+    if (const auto sum = f.attr_string(ds, "checksum")) {
+      const std::string actual = checksum_text(v.data(), v.size() * sizeof(float));
+      if (actual != *sum)
+        throw std::runtime_error(f.path() + ": tensor " + ds + " is corrupt (checksum " + actual +
+                                 ", stored " + *sum + ")");
+    }
     std::copy(v.begin(), v.end(), arena + s.offset);
   }
 }

@@ -1,6 +1,7 @@
 #include "src/trainer.h"
 
 #include <cblas.h>
+#include <signal.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -78,6 +79,20 @@ const DocumentSource& checked_source(const std::unique_ptr<DocumentSource>& sour
 }
 }  // namespace
 
+std::atomic<int> g_stop_signal{0};
+
+namespace {
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 Trainer::Trainer(const Config& config)
     : config_(config),
       source_(make_document_source(config)),
@@ -87,11 +102,41 @@ Trainer::Trainer(const Config& config)
       optimizer_(opt_config_, model_.table()) {
   init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
                     model_.params.data());
+  state_.seed = config.train.seed;
+}
+
+void Trainer::resume_from(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  const CheckpointContents c = read_checkpoint_header(f);
+  Config saved;
+  apply_toml_text(saved, c.config_toml, path + ":/config");
+  for (const ConfigDifference& d : config_differences(saved, config_)) {
+    const bool shape_key = d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0;
+    if (shape_key)
+      throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
+                               " in the checkpoint but " + d.b + " in this run");
+    if (d.key != "train.resume" && d.key != "train.steps" && d.key != "train.log_every")
+      log_warn("resuming with " + d.key + " = " + d.b + " (checkpoint had " + d.a + ")");
+  }
+  if (c.state.step > config_.train.steps)
+    throw std::runtime_error(path + ": checkpoint is at step " + std::to_string(c.state.step) +
+                             ", beyond train.steps = " + std::to_string(config_.train.steps));
+  // Load into copies first so a failure leaves this trainer untouched.
+  LlamaModel model = model_;
+  Optimizer optimizer(opt_config_, model.table());
+  load_checkpoint_tensors(f, model, &optimizer);
+  model_.params = std::move(model.params);
+  optimizer_.exp_avg() = std::move(optimizer.exp_avg());
+  optimizer_.exp_avg_sq() = std::move(optimizer.exp_avg_sq());
+  optimizer_.set_step_count(optimizer.step_count());
+  state_ = c.state;
+  state_.seed = config_.train.seed;
+  history_ = c.history;
 }
 
 StepRecord Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t step = steps_done_;  // 0-based index of this step
+  const int64_t step = state_.step;  // 0-based index of this step
   const int64_t mb = config_.train.micro_batches;
 
   // The step's sequences are fixed up front so the loss can be normalised by the
@@ -100,7 +145,7 @@ StepRecord Trainer::train_step() {
   batches.reserve(size_t(mb));
   int64_t targets = 0, tokens = 0, pairs = 0;
   for (int64_t m = 0; m < mb; ++m) {
-    batches.push_back(packer_.sequence(step * mb + m));
+    batches.push_back(packer_.sequence(state_.next_sequence + m));
     targets += batches.back().num_targets();
     tokens += batches.back().num_tokens();
     pairs += attended_pairs(batches.back());
@@ -130,7 +175,9 @@ StepRecord Trainer::train_step() {
                           : 1.0;
   r.lr = learning_rate(opt_config_, step);
   optimizer_.step(model_.params, model_.grads, r.lr, clip);
-  ++steps_done_;
+  state_.step += 1;
+  state_.next_sequence += mb;
+  state_.tokens_seen += tokens;
 
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   r.tokens = tokens;
@@ -139,23 +186,16 @@ StepRecord Trainer::train_step() {
   r.gflops = train_step_flops(model_.config(), tokens, pairs) / (r.ms / 1e3) / 1e9;
   r.answers = stats.answers;
   r.answers_correct = stats.answers_correct;
+  history_.push_back(r);
   return r;
 }
 
 std::string Trainer::save_checkpoint() {
   fs::create_directories(config_.checkpoint.dir);
   char name[64];
-  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(steps_done_));
+  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
   const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
-  const std::string config_text = config_to_toml(config_);
-  write_h5_atomically(path, [&](H5File& f) {
-    f.set_attr("/", "format", std::string("lct-params"));
-    f.set_attr("/", "format_version", int64_t(1));
-    f.set_attr("/", "step", steps_done_);
-    f.set_attr("/", "config", config_text);
-    write_model_attrs(f, model_.config());
-    write_tensors(f, "/params", model_.table(), model_.params.data());
-  });
+  write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
   // keep the newest checkpoint.keep files (names sort by step)
   std::vector<fs::path> existing;
   for (const auto& e : fs::directory_iterator(config_.checkpoint.dir)) {
@@ -168,7 +208,28 @@ std::string Trainer::save_checkpoint() {
   return path;
 }
 
-void Trainer::run() {
+namespace {
+void write_metrics_line(std::ostream& out, const StepRecord& r) {
+  out << "{\"step\":" << r.step << ",\"loss\":" << r.loss << ",\"lr\":" << r.lr
+      << ",\"grad_norm\":" << r.grad_norm << ",\"ms\":" << r.ms << ",\"tokens\":" << r.tokens
+      << ",\"tokens_per_s\":" << r.tokens_per_s << ",\"gflops\":" << r.gflops;
+  if (r.answers > 0) out << ",\"retrieval_acc\":" << r.retrieval_acc();
+  out << "}\n";
+}
+}  // namespace
+
+// metrics.jsonl always equals the run's history: on resume it is rewritten from the
+// checkpoint's rows (dropping lines of steps after the checkpoint), then appended.
+void Trainer::open_metrics_file() {
+  const std::string path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
+  metrics_.open(path, std::ios::trunc);
+  if (!metrics_) throw std::runtime_error("cannot write metrics file '" + path + "'");
+  metrics_.precision(10);
+  for (const StepRecord& r : history_) write_metrics_line(metrics_, r);
+  metrics_.flush();
+}
+
+int Trainer::run() {
   const LlamaConfig& mc = model_.config();
   const int64_t tokens_per_step = config_.data.seq_len * config_.train.micro_batches;
   log_info("lct train | %s | threads %d | %s", blas_description().c_str(), omp_get_max_threads(),
@@ -185,41 +246,42 @@ void Trainer::run() {
            optimizer_name(opt_config_.kind), opt_config_.lr);
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
+  if (state_.step > 0)
+    log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
+             (long long)state_.tokens_seen, (long long)state_.next_sequence);
 
   fs::create_directories(config_.checkpoint.dir);
-  const std::string metrics_path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
-  metrics_.open(metrics_path, std::ios::trunc);
-  metrics_.precision(10);
-  if (!metrics_) throw std::runtime_error("cannot write metrics file '" + metrics_path + "'");
+  open_metrics_file();
 
-  double first_loss = 0;
-  StepRecord r;
-  while (steps_done_ < config_.train.steps) {
-    r = train_step();
-    if (r.step == 1) first_loss = r.loss;
-    char acc[48] = "";
-    if (r.answers > 0)
-      std::snprintf(acc, sizeof acc, " | recall %.3f", double(r.answers_correct) / double(r.answers));
-    if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1)
+  const double first_loss = history_.empty() ? 0.0 : history_.front().loss;
+  while (state_.step < config_.train.steps) {
+    const StepRecord r = train_step();
+    if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
+      char acc[48] = "";
+      if (r.answers > 0) std::snprintf(acc, sizeof acc, " | recall %.3f", r.retrieval_acc());
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
                "%6.1f GFLOP/s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,
                r.tokens_per_s, r.gflops, acc);
-    metrics_ << "{\"step\":" << r.step << ",\"loss\":" << r.loss << ",\"lr\":" << r.lr
-             << ",\"grad_norm\":" << r.grad_norm << ",\"ms\":" << r.ms
-             << ",\"tokens\":" << r.tokens << ",\"tokens_per_s\":" << r.tokens_per_s
-             << ",\"gflops\":" << r.gflops;
-    if (r.answers > 0)
-      metrics_ << ",\"retrieval_acc\":" << double(r.answers_correct) / double(r.answers);
-    metrics_ << "}\n";
+    }
+    write_metrics_line(metrics_, r);
     metrics_.flush();
+    if (const int sig = g_stop_signal.load(); sig != 0) {
+      log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
+               save_checkpoint().c_str());
+      log_info("resume with: --train.resume auto --checkpoint.dir %s", config_.checkpoint.dir.c_str());
+      return 128 + sig;
+    }
     if (config_.checkpoint.every > 0 && r.step % config_.checkpoint.every == 0 &&
         r.step != config_.train.steps)
       log_info("checkpoint: %s", save_checkpoint().c_str());
   }
   log_info("checkpoint: %s", save_checkpoint().c_str());
-  log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s", first_loss, r.loss,
-           (long long)r.step, metrics_path.c_str());
+  if (!history_.empty())
+    log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
+             history_.empty() ? first_loss : history_.front().loss, history_.back().loss,
+             (long long)state_.step, config_.checkpoint.dir.c_str());
+  return 0;
 }
 
 }  // namespace lct

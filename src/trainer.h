@@ -2,6 +2,7 @@
 // global-token-count loss -> clipping -> optimizer -> logs, metrics, checkpoints.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "data/sources.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
+#include "src/checkpoint.h"
 #include "src/config.h"
 
 namespace lct {
@@ -23,32 +25,42 @@ std::string blas_description();
 std::unique_ptr<DocumentSource> make_document_source(const Config& config);
 LlamaConfig model_config(const Config& config);  // [model] plus attention.kernel
 
-struct StepRecord {
-  int64_t step = 0;  // 1-based step just completed
-  double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0, gflops = 0;
-  int64_t tokens = 0, targets = 0;
-  int64_t answers = 0, answers_correct = 0;  // synthetic retrieval targets
-};
+// SIGINT/SIGTERM handling: the handler records the signal; the training loop checks it
+// at each step boundary, writes a checkpoint and returns 128 + signal.
+void install_stop_signal_handlers();
+extern std::atomic<int> g_stop_signal;
 
 class Trainer {
  public:
   explicit Trainer(const Config& config);
 
+  // Continue from a checkpoint: validates its format and that the model matches this
+  // run's [model]/[attention] (other differences are warnings), then restores params,
+  // optimizer, data position and metrics history. Throws before changing anything.
+  void resume_from(const std::string& path);
+
   StepRecord train_step();  // runs step number steps_done() + 1
-  void run();               // all configured steps with logging and checkpoints
-  int64_t steps_done() const { return steps_done_; }
+  // All remaining steps with logging and checkpoints; returns the process exit code
+  // (0, or 128 + signal when stopped by SIGINT/SIGTERM after checkpointing).
+  int run();
+  int64_t steps_done() const { return state_.step; }
+  const TrainerState& state() const { return state_; }
+  const std::vector<StepRecord>& history() const { return history_; }
   LlamaModel& model() { return model_; }
-  // Write the parameter file for the current step to checkpoint.dir (atomic rename).
+  Optimizer& optimizer() { return optimizer_; }
+  // Write the full checkpoint for the current step to checkpoint.dir; returns its path.
   std::string save_checkpoint();
 
  private:
+  void open_metrics_file();
   Config config_;
   std::unique_ptr<DocumentSource> source_;
   SequencePacker packer_;
   LlamaModel model_;
   OptimizerConfig opt_config_;
   Optimizer optimizer_;
-  int64_t steps_done_ = 0;
+  TrainerState state_;
+  std::vector<StepRecord> history_;
   std::ofstream metrics_;
 };
 

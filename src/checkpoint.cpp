@@ -1,0 +1,168 @@
+#include "src/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+
+#include "src/log.h"
+#include "src/params_io.h"
+
+namespace lct {
+namespace fs = std::filesystem;
+
+double StepRecord::retrieval_acc() const {
+  return answers > 0 ? double(answers_correct) / double(answers)
+                     : std::numeric_limits<double>::quiet_NaN();
+}
+
+namespace {
+// Metrics columns: name, getter, setter. Kept in one list so writer and reader agree.
+struct Column {
+  const char* name;
+  bool integer;
+  double (*get)(const StepRecord&);
+  void (*set)(StepRecord&, double);
+};
+const Column kColumns[] = {
+    {"step", true, [](const StepRecord& r) { return double(r.step); }, [](StepRecord& r, double v) { r.step = int64_t(v); }},
+    {"loss", false, [](const StepRecord& r) { return r.loss; }, [](StepRecord& r, double v) { r.loss = v; }},
+    {"lr", false, [](const StepRecord& r) { return r.lr; }, [](StepRecord& r, double v) { r.lr = v; }},
+    {"grad_norm", false, [](const StepRecord& r) { return r.grad_norm; }, [](StepRecord& r, double v) { r.grad_norm = v; }},
+    {"ms", false, [](const StepRecord& r) { return r.ms; }, [](StepRecord& r, double v) { r.ms = v; }},
+    {"tokens", true, [](const StepRecord& r) { return double(r.tokens); }, [](StepRecord& r, double v) { r.tokens = int64_t(v); }},
+    {"targets", true, [](const StepRecord& r) { return double(r.targets); }, [](StepRecord& r, double v) { r.targets = int64_t(v); }},
+    {"tokens_per_s", false, [](const StepRecord& r) { return r.tokens_per_s; }, [](StepRecord& r, double v) { r.tokens_per_s = v; }},
+    {"gflops", false, [](const StepRecord& r) { return r.gflops; }, [](StepRecord& r, double v) { r.gflops = v; }},
+    {"answers", true, [](const StepRecord& r) { return double(r.answers); }, [](StepRecord& r, double v) { r.answers = int64_t(v); }},
+    {"answers_correct", true, [](const StepRecord& r) { return double(r.answers_correct); }, [](StepRecord& r, double v) { r.answers_correct = int64_t(v); }},
+};
+
+int64_t need_int(const H5File& f, const std::string& obj, const char* name) {
+  const auto v = f.attr_int(obj, name);
+  if (!v) throw std::runtime_error(f.path() + ": missing attribute " + obj + "@" + name);
+  return *v;
+}
+}  // namespace
+
+void write_checkpoint(const std::string& path, const std::string& config_toml,
+                      const LlamaModel& model, Optimizer& optimizer, const TrainerState& state,
+                      const std::vector<StepRecord>& history) {
+  write_h5_atomically(path, [&](H5File& f) {
+    f.set_attr("/", "format", std::string(kCheckpointFormat));
+    f.set_attr("/", "format_version", kCheckpointFormatVersion);
+    f.set_attr("/", "step", state.step);
+    f.write_string("/config", config_toml);
+    write_model_attrs(f, model.config());
+    write_tensors(f, "/params", model.table(), model.params.data());
+
+    f.set_attr("/optim", "kind", std::string(optimizer_name(optimizer.config().kind)));
+    f.set_attr("/optim", "step_count", optimizer.step_count());
+    if (optimizer.config().kind == OptimizerKind::adamw) {
+      write_tensors(f, "/optim/exp_avg", model.table(), optimizer.exp_avg().data());
+      write_tensors(f, "/optim/exp_avg_sq", model.table(), optimizer.exp_avg_sq().data());
+    }
+
+    f.set_attr("/trainer", "step", state.step);
+    f.set_attr("/trainer", "tokens_seen", state.tokens_seen);
+    f.set_attr("/trainer", "next_sequence", state.next_sequence);
+    f.set_attr("/trainer", "seed", state.seed);
+
+    const int64_t n = int64_t(history.size());
+    for (const Column& c : kColumns) {
+      if (c.integer) {
+        std::vector<int64_t> v;
+        for (const StepRecord& r : history) v.push_back(int64_t(c.get(r)));
+        f.write_i64(std::string("/metrics/") + c.name, {n}, v.data());
+      } else {
+        std::vector<double> v;
+        for (const StepRecord& r : history) v.push_back(c.get(r));
+        f.write_f64(std::string("/metrics/") + c.name, {n}, v.data());
+      }
+    }
+  });
+}
+
+CheckpointContents read_checkpoint_header(const H5File& f) {
+  CheckpointContents c;
+  const auto format = f.attr_string("/", "format");
+  if (!format || *format != kCheckpointFormat)
+    throw std::runtime_error(f.path() + ": not an lct checkpoint (root @format is " +
+                             (format ? "'" + *format + "'" : std::string("missing")) +
+                             ", expected '" + kCheckpointFormat + "')");
+  c.format_version = need_int(f, "/", "format_version");
+  if (c.format_version != kCheckpointFormatVersion)
+    throw std::runtime_error(f.path() + ": checkpoint format_version " +
+                             std::to_string(c.format_version) + " is not supported (this lct reads " +
+                             std::to_string(kCheckpointFormatVersion) + ")");
+  c.config_toml = f.read_string("/config");
+  c.model = read_model_attrs(f);
+  c.state.step = need_int(f, "/trainer", "step");
+  c.state.tokens_seen = need_int(f, "/trainer", "tokens_seen");
+  c.state.next_sequence = need_int(f, "/trainer", "next_sequence");
+  c.state.seed = need_int(f, "/trainer", "seed");
+  if (c.state.step < 0 || c.state.next_sequence < 0)
+    throw std::runtime_error(f.path() + ": /trainer@step or @next_sequence is negative");
+
+  c.has_optimizer = f.exists("/optim");
+  if (c.has_optimizer) {
+    const auto kind = f.attr_string("/optim", "kind");
+    if (!kind) throw std::runtime_error(f.path() + ": missing attribute /optim@kind");
+    c.optimizer_kind = *kind;
+    c.optimizer_step = need_int(f, "/optim", "step_count");
+  }
+
+  const int64_t n = c.state.step;
+  c.history.assign(size_t(n), StepRecord{});
+  for (const Column& col : kColumns) {
+    const std::string ds = std::string("/metrics/") + col.name;
+    if (!f.exists(ds)) throw std::runtime_error(f.path() + ": missing dataset " + ds);
+    const std::vector<double> v = f.read_f64(ds);
+    if (int64_t(v.size()) != n)
+      throw std::runtime_error(f.path() + ": " + ds + " has " + std::to_string(v.size()) +
+                               " rows, expected one per step (" + std::to_string(n) + ")");
+    for (int64_t i = 0; i < n; ++i) col.set(c.history[size_t(i)], v[size_t(i)]);
+  }
+  return c;
+}
+
+void load_checkpoint_tensors(const H5File& f, LlamaModel& model, Optimizer* optimizer) {
+  read_tensors(f, "/params", model.table(), model.params.data());
+  if (!optimizer) return;
+  const auto kind = f.attr_string("/optim", "kind");
+  if (!kind) throw std::runtime_error(f.path() + ": missing optimizer state /optim");
+  if (*kind != optimizer_name(optimizer->config().kind)) {
+    log_warn(f.path() + ": checkpoint optimizer is " + *kind + ", run uses " +
+             optimizer_name(optimizer->config().kind) + "; optimizer state starts fresh");
+    return;
+  }
+  if (optimizer->config().kind == OptimizerKind::adamw) {
+    read_tensors(f, "/optim/exp_avg", model.table(), optimizer->exp_avg().data());
+    read_tensors(f, "/optim/exp_avg_sq", model.table(), optimizer->exp_avg_sq().data());
+  }
+  optimizer->set_step_count(*f.attr_int("/optim", "step_count"));
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path());
+  }
+  std::sort(files.rbegin(), files.rend());
+  for (const fs::path& p : files) {
+    try {
+      H5File f = H5File::open_read(p.string());
+      read_checkpoint_header(f);
+      return p.string();
+    } catch (const std::exception& e) {
+      log_warn(std::string("skipping unreadable checkpoint: ") + e.what());
+    }
+  }
+  return "";
+}
+
+}  // namespace lct

@@ -1,0 +1,74 @@
+// Full-run checkpoints in one HDF5 file (format "lct-checkpoint", version 1):
+//
+//   /                      @format @format_version @step @lct_version
+//   /config                string dataset: the resolved run configuration (TOML)
+//   /model                 @<Hugging Face LlamaConfig names> @attention_kernel
+//   /params/<hf path>      float32 tensors at global shape, @checksum each
+//   /optim                 @kind ("adamw" | "sgd") @step_count
+//   /optim/exp_avg/<hf path>, /optim/exp_avg_sq/<hf path>   AdamW moments, @checksum
+//   /trainer               @step @tokens_seen @next_sequence @seed
+//                          (all randomness is counter-based: a pure function of the
+//                          seed and the sequence/element index, so the seed and the
+//                          data position are the complete RNG state)
+//   /metrics/<column>      one row per step so far: step, loss, lr, grad_norm, ms,
+//                          tokens, tokens_per_s, gflops, retrieval_acc (NaN if none)
+//
+// Files are written to <name>.tmp, flushed, and renamed into place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "model/optimizer.h"
+#include "src/h5io.h"
+
+namespace lct {
+
+constexpr int64_t kCheckpointFormatVersion = 1;
+constexpr const char* kCheckpointFormat = "lct-checkpoint";
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based step just completed
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0, gflops = 0;
+  int64_t tokens = 0, targets = 0;
+  int64_t answers = 0, answers_correct = 0;  // synthetic retrieval targets
+  double retrieval_acc() const;              // NaN when the step had no answers
+};
+
+struct TrainerState {
+  int64_t step = 0;           // steps completed
+  int64_t tokens_seen = 0;    // tokens consumed so far
+  int64_t next_sequence = 0;  // index of the next sequence of the data stream
+  int64_t seed = 0;
+};
+
+struct CheckpointContents {
+  int64_t format_version = 0;
+  std::string config_toml;
+  LlamaConfig model;
+  TrainerState state;
+  std::vector<StepRecord> history;
+  bool has_optimizer = false;
+  std::string optimizer_kind;
+  int64_t optimizer_step = 0;
+};
+
+void write_checkpoint(const std::string& path, const std::string& config_toml,
+                      const LlamaModel& model, Optimizer& optimizer, const TrainerState& state,
+                      const std::vector<StepRecord>& history);
+
+// Reads and validates the header (format, version, /model, /config, /trainer, metrics)
+// without loading tensors. Throws one line naming the file and the problem.
+CheckpointContents read_checkpoint_header(const H5File& file);
+
+// Loads parameters (and, if `optimizer` is given and the file has moments of the same
+// kind, the optimizer state), verifying shapes, dtypes and checksums.
+void load_checkpoint_tensors(const H5File& file, LlamaModel& model, Optimizer* optimizer);
+
+// Newest readable step_*.h5 in dir ("" if none); unreadable newer files are skipped
+// with a warning.
+std::string latest_checkpoint(const std::string& dir);
+
+}  // namespace lct

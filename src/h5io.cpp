@@ -39,6 +39,16 @@ H5File H5File::open_read(const std::string& path) {
   return H5File(id, path);
 }
 
+H5File H5File::open_rw(const std::string& path) {
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (id < 0) throw h5_error(path, "cannot open HDF5 file for writing");
+  return H5File(id, path);
+}
+
+void H5File::remove(const std::string& object) {
+  if (H5Ldelete(id_, object.c_str(), H5P_DEFAULT) < 0) throw h5_error(path_, "cannot remove " + object);
+}
+
 H5File::~H5File() { close(); }
 
 void H5File::close() {

@@ -17,6 +17,8 @@ class H5File {
  public:
   static H5File create(const std::string& path);     // truncates
   static H5File open_read(const std::string& path);  // read-only
+  static H5File open_rw(const std::string& path);    // read-write (tests, repairs)
+  void remove(const std::string& object);             // unlink a dataset or group
   H5File(H5File&& o) noexcept : id_(o.id_), path_(std::move(o.path_)) { o.id_ = -1; }
   H5File& operator=(H5File&&) = delete;
   ~H5File();

@@ -1,6 +1,7 @@
 // lct: command line entry point.
 //   lct train [--config FILE] [--section.key VALUE ...]
 //   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5]
+//   lct inspect FILE [--json] | lct inspect --compare A.h5 B.h5 [--json]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,8 @@
 
 #include "src/config.h"
 #include "src/eval.h"
+#include "src/inspect.h"
+#include "src/checkpoint.h"
 #include "src/log.h"
 #include "src/trainer.h"
 
@@ -53,6 +56,14 @@ int main(int argc, char** argv) {
   eval->add_option("--grads-out", grads_out, "write /grads/... and @loss to this HDF5 file");
   eval->add_option("--threads", eval_threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
 
+  // ---- inspect --------------------------------------------------------------
+  CLI::App* inspect = app.add_subcommand("inspect", "show a checkpoint, or compare two runs");
+  std::vector<std::string> inspect_files;
+  bool inspect_json = false, inspect_compare = false;
+  inspect->add_option("files", inspect_files, "checkpoint file (two with --compare)")->required();
+  inspect->add_flag("--compare", inspect_compare, "compare two runs side by side (A.h5 B.h5)");
+  inspect->add_flag("--json", inspect_json, "machine-readable output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -79,6 +90,12 @@ int main(int argc, char** argv) {
       }
       install_stop_signal_handlers();
       return trainer.run();
+    } else if (*inspect) {
+      if (inspect_compare != (inspect_files.size() == 2) || inspect_files.size() > 2)
+        throw std::invalid_argument(inspect_compare ? "inspect --compare needs exactly two files"
+                                                    : "inspect takes one file (use --compare A B for two)");
+      return inspect_compare ? compare_files(inspect_files[0], inspect_files[1], inspect_json)
+                             : inspect_file(inspect_files[0], inspect_json);
     } else if (*eval) {
       configure_threads(eval_threads);
       const EvalResult r = run_eval(checkpoint, batch_file, grads_out);

@@ -1,0 +1,347 @@
+#include "src/inspect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "src/checkpoint.h"
+#include "src/config.h"
+#include "src/params_io.h"
+
+namespace lct {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+
+struct TensorStats {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  double mean = 0, std = 0, max_abs = 0, norm = 0;
+  std::string checksum;  // "ok", "CORRUPT", "absent"
+};
+
+TensorStats tensor_stats(const H5File& f, const std::string& ds, const std::string& name) {
+  TensorStats t;
+  t.name = name;
+  t.shape = f.shape(ds);
+  t.dtype = f.dtype(ds);
+  const std::vector<float> v = f.read_f32(ds);
+  double sum = 0, sq = 0;
+  for (float x : v) {
+    sum += x;
+    sq += double(x) * x;
+    t.max_abs = std::max(t.max_abs, double(std::abs(x)));
+  }
+  const double n = std::max<double>(1, double(v.size()));
+  t.mean = sum / n;
+  t.std = std::sqrt(std::max(0.0, sq / n - t.mean * t.mean));
+  t.norm = std::sqrt(sq);
+  const auto stored = f.attr_string(ds, "checksum");
+  if (!stored) t.checksum = "absent";
+  else t.checksum = checksum_text(v.data(), v.size() * sizeof(float)) == *stored ? "ok" : "CORRUPT";
+  return t;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A run's summary from its metrics history.
+struct RunSummary {
+  int64_t steps = 0, window = 0;
+  double first_loss = NAN, last_loss = NAN, head_loss = NAN, tail_loss = NAN;
+  double tokens_per_s = NAN, gflops = NAN, ms = NAN;
+};
+
+RunSummary summarize(const std::vector<StepRecord>& h) {
+  RunSummary s;
+  s.steps = int64_t(h.size());
+  if (h.empty()) return s;
+  s.first_loss = h.front().loss;
+  s.last_loss = h.back().loss;
+  const size_t k = std::max<size_t>(1, h.size() / 10);  // first and last 10% of steps
+  double head = 0, tail = 0;
+  for (size_t i = 0; i < k; ++i) head += h[i].loss, tail += h[h.size() - 1 - i].loss;
+  s.head_loss = head / double(k);
+  s.tail_loss = tail / double(k);
+  // throughput: median over the last 20 steps (step 1 excluded when there are more)
+  const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
+  std::vector<double> tps, gf, ms;
+  for (size_t i = begin; i < h.size(); ++i) {
+    tps.push_back(h[i].tokens_per_s);
+    gf.push_back(h[i].gflops);
+    ms.push_back(h[i].ms);
+  }
+  s.window = int64_t(tps.size());
+  s.tokens_per_s = median(tps);
+  s.gflops = median(gf);
+  s.ms = median(ms);
+  return s;
+}
+
+struct FileReport {
+  std::string path, format;
+  int64_t format_version = 0;
+  bool is_checkpoint = false;
+  LlamaConfig model;
+  CheckpointContents header;  // valid when is_checkpoint
+  Config config;              // parsed /config when present
+  bool has_config = false;
+  std::vector<TensorStats> params, optim;
+  int corrupt = 0, checked = 0;
+  RunSummary summary;
+};
+
+FileReport read_report(const std::string& path, bool with_tensors) {
+  FileReport r;
+  r.path = path;
+  H5File f = H5File::open_read(path);
+  r.format = f.attr_string("/", "format").value_or("(none)");
+  r.format_version = f.attr_int("/", "format_version").value_or(0);
+  r.model = read_model_attrs(f);
+  if (r.format == kCheckpointFormat) {
+    r.is_checkpoint = true;
+    r.header = read_checkpoint_header(f);
+    apply_toml_text(r.config, r.header.config_toml, path + ":/config");
+    r.has_config = true;
+    r.summary = summarize(r.header.history);
+  } else if (f.exists("/config")) {
+    apply_toml_text(r.config, f.read_string("/config"), path + ":/config");
+    r.has_config = true;
+  }
+  if (!with_tensors) return r;
+  const TensorTable table = build_llama_table(r.model);
+  for (const TensorSpec& s : table.specs()) {
+    const std::string p = hf_name_to_path(s.name);
+    auto add = [&](std::vector<TensorStats>& out, const std::string& ds, const std::string& label) {
+      if (!f.exists(ds)) {
+        TensorStats t;
+        t.name = label;
+        t.checksum = "MISSING";
+        ++r.corrupt;
+        out.push_back(t);
+        return;
+      }
+      out.push_back(tensor_stats(f, ds, label));
+      if (out.back().checksum != "absent") ++r.checked;
+      if (out.back().checksum == "CORRUPT") ++r.corrupt;
+    };
+    add(r.params, "/params/" + p, s.name);
+    if (f.exists("/optim/exp_avg")) {
+      add(r.optim, "/optim/exp_avg/" + p, "exp_avg." + s.name);
+      add(r.optim, "/optim/exp_avg_sq/" + p, "exp_avg_sq." + s.name);
+    }
+  }
+  return r;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+std::string model_line(const LlamaConfig& m) {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "%d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
+                "rope_theta %g, %s, attention %s",
+                m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
+                m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
+                (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
+                attention_kernel_name(m.attention_kernel));
+  return b;
+}
+
+std::string tensors_json(const std::vector<TensorStats>& ts) {
+  std::string o = "[";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorStats& t = ts[i];
+    std::string shape = "[";
+    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    o += (i ? "," : "") + std::string("{\"name\":") + json_string(t.name) + ",\"shape\":" + shape +
+         "],\"dtype\":" + json_string(t.dtype) + ",\"mean\":" + json_number(t.mean) +
+         ",\"std\":" + json_number(t.std) + ",\"max_abs\":" + json_number(t.max_abs) +
+         ",\"norm\":" + json_number(t.norm) + ",\"checksum\":" + json_string(t.checksum) + "}";
+  }
+  return o + "]";
+}
+
+std::string summary_json(const RunSummary& s) {
+  return "{\"steps\":" + std::to_string(s.steps) + ",\"first_loss\":" + json_number(s.first_loss) +
+         ",\"last_loss\":" + json_number(s.last_loss) + ",\"head_loss\":" + json_number(s.head_loss) +
+         ",\"tail_loss\":" + json_number(s.tail_loss) + ",\"window\":" + std::to_string(s.window) +
+         ",\"median_tokens_per_s\":" + json_number(s.tokens_per_s) +
+         ",\"median_gflops\":" + json_number(s.gflops) + ",\"median_ms\":" + json_number(s.ms) + "}";
+}
+
+void print_summary(const RunSummary& s) {
+  if (s.steps == 0) {
+    std::printf("metrics: none\n");
+    return;
+  }
+  std::printf("metrics: %lld steps | loss %.4f -> %.4f (mean of first 10%% %.4f, last 10%% %.4f, %s)\n",
+              (long long)s.steps, s.first_loss, s.last_loss, s.head_loss, s.tail_loss,
+              s.tail_loss < s.head_loss ? "falling" : "not falling");
+  std::printf("throughput: median over last %lld steps: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step\n",
+              (long long)s.window, s.tokens_per_s, s.gflops, s.ms);
+}
+
+}  // namespace
+
+int inspect_file(const std::string& path, bool json) {
+  const FileReport r = read_report(path, true);
+  const int64_t num_params = [&] {
+    int64_t n = 0;
+    const TensorTable table = build_llama_table(r.model);  // keep alive over the loop
+    for (const TensorSpec& s : table.specs()) n += s.numel;
+    return n;
+  }();
+  if (json) {
+    std::string o = "{\"file\":" + json_string(path) + ",\"format\":" + json_string(r.format) +
+                    ",\"format_version\":" + std::to_string(r.format_version) +
+                    ",\"model\":{\"vocab_size\":" + std::to_string(r.model.vocab_size) +
+                    ",\"hidden_size\":" + std::to_string(r.model.hidden_size) +
+                    ",\"intermediate_size\":" + std::to_string(r.model.intermediate_size) +
+                    ",\"num_hidden_layers\":" + std::to_string(r.model.num_hidden_layers) +
+                    ",\"num_attention_heads\":" + std::to_string(r.model.num_attention_heads) +
+                    ",\"num_key_value_heads\":" + std::to_string(r.model.num_key_value_heads) +
+                    ",\"rope_theta\":" + json_number(r.model.rope_theta) +
+                    ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
+                    ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
+                    ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +
+                    ",\"num_params\":" + std::to_string(num_params) + "}";
+    if (r.is_checkpoint)
+      o += ",\"step\":" + std::to_string(r.header.state.step) +
+           ",\"tokens_seen\":" + std::to_string(r.header.state.tokens_seen) +
+           ",\"next_sequence\":" + std::to_string(r.header.state.next_sequence) +
+           ",\"optimizer\":{\"kind\":" + json_string(r.header.optimizer_kind) +
+           ",\"step_count\":" + std::to_string(r.header.optimizer_step) +
+           ",\"moments\":" + (r.optim.empty() ? "false" : "true") + "}" +
+           ",\"metrics\":" + summary_json(r.summary);
+    if (r.has_config) o += ",\"config\":" + json_string(config_to_toml(r.config));
+    o += ",\"checksums\":{\"checked\":" + std::to_string(r.checked) +
+         ",\"failed\":" + std::to_string(r.corrupt) + "}";
+    o += ",\"tensors\":" + tensors_json(r.params) + ",\"optimizer_tensors\":" + tensors_json(r.optim) + "}";
+    std::printf("%s\n", o.c_str());
+    return r.corrupt ? 2 : 0;
+  }
+
+  std::printf("file: %s\n", path.c_str());
+  std::printf("format: %s v%lld\n", r.format.c_str(), (long long)r.format_version);
+  std::printf("model: %s; %.3fM params\n", model_line(r.model).c_str(), double(num_params) / 1e6);
+  if (r.has_config) {
+    const Config& c = r.config;
+    std::printf("data: %s%s, seq_len %lld, doc_lengths %s (max %lld) | train: %s lr %g, %lld steps x %lld "
+                "micro-batches, seed %lld\n",
+                c.data.source.c_str(), c.data.path.empty() ? "" : (" '" + c.data.path + "'").c_str(),
+                (long long)c.data.seq_len, c.data.doc_lengths.c_str(), (long long)c.data.max_doc_len,
+                c.train.optimizer.c_str(), c.train.lr, (long long)c.train.steps,
+                (long long)c.train.micro_batches, (long long)c.train.seed);
+  }
+  if (r.is_checkpoint) {
+    std::printf("progress: step %lld, %lld tokens seen, next sequence %lld\n",
+                (long long)r.header.state.step, (long long)r.header.state.tokens_seen,
+                (long long)r.header.state.next_sequence);
+    std::printf("optimizer: %s, step count %lld, moments %s\n", r.header.optimizer_kind.c_str(),
+                (long long)r.header.optimizer_step, r.optim.empty() ? "absent" : "present");
+  } else {
+    std::printf("optimizer: absent (parameters only)\n");
+  }
+  std::printf("checksums: %d checked, %d failed%s\n", r.checked, r.corrupt,
+              r.checked == 0 ? " (file has no checksums)" : "");
+  std::printf("\n%-52s %-14s %-8s %11s %11s %11s %11s %s\n", "tensor", "shape", "dtype", "mean",
+              "std", "max|x|", "norm", "checksum");
+  for (const auto* list : {&r.params, &r.optim})
+    for (const TensorStats& t : *list)
+      std::printf("%-52s %-14s %-8s %11.4e %11.4e %11.4e %11.4e %s\n", t.name.c_str(),
+                  shape_text(t.shape).c_str(), t.dtype.c_str(), t.mean, t.std, t.max_abs, t.norm,
+                  t.checksum.c_str());
+  std::printf("\n");
+  if (r.is_checkpoint) print_summary(r.summary);
+  return r.corrupt ? 2 : 0;
+}
+
+int compare_files(const std::string& a, const std::string& b, bool json) {
+  const FileReport ra = read_report(a, false), rb = read_report(b, false);
+  std::vector<ConfigDifference> diffs;
+  if (ra.has_config && rb.has_config) diffs = config_differences(ra.config, rb.config);
+  const RunSummary& sa = ra.summary;
+  const RunSummary& sb = rb.summary;
+  if (json) {
+    std::string o = "{\"a\":{\"file\":" + json_string(a) + ",\"step\":" +
+                    std::to_string(ra.header.state.step) + ",\"metrics\":" + summary_json(sa) +
+                    "},\"b\":{\"file\":" + json_string(b) + ",\"step\":" +
+                    std::to_string(rb.header.state.step) + ",\"metrics\":" + summary_json(sb) +
+                    "},\"tokens_per_s_ratio_b_over_a\":" + json_number(sb.tokens_per_s / sa.tokens_per_s) +
+                    ",\"config_differences\":[";
+    for (size_t i = 0; i < diffs.size(); ++i)
+      o += (i ? "," : "") + std::string("{\"key\":") + json_string(diffs[i].key) +
+           ",\"a\":" + json_string(diffs[i].a) + ",\"b\":" + json_string(diffs[i].b) + "}";
+    std::printf("%s]}\n", o.c_str());
+    return 0;
+  }
+  auto row = [](const char* label, const std::string& x, const std::string& y, const std::string& note = "") {
+    std::printf("%-26s %-22s %-22s %s\n", label, x.c_str(), y.c_str(), note.c_str());
+  };
+  auto num = [](double v, const char* fmt) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  auto ratio = [](double x, double y) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "B/A %.3fx", y / x);
+    return std::string(buf);
+  };
+  std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
+  row("", "A", "B");
+  row("attention kernel", attention_kernel_name(ra.model.attention_kernel),
+      attention_kernel_name(rb.model.attention_kernel));
+  row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
+  row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
+  row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));
+  row("median tokens/s", num(sa.tokens_per_s, "%.0f"), num(sb.tokens_per_s, "%.0f"),
+      ratio(sa.tokens_per_s, sb.tokens_per_s));
+  row("median GFLOP/s", num(sa.gflops, "%.1f"), num(sb.gflops, "%.1f"), ratio(sa.gflops, sb.gflops));
+  row("median ms/step", num(sa.ms, "%.1f"), num(sb.ms, "%.1f"), ratio(sa.ms, sb.ms));
+  std::printf("\nconfig differences (%zu):\n", diffs.size());
+  for (const ConfigDifference& d : diffs)
+    std::printf("  %-28s A = %-18s B = %s\n", d.key.c_str(), d.a.c_str(), d.b.c_str());
+  if (diffs.empty()) std::printf("  none\n");
+  return 0;
+}
+
+}  // namespace lct

@@ -1,0 +1,15 @@
+// `lct inspect`: what a checkpoint holds (config, progress, tensors with statistics,
+// checksum status, metrics summary) and a side-by-side comparison of two runs.
+#pragma once
+
+#include <string>
+
+namespace lct {
+
+// Print a human-readable report (or JSON) of one file; returns the exit code
+// (non-zero when a checksum fails or the file cannot be read).
+int inspect_file(const std::string& path, bool json);
+// Print two runs side by side: config differences, loss and throughput.
+int compare_files(const std::string& a, const std::string& b, bool json);
+
+}  // namespace lct

@@ -144,20 +144,25 @@ void load_checkpoint_tensors(const H5File& f, LlamaModel& model, Optimizer* opti
   optimizer->set_step_count(*f.attr_int("/optim", "step_count"));
 }
 
-std::string latest_checkpoint(const std::string& dir) {
-  std::vector<fs::path> files;
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> files;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return "";
+  if (!fs::is_directory(dir, ec)) return files;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path());
+    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path().string());
   }
-  std::sort(files.rbegin(), files.rend());
-  for (const fs::path& p : files) {
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const std::vector<std::string> files = list_checkpoints(dir);
+  for (auto p = files.rbegin(); p != files.rend(); ++p) {
     try {
-      H5File f = H5File::open_read(p.string());
+      H5File f = H5File::open_read(*p);
       read_checkpoint_header(f);
-      return p.string();
+      return *p;
     } catch (const std::exception& e) {
       log_warn(std::string("skipping unreadable checkpoint: ") + e.what());
     }

@@ -1,6 +1,6 @@
 // Full-run checkpoints in one HDF5 file (format "lct-checkpoint", version 1):
 //
-//   /                      @format @format_version @step @lct_version
+//   /                      @format @format_version @step
 //   /config                string dataset: the resolved run configuration (TOML)
 //   /model                 @<Hugging Face LlamaConfig names> @attention_kernel
 //   /params/<hf path>      float32 tensors at global shape, @checksum each
@@ -11,7 +11,7 @@
 //                          seed and the sequence/element index, so the seed and the
 //                          data position are the complete RNG state)
 //   /metrics/<column>      one row per step so far: step, loss, lr, grad_norm, ms,
-//                          tokens, tokens_per_s, gflops, retrieval_acc (NaN if none)
+//                          tokens, targets, tokens_per_s, gflops, answers, answers_correct
 //
 // Files are written to <name>.tmp, flushed, and renamed into place.
 #pragma once
@@ -66,6 +66,9 @@ CheckpointContents read_checkpoint_header(const H5File& file);
 // Loads parameters (and, if `optimizer` is given and the file has moments of the same
 // kind, the optimizer state), verifying shapes, dtypes and checksums.
 void load_checkpoint_tensors(const H5File& file, LlamaModel& model, Optimizer* optimizer);
+
+// The step_*.h5 files of dir, oldest first (names sort by step); empty if no dir.
+std::vector<std::string> list_checkpoints(const std::string& dir);
 
 // Newest readable step_*.h5 in dir ("" if none); unreadable newer files are skipped
 // with a warning.

@@ -178,53 +178,52 @@ std::vector<ConfigDifference> config_differences(const Config& a, const Config& 
 }
 
 void apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
-  const std::string& path = origin;
   toml::table root;
   try {
     root = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
     where << e.source().begin.line << ":" << e.source().begin.column;
-    throw ConfigError("config file '" + path + "':" + where.str() + ": " +
+    throw ConfigError("config file '" + origin + "':" + where.str() + ": " +
                       std::string(e.description()));
   }
   for (auto&& [section, node] : root) {
     const std::string sec(section.str());
     const toml::table* table = node.as_table();
     if (!table)
-      throw ConfigError("config file '" + path + "': '" + sec +
+      throw ConfigError("config file '" + origin + "': '" + sec +
                         "' must be a section ([" + sec + "]), not a value");
     for (auto&& [key, value] : *table) {
       const std::string name = sec + "." + std::string(key.str());
       const ConfigKey* k = find_config_key(name);
-      if (!k) throw ConfigError("config file '" + path + "': unknown key '" + name + "'");
+      if (!k) throw ConfigError("config file '" + origin + "': unknown key '" + name + "'");
       std::string text;
       switch (k->type) {
         case KeyType::integer:
           if (!value.is_integer())
-            throw ConfigError("config file '" + path + "': " + name + " must be an integer");
+            throw ConfigError("config file '" + origin + "': " + name + " must be an integer");
           text = std::to_string(value.as_integer()->get());
           break;
         case KeyType::number:
           if (!value.is_number())
-            throw ConfigError("config file '" + path + "': " + name + " must be a number");
+            throw ConfigError("config file '" + origin + "': " + name + " must be a number");
           text = number_text(value.value<double>().value());
           break;
         case KeyType::boolean:
           if (!value.is_boolean())
-            throw ConfigError("config file '" + path + "': " + name + " must be true or false");
+            throw ConfigError("config file '" + origin + "': " + name + " must be true or false");
           text = value.as_boolean()->get() ? "true" : "false";
           break;
         case KeyType::string:
           if (!value.is_string())
-            throw ConfigError("config file '" + path + "': " + name + " must be a string");
+            throw ConfigError("config file '" + origin + "': " + name + " must be a string");
           text = value.as_string()->get();
           break;
       }
       try {
         k->set(config, text);
       } catch (const ConfigError& e) {
-        throw ConfigError("config file '" + path + "': " + e.what());
+        throw ConfigError("config file '" + origin + "': " + e.what());
       }
     }
   }

@@ -24,6 +24,20 @@ std::runtime_error h5_error(const std::string& file, const std::string& what) {
   return std::runtime_error(file + ": " + what);
 }
 
+// Reads one variable-length string stored with type `stored`; `read(mem_type, &ptr)`
+// is H5Dread or H5Aread. nullopt when the read fails.
+template <typename Read>
+std::optional<std::string> read_vlen_string(hid_t stored, Read read) {
+  Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(mt.id, H5T_VARIABLE);
+  H5Tset_cset(mt.id, H5Tget_cset(stored));  // HDF5 will not convert ASCII <-> UTF-8
+  char* p = nullptr;
+  if (read(mt.id, &p) < 0) return std::nullopt;
+  std::string out = p ? p : "";
+  H5free_memory(p);
+  return out;
+}
+
 }  // namespace
 
 H5File H5File::create(const std::string& path) {
@@ -88,10 +102,14 @@ std::vector<int64_t> H5File::shape(const std::string& dataset) const {
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
+void H5File::ensure_parent(const std::string& object) {
+  const size_t slash = object.rfind('/');
+  if (slash != std::string::npos && slash > 0) ensure_group(object.substr(0, slash));
+}
+
 void H5File::write_raw(const std::string& dataset, const std::vector<int64_t>& shape,
                        hid_t mem_type, hid_t file_type, const void* data) {
-  const size_t slash = dataset.rfind('/');
-  if (slash != std::string::npos && slash > 0) ensure_group(dataset.substr(0, slash));
+  ensure_parent(dataset);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle s{H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose};
   Handle d{H5Dcreate2(id_, dataset.c_str(), file_type, s.id, H5P_DEFAULT, H5P_DEFAULT,
@@ -107,8 +125,7 @@ void H5File::write_i64(const std::string& ds, const std::vector<int64_t>& shape,
 }
 
 void H5File::write_string(const std::string& ds, const std::string& text) {
-  const size_t slash = ds.rfind('/');
-  if (slash != std::string::npos && slash > 0) ensure_group(ds.substr(0, slash));
+  ensure_parent(ds);
   Handle t{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(t.id, H5T_VARIABLE);
   H5Tset_cset(t.id, H5T_CSET_UTF8);
@@ -125,15 +142,11 @@ std::string H5File::read_string(const std::string& ds) const {
   Handle t{H5Dget_type(d.id), H5Tclose};
   if (d.id < 0 || H5Tget_class(t.id) != H5T_STRING || H5Tis_variable_str(t.id) <= 0)
     throw h5_error(path_, ds + " is not a string dataset");
-  Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5Tset_size(mt.id, H5T_VARIABLE);
-  H5Tset_cset(mt.id, H5Tget_cset(t.id));
-  char* p = nullptr;
-  if (H5Dread(d.id, mt.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p) < 0)
-    throw h5_error(path_, "cannot read dataset " + ds + " (corrupt?)");
-  std::string out = p ? p : "";
-  H5free_memory(p);
-  return out;
+  const auto text = read_vlen_string(t.id, [&](hid_t mt, char** p) {
+    return H5Dread(d.id, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, p);
+  });
+  if (!text) throw h5_error(path_, "cannot read dataset " + ds + " (corrupt?)");
+  return *text;
 }
 
 std::string H5File::dtype(const std::string& ds) const {
@@ -148,21 +161,6 @@ std::string H5File::dtype(const std::string& ds) const {
     case H5T_STRING: return "string";
     default: return "other";
   }
-}
-
-std::vector<std::string> H5File::members(const std::string& group) const {
-  std::vector<std::string> names;
-  if (!exists(group)) return names;
-  Handle g{H5Gopen2(id_, group.c_str(), H5P_DEFAULT), H5Gclose};
-  if (g.id < 0) return names;
-  H5G_info_t info;
-  H5Gget_info(g.id, &info);
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    char buf[1024];
-    if (H5Lget_name_by_idx(g.id, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf, sizeof buf, H5P_DEFAULT) > 0)
-      names.emplace_back(buf);
-  }
-  return names;
 }
 
 std::string checksum_text(const void* data, size_t bytes) {
@@ -297,14 +295,10 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
   if (H5Tget_class(t.id) != H5T_STRING)
     throw h5_error(path_, "attribute " + object + "@" + name + " is not a string");
   if (H5Tis_variable_str(t.id) > 0) {
-    Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
-    H5Tset_size(mt.id, H5T_VARIABLE);
-    H5Tset_cset(mt.id, H5Tget_cset(t.id));  // HDF5 will not convert ASCII <-> UTF-8
-    char* p = nullptr;
-    if (H5Aread(a.id, mt.id, &p) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
-    std::string s = p ? p : "";
-    H5free_memory(p);
-    return s;
+    const auto text =
+        read_vlen_string(t.id, [&](hid_t mt, char** p) { return H5Aread(a.id, mt, p); });
+    if (!text) throw h5_error(path_, "cannot read " + object + "@" + name);
+    return *text;
   }
   const size_t n = H5Tget_size(t.id);
   std::string s(n, '\0');

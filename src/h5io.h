@@ -43,8 +43,6 @@ class H5File {
   std::vector<int32_t> read_i32(const std::string& dataset) const;
   std::vector<double> read_f64(const std::string& dataset) const;
   std::vector<int64_t> read_i64(const std::string& dataset) const;
-  // Names of the direct members of a group (sorted by HDF5's name order).
-  std::vector<std::string> members(const std::string& group) const;
 
   // Attributes on an object ("/" for the root, "/model" for a group), created if needed.
   void set_attr(const std::string& object, const std::string& name, int64_t value);
@@ -57,6 +55,7 @@ class H5File {
  private:
   H5File(hid_t id, std::string path) : id_(id), path_(std::move(path)) {}
   void ensure_group(const std::string& group);
+  void ensure_parent(const std::string& object);  // groups above a dataset path
   void write_raw(const std::string& dataset, const std::vector<int64_t>& shape, hid_t mem_type,
                  hid_t file_type, const void* data);
   hid_t id_ = -1;

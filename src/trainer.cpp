@@ -196,13 +196,8 @@ std::string Trainer::save_checkpoint() {
   std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
   const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
   write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
-  // keep the newest checkpoint.keep files (names sort by step)
-  std::vector<fs::path> existing;
-  for (const auto& e : fs::directory_iterator(config_.checkpoint.dir)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".h5") existing.push_back(e.path());
-  }
-  std::sort(existing.begin(), existing.end());
+  // keep the newest checkpoint.keep files
+  const std::vector<std::string> existing = list_checkpoints(config_.checkpoint.dir);
   for (size_t i = 0; i + size_t(config_.checkpoint.keep) < existing.size(); ++i)
     fs::remove(existing[i]);
   return path;
@@ -253,7 +248,6 @@ int Trainer::run() {
   fs::create_directories(config_.checkpoint.dir);
   open_metrics_file();
 
-  const double first_loss = history_.empty() ? 0.0 : history_.front().loss;
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
@@ -279,7 +273,7 @@ int Trainer::run() {
   log_info("checkpoint: %s", save_checkpoint().c_str());
   if (!history_.empty())
     log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
-             history_.empty() ? first_loss : history_.front().loss, history_.back().loss,
+             history_.front().loss, history_.back().loss,
              (long long)state_.step, config_.checkpoint.dir.c_str());
   return 0;
 }

@@ -6,24 +6,17 @@
 #include <fstream>
 
 #include "src/config.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
+using test::error_of;
 
 std::string write_temp(const std::string& content) {
   const auto p = std::filesystem::temp_directory_path() /
                  ("lct_cfg_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(p) << content;
   return p.string();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Config, DefaultTomlEqualsBuiltInDefaults) {

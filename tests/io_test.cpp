@@ -10,6 +10,7 @@
 
 namespace lct {
 namespace {
+using test::error_of;
 namespace fs = std::filesystem;
 
 fs::path temp(const std::string& name) {
@@ -39,15 +40,6 @@ void write_batch(const std::string& path, const std::vector<int32_t>& tokens,
   H5File f = H5File::create(path);
   f.write_i32("/tokens", {int64_t(tokens.size())}, tokens.data());
   f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(ParamsIo, SaveLoadSaveIsIdentical) {

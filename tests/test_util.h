@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "data/rng.h"
@@ -48,6 +50,16 @@ inline std::vector<double> finite_difference(std::vector<float>& x,
     g.push_back((up - down) / (2 * eps));
   }
   return g;
+}
+
+// The message of the exception f throws, or "" when it throws nothing.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline std::vector<int64_t> all_indices(int64_t n) {

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "attention/causal_reference.h"
+#include "attention/blocked_attention.h"
 
 namespace lct {
 
@@ -56,7 +56,7 @@ void attention_forward(const AttentionParams& params, std::span<const AttentionT
   check_params(params);
   switch (params.kernel) {
     case AttentionKernel::causal:
-      causal_attention_forward(params, tasks, q, k, v, out, lse);
+      blocked_attention_forward(params, tasks, q, k, v, out, lse);
       return;
   }
 }
@@ -67,7 +67,7 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
   check_params(params);
   switch (params.kernel) {
     case AttentionKernel::causal:
-      causal_attention_backward(params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
+      blocked_attention_backward(params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
       return;
   }
 }

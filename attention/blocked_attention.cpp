@@ -1,0 +1,437 @@
+#include "attention/blocked_attention.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "attention/vector_math.h"
+
+namespace lct {
+namespace {
+
+// Tile sizes. A tile packs G heads x qb query rows into kPackedRows rows, so the
+// block GEMMs have M ~ 128 whatever the GQA ratio; key blocks of 256 rows keep
+// K, V, S/P and dP tiles (about 0.5 MiB at hd = 64) inside a 2 MiB L2.
+constexpr int64_t kPackedRows = 128;
+constexpr int64_t kMinQueryBlock = 16;
+constexpr int64_t kKeyBlock = 256;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Geometry {
+  int64_t H, KV, hd, G, ldq, ldk;
+  int64_t qb;  // query rows per tile (per head)
+  int64_t mp;  // packed rows per tile, G * qb
+  float scale;
+  explicit Geometry(const AttentionParams& p)
+      : H(p.num_heads), KV(p.num_kv_heads), hd(p.head_dim), G(H / KV), ldq(H * hd),
+        ldk(KV * hd), qb(std::max(kMinQueryBlock, kPackedRows / G)), mp(G * qb),
+        scale(p.scale) {}
+};
+
+// Keys [0, visible_keys(t, i)) of task t are visible to its query row i.
+inline int64_t visible_keys(const AttentionTask& t, int64_t i) {
+  return std::clamp<int64_t>(int64_t(t.q_pos) + i - t.kv_pos + 1, 0, t.kv_len);
+}
+
+// Grow-only, 64-byte aligned float buffer: after the first step of a run the
+// kernel allocates nothing.
+class ScratchBuffer {
+ public:
+  float* get(size_t floats) {
+    if (floats > capacity_) {
+      void* p = std::aligned_alloc(64, ((floats * sizeof(float) + 63) / 64) * 64);
+      if (!p) throw std::bad_alloc();
+      data_.reset(static_cast<float*>(p));
+      capacity_ = floats;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t capacity_ = 0;
+};
+
+struct ForwardItem {
+  int32_t task;
+  int32_t kv_head;
+  int32_t block_start;  // first query row of the block, task-relative
+  int64_t cost;         // packed rows x visible keys, for largest-first scheduling
+};
+
+struct KeyBlockItem {
+  int32_t group;  // index into the key-sharing task groups
+  int32_t kv_head;
+  int64_t row_begin, row_end;  // absolute key rows owned by this item
+  int64_t cost;                // attended pairs for one head
+  int32_t thread;              // assigned by the deterministic greedy
+};
+
+struct TaskGroup {
+  int32_t first, last;  // range in Workspace::task_order
+};
+
+// Per calling thread (the training loop is the only caller today); grow-only.
+struct Workspace {
+  ScratchBuffer tiles;       // per-thread tiles
+  ScratchBuffer row_dot;     // D = rowsum(dO * O), [rows, H]
+  ScratchBuffer private_dq;  // (threads - 1) x [rows, H, hd]
+  std::vector<ForwardItem> forward_items;
+  std::vector<KeyBlockItem> key_items;
+  std::vector<int32_t> task_order;
+  std::vector<TaskGroup> groups;
+  std::vector<int64_t> thread_load;
+};
+thread_local Workspace tls_workspace;
+
+// Packs query rows [i0, i0+n) of task t for the G heads of kv head g into
+// dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor.
+inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
+                      int64_t n, const float* src, float factor, float* dst) {
+  for (int64_t hh = 0; hh < geo.G; ++hh)
+    for (int64_t i = 0; i < n; ++i) {
+      const float* s = src + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * geo.hd;
+      float* d = dst + (hh * n + i) * geo.hd;
+#pragma omp simd
+      for (int64_t c = 0; c < geo.hd; ++c) d[c] = s[c] * factor;
+    }
+}
+
+size_t forward_tile_floats(const Geometry& geo) {
+  // Qp [mp, hd], S [mp, kKeyBlock], acc [mp, hd], row max and sum [mp]; padded to 64 B
+  return ((geo.mp * (2 * geo.hd + kKeyBlock + 2) + 15) / 16) * 16;
+}
+
+void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
+                  const float* q, const float* k, const float* v, float* out, float* lse,
+                  float* tile) {
+  const int64_t hd = geo.hd, n = std::min(geo.qb, int64_t(t.q_len) - i0), M = geo.G * n;
+  float* qp = tile;
+  float* s = qp + geo.mp * hd;
+  float* acc = s + geo.mp * kKeyBlock;
+  float* row_max = acc + geo.mp * hd;
+  float* row_sum = row_max + geo.mp;
+
+  // Scores in log2 units: S2 = (scale * log2 e) Q K^T, so P = exp2(S2 - max).
+  pack_rows(geo, t, g, i0, n, q, geo.scale * kLog2e, qp);
+  std::fill(row_max, row_max + M, kNegInf);
+  std::fill(row_sum, row_sum + M, 0.0f);
+  std::fill(acc, acc + M * hd, 0.0f);
+
+  const float* kg = k + t.kv_row * geo.ldk + g * hd;
+  const float* vg = v + t.kv_row * geo.ldk + g * hd;
+  const int64_t key_end = visible_keys(t, i0 + n - 1);  // the last row sees the most keys
+  const int64_t seen_by_all = visible_keys(t, i0);
+  for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
+    const int64_t m = std::min(kKeyBlock, key_end - j0);
+    // S [M, m] = Qp K_blk^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
+                int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
+    const bool crosses_diagonal = j0 + m > seen_by_all;
+    for (int64_t r = 0; r < M; ++r) {
+      float* sr = s + r * kKeyBlock;
+      const int64_t valid =
+          crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - j0, 0, m) : m;
+      if (valid == 0) {  // the row sees none of this block: P row is zero
+        std::fill(sr, sr + m, 0.0f);
+        continue;
+      }
+      float mx = row_max[r];
+#pragma omp simd reduction(max : mx)
+      for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+      // online softmax: rescale the running sum and accumulator to the new max
+      const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp2(row_max[r] - mx);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t c = 0; c < valid; ++c) {
+        const float e = fast_exp2(sr[c] - mx);
+        sr[c] = e;
+        sum += e;
+      }
+      std::fill(sr + valid, sr + m, 0.0f);
+      row_sum[r] = row_sum[r] * correction + sum;
+      row_max[r] = mx;
+      if (correction != 1.0f) {
+        float* a = acc + r * hd;
+#pragma omp simd
+        for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
+      }
+    }
+    // acc [M, hd] += P V_blk
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
+                int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
+  }
+
+  for (int64_t r = 0; r < M; ++r) {
+    const int64_t i = r % n, h = g * geo.G + r / n;
+    float* o = out + (t.q_row + i0 + i) * geo.ldq + h * hd;
+    float* l = lse + (t.q_row + i0 + i) * geo.H + h;
+    if (row_sum[r] > 0.0f) {
+      const float inv = 1.0f / row_sum[r];
+      const float* a = acc + r * hd;
+#pragma omp simd
+      for (int64_t d = 0; d < hd; ++d) o[d] = a[d] * inv;
+      *l = (row_max[r] + std::log2(row_sum[r])) * kLn2;  // natural-log LSE
+    } else {  // no visible key
+      std::fill(o, o + hd, 0.0f);
+      *l = kNegInf;
+    }
+  }
+}
+
+size_t backward_tile_floats(const Geometry& geo) {
+  // Qp, dOp [mp, hd]; P, dS [mp, kKeyBlock]; lse2, D [mp]
+  return ((geo.mp * (2 * geo.hd + 2 * kKeyBlock + 2) + 15) / 16) * 16;
+}
+
+// Groups tasks whose key rows overlap (CP/CAD shards of one document may share a
+// prefix) so that one key-block item owns dK/dV rows across all of them.
+void group_tasks_by_keys(std::span<const AttentionTask> tasks, Workspace& ws) {
+  ws.task_order.clear();
+  for (size_t i = 0; i < tasks.size(); ++i)
+    if (tasks[i].q_len > 0 && tasks[i].kv_len > 0) ws.task_order.push_back(int32_t(i));
+  std::stable_sort(ws.task_order.begin(), ws.task_order.end(),
+                   [&](int32_t a, int32_t b) { return tasks[a].kv_row < tasks[b].kv_row; });
+  ws.groups.clear();
+  int64_t group_end = -1;
+  for (int32_t idx = 0; idx < int32_t(ws.task_order.size()); ++idx) {
+    const AttentionTask& t = tasks[ws.task_order[idx]];
+    if (ws.groups.empty() || t.kv_row >= group_end) {
+      ws.groups.push_back({idx, idx + 1});
+      group_end = t.kv_row + t.kv_len;
+    } else {
+      ws.groups.back().last = idx + 1;
+      group_end = std::max<int64_t>(group_end, t.kv_row + t.kv_len);
+    }
+  }
+}
+
+// Pairs (query, key) of task t whose key lies in task-local keys [c0, c1).
+int64_t pairs_in_keys(const AttentionTask& t, int64_t c0, int64_t c1) {
+  int64_t pairs = 0;
+  for (int64_t c = c0; c < c1; ++c)
+    pairs += std::clamp<int64_t>(int64_t(t.q_pos) + t.q_len - t.kv_pos - c, 0, t.q_len);
+  return pairs;
+}
+
+void backward_key_block(const Geometry& geo, std::span<const AttentionTask> tasks,
+                        const Workspace& ws, const KeyBlockItem& item, const float* q,
+                        const float* k, const float* v, const float* lse, const float* dout,
+                        const float* row_dot, float* dq, float* dk, float* dv, float* tile) {
+  const int64_t hd = geo.hd, g = item.kv_head;
+  float* qp = tile;
+  float* dop = qp + geo.mp * hd;
+  float* p = dop + geo.mp * hd;
+  float* ds = p + geo.mp * kKeyBlock;
+  float* lse2 = ds + geo.mp * kKeyBlock;
+  float* dd = lse2 + geo.mp;
+  const float qscale = geo.scale * kLog2e;
+  const TaskGroup& group = ws.groups[item.group];
+
+  for (int32_t idx = group.first; idx < group.last; ++idx) {
+    const AttentionTask& t = tasks[ws.task_order[idx]];
+    const int64_t c0 = std::max<int64_t>(item.row_begin - t.kv_row, 0);
+    const int64_t c1 = std::min<int64_t>(item.row_end - t.kv_row, t.kv_len);
+    if (c0 >= c1) continue;
+    const int64_t mc = c1 - c0;
+    const float* kc = k + (t.kv_row + c0) * geo.ldk + g * hd;
+    const float* vc = v + (t.kv_row + c0) * geo.ldk + g * hd;
+    float* dkc = dk + (t.kv_row + c0) * geo.ldk + g * hd;
+    float* dvc = dv + (t.kv_row + c0) * geo.ldk + g * hd;
+    // first query row that sees key c0
+    const int64_t i_first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 - t.q_pos, 0, t.q_len);
+
+    for (int64_t i0 = i_first; i0 < t.q_len; i0 += geo.qb) {
+      const int64_t n = std::min<int64_t>(geo.qb, t.q_len - i0), M = geo.G * n;
+      pack_rows(geo, t, g, i0, n, q, qscale, qp);
+      pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
+      for (int64_t r = 0; r < M; ++r) {
+        const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
+        const float l = lse[row * geo.H + h];
+        lse2[r] = l == kNegInf ? kNegInf : l * kLog2e;
+        dd[r] = row_dot[row * geo.H + h];
+      }
+      // forward was S2 = Qp K^T, P = exp2(S2 - LSE * log2 e)        [M, mc]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, qp,
+                  int(hd), kc, int(geo.ldk), 0.0f, p, int(kKeyBlock));
+      const bool crosses_diagonal = visible_keys(t, i0) < c1;
+      for (int64_t r = 0; r < M; ++r) {
+        float* pr = p + r * kKeyBlock;
+        int64_t valid =
+            crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - c0, 0, mc) : mc;
+        if (lse2[r] == kNegInf) valid = 0;
+        const float shift = lse2[r];
+#pragma omp simd
+        for (int64_t c = 0; c < valid; ++c) pr[c] = fast_exp2(pr[c] - shift);
+        std::fill(pr + valid, pr + mc, 0.0f);
+      }
+      // forward was O = P V  ->  dV_blk [mc, hd] += P^T dO
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, p,
+                  int(kKeyBlock), dop, int(hd), 1.0f, dvc, int(geo.ldk));
+      // dP [M, mc] = dO V_blk^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, dop,
+                  int(hd), vc, int(geo.ldk), 0.0f, ds, int(kKeyBlock));
+      // softmax backward: dS = P * (dP - D), D = rowsum(dO * O)
+      for (int64_t r = 0; r < M; ++r) {
+        const float* pr = p + r * kKeyBlock;
+        float* dsr = ds + r * kKeyBlock;
+        const float d = dd[r];
+#pragma omp simd
+        for (int64_t c = 0; c < mc; ++c) dsr[c] = pr[c] * (dsr[c] - d);
+      }
+      // S = scale Q K^T -> dK_blk += scale dS^T Q = ln2 * dS^T Qp  (Qp = scale log2e Q)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), kLn2, ds,
+                  int(kKeyBlock), qp, int(hd), 1.0f, dkc, int(geo.ldk));
+      // dQ += scale dS K_blk, written per head straight into the strided rows
+      for (int64_t hh = 0; hh < geo.G; ++hh)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(hd), int(mc),
+                    geo.scale, ds + hh * n * kKeyBlock, int(kKeyBlock), kc, int(geo.ldk), 1.0f,
+                    dq + (t.q_row + i0) * geo.ldq + (g * geo.G + hh) * hd, int(geo.ldq));
+    }
+  }
+}
+
+}  // namespace
+
+void blocked_attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
+                               const float* q, const float* k, const float* v, float* out,
+                               float* lse) {
+  const Geometry geo(params);
+  Workspace& ws = tls_workspace;
+  auto& items = ws.forward_items;
+  items.clear();
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    const AttentionTask& t = tasks[ti];
+    for (int64_t i0 = 0; i0 < t.q_len; i0 += geo.qb) {
+      const int64_t n = std::min<int64_t>(geo.qb, t.q_len - i0);
+      const int64_t cost = n * (visible_keys(t, i0 + n - 1) + 1);
+      for (int64_t g = 0; g < geo.KV; ++g)
+        items.push_back({int32_t(ti), int32_t(g), int32_t(i0), cost});
+    }
+  }
+  // Largest tiles first: dynamic scheduling then balances the causal triangle.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const ForwardItem& a, const ForwardItem& b) { return a.cost > b.cost; });
+
+  const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
+  const size_t per_thread = forward_tile_floats(geo);
+  float* tiles = ws.tiles.get(per_thread * threads);
+#pragma omp parallel num_threads(threads)
+  {
+    float* tile = tiles + per_thread * omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (size_t w = 0; w < items.size(); ++w)
+      forward_tile(geo, tasks[items[w].task], items[w].kv_head, items[w].block_start, q, k, v,
+                   out, lse, tile);
+  }
+}
+
+void blocked_attention_backward(const AttentionParams& params,
+                                std::span<const AttentionTask> tasks, const float* q,
+                                const float* k, const float* v, const float* out,
+                                const float* lse, const float* dout, float* dq, float* dk,
+                                float* dv) {
+  const Geometry geo(params);
+  Workspace& ws = tls_workspace;
+  int64_t rows = 0;  // query rows are [0, rows)
+  for (const AttentionTask& t : tasks) rows = std::max<int64_t>(rows, t.q_row + t.q_len);
+  if (rows == 0) return;
+
+  // Key-block work items and their deterministic thread assignment.
+  group_tasks_by_keys(tasks, ws);
+  auto& items = ws.key_items;
+  items.clear();
+  for (int32_t gi = 0; gi < int32_t(ws.groups.size()); ++gi) {
+    const TaskGroup& group = ws.groups[gi];
+    int64_t begin = INT64_MAX, end = 0;
+    for (int32_t idx = group.first; idx < group.last; ++idx) {
+      const AttentionTask& t = tasks[ws.task_order[idx]];
+      begin = std::min<int64_t>(begin, t.kv_row);
+      end = std::max<int64_t>(end, t.kv_row + t.kv_len);
+    }
+    for (int64_t r0 = begin; r0 < end; r0 += kKeyBlock) {
+      const int64_t r1 = std::min(r0 + kKeyBlock, end);
+      int64_t cost = 0;
+      for (int32_t idx = group.first; idx < group.last; ++idx) {
+        const AttentionTask& t = tasks[ws.task_order[idx]];
+        const int64_t c0 = std::max<int64_t>(r0 - t.kv_row, 0);
+        const int64_t c1 = std::min<int64_t>(r1 - t.kv_row, t.kv_len);
+        if (c0 < c1) cost += pairs_in_keys(t, c0, c1);
+      }
+      if (cost == 0) continue;
+      for (int64_t g = 0; g < geo.KV; ++g) items.push_back({gi, int32_t(g), r0, r1, cost, 0});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const KeyBlockItem& a, const KeyBlockItem& b) { return a.cost > b.cost; });
+  const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
+  ws.thread_load.assign(threads, 0);
+  for (KeyBlockItem& item : items) {  // longest first onto the least-loaded thread
+    const auto least = std::min_element(ws.thread_load.begin(), ws.thread_load.end());
+    item.thread = int32_t(least - ws.thread_load.begin());
+    *least += item.cost;
+  }
+
+  const int64_t dq_floats = rows * geo.ldq;
+  float* row_dot = ws.row_dot.get(rows * geo.H);
+  float* private_dq = threads > 1 ? ws.private_dq.get(dq_floats * (threads - 1)) : nullptr;
+  const size_t per_thread = backward_tile_floats(geo);
+  float* tiles = ws.tiles.get(per_thread * threads);
+
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    float* my_dq = tid == 0 ? dq : private_dq + (tid - 1) * dq_floats;
+    if (tid > 0) std::memset(my_dq, 0, sizeof(float) * dq_floats);
+
+    // D = rowsum(dO * O) for every query row of every task   [rows, H]
+    for (const AttentionTask& t : tasks) {
+#pragma omp for schedule(static) nowait
+      for (int64_t i = 0; i < t.q_len; ++i) {
+        const int64_t row = t.q_row + i;
+        for (int64_t h = 0; h < geo.H; ++h) {
+          const float* o = out + row * geo.ldq + h * geo.hd;
+          const float* d_o = dout + row * geo.ldq + h * geo.hd;
+          float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t c = 0; c < geo.hd; ++c) acc += o[c] * d_o[c];
+          row_dot[row * geo.H + h] = acc;
+        }
+      }
+    }
+#pragma omp barrier
+
+    float* tile = tiles + per_thread * tid;
+    for (const KeyBlockItem& item : items)
+      if (item.thread % team == tid)
+        backward_key_block(geo, tasks, ws, item, q, k, v, lse, dout, row_dot, my_dq, dk, dv,
+                           tile);
+#pragma omp barrier
+
+    // dq += the other threads' partial dQ, in thread order (deterministic)
+    if (team > 1) {
+#pragma omp for schedule(static)
+      for (int64_t x = 0; x < dq_floats; x += 1024) {
+        const int64_t end = std::min<int64_t>(x + 1024, dq_floats);
+        for (int other = 1; other < team; ++other) {
+          const float* src = private_dq + (other - 1) * dq_floats;
+#pragma omp simd
+          for (int64_t e = x; e < end; ++e) dq[e] += src[e];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace lct

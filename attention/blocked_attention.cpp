@@ -123,8 +123,8 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
   float* row_max = acc + geo.mp * hd;
   float* row_sum = row_max + geo.mp;
 
-  // Scores in log2 units: S2 = (scale * log2 e) Q K^T, so P = exp2(S2 - max).
-  pack_rows(geo, t, g, i0, n, q, geo.scale * kLog2e, qp);
+  // Qp = scale * Q, so S = Qp K^T are the logits.
+  pack_rows(geo, t, g, i0, n, q, geo.scale, qp);
   std::fill(row_max, row_max + M, kNegInf);
   std::fill(row_sum, row_sum + M, 0.0f);
   std::fill(acc, acc + M * hd, 0.0f);
@@ -151,11 +151,11 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
 #pragma omp simd reduction(max : mx)
       for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
       // online softmax: rescale the running sum and accumulator to the new max
-      const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp2(row_max[r] - mx);
+      const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t c = 0; c < valid; ++c) {
-        const float e = fast_exp2(sr[c] - mx);
+        const float e = fast_exp(sr[c] - mx);
         sr[c] = e;
         sum += e;
       }
@@ -182,7 +182,7 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
       const float* a = acc + r * hd;
 #pragma omp simd
       for (int64_t d = 0; d < hd; ++d) o[d] = a[d] * inv;
-      *l = (row_max[r] + std::log2(row_sum[r])) * kLn2;  // natural-log LSE
+      *l = float(double(row_max[r]) + std::log(double(row_sum[r])));  // rounded once
     } else {  // no visible key
       std::fill(o, o + hd, 0.0f);
       *l = kNegInf;
@@ -191,7 +191,7 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
 }
 
 size_t backward_tile_floats(const Geometry& geo) {
-  // Qp, dOp [mp, hd]; P, dS [mp, kKeyBlock]; lse2, D [mp]
+  // Qp, dOp [mp, hd]; P, dS [mp, kKeyBlock]; LSE, D [mp]
   return ((geo.mp * (2 * geo.hd + 2 * kKeyBlock + 2) + 15) / 16) * 16;
 }
 
@@ -234,9 +234,8 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
   float* dop = qp + geo.mp * hd;
   float* p = dop + geo.mp * hd;
   float* ds = p + geo.mp * kKeyBlock;
-  float* lse2 = ds + geo.mp * kKeyBlock;
-  float* dd = lse2 + geo.mp;
-  const float qscale = geo.scale * kLog2e;
+  float* lse_p = ds + geo.mp * kKeyBlock;
+  float* dd = lse_p + geo.mp;
   const TaskGroup& group = ws.groups[item.group];
 
   for (int32_t idx = group.first; idx < group.last; ++idx) {
@@ -254,15 +253,14 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
 
     for (int64_t i0 = i_first; i0 < t.q_len; i0 += geo.qb) {
       const int64_t n = std::min<int64_t>(geo.qb, t.q_len - i0), M = geo.G * n;
-      pack_rows(geo, t, g, i0, n, q, qscale, qp);
+      pack_rows(geo, t, g, i0, n, q, geo.scale, qp);
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       for (int64_t r = 0; r < M; ++r) {
         const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
-        const float l = lse[row * geo.H + h];
-        lse2[r] = l == kNegInf ? kNegInf : l * kLog2e;
+        lse_p[r] = lse[row * geo.H + h];
         dd[r] = row_dot[row * geo.H + h];
       }
-      // forward was S2 = Qp K^T, P = exp2(S2 - LSE * log2 e)        [M, mc]
+      // forward was S = Qp K^T, P = exp(S - LSE)        [M, mc]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, qp,
                   int(hd), kc, int(geo.ldk), 0.0f, p, int(kKeyBlock));
       const bool crosses_diagonal = visible_keys(t, i0) < c1;
@@ -270,10 +268,10 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
         float* pr = p + r * kKeyBlock;
         int64_t valid =
             crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - c0, 0, mc) : mc;
-        if (lse2[r] == kNegInf) valid = 0;
-        const float shift = lse2[r];
+        if (lse_p[r] == kNegInf) valid = 0;
+        const float shift = lse_p[r];
 #pragma omp simd
-        for (int64_t c = 0; c < valid; ++c) pr[c] = fast_exp2(pr[c] - shift);
+        for (int64_t c = 0; c < valid; ++c) pr[c] = fast_exp(pr[c] - shift);
         std::fill(pr + valid, pr + mc, 0.0f);
       }
       // forward was O = P V  ->  dV_blk [mc, hd] += P^T dO
@@ -290,8 +288,8 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
 #pragma omp simd
         for (int64_t c = 0; c < mc; ++c) dsr[c] = pr[c] * (dsr[c] - d);
       }
-      // S = scale Q K^T -> dK_blk += scale dS^T Q = ln2 * dS^T Qp  (Qp = scale log2e Q)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), kLn2, ds,
+      // S = scale Q K^T -> dK_blk += scale dS^T Q = dS^T Qp
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, ds,
                   int(kKeyBlock), qp, int(hd), 1.0f, dkc, int(geo.ldk));
       // dQ += scale dS K_blk, written per head straight into the strided rows
       for (int64_t hh = 0; hh < geo.G; ++hh)
@@ -403,10 +401,10 @@ void blocked_attention_backward(const AttentionParams& params,
         for (int64_t h = 0; h < geo.H; ++h) {
           const float* o = out + row * geo.ldq + h * geo.hd;
           const float* d_o = dout + row * geo.ldq + h * geo.hd;
-          float acc = 0.0f;
+          double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
-          for (int64_t c = 0; c < geo.hd; ++c) acc += o[c] * d_o[c];
-          row_dot[row * geo.H + h] = acc;
+          for (int64_t c = 0; c < geo.hd; ++c) acc += double(o[c]) * d_o[c];
+          row_dot[row * geo.H + h] = float(acc);
         }
       }
     }

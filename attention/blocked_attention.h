@@ -3,7 +3,7 @@
 //
 // Forward: one work item is (task, kv head g, query block). The query rows of all
 // G = H/KV heads reading kv head g are packed into one [G*n, hd] tile (pre-scaled by
-// scale*log2(e) so the softmax uses exp2), so each key block costs two GEMMs with
+// the softmax scale), so each key block costs two GEMMs with
 // M = G*n: S = Qp K^T and acc += P V. K and V are read in place through strided
 // pointers (GQA never replicates them). Key blocks entirely in the future of a query
 // block are never visited, so work tracks the attended pairs (sum L_i^2 / 2).

@@ -26,17 +26,22 @@ struct Problem {
   }
 };
 
+template <typename Real>
 struct Dense {
-  std::vector<double> o, lse, dq, dk, dv;
+  std::vector<Real> o, lse, dq, dk, dv;
 };
 
-// Dense float64 attention inside each document (causal), and its exact backward.
-Dense dense_reference(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k,
-                      const std::vector<float>& v, const std::vector<float>& dout) {
+// Dense attention inside each document (causal) and its exact backward, computed in
+// Real arithmetic: Real = double is the reference, Real = float is the "naive fp32
+// implementation" whose error sets the tolerance (FlashAttention's test rule).
+template <typename Real>
+Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q,
+                            const std::vector<float>& k, const std::vector<float>& v,
+                            const std::vector<float>& dout) {
   const int H = pr.H, KV = pr.KV, hd = pr.hd, group = H / KV;
   const int64_t T = pr.T();
-  const double scale = 1.0 / std::sqrt(double(hd));
-  Dense r;
+  const Real scale = Real(1) / std::sqrt(Real(hd));
+  Dense<Real> r;
   r.o.assign(size_t(T * H * hd), 0);
   r.lse.assign(size_t(T * H), 0);
   r.dq.assign(size_t(T * H * hd), 0);
@@ -47,38 +52,38 @@ Dense dense_reference(const Problem& pr, const std::vector<float>& q, const std:
     for (int h = 0; h < H; ++h) {
       const int g = h / group;
       for (int64_t i = b; i < e; ++i) {
-        std::vector<double> s;
-        double mx = -1e300;
+        std::vector<Real> s;
+        Real mx = -std::numeric_limits<Real>::infinity();
         for (int64_t j = b; j <= i; ++j) {
-          double acc = 0;
+          Real acc = 0;
           for (int x = 0; x < hd; ++x)
-            acc += double(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];
+            acc += Real(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];
           s.push_back(acc * scale);
           mx = std::max(mx, s.back());
         }
-        double sum = 0;
-        for (double& x : s) sum += std::exp(x - mx);
-        const double lse = mx + std::log(sum);
+        Real sum = 0;
+        for (Real& x : s) sum += std::exp(x - mx);
+        const Real lse = mx + std::log(sum);
         r.lse[size_t(i * H + h)] = lse;
-        std::vector<double> p(s.size());
+        std::vector<Real> p(s.size());
         for (size_t j = 0; j < s.size(); ++j) p[j] = std::exp(s[j] - lse);
         for (int x = 0; x < hd; ++x) {
-          double acc = 0;
+          Real acc = 0;
           for (size_t j = 0; j < p.size(); ++j) acc += p[j] * v[size_t(((b + j) * KV + g) * hd + x)];
           r.o[size_t((i * H + h) * hd + x)] = acc;
         }
         // backward: dP_j = dO . V_j ; dS_j = P_j (dP_j - sum_k P_k dP_k)
-        std::vector<double> dp(p.size());
-        double D = 0;
+        std::vector<Real> dp(p.size());
+        Real D = 0;
         for (size_t j = 0; j < p.size(); ++j) {
-          double acc = 0;
+          Real acc = 0;
           for (int x = 0; x < hd; ++x)
-            acc += double(dout[size_t((i * H + h) * hd + x)]) * v[size_t(((b + j) * KV + g) * hd + x)];
+            acc += Real(dout[size_t((i * H + h) * hd + x)]) * v[size_t(((b + j) * KV + g) * hd + x)];
           dp[j] = acc;
           D += p[j] * acc;
         }
         for (size_t j = 0; j < p.size(); ++j) {
-          const double ds = p[j] * (dp[j] - D) * scale;
+          const Real ds = p[j] * (dp[j] - D) * scale;
           const int64_t kj = b + int64_t(j);
           for (int x = 0; x < hd; ++x) {
             r.dq[size_t((i * H + h) * hd + x)] += ds * k[size_t((kj * KV + g) * hd + x)];
@@ -92,13 +97,12 @@ Dense dense_reference(const Problem& pr, const std::vector<float>& q, const std:
   return r;
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(double(a[i]) - b[i]));
-    den = std::max(den, std::abs(b[i]));
-  }
-  return num / std::max(den, 1e-30);
+// Largest absolute difference between a float result and the float64 reference.
+template <typename Real>
+double max_abs_error(const std::vector<Real>& a, const std::vector<double>& ref) {
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(double(a[i]) - ref[i]));
+  return err;
 }
 
 struct KernelRun {
@@ -125,25 +129,38 @@ KernelRun run_kernel(const Problem& pr, uint64_t seed, const std::vector<Attenti
   return r;
 }
 
+// The kernel's error against float64 must be at most twice the error of a naive
+// float32 implementation of the same formulas.
 void expect_matches_dense(const Problem& pr) {
   const KernelRun r = run_kernel(pr, 100);
-  const Dense d = dense_reference(pr, r.q, r.k, r.v, r.dout);
-  EXPECT_LT(max_rel(r.o, d.o), 2e-6);
-  EXPECT_LT(max_rel(r.lse, d.lse), 2e-6);
-  EXPECT_LT(max_rel(r.dq, d.dq), 1e-5);
-  EXPECT_LT(max_rel(r.dk, d.dk), 1e-5);
-  EXPECT_LT(max_rel(r.dv, d.dv), 1e-5);
+  const Dense<double> ref = dense_attention<double>(pr, r.q, r.k, r.v, r.dout);
+  const Dense<float> naive = dense_attention<float>(pr, r.q, r.k, r.v, r.dout);
+  const auto check = [](const char* name, const std::vector<float>& ours,
+                        const std::vector<float>& fp32, const std::vector<double>& f64) {
+    const double e_ours = max_abs_error(ours, f64), e_naive = max_abs_error(fp32, f64);
+    if (getenv("LCT_SHOW_ERRORS")) std::printf("%s %.3g %.3g ratio %.2f\n", name, e_ours, e_naive, e_ours / e_naive);
+    EXPECT_LE(e_ours, 2 * e_naive) << name << ": kernel error " << e_ours
+                                          << " vs naive float32 error " << e_naive;
+  };
+  check("O", r.o, naive.o, ref.o);
+  check("LSE", r.lse, naive.lse, ref.lse);
+  check("dQ", r.dq, naive.dq, ref.dq);
+  check("dK", r.dk, naive.dk, ref.dk);
+  check("dV", r.dv, naive.dv, ref.dv);
 }
 
-TEST(Attention, OneDocumentMatchesDenseReference) { expect_matches_dense({2, 2, 16, {0, 200}}); }
+TEST(Attention, OneDocumentMatchesDenseReference) {
+  // 700 rows: several 256-row key blocks and many query tiles, none of them full
+  expect_matches_dense({2, 2, 64, {0, 700}});
+}
 
-TEST(Attention, ManyDocumentsLengthsOffBlockSize) {
-  // 1-token documents, lengths straddling the 64-row query and 128-row key tiles
-  expect_matches_dense({4, 2, 8, {0, 1, 64, 129, 130, 261, 262, 400}});
+TEST(Attention, ManyShortDocumentsLengthsOffBlockSize) {
+  // 1-token documents, lengths straddling the 64-row query and 256-row key tiles
+  expect_matches_dense({4, 2, 8, {0, 1, 64, 129, 130, 261, 262, 400, 401, 402, 659}});
 }
 
 TEST(Attention, GqaRatiosMatchDenseReference) {
-  for (int kv : {8, 4, 2, 1}) expect_matches_dense({8, kv, 8, {0, 37, 150, 151}});
+  for (int kv : {8, 4, 2, 1}) expect_matches_dense({8, kv, 32, {0, 37, 150, 151, 451}});
 }
 
 TEST(Attention, GqaEqualsMhaWithRepeatedKv) {

@@ -302,6 +302,8 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
 
 }  // namespace
 
+void blocked_attention_release_workspace() { tls_workspace = Workspace(); }
+
 void blocked_attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                                const float* q, const float* k, const float* v, float* out,
                                float* lse) {

@@ -36,4 +36,6 @@ void blocked_attention_backward(const AttentionParams& params,
                                 const float* lse, const float* dout, float* dq, float* dk,
                                 float* dv);
 
+void blocked_attention_release_workspace();
+
 }  // namespace lct

@@ -72,4 +72,6 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
   }
 }
 
+void attention_release_workspace() { blocked_attention_release_workspace(); }
+
 }  // namespace lct

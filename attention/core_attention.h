@@ -12,7 +12,8 @@
 // Work is described by a list of tasks. A task is a contiguous run of query rows of
 // one document together with a contiguous run of key/value rows of the same document;
 // the causal rule compares in-document positions, so a task can be any query shard
-// with the key prefix it needs (what context parallelism and CAD hand over).
+// with the key prefix it needs (what context parallelism and CAD hand over). Query
+// rows of different tasks must not overlap; key rows may be shared between tasks.
 #pragma once
 
 #include <cstdint>
@@ -63,5 +64,10 @@ void attention_forward(const AttentionParams& params, std::span<const AttentionT
 void attention_backward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                         const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv);
+
+// The kernels keep grow-only scratch per calling thread (tiles, D = rowsum(dO*O), and
+// per-thread dQ partials sized by the largest batch seen), so steady-state steps
+// allocate nothing. This frees it, e.g. between benchmarks of different lengths.
+void attention_release_workspace();
 
 }  // namespace lct

@@ -33,8 +33,8 @@ struct LlamaConfig {
   int64_t hidden_size = 256;
   int64_t intermediate_size = 688;
   int num_hidden_layers = 4;
-  int num_attention_heads = 8;
-  int num_key_value_heads = 4;
+  int num_attention_heads = 4;
+  int num_key_value_heads = 2;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;

@@ -2,11 +2,13 @@
 //   lct train [--config FILE] [--section.key VALUE ...]
 //   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5]
 //   lct inspect FILE [--json] | lct inspect --compare A.h5 B.h5 [--json]
+//   lct bench [--config FILE] [--section.key VALUE ...] [--json] [--attention-lengths ...]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <map>
 
+#include "src/bench.h"
 #include "src/config.h"
 #include "src/eval.h"
 #include "src/inspect.h"
@@ -15,6 +17,38 @@
 #include "src/trainer.h"
 
 using namespace lct;
+
+namespace {
+// Every config key as --section.key on a subcommand, collected into overrides.
+void add_config_options(CLI::App* app, std::string& config_file,
+                        std::map<std::string, std::string>& overrides) {
+  app->add_option("--config", config_file, "TOML config file (e.g. configs/default.toml)")
+      ->check(CLI::ExistingFile);
+  const Config defaults;
+  for (const ConfigKey& k : config_keys()) {
+    const std::string section = k.name.substr(0, k.name.find('.'));
+    app->add_option_function<std::string>(
+           "--" + k.name, [&overrides, name = k.name](const std::string& v) { overrides[name] = v; },
+           k.help)
+        ->default_str(k.get(defaults))
+        ->group("[" + section + "]")
+        ->type_name(k.type == KeyType::integer   ? "INT"
+                    : k.type == KeyType::number  ? "FLOAT"
+                    : k.type == KeyType::boolean ? "BOOL"
+                                                 : "TEXT");
+  }
+  app->get_formatter()->column_width(36);
+}
+
+Config resolve_config(const std::string& config_file,
+                      const std::map<std::string, std::string>& overrides) {
+  Config config;
+  if (!config_file.empty()) apply_toml_file(config, config_file);
+  apply_overrides(config, overrides);
+  validate_config(config);
+  return config;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"lct: long-context transformer training on CPUs"};
@@ -28,23 +62,38 @@ int main(int argc, char** argv) {
   // ---- train ----------------------------------------------------------------
   CLI::App* train = app.add_subcommand("train", "train a model (keys: section.key, see --help)");
   std::string config_file;
-  train->add_option("--config", config_file, "TOML config file (e.g. configs/default.toml)")
-      ->check(CLI::ExistingFile);
-  const Config defaults;
   std::map<std::string, std::string> overrides;
-  for (const ConfigKey& k : config_keys()) {
-    const std::string section = k.name.substr(0, k.name.find('.'));
-    train->add_option_function<std::string>(
-             "--" + k.name, [&overrides, name = k.name](const std::string& v) { overrides[name] = v; },
-             k.help)
-        ->default_str(k.get(defaults))
-        ->group("[" + section + "]")
-        ->type_name(k.type == KeyType::integer   ? "INT"
-                    : k.type == KeyType::number  ? "FLOAT"
-                    : k.type == KeyType::boolean ? "BOOL"
-                                                 : "TEXT");
-  }
-  train->get_formatter()->column_width(36);
+  add_config_options(train, config_file, overrides);
+
+  // ---- bench ----------------------------------------------------------------
+  CLI::App* bench = app.add_subcommand(
+      "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
+  std::string bench_config_file;
+  std::map<std::string, std::string> bench_overrides;
+  BenchOptions bench_options;
+  bench->add_option("--attention-lengths", bench_options.attention_lengths,
+                    "sequence lengths for the attention kernel")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--step-lengths", bench_options.step_lengths,
+                    "sequence lengths for full training steps")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_option("--sections", bench_options.sections, "what to measure")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ceilings", "attention", "step"}))
+      ->capture_default_str();
+  bench->add_option("--repeats", bench_options.repeats, "timed runs per figure (median reported)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  bench->add_option("--budget", bench_options.budget_seconds,
+                    "seconds after which a figure stops repeating (at least one run)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench->add_flag("--json", bench_options.json, "print one JSON document instead of tables");
+  add_config_options(bench, bench_config_file, bench_overrides);
 
   // ---- eval -----------------------------------------------------------------
   CLI::App* eval = app.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
@@ -72,10 +121,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*train) {
-      Config config;
-      if (!config_file.empty()) apply_toml_file(config, config_file);
-      apply_overrides(config, overrides);
-      validate_config(config);
+      const Config config = resolve_config(config_file, overrides);
       configure_threads(config.train.threads);
       Trainer trainer(config);
       if (config.train.resume == "auto") {
@@ -90,6 +136,10 @@ int main(int argc, char** argv) {
       }
       install_stop_signal_handlers();
       return trainer.run();
+    } else if (*bench) {
+      const Config config = resolve_config(bench_config_file, bench_overrides);
+      configure_threads(config.train.threads);
+      return run_bench(config, bench_options);
     } else if (*inspect) {
       if (inspect_compare != (inspect_files.size() == 2) || inspect_files.size() > 2)
         throw std::invalid_argument(inspect_compare ? "inspect --compare needs exactly two files"

@@ -21,6 +21,9 @@ namespace lct {
 // Sets OpenMP and OpenBLAS thread counts (0 = all cores); returns the count used.
 int configure_threads(int64_t threads);
 std::string blas_description();
+// Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
+// AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
+std::string blas_capability_warning();
 
 std::unique_ptr<DocumentSource> make_document_source(const Config& config);
 LlamaConfig model_config(const Config& config);  // [model] plus attention.kernel

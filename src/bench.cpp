@@ -1,0 +1,366 @@
+#include "src/bench.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <malloc.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "attention/core_attention.h"
+#include "data/rng.h"
+#include "src/flops.h"
+#include "src/log.h"
+#include "src/trainer.h"
+
+namespace lct {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Runs `once` (which returns one or more timings) until `repeats` timed runs are
+// collected or the budget is used up. A first warm-up run is discarded unless it
+// alone took a quarter of the budget (long shapes, where warm-up effects vanish).
+std::vector<std::vector<double>> repeat_timed(const BenchOptions& o,
+                                              const std::function<std::vector<double>()>& once) {
+  std::vector<std::vector<double>> runs;
+  const auto t0 = Clock::now();
+  const std::vector<double> warm = once();
+  if (seconds_since(t0) > o.budget_seconds / 4) runs.push_back(warm);
+  while (int(runs.size()) < o.repeats && (runs.empty() || seconds_since(t0) < o.budget_seconds))
+    runs.push_back(once());
+  return runs;
+}
+
+std::vector<double> column(const std::vector<std::vector<double>>& runs, size_t i) {
+  std::vector<double> c;
+  for (const auto& r : runs) c.push_back(r[i]);
+  return c;
+}
+
+// ---- machine -------------------------------------------------------------------
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+// Peak resident memory since the last reset_peak_rss() (Linux VmHWM), in bytes.
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
+}
+
+// ---- ceilings ------------------------------------------------------------------
+
+double sgemm_gflops(const BenchOptions& o, int64_t n) {
+  std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
+  for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = float(i % 7) * 0.1f, b[size_t(i)] = float(i % 5) * 0.1f;
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(),
+                int(n), b.data(), int(n), 0.0f, c.data(), int(n));
+    return std::vector<double>{seconds_since(t0)};
+  });
+  return 2.0 * double(n) * n * n / median(column(runs, 0)) / 1e9;
+}
+
+// Independent FMA chains per thread, enough of them to hide the FMA latency: the
+// machine's float32 multiply-add peak for the vector width this binary targets.
+double fma_loop(int64_t iterations) {
+#if defined(__AVX512F__)
+  using Vec = __m512;
+  constexpr int kLanes = 16;
+  auto set1 = [](float x) { return _mm512_set1_ps(x); };
+  auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
+  auto lane0 = [](Vec v) { return _mm512_reduce_add_ps(v); };
+#elif defined(__AVX2__) && defined(__FMA__)
+  using Vec = __m256;
+  constexpr int kLanes = 8;
+  auto set1 = [](float x) { return _mm256_set1_ps(x); };
+  auto fma = [](Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); };
+  auto lane0 = [](Vec v) { return _mm256_cvtss_f32(v); };
+#else
+  using Vec = float;
+  constexpr int kLanes = 1;
+  auto set1 = [](float x) { return x; };
+  auto fma = [](Vec a, Vec b, Vec c) { return a * b + c; };
+  auto lane0 = [](Vec v) { return v; };
+#endif
+  constexpr int kChains = 12;
+  double total = 0.0;
+  const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : total)
+  {
+    Vec acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = set1(1.0f + 0.001f * float(c));
+    const Vec mul = set1(0.999999f), add = set1(1e-7f);
+    for (int64_t i = 0; i < iterations; ++i)
+      for (int c = 0; c < kChains; ++c) acc[c] = fma(acc[c], mul, add);
+    float sink = 0.0f;
+    for (int c = 0; c < kChains; ++c) sink += lane0(acc[c]);
+    total += sink * 1e-30;  // keeps the chains alive
+  }
+  const double s = seconds_since(t0);
+  const double flops = 2.0 * kLanes * kChains * double(iterations) * omp_get_max_threads();
+  return flops / s / 1e9 + total * 0.0;
+}
+
+double fma_peak_gflops(const BenchOptions& o) {
+  fma_loop(1 << 22);  // wake the cores
+  const auto runs = repeat_timed(o, [] { return std::vector<double>{fma_loop(1 << 25)}; });
+  return median(column(runs, 0));
+}
+
+// ---- attention -----------------------------------------------------------------
+
+struct AttentionRow {
+  std::string layout;
+  int64_t tokens = 0, documents = 0, pairs = 0;
+  double fwd_s = 0, bwd_s = 0, fwd_gflops = 0, bwd_gflops = 0, total_gflops = 0;
+  int runs = 0;
+};
+
+AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
+                             const std::string& layout, std::span<const int32_t> cu) {
+  const std::vector<AttentionTask> tasks = tasks_for_documents(cu);
+  const int64_t T = cu.back(), qn = T * p.num_heads * p.head_dim,
+                kn = T * p.num_kv_heads * p.head_dim;
+  const size_t qs = size_t(qn), ks = size_t(kn);
+  std::vector<float> q(qs), k(ks), v(ks), out(qs), lse(size_t(T) * p.num_heads), dout(qs),
+      dq(qs), dk(ks), dv(ks);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < qn; ++i) {
+    q[size_t(i)] = float(normal_at(1, 0, uint64_t(i)));
+    dout[size_t(i)] = float(normal_at(1, 3, uint64_t(i)));
+    if (i < kn) {
+      k[size_t(i)] = float(normal_at(1, 1, uint64_t(i)));
+      v[size_t(i)] = float(normal_at(1, 2, uint64_t(i)));
+    }
+  }
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    attention_forward(p, tasks, q.data(), k.data(), v.data(), out.data(), lse.data());
+    const double fwd = seconds_since(t0);
+    const auto t1 = Clock::now();
+    attention_backward(p, tasks, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                       dout.data(), dq.data(), dk.data(), dv.data());
+    return std::vector<double>{fwd, seconds_since(t1)};
+  });
+  AttentionRow r;
+  r.layout = layout;
+  r.tokens = T;
+  r.documents = int64_t(cu.size()) - 1;
+  r.pairs = attended_pairs(tasks);
+  r.runs = int(runs.size());
+  r.fwd_s = median(column(runs, 0));
+  r.bwd_s = median(column(runs, 1));
+  std::vector<double> sum;
+  for (const auto& run : runs) sum.push_back(run[0] + run[1]);
+  const double fwd_flops = 4.0 * p.num_heads * p.head_dim * double(r.pairs);
+  r.fwd_gflops = fwd_flops / r.fwd_s / 1e9;
+  r.bwd_gflops = 2.5 * fwd_flops / r.bwd_s / 1e9;
+  r.total_gflops = 3.5 * fwd_flops / median(sum) / 1e9;
+  return r;
+}
+
+// ---- training step -------------------------------------------------------------
+
+struct StepRow {
+  int64_t seq_len = 0, documents = 0;
+  double ms = 0, tokens_per_s = 0, gflops = 0;
+  int64_t peak_rss = 0, activation_bytes = 0;
+  int runs = 0;
+};
+
+Config config_at_length(const Config& base, int64_t L) {
+  Config c = base;
+  c.data.seq_len = L;
+  c.data.max_doc_len = L;
+  c.train.micro_batches = 1;
+  c.train.steps = 1 << 20;  // the schedule is irrelevant; keep lr in warmup
+  return c;
+}
+
+// Document boundaries of the first packed sequence of length L from the config's data.
+std::vector<int32_t> first_sequence_documents(const Config& base, int64_t L) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config_at_length(base, L));
+  SequencePacker packer(*source, L);
+  return packer.sequence(0).cu_seqlens;
+}
+
+StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L) {
+  attention_release_workspace();
+  malloc_trim(0);
+  reset_peak_rss();
+  StepRow r;
+  r.seq_len = L;
+  {
+    Trainer trainer(config_at_length(base, L));
+    std::vector<double> ms, tps, gf;
+    const auto runs = repeat_timed(o, [&] {
+      const StepRecord s = trainer.train_step();
+      return std::vector<double>{s.ms, s.tokens_per_s, s.gflops};
+    });
+    r.runs = int(runs.size());
+    r.ms = median(column(runs, 0));
+    r.tokens_per_s = median(column(runs, 1));
+    r.gflops = median(column(runs, 2));
+    r.activation_bytes = trainer.model().activation_bytes();
+    r.documents = int64_t(first_sequence_documents(base, L).size()) - 1;
+    r.peak_rss = peak_rss_bytes();
+  }
+  attention_release_workspace();
+  malloc_trim(0);
+  return r;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+bool wants(const BenchOptions& o, const char* section) {
+  return std::find(o.sections.begin(), o.sections.end(), section) != o.sections.end();
+}
+
+}  // namespace
+
+int run_bench(const Config& config, const BenchOptions& o) {
+  const LlamaConfig model = model_config(config);
+  AttentionParams ap;
+  ap.kernel = model.attention_kernel;
+  ap.num_heads = model.num_attention_heads;
+  ap.num_kv_heads = model.num_key_value_heads;
+  ap.head_dim = int(model.head_dim());
+  ap.scale = float(1.0 / std::sqrt(double(ap.head_dim)));
+  const int threads = omp_get_max_threads();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const std::string cpu = cpu_model_name();
+  const std::string blas_warning = blas_capability_warning();
+  const auto say = [&](const char* fmt, auto... args) {
+    if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
+  };
+
+  say("lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
+      omp_get_max_threads(), openblas_get_num_threads(), blas_description().c_str());
+  if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
+  say("medians of up to %d runs per figure (%.0f s budget each)\n", o.repeats, o.budget_seconds);
+
+  double sgemm = 0, fma = 0;
+  const int64_t sgemm_n = 2048;
+  if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) {
+    sgemm = sgemm_gflops(o, sgemm_n);
+    fma = fma_peak_gflops(o);
+    say("\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
+        (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+  }
+
+  std::vector<AttentionRow> attention_rows;
+  if (wants(o, "attention")) {
+    say("\nattention  kernel %s, H %d, KV %d, hd %d | GFLOP/s, FlashAttention convention "
+        "(fwd 4*H*hd*pairs, bwd 2.5x)\n",
+        attention_kernel_name(ap.kernel), ap.num_heads, ap.num_kv_heads, ap.head_dim);
+    say("  %-8s %7s %5s %9s %9s %9s %9s %9s %5s\n", "layout", "tokens", "docs", "fwd", "bwd",
+        "fwd+bwd", "xSGEMM", "f+b ms", "runs");
+    for (int64_t L : o.attention_lengths) {
+      const std::vector<int32_t> one_doc = {0, int32_t(L)};
+      const std::vector<int32_t> packed = first_sequence_documents(config, L);
+      for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
+        const AttentionRow r = bench_attention(o, ap, layout, cu);
+        attention_rows.push_back(r);
+        say("  %-8s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %5d\n", r.layout.c_str(),
+            (long long)r.tokens, (long long)r.documents, r.fwd_gflops, r.bwd_gflops,
+            r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s), r.runs);
+      }
+      attention_release_workspace();
+    }
+  }
+
+  std::vector<StepRow> step_rows;
+  if (wants(o, "step")) {
+    say("\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+        "documents | model GFLOP/s (src/flops.h), MFU vs SGEMM and vs FMA\n",
+        model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
+        model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
+        (long long)model.vocab_size, config.data.doc_lengths.c_str());
+    say("  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
+        "GFLOP/s", "xSGEMM", "xFMA", "peak MiB", "acts MiB", "runs");
+    for (int64_t L : o.step_lengths) {
+      const StepRow r = bench_step(o, config, L);
+      step_rows.push_back(r);
+      say("  %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", (long long)r.seq_len,
+          (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / sgemm, r.gflops / fma,
+          double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0, r.runs);
+    }
+  }
+
+  if (o.json) {
+    std::ostringstream j;
+    j.precision(6);
+    j << "{\"machine\":{\"cpu\":\"" << json_escape(cpu) << "\",\"threads\":" << threads
+      << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
+      << openblas_get_corename() << "\",\"openblas_coretype_env\":"
+      << (coretype ? "\"" + json_escape(coretype) + "\"" : std::string("null"))
+      << ",\"blas_warning\":\"" << json_escape(blas_warning) << "\"}";
+    j << ",\"ceilings\":{\"sgemm_n\":" << sgemm_n << ",\"sgemm_gflops\":" << sgemm
+      << ",\"fma_gflops\":" << fma << "}";
+    j << ",\"attention\":{\"kernel\":\"" << attention_kernel_name(ap.kernel)
+      << "\",\"heads\":" << ap.num_heads << ",\"kv_heads\":" << ap.num_kv_heads
+      << ",\"head_dim\":" << ap.head_dim << ",\"rows\":[";
+    for (size_t i = 0; i < attention_rows.size(); ++i) {
+      const AttentionRow& r = attention_rows[i];
+      j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"tokens\":" << r.tokens
+        << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
+        << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
+        << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
+        << ",\"fwd_bwd_gflops\":" << r.total_gflops
+        << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / sgemm << ",\"runs\":" << r.runs << "}";
+    }
+    j << "]},\"step\":[";
+    for (size_t i = 0; i < step_rows.size(); ++i) {
+      const StepRow& r = step_rows[i];
+      j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
+        << ",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
+        << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / sgemm
+        << ",\"mfu_vs_fma\":" << r.gflops / fma << ",\"peak_rss_bytes\":" << r.peak_rss
+        << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
+    }
+    j << "]}";
+    std::printf("%s\n", j.str().c_str());
+  }
+  return 0;
+}
+
+}  // namespace lct

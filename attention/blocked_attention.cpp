@@ -201,8 +201,10 @@ void group_tasks_by_keys(std::span<const AttentionTask> tasks, Workspace& ws) {
   ws.task_order.clear();
   for (size_t i = 0; i < tasks.size(); ++i)
     if (tasks[i].q_len > 0 && tasks[i].kv_len > 0) ws.task_order.push_back(int32_t(i));
-  std::stable_sort(ws.task_order.begin(), ws.task_order.end(),
-                   [&](int32_t a, int32_t b) { return tasks[a].kv_row < tasks[b].kv_row; });
+  // (std::sort with a total order: deterministic, and unlike stable_sort it allocates nothing)
+  std::sort(ws.task_order.begin(), ws.task_order.end(), [&](int32_t a, int32_t b) {
+    return tasks[a].kv_row != tasks[b].kv_row ? tasks[a].kv_row < tasks[b].kv_row : a < b;
+  });
   ws.groups.clear();
   int64_t group_end = -1;
   for (int32_t idx = 0; idx < int32_t(ws.task_order.size()); ++idx) {
@@ -321,8 +323,11 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
     }
   }
   // Largest tiles first: dynamic scheduling then balances the causal triangle.
-  std::stable_sort(items.begin(), items.end(),
-                   [](const ForwardItem& a, const ForwardItem& b) { return a.cost > b.cost; });
+  std::sort(items.begin(), items.end(), [](const ForwardItem& a, const ForwardItem& b) {
+    if (a.cost != b.cost) return a.cost > b.cost;
+    if (a.task != b.task) return a.task < b.task;
+    return a.block_start != b.block_start ? a.block_start < b.block_start : a.kv_head < b.kv_head;
+  });
 
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
   const size_t per_thread = forward_tile_floats(geo);
@@ -373,8 +378,11 @@ void blocked_attention_backward(const AttentionParams& params,
       for (int64_t g = 0; g < geo.KV; ++g) items.push_back({gi, int32_t(g), r0, r1, cost, 0});
     }
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const KeyBlockItem& a, const KeyBlockItem& b) { return a.cost > b.cost; });
+  std::sort(items.begin(), items.end(), [](const KeyBlockItem& a, const KeyBlockItem& b) {
+    if (a.cost != b.cost) return a.cost > b.cost;
+    if (a.group != b.group) return a.group < b.group;
+    return a.row_begin != b.row_begin ? a.row_begin < b.row_begin : a.kv_head < b.kv_head;
+  });
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
   ws.thread_load.assign(threads, 0);
   for (KeyBlockItem& item : items) {  // longest first onto the least-loaded thread

@@ -20,8 +20,13 @@ const char* attention_kernel_name(AttentionKernel kernel) {
 
 std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens) {
   std::vector<AttentionTask> tasks;
-  if (cu_seqlens.size() < 2) return tasks;
-  tasks.reserve(cu_seqlens.size() - 1);
+  tasks_for_documents(cu_seqlens, tasks);
+  return tasks;
+}
+
+void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks) {
+  tasks.clear();
+  if (cu_seqlens.size() < 2) return;
   for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
     AttentionTask t;
     t.q_row = t.kv_row = cu_seqlens[d];
@@ -29,7 +34,6 @@ std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqle
     t.q_pos = t.kv_pos = 0;
     if (t.q_len > 0) tasks.push_back(t);
   }
-  return tasks;
 }
 
 int64_t attended_pairs(std::span<const AttentionTask> tasks) {

@@ -49,6 +49,8 @@ struct AttentionParams {
 // One task per document of a packed batch: queries and keys are the whole document.
 // cu_seqlens has n+1 entries, cu_seqlens[0] = 0, strictly increasing.
 std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens);
+// Same, into an existing vector (reuses its capacity).
+void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks);
 
 // Number of (query, key) pairs the tasks attend to; attention forward FLOPs are
 // 4 * H * hd * pairs (FlashAttention / Megatron causal-aware convention).

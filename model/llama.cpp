@@ -94,18 +94,28 @@ LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config) {
   attn_params_.num_kv_heads = config_.num_key_value_heads;
   attn_params_.head_dim = int(config_.head_dim());
   attn_params_.scale = float(1.0 / std::sqrt(double(config_.head_dim())));
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto at = [&](const char* n) { return table_.get(p + n).offset; };
+    layer_offsets_.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
+                              at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
+                              at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
+                              at("mlp.gate_proj.weight"), at("mlp.up_proj.weight"),
+                              at("mlp.down_proj.weight")});
+  }
+  embed_offset_ = table_.get("model.embed_tokens.weight").offset;
+  lm_head_offset_ =
+      config_.tie_word_embeddings ? embed_offset_ : table_.get("lm_head.weight").offset;
+  final_norm_offset_ = table_.get("model.norm.weight").offset;
 }
 
 void LlamaModel::zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
 
 LlamaModel::LayerWeights LlamaModel::layer_weights(std::vector<float>& arena, int l) {
-  const std::string p = "model.layers." + std::to_string(l) + ".";
-  auto at = [&](const char* n) { return arena.data() + table_.get(p + n).offset; };
-  return {at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
-          at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
-          at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-          at("mlp.gate_proj.weight"),    at("mlp.up_proj.weight"),
-          at("mlp.down_proj.weight")};
+  const LayerOffsets& o = layer_offsets_[size_t(l)];
+  float* a = arena.data();
+  return {a + o.attn_norm, a + o.wq, a + o.wk,    a + o.wv,   a + o.wo,
+          a + o.mlp_norm,  a + o.wgate, a + o.wup, a + o.wdown};
 }
 
 void LlamaModel::ensure_capacity(int64_t T) {
@@ -245,17 +255,14 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   const int L = c.num_hidden_layers;
   if (T == 0) throw std::invalid_argument("empty batch");
   ensure_capacity(T);
-  const std::vector<AttentionTask> tasks = tasks_for_documents(batch.cu_seqlens);
+  tasks_for_documents(batch.cu_seqlens, tasks_);
+  const std::vector<AttentionTask>& tasks = tasks_;
   const int32_t* positions = batch.positions.data();
 
-  const float* embed = params.data() + table_.get("model.embed_tokens.weight").offset;
-  const float* lm_head = c.tie_word_embeddings
-                             ? embed
-                             : params.data() + table_.get("lm_head.weight").offset;
-  float* d_lm_head = grads.data() + table_.get(c.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                                      : "lm_head.weight")
-                                        .offset;
-  const float* final_norm = params.data() + table_.get("model.norm.weight").offset;
+  const float* embed = params.data() + embed_offset_;
+  const float* lm_head = params.data() + lm_head_offset_;
+  float* d_lm_head = grads.data() + lm_head_offset_;
+  const float* final_norm = params.data() + final_norm_offset_;
 
   embedding_forward(layer_acts_[0].x_in, batch.tokens.data(), embed, T, C);
   for (int l = 0; l < L; ++l) layer_forward(l, T, positions, tasks);
@@ -277,10 +284,10 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   if (!backward) return stats;
 
   std::fill(dx_, dx_ + T * C, 0.0f);
-  rmsnorm_backward(dx_, grads.data() + table_.get("model.norm.weight").offset, dh_, x_final_,
+  rmsnorm_backward(dx_, grads.data() + final_norm_offset_, dh_, x_final_,
                    final_norm, rstd_final_, T, C);
   for (int l = L - 1; l >= 0; --l) layer_backward(l, T, positions, tasks);
-  embedding_backward(grads.data() + table_.get("model.embed_tokens.weight").offset, dx_,
+  embedding_backward(grads.data() + embed_offset_, dx_,
                      batch.tokens.data(), T, C);
   return stats;
 }

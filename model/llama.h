@@ -82,6 +82,9 @@ class LlamaModel {
   struct LayerWeights {
     float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
   };
+  struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
+    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
+  };
   struct LayerActs {  // views into acts_, saved by forward for backward
     float *x_in, *rstd1, *h1, *q, *k, *v, *attn, *lse, *x_mid, *rstd2, *h2, *gate, *up, *act;
   };
@@ -96,6 +99,9 @@ class LlamaModel {
   TensorTable table_;
   int64_t num_params_ = 0;
   AttentionParams attn_params_;
+  std::vector<LayerOffsets> layer_offsets_;
+  int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
+  std::vector<AttentionTask> tasks_;  // reused across micro-batches
   RopeTable rope_;
 
   int64_t capacity_ = 0;  // tokens the activation buffers hold

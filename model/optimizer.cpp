@@ -27,15 +27,18 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
 double global_grad_norm(const std::vector<float>& g) {
   constexpr int64_t kChunk = 1 << 16;
   const int64_t n = int64_t(g.size()), chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(size_t(chunks), 0.0);
+  static thread_local std::vector<double> scratch;  // grow-only, calling thread's
+  scratch.assign(size_t(chunks), 0.0);
+  double* const partial = scratch.data();
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     double s = 0.0;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += double(g[i]) * g[i];
-    partial[size_t(c)] = s;
+    partial[c] = s;
   }
   double total = 0.0;
-  for (double s : partial) total += s;
+  for (int64_t c = 0; c < chunks; ++c) total += partial[c];
   return std::sqrt(total);
 }
 
@@ -65,14 +68,16 @@ void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads
   const float bias1 = float(1.0 - std::pow(b1, double(step_count_)));
   const float bias2 = float(1.0 - std::pow(b2, double(step_count_)));
   const float eps = float(config_.eps), flr = float(lr);
+  const float fb1 = float(b1), fb2 = float(b2);
+  // One parallel region over the flat arena; tensors differ only in weight decay.
+#pragma omp parallel
   for (const TensorSpec& s : table_.specs()) {
     float* p = params.data() + s.offset;
     const float* g = grads.data() + s.offset;
     float* m = m_.data() + s.offset;
     float* v = v_.data() + s.offset;
     const float decay = s.weight_decay ? float(config_.weight_decay) : 0.0f;
-    const float fb1 = float(b1), fb2 = float(b2);
-#pragma omp parallel for schedule(static)
+#pragma omp for simd schedule(static) nowait
     for (int64_t i = 0; i < s.numel; ++i) {
       const float gi = g[i] * mult;
       m[i] = fb1 * m[i] + (1.0f - fb1) * gi;

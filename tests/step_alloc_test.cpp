@@ -1,0 +1,61 @@
+// The steady-state training step allocates nothing: after a warm-up step, a model
+// forward/backward, the gradient norm and the optimizer step make no heap
+// allocation through operator new (this binary counts them). The attention kernel's
+// aligned scratch is grow-only and is covered by the same warm-up rule.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "model/llama.h"
+#include "model/optimizer.h"
+
+namespace {
+std::atomic<int64_t> g_new_calls{0};
+}
+
+void* operator new(size_t n) {
+  g_new_calls.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace lct {
+namespace {
+
+TEST(SteadyStateStep, AllocatesNothingAfterWarmUp) {
+  LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  LlamaModel model(c);
+  init_llama_params(model.table(), c, 7, model.params.data());
+  OptimizerConfig oc;
+  Optimizer opt(oc, model.table());
+
+  PackedBatch batch;
+  for (int i = 0; i < 700; ++i) batch.tokens.push_back((i * 7 + 3) % 64);
+  batch.cu_seqlens = {0, 1, 300, 301, 700};
+  derive_targets_and_positions(batch);
+
+  auto step = [&] {
+    model.zero_grads();
+    model.forward_backward(batch, 1.0f / float(batch.num_targets()), true);
+    const double norm = global_grad_norm(model.grads);
+    opt.step(model.params, model.grads, 1e-3, norm > 1.0 ? 1.0 / norm : 1.0);
+  };
+  step();  // warm-up: buffers reach their steady-state size
+  const int64_t before = g_new_calls.load();
+  step();
+  step();
+  EXPECT_EQ(g_new_calls.load() - before, 0) << "operator new calls in two steady-state steps";
+}
+
+}  // namespace
+}  // namespace lct

@@ -1,0 +1,44 @@
+#!/bin/bash
+# lct bench end to end at tiny sizes: valid JSON, every section filled, sane numbers;
+# then bench/compare_pytorch.py at a tiny length (needs python3-torch, like the
+# reference tests: scripts/setup.sh --python).
+set -euo pipefail
+LCT=$1
+SRC=$2
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+"$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --repeats 2 --budget 5 \
+  --model.num_hidden_layers 2 > "$out"
+python3 - "$out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["machine"]
+assert m["openblas_core"] and m["threads"] >= 1, m
+c = r["ceilings"]
+assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0, c
+rows = r["attention"]["rows"]
+assert [x["tokens"] for x in rows] == [300, 300, 700, 700], rows
+assert [x["layout"] for x in rows] == ["one-doc", "packed"] * 2, rows
+for x in rows:
+    assert x["fwd_gflops"] > 0 and x["bwd_gflops"] > 0 and x["runs"] >= 1, x
+    if x["layout"] == "one-doc":
+        assert x["pairs"] == x["tokens"] * (x["tokens"] + 1) // 2, x
+steps = r["step"]
+assert [x["tokens"] for x in steps] == [256, 512], steps
+for x in steps:
+    assert x["tokens_per_s"] > 0 and x["peak_rss_bytes"] > 0 and x["activation_bytes"] > 0, x
+print("bench_smoke: JSON ok")
+PY
+
+# bad options are one-line errors
+if "$LCT" bench --sections nonsense 2>/dev/null; then echo "bad --sections accepted"; exit 1; fi
+
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "bench_smoke: needs python3-torch for bench/compare_pytorch.py; run scripts/setup.sh --python" >&2
+  exit 1
+fi
+/usr/bin/python3 "$SRC/bench/compare_pytorch.py" --lct "$LCT" --length 128 --steps 1 \
+  --oom-length 0 --json > "$out"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['speedup'] > 0, r; print('compare_pytorch: ok, speedup', round(r['speedup'], 2))" "$out"

@@ -30,11 +30,51 @@ struct Geometry {
   int64_t qb;  // query rows per tile (per head)
   int64_t mp;  // packed rows per tile, G * qb
   float scale;
+  // DCA: query tiles and key blocks never straddle a chunk boundary (chunk length s),
+  // so every (query tile, key block) pair uses one query rotation.
+  bool dca;
+  int64_t s, C;
+  const DcaParams* dca_params;
   explicit Geometry(const AttentionParams& p)
       : H(p.num_heads), KV(p.num_kv_heads), hd(p.head_dim), G(H / KV), ldq(H * hd),
         ldk(KV * hd), qb(std::max(kMinQueryBlock, kPackedRows / G)), mp(G * qb),
-        scale(p.scale) {}
+        scale(p.scale), dca(p.kernel == AttentionKernel::dca),
+        s(dca ? p.dca.chunk_len() : INT64_MAX), C(p.dca.chunk_size), dca_params(&p.dca) {}
 };
+
+// How a packed query tile is rotated: not at all (causal: Q arrives rotated) or by one
+// of DCA's three query positions.
+enum class QueryRotation { none, intra, successive, inter };
+
+QueryRotation rotation_for_chunk_distance(int64_t distance) {
+  return distance == 0 ? QueryRotation::intra
+                       : distance == 1 ? QueryRotation::successive : QueryRotation::inter;
+}
+
+// RoPE position of a query at in-document offset u under rotation r (dca.md §1.1).
+inline int64_t query_position(const Geometry& geo, QueryRotation r, int64_t u) {
+  switch (r) {
+    case QueryRotation::intra: return u % geo.s;
+    case QueryRotation::successive: return std::min(u % geo.s + geo.s, geo.C);
+    default: return std::min(2 * geo.s - 1, geo.C);
+  }
+}
+
+// Logit multiplier of task t: scale, times DCA's per-document temperature.
+inline float logit_scale(const Geometry& geo, const AttentionTask& t) {
+  if (!geo.dca) return geo.scale;
+  const int64_t doc_len = t.doc_len > 0 ? t.doc_len
+                                        : std::max<int64_t>(int64_t(t.q_pos) + t.q_len,
+                                                            int64_t(t.kv_pos) + t.kv_len);
+  return geo.scale * dca_logit_multiplier(doc_len, *geo.dca_params);
+}
+
+// End (task-relative, exclusive) of the query tile starting at row i0.
+inline int64_t query_tile_end(const Geometry& geo, const AttentionTask& t, int64_t i0) {
+  int64_t end = std::min<int64_t>(i0 + geo.qb, t.q_len);
+  if (geo.dca) end = std::min<int64_t>(end, ((t.q_pos + i0) / geo.s + 1) * geo.s - t.q_pos);
+  return end;
+}
 
 // Keys [0, visible_keys(t, i)) of task t are visible to its query row i.
 inline int64_t visible_keys(const AttentionTask& t, int64_t i) {
@@ -67,6 +107,7 @@ struct ForwardItem {
   int32_t task;
   int32_t kv_head;
   int32_t block_start;  // first query row of the block, task-relative
+  int32_t block_len;
   int64_t cost;         // packed rows x visible keys, for largest-first scheduling
 };
 
@@ -96,35 +137,54 @@ struct Workspace {
 thread_local Workspace tls_workspace;
 
 // Packs query rows [i0, i0+n) of task t for the G heads of kv head g into
-// dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor.
+// dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor and, for DCA,
+// rotated by the query position of rotation r (HF rotate_half convention).
 inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
-                      int64_t n, const float* src, float factor, float* dst) {
-  for (int64_t hh = 0; hh < geo.G; ++hh)
-    for (int64_t i = 0; i < n; ++i) {
+                      int64_t n, const float* src, float factor, float* dst,
+                      QueryRotation r = QueryRotation::none) {
+  const int64_t half = geo.hd / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* cs = nullptr;
+    const float* sn = nullptr;
+    if (r != QueryRotation::none) {
+      const int64_t p = query_position(geo, r, t.q_pos + i0 + i);
+      cs = geo.dca_params->rope_cos + p * half;
+      sn = geo.dca_params->rope_sin + p * half;
+    }
+    for (int64_t hh = 0; hh < geo.G; ++hh) {
       const float* s = src + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * geo.hd;
       float* d = dst + (hh * n + i) * geo.hd;
+      if (!cs) {
 #pragma omp simd
-      for (int64_t c = 0; c < geo.hd; ++c) d[c] = s[c] * factor;
+        for (int64_t c = 0; c < geo.hd; ++c) d[c] = s[c] * factor;
+        continue;
+      }
+#pragma omp simd
+      for (int64_t c = 0; c < half; ++c) {
+        const float a = s[c], b = s[c + half];
+        d[c] = factor * (a * cs[c] - b * sn[c]);
+        d[c + half] = factor * (b * cs[c] + a * sn[c]);
+      }
     }
+  }
 }
 
 size_t forward_tile_floats(const Geometry& geo) {
-  // Qp [mp, hd], S [mp, kKeyBlock], acc [mp, hd], row max and sum [mp]; padded to 64 B
-  return ((geo.mp * (2 * geo.hd + kKeyBlock + 2) + 15) / 16) * 16;
+  // Qp [3][mp, hd] (one per DCA rotation), S [mp, kKeyBlock], acc [mp, hd], row max and
+  // sum [mp]; padded to 64 B
+  return ((geo.mp * (4 * geo.hd + kKeyBlock + 2) + 15) / 16) * 16;
 }
 
 void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
-                  const float* q, const float* k, const float* v, float* out, float* lse,
-                  float* tile) {
-  const int64_t hd = geo.hd, n = std::min(geo.qb, int64_t(t.q_len) - i0), M = geo.G * n;
-  float* qp = tile;
-  float* s = qp + geo.mp * hd;
+                  int64_t n, const float* q, const float* k, const float* v, float* out,
+                  float* lse, float* tile) {
+  const int64_t hd = geo.hd, M = geo.G * n;
+  float* qp_parts = tile;  // up to three packed query tiles
+  float* s = qp_parts + 3 * geo.mp * hd;
   float* acc = s + geo.mp * kKeyBlock;
   float* row_max = acc + geo.mp * hd;
   float* row_sum = row_max + geo.mp;
 
-  // Qp = scale * Q, so S = Qp K^T are the logits.
-  pack_rows(geo, t, g, i0, n, q, geo.scale, qp);
   std::fill(row_max, row_max + M, kNegInf);
   std::fill(row_sum, row_sum + M, 0.0f);
   std::fill(acc, acc + M * hd, 0.0f);
@@ -133,44 +193,72 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
   const float* vg = v + t.kv_row * geo.ldk + g * hd;
   const int64_t key_end = visible_keys(t, i0 + n - 1);  // the last row sees the most keys
   const int64_t seen_by_all = visible_keys(t, i0);
-  for (int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
-    const int64_t m = std::min(kKeyBlock, key_end - j0);
-    // S [M, m] = Qp K_blk^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
-                int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
-    const bool crosses_diagonal = j0 + m > seen_by_all;
-    for (int64_t r = 0; r < M; ++r) {
-      float* sr = s + r * kKeyBlock;
-      const int64_t valid =
-          crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - j0, 0, m) : m;
-      if (valid == 0) {  // the row sees none of this block: P row is zero
-        std::fill(sr, sr + m, 0.0f);
-        continue;
-      }
-      float mx = row_max[r];
+
+  // Key ranges that share one query rotation. Causal: all keys, Q as given. DCA (the
+  // tile lies in chunk c): keys of chunks < c-1 (inter), of chunk c-1 (successive),
+  // of chunk c (intra), by in-document offset.
+  struct Part {
+    int64_t lo, hi;
+    QueryRotation rotation;
+  } parts[3];
+  int num_parts = 0;
+  if (!geo.dca) {
+    parts[num_parts++] = {0, key_end, QueryRotation::none};
+  } else {
+    const int64_t c = (t.q_pos + i0) / geo.s;
+    const int64_t b1 = std::clamp<int64_t>((c - 1) * geo.s - t.kv_pos, 0, key_end);
+    const int64_t b2 = std::clamp<int64_t>(c * geo.s - t.kv_pos, 0, key_end);
+    parts[num_parts++] = {0, b1, QueryRotation::inter};
+    parts[num_parts++] = {b1, b2, QueryRotation::successive};
+    parts[num_parts++] = {b2, key_end, QueryRotation::intra};
+  }
+
+  // Qp = logit scale * (rotated) Q, so S = Qp K^T are the logits.
+  const float factor = logit_scale(geo, t);
+  for (int pi = 0; pi < num_parts; ++pi) {
+    const Part& part = parts[pi];
+    if (part.lo >= part.hi) continue;
+    float* qp = qp_parts + pi * geo.mp * hd;
+    pack_rows(geo, t, g, i0, n, q, factor, qp, part.rotation);
+    for (int64_t j0 = part.lo; j0 < part.hi; j0 += kKeyBlock) {
+      const int64_t m = std::min(kKeyBlock, part.hi - j0);
+      // S [M, m] = Qp K_blk^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
+                  int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
+      const bool crosses_diagonal = j0 + m > seen_by_all;
+      for (int64_t r = 0; r < M; ++r) {
+        float* sr = s + r * kKeyBlock;
+        const int64_t valid =
+            crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - j0, 0, m) : m;
+        if (valid == 0) {  // the row sees none of this block: P row is zero
+          std::fill(sr, sr + m, 0.0f);
+          continue;
+        }
+        float mx = row_max[r];
 #pragma omp simd reduction(max : mx)
-      for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
-      // online softmax: rescale the running sum and accumulator to the new max
-      const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
-      float sum = 0.0f;
+        for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+        // online softmax: rescale the running sum and accumulator to the new max
+        const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
+        float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t c = 0; c < valid; ++c) {
-        const float e = fast_exp(sr[c] - mx);
-        sr[c] = e;
-        sum += e;
-      }
-      std::fill(sr + valid, sr + m, 0.0f);
-      row_sum[r] = row_sum[r] * correction + sum;
-      row_max[r] = mx;
-      if (correction != 1.0f) {
-        float* a = acc + r * hd;
+        for (int64_t c = 0; c < valid; ++c) {
+          const float e = fast_exp(sr[c] - mx);
+          sr[c] = e;
+          sum += e;
+        }
+        std::fill(sr + valid, sr + m, 0.0f);
+        row_sum[r] = row_sum[r] * correction + sum;
+        row_max[r] = mx;
+        if (correction != 1.0f) {
+          float* a = acc + r * hd;
 #pragma omp simd
-        for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
+          for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
+        }
       }
+      // acc [M, hd] += P V_blk
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
+                  int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
     }
-    // acc [M, hd] += P V_blk
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
-                int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
   }
 
   for (int64_t r = 0; r < M; ++r) {
@@ -191,8 +279,8 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
 }
 
 size_t backward_tile_floats(const Geometry& geo) {
-  // Qp, dOp [mp, hd]; P, dS [mp, kKeyBlock]; LSE, D [mp]
-  return ((geo.mp * (2 * geo.hd + 2 * kKeyBlock + 2) + 15) / 16) * 16;
+  // Qp, dOp, dQp [mp, hd]; P, dS [mp, kKeyBlock]; LSE, D [mp]
+  return ((geo.mp * (3 * geo.hd + 2 * kKeyBlock + 2) + 15) / 16) * 16;
 }
 
 // Groups tasks whose key rows overlap (CP/CAD shards of one document may share a
@@ -238,6 +326,7 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
   float* ds = p + geo.mp * kKeyBlock;
   float* lse_p = ds + geo.mp * kKeyBlock;
   float* dd = lse_p + geo.mp;
+  float* dqp = dd + geo.mp;  // DCA: dQ of the rotated tile before rotating back
   const TaskGroup& group = ws.groups[item.group];
 
   for (int32_t idx = group.first; idx < group.last; ++idx) {
@@ -252,10 +341,16 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
     float* dvc = dv + (t.kv_row + c0) * geo.ldk + g * hd;
     // first query row that sees key c0
     const int64_t i_first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 - t.q_pos, 0, t.q_len);
+    const float factor = logit_scale(geo, t);
+    const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;  // one chunk per block
 
-    for (int64_t i0 = i_first; i0 < t.q_len; i0 += geo.qb) {
-      const int64_t n = std::min<int64_t>(geo.qb, t.q_len - i0), M = geo.G * n;
-      pack_rows(geo, t, g, i0, n, q, geo.scale, qp);
+    for (int64_t i0 = i_first, i1; i0 < t.q_len; i0 = i1) {
+      i1 = query_tile_end(geo, t, i0);
+      const int64_t n = i1 - i0, M = geo.G * n;
+      const QueryRotation rotation =
+          geo.dca ? rotation_for_chunk_distance((t.q_pos + i0) / geo.s - key_chunk)
+                  : QueryRotation::none;
+      pack_rows(geo, t, g, i0, n, q, factor, qp, rotation);
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       for (int64_t r = 0; r < M; ++r) {
         const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
@@ -293,11 +388,33 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
       // S = scale Q K^T -> dK_blk += scale dS^T Q = dS^T Qp
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, ds,
                   int(kKeyBlock), qp, int(hd), 1.0f, dkc, int(geo.ldk));
-      // dQ += scale dS K_blk, written per head straight into the strided rows
-      for (int64_t hh = 0; hh < geo.G; ++hh)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(hd), int(mc),
-                    geo.scale, ds + hh * n * kKeyBlock, int(kKeyBlock), kc, int(geo.ldk), 1.0f,
-                    dq + (t.q_row + i0) * geo.ldq + (g * geo.G + hh) * hd, int(geo.ldq));
+      if (rotation == QueryRotation::none) {
+        // dQ += scale dS K_blk, written per head straight into the strided rows
+        for (int64_t hh = 0; hh < geo.G; ++hh)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(hd), int(mc),
+                      factor, ds + hh * n * kKeyBlock, int(kKeyBlock), kc, int(geo.ldk), 1.0f,
+                      dq + (t.q_row + i0) * geo.ldq + (g * geo.G + hh) * hd, int(geo.ldq));
+      } else {
+        // DCA: d(rotated q) = scale dS K_blk, then dq += R(p)^T d(rotated q)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(mc), factor,
+                    ds, int(kKeyBlock), kc, int(geo.ldk), 0.0f, dqp, int(hd));
+        const int64_t half = hd / 2;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t p = query_position(geo, rotation, t.q_pos + i0 + i);
+          const float* cs = geo.dca_params->rope_cos + p * half;
+          const float* sn = geo.dca_params->rope_sin + p * half;
+          for (int64_t hh = 0; hh < geo.G; ++hh) {
+            const float* src = dqp + (hh * n + i) * hd;
+            float* dst = dq + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * hd;
+#pragma omp simd
+            for (int64_t c = 0; c < half; ++c) {
+              // forward: y_c = x_c cos - x_{c+h} sin ; y_{c+h} = x_{c+h} cos + x_c sin
+              dst[c] += src[c] * cs[c] + src[c + half] * sn[c];
+              dst[c + half] += src[c + half] * cs[c] - src[c] * sn[c];
+            }
+          }
+        }
+      }
     }
   }
 }
@@ -315,11 +432,12 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
   items.clear();
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttentionTask& t = tasks[ti];
-    for (int64_t i0 = 0; i0 < t.q_len; i0 += geo.qb) {
-      const int64_t n = std::min<int64_t>(geo.qb, t.q_len - i0);
-      const int64_t cost = n * (visible_keys(t, i0 + n - 1) + 1);
+    for (int64_t i0 = 0, i1; i0 < t.q_len; i0 = i1) {
+      i1 = query_tile_end(geo, t, i0);
+      const int64_t n = i1 - i0;
+      const int64_t cost = n * (visible_keys(t, i1 - 1) + 1);
       for (int64_t g = 0; g < geo.KV; ++g)
-        items.push_back({int32_t(ti), int32_t(g), int32_t(i0), cost});
+        items.push_back({int32_t(ti), int32_t(g), int32_t(i0), int32_t(n), cost});
     }
   }
   // Largest tiles first: dynamic scheduling then balances the causal triangle.
@@ -337,8 +455,8 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
     float* tile = tiles + per_thread * omp_get_thread_num();
 #pragma omp for schedule(dynamic, 1)
     for (size_t w = 0; w < items.size(); ++w)
-      forward_tile(geo, tasks[items[w].task], items[w].kv_head, items[w].block_start, q, k, v,
-                   out, lse, tile);
+      forward_tile(geo, tasks[items[w].task], items[w].kv_head, items[w].block_start,
+                   items[w].block_len, q, k, v, out, lse, tile);
   }
 }
 
@@ -365,8 +483,14 @@ void blocked_attention_backward(const AttentionParams& params,
       begin = std::min<int64_t>(begin, t.kv_row);
       end = std::max<int64_t>(end, t.kv_row + t.kv_len);
     }
-    for (int64_t r0 = begin; r0 < end; r0 += kKeyBlock) {
-      const int64_t r1 = std::min(r0 + kKeyBlock, end);
+    // DCA: key blocks end at chunk boundaries too (offsets from the group's first
+    // task; tasks sharing key rows agree on their in-document offsets)
+    const AttentionTask& first = tasks[ws.task_order[group.first]];
+    const int64_t row_to_offset = int64_t(first.kv_pos) - first.kv_row;
+    for (int64_t r0 = begin, r1; r0 < end; r0 = r1) {
+      r1 = std::min(r0 + kKeyBlock, end);
+      if (geo.dca)
+        r1 = std::min(r1, ((r0 + row_to_offset) / geo.s + 1) * geo.s - row_to_offset);
       int64_t cost = 0;
       for (int32_t idx = group.first; idx < group.last; ++idx) {
         const AttentionTask& t = tasks[ws.task_order[idx]];

@@ -1,5 +1,7 @@
 #include "attention/core_attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "attention/blocked_attention.h"
@@ -8,12 +10,14 @@ namespace lct {
 
 AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "causal") return AttentionKernel::causal;
-  throw std::invalid_argument("unknown attention kernel '" + name + "' (expected: causal)");
+  if (name == "dca") return AttentionKernel::dca;
+  throw std::invalid_argument("unknown attention kernel '" + name + "' (expected: causal, dca)");
 }
 
 const char* attention_kernel_name(AttentionKernel kernel) {
   switch (kernel) {
     case AttentionKernel::causal: return "causal";
+    case AttentionKernel::dca: return "dca";
   }
   return "?";
 }
@@ -32,6 +36,7 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
     t.q_row = t.kv_row = cu_seqlens[d];
     t.q_len = t.kv_len = cu_seqlens[d + 1] - cu_seqlens[d];
     t.q_pos = t.kv_pos = 0;
+    t.doc_len = t.q_len;
     if (t.q_len > 0) tasks.push_back(t);
   }
 }
@@ -49,10 +54,38 @@ int64_t attended_pairs(std::span<const AttentionTask> tasks) {
   return pairs;
 }
 
+int32_t dca_key_position(int64_t t, const DcaParams& dca) {
+  return int32_t(t % dca.chunk_len());
+}
+
+int32_t dca_query_position(int64_t i, int64_t j, const DcaParams& dca) {
+  const int64_t s = dca.chunk_len(), C = dca.chunk_size;
+  const int64_t distance = i / s - j / s;  // chunk distance
+  if (distance == 0) return int32_t(i % s);                        // intra
+  if (distance == 1) return int32_t(std::min<int64_t>(i % s + s, C));  // successive
+  return int32_t(std::min<int64_t>(2 * s - 1, C));                 // inter
+}
+
+float dca_logit_multiplier(int64_t doc_len, const DcaParams& dca) {
+  double m = dca.mscale;
+  if (dca.mscale_original_length > 0)
+    m *= std::max(1.0, 0.1 * std::log(double(doc_len) / dca.mscale_original_length) + 1.0);
+  return float(m);
+}
+
 static void check_params(const AttentionParams& p) {
   if (p.num_heads <= 0 || p.num_kv_heads <= 0 || p.head_dim <= 0 ||
       p.num_heads % p.num_kv_heads != 0)
     throw std::invalid_argument("attention: invalid head configuration");
+  if (p.kernel == AttentionKernel::dca) {
+    const DcaParams& d = p.dca;
+    if (!(d.chunk_size > d.local_size && d.local_size >= 0))
+      throw std::invalid_argument("attention: dca needs chunk_size > local_size >= 0 (got " +
+                                  std::to_string(d.chunk_size) + ", " +
+                                  std::to_string(d.local_size) + ")");
+    if (!d.rope_cos || !d.rope_sin || d.rope_positions <= d.chunk_size || p.head_dim % 2)
+      throw std::invalid_argument("attention: dca needs a RoPE table covering positions 0..chunk_size");
+  }
 }
 
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
@@ -60,6 +93,7 @@ void attention_forward(const AttentionParams& params, std::span<const AttentionT
   check_params(params);
   switch (params.kernel) {
     case AttentionKernel::causal:
+    case AttentionKernel::dca:
       blocked_attention_forward(params, tasks, q, k, v, out, lse);
       return;
   }
@@ -71,6 +105,7 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
   check_params(params);
   switch (params.kernel) {
     case AttentionKernel::causal:
+    case AttentionKernel::dca:
       blocked_attention_backward(params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
       return;
   }

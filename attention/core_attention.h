@@ -23,7 +23,7 @@
 
 namespace lct {
 
-enum class AttentionKernel { causal };
+enum class AttentionKernel { causal, dca };
 
 AttentionKernel parse_attention_kernel(const std::string& name);  // throws on unknown
 const char* attention_kernel_name(AttentionKernel kernel);
@@ -35,8 +35,45 @@ struct AttentionTask {
   int32_t kv_len = 0;  // number of key rows
   int32_t q_pos = 0;   // in-document position of the first query row
   int32_t kv_pos = 0;  // in-document position of the first key row
+  int32_t doc_len = 0; // length of the whole document (DCA's length-dependent mscale);
+                       // 0 means max(q_pos + q_len, kv_pos + kv_len)
 };
 // Causal rule inside a task: query i may read key j iff kv_pos + j <= q_pos + i.
+
+// Dual Chunk Attention (arXiv 2402.17463; code convention of Qwen/vLLM configs):
+// C = chunk_size is the largest relative position ever used, w = local_size, and the
+// document is cut into chunks of s = C - w tokens by in-document offset t. Keys sit
+// at position t mod s; a query at offset i uses, against a key at offset j <= i,
+//   intra (same chunk)        i mod s
+//   successive (chunk - 1)    min(i mod s + s, C)
+//   inter (earlier chunks)    min(2s - 1, C)
+// so every relative position is in [0, C]. It is one softmax over all j <= i of the
+// document (dense causal attention with remapped positions, not sparse).
+//
+// Contract with the caller: Q is passed *before* RoPE (the kernel rotates each query
+// tile by the position its key block needs) and K is passed rotated by its key
+// position t mod s (dca_key_position); dQ is returned for the pre-RoPE Q and dK for
+// the rotated K. RoPE follows the Hugging Face rotate_half convention; the table must
+// cover positions 0..C.
+struct DcaParams {
+  int32_t chunk_size = 0;  // C
+  int32_t local_size = 0;  // w
+  float mscale = 1.0f;     // constant logit multiplier (attention temperature)
+  // > 0: the multiplier is further scaled per document by max(1, 0.1 ln(L_doc / this) + 1)
+  // (YaRN / Qwen2.5-1M attention factor); 0 disables it.
+  int32_t mscale_original_length = 0;
+  const float* rope_cos = nullptr;  // [rope_positions, hd/2]
+  const float* rope_sin = nullptr;  // [rope_positions, hd/2]
+  int64_t rope_positions = 0;       // must be > chunk_size
+  int32_t chunk_len() const { return chunk_size - local_size; }
+};
+
+// Key position of in-document offset t, and the query position a query at offset i
+// uses against a key at offset j <= i (the relative position is their difference).
+int32_t dca_key_position(int64_t t, const DcaParams& dca);
+int32_t dca_query_position(int64_t i, int64_t j, const DcaParams& dca);
+// Logit multiplier of a document of length doc_len.
+float dca_logit_multiplier(int64_t doc_len, const DcaParams& dca);
 
 struct AttentionParams {
   AttentionKernel kernel = AttentionKernel::causal;
@@ -44,6 +81,7 @@ struct AttentionParams {
   int num_kv_heads = 0;  // KV, divides H
   int head_dim = 0;      // hd
   float scale = 0.0f;    // logit multiplier, normally 1/sqrt(hd)
+  DcaParams dca;         // used when kernel == dca
 };
 
 // One task per document of a packed batch: queries and keys are the whole document.

@@ -29,6 +29,13 @@ std::string LlamaConfig::validate() const {
   if (!(rope_theta > 0)) return "model.rope_theta must be > 0";
   if (!(rms_norm_eps > 0)) return "model.rms_norm_eps must be > 0";
   if (!(init_std > 0)) return "model.init_std must be > 0";
+  if (!(dca_chunk_size > dca_local_size && dca_local_size >= 0))
+    return "attention.dca_chunk_size (" + std::to_string(dca_chunk_size) +
+           ") must be > attention.dca_local_size (" + std::to_string(dca_local_size) +
+           ") >= 0";
+  if (dca_chunk_size > (int64_t(1) << 30)) return "attention.dca_chunk_size is too large";
+  if (!(dca_mscale > 0)) return "attention.dca_mscale must be > 0";
+  if (dca_mscale_original_length < 0) return "attention.dca_mscale_original_length must be >= 0";
   return {};
 }
 
@@ -94,6 +101,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config) {
   attn_params_.num_kv_heads = config_.num_key_value_heads;
   attn_params_.head_dim = int(config_.head_dim());
   attn_params_.scale = float(1.0 / std::sqrt(double(config_.head_dim())));
+  attn_params_.dca.chunk_size = int32_t(config_.dca_chunk_size);
+  attn_params_.dca.local_size = int32_t(config_.dca_local_size);
+  attn_params_.dca.mscale = float(config_.dca_mscale);
+  attn_params_.dca.mscale_original_length = int32_t(config_.dca_mscale_original_length);
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto at = [&](const char* n) { return table_.get(p + n).offset; };
@@ -173,8 +184,12 @@ void LlamaModel::ensure_capacity(int64_t T) {
   dact_ = take(I);
   logits_ = p;
 
-  const int64_t max_pos = std::max<int64_t>(T, rope_.max_positions);
+  // RoPE covers every in-document position, and DCA's query positions 0..C even for
+  // short documents.
+  int64_t max_pos = std::max<int64_t>(T, rope_.max_positions);
+  if (c.attention_kernel == AttentionKernel::dca) max_pos = std::max(max_pos, c.dca_chunk_size + 1);
   rope_ = build_rope_table(max_pos, c.head_dim(), c.rope_theta);
+  key_positions_.assign(size_t(T), 0);
   capacity_ = T;
 }
 
@@ -195,8 +210,14 @@ void LlamaModel::layer_forward(int l, int64_t T, const int32_t* positions,
   matmul_forward(a.q, a.h1, w.wq, T, C, H * hd);
   matmul_forward(a.k, a.h1, w.wk, T, C, KV * hd);
   matmul_forward(a.v, a.h1, w.wv, T, C, KV * hd);
-  rope_forward(a.q, positions, rope_, T, H, hd);
-  rope_forward(a.k, positions, rope_, T, KV, hd);
+  if (c.attention_kernel == AttentionKernel::dca) {
+    // DCA: keys are rotated once by t mod s; queries stay unrotated and the kernel
+    // rotates each tile by the position its key range needs (core_attention.h)
+    rope_forward(a.k, key_positions_.data(), rope_, T, KV, hd);
+  } else {
+    rope_forward(a.q, positions, rope_, T, H, hd);
+    rope_forward(a.k, positions, rope_, T, KV, hd);
+  }
   attention_forward(attn_params_, tasks, a.q, a.k, a.v, a.attn, a.lse);
   // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
   matmul_forward(a.x_mid, a.attn, w.wo, T, H * hd, C);
@@ -239,8 +260,12 @@ void LlamaModel::layer_backward(int l, int64_t T, const int32_t* positions,
   std::fill(dk_, dk_ + T * KV * hd, 0.0f);
   std::fill(dv_, dv_ + T * KV * hd, 0.0f);
   attention_backward(attn_params_, tasks, a.q, a.k, a.v, a.attn, a.lse, dattn_, dq_, dk_, dv_);
-  rope_backward(dq_, positions, rope_, T, H, hd);
-  rope_backward(dk_, positions, rope_, T, KV, hd);
+  if (c.attention_kernel == AttentionKernel::dca) {
+    rope_backward(dk_, key_positions_.data(), rope_, T, KV, hd);  // dq_ is already pre-RoPE
+  } else {
+    rope_backward(dq_, positions, rope_, T, H, hd);
+    rope_backward(dk_, positions, rope_, T, KV, hd);
+  }
   std::fill(dh_, dh_ + T * C, 0.0f);
   matmul_backward(dh_, g.wq, dq_, a.h1, w.wq, T, C, H * hd);
   matmul_backward(dh_, g.wk, dk_, a.h1, w.wk, T, C, KV * hd);
@@ -258,6 +283,14 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   tasks_for_documents(batch.cu_seqlens, tasks_);
   const std::vector<AttentionTask>& tasks = tasks_;
   const int32_t* positions = batch.positions.data();
+  // (set here, not at allocation, so copies of the model point at their own table)
+  attn_params_.dca.rope_cos = rope_.cos.data();
+  attn_params_.dca.rope_sin = rope_.sin.data();
+  attn_params_.dca.rope_positions = rope_.max_positions;
+  if (c.attention_kernel == AttentionKernel::dca) {
+    const int64_t s = c.dca_chunk_size - c.dca_local_size;
+    for (int64_t t = 0; t < T; ++t) key_positions_[size_t(t)] = int32_t(positions[t] % s);
+  }
 
   const float* embed = params.data() + embed_offset_;
   const float* lm_head = params.data() + lm_head_offset_;

@@ -40,6 +40,12 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   double init_std = 0.02;
   AttentionKernel attention_kernel = AttentionKernel::causal;
+  // Dual Chunk Attention ([attention] dca_* keys; used when attention_kernel = dca):
+  // C = chunk_size, w = local_size, chunk length s = C - w (core_attention.h).
+  int64_t dca_chunk_size = 2048;
+  int64_t dca_local_size = 256;
+  double dca_mscale = 1.0;                  // constant logit multiplier
+  int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Empty when valid, else a one-line description naming the offending key.
@@ -102,6 +108,7 @@ class LlamaModel {
   std::vector<LayerOffsets> layer_offsets_;
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   std::vector<AttentionTask> tasks_;  // reused across micro-batches
+  std::vector<int32_t> key_positions_;  // DCA: RoPE position of each key (t mod s)
   RopeTable rope_;
 
   int64_t capacity_ = 0;  // tokens the activation buffers hold

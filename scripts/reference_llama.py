@@ -14,7 +14,9 @@ Usage:
   reference_llama.py --make-checkpoint CKPT.h5 --vocab-size 61 --hidden-size 32
                      --intermediate-size 48 --layers 2 --heads 4 --kv-heads 2
                      [--rope-theta 10000] [--rms-norm-eps 1e-5]
-                     [--tie-word-embeddings] --seed 1
+                     [--tie-word-embeddings] [--attention-kernel dca --dca-chunk-size C
+                     --dca-local-size W [--dca-mscale M] [--dca-mscale-original-length N]]
+                     --seed 1
   reference_llama.py --self-test
 
 Exit codes: 0 ok, 1 comparison/self-test failure, 2 usage or input error.
@@ -37,6 +39,7 @@ DT = torch.float64
 INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
             "num_attention_heads", "num_key_value_heads")
 FLOAT_KEYS = ("rope_theta", "rms_norm_eps")
+DCA_INT_KEYS = ("dca_chunk_size", "dca_local_size", "dca_mscale_original_length")
 
 
 class RefError(Exception):
@@ -86,9 +89,13 @@ def validate_config(cfg):
         raise RefError(f"config: num_attention_heads {H} not divisible by num_key_value_heads {KV}")
     if (C // H) % 2:
         raise RefError(f"config: head_dim {C // H} must be even for RoPE")
-    if cfg["attention_kernel"] != "causal":
+    if cfg["attention_kernel"] not in ("causal", "dca"):
         raise RefError(f"config: attention_kernel '{cfg['attention_kernel']}' is not supported "
-                       "(only 'causal')")
+                       "(causal, dca)")
+    if cfg["attention_kernel"] == "dca":
+        C, w = cfg["dca_chunk_size"], cfg["dca_local_size"]
+        if not (C > w >= 0):
+            raise RefError(f"config: dca needs dca_chunk_size > dca_local_size >= 0, got {C}, {w}")
 
 
 # ----------------------------------------------------------------------------
@@ -150,6 +157,10 @@ def load_checkpoint(path):
             raise RefError(f"attribute 'tie_word_embeddings' on {where} is a string")
         cfg["tie_word_embeddings"] = int(bool(tie))
         cfg["attention_kernel"] = str(read_attr(g, "attention_kernel", where))
+        if cfg["attention_kernel"] == "dca":
+            for k in DCA_INT_KEYS:
+                cfg[k] = int(read_attr(g, k, where))
+            cfg["dca_mscale"] = float(read_attr(g, "dca_mscale", where))
         validate_config(cfg)
 
         shapes = param_shapes(cfg)
@@ -195,6 +206,10 @@ def write_checkpoint(path, cfg, params):
             g.attrs[k] = np.float64(cfg[k])
         g.attrs["tie_word_embeddings"] = np.int64(cfg["tie_word_embeddings"])
         g.attrs["attention_kernel"] = cfg["attention_kernel"]   # variable-length string
+        if cfg["attention_kernel"] == "dca":
+            for k in DCA_INT_KEYS:
+                g.attrs[k] = np.int64(cfg[k])
+            g.attrs["dca_mscale"] = np.float64(cfg["dca_mscale"])
         for name, a in params.items():
             f.create_dataset("params/" + h5name(name), data=np.asarray(a, dtype=np.float32))
 
@@ -266,6 +281,58 @@ def attention(q, k, v, cu):
     return torch.cat(outs, dim=0)
 
 
+def dca_relative_positions(L, C, w):
+    """(L, L) int64: the RoPE distance DCA uses for query i and key j <= i of one
+    document (arXiv 2402.17463, code convention: chunks of s = C - w tokens):
+    intra-chunk i - j, successive chunk min(i mod s + s, C) - j mod s, earlier chunks
+    min(2s - 1, C) - j mod s. Entries above the diagonal are unused."""
+    s = C - w
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    delta = i // s - j // s
+    succ = torch.clamp(i % s + s, max=C) - j % s
+    inter = min(2 * s - 1, C) - j % s
+    return torch.where(delta == 0, i - j, torch.where(delta == 1, succ, inter))
+
+
+def rope_rotate(x, p, hd, theta):
+    # x: (..., hd) rotated by the scalar position p (rotate_half convention)
+    i = torch.arange(hd // 2, dtype=DT)
+    ang = p * theta ** (-(2 * i) / hd)
+    ang = torch.cat([ang, ang])
+    return x * ang.cos() + rotate_half(x) * ang.sin()
+
+
+def dca_attention(cfg, q, k, v, cu):
+    """Dense DCA from the explicit relative-position matrix. q: (T, H, hd) and
+    k: (T, KV, hd) are *pre-RoPE*; the logit of (i, j) is
+    mscale * <R(M_ij) q_i, k_j> / sqrt(hd), one softmax over j <= i per document."""
+    T, H, hd = q.shape
+    rep = H // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1)
+    v = v.repeat_interleave(rep, dim=1)
+    C, w, theta = cfg["dca_chunk_size"], cfg["dca_local_size"], cfg["rope_theta"]
+    outs = []
+    for s0, e in zip(cu[:-1], cu[1:]):
+        L = e - s0
+        mult = cfg["dca_mscale"]
+        if cfg["dca_mscale_original_length"] > 0:
+            mult *= max(1.0, 0.1 * math.log(L / cfg["dca_mscale_original_length"]) + 1.0)
+        qd, kd, vd = (t[s0:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
+        M = dca_relative_positions(L, C, w)
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        assert int(M[causal].max()) <= C and int(M[causal].min()) >= 0
+        scores = torch.zeros(H, L, L, dtype=q.dtype)
+        for d in torch.unique(M[causal]).tolist():                  # each distance once
+            sd = rope_rotate(qd, float(d), hd, theta) @ kd.transpose(1, 2)
+            scores = torch.where((M == d) & causal, sd, scores)
+        scores = scores * (mult / math.sqrt(hd))
+        scores = scores.masked_fill(~causal, float("-inf"))
+        p = scores.softmax(dim=-1)
+        outs.append((p @ vd).transpose(0, 1).reshape(L, H * hd))
+    return torch.cat(outs, dim=0)
+
+
 def positions(cu):
     # (T,) float64: offset of each token inside its own document
     return torch.cat([torch.arange(e - s, dtype=DT) for s, e in zip(cu[:-1], cu[1:])])
@@ -284,9 +351,13 @@ def forward(cfg, P, tokens, cu):
         q = (h @ P[p + "self_attn.q_proj.weight"].T).view(T, H, hd)
         k = (h @ P[p + "self_attn.k_proj.weight"].T).view(T, KV, hd)
         v = (h @ P[p + "self_attn.v_proj.weight"].T).view(T, KV, hd)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        x = x + attention(q, k, v, cu) @ P[p + "self_attn.o_proj.weight"].T
+        if cfg["attention_kernel"] == "dca":     # positions come from the relative matrix
+            a = dca_attention(cfg, q, k, v, cu)
+        else:
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            a = attention(q, k, v, cu)
+        x = x + a @ P[p + "self_attn.o_proj.weight"].T
         h2 = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
         gate = F.silu(h2 @ P[p + "mlp.gate_proj.weight"].T)          # (T, I)
         up = h2 @ P[p + "mlp.up_proj.weight"].T                      # (T, I)
@@ -442,6 +513,26 @@ def self_test():
                     and all(np.array_equal(g3[n], grads2[n]) for n in grads2))
         check(same, f"tied={tied}: HDF5 round trip reproduces config, loss and gradients exactly")
 
+    # (d) DCA: the worked example of the DCA notes (s=4, w=2, C=6, L=12), and DCA ==
+    # causal attention for documents of at most C + 1 tokens (successive parts run,
+    # every distance is still exact), but not beyond
+    M = dca_relative_positions(12, 6, 2)
+    check(M[11].tolist() == [6, 5, 4, 3, 6, 5, 4, 3, 3, 2, 1, 0]
+          and M[9, :10].tolist() == [6, 5, 4, 3, 5, 4, 3, 2, 1, 0]
+          and M[7, :8].tolist() == [6, 5, 4, 3, 3, 2, 1, 0],
+          "dca: relative positions of the worked example")
+    cfg_d = dict(cfg, attention_kernel="dca", dca_chunk_size=10, dca_local_size=3,
+                 dca_mscale=1.0, dca_mscale_original_length=0)
+    P = {n: torch.tensor(a, dtype=DT) for n, a in random_params(cfg, rng).items()}
+    with torch.no_grad():
+        short = torch.as_tensor(random_batch(cfg["vocab_size"], [11, 4], rng)[0])
+        d_short = float((forward(cfg, P, short, [0, 11, 15])
+                         - forward(cfg_d, P, short, [0, 11, 15])).abs().max())
+        long = torch.as_tensor(random_batch(cfg["vocab_size"], [14], rng)[0])
+        d_long = float((forward(cfg, P, long, [0, 14]) - forward(cfg_d, P, long, [0, 14])).abs().max())
+    check(d_short < 1e-12 and d_long > 1e-6,
+          f"dca: equals causal for L <= C+1 (diff {d_short:.1e}), differs beyond (diff {d_long:.1e})")
+
     print("SELF-TEST PASSED" if ok_all else "SELF-TEST FAILED")
     return ok_all
 
@@ -471,6 +562,11 @@ def parse_args(argv):
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--rms-norm-eps", type=float, default=1e-5)
     ap.add_argument("--tie-word-embeddings", action="store_true")
+    ap.add_argument("--attention-kernel", default="causal", choices=("causal", "dca"))
+    ap.add_argument("--dca-chunk-size", type=int, default=2048)
+    ap.add_argument("--dca-local-size", type=int, default=256)
+    ap.add_argument("--dca-mscale", type=float, default=1.0)
+    ap.add_argument("--dca-mscale-original-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--self-test", action="store_true")
     return ap.parse_args(argv)
@@ -513,7 +609,12 @@ def main(argv=None):
                    intermediate_size=args.intermediate_size, num_hidden_layers=args.layers,
                    num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                    rope_theta=args.rope_theta, rms_norm_eps=args.rms_norm_eps,
-                   tie_word_embeddings=int(args.tie_word_embeddings), attention_kernel="causal")
+                   tie_word_embeddings=int(args.tie_word_embeddings),
+                   attention_kernel=args.attention_kernel)
+        if args.attention_kernel == "dca":
+            cfg.update(dca_chunk_size=args.dca_chunk_size, dca_local_size=args.dca_local_size,
+                       dca_mscale=args.dca_mscale,
+                       dca_mscale_original_length=args.dca_mscale_original_length)
         validate_config(cfg)
         write_checkpoint(args.make_checkpoint, cfg, random_params(cfg, rng))
         print(f"wrote {args.make_checkpoint}")

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "data/doc_lengths.h"
+#include "src/log.h"
 #include "model/optimizer.h"
 
 namespace lct {
@@ -103,8 +104,12 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
   k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
   // [attention]
-  k.push_back(str_key("attention.kernel", "core attention kernel: causal", [](Config& c) -> auto& { return c.attention_kernel; },
+  k.push_back(str_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.attention_kernel; },
                       [](const std::string& t) { parse_attention_kernel(t); }));
+  k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
+  k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
+  k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
+  k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
   // [data]
   k.push_back(str_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
                       [](const std::string& t) {
@@ -255,6 +260,11 @@ void validate_config(const Config& c) {
   if (c.train.weight_decay < 0) throw ConfigError("train.weight_decay must be >= 0");
   if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
   if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
+  if (c.attention_kernel == "dca" && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)
+    log_warn("attention.dca_chunk_size - attention.dca_local_size (the chunk length " +
+             std::to_string(c.model.dca_chunk_size - c.model.dca_local_size) +
+             ") is not above attention.dca_local_size (" + std::to_string(c.model.dca_local_size) +
+             "): DCA's successive part then never keeps exact distances beyond the chunk");
 }
 
 std::string config_to_toml(const Config& config) {

@@ -24,6 +24,12 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
   f.set_attr("/model", "rms_norm_eps", c.rms_norm_eps);
   f.set_attr("/model", "tie_word_embeddings", int64_t(c.tie_word_embeddings ? 1 : 0));
   f.set_attr("/model", "attention_kernel", std::string(attention_kernel_name(c.attention_kernel)));
+  if (c.attention_kernel == AttentionKernel::dca) {
+    f.set_attr("/model", "dca_chunk_size", c.dca_chunk_size);
+    f.set_attr("/model", "dca_local_size", c.dca_local_size);
+    f.set_attr("/model", "dca_mscale", c.dca_mscale);
+    f.set_attr("/model", "dca_mscale_original_length", c.dca_mscale_original_length);
+  }
 }
 
 LlamaConfig read_model_attrs(const H5File& f) {
@@ -54,6 +60,12 @@ LlamaConfig read_model_attrs(const H5File& f) {
     c.attention_kernel = parse_attention_kernel(*kernel);
   } catch (const std::exception& e) {
     throw std::runtime_error(f.path() + ": /model@attention_kernel: " + e.what());
+  }
+  if (c.attention_kernel == AttentionKernel::dca) {
+    c.dca_chunk_size = need_int("dca_chunk_size");
+    c.dca_local_size = need_int("dca_local_size");
+    c.dca_mscale = need_double("dca_mscale");
+    c.dca_mscale_original_length = need_int("dca_mscale_original_length");
   }
   const std::string err = c.validate();
   if (!err.empty()) throw std::runtime_error(f.path() + ": /model attributes: " + err);

@@ -39,4 +39,22 @@ check mha mha.h5 mixed.h5
   --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained > train.log
 /usr/bin/python3 "$REF" --make-batch trained_batch.h5 --vocab-size 96 --lengths 150,3,90,1,64 --seed 5
 check trained trained/step_00000003.h5 trained_batch.h5
+# Dual Chunk Attention on documents several times longer than C (C = 24, w = 6,
+# chunks of 18 tokens), with both temperature terms, against the reference's dense DCA
+# built from the explicit relative-position matrix
+/usr/bin/python3 "$REF" --make-batch long.h5 --vocab-size 61 --lengths 100,1,70,37,2,150 --seed 7
+/usr/bin/python3 "$REF" --make-checkpoint dca.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
+  --dca-mscale 1.1 --dca-mscale-original-length 16 --seed 3
+check dca dca.h5 long.h5
+/usr/bin/python3 "$REF" --make-checkpoint dca_mqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
+  --layers 2 --heads 4 --kv-heads 1 --tie-word-embeddings --attention-kernel dca --dca-chunk-size 40 \
+  --dca-local-size 8 --seed 6
+check dca_mqa dca_mqa.h5 long.h5
+# and a DCA checkpoint written by the trainer
+"$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
+  --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2 \
+  --attention.kernel dca --attention.dca_chunk_size 30 --attention.dca_local_size 10 \
+  --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_dca > train_dca.log
+check trained_dca trained_dca/step_00000003.h5 trained_batch.h5
 echo "reference_gradients: all passed"

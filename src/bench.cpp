@@ -16,6 +16,7 @@
 
 #include "attention/core_attention.h"
 #include "data/rng.h"
+#include "model/ops.h"
 #include "src/flops.h"
 #include "src/log.h"
 #include "src/trainer.h"
@@ -142,7 +143,8 @@ double fma_peak_gflops(const BenchOptions& o) {
 // ---- attention -----------------------------------------------------------------
 
 struct AttentionRow {
-  std::string layout;
+  std::string layout, kernel;
+  double time_vs_causal = 0;  // DCA rows: (fwd+bwd time) / causal's on the same input
   int64_t tokens = 0, documents = 0, pairs = 0;
   double fwd_s = 0, bwd_s = 0, fwd_gflops = 0, bwd_gflops = 0, total_gflops = 0;
   int runs = 0;
@@ -176,6 +178,7 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
   });
   AttentionRow r;
   r.layout = layout;
+  r.kernel = attention_kernel_name(p.kernel);
   r.tokens = T;
   r.documents = int64_t(cu.size()) - 1;
   r.pairs = attended_pairs(tasks);
@@ -265,6 +268,21 @@ int run_bench(const Config& config, const BenchOptions& o) {
   ap.num_kv_heads = model.num_key_value_heads;
   ap.head_dim = int(model.head_dim());
   ap.scale = float(1.0 / std::sqrt(double(ap.head_dim)));
+  // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
+  // RoPE table covering positions 0..C
+  const RopeTable dca_rope =
+      build_rope_table(model.dca_chunk_size + 1, model.head_dim(), model.rope_theta);
+  AttentionParams dca_ap = ap;
+  dca_ap.kernel = AttentionKernel::dca;
+  dca_ap.dca.chunk_size = int32_t(model.dca_chunk_size);
+  dca_ap.dca.local_size = int32_t(model.dca_local_size);
+  dca_ap.dca.mscale = float(model.dca_mscale);
+  dca_ap.dca.mscale_original_length = int32_t(model.dca_mscale_original_length);
+  dca_ap.dca.rope_cos = dca_rope.cos.data();
+  dca_ap.dca.rope_sin = dca_rope.sin.data();
+  dca_ap.dca.rope_positions = dca_rope.max_positions;
+  ap.kernel = AttentionKernel::causal;
+
   const int threads = omp_get_max_threads();
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const std::string cpu = cpu_model_name();
@@ -289,20 +307,29 @@ int run_bench(const Config& config, const BenchOptions& o) {
 
   std::vector<AttentionRow> attention_rows;
   if (wants(o, "attention")) {
-    say("\nattention  kernel %s, H %d, KV %d, hd %d | GFLOP/s, FlashAttention convention "
-        "(fwd 4*H*hd*pairs, bwd 2.5x)\n",
-        attention_kernel_name(ap.kernel), ap.num_heads, ap.num_kv_heads, ap.head_dim);
-    say("  %-8s %7s %5s %9s %9s %9s %9s %9s %5s\n", "layout", "tokens", "docs", "fwd", "bwd",
-        "fwd+bwd", "xSGEMM", "f+b ms", "runs");
+    say("\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
+        "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
+        ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
+        dca_ap.dca.chunk_len());
+    say("  %-8s %-7s %7s %5s %9s %9s %9s %9s %9s %9s %5s\n", "layout", "kernel", "tokens", "docs",
+        "fwd", "bwd", "fwd+bwd", "xSGEMM", "f+b ms", "t/causal", "runs");
     for (int64_t L : o.attention_lengths) {
       const std::vector<int32_t> one_doc = {0, int32_t(L)};
       const std::vector<int32_t> packed = first_sequence_documents(config, L);
       for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
-        const AttentionRow r = bench_attention(o, ap, layout, cu);
-        attention_rows.push_back(r);
-        say("  %-8s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %5d\n", r.layout.c_str(),
-            (long long)r.tokens, (long long)r.documents, r.fwd_gflops, r.bwd_gflops,
-            r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s), r.runs);
+        double causal_s = 0;
+        for (const AttentionParams* params : {&ap, &dca_ap}) {
+          AttentionRow r = bench_attention(o, *params, layout, cu);
+          if (params == &ap) causal_s = r.fwd_s + r.bwd_s;
+          else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s;
+          attention_rows.push_back(r);
+          char ratio[16] = "";
+          if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
+          say("  %-8s %-7s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %9s %5d\n", r.layout.c_str(),
+              r.kernel.c_str(), (long long)r.tokens, (long long)r.documents, r.fwd_gflops,
+              r.bwd_gflops, r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s),
+              ratio, r.runs);
+        }
       }
       attention_release_workspace();
     }
@@ -336,17 +363,20 @@ int run_bench(const Config& config, const BenchOptions& o) {
       << ",\"blas_warning\":\"" << json_escape(blas_warning) << "\"}";
     j << ",\"ceilings\":{\"sgemm_n\":" << sgemm_n << ",\"sgemm_gflops\":" << sgemm
       << ",\"fma_gflops\":" << fma << "}";
-    j << ",\"attention\":{\"kernel\":\"" << attention_kernel_name(ap.kernel)
-      << "\",\"heads\":" << ap.num_heads << ",\"kv_heads\":" << ap.num_kv_heads
+    j << ",\"attention\":{\"dca_chunk_size\":" << dca_ap.dca.chunk_size
+      << ",\"dca_local_size\":" << dca_ap.dca.local_size << ",\"heads\":" << ap.num_heads << ",\"kv_heads\":" << ap.num_kv_heads
       << ",\"head_dim\":" << ap.head_dim << ",\"rows\":[";
     for (size_t i = 0; i < attention_rows.size(); ++i) {
       const AttentionRow& r = attention_rows[i];
-      j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"tokens\":" << r.tokens
+      j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
+        << "\",\"tokens\":" << r.tokens
         << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
         << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
         << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
         << ",\"fwd_bwd_gflops\":" << r.total_gflops
-        << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / sgemm << ",\"runs\":" << r.runs << "}";
+        << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / sgemm;
+      if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
+      j << ",\"runs\":" << r.runs << "}";
     }
     j << "]},\"step\":[";
     for (size_t i = 0; i < step_rows.size(); ++i) {

@@ -5,7 +5,9 @@
 //   ceilings   SGEMM GFLOP/s on a large square product; FMA-loop peak GFLOP/s
 //   attention  core attention forward / backward / forward+backward GFLOP/s for one
 //              document and for a packed batch drawn from data.doc_lengths, at each
-//              length, with the ratio to the same-run SGEMM figure. FlashAttention
+//              length, with the ratio to the same-run SGEMM figure, for the causal
+//              kernel and for DCA ([attention] dca_* keys) with DCA's time relative
+//              to causal on the same input. FlashAttention
 //              convention: forward 4*H*hd*pairs (= 2*H*hd*sum L_i(L_i+1) for whole
 //              documents), backward 2.5x forward.
 //   step       full training steps of the configured model (one packed sequence of

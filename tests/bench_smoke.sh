@@ -10,7 +10,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
 "$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --repeats 2 --budget 5 \
-  --model.num_hidden_layers 2 > "$out"
+  --model.num_hidden_layers 2 --attention.dca_chunk_size 128 --attention.dca_local_size 16 > "$out"
 python3 - "$out" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -19,8 +19,10 @@ assert m["openblas_core"] and m["threads"] >= 1, m
 c = r["ceilings"]
 assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0, c
 rows = r["attention"]["rows"]
-assert [x["tokens"] for x in rows] == [300, 300, 700, 700], rows
-assert [x["layout"] for x in rows] == ["one-doc", "packed"] * 2, rows
+assert [x["tokens"] for x in rows] == [300] * 4 + [700] * 4, rows
+assert [x["layout"] for x in rows] == ["one-doc", "one-doc", "packed", "packed"] * 2, rows
+assert [x["kernel"] for x in rows] == ["causal", "dca"] * 4, rows
+assert all(x["time_vs_causal"] > 0 for x in rows if x["kernel"] == "dca"), rows
 for x in rows:
     assert x["fwd_gflops"] > 0 and x["bwd_gflops"] > 0 and x["runs"] >= 1, x
     if x["layout"] == "one-doc":

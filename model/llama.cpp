@@ -274,7 +274,7 @@ void LlamaModel::layer_backward(int l, int64_t T, const int32_t* positions,
 }
 
 CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float grad_scale,
-                                               bool backward) {
+                                               bool backward, double* token_loss) {
   const LlamaConfig& c = config_;
   const int64_t T = batch.num_tokens(), C = c.hidden_size, V = c.vocab_size;
   const int L = c.num_hidden_layers;
@@ -311,7 +311,7 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
     matmul_forward(logits_, h_final_ + r0 * C, lm_head, n, C, V);
     cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
-                                   stats);
+                                   stats, token_loss ? token_loss + r0 : nullptr);
     if (backward) matmul_backward(dh_ + r0 * C, d_lm_head, logits_, h_final_ + r0 * C, lm_head, n, C, V);
   }
   if (!backward) return stats;

@@ -79,7 +79,9 @@ class LlamaModel {
 
   // One micro-batch. Returns loss statistics (sum, not mean). With backward, the
   // gradient of grad_scale * (sum of token losses) is accumulated into grads.
-  CrossEntropyStats forward_backward(const PackedBatch& batch, float grad_scale, bool backward);
+  // token_loss (optional, [T]) receives each token's loss (0 where there is no target).
+  CrossEntropyStats forward_backward(const PackedBatch& batch, float grad_scale, bool backward,
+                                     double* token_loss = nullptr);
 
   // Bytes held by activations and scratch for the current capacity.
   int64_t activation_bytes() const;

@@ -177,7 +177,8 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,
                                     const uint8_t* answer_mask, int64_t n, int64_t V,
-                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats) {
+                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats,
+                                    double* row_loss_out) {
   // grow-only scratch of the calling thread, reached by the workers through pointers
   static thread_local std::vector<double> loss_scratch;
   static thread_local std::vector<uint8_t> correct_scratch;
@@ -217,6 +218,7 @@ void cross_entropy_forward_backward(float* logits, const int32_t* targets,
     }
   }
   for (int64_t r = 0; r < n; ++r) {
+    if (row_loss_out) row_loss_out[r] = targets[r] < 0 ? 0.0 : row_loss[r];
     if (targets[r] < 0) continue;
     stats.loss_sum += row_loss[r];
     ++stats.targets;

@@ -63,9 +63,11 @@ struct CrossEntropyStats {
 };
 // logits[n, V] are replaced by grad_scale * d(sum of losses)/d(logits) when
 // compute_grad is set (rows without a target get zero gradient). targets[n] are -1
-// for "no target". Adds into stats.
+// for "no target". Adds into stats; row_loss_out (optional, [n]) gets each row's loss
+// (0 for rows without a target).
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,
                                     const uint8_t* answer_mask, int64_t n, int64_t V,
-                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats);
+                                    bool compute_grad, float grad_scale, CrossEntropyStats& stats,
+                                    double* row_loss_out = nullptr);
 
 }  // namespace lct

@@ -1,9 +1,13 @@
 #include "src/eval.h"
 
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "src/h5io.h"
+#include "src/config.h"
 #include "src/params_io.h"
+#include "src/trainer.h"
 
 namespace lct {
 
@@ -28,28 +32,70 @@ PackedBatch read_batch_file(const std::string& path, int64_t vocab_size) {
   return b;
 }
 
-LlamaModel load_model(const std::string& checkpoint_path) {
+LlamaModel load_model(const std::string& checkpoint_path,
+                      const std::function<void(LlamaConfig&)>& adjust) {
   H5File f = H5File::open_read(checkpoint_path);
-  LlamaModel model(read_model_attrs(f));
+  LlamaConfig config = read_model_attrs(f);
+  if (adjust) {
+    adjust(config);
+    const std::string err = config.validate();
+    if (!err.empty()) throw std::invalid_argument(err);
+  }
+  LlamaModel model(config);
   read_tensors(f, "/params", model.table(), model.params.data());
   return model;
 }
 
 EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
-                    const std::string& grads_out) {
-  LlamaModel model = load_model(checkpoint_path);
+                    const EvalOptions& options) {
+  const std::string& grads_out = options.grads_out;
+  LlamaModel model = load_model(checkpoint_path, options.adjust_model);
   const PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
   const int64_t targets = batch.num_targets();
   if (targets == 0)
     throw std::runtime_error(batch_path + ": no targets (every document has a single token)");
   const bool want_grads = !grads_out.empty();
   model.zero_grads();
-  const CrossEntropyStats s = model.forward_backward(batch, 1.0f / float(targets), want_grads);
+  std::vector<double> token_loss(size_t(batch.num_tokens()), 0.0);
+  const CrossEntropyStats s =
+      model.forward_backward(batch, 1.0f / float(targets), want_grads, token_loss.data());
   EvalResult r;
   r.loss = s.loss_sum / double(targets);
   r.targets = targets;
   r.tokens = batch.num_tokens();
   r.documents = batch.num_docs();
+  const LlamaConfig& mc = model.config();
+  r.attention = attention_kernel_name(mc.attention_kernel);
+  if (mc.attention_kernel == AttentionKernel::dca)
+    r.attention += " (C " + std::to_string(mc.dca_chunk_size) + ", w " +
+                   std::to_string(mc.dca_local_size) + ")";
+
+  if (!options.per_position_out.empty()) {
+    // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))
+    const int64_t bin = options.position_bin;
+    std::vector<double> sum;
+    std::vector<int64_t> count;
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      if (batch.targets[size_t(t)] < 0) continue;
+      const size_t k = size_t(batch.positions[size_t(t)] / bin);
+      if (k >= sum.size()) sum.resize(k + 1, 0.0), count.resize(k + 1, 0);
+      sum[k] += token_loss[size_t(t)];
+      count[k] += 1;
+    }
+    const std::string tmp = options.per_position_out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) throw std::runtime_error("cannot write '" + options.per_position_out + "'");
+      out << "position_begin,position_end,targets,mean_loss\n";
+      out.precision(8);
+      for (size_t k = 0; k < sum.size(); ++k)
+        if (count[k] > 0)
+          out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << ","
+              << sum[k] / double(count[k]) << "\n";
+      if (!out) throw std::runtime_error("cannot write '" + options.per_position_out + "'");
+    }
+    std::filesystem::rename(tmp, options.per_position_out);
+  }
   if (want_grads) {
     write_h5_atomically(grads_out, [&](H5File& f) {
       f.set_attr("/", "loss", r.loss);
@@ -59,6 +105,26 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
     });
   }
   return r;
+}
+
+void write_batch_from_config(const Config& config, int64_t first, int64_t count,
+                             const std::string& path) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<int32_t> tokens, cu{0};
+  for (int64_t k = first; k < first + count; ++k) {
+    const PackedBatch b = packer.sequence(k);
+    const int32_t base = int32_t(tokens.size());
+    tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
+    for (size_t d = 1; d < b.cu_seqlens.size(); ++d) cu.push_back(base + b.cu_seqlens[d]);
+  }
+  write_h5_atomically(path, [&](H5File& f) {
+    f.write_i32("/tokens", {int64_t(tokens.size())}, tokens.data());
+    f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
+    f.set_attr("/", "source", source->describe());
+    f.set_attr("/", "first_sequence", first);
+    f.set_attr("/", "seq_len", config.data.seq_len);
+  });
 }
 
 }  // namespace lct

@@ -2,6 +2,7 @@
 // explicit packed batch — the hook for comparing lct with any other implementation.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "data/packing.h"
@@ -13,17 +14,33 @@ namespace lct {
 // (boundaries, token range) and derives targets/positions. Throws with one line.
 PackedBatch read_batch_file(const std::string& path, int64_t vocab_size);
 
-// Loads params (and /model config) from a checkpoint or parameter file.
-LlamaModel load_model(const std::string& checkpoint_path);
+// Loads params (and /model config) from a checkpoint or parameter file. The optional
+// hook may change the attention settings (kernel, DCA keys) before the model is built:
+// core attention has no weights, so any checkpoint can be evaluated under DCA.
+LlamaModel load_model(const std::string& checkpoint_path,
+                      const std::function<void(LlamaConfig&)>& adjust = {});
+
+struct EvalOptions {
+  std::string grads_out;          // write /grads/<hf path> and @loss here
+  std::string per_position_out;   // write mean loss per in-document position bin (CSV)
+  int64_t position_bin = 64;      // bin width for per_position_out
+  std::function<void(LlamaConfig&)> adjust_model;  // attention overrides
+};
 
 struct EvalResult {
   double loss = 0;
   int64_t targets = 0, tokens = 0, documents = 0;
+  std::string attention;  // kernel (and DCA settings) used
 };
 
-// Mean loss over the batch's targets; if grads_out is non-empty, writes /grads/<hf path>
-// for every parameter (gradient of the mean loss) plus root attribute `loss`.
+// Mean loss over the batch's targets, plus the optional outputs of EvalOptions.
 EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
-                    const std::string& grads_out);
+                    const EvalOptions& options);
+
+// Writes sequences [first, first + count) of the configured data stream (one packed
+// sequence of data.seq_len tokens each) to a batch file for `lct eval`.
+struct Config;
+void write_batch_from_config(const Config& config, int64_t first, int64_t count,
+                             const std::string& path);
 
 }  // namespace lct

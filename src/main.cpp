@@ -1,6 +1,8 @@
 // lct: command line entry point.
 //   lct train [--config FILE] [--section.key VALUE ...]
-//   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5]
+//   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5] [--per-position-out P.csv]
+//            [--attention.kernel dca --attention.dca_chunk_size C ...]
+//   lct make-batch [--config FILE] [--section.key VALUE ...] --out B.h5 [--sequences N]
 //   lct inspect FILE [--json] | lct inspect --compare A.h5 B.h5 [--json]
 //   lct bench [--config FILE] [--section.key VALUE ...] [--json] [--attention-lengths ...]
 #include <CLI/CLI.hpp>
@@ -104,6 +106,38 @@ int main(int argc, char** argv) {
       ->required();
   eval->add_option("--grads-out", grads_out, "write /grads/... and @loss to this HDF5 file");
   eval->add_option("--threads", eval_threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  EvalOptions eval_options;
+  eval->add_option("--per-position-out", eval_options.per_position_out,
+                   "write mean loss per in-document position bin (CSV)");
+  eval->add_option("--position-bin", eval_options.position_bin, "bin width for --per-position-out")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  // Attention overrides: core attention has no weights, so a checkpoint trained with one
+  // kernel can be evaluated with another (e.g. causal-trained, evaluated with DCA).
+  std::map<std::string, std::string> eval_attention;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.name.rfind("attention.", 0) != 0) continue;
+    eval->add_option_function<std::string>(
+            "--" + k.name,
+            [&eval_attention, name = k.name](const std::string& v) { eval_attention[name] = v; },
+            k.help + " (overrides the checkpoint)")
+        ->group("[attention] overrides");
+  }
+
+  // ---- make-batch -----------------------------------------------------------
+  CLI::App* make_batch = app.add_subcommand(
+      "make-batch", "write packed sequences of the configured data stream to a batch file");
+  std::string batch_config_file, batch_out;
+  std::map<std::string, std::string> batch_overrides;
+  int64_t batch_sequences = 1, batch_first = 0;
+  make_batch->add_option("--out", batch_out, "batch file to write (tokens, cu_seqlens)")->required();
+  make_batch->add_option("--sequences", batch_sequences, "number of sequences of data.seq_len tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  make_batch->add_option("--first", batch_first, "index of the first sequence in the stream")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_config_options(make_batch, batch_config_file, batch_overrides);
 
   // ---- inspect --------------------------------------------------------------
   CLI::App* inspect = app.add_subcommand("inspect", "show a checkpoint, or compare two runs");
@@ -148,10 +182,33 @@ int main(int argc, char** argv) {
                              : inspect_file(inspect_files[0], inspect_json);
     } else if (*eval) {
       configure_threads(eval_threads);
-      const EvalResult r = run_eval(checkpoint, batch_file, grads_out);
-      std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s\n", r.loss,
-                  (long long)r.targets, (long long)r.tokens, (long long)r.documents,
-                  grads_out.empty() ? "" : (" | grads -> " + grads_out).c_str());
+      eval_options.grads_out = grads_out;
+      if (!eval_attention.empty()) {
+        // validate the override values through the config machinery, then apply them
+        Config parsed;
+        apply_overrides(parsed, eval_attention);
+        eval_options.adjust_model = [&](LlamaConfig& m) {
+          if (eval_attention.count("attention.kernel"))
+            m.attention_kernel = parse_attention_kernel(parsed.attention_kernel);
+          if (eval_attention.count("attention.dca_chunk_size")) m.dca_chunk_size = parsed.model.dca_chunk_size;
+          if (eval_attention.count("attention.dca_local_size")) m.dca_local_size = parsed.model.dca_local_size;
+          if (eval_attention.count("attention.dca_mscale")) m.dca_mscale = parsed.model.dca_mscale;
+          if (eval_attention.count("attention.dca_mscale_original_length"))
+            m.dca_mscale_original_length = parsed.model.dca_mscale_original_length;
+        };
+      }
+      const EvalResult r = run_eval(checkpoint, batch_file, eval_options);
+      std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld | attention %s%s%s\n",
+                  r.loss, (long long)r.targets, (long long)r.tokens, (long long)r.documents,
+                  r.attention.c_str(), grads_out.empty() ? "" : (" | grads -> " + grads_out).c_str(),
+                  eval_options.per_position_out.empty()
+                      ? ""
+                      : (" | per-position loss -> " + eval_options.per_position_out).c_str());
+    } else if (*make_batch) {
+      const Config config = resolve_config(batch_config_file, batch_overrides);
+      write_batch_from_config(config, batch_first, batch_sequences, batch_out);
+      std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", batch_out.c_str(),
+                  (long long)batch_sequences, (long long)config.data.seq_len, (long long)batch_first);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lct: error: %s\n", e.what());

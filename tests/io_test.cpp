@@ -115,7 +115,9 @@ TEST(Eval, GradientsFileMatchesInMemoryGradients) {
   const std::string ck = temp("ck.h5").string(), b = temp("b.h5").string(), g = temp("g.h5").string();
   write_params(ck, m);
   write_batch(b, {1, 5, 7, 2, 9, 3, 3}, {0, 2, 7});
-  const EvalResult r = run_eval(ck, b, g);
+  EvalOptions options;
+  options.grads_out = g;
+  const EvalResult r = run_eval(ck, b, options);
   EXPECT_EQ(r.targets, 5);
   PackedBatch batch = read_batch_file(b, 13);
   m.zero_grads();

@@ -319,9 +319,16 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   std::fill(dx_, dx_ + T * C, 0.0f);
   rmsnorm_backward(dx_, grads.data() + final_norm_offset_, dh_, x_final_,
                    final_norm, rstd_final_, T, C);
-  for (int l = L - 1; l >= 0; --l) layer_backward(l, T, positions, tasks);
+  // the final norm and the LM head sit at the end of the arena (tied: the head is the
+  // embedding, which is only final after the embedding backward, at offset 0)
+  if (grads_final_hook) grads_final_hook(final_norm_offset_);
+  for (int l = L - 1; l >= 0; --l) {
+    layer_backward(l, T, positions, tasks);
+    if (grads_final_hook) grads_final_hook(layer_range(table_, l, l + 1).begin);
+  }
   embedding_backward(grads.data() + embed_offset_, dx_,
                      batch.tokens.data(), T, C);
+  if (grads_final_hook) grads_final_hook(0);
   return stats;
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "attention/core_attention.h"
 #include "data/packing.h"
 #include "model/ops.h"
@@ -82,6 +84,12 @@ class LlamaModel {
   // token_loss (optional, [T]) receives each token's loss (0 where there is no target).
   CrossEntropyStats forward_backward(const PackedBatch& batch, float grad_scale, bool backward,
                                      double* token_loss = nullptr);
+
+  // Called during backward with an arena offset x: every gradient at offsets >= x is
+  // final for this micro-batch (after the LM head and final norm, after each layer
+  // from the last, after the embedding with 0). Data parallelism starts reducing
+  // gradient buckets from it; unset, nothing is called.
+  std::function<void(int64_t)> grads_final_hook;
 
   // Bytes held by activations and scratch for the current capacity.
   int64_t activation_bytes() const;

@@ -37,7 +37,13 @@ const Column kColumns[] = {
     {"gflops", false, [](const StepRecord& r) { return r.gflops; }, [](StepRecord& r, double v) { r.gflops = v; }},
     {"answers", true, [](const StepRecord& r) { return double(r.answers); }, [](StepRecord& r, double v) { r.answers = int64_t(v); }},
     {"answers_correct", true, [](const StepRecord& r) { return double(r.answers_correct); }, [](StepRecord& r, double v) { r.answers_correct = int64_t(v); }},
+    // added with data parallelism; optional when reading (older checkpoints lack them)
+    {"compute_max_over_mean", false, [](const StepRecord& r) { return r.compute_max_over_mean; }, [](StepRecord& r, double v) { r.compute_max_over_mean = v; }},
+    {"idle_fraction", false, [](const StepRecord& r) { return r.idle_fraction; }, [](StepRecord& r, double v) { r.idle_fraction = v; }},
 };
+bool optional_column(const char* name) {
+  return std::string(name) == "compute_max_over_mean" || std::string(name) == "idle_fraction";
+}
 
 int64_t need_int(const H5File& f, const std::string& obj, const char* name) {
   const auto v = f.attr_int(obj, name);
@@ -117,7 +123,10 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   c.history.assign(size_t(n), StepRecord{});
   for (const Column& col : kColumns) {
     const std::string ds = std::string("/metrics/") + col.name;
-    if (!f.exists(ds)) throw std::runtime_error(f.path() + ": missing dataset " + ds);
+    if (!f.exists(ds)) {
+      if (optional_column(col.name)) continue;
+      throw std::runtime_error(f.path() + ": missing dataset " + ds);
+    }
     const std::vector<double> v = f.read_f64(ds);
     if (int64_t(v.size()) != n)
       throw std::runtime_error(f.path() + ": " + ds + " has " + std::to_string(v.size()) +

@@ -34,6 +34,10 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0, gflops = 0;
   int64_t tokens = 0, targets = 0;
   int64_t answers = 0, answers_correct = 0;  // synthetic retrieval targets
+  // Straggler figures over the ranks of the step (1 and 0 in a single process):
+  // max / mean of per-rank compute time, and the mean fraction of the step a rank
+  // spent waiting in communication.
+  double compute_max_over_mean = 1.0, idle_fraction = 0.0;
   double retrieval_acc() const;              // NaN when the step had no answers
 };
 

@@ -148,6 +148,12 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1));
   k.push_back(str_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
                       [](Config& c) -> auto& { return c.train.resume; }));
+  // [parallel]
+  k.push_back(int_key("parallel.dp", "data-parallel degree (-1 = world size / (pp x cp))", [](Config& c) -> auto& { return c.parallel.dp; }, -1));
+  k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
+  k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
+  k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
+  k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
   // [checkpoint]
   k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
   k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));

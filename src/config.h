@@ -41,6 +41,14 @@ struct TrainConfig {
   std::string resume;   // "" = fresh run, "auto" = newest checkpoint in checkpoint.dir, or a path
 };
 
+struct ParallelConfig {
+  // Degrees of the MPI process grid (parallel/process_grid.h); -1 = infer from the
+  // world size. Their product must equal the number of MPI ranks.
+  int64_t dp = -1, pp = 1, cp = 1;
+  int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
+  bool overlap_grad_reduce = true;   // start bucket reductions during backward
+};
+
 struct CheckpointConfig {
   std::string dir = "runs/default";
   int64_t every = 50;  // 0 = only at the end
@@ -52,6 +60,7 @@ struct Config {
   std::string attention_kernel = "causal";
   DataConfig data;
   TrainConfig train;
+  ParallelConfig parallel;
   CheckpointConfig checkpoint;
 };
 

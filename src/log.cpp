@@ -5,7 +5,14 @@
 
 namespace lct {
 
+namespace {
+int g_log_rank = 0;
+}
+
+void set_log_rank(int rank) { g_log_rank = rank; }
+
 void log_info(const char* fmt, ...) {
+  if (g_log_rank != 0) return;
   va_list args;
   va_start(args, fmt);
   std::vprintf(fmt, args);
@@ -15,6 +22,7 @@ void log_info(const char* fmt, ...) {
 }
 
 void log_warn(const std::string& message) {
+  if (g_log_rank != 0) return;
   std::fprintf(stderr, "lct: warning: %s\n", message.c_str());
   std::fflush(stderr);
 }

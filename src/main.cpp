@@ -17,8 +17,11 @@
 #include "src/checkpoint.h"
 #include "src/log.h"
 #include "src/trainer.h"
+#include "parallel/process_grid.h"
 
 using namespace lct;
+
+int run_command(int argc, char** argv, int rank, int world);
 
 namespace {
 // Every config key as --section.key on a subcommand, collected into overrides.
@@ -53,6 +56,16 @@ Config resolve_config(const std::string& config_file,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun every rank runs this; without a launcher there is no MPI at all.
+  mpi_init_if_launched(&argc, &argv);
+  const int rank = mpi_world_rank(), world = mpi_world_size();
+  set_log_rank(rank);
+  const int code = run_command(argc, argv, rank, world);
+  mpi_finalize_if_active();
+  return code;
+}
+
+int run_command(int argc, char** argv, int rank, int world) {
   CLI::App app{"lct: long-context transformer training on CPUs"};
   app.require_subcommand(1);
   // one-line parse errors, like every other lct error
@@ -150,14 +163,23 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (rank != 0) return e.get_exit_code();  // every rank parses the same line
     return app.exit(e);
   }
 
   try {
     if (*train) {
       const Config config = resolve_config(config_file, overrides);
+      // Every layout rule is checked on every rank before any work (same inputs, same
+      // verdict), so an invalid layout ends all ranks cleanly.
+      Layout layout;
+      const std::string layout_error =
+          resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp}, world,
+                         config.model.num_hidden_layers, config.data.seq_len, layout);
+      if (!layout_error.empty()) throw ConfigError(layout_error);
       configure_threads(config.train.threads);
-      Trainer trainer(config);
+      const ProcessGrid grid = mpi_active() ? ProcessGrid(layout) : ProcessGrid();
+      Trainer trainer(config, grid);
       if (config.train.resume == "auto") {
         const std::string latest = latest_checkpoint(config.checkpoint.dir);
         if (latest.empty())
@@ -210,7 +232,18 @@ int main(int argc, char** argv) {
       std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", batch_out.c_str(),
                   (long long)batch_sequences, (long long)config.data.seq_len, (long long)batch_first);
     }
+  } catch (const ConfigError& e) {
+    // configuration and layout errors are reached by every rank alike: rank 0 reports,
+    // all ranks exit cleanly
+    if (rank == 0) std::fprintf(stderr, "lct: error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
+    // anything else may be this rank's alone: report it with the rank and end the
+    // whole job, so no other rank waits forever in a collective
+    if (world > 1) {
+      std::fprintf(stderr, "lct: error (rank %d of %d): %s\n", rank, world, e.what());
+      mpi_abort_job(1);
+    }
     std::fprintf(stderr, "lct: error: %s\n", e.what());
     return 1;
   }

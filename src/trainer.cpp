@@ -21,7 +21,12 @@ namespace lct {
 namespace fs = std::filesystem;
 
 int configure_threads(int64_t threads) {
-  const int n = threads > 0 ? int(threads) : omp_get_num_procs();
+  int n = int(threads);
+  if (n <= 0) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
+    n = std::max(1, omp_get_num_procs() / ranks_here);
+  }
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
   return n;
@@ -108,13 +113,26 @@ void install_stop_signal_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-Trainer::Trainer(const Config& config)
+const ProcessGrid& Trainer::single_process_grid() {
+  static const ProcessGrid grid;
+  return grid;
+}
+
+Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
+
+Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     : config_(config),
+      grid_(grid),
       source_(make_document_source(config)),
       packer_(checked_source(source_, config), config.data.seq_len),
       model_(model_config(config)),
       opt_config_(optimizer_config(config)),
-      optimizer_(opt_config_, model_.table()) {
+      optimizer_(opt_config_, model_.table()),
+      reducer_(model_.table(), grid.dp_cp(), config.parallel.bucket_size,
+               config.parallel.overlap_grad_reduce) {
+  if (grid.layout().pp > 1 || grid.layout().cp > 1)
+    throw ConfigError("parallel.pp > 1 and parallel.cp > 1 are accepted by the process grid, but "
+                      "pipeline and context parallelism are not implemented yet; use parallel.dp");
   init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
                     model_.params.data());
   state_.seed = config.train.seed;
@@ -150,37 +168,59 @@ void Trainer::resume_from(const std::string& path) {
 }
 
 StepRecord Trainer::train_step() {
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const int64_t step = state_.step;  // 0-based index of this step
   const int64_t mb = config_.train.micro_batches;
+  const int64_t dp = grid_.layout().dp;
+  double comm_s = 0;  // this rank's time inside MPI calls
 
-  // The step's sequences are fixed up front so the loss can be normalised by the
-  // global target count: every micro-batch's gradient is scaled by 1 / N_total.
+  // This rank's sequences of the step's global batch (dp ranks x mb sequences).
+  const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
   std::vector<PackedBatch> batches;
   batches.reserve(size_t(mb));
-  int64_t targets = 0, tokens = 0, pairs = 0;
+  double counts[3] = {0, 0, 0};  // targets, tokens, attended pairs: summed over ranks
   for (int64_t m = 0; m < mb; ++m) {
-    batches.push_back(packer_.sequence(state_.next_sequence + m));
-    targets += batches.back().num_targets();
-    tokens += batches.back().num_tokens();
-    pairs += attended_pairs(batches.back());
+    batches.push_back(packer_.sequence(first + m));
+    counts[0] += double(batches.back().num_targets());
+    counts[1] += double(batches.back().num_tokens());
+    counts[2] += double(attended_pairs(batches.back()));
   }
+  allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
+  const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
+                pairs = int64_t(counts[2]);
+  // Every micro-batch's gradient is scaled by 1 / (global target count), so summing
+  // over micro-batches and ranks gives the gradient of the global mean loss.
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
   model_.zero_grads();
   CrossEntropyStats stats;
-  for (const PackedBatch& b : batches) {
-    const CrossEntropyStats s = model_.forward_backward(b, grad_scale, true);
+  for (int64_t m = 0; m < mb; ++m) {
+    const bool last = m + 1 == mb;
+    if (last && reducer_.active()) {  // gradients become final during this backward
+      reducer_.begin(model_.grads.data());
+      model_.grads_final_hook = [this](int64_t offset) { reducer_.grads_final_from(offset); };
+    }
+    const CrossEntropyStats s = model_.forward_backward(batches[size_t(m)], grad_scale, true);
+    model_.grads_final_hook = nullptr;
     stats.loss_sum += s.loss_sum;
     stats.targets += s.targets;
     stats.answers += s.answers;
     stats.answers_correct += s.answers_correct;
   }
+  reducer_.finish();
+  comm_s += reducer_.comm_seconds();
+
+  // Loss and retrieval counts over ranks, and whether any rank was asked to stop.
+  double sums[4] = {stats.loss_sum, double(stats.answers), double(stats.answers_correct),
+                    g_stop_signal.load() != 0 ? 1.0 : 0.0};
+  allreduce_sum(sums, 4, grid_.dp_cp(), &comm_s);
+  stop_requested_ = sums[3] > 0;
 
   StepRecord r;
   r.step = step + 1;
-  r.loss = targets > 0 ? stats.loss_sum / double(targets) : 0.0;
-  r.grad_norm = global_grad_norm(model_.grads);
+  r.loss = targets > 0 ? sums[0] / double(targets) : 0.0;
+  r.grad_norm = global_grad_norm(model_.grads);  // every rank holds the reduced gradient
   if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
     throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
                              std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) +
@@ -191,30 +231,49 @@ StepRecord Trainer::train_step() {
   r.lr = learning_rate(opt_config_, step);
   optimizer_.step(model_.params, model_.grads, r.lr, clip);
   state_.step += 1;
-  state_.next_sequence += mb;
+  state_.next_sequence += dp * mb;
   state_.tokens_seen += tokens;
 
-  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // Straggler figures: every rank's compute and communication time of this step.
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (grid_.world_size() > 1) {
+    double mine[2] = {step_s - comm_s, comm_s};
+    std::vector<double> all(size_t(2 * grid_.world_size()));
+    MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, grid_.world());
+    double max_compute = 0, sum_compute = 0, sum_idle = 0;
+    for (int k = 0; k < grid_.world_size(); ++k) {
+      max_compute = std::max(max_compute, all[size_t(2 * k)]);
+      sum_compute += all[size_t(2 * k)];
+      sum_idle += all[size_t(2 * k + 1)] / std::max(step_s, 1e-9);
+    }
+    r.compute_max_over_mean = max_compute / std::max(sum_compute / grid_.world_size(), 1e-12);
+    r.idle_fraction = sum_idle / grid_.world_size();
+  }
+
+  r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens = tokens;
   r.targets = targets;
   r.tokens_per_s = double(tokens) / (r.ms / 1e3);
   r.gflops = train_step_flops(model_.config(), tokens, pairs) / (r.ms / 1e3) / 1e9;
-  r.answers = stats.answers;
-  r.answers_correct = stats.answers_correct;
+  r.answers = int64_t(sums[1]);
+  r.answers_correct = int64_t(sums[2]);
   history_.push_back(r);
   return r;
 }
 
 std::string Trainer::save_checkpoint() {
-  fs::create_directories(config_.checkpoint.dir);
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
   const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
-  write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
-  // keep the newest checkpoint.keep files
-  const std::vector<std::string> existing = list_checkpoints(config_.checkpoint.dir);
-  for (size_t i = 0; i + size_t(config_.checkpoint.keep) < existing.size(); ++i)
-    fs::remove(existing[i]);
+  if (grid_.is_root()) {  // every rank holds the same weights and optimizer state
+    fs::create_directories(config_.checkpoint.dir);
+    write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
+    // keep the newest checkpoint.keep files
+    const std::vector<std::string> existing = list_checkpoints(config_.checkpoint.dir);
+    for (size_t i = 0; i + size_t(config_.checkpoint.keep) < existing.size(); ++i)
+      fs::remove(existing[i]);
+  }
+  if (grid_.world_size() > 1) MPI_Barrier(grid_.world());  // written before anyone goes on
   return path;
 }
 
@@ -222,7 +281,9 @@ namespace {
 void write_metrics_line(std::ostream& out, const StepRecord& r) {
   out << "{\"step\":" << r.step << ",\"loss\":" << r.loss << ",\"lr\":" << r.lr
       << ",\"grad_norm\":" << r.grad_norm << ",\"ms\":" << r.ms << ",\"tokens\":" << r.tokens
-      << ",\"tokens_per_s\":" << r.tokens_per_s << ",\"gflops\":" << r.gflops;
+      << ",\"tokens_per_s\":" << r.tokens_per_s << ",\"gflops\":" << r.gflops
+      << ",\"compute_max_over_mean\":" << r.compute_max_over_mean
+      << ",\"idle_fraction\":" << r.idle_fraction;
   if (r.answers > 0) out << ",\"retrieval_acc\":" << r.retrieval_acc();
   out << "}\n";
 }
@@ -231,6 +292,7 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
 // metrics.jsonl always equals the run's history: on resume it is rewritten from the
 // checkpoint's rows (dropping lines of steps after the checkpoint), then appended.
 void Trainer::open_metrics_file() {
+  if (!grid_.is_root()) return;
   const std::string path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
   metrics_.open(path, std::ios::trunc);
   if (!metrics_) throw std::runtime_error("cannot write metrics file '" + path + "'");
@@ -241,9 +303,16 @@ void Trainer::open_metrics_file() {
 
 int Trainer::run() {
   const LlamaConfig& mc = model_.config();
-  const int64_t tokens_per_step = config_.data.seq_len * config_.train.micro_batches;
-  log_info("lct train | %s | threads %d | %s", blas_description().c_str(), omp_get_max_threads(),
-           source_->describe().c_str());
+  const Layout& layout = grid_.layout();
+  const int64_t tokens_per_step = config_.data.seq_len * config_.train.micro_batches * layout.dp;
+  log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
+           omp_get_max_threads(), source_->describe().c_str());
+  if (grid_.world_size() > 1)
+    log_info("MPI: %d ranks = dp %d x pp %d x cp %d (rank = cp + cp x (dp + dp x pp)); gradient "
+             "buckets: %zu (>= %lld elements each), overlap %s",
+             grid_.world_size(), layout.dp, layout.pp, layout.cp, reducer_.buckets().size(),
+             (long long)config_.parallel.bucket_size,
+             config_.parallel.overlap_grad_reduce ? "on" : "off");
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -252,7 +321,7 @@ int Trainer::run() {
            (long long)mc.vocab_size, double(model_.num_params()) / 1e6,
            attention_kernel_name(mc.attention_kernel));
   log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
-           (long long)config_.train.steps, (long long)config_.train.micro_batches,
+           (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(opt_config_.kind), opt_config_.lr);
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
@@ -261,22 +330,28 @@ int Trainer::run() {
     log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
              (long long)state_.tokens_seen, (long long)state_.next_sequence);
 
-  fs::create_directories(config_.checkpoint.dir);
+  if (grid_.is_root()) fs::create_directories(config_.checkpoint.dir);
   open_metrics_file();
 
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
-      char acc[48] = "";
+      char acc[48] = "", ranks[64] = "";
       if (r.answers > 0) std::snprintf(acc, sizeof acc, " | recall %.3f", r.retrieval_acc());
+      if (grid_.world_size() > 1)
+        std::snprintf(ranks, sizeof ranks, " | compute max/mean %.2f | idle %4.1f%%",
+                      r.compute_max_over_mean, 100.0 * r.idle_fraction);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
-               "%6.1f GFLOP/s%s",
+               "%6.1f GFLOP/s%s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,
-               r.tokens_per_s, r.gflops, acc);
+               r.tokens_per_s, r.gflops, acc, ranks);
     }
-    write_metrics_line(metrics_, r);
-    metrics_.flush();
-    if (const int sig = g_stop_signal.load(); sig != 0) {
+    if (grid_.is_root()) {
+      write_metrics_line(metrics_, r);
+      metrics_.flush();
+    }
+    if (stop_requested_) {
+      const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
       log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
                save_checkpoint().c_str());
       log_info("resume with: --train.resume auto --checkpoint.dir %s", config_.checkpoint.dir.c_str());

@@ -1,0 +1,81 @@
+#include "parallel/grad_reducer.h"
+
+#include <chrono>
+#include <stdexcept>
+
+namespace lct {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+GradReducer::GradReducer(const TensorTable& table, MPI_Comm comm, int64_t bucket_size,
+                         bool overlap)
+    : comm_(comm), overlap_(overlap) {
+  if (bucket_size < 1) throw std::invalid_argument("parallel.bucket_size must be >= 1");
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_size(comm_, &comm_size_);
+  // Whole tensors from the end of the table until a bucket holds >= bucket_size.
+  const auto& specs = table.specs();
+  int64_t end = table.total(), begin = end;
+  for (size_t i = specs.size(); i-- > 0;) {
+    begin = specs[i].offset;
+    if (end - begin >= bucket_size || i == 0) {
+      buckets_.push_back({begin, end});
+      end = begin;
+    }
+  }
+  requests_.reserve(buckets_.size());
+}
+
+void GradReducer::begin(float* grads) {
+  grads_ = grads;
+  next_bucket_ = 0;
+  requests_.clear();
+  comm_seconds_ = 0;
+}
+
+void GradReducer::start_bucket(size_t b) {
+  const ArenaRange& r = buckets_[b];
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, grads_ + r.begin, int(r.end - r.begin), MPI_FLOAT, MPI_SUM, comm_,
+                 &req);
+  requests_.push_back(req);
+}
+
+void GradReducer::grads_final_from(int64_t offset) {
+  if (!active() || !overlap_ || !grads_) return;
+  const auto t0 = Clock::now();
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset)
+    start_bucket(next_bucket_++);
+  if (!requests_.empty()) {  // drive the collectives in flight
+    int done = 0;
+    MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+  }
+  comm_seconds_ += since(t0);
+}
+
+void GradReducer::finish() {
+  if (!active() || !grads_) return;
+  const auto t0 = Clock::now();
+  if (!overlap_) {
+    for (const ArenaRange& r : buckets_)
+      MPI_Allreduce(MPI_IN_PLACE, grads_ + r.begin, int(r.end - r.begin), MPI_FLOAT, MPI_SUM,
+                    comm_);
+  } else {
+    while (next_bucket_ < buckets_.size()) start_bucket(next_bucket_++);
+    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  }
+  comm_seconds_ += since(t0);
+  grads_ = nullptr;
+}
+
+void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds) {
+  if (comm == MPI_COMM_NULL) return;
+  const auto t0 = Clock::now();
+  MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm);
+  if (comm_seconds) *comm_seconds += since(t0);
+}
+
+}  // namespace lct

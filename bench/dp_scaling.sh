@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Data-parallel scaling on this machine, one rank per core, in one run:
+# Data-parallel scaling on this machine, one rank per core, in one script run:
 # tokens/s of dp = 1 (1 rank, 1 thread) against dp = N (N ranks, 1 thread each) on the
-# same config and per-rank batch, medians over the steps after the first two.
+# same config and per-rank batch. The host is noisy, so the two layouts alternate for
+# --rounds rounds; each round's speedup is the ratio of the two adjacent runs' median
+# tokens/s (steps after the first two), and the figure is the median over rounds.
+# compute max/mean and idle are lct's per-rank straggler figures (metrics.jsonl).
 #
-#   bash bench/dp_scaling.sh [--config configs/default.toml] [--steps 12] [--ranks 2]
-#                            [extra lct train args...]
+#   bash bench/dp_scaling.sh [--config configs/default.toml] [--steps 12] [--rounds 3]
+#                            [--ranks N] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LCT=${LCT:-build/lct}
 CONFIG=configs/default.toml
 STEPS=12
+ROUNDS=3
 RANKS=$(nproc)
 while [ $# -gt 0 ]; do
   case $1 in
     --config) CONFIG=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --ranks) RANKS=$2; shift 2 ;;
     *) break ;;
   esac
@@ -23,29 +28,36 @@ done
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-[ -n "${KEEP:-}" ] && trap - EXIT && echo "runs kept in $work"
 
-run() {  # ranks [extra args]
-  local np=$1
-  shift
+run() {  # ranks dir [extra args]
+  local np=$1 dir=$2
+  shift 2
   mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
-    --train.steps "$STEPS" --checkpoint.every 0 --checkpoint.dir "$work/dp$np" "$@" \
-    > "$work/dp$np.log" 2>&1 || { cat "$work/dp$np.log"; exit 1; }
+    --train.steps "$STEPS" --checkpoint.every 0 --checkpoint.dir "$dir" "$@" \
+    > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
 }
-median_tps() {  # dir
-  python3 -c "
+
+echo "dp scaling | config $CONFIG | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
+for r in $(seq "$ROUNDS"); do
+  run 1 "$work/r${r}_dp1" "$@"
+  run "$RANKS" "$work/r${r}_dpN" "$@"
+done
+grep -m1 "lct train |" "$work/r1_dp1.log"
+grep -m1 "MPI:" "$work/r1_dpN.log"
+python3 - "$work" "$ROUNDS" "$RANKS" <<'PY'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1] + '/metrics.jsonl')][2:]
-print(statistics.median(r['tokens_per_s'] for r in rows), statistics.median(r['compute_max_over_mean'] for r in rows), statistics.median(r['idle_fraction'] for r in rows))
-" "$1"
-}
-echo "dp scaling | config $CONFIG | $STEPS steps | one rank per core, 1 thread each"
-run 1 "$@"
-grep -m1 "lct train |" "$work/dp1.log"
-run "$RANKS" "$@"
-grep -m1 "MPI:" "$work/dp$RANKS.log"
-read -r t1 c1 i1 < <(median_tps "$work/dp1")
-read -r tn cn in < <(median_tps "$work/dp$RANKS")
-printf "  dp=1       %9.0f tokens/s\n" "$t1"
-printf "  dp=%-7s %9.0f tokens/s   compute max/mean %.3f   idle %.1f%%\n" "$RANKS" "$tn" "$cn" "$(python3 -c "print(100*$in)")"
-printf "  speedup    %9.2fx (ideal %d)\n" "$(python3 -c "print($tn/$t1)")" "$RANKS"
+work, rounds, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(d):
+    return [json.loads(l) for l in open(f"{d}/metrics.jsonl")][2:]
+ratios = []
+print(f"  {'round':>5} {'dp=1 tok/s':>11} {'dp=%d tok/s' % ranks:>11} {'speedup':>8} {'compute max/mean':>17} {'idle':>6}")
+for r in range(1, rounds + 1):
+    a, b = load(f"{work}/r{r}_dp1"), load(f"{work}/r{r}_dpN")
+    ta = statistics.median(x["tokens_per_s"] for x in a)
+    tb = statistics.median(x["tokens_per_s"] for x in b)
+    cm = statistics.median(x["compute_max_over_mean"] for x in b)
+    idle = statistics.median(x["idle_fraction"] for x in b)
+    ratios.append(tb / ta)
+    print(f"  {r:>5} {ta:>11.0f} {tb:>11.0f} {tb / ta:>7.2f}x {cm:>17.3f} {100 * idle:>5.1f}%")
+print(f"  median speedup dp={ranks} / dp=1: {statistics.median(ratios):.2f}x (ideal {ranks})")
+PY

@@ -64,6 +64,21 @@ with h5py.File("short_cu.h5", "w") as f:
 PY
 expect_error "bad_cu.h5: cu_seqlens must be strictly increasing" eval --checkpoint ck/step_00000001.h5 --batch-file bad_cu.h5
 expect_error "short_cu.h5: cu_seqlens ends at 6 but there are 10 tokens" eval --checkpoint ck/step_00000001.h5 --batch-file short_cu.h5
+/usr/bin/python3 -c "
+import h5py, numpy as np
+with h5py.File('ok.h5', 'w') as f:
+    f['tokens'] = np.arange(10, dtype=np.int32)
+    f['cu_seqlens'] = np.array([0, 10], dtype=np.int32)"
+expect_error "attention.kernel: unknown attention kernel 'flash'" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel flash
+expect_error "attention.dca_chunk_size (64) must be > attention.dca_local_size (64)" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel dca \
+  --attention.dca_chunk_size 64 --attention.dca_local_size 64
+expect_error "attention.dca_chunk_size (8) must be > attention.dca_local_size (9)" \
+  train --attention.kernel dca --attention.dca_chunk_size 8 --attention.dca_local_size 9
+expect_error "parallel.dp x parallel.pp x parallel.cp = 2 x 1 x 1 = 2 but the MPI world has 1 rank (launch with mpirun -np 2" \
+  train --parallel.dp 2
+expect_error "--out is required" make-batch --sequences 2
+expect_error "--sections: nonsense not in" bench --sections nonsense
 if ls ck/*.tmp >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 
 if [[ $failures -ne 0 ]]; then echo "cli_errors: $failures failures"; exit 1; fi

@@ -46,10 +46,11 @@ std::string blas_capability_warning() {
       lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
   if (blas_uses_avx512 || !__builtin_cpu_supports("avx512f")) return "";
   const char* env = std::getenv("OPENBLAS_CORETYPE");
-  return "OpenBLAS runs its " + core + " (AVX2) kernels on a CPU with AVX-512" +
+  return "OpenBLAS runs its " + core + " kernels (no AVX-512) on a CPU with AVX-512" +
          (env ? std::string(" because OPENBLAS_CORETYPE=") + env + " is set" : std::string()) +
-         "; GEMMs run about 1.8x slower than with SkylakeX kernels. lct keeps your setting; "
-         "unset OPENBLAS_CORETYPE (or set it to SkylakeX) for full speed";
+         "; SGEMM was about 1.8x slower than with SkylakeX kernels on lct's development "
+         "machine. lct keeps your setting; unset OPENBLAS_CORETYPE (or set it to SkylakeX) "
+         "for full speed";
 }
 
 LlamaConfig model_config(const Config& config) {

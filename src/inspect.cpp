@@ -83,6 +83,7 @@ struct RunSummary {
   int64_t steps = 0, window = 0;
   double first_loss = NAN, last_loss = NAN, head_loss = NAN, tail_loss = NAN;
   double tokens_per_s = NAN, gflops = NAN, ms = NAN;
+  double compute_max_over_mean = NAN, idle_fraction = NAN;  // straggler figures
 };
 
 RunSummary summarize(const std::vector<StepRecord>& h) {
@@ -98,16 +99,20 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.tail_loss = tail / double(k);
   // throughput: median over the last 20 steps (step 1 excluded when there are more)
   const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
-  std::vector<double> tps, gf, ms;
+  std::vector<double> tps, gf, ms, cm, idle;
   for (size_t i = begin; i < h.size(); ++i) {
     tps.push_back(h[i].tokens_per_s);
     gf.push_back(h[i].gflops);
     ms.push_back(h[i].ms);
+    cm.push_back(h[i].compute_max_over_mean);
+    idle.push_back(h[i].idle_fraction);
   }
   s.window = int64_t(tps.size());
   s.tokens_per_s = median(tps);
   s.gflops = median(gf);
   s.ms = median(ms);
+  s.compute_max_over_mean = median(cm);
+  s.idle_fraction = median(idle);
   return s;
 }
 
@@ -173,6 +178,21 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
+// "causal", or "dca (C 2048, w 256[, mscale 1.2][, yarn length 4096])"
+std::string attention_text(const LlamaConfig& m) {
+  std::string t = attention_kernel_name(m.attention_kernel);
+  if (m.attention_kernel != AttentionKernel::dca) return t;
+  char b[160];
+  std::snprintf(b, sizeof b, " (C %lld, w %lld", (long long)m.dca_chunk_size,
+                (long long)m.dca_local_size);
+  t += b;
+  if (m.dca_mscale != 1.0) std::snprintf(b, sizeof b, ", mscale %g", m.dca_mscale), t += b;
+  if (m.dca_mscale_original_length > 0)
+    std::snprintf(b, sizeof b, ", yarn length %lld", (long long)m.dca_mscale_original_length),
+        t += b;
+  return t + ")";
+}
+
 std::string model_line(const LlamaConfig& m) {
   char b[256];
   std::snprintf(b, sizeof b,
@@ -181,7 +201,7 @@ std::string model_line(const LlamaConfig& m) {
                 m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
                 m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
                 (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
-                attention_kernel_name(m.attention_kernel));
+                attention_text(m).c_str());
   return b;
 }
 
@@ -204,7 +224,9 @@ std::string summary_json(const RunSummary& s) {
          ",\"last_loss\":" + json_number(s.last_loss) + ",\"head_loss\":" + json_number(s.head_loss) +
          ",\"tail_loss\":" + json_number(s.tail_loss) + ",\"window\":" + std::to_string(s.window) +
          ",\"median_tokens_per_s\":" + json_number(s.tokens_per_s) +
-         ",\"median_gflops\":" + json_number(s.gflops) + ",\"median_ms\":" + json_number(s.ms) + "}";
+         ",\"median_gflops\":" + json_number(s.gflops) + ",\"median_ms\":" + json_number(s.ms) +
+         ",\"median_compute_max_over_mean\":" + json_number(s.compute_max_over_mean) +
+         ",\"median_idle_fraction\":" + json_number(s.idle_fraction) + "}";
 }
 
 void print_summary(const RunSummary& s) {
@@ -215,8 +237,10 @@ void print_summary(const RunSummary& s) {
   std::printf("metrics: %lld steps | loss %.4f -> %.4f (mean of first 10%% %.4f, last 10%% %.4f, %s)\n",
               (long long)s.steps, s.first_loss, s.last_loss, s.head_loss, s.tail_loss,
               s.tail_loss < s.head_loss ? "falling" : "not falling");
-  std::printf("throughput: median over last %lld steps: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step\n",
-              (long long)s.window, s.tokens_per_s, s.gflops, s.ms);
+  std::printf("throughput: median over last %lld steps: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step | "
+              "compute max/mean %.3f | idle %.1f%%\n",
+              (long long)s.window, s.tokens_per_s, s.gflops, s.ms, s.compute_max_over_mean,
+              100 * s.idle_fraction);
 }
 
 }  // namespace
@@ -242,6 +266,13 @@ int inspect_file(const std::string& path, bool json) {
                     ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
                     ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
                     ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +
+                    (r.model.attention_kernel == AttentionKernel::dca
+                         ? ",\"dca_chunk_size\":" + std::to_string(r.model.dca_chunk_size) +
+                               ",\"dca_local_size\":" + std::to_string(r.model.dca_local_size) +
+                               ",\"dca_mscale\":" + json_number(r.model.dca_mscale) +
+                               ",\"dca_mscale_original_length\":" +
+                               std::to_string(r.model.dca_mscale_original_length)
+                         : std::string()) +
                     ",\"num_params\":" + std::to_string(num_params) + "}";
     if (r.is_checkpoint)
       o += ",\"step\":" + std::to_string(r.header.state.step) +
@@ -328,8 +359,7 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   };
   std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
   row("", "A", "B");
-  row("attention kernel", attention_kernel_name(ra.model.attention_kernel),
-      attention_kernel_name(rb.model.attention_kernel));
+  row("attention", attention_text(ra.model), attention_text(rb.model));
   row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
   row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
   row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));
@@ -337,6 +367,9 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
       ratio(sa.tokens_per_s, sb.tokens_per_s));
   row("median GFLOP/s", num(sa.gflops, "%.1f"), num(sb.gflops, "%.1f"), ratio(sa.gflops, sb.gflops));
   row("median ms/step", num(sa.ms, "%.1f"), num(sb.ms, "%.1f"), ratio(sa.ms, sb.ms));
+  row("median compute max/mean", num(sa.compute_max_over_mean, "%.3f"),
+      num(sb.compute_max_over_mean, "%.3f"));
+  row("median idle", num(100 * sa.idle_fraction, "%.1f%%"), num(100 * sb.idle_fraction, "%.1f%%"));
   std::printf("\nconfig differences (%zu):\n", diffs.size());
   for (const ConfigDifference& d : diffs)
     std::printf("  %-28s A = %-18s B = %s\n", d.key.c_str(), d.a.c_str(), d.b.c_str());

@@ -1,8 +1,9 @@
 // Core attention: softmax(Q K^T * scale) V over a packed batch of documents.
 //
 // This is the one seam every attention placement plugs into (colocated, context
-// parallel, CAD servers) and every kernel plugs behind (causal today). It has no
-// weights: inputs are the already-projected, already-rotated Q/K/V rows.
+// parallel, CAD servers) and every kernel plugs behind (causal, DCA). It has no
+// weights: inputs are the already-projected Q/K/V rows, rotated by RoPE for the causal
+// kernel (DCA takes Q unrotated, see DcaParams).
 //
 // Layouts (row-major, fp32):
 //   Q, O   [rows, H,  hd]    row stride H*hd

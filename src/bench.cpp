@@ -103,7 +103,11 @@ double fma_loop(int64_t iterations) {
   constexpr int kLanes = 16;
   auto set1 = [](float x) { return _mm512_set1_ps(x); };
   auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
-  auto lane0 = [](Vec v) { return _mm_cvtss_f32(_mm512_castps512_ps128(v)); };
+  auto lane0 = [](Vec v) {  // (GCC 12's cast/extract intrinsics warn spuriously)
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, v);
+    return lanes[0];
+  };
 #elif defined(__AVX2__) && defined(__FMA__)
   using Vec = __m256;
   constexpr int kLanes = 8;

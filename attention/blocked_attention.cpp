@@ -33,32 +33,19 @@ struct Geometry {
   // DCA: query tiles and key blocks never straddle a chunk boundary (chunk length s),
   // so every (query tile, key block) pair uses one query rotation.
   bool dca;
-  int64_t s, C;
+  int64_t s;
   const DcaParams* dca_params;
   explicit Geometry(const AttentionParams& p)
       : H(p.num_heads), KV(p.num_kv_heads), hd(p.head_dim), G(H / KV), ldq(H * hd),
         ldk(KV * hd), qb(std::max(kMinQueryBlock, kPackedRows / G)), mp(G * qb),
         scale(p.scale), dca(p.kernel == AttentionKernel::dca),
-        s(dca ? p.dca.chunk_len() : INT64_MAX), C(p.dca.chunk_size), dca_params(&p.dca) {}
+        s(dca ? p.dca.chunk_len() : INT64_MAX), dca_params(&p.dca) {}
 };
 
-// How a packed query tile is rotated: not at all (causal: Q arrives rotated) or by one
-// of DCA's three query positions.
-enum class QueryRotation { none, intra, successive, inter };
-
-QueryRotation rotation_for_chunk_distance(int64_t distance) {
-  return distance == 0 ? QueryRotation::intra
-                       : distance == 1 ? QueryRotation::successive : QueryRotation::inter;
-}
-
-// RoPE position of a query at in-document offset u under rotation r (dca.md §1.1).
-inline int64_t query_position(const Geometry& geo, QueryRotation r, int64_t u) {
-  switch (r) {
-    case QueryRotation::intra: return u % geo.s;
-    case QueryRotation::successive: return std::min(u % geo.s + geo.s, geo.C);
-    default: return std::min(2 * geo.s - 1, geo.C);
-  }
-}
+// A packed query tile is rotated for keys this many chunks back (0 intra, 1 successive,
+// >= 2 inter; the position comes from dca_query_position_at_distance), or not at all:
+// causal Q arrives rotated.
+constexpr int64_t kNoRotation = -1;
 
 // Logit multiplier of task t: scale, times DCA's per-document temperature.
 inline float logit_scale(const Geometry& geo, const AttentionTask& t) {
@@ -138,16 +125,17 @@ thread_local Workspace tls_workspace;
 
 // Packs query rows [i0, i0+n) of task t for the G heads of kv head g into
 // dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor and, for DCA,
-// rotated by the query position of rotation r (HF rotate_half convention).
+// rotated for keys chunk_distance chunks back (HF rotate_half convention).
 inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
                       int64_t n, const float* src, float factor, float* dst,
-                      QueryRotation r = QueryRotation::none) {
+                      int64_t chunk_distance = kNoRotation) {
   const int64_t half = geo.hd / 2;
   for (int64_t i = 0; i < n; ++i) {
     const float* cs = nullptr;
     const float* sn = nullptr;
-    if (r != QueryRotation::none) {
-      const int64_t p = query_position(geo, r, t.q_pos + i0 + i);
+    if (chunk_distance != kNoRotation) {
+      const int64_t p =
+          dca_query_position_at_distance(t.q_pos + i0 + i, chunk_distance, *geo.dca_params);
       cs = geo.dca_params->rope_cos + p * half;
       sn = geo.dca_params->rope_sin + p * half;
     }
@@ -199,18 +187,18 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
   // of chunk c (intra), by in-document offset.
   struct Part {
     int64_t lo, hi;
-    QueryRotation rotation;
+    int64_t chunk_distance;
   } parts[3];
   int num_parts = 0;
   if (!geo.dca) {
-    parts[num_parts++] = {0, key_end, QueryRotation::none};
+    parts[num_parts++] = {0, key_end, kNoRotation};
   } else {
     const int64_t c = (t.q_pos + i0) / geo.s;
     const int64_t b1 = std::clamp<int64_t>((c - 1) * geo.s - t.kv_pos, 0, key_end);
     const int64_t b2 = std::clamp<int64_t>(c * geo.s - t.kv_pos, 0, key_end);
-    parts[num_parts++] = {0, b1, QueryRotation::inter};
-    parts[num_parts++] = {b1, b2, QueryRotation::successive};
-    parts[num_parts++] = {b2, key_end, QueryRotation::intra};
+    parts[num_parts++] = {0, b1, 2};   // inter
+    parts[num_parts++] = {b1, b2, 1};  // successive
+    parts[num_parts++] = {b2, key_end, 0};  // intra
   }
 
   // Qp = logit scale * (rotated) Q, so S = Qp K^T are the logits.
@@ -219,7 +207,7 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
     const Part& part = parts[pi];
     if (part.lo >= part.hi) continue;
     float* qp = qp_parts + pi * geo.mp * hd;
-    pack_rows(geo, t, g, i0, n, q, factor, qp, part.rotation);
+    pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance);
     for (int64_t j0 = part.lo; j0 < part.hi; j0 += kKeyBlock) {
       const int64_t m = std::min(kKeyBlock, part.hi - j0);
       // S [M, m] = Qp K_blk^T
@@ -347,10 +335,9 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
     for (int64_t i0 = i_first, i1; i0 < t.q_len; i0 = i1) {
       i1 = query_tile_end(geo, t, i0);
       const int64_t n = i1 - i0, M = geo.G * n;
-      const QueryRotation rotation =
-          geo.dca ? rotation_for_chunk_distance((t.q_pos + i0) / geo.s - key_chunk)
-                  : QueryRotation::none;
-      pack_rows(geo, t, g, i0, n, q, factor, qp, rotation);
+      const int64_t chunk_distance =
+          geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
+      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance);
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       for (int64_t r = 0; r < M; ++r) {
         const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
@@ -388,7 +375,7 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
       // S = scale Q K^T -> dK_blk += scale dS^T Q = dS^T Qp
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, ds,
                   int(kKeyBlock), qp, int(hd), 1.0f, dkc, int(geo.ldk));
-      if (rotation == QueryRotation::none) {
+      if (chunk_distance == kNoRotation) {
         // dQ += scale dS K_blk, written per head straight into the strided rows
         for (int64_t hh = 0; hh < geo.G; ++hh)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(hd), int(mc),
@@ -400,7 +387,8 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
                     ds, int(kKeyBlock), kc, int(geo.ldk), 0.0f, dqp, int(hd));
         const int64_t half = hd / 2;
         for (int64_t i = 0; i < n; ++i) {
-          const int64_t p = query_position(geo, rotation, t.q_pos + i0 + i);
+          const int64_t p =
+              dca_query_position_at_distance(t.q_pos + i0 + i, chunk_distance, *geo.dca_params);
           const float* cs = geo.dca_params->rope_cos + p * half;
           const float* sn = geo.dca_params->rope_sin + p * half;
           for (int64_t hh = 0; hh < geo.G; ++hh) {

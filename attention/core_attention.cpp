@@ -59,11 +59,15 @@ int32_t dca_key_position(int64_t t, const DcaParams& dca) {
 }
 
 int32_t dca_query_position(int64_t i, int64_t j, const DcaParams& dca) {
+  const int64_t s = dca.chunk_len();
+  return dca_query_position_at_distance(i, i / s - j / s, dca);
+}
+
+int32_t dca_query_position_at_distance(int64_t i, int64_t chunk_distance, const DcaParams& dca) {
   const int64_t s = dca.chunk_len(), C = dca.chunk_size;
-  const int64_t distance = i / s - j / s;  // chunk distance
-  if (distance == 0) return int32_t(i % s);                        // intra
-  if (distance == 1) return int32_t(std::min<int64_t>(i % s + s, C));  // successive
-  return int32_t(std::min<int64_t>(2 * s - 1, C));                 // inter
+  if (chunk_distance == 0) return int32_t(i % s);                        // intra
+  if (chunk_distance == 1) return int32_t(std::min<int64_t>(i % s + s, C));  // successive
+  return int32_t(std::min<int64_t>(2 * s - 1, C));                       // inter
 }
 
 float dca_logit_multiplier(int64_t doc_len, const DcaParams& dca) {

@@ -287,10 +287,9 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   attn_params_.dca.rope_cos = rope_.cos.data();
   attn_params_.dca.rope_sin = rope_.sin.data();
   attn_params_.dca.rope_positions = rope_.max_positions;
-  if (c.attention_kernel == AttentionKernel::dca) {
-    const int64_t s = c.dca_chunk_size - c.dca_local_size;
-    for (int64_t t = 0; t < T; ++t) key_positions_[size_t(t)] = int32_t(positions[t] % s);
-  }
+  if (c.attention_kernel == AttentionKernel::dca)
+    for (int64_t t = 0; t < T; ++t)
+      key_positions_[size_t(t)] = dca_key_position(positions[t], attn_params_.dca);
 
   const float* embed = params.data() + embed_offset_;
   const float* lm_head = params.data() + lm_head_offset_;

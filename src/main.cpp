@@ -206,17 +206,14 @@ int run_command(int argc, char** argv, int rank, int world) {
       configure_threads(eval_threads);
       eval_options.grads_out = grads_out;
       if (!eval_attention.empty()) {
-        // validate the override values through the config machinery, then apply them
-        Config parsed;
-        apply_overrides(parsed, eval_attention);
+        // the checkpoint's model as a config, with the [attention] keys applied through
+        // the same parser and errors as `lct train`
         eval_options.adjust_model = [&](LlamaConfig& m) {
-          if (eval_attention.count("attention.kernel"))
-            m.attention_kernel = parse_attention_kernel(parsed.attention_kernel);
-          if (eval_attention.count("attention.dca_chunk_size")) m.dca_chunk_size = parsed.model.dca_chunk_size;
-          if (eval_attention.count("attention.dca_local_size")) m.dca_local_size = parsed.model.dca_local_size;
-          if (eval_attention.count("attention.dca_mscale")) m.dca_mscale = parsed.model.dca_mscale;
-          if (eval_attention.count("attention.dca_mscale_original_length"))
-            m.dca_mscale_original_length = parsed.model.dca_mscale_original_length;
+          Config c;
+          c.model = m;
+          c.attention_kernel = attention_kernel_name(m.attention_kernel);
+          apply_overrides(c, eval_attention);
+          m = model_config(c);
         };
       }
       const EvalResult r = run_eval(checkpoint, batch_file, eval_options);

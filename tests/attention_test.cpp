@@ -191,13 +191,8 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
     attention_forward(pr.params(), tasks, r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
     return dot(o, r.dout);
   };
-  const auto every3 = [](int64_t n) {
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < n; i += 3) v.push_back(i);
-    return v;
-  };
   for (auto [x, g] : {std::pair{&r.q, &r.dq}, std::pair{&r.k, &r.dk}, std::pair{&r.v, &r.dv}}) {
-    const auto idx = every3(int64_t(x->size()));
+    const auto idx = every_nth_index(int64_t(x->size()), 3);
     EXPECT_LT(rel_error(pick(*g, idx), finite_difference(*x, loss, 1e-2, idx)), 2e-3);
   }
 }

@@ -70,8 +70,12 @@ TEST(GradBuckets, CoverTheArenaExactlyInReverseLayerOrder) {
       EXPECT_EQ(b[i + 1].end, b[i].begin);               // contiguous, no gap, no overlap
       EXPECT_GE(b[i].end - b[i].begin, bucket);          // only the last may be smaller
     }
-    if (bucket == 1) EXPECT_EQ(b.size(), table.specs().size());  // one tensor each
-    if (bucket >= table.total()) EXPECT_EQ(b.size(), 1u);
+    if (bucket == 1) {
+      EXPECT_EQ(b.size(), table.specs().size());  // one tensor each
+    }
+    if (bucket >= table.total()) {
+      EXPECT_EQ(b.size(), 1u);
+    }
     EXPECT_FALSE(reducer.active());  // no MPI: reductions are no-ops
   }
 }

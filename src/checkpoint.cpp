@@ -19,11 +19,14 @@ double StepRecord::retrieval_acc() const {
 
 namespace {
 // Metrics columns: name, getter, setter. Kept in one list so writer and reader agree.
+// Optional columns were added after format v1 shipped; older checkpoints lack them and
+// readers keep StepRecord's defaults.
 struct Column {
   const char* name;
   bool integer;
   double (*get)(const StepRecord&);
   void (*set)(StepRecord&, double);
+  bool optional = false;
 };
 const Column kColumns[] = {
     {"step", true, [](const StepRecord& r) { return double(r.step); }, [](StepRecord& r, double v) { r.step = int64_t(v); }},
@@ -37,13 +40,10 @@ const Column kColumns[] = {
     {"gflops", false, [](const StepRecord& r) { return r.gflops; }, [](StepRecord& r, double v) { r.gflops = v; }},
     {"answers", true, [](const StepRecord& r) { return double(r.answers); }, [](StepRecord& r, double v) { r.answers = int64_t(v); }},
     {"answers_correct", true, [](const StepRecord& r) { return double(r.answers_correct); }, [](StepRecord& r, double v) { r.answers_correct = int64_t(v); }},
-    // added with data parallelism; optional when reading (older checkpoints lack them)
-    {"compute_max_over_mean", false, [](const StepRecord& r) { return r.compute_max_over_mean; }, [](StepRecord& r, double v) { r.compute_max_over_mean = v; }},
-    {"idle_fraction", false, [](const StepRecord& r) { return r.idle_fraction; }, [](StepRecord& r, double v) { r.idle_fraction = v; }},
+    // added with data parallelism
+    {"compute_max_over_mean", false, [](const StepRecord& r) { return r.compute_max_over_mean; }, [](StepRecord& r, double v) { r.compute_max_over_mean = v; }, true},
+    {"idle_fraction", false, [](const StepRecord& r) { return r.idle_fraction; }, [](StepRecord& r, double v) { r.idle_fraction = v; }, true},
 };
-bool optional_column(const char* name) {
-  return std::string(name) == "compute_max_over_mean" || std::string(name) == "idle_fraction";
-}
 
 int64_t need_int(const H5File& f, const std::string& obj, const char* name) {
   const auto v = f.attr_int(obj, name);
@@ -124,7 +124,7 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   for (const Column& col : kColumns) {
     const std::string ds = std::string("/metrics/") + col.name;
     if (!f.exists(ds)) {
-      if (optional_column(col.name)) continue;
+      if (col.optional) continue;
       throw std::runtime_error(f.path() + ": missing dataset " + ds);
     }
     const std::vector<double> v = f.read_f64(ds);

@@ -88,9 +88,16 @@ int64_t matmul_params_per_token(const LlamaConfig& c) {
   return per_layer * c.num_hidden_layers + c.vocab_size * C;
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config) {
+LlamaModel::LlamaModel(const LlamaConfig& config) : LlamaModel(config, whole_model_stage(config)) {}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
+    : config_(config), stage_(stage) {
   const std::string err = config.validate();
   if (!err.empty()) throw std::invalid_argument(err);
+  if (stage.first_layer < 0 || stage.end_layer > config.num_hidden_layers ||
+      stage.num_layers() < 1)
+    throw std::invalid_argument("pipeline stage layers [" + std::to_string(stage.first_layer) +
+                                ", " + std::to_string(stage.end_layer) + ") out of range");
   table_ = build_llama_table(config_);
   num_params_ = 0;
   for (const TensorSpec& s : table_.specs()) num_params_ += s.numel;
@@ -118,6 +125,46 @@ LlamaModel::LlamaModel(const LlamaConfig& config) : config_(config) {
   lm_head_offset_ =
       config_.tie_word_embeddings ? embed_offset_ : table_.get("lm_head.weight").offset;
   final_norm_offset_ = table_.get("model.norm.weight").offset;
+  build_activation_table();
+}
+
+// What one micro-batch saves between forward and backward, per token (C hidden,
+// H query heads, hd head dim, I MLP width), for each layer of the stage:
+//   x_in C, rstd1 1, h1 C, q H*hd, k KV*hd, v KV*hd, attn H*hd, lse H,
+//   x_mid C, rstd2 1, h2 C, gate I, up I, act I
+// then the stage output x_out C (the last layer's output: sent to the next stage, or
+// the final norm's input), rstd_final 1 and h_final C on the last stage, and dx C, the
+// residual-stream gradient (received from the next stage, sent to the previous one).
+void LlamaModel::build_activation_table() {
+  const LlamaConfig& c = config_;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
+  const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  ActivationTable& t = acts_table_;
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerIds i;
+    i.x_in = t.add(p + "x_in", C);
+    i.rstd1 = t.add(p + "rstd1", 1);
+    i.h1 = t.add(p + "h1", C);
+    i.q = t.add(p + "q", qdim);
+    i.k = t.add(p + "k", kvdim);
+    i.v = t.add(p + "v", kvdim);
+    i.attn = t.add(p + "attn", qdim);
+    i.lse = t.add(p + "lse", H);
+    i.x_mid = t.add(p + "x_mid", C);
+    i.rstd2 = t.add(p + "rstd2", 1);
+    i.h2 = t.add(p + "h2", C);
+    i.gate = t.add(p + "gate", I);
+    i.up = t.add(p + "up", I);
+    i.act = t.add(p + "act", I);
+    ids_.push_back(i);
+  }
+  x_out_ = t.add("x_out", C);
+  if (stage_.has_head) {
+    rstd_final_ = t.add("rstd_final", 1);
+    h_final_ = t.add("h_final", C);
+  }
+  dx_ = t.add("dx", C);
 }
 
 void LlamaModel::zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
@@ -129,51 +176,35 @@ LlamaModel::LayerWeights LlamaModel::layer_weights(std::vector<float>& arena, in
           a + o.mlp_norm,  a + o.wgate, a + o.wup, a + o.wdown};
 }
 
-void LlamaModel::ensure_capacity(int64_t T) {
-  if (T <= capacity_) return;
+float* LlamaModel::layer_output(int l, ActivationSlot& s) {
+  return l + 1 < stage_.end_layer ? s.tensor(ids(l + 1).x_in) : s.tensor(x_out_);
+}
+
+void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const LlamaConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
-  const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  const int64_t L = c.num_hidden_layers;
-  // per layer: x_in C, rstd1 1, h1 C, q qdim, k kvdim, v kvdim, attn qdim, lse H,
-  //            x_mid C, rstd2 1, h2 C, gate I, up I, act I   (all per token)
-  const int64_t per_layer = 4 * C + 2 + 2 * qdim + 2 * kvdim + H + 3 * I;
-  acts_.assign(size_t(T * (per_layer * L + 2 * C + 1)), 0.0f);
-  layer_acts_.resize(size_t(L));
-  float* p = acts_.data();
+  // RoPE covers every in-document position, and DCA's query positions 0..C even for
+  // short documents (grow-only; the kernel reads the table through attn_params_).
+  int64_t rope_rows = std::max(max_position + 1, T);
+  if (c.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, c.dca_chunk_size + 1);
+  if (rope_rows > rope_.max_positions) {
+    rope_ = build_rope_table(rope_rows, c.head_dim(), c.rope_theta);
+  }
+  // (set on every call, not at allocation, so copies of the model use their own table)
+  attn_params_.dca.rope_cos = rope_.cos.data();
+  attn_params_.dca.rope_sin = rope_.sin.data();
+  attn_params_.dca.rope_positions = rope_.max_positions;
+  if (T <= scratch_tokens_) return;
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  // dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I, plus logit rows
+  const int64_t logit_rows = std::min<int64_t>(T, kLogitRows);
+  scratch_.assign(size_t(T * (C + 2 * qdim + 2 * kvdim + 3 * I) + logit_rows * c.vocab_size), 0.0f);
+  float* p = scratch_.data();
   auto take = [&](int64_t n) {
     float* r = p;
     p += T * n;
     return r;
   };
-  for (int64_t l = 0; l < L; ++l) {
-    LayerActs& a = layer_acts_[size_t(l)];
-    a.x_in = take(C);
-    a.rstd1 = take(1);
-    a.h1 = take(C);
-    a.q = take(qdim);
-    a.k = take(kvdim);
-    a.v = take(kvdim);
-    a.attn = take(qdim);
-    a.lse = take(H);
-    a.x_mid = take(C);
-    a.rstd2 = take(1);
-    a.h2 = take(C);
-    a.gate = take(I);
-    a.up = take(I);
-    a.act = take(I);
-  }
-  x_final_ = take(C);
-  rstd_final_ = take(1);
-  h_final_ = take(C);  // allocated in the same arena: total per_layer*L + 2C + 1 per token
-  (void)h_final_;
-
-  // backward scratch: dx C, dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I
-  const int64_t logit_rows = std::min<int64_t>(T, kLogitRows);
-  scratch_.assign(size_t(T * (2 * C + 2 * qdim + 2 * kvdim + 3 * I) + logit_rows * c.vocab_size),
-                  0.0f);
-  p = scratch_.data();
-  dx_ = take(C);
   dh_ = take(C);
   dq_ = take(qdim);
   dk_ = take(kvdim);
@@ -183,151 +214,224 @@ void LlamaModel::ensure_capacity(int64_t T) {
   dup_ = take(I);
   dact_ = take(I);
   logits_ = p;
-
-  // RoPE covers every in-document position, and DCA's query positions 0..C even for
-  // short documents.
-  int64_t max_pos = std::max<int64_t>(T, rope_.max_positions);
-  if (c.attention_kernel == AttentionKernel::dca) max_pos = std::max(max_pos, c.dca_chunk_size + 1);
-  rope_ = build_rope_table(max_pos, c.head_dim(), c.rope_theta);
-  key_positions_.assign(size_t(T), 0);
-  capacity_ = T;
+  scratch_tokens_ = T;
 }
 
 int64_t LlamaModel::activation_bytes() const {
-  return int64_t(acts_.size() + scratch_.size()) * int64_t(sizeof(float));
+  return pool_.peak_bytes() + int64_t(scratch_.size() * sizeof(float));
 }
 
-void LlamaModel::layer_forward(int l, int64_t T, const int32_t* positions,
-                               const std::vector<AttentionTask>& tasks) {
+ActivationSlot& LlamaModel::begin(const PackedBatch& batch, int micro_batch) {
+  const int64_t T = batch.num_tokens();
+  if (T == 0) throw std::invalid_argument("empty batch");
+  int32_t max_position = 0;
+  for (int32_t p : batch.positions) max_position = std::max(max_position, p);
+  ensure_scratch(T, max_position);
+  ActivationSlot& s = pool_.acquire();
+  s.reset(acts_table_, T);
+  s.batch = &batch;
+  s.micro_batch = micro_batch;
+  tasks_for_documents(batch.cu_seqlens, s.tasks);
+  if (config_.attention_kernel == AttentionKernel::dca) {
+    s.key_positions.resize(size_t(T));
+    for (int64_t t = 0; t < T; ++t)
+      s.key_positions[size_t(t)] = dca_key_position(batch.positions[size_t(t)], attn_params_.dca);
+  }
+  return s;
+}
+
+void LlamaModel::embed_forward(ActivationSlot& s) {
+  embedding_forward(stage_input(s), s.batch->tokens.data(), params.data() + embed_offset_,
+                    s.tokens(), config_.hidden_size);
+}
+
+void LlamaModel::embed_backward(ActivationSlot& s) {
+  embedding_backward(grads.data() + embed_offset_, residual_grad(s), s.batch->tokens.data(),
+                     s.tokens(), config_.hidden_size);
+}
+
+void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   const LlamaConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, hd = c.head_dim();
+  const int64_t T = s.tokens(), C = c.hidden_size, hd = c.head_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
   const LayerWeights w = layer_weights(params, l);
-  LayerActs& a = layer_acts_[size_t(l)];
-  float* x_out = l + 1 < c.num_hidden_layers ? layer_acts_[size_t(l + 1)].x_in : x_final_;
-
-  rmsnorm_forward(a.h1, a.rstd1, a.x_in, w.attn_norm, T, C, float(c.rms_norm_eps));
-  matmul_forward(a.q, a.h1, w.wq, T, C, H * hd);
-  matmul_forward(a.k, a.h1, w.wk, T, C, KV * hd);
-  matmul_forward(a.v, a.h1, w.wv, T, C, KV * hd);
+  const LayerIds& a = ids(l);
+  float *h1 = s.tensor(a.h1), *q = s.tensor(a.q), *k = s.tensor(a.k);
+  rmsnorm_forward(h1, s.tensor(a.rstd1), s.tensor(a.x_in), w.attn_norm, T, C, float(c.rms_norm_eps));
+  matmul_forward(q, h1, w.wq, T, C, H * hd);
+  matmul_forward(k, h1, w.wk, T, C, KV * hd);
+  matmul_forward(s.tensor(a.v), h1, w.wv, T, C, KV * hd);
   if (c.attention_kernel == AttentionKernel::dca) {
     // DCA: keys are rotated once by t mod s; queries stay unrotated and the kernel
     // rotates each tile by the position its key range needs (core_attention.h)
-    rope_forward(a.k, key_positions_.data(), rope_, T, KV, hd);
+    rope_forward(k, s.key_positions.data(), rope_, T, KV, hd);
   } else {
-    rope_forward(a.q, positions, rope_, T, H, hd);
-    rope_forward(a.k, positions, rope_, T, KV, hd);
+    const int32_t* positions = s.batch->positions.data();
+    rope_forward(q, positions, rope_, T, H, hd);
+    rope_forward(k, positions, rope_, T, KV, hd);
   }
-  attention_forward(attn_params_, tasks, a.q, a.k, a.v, a.attn, a.lse);
-  // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
-  matmul_forward(a.x_mid, a.attn, w.wo, T, H * hd, C);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) a.x_mid[i] += a.x_in[i];
-
-  rmsnorm_forward(a.h2, a.rstd2, a.x_mid, w.mlp_norm, T, C, float(c.rms_norm_eps));
-  matmul_forward(a.gate, a.h2, w.wgate, T, C, I);
-  matmul_forward(a.up, a.h2, w.wup, T, C, I);
-  swiglu_forward(a.act, a.gate, a.up, T * I);
-  matmul_forward(x_out, a.act, w.wdown, T, I, C);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) x_out[i] += a.x_mid[i];
 }
 
-// On entry dx_ holds dLoss/d(layer output); on exit dLoss/d(layer input).
-void LlamaModel::layer_backward(int l, int64_t T, const int32_t* positions,
-                                const std::vector<AttentionTask>& tasks) {
+void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const LayerIds& a = ids(l);
+  placement.forward(attn_params_, s.tasks, s.tensor(a.q), s.tensor(a.k), s.tensor(a.v),
+                    s.tensor(a.attn), s.tensor(a.lse));
+}
+
+void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   const LlamaConfig& c = config_;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, hd = c.head_dim();
+  const int64_t T = s.tokens(), C = c.hidden_size, I = c.intermediate_size;
+  const int64_t qdim = c.num_attention_heads * c.head_dim();
+  const LayerWeights w = layer_weights(params, l);
+  const LayerIds& a = ids(l);
+  float *x_in = s.tensor(a.x_in), *x_mid = s.tensor(a.x_mid), *h2 = s.tensor(a.h2);
+  float *gate = s.tensor(a.gate), *up = s.tensor(a.up), *act = s.tensor(a.act);
+  float* x_out = layer_output(l, s);
+  // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
+  matmul_forward(x_mid, s.tensor(a.attn), w.wo, T, qdim, C);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < T * C; ++i) x_mid[i] += x_in[i];
+  rmsnorm_forward(h2, s.tensor(a.rstd2), x_mid, w.mlp_norm, T, C, float(c.rms_norm_eps));
+  matmul_forward(gate, h2, w.wgate, T, C, I);
+  matmul_forward(up, h2, w.wup, T, C, I);
+  swiglu_forward(act, gate, up, T * I);
+  matmul_forward(x_out, act, w.wdown, T, I, C);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < T * C; ++i) x_out[i] += x_mid[i];
+}
+
+// On entry dx holds dLoss/d(layer output); on exit dLoss/d(x_mid) (attention block's output).
+void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
+  const LlamaConfig& c = config_;
+  const int64_t T = s.tokens(), C = c.hidden_size, I = c.intermediate_size;
+  const int64_t qdim = c.num_attention_heads * c.head_dim();
+  const LayerWeights w = layer_weights(params, l);
+  const LayerWeights g = layer_weights(grads, l);
+  const LayerIds& a = ids(l);
+  float *dx = residual_grad(s), *h2 = s.tensor(a.h2);
+  // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
+  std::fill(dact_, dact_ + T * I, 0.0f);
+  matmul_backward(dact_, g.wdown, dx, s.tensor(a.act), w.wdown, T, I, C);
+  swiglu_backward(dgate_, dup_, dact_, s.tensor(a.gate), s.tensor(a.up), T * I);
+  std::fill(dh_, dh_ + T * C, 0.0f);
+  matmul_backward(dh_, g.wgate, dgate_, h2, w.wgate, T, C, I);
+  matmul_backward(dh_, g.wup, dup_, h2, w.wup, T, C, I);
+  // residual: dx already carries d x_mid from the skip path; add the norm's share
+  rmsnorm_backward(dx, g.mlp_norm, dh_, s.tensor(a.x_mid), w.mlp_norm, s.tensor(a.rstd2), T, C);
+  // Attention output projection. forward: x_mid = x_in + attn Wo^T
+  std::fill(dattn_, dattn_ + T * qdim, 0.0f);
+  matmul_backward(dattn_, g.wo, dx, s.tensor(a.attn), w.wo, T, qdim, C);
+}
+
+void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const LlamaConfig& c = config_;
+  const int64_t T = s.tokens();
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const LayerIds& a = ids(l);
+  std::fill(dq_, dq_ + T * qdim, 0.0f);
+  std::fill(dk_, dk_ + T * kvdim, 0.0f);
+  std::fill(dv_, dv_ + T * kvdim, 0.0f);
+  placement.backward(attn_params_, s.tasks, s.tensor(a.q), s.tensor(a.k), s.tensor(a.v),
+                     s.tensor(a.attn), s.tensor(a.lse), dattn_, dq_, dk_, dv_);
+}
+
+// On exit dx holds dLoss/d(layer input).
+void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
+  const LlamaConfig& c = config_;
+  const int64_t T = s.tokens(), C = c.hidden_size, hd = c.head_dim();
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
   const LayerWeights w = layer_weights(params, l);
   const LayerWeights g = layer_weights(grads, l);
-  LayerActs& a = layer_acts_[size_t(l)];
-
-  // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
-  std::fill(dact_, dact_ + T * I, 0.0f);
-  matmul_backward(dact_, g.wdown, dx_, a.act, w.wdown, T, I, C);
-  swiglu_backward(dgate_, dup_, dact_, a.gate, a.up, T * I);
-  std::fill(dh_, dh_ + T * C, 0.0f);
-  matmul_backward(dh_, g.wgate, dgate_, a.h2, w.wgate, T, C, I);
-  matmul_backward(dh_, g.wup, dup_, a.h2, w.wup, T, C, I);
-  // residual: dx already carries d x_mid from the skip path; add the norm's share
-  rmsnorm_backward(dx_, g.mlp_norm, dh_, a.x_mid, w.mlp_norm, a.rstd2, T, C);
-
-  // Attention block. forward: x_mid = x_in + attn Wo^T
-  std::fill(dattn_, dattn_ + T * H * hd, 0.0f);
-  matmul_backward(dattn_, g.wo, dx_, a.attn, w.wo, T, H * hd, C);
-  std::fill(dq_, dq_ + T * H * hd, 0.0f);
-  std::fill(dk_, dk_ + T * KV * hd, 0.0f);
-  std::fill(dv_, dv_ + T * KV * hd, 0.0f);
-  attention_backward(attn_params_, tasks, a.q, a.k, a.v, a.attn, a.lse, dattn_, dq_, dk_, dv_);
+  const LayerIds& a = ids(l);
+  float* h1 = s.tensor(a.h1);
   if (c.attention_kernel == AttentionKernel::dca) {
-    rope_backward(dk_, key_positions_.data(), rope_, T, KV, hd);  // dq_ is already pre-RoPE
+    rope_backward(dk_, s.key_positions.data(), rope_, T, KV, hd);  // dq is already pre-RoPE
   } else {
+    const int32_t* positions = s.batch->positions.data();
     rope_backward(dq_, positions, rope_, T, H, hd);
     rope_backward(dk_, positions, rope_, T, KV, hd);
   }
   std::fill(dh_, dh_ + T * C, 0.0f);
-  matmul_backward(dh_, g.wq, dq_, a.h1, w.wq, T, C, H * hd);
-  matmul_backward(dh_, g.wk, dk_, a.h1, w.wk, T, C, KV * hd);
-  matmul_backward(dh_, g.wv, dv_, a.h1, w.wv, T, C, KV * hd);
-  rmsnorm_backward(dx_, g.attn_norm, dh_, a.x_in, w.attn_norm, a.rstd1, T, C);
+  matmul_backward(dh_, g.wq, dq_, h1, w.wq, T, C, H * hd);
+  matmul_backward(dh_, g.wk, dk_, h1, w.wk, T, C, KV * hd);
+  matmul_backward(dh_, g.wv, dv_, h1, w.wv, T, C, KV * hd);
+  rmsnorm_backward(residual_grad(s), g.attn_norm, dh_, s.tensor(a.x_in), w.attn_norm,
+                   s.tensor(a.rstd1), T, C);
 }
 
-CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float grad_scale,
-                                               bool backward, double* token_loss) {
+CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
+                                                    bool backward, double* token_loss) {
   const LlamaConfig& c = config_;
-  const int64_t T = batch.num_tokens(), C = c.hidden_size, V = c.vocab_size;
-  const int L = c.num_hidden_layers;
-  if (T == 0) throw std::invalid_argument("empty batch");
-  ensure_capacity(T);
-  tasks_for_documents(batch.cu_seqlens, tasks_);
-  const std::vector<AttentionTask>& tasks = tasks_;
-  const int32_t* positions = batch.positions.data();
-  // (set here, not at allocation, so copies of the model point at their own table)
-  attn_params_.dca.rope_cos = rope_.cos.data();
-  attn_params_.dca.rope_sin = rope_.sin.data();
-  attn_params_.dca.rope_positions = rope_.max_positions;
-  if (c.attention_kernel == AttentionKernel::dca)
-    for (int64_t t = 0; t < T; ++t)
-      key_positions_[size_t(t)] = dca_key_position(positions[t], attn_params_.dca);
-
-  const float* embed = params.data() + embed_offset_;
+  const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
+  if (!stage_.has_head) throw std::logic_error("head_forward_backward on a stage without the head");
   const float* lm_head = params.data() + lm_head_offset_;
-  float* d_lm_head = grads.data() + lm_head_offset_;
   const float* final_norm = params.data() + final_norm_offset_;
-
-  embedding_forward(layer_acts_[0].x_in, batch.tokens.data(), embed, T, C);
-  for (int l = 0; l < L; ++l) layer_forward(l, T, positions, tasks);
-  rmsnorm_forward(h_final_, rstd_final_, x_final_, final_norm, T, C, float(c.rms_norm_eps));
+  float *x_final = s.tensor(x_out_), *h_final = s.tensor(h_final_), *rstd = s.tensor(rstd_final_);
+  rmsnorm_forward(h_final, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
 
   // LM head and loss in row chunks, so logits never take T x V memory. With backward,
   // the head's gradients are produced right here: dh_final = dlogits W, dW += dlogits^T h.
   CrossEntropyStats stats;
   if (backward) std::fill(dh_, dh_ + T * C, 0.0f);
+  const PackedBatch& batch = *s.batch;
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
   for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
     const int64_t n = std::min(kLogitRows, T - r0);
-    matmul_forward(logits_, h_final_ + r0 * C, lm_head, n, C, V);
+    matmul_forward(logits_, h_final + r0 * C, lm_head, n, C, V);
     cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
                                    stats, token_loss ? token_loss + r0 : nullptr);
-    if (backward) matmul_backward(dh_ + r0 * C, d_lm_head, logits_, h_final_ + r0 * C, lm_head, n, C, V);
+    if (backward)
+      matmul_backward(dh_ + r0 * C, grads.data() + lm_head_offset_, logits_, h_final + r0 * C,
+                      lm_head, n, C, V);
   }
   if (!backward) return stats;
+  float* dx = residual_grad(s);
+  std::fill(dx, dx + T * C, 0.0f);
+  rmsnorm_backward(dx, grads.data() + final_norm_offset_, dh_, x_final, final_norm, rstd, T, C);
+  return stats;
+}
 
-  std::fill(dx_, dx_ + T * C, 0.0f);
-  rmsnorm_backward(dx_, grads.data() + final_norm_offset_, dh_, x_final_,
-                   final_norm, rstd_final_, T, C);
+void LlamaModel::stage_forward(ActivationSlot& s, AttentionPlacement& placement) {
+  if (stage_.has_embedding) embed_forward(s);
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    attn_in_forward(l, s);
+    phase_done();
+    attention_forward(l, s, placement);
+    phase_done();
+    attn_out_forward(l, s);
+    phase_done();
+  }
+}
+
+void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement) {
   // the final norm and the LM head sit at the end of the arena (tied: the head is the
   // embedding, which is only final after the embedding backward, at offset 0)
-  if (grads_final_hook) grads_final_hook(final_norm_offset_);
-  for (int l = L - 1; l >= 0; --l) {
-    layer_backward(l, T, positions, tasks);
-    if (grads_final_hook) grads_final_hook(layer_range(table_, l, l + 1).begin);
+  if (stage_.has_head) report_final(final_norm_offset_);
+  for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
+    attn_out_backward(l, s);
+    phase_done();
+    attention_backward(l, s, placement);
+    phase_done();
+    attn_in_backward(l, s);
+    report_final(layer_range(table_, l, l + 1).begin);
+    phase_done();
   }
-  embedding_backward(grads.data() + embed_offset_, dx_,
-                     batch.tokens.data(), T, C);
-  if (grads_final_hook) grads_final_hook(0);
+  if (stage_.has_embedding) {
+    embed_backward(s);
+    report_final(0);
+  }
+}
+
+CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float grad_scale,
+                                               bool backward, double* token_loss) {
+  if (!stage_.has_embedding || !stage_.has_head)
+    throw std::logic_error("forward_backward needs the whole model (use the pipeline executor)");
+  ActivationSlot& s = begin(batch, 0);
+  stage_forward(s, local_attention_);
+  const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss);
+  if (backward) stage_backward(s, local_attention_);
+  end(s);
   return stats;
 }
 

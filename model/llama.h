@@ -12,20 +12,19 @@
 //   logits = rmsnorm(x, norm) W_lm^T                    [T, V] (W_lm = embed if tied)
 //   loss = sum over targets of -log softmax(logits)[target]  (normalised by the caller)
 //
-// The model owns the parameter and gradient arenas and the activations of one
-// micro-batch. Layers are processed by index so that a pipeline stage can run a
-// contiguous range of them.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <functional>
 #include <vector>
 
-#include <functional>
-
+#include "attention/attention_placement.h"
 #include "attention/core_attention.h"
 #include "data/packing.h"
+#include "model/activations.h"
 #include "model/ops.h"
+#include "model/stage.h"
 #include "model/tensor_table.h"
 
 namespace lct {
@@ -64,12 +63,31 @@ void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint
 // LM head); the embedding lookup is not a matmul.
 int64_t matmul_params_per_token(const LlamaConfig& config);
 
+// One pipeline stage of the model (the whole model by default), run as phases on
+// activation slots. Per layer l of the stage:
+//
+//   attn_in_forward   h1 = rmsnorm(x_in); q, k, v = h1 W^T; RoPE          (saved in the slot)
+//   attention_forward o, lse = placement(q, k, v, tasks)                  (no weights)
+//   attn_out_forward  x_mid = x_in + o Wo^T; h2 = rmsnorm(x_mid);
+//                     x_out = x_mid + MLP(h2)                             (next layer's x_in)
+//
+// and in reverse for backward, on the slot's residual-stream gradient dx. The first
+// stage embeds; the last computes the loss and its gradient dx in head_forward_backward.
+// Between stages the executor moves stage_output() forward and residual_grad() back.
+// forward_backward() composes every phase for one micro-batch in one process.
+//
+// The model owns the parameter and gradient arenas (whole-model layout on every stage;
+// a stage only touches its own ranges), a pool of activation slots, and backward
+// scratch shared by all slots (one backward runs at a time).
 class LlamaModel {
  public:
   explicit LlamaModel(const LlamaConfig& config);
+  LlamaModel(const LlamaConfig& config, const StageSpec& stage);
 
   const LlamaConfig& config() const { return config_; }
+  const StageSpec& stage() const { return stage_; }
   const TensorTable& table() const { return table_; }
+  const ActivationTable& activation_table() const { return acts_table_; }
   int64_t num_params() const { return num_params_; }
 
   std::vector<float> params;  // arena, laid out by table()
@@ -79,20 +97,52 @@ class LlamaModel {
   float* param(const std::string& name) { return params.data() + table_.get(name).offset; }
   float* grad(const std::string& name) { return grads.data() + table_.get(name).offset; }
 
-  // One micro-batch. Returns loss statistics (sum, not mean). With backward, the
-  // gradient of grad_scale * (sum of token losses) is accumulated into grads.
+  // ---- phases ------------------------------------------------------------------
+  // A slot for one micro-batch (batch must outlive it), sized and with its attention
+  // tasks and DCA key positions; end() returns it to the pool.
+  ActivationSlot& begin(const PackedBatch& batch, int micro_batch);
+  void end(ActivationSlot& slot) { pool_.release(slot); }
+  float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
+  float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
+  float* residual_grad(ActivationSlot& s) { return s.tensor(dx_); }         // [T, C]
+
+  void embed_forward(ActivationSlot& s);
+  void attn_in_forward(int l, ActivationSlot& s);
+  void attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void attn_out_forward(int l, ActivationSlot& s);
+  // Final norm, LM head and loss (sum, not mean). With backward, accumulates the
+  // head's gradients and leaves dLoss/d(stage output) * grad_scale in residual_grad.
   // token_loss (optional, [T]) receives each token's loss (0 where there is no target).
+  CrossEntropyStats head_forward_backward(ActivationSlot& s, float grad_scale, bool backward,
+                                          double* token_loss = nullptr);
+  void attn_out_backward(int l, ActivationSlot& s);
+  void attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void attn_in_backward(int l, ActivationSlot& s);
+  void embed_backward(ActivationSlot& s);
+
+  // ---- compositions --------------------------------------------------------------
+  // Embedding (first stage) and every layer of the stage; between_phases runs after
+  // each phase (the executor drives MPI progress there).
+  void stage_forward(ActivationSlot& s, AttentionPlacement& placement);
+  // Every layer backward from residual_grad (and the embedding's on the first stage).
+  void stage_backward(ActivationSlot& s, AttentionPlacement& placement);
+  // One micro-batch through the whole model in this process (colocated attention).
+  // Returns loss statistics (sum, not mean). With backward, the gradient of
+  // grad_scale * (sum of token losses) is accumulated into grads.
   CrossEntropyStats forward_backward(const PackedBatch& batch, float grad_scale, bool backward,
                                      double* token_loss = nullptr);
 
-  // Called during backward with an arena offset x: every gradient at offsets >= x is
-  // final for this micro-batch (after the LM head and final norm, after each layer
-  // from the last, after the embedding with 0). Data parallelism starts reducing
-  // gradient buckets from it; unset, nothing is called.
+  // Called during backward with an arena offset x: every gradient at offsets >= x that
+  // this stage owns is final for this micro-batch (after the LM head and final norm,
+  // after each layer from the last, after the embedding with 0). Data parallelism
+  // starts reducing gradient buckets from it; unset, nothing is called.
   std::function<void(int64_t)> grads_final_hook;
+  // Called between phases of stage_forward/stage_backward (MPI progress); may be unset.
+  std::function<void()> between_phases;
 
-  // Bytes held by activations and scratch for the current capacity.
+  // Activation memory: peak slots in use times slot bytes, plus backward scratch.
   int64_t activation_bytes() const;
+  SlotPool& slot_pool() { return pool_; }
 
  private:
   struct LayerWeights {
@@ -101,35 +151,41 @@ class LlamaModel {
   struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
     int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
   };
-  struct LayerActs {  // views into acts_, saved by forward for backward
-    float *x_in, *rstd1, *h1, *q, *k, *v, *attn, *lse, *x_mid, *rstd2, *h2, *gate, *up, *act;
+  struct LayerIds {  // activation ids of one layer (saved by forward for backward)
+    int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act;
   };
   LayerWeights layer_weights(std::vector<float>& arena, int l);
-  void ensure_capacity(int64_t T);
-  void layer_forward(int l, int64_t T, const int32_t* positions,
-                     const std::vector<AttentionTask>& tasks);
-  void layer_backward(int l, int64_t T, const int32_t* positions,
-                      const std::vector<AttentionTask>& tasks);
+  const LayerIds& ids(int l) const { return ids_[size_t(l - stage_.first_layer)]; }
+  float* layer_output(int l, ActivationSlot& s);
+  void build_activation_table();
+  void ensure_scratch(int64_t T, int64_t max_position);
+  void phase_done() {
+    if (between_phases) between_phases();
+  }
+  void report_final(int64_t offset) {
+    if (grads_final_hook) grads_final_hook(offset);
+  }
 
   LlamaConfig config_;
+  StageSpec stage_;
   TensorTable table_;
   int64_t num_params_ = 0;
   AttentionParams attn_params_;
   std::vector<LayerOffsets> layer_offsets_;
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
-  std::vector<AttentionTask> tasks_;  // reused across micro-batches
-  std::vector<int32_t> key_positions_;  // DCA: RoPE position of each key (t mod s)
   RopeTable rope_;
 
-  int64_t capacity_ = 0;  // tokens the activation buffers hold
-  std::vector<float> acts_;
-  std::vector<LayerActs> layer_acts_;
-  float *x_final_ = nullptr, *rstd_final_ = nullptr, *h_final_ = nullptr;
-  // backward scratch
+  ActivationTable acts_table_;
+  std::vector<LayerIds> ids_;  // per layer of the stage
+  int x_out_ = -1, rstd_final_ = -1, h_final_ = -1, dx_ = -1;
+  SlotPool pool_;
+  LocalAttention local_attention_;
+
+  // backward scratch, shared by all slots (grow-only, sized by the largest T seen)
+  int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
-  float *dx_ = nullptr, *dh_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr,
-        *dattn_ = nullptr, *dgate_ = nullptr, *dup_ = nullptr, *dact_ = nullptr,
-        *logits_ = nullptr;
+  float *dh_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr, *dattn_ = nullptr,
+        *dgate_ = nullptr, *dup_ = nullptr, *dact_ = nullptr, *logits_ = nullptr;
   static constexpr int64_t kLogitRows = 512;  // LM head processed in row chunks
 };
 

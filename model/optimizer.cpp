@@ -24,22 +24,41 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-double global_grad_norm(const std::vector<float>& g) {
+namespace {
+double sum_of_squares_of(const float* x, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
-  const int64_t n = int64_t(g.size()), chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   static thread_local std::vector<double> scratch;  // grow-only, calling thread's
-  scratch.assign(size_t(chunks), 0.0);
+  if (scratch.size() < size_t(chunks)) scratch.resize(size_t(chunks));
   double* const partial = scratch.data();
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += double(g[i]) * g[i];
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += double(x[i]) * x[i];
     partial[c] = s;
   }
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];
-  return std::sqrt(total);
+  return total;
+}
+}  // namespace
+
+double sum_of_squares(const std::vector<float>& g, const std::vector<ArenaRange>& ranges) {
+  double total = 0.0;
+  for (const ArenaRange& r : ranges) total += sum_of_squares_of(g.data() + r.begin, r.end - r.begin);
+  return total;
+}
+
+double global_grad_norm(const std::vector<float>& g) {
+  return std::sqrt(sum_of_squares_of(g.data(), int64_t(g.size())));
+}
+
+bool Optimizer::owns(const TensorSpec& s) const {
+  if (owned_.empty()) return true;
+  for (const ArenaRange& r : owned_)
+    if (s.offset >= r.begin && s.offset + s.numel <= r.end) return true;
+  return false;
 }
 
 Optimizer::Optimizer(const OptimizerConfig& config, const TensorTable& table)
@@ -57,6 +76,7 @@ void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads
   if (config_.kind == OptimizerKind::sgd) {
     const float a = float(lr);
     for (const TensorSpec& s : table_.specs()) {
+      if (!owns(s)) continue;
       float* p = params.data() + s.offset;
       const float* g = grads.data() + s.offset;
 #pragma omp parallel for schedule(static)
@@ -72,6 +92,7 @@ void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads
   // One parallel region over the flat arena; tensors differ only in weight decay.
 #pragma omp parallel
   for (const TensorSpec& s : table_.specs()) {
+    if (!owns(s)) continue;
     float* p = params.data() + s.offset;
     const float* g = grads.data() + s.offset;
     float* m = m_.data() + s.offset;

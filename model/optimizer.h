@@ -28,7 +28,9 @@ struct OptimizerConfig {
 // Learning rate at 0-based step: linear warm-up, then cosine from lr to min_lr.
 double learning_rate(const OptimizerConfig& config, int64_t step);
 
-// Global L2 norm of the arena, computed in double over fixed chunks (deterministic).
+// Sum of squares over arena ranges, in double over fixed chunks of each range
+// (deterministic); global_grad_norm is its square root over the whole arena.
+double sum_of_squares(const std::vector<float>& values, const std::vector<ArenaRange>& ranges);
 double global_grad_norm(const std::vector<float>& grads);
 
 class Optimizer {
@@ -40,6 +42,9 @@ class Optimizer {
   void step(std::vector<float>& params, const std::vector<float>& grads, double lr,
             double grad_multiplier);
 
+  // Only tensors inside these ranges are updated (a pipeline stage's own); default: all.
+  void set_owned_ranges(const std::vector<ArenaRange>& ranges) { owned_ = ranges; }
+
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }
   std::vector<float>& exp_avg() { return m_; }
@@ -49,7 +54,9 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   const TensorTable& table_;
+  bool owns(const TensorSpec& s) const;
   std::vector<float> m_, v_;  // AdamW moments, arena layout (empty for SGD)
+  std::vector<ArenaRange> owned_;  // empty = the whole arena
   int64_t step_count_ = 0;
 };
 

@@ -11,21 +11,35 @@ double since(Clock::time_point t0) {
 }
 }  // namespace
 
-GradReducer::GradReducer(const TensorTable& table, MPI_Comm comm, int64_t bucket_size,
-                         bool overlap)
+GradReducer::GradReducer(const TensorTable& table, const std::vector<ArenaRange>& owned,
+                         MPI_Comm comm, int64_t bucket_size, bool overlap)
     : comm_(comm), overlap_(overlap) {
   if (bucket_size < 1) throw std::invalid_argument("parallel.bucket_size must be >= 1");
   if (comm_ != MPI_COMM_NULL) MPI_Comm_size(comm_, &comm_size_);
-  // Whole tensors from the end of the table until a bucket holds >= bucket_size.
+  const auto is_owned = [&](const TensorSpec& s) {
+    for (const ArenaRange& r : owned)
+      if (s.offset >= r.begin && s.offset + s.numel <= r.end) return true;
+    return false;
+  };
+  // Whole tensors from the end of the table until a bucket holds >= bucket_size; a
+  // bucket also ends where the owned tensors stop being adjacent.
   const auto& specs = table.specs();
-  int64_t end = table.total(), begin = end;
+  int64_t end = -1, begin = -1;
   for (size_t i = specs.size(); i-- > 0;) {
-    begin = specs[i].offset;
-    if (end - begin >= bucket_size || i == 0) {
+    const TensorSpec& s = specs[i];
+    if (!is_owned(s)) continue;
+    if (end >= 0 && s.offset + s.numel != begin) {  // gap: close the open bucket
       buckets_.push_back({begin, end});
-      end = begin;
+      end = -1;
+    }
+    if (end < 0) end = s.offset + s.numel;
+    begin = s.offset;
+    if (end - begin >= bucket_size) {
+      buckets_.push_back({begin, end});
+      end = -1;
     }
   }
+  if (end >= 0) buckets_.push_back({begin, end});
   requests_.reserve(buckets_.size());
 }
 

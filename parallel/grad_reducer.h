@@ -3,8 +3,9 @@
 //
 // The gradient arena is laid out in layer order (model/tensor_table.h), and backward
 // finishes it from the end: LM head and final norm, then layer L-1 ... layer 0, then
-// the embedding. Buckets are runs of whole tensors taken from the end of the table
-// until they hold at least bucket_size elements. During the last micro-batch's
+// the embedding. Buckets are runs of whole, adjacent tensors of the stage's owned
+// ranges, taken from the end of the table until they hold at least bucket_size
+// elements. During the last micro-batch's
 // backward the model reports "gradients from offset x on are final" after each
 // layer; every bucket lying entirely past x starts an MPI_Iallreduce (sum, in place)
 // at once. OpenMPI does not progress non-blocking collectives in the background, so
@@ -27,7 +28,10 @@ namespace lct {
 class GradReducer {
  public:
   // comm: ranks holding the same weights (dp x cp); MPI_COMM_NULL or size 1 = no-op.
-  GradReducer(const TensorTable& table, MPI_Comm comm, int64_t bucket_size, bool overlap);
+  // owned: the arena ranges this rank's pipeline stage updates (all of it without
+  // pipeline parallelism); buckets never leave them.
+  GradReducer(const TensorTable& table, const std::vector<ArenaRange>& owned, MPI_Comm comm,
+              int64_t bucket_size, bool overlap);
 
   const std::vector<ArenaRange>& buckets() const { return buckets_; }
   bool active() const { return comm_ != MPI_COMM_NULL && comm_size_ > 1; }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "model/stage.h"
+
 namespace lct {
 
 std::string resolve_layout(const LayoutRequest& r, int world_size, int num_layers,
@@ -37,9 +39,9 @@ std::string resolve_layout(const LayoutRequest& r, int world_size, int num_layer
            text(cp) + " = " + text(dp * pp * cp) + " but the MPI world has " + text(world_size) +
            " rank" + (world_size == 1 ? "" : "s") + " (launch with mpirun -np " +
            text(dp * pp * cp) + ", or set one degree to -1)";
-  if (num_layers % pp != 0)
-    return "parallel.pp = " + text(pp) + " must divide model.num_hidden_layers = " +
-           text(num_layers);
+  std::vector<StageSpec> stages;
+  if (std::string e = split_pipeline_stages(num_layers, int(pp), r.pp_layers, stages); !e.empty())
+    return e;
   if (cp > 1 && seq_len % (2 * cp) != 0)
     return "data.seq_len = " + text(seq_len) + " must be a multiple of 2 x parallel.cp = " +
            text(2 * cp) + " (load-balanced context-parallel split)";
@@ -115,11 +117,13 @@ ProcessGrid::ProcessGrid(const Layout& layout) : layout_(layout) {
   MPI_Comm_split(MPI_COMM_WORLD, c + layout.cp * p, world_rank_, &dp_);
   MPI_Comm_split(MPI_COMM_WORLD, c + layout.cp * d, world_rank_, &pp_);
   MPI_Comm_split(MPI_COMM_WORLD, p, world_rank_, &dp_cp_);
+  const bool holds_copy = layout.pp > 1 && (p == 0 || p == layout.pp - 1);
+  MPI_Comm_split(MPI_COMM_WORLD, holds_copy ? c + layout.cp * d : MPI_UNDEFINED, world_rank_, &tied_);
 }
 
 ProcessGrid::~ProcessGrid() {
   if (!mpi_active()) return;
-  for (MPI_Comm* comm : {&cp_, &dp_, &pp_, &dp_cp_})
+  for (MPI_Comm* comm : {&cp_, &dp_, &pp_, &dp_cp_, &tied_})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

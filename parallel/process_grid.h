@@ -16,11 +16,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lct {
 
 struct LayoutRequest {
   int64_t dp = -1, pp = 1, cp = 1;  // parallel.* keys; -1 = infer from the world size
+  std::vector<int64_t> pp_layers;   // layers per pipeline stage (empty = even split)
 };
 
 struct Layout {
@@ -69,13 +71,17 @@ class ProcessGrid {
   MPI_Comm dp() const { return dp_; }
   MPI_Comm pp() const { return pp_; }
   MPI_Comm cp() const { return cp_; }
+  // The first and the last pipeline stage of this rank's (dp, cp) position: the two
+  // holders of tied embedding copies. MPI_COMM_NULL on other stages and when pp = 1.
+  MPI_Comm tied_embedding() const { return tied_; }
   MPI_Comm world() const { return world_size_ > 1 || mpi_active() ? MPI_COMM_WORLD : MPI_COMM_NULL; }
 
  private:
   Layout layout_;
   GridCoordinates coords_;
   int world_rank_ = 0, world_size_ = 1;
-  MPI_Comm dp_cp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, cp_ = MPI_COMM_NULL;
+  MPI_Comm dp_cp_ = MPI_COMM_NULL, dp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, cp_ = MPI_COMM_NULL,
+           tied_ = MPI_COMM_NULL;
 };
 
 }  // namespace lct

@@ -43,6 +43,10 @@ const Column kColumns[] = {
     // added with data parallelism
     {"compute_max_over_mean", false, [](const StepRecord& r) { return r.compute_max_over_mean; }, [](StepRecord& r, double v) { r.compute_max_over_mean = v; }, true},
     {"idle_fraction", false, [](const StepRecord& r) { return r.idle_fraction; }, [](StepRecord& r, double v) { r.idle_fraction = v; }, true},
+    // added with pipeline parallelism
+    {"bubble_fraction", false, [](const StepRecord& r) { return r.bubble_fraction; }, [](StepRecord& r, double v) { r.bubble_fraction = v; }, true},
+    {"bubble_theoretical", false, [](const StepRecord& r) { return r.bubble_theoretical; }, [](StepRecord& r, double v) { r.bubble_theoretical = v; }, true},
+    {"peak_activation_bytes", true, [](const StepRecord& r) { return double(r.peak_activation_bytes); }, [](StepRecord& r, double v) { r.peak_activation_bytes = int64_t(v); }, true},
 };
 
 int64_t need_int(const H5File& f, const std::string& obj, const char* name) {

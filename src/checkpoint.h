@@ -11,7 +11,10 @@
 //                          seed and the sequence/element index, so the seed and the
 //                          data position are the complete RNG state)
 //   /metrics/<column>      one row per step so far: step, loss, lr, grad_norm, ms,
-//                          tokens, targets, tokens_per_s, gflops, answers, answers_correct
+//                          tokens, targets, tokens_per_s, gflops, answers, answers_correct,
+//                          compute_max_over_mean, idle_fraction (data parallelism),
+//                          bubble_fraction, bubble_theoretical, peak_activation_bytes
+//                          (pipeline); the later columns are optional when reading
 //
 // Files are written to <name>.tmp, flushed, and renamed into place.
 #pragma once
@@ -38,6 +41,14 @@ struct StepRecord {
   // max / mean of per-rank compute time, and the mean fraction of the step a rank
   // spent waiting in communication.
   double compute_max_over_mean = 1.0, idle_fraction = 0.0;
+  // Pipeline figures (0 without pipeline parallelism): the worst stage's bubble (time
+  // blocked on activations/gradients from neighbours over the schedule's time), the
+  // theoretical (pp - 1) / (m + pp - 1), and the largest stage's peak activation bytes.
+  double bubble_fraction = 0.0, bubble_theoretical = 0.0;
+  int64_t peak_activation_bytes = 0;
+  // Per pipeline stage (log and metrics.jsonl only, not checkpointed).
+  std::vector<double> stage_bubble;
+  std::vector<int64_t> stage_activation_bytes;
   double retrieval_acc() const;              // NaN when the step had no answers
 };
 

@@ -12,6 +12,7 @@
 #include "data/doc_lengths.h"
 #include "src/log.h"
 #include "model/optimizer.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace lct {
 namespace {
@@ -61,6 +62,40 @@ ConfigKey int_key(std::string name, std::string help, Field field, int64_t min_v
             field(c) = T(v);
           }};
 }
+// Integer lists: "[3, 5]" (TOML array, also accepted on the command line) or "3,5".
+std::vector<int64_t> parse_int_list(const std::string& key, const std::string& text) {
+  std::string t = text;
+  if (!t.empty() && t.front() == '[') {
+    if (t.back() != ']') throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    t = t.substr(1, t.size() - 2);
+  }
+  std::vector<int64_t> v;
+  std::stringstream in(t);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) {
+      if (t.find_first_not_of(" \t") == std::string::npos) break;  // "[]"
+      throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    }
+    v.push_back(parse_int(key, item.substr(a, b - a + 1)));
+  }
+  return v;
+}
+
+std::string int_list_text(const std::vector<int64_t>& v) {
+  std::string t = "[";
+  for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+  return t + "]";
+}
+
+template <typename Field>
+ConfigKey int_list_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::integer_list, std::move(help),
+          [field](const Config& c) { return int_list_text(field(const_cast<Config&>(c))); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_int_list(name, t); }};
+}
+
 template <typename Field>
 ConfigKey num_key(std::string name, std::string help, Field field) {
   return {name, KeyType::number, std::move(help),
@@ -152,6 +187,9 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("parallel.dp", "data-parallel degree (-1 = world size / (pp x cp))", [](Config& c) -> auto& { return c.parallel.dp; }, -1));
   k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
   k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
+  k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
+  k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
+                      [](const std::string& t) { parse_pipeline_schedule(t); }));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
   // [checkpoint]
@@ -230,6 +268,18 @@ void apply_toml_text(Config& config, const std::string& text, const std::string&
             throw ConfigError("config file '" + origin + "': " + name + " must be a string");
           text = value.as_string()->get();
           break;
+        case KeyType::integer_list: {
+          const toml::array* arr = value.as_array();
+          if (!arr) throw ConfigError("config file '" + origin + "': " + name + " must be a list of integers");
+          std::vector<int64_t> v;
+          for (const toml::node& e : *arr) {
+            if (!e.is_integer())
+              throw ConfigError("config file '" + origin + "': " + name + " must be a list of integers");
+            v.push_back(e.as_integer()->get());
+          }
+          text = int_list_text(v);
+          break;
+        }
       }
       try {
         k->set(config, text);

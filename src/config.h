@@ -45,6 +45,8 @@ struct ParallelConfig {
   // Degrees of the MPI process grid (parallel/process_grid.h); -1 = infer from the
   // world size. Their product must equal the number of MPI ranks.
   int64_t dp = -1, pp = 1, cp = 1;
+  std::vector<int64_t> pp_layers;    // layers per pipeline stage (empty = even split)
+  std::string pp_schedule = "1f1b";  // 1f1b | gpipe (parallel/pipeline_schedule.h)
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward
 };
@@ -64,7 +66,7 @@ struct Config {
   CheckpointConfig checkpoint;
 };
 
-enum class KeyType { integer, number, boolean, string };
+enum class KeyType { integer, number, boolean, string, integer_list };
 
 struct ConfigKey {
   std::string name;  // section.key

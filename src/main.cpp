@@ -40,6 +40,7 @@ void add_config_options(CLI::App* app, std::string& config_file,
         ->type_name(k.type == KeyType::integer   ? "INT"
                     : k.type == KeyType::number  ? "FLOAT"
                     : k.type == KeyType::boolean ? "BOOL"
+                    : k.type == KeyType::integer_list ? "LIST"
                                                  : "TEXT");
   }
   app->get_formatter()->column_width(36);
@@ -174,7 +175,9 @@ int run_command(int argc, char** argv, int rank, int world) {
       // verdict), so an invalid layout ends all ranks cleanly.
       Layout layout;
       const std::string layout_error =
-          resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp}, world,
+          resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp,
+                          config.parallel.pp_layers},
+                         world,
                          config.model.num_hidden_layers, config.data.seq_len, layout);
       if (!layout_error.empty()) throw ConfigError(layout_error);
       configure_threads(config.train.threads);

@@ -20,76 +20,7 @@
 namespace lct {
 namespace fs = std::filesystem;
 
-int configure_threads(int64_t threads) {
-  int n = int(threads);
-  if (n <= 0) {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int ranks_here = local ? std::max(1, std::atoi(local)) : 1;
-    n = std::max(1, omp_get_num_procs() / ranks_here);
-  }
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
-  return n;
-}
-
-std::string blas_description() {
-  const char* env = std::getenv("OPENBLAS_CORETYPE");
-  return std::string("OpenBLAS ") + openblas_get_corename() +
-         (env ? std::string(" (OPENBLAS_CORETYPE=") + env + ")" : std::string());
-}
-
-std::string blas_capability_warning() {
-  std::string core = openblas_get_corename();
-  std::string lower = core;
-  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  const bool blas_uses_avx512 =
-      lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
-  if (blas_uses_avx512 || !__builtin_cpu_supports("avx512f")) return "";
-  const char* env = std::getenv("OPENBLAS_CORETYPE");
-  return "OpenBLAS runs its " + core + " kernels (no AVX-512) on a CPU with AVX-512" +
-         (env ? std::string(" because OPENBLAS_CORETYPE=") + env + " is set" : std::string()) +
-         "; SGEMM was about 1.8x slower than with SkylakeX kernels on lct's development "
-         "machine. lct keeps your setting; unset OPENBLAS_CORETYPE (or set it to SkylakeX) "
-         "for full speed";
-}
-
-LlamaConfig model_config(const Config& config) {
-  LlamaConfig m = config.model;
-  m.attention_kernel = parse_attention_kernel(config.attention_kernel);
-  return m;
-}
-
-std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
-  const uint64_t seed = uint64_t(c.train.seed);
-  if (c.data.source == "text") return make_text_source(c.data.path, c.data.separator, seed);
-  if (c.data.source == "tokens")
-    return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed);
-  SyntheticOptions o;
-  o.seed = seed;
-  o.vocab_size = c.model.vocab_size;
-  o.lengths.dist = parse_doc_length_dist(c.data.doc_lengths);
-  o.lengths.min_doc_len = c.data.min_doc_len;
-  o.lengths.max_doc_len = c.data.max_doc_len;
-  o.lengths.seed = seed;
-  return make_synthetic_source(o);
-}
-
 namespace {
-OptimizerConfig optimizer_config(const Config& c) {
-  OptimizerConfig o;
-  o.kind = parse_optimizer(c.train.optimizer);
-  o.lr = c.train.lr;
-  o.min_lr = c.train.min_lr;
-  o.warmup_steps = c.train.warmup_steps;
-  o.total_steps = c.train.steps;
-  o.beta1 = c.train.beta1;
-  o.beta2 = c.train.beta2;
-  o.eps = c.train.eps;
-  o.weight_decay = c.train.weight_decay;
-  o.grad_clip = c.train.grad_clip;
-  return o;
-}
-
 const DocumentSource& checked_source(const std::unique_ptr<DocumentSource>& source,
                                      const Config& c) {
   if (source->vocab_required() > c.model.vocab_size)
@@ -121,19 +52,47 @@ const ProcessGrid& Trainer::single_process_grid() {
 
 Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
 
+namespace {
+std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
+  std::vector<StageSpec> stages;
+  const std::string e =
+      split_pipeline_stages(c.model.num_hidden_layers, pp, c.parallel.pp_layers, stages);
+  if (!e.empty()) throw ConfigError(e);
+  return stages;
+}
+
+// Adjacent ranges merged, so a whole-model stage is one range (same sums as before).
+std::vector<ArenaRange> merged(std::vector<ArenaRange> r) {
+  std::vector<ArenaRange> out;
+  for (const ArenaRange& x : r) {
+    if (!out.empty() && out.back().end == x.begin)
+      out.back().end = x.end;
+    else
+      out.push_back(x);
+  }
+  return out;
+}
+}  // namespace
+
 Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     : config_(config),
       grid_(grid),
       source_(make_document_source(config)),
       packer_(checked_source(source_, config), config.data.seq_len),
-      model_(model_config(config)),
+      stages_(pipeline_stages(config, grid.layout().pp)),
+      model_(model_config(config), stages_[size_t(grid.coords().pp_rank)]),
+      owned_(merged(owned_ranges(model_.table(), model_.config(), model_.stage()))),
+      counted_(merged(counted_ranges(model_.table(), model_.config(), model_.stage()))),
       opt_config_(optimizer_config(config)),
       optimizer_(opt_config_, model_.table()),
-      reducer_(model_.table(), grid.dp_cp(), config.parallel.bucket_size,
-               config.parallel.overlap_grad_reduce) {
-  if (grid.layout().pp > 1 || grid.layout().cp > 1)
-    throw ConfigError("parallel.pp > 1 and parallel.cp > 1 are accepted by the process grid, but "
-                      "pipeline and context parallelism are not implemented yet; use parallel.dp");
+      reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
+               config.parallel.overlap_grad_reduce),
+      executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
+                parse_pipeline_schedule(config.parallel.pp_schedule)) {
+  if (grid.layout().cp > 1)
+    throw ConfigError("parallel.cp > 1 is accepted by the process grid, but context "
+                      "parallelism is not implemented yet; use parallel.dp and parallel.pp");
+  optimizer_.set_owned_ranges(owned_);
   init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
                     model_.params.data());
   state_.seed = config.train.seed;
@@ -155,8 +114,9 @@ void Trainer::resume_from(const std::string& path) {
   if (c.state.step > config_.train.steps)
     throw std::runtime_error(path + ": checkpoint is at step " + std::to_string(c.state.step) +
                              ", beyond train.steps = " + std::to_string(config_.train.steps));
-  // Load into copies first so a failure leaves this trainer untouched.
-  LlamaModel model = model_;
+  // Load into copies first so a failure leaves this trainer untouched. Checkpoints are
+  // layout-free: every rank reads the whole file and uses its stage's part.
+  LlamaModel model(model_.config());
   Optimizer optimizer(opt_config_, model.table());
   load_checkpoint_tensors(f, model, &optimizer);
   model_.params = std::move(model.params);
@@ -173,19 +133,19 @@ StepRecord Trainer::train_step() {
   const auto t0 = Clock::now();
   const int64_t step = state_.step;  // 0-based index of this step
   const int64_t mb = config_.train.micro_batches;
-  const int64_t dp = grid_.layout().dp;
+  const Layout& layout = grid_.layout();
   double comm_s = 0;  // this rank's time inside MPI calls
 
-  // This rank's sequences of the step's global batch (dp ranks x mb sequences).
+  // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
+  // every pipeline stage of the replica packs the same ones.
   const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
-  std::vector<PackedBatch> batches;
-  batches.reserve(size_t(mb));
-  double counts[3] = {0, 0, 0};  // targets, tokens, attended pairs: summed over ranks
+  batches_.clear();
+  double counts[3] = {0, 0, 0};  // targets, tokens, attended pairs: summed over replicas
   for (int64_t m = 0; m < mb; ++m) {
-    batches.push_back(packer_.sequence(first + m));
-    counts[0] += double(batches.back().num_targets());
-    counts[1] += double(batches.back().num_tokens());
-    counts[2] += double(attended_pairs(batches.back()));
+    batches_.push_back(packer_.sequence(first + m));
+    counts[0] += double(batches_.back().num_targets());
+    counts[1] += double(batches_.back().num_tokens());
+    counts[2] += double(attended_pairs(batches_.back()));
   }
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
   const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
@@ -195,33 +155,25 @@ StepRecord Trainer::train_step() {
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
   model_.zero_grads();
-  CrossEntropyStats stats;
-  for (int64_t m = 0; m < mb; ++m) {
-    const bool last = m + 1 == mb;
-    if (last && reducer_.active()) {  // gradients become final during this backward
-      reducer_.begin(model_.grads.data());
-      model_.grads_final_hook = [this](int64_t offset) { reducer_.grads_final_from(offset); };
-    }
-    const CrossEntropyStats s = model_.forward_backward(batches[size_t(m)], grad_scale, true);
-    model_.grads_final_hook = nullptr;
-    stats.loss_sum += s.loss_sum;
-    stats.targets += s.targets;
-    stats.answers += s.answers;
-    stats.answers_correct += s.answers_correct;
-  }
-  reducer_.finish();
-  comm_s += reducer_.comm_seconds();
+  const PipelineStepStats pipe =
+      executor_.run(batches_, grad_scale, reducer_, placement_, grid_.tied_embedding(),
+                    tied_embedding_range(model_.table(), model_.config(), model_.stage()));
+  comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
 
-  // Loss and retrieval counts over ranks, and whether any rank was asked to stop.
-  double sums[4] = {stats.loss_sum, double(stats.answers), double(stats.answers_correct),
-                    g_stop_signal.load() != 0 ? 1.0 : 0.0};
-  allreduce_sum(sums, 4, grid_.dp_cp(), &comm_s);
+  // Loss and retrieval counts (only the last stage has them), and whether any rank was
+  // asked to stop; over the whole world, so every rank logs the same record.
+  double sums[4] = {pipe.loss.loss_sum, double(pipe.loss.answers),
+                    double(pipe.loss.answers_correct), g_stop_signal.load() != 0 ? 1.0 : 0.0};
+  allreduce_sum(sums, 4, grid_.world(), &comm_s);
   stop_requested_ = sums[3] > 0;
 
   StepRecord r;
   r.step = step + 1;
   r.loss = targets > 0 ? sums[0] / double(targets) : 0.0;
-  r.grad_norm = global_grad_norm(model_.grads);  // every rank holds the reduced gradient
+  // every rank holds its stage's reduced gradient: sum squares over stages
+  double sq = sum_of_squares(model_.grads, counted_);
+  allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
+  r.grad_norm = std::sqrt(sq);
   if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
     throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
                              std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) +
@@ -232,24 +184,41 @@ StepRecord Trainer::train_step() {
   r.lr = learning_rate(opt_config_, step);
   optimizer_.step(model_.params, model_.grads, r.lr, clip);
   state_.step += 1;
-  state_.next_sequence += dp * mb;
+  state_.next_sequence += layout.dp * mb;
   state_.tokens_seen += tokens;
 
-  // Straggler figures: every rank's compute and communication time of this step.
+  // Straggler and pipeline figures: every rank's compute and communication time, its
+  // stage's bubble and peak activation bytes.
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (grid_.world_size() > 1) {
-    double mine[2] = {step_s - comm_s, comm_s};
-    std::vector<double> all(size_t(2 * grid_.world_size()));
-    MPI_Allgather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, grid_.world());
+    double mine[4] = {step_s - comm_s, comm_s, pipe.bubble_fraction(),
+                      double(pipe.peak_activation_bytes)};
+    std::vector<double> all(size_t(4 * grid_.world_size()));
+    MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, grid_.world());
     double max_compute = 0, sum_compute = 0, sum_idle = 0;
+    r.stage_bubble.assign(size_t(layout.pp), 0.0);
+    r.stage_activation_bytes.assign(size_t(layout.pp), 0);
     for (int k = 0; k < grid_.world_size(); ++k) {
-      max_compute = std::max(max_compute, all[size_t(2 * k)]);
-      sum_compute += all[size_t(2 * k)];
-      sum_idle += all[size_t(2 * k + 1)] / std::max(step_s, 1e-9);
+      const double* v = &all[size_t(4 * k)];
+      max_compute = std::max(max_compute, v[0]);
+      sum_compute += v[0];
+      sum_idle += v[1] / std::max(step_s, 1e-9);
+      const size_t s = size_t(grid_coordinates(layout, k).pp_rank);
+      r.stage_bubble[s] = std::max(r.stage_bubble[s], v[2]);
+      r.stage_activation_bytes[s] = std::max(r.stage_activation_bytes[s], int64_t(v[3]));
     }
     r.compute_max_over_mean = max_compute / std::max(sum_compute / grid_.world_size(), 1e-12);
     r.idle_fraction = sum_idle / grid_.world_size();
+  } else {
+    r.stage_bubble = {pipe.bubble_fraction()};
+    r.stage_activation_bytes = {pipe.peak_activation_bytes};
   }
+  if (layout.pp > 1) {
+    r.bubble_fraction = *std::max_element(r.stage_bubble.begin(), r.stage_bubble.end());
+    r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
+  }
+  r.peak_activation_bytes =
+      *std::max_element(r.stage_activation_bytes.begin(), r.stage_activation_bytes.end());
 
   r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens = tokens;
@@ -266,7 +235,18 @@ std::string Trainer::save_checkpoint() {
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
   const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
-  if (grid_.is_root()) {  // every rank holds the same weights and optimizer state
+  // Every rank of a stage holds the same weights and optimizer state; rank 0 (the first
+  // stage of dp replica 0) collects the other stages' parts and writes one file.
+  if (grid_.coords().dp_rank == 0 && grid_.coords().cp_rank == 0) {
+    std::vector<std::vector<ArenaRange>> by_stage;
+    for (const StageSpec& s : stages_)
+      by_stage.push_back(merged(owned_ranges(model_.table(), model_.config(), s)));
+    std::vector<float*> arenas = {model_.params.data()};
+    if (!optimizer_.exp_avg().empty())
+      arenas.insert(arenas.end(), {optimizer_.exp_avg().data(), optimizer_.exp_avg_sq().data()});
+    gather_to_first_stage(grid_.pp(), grid_.layout().pp, grid_.coords().pp_rank, by_stage, arenas);
+  }
+  if (grid_.is_root()) {
     fs::create_directories(config_.checkpoint.dir);
     write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
     // keep the newest checkpoint.keep files
@@ -285,6 +265,16 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
       << ",\"tokens_per_s\":" << r.tokens_per_s << ",\"gflops\":" << r.gflops
       << ",\"compute_max_over_mean\":" << r.compute_max_over_mean
       << ",\"idle_fraction\":" << r.idle_fraction;
+  if (r.bubble_theoretical > 0) {
+    out << ",\"bubble_fraction\":" << r.bubble_fraction
+        << ",\"bubble_theoretical\":" << r.bubble_theoretical << ",\"stage_bubble\":[";
+    for (size_t s = 0; s < r.stage_bubble.size(); ++s) out << (s ? "," : "") << r.stage_bubble[s];
+    out << "]";
+  }
+  out << ",\"peak_activation_bytes\":" << r.peak_activation_bytes << ",\"stage_activation_bytes\":[";
+  for (size_t s = 0; s < r.stage_activation_bytes.size(); ++s)
+    out << (s ? "," : "") << r.stage_activation_bytes[s];
+  out << "]";
   if (r.answers > 0) out << ",\"retrieval_acc\":" << r.retrieval_acc();
   out << "}\n";
 }
@@ -314,6 +304,17 @@ int Trainer::run() {
              grid_.world_size(), layout.dp, layout.pp, layout.cp, reducer_.buckets().size(),
              (long long)config_.parallel.bucket_size,
              config_.parallel.overlap_grad_reduce ? "on" : "off");
+  if (layout.pp > 1) {
+    std::string split;
+    for (const StageSpec& s : stages_)
+      split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
+               std::to_string(s.end_layer - 1);
+    log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
+             "bubble (pp-1)/(m+pp-1) = %.1f%%",
+             layout.pp, split.c_str(), config_.parallel.pp_schedule.c_str(),
+             (long long)config_.train.micro_batches,
+             100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
+  }
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -337,15 +338,21 @@ int Trainer::run() {
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
-      char acc[48] = "", ranks[64] = "";
+      char acc[48] = "", ranks[64] = "", bubble[160] = "";
       if (r.answers > 0) std::snprintf(acc, sizeof acc, " | recall %.3f", r.retrieval_acc());
       if (grid_.world_size() > 1)
         std::snprintf(ranks, sizeof ranks, " | compute max/mean %.2f | idle %4.1f%%",
                       r.compute_max_over_mean, 100.0 * r.idle_fraction);
+      if (layout.pp > 1)
+        std::snprintf(bubble, sizeof bubble,
+                      " | bubble %4.1f%% (theory %4.1f%%) | activations stage 0 %.1f MiB, max %.1f MiB",
+                      100.0 * r.bubble_fraction, 100.0 * r.bubble_theoretical,
+                      double(r.stage_activation_bytes.front()) / 1048576.0,
+                      double(r.peak_activation_bytes) / 1048576.0);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
-               "%6.1f GFLOP/s%s%s",
+               "%6.1f GFLOP/s%s%s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,
-               r.tokens_per_s, r.gflops, acc, ranks);
+               r.tokens_per_s, r.gflops, acc, ranks, bubble);
     }
     if (grid_.is_root()) {
       write_metrics_line(metrics_, r);

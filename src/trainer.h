@@ -1,4 +1,4 @@
-// The single-process training loop: data -> micro-batches -> forward/backward with a
+// The training loop: data -> micro-batches -> pipeline schedule (forward/backward) with a
 // global-token-count loss -> clipping -> optimizer -> logs, metrics, checkpoints.
 #pragma once
 
@@ -14,34 +14,35 @@
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "parallel/grad_reducer.h"
+#include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
 #include "src/checkpoint.h"
 #include "src/config.h"
+#include "src/machine.h"
+#include "src/run_objects.h"
 
 namespace lct {
-
-// Sets OpenMP and OpenBLAS thread counts; 0 = the cores available to this process
-// divided by the MPI ranks on its node. Returns the count used.
-int configure_threads(int64_t threads);
-std::string blas_description();
-// Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
-// AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
-std::string blas_capability_warning();
-
-std::unique_ptr<DocumentSource> make_document_source(const Config& config);
-LlamaConfig model_config(const Config& config);  // [model] plus attention.kernel
 
 // SIGINT/SIGTERM handling: the handler records the signal; the training loop checks it
 // at each step boundary, writes a checkpoint and returns 128 + signal.
 void install_stop_signal_handlers();
 extern std::atomic<int> g_stop_signal;
 
-// Data parallelism: with a grid of dp ranks, step k's global batch is sequences
-// [next, next + dp * micro_batches) of the stream; dp rank r trains sequences
-// next + r * micro_batches + m. The loss is normalised by the global target count
-// (one small all-reduce per step), gradients are summed over dp x cp by the bucketed
-// GradReducer, so every layout computes the single-process step on the same batch.
-// Rank 0 logs, writes metrics and checkpoints; every rank loads checkpoints.
+// One training run on a process grid (a single process by default).
+//
+// Data: step k's global batch is sequences [next, next + dp * micro_batches) of the
+// stream; dp rank r trains sequences next + r * micro_batches + m, on every pipeline
+// stage alike. The loss is normalised by the global target count (one small
+// all-reduce per step), so every layout computes the single-process step on the same
+// batch.
+// Execution: the trainer picks a pipeline schedule and an attention placement and runs
+// the PipelineExecutor (parallel/), which owns every MPI call of the step; with pp = 1
+// that is plain gradient accumulation. Each stage reduces the gradients it owns over
+// dp x cp, the grad norm sums squares over stages, and the optimizer updates the
+// stage's own parameters.
+// Checkpoints: every stage's tensors are gathered to rank 0, which writes one
+// layout-free file; every rank loads whole checkpoints, so any checkpoint resumes
+// under any layout. Rank 0 logs and writes metrics.
 class Trainer {
  public:
   explicit Trainer(const Config& config);  // single process
@@ -67,17 +68,23 @@ class Trainer {
 
  private:
   void open_metrics_file();
+  void log_header() const;
   static const ProcessGrid& single_process_grid();
   Config config_;
   const ProcessGrid& grid_;
   std::unique_ptr<DocumentSource> source_;
   SequencePacker packer_;
-  LlamaModel model_;
+  std::vector<StageSpec> stages_;  // every pipeline stage (one without pp)
+  LlamaModel model_;               // this rank's stage
+  std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)
   OptimizerConfig opt_config_;
   Optimizer optimizer_;
   GradReducer reducer_;
+  LocalAttention placement_;
+  PipelineExecutor executor_;
   TrainerState state_;
   std::vector<StepRecord> history_;
+  std::vector<PackedBatch> batches_;  // this step's micro-batches
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
   std::ofstream metrics_;
 };

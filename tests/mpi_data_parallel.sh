@@ -102,7 +102,7 @@ expect_layout_error 2 "parallel.dp must be >= -1" --parallel.dp -2
 expect_layout_error 4 "only one of parallel.dp/pp/cp may be -1" --parallel.pp -1
 expect_layout_error 3 "data.seq_len = 256 must be a multiple of 2 x parallel.cp = 6" \
   --parallel.dp 1 --parallel.cp 3
-expect_layout_error 2 "pipeline and context parallelism are not implemented yet" --parallel.pp 2
+expect_layout_error 2 "context parallelism is not implemented yet" --parallel.dp 1 --parallel.cp 2
 
 # a rank killed mid-run ends the job with a message, within seconds
 $MPIRUN -np 2 "$LCT" train $MODEL --train.steps 100000 --checkpoint.dir killed > killed.log 2>&1 &

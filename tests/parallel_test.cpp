@@ -1,11 +1,12 @@
-// The process-grid rules and the gradient buckets, without MPI (the MPI runs are in
-// mpi_data_parallel.sh).
+// The process-grid rules, pipeline stages and schedules, and the gradient buckets,
+// without MPI (the MPI runs are in mpi_data_parallel.sh and mpi_pipeline.sh).
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "model/llama.h"
 #include "parallel/grad_reducer.h"
+#include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
 
 namespace lct {
@@ -13,26 +14,26 @@ namespace {
 
 TEST(Layout, InfersTheMinusOneDegree) {
   Layout l;
-  EXPECT_EQ(resolve_layout({-1, 1, 1}, 4, 4, 2048, l), "");
+  EXPECT_EQ(resolve_layout({-1, 1, 1, {}}, 4, 4, 2048, l), "");
   EXPECT_EQ(l.dp, 4);
-  EXPECT_EQ(resolve_layout({2, -1, 1}, 8, 4, 2048, l), "");
+  EXPECT_EQ(resolve_layout({2, -1, 1, {}}, 8, 4, 2048, l), "");
   EXPECT_EQ(l.pp, 4);
-  EXPECT_EQ(resolve_layout({-1, 2, 2}, 8, 4, 2048, l), "");
+  EXPECT_EQ(resolve_layout({-1, 2, 2, {}}, 8, 4, 2048, l), "");
   EXPECT_EQ(l.dp, 2);
-  EXPECT_EQ(resolve_layout({-1, 1, 1}, 1, 4, 2048, l), "");  // no MPI: one process
+  EXPECT_EQ(resolve_layout({-1, 1, 1, {}}, 1, 4, 2048, l), "");  // no MPI: one process
   EXPECT_EQ(l.dp, 1);
 }
 
 TEST(Layout, EveryRuleIsAOneLineErrorPrintingTheFactors) {
   Layout l;
-  const std::string product = resolve_layout({3, 1, 1}, 2, 4, 2048, l);
+  const std::string product = resolve_layout({3, 1, 1, {}}, 2, 4, 2048, l);
   EXPECT_NE(product.find("3 x 1 x 1 = 3 but the MPI world has 2 ranks"), std::string::npos) << product;
-  EXPECT_NE(resolve_layout({1, 3, 1}, 3, 4, 2048, l).find("parallel.pp = 3 must divide"), std::string::npos);
-  EXPECT_NE(resolve_layout({0, 1, 1}, 1, 4, 2048, l).find("parallel.dp must be a positive"), std::string::npos);
-  EXPECT_NE(resolve_layout({1, 1, -3}, 1, 4, 2048, l).find("parallel.cp must be a positive"), std::string::npos);
-  EXPECT_NE(resolve_layout({-1, -1, 1}, 4, 4, 2048, l).find("only one"), std::string::npos);
-  EXPECT_NE(resolve_layout({-1, 3, 1}, 4, 4, 2048, l).find("cannot infer"), std::string::npos);
-  EXPECT_NE(resolve_layout({1, 1, 2}, 2, 4, 2050, l).find("multiple of 2 x parallel.cp"), std::string::npos);
+  EXPECT_NE(resolve_layout({1, 3, 1, {}}, 3, 4, 2048, l).find("parallel.pp = 3 must divide"), std::string::npos);
+  EXPECT_NE(resolve_layout({0, 1, 1, {}}, 1, 4, 2048, l).find("parallel.dp must be a positive"), std::string::npos);
+  EXPECT_NE(resolve_layout({1, 1, -3, {}}, 1, 4, 2048, l).find("parallel.cp must be a positive"), std::string::npos);
+  EXPECT_NE(resolve_layout({-1, -1, 1, {}}, 4, 4, 2048, l).find("only one"), std::string::npos);
+  EXPECT_NE(resolve_layout({-1, 3, 1, {}}, 4, 4, 2048, l).find("cannot infer"), std::string::npos);
+  EXPECT_NE(resolve_layout({1, 1, 2, {}}, 2, 4, 2050, l).find("multiple of 2 x parallel.cp"), std::string::npos);
   for (const std::string& e : {product}) EXPECT_EQ(e.find('\n'), std::string::npos);
 }
 
@@ -61,7 +62,7 @@ TEST(GradBuckets, CoverTheArenaExactlyInReverseLayerOrder) {
   c.num_key_value_heads = 2;
   const TensorTable table = build_llama_table(c);
   for (int64_t bucket : {int64_t(1), int64_t(777), int64_t(5000), table.total(), table.total() * 10}) {
-    const GradReducer reducer(table, MPI_COMM_NULL, bucket, true);
+    const GradReducer reducer(table, {{0, table.total()}}, MPI_COMM_NULL, bucket, true);
     const auto& b = reducer.buckets();
     ASSERT_FALSE(b.empty());
     EXPECT_EQ(b.front().end, table.total()) << bucket;  // starts at the end (LM head)
@@ -78,6 +79,154 @@ TEST(GradBuckets, CoverTheArenaExactlyInReverseLayerOrder) {
     }
     EXPECT_FALSE(reducer.active());  // no MPI: reductions are no-ops
   }
+}
+
+LlamaConfig small_config(int layers, bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+TEST(PipelineStages, EvenAndUnevenSplitsAndTheirErrors) {
+  std::vector<StageSpec> st;
+  ASSERT_EQ(split_pipeline_stages(8, 4, {}, st), "");
+  ASSERT_EQ(st.size(), 4u);
+  EXPECT_EQ(st[1].first_layer, 2);
+  EXPECT_EQ(st[1].end_layer, 4);
+  EXPECT_TRUE(st[0].has_embedding && !st[0].has_head);
+  EXPECT_TRUE(st[3].has_head && !st[3].has_embedding);
+  ASSERT_EQ(split_pipeline_stages(8, 2, {3, 5}, st), "");
+  EXPECT_EQ(st[0].end_layer, 3);
+  EXPECT_EQ(st[1].first_layer, 3);
+  EXPECT_EQ(st[1].end_layer, 8);
+  EXPECT_NE(split_pipeline_stages(6, 4, {}, st).find("parallel.pp = 4 must divide model.num_hidden_layers = 6"), std::string::npos);
+  EXPECT_NE(split_pipeline_stages(8, 2, {3, 4, 1}, st).find("parallel.pp_layers has 3 entries but parallel.pp = 2"), std::string::npos);
+  EXPECT_NE(split_pipeline_stages(8, 2, {3, 4}, st).find("sums to 7 but model.num_hidden_layers = 8"), std::string::npos);
+  EXPECT_NE(split_pipeline_stages(8, 2, {0, 8}, st).find("entries must be >= 1"), std::string::npos);
+  Layout l;
+  EXPECT_NE(resolve_layout({1, 2, 1, {1, 2}}, 2, 4, 2048, l).find("sums to 3"), std::string::npos);
+  EXPECT_EQ(resolve_layout({1, 2, 1, {1, 3}}, 2, 4, 2048, l), "");
+}
+
+TEST(PipelineStages, OwnedRangesCoverTheArenaOnceExceptTheTiedCopy) {
+  for (bool tied : {false, true})
+    for (int pp : {1, 2, 3, 6}) {
+      const LlamaConfig c = small_config(6, tied);
+      const TensorTable table = build_llama_table(c);
+      std::vector<StageSpec> st;
+      ASSERT_EQ(split_pipeline_stages(6, pp, {}, st), "");
+      std::vector<int> counted(size_t(table.total()), 0), owned(size_t(table.total()), 0);
+      for (const StageSpec& s : st) {
+        for (const ArenaRange& r : counted_ranges(table, c, s))
+          for (int64_t i = r.begin; i < r.end; ++i) ++counted[size_t(i)];
+        for (const ArenaRange& r : owned_ranges(table, c, s))
+          for (int64_t i = r.begin; i < r.end; ++i) ++owned[size_t(i)];
+      }
+      const TensorSpec& e = table.get("model.embed_tokens.weight");
+      for (int64_t i = 0; i < table.total(); ++i) {
+        ASSERT_EQ(counted[size_t(i)], 1) << "tied " << tied << " pp " << pp << " at " << i;
+        const bool in_embed = i >= e.offset && i < e.offset + e.numel;
+        ASSERT_EQ(owned[size_t(i)], tied && pp > 1 && in_embed ? 2 : 1);
+      }
+      // only the first and the last stage hold a tied copy
+      for (const StageSpec& s : st) {
+        const ArenaRange r = tied_embedding_range(table, c, s);
+        EXPECT_EQ(r.end > r.begin, tied && pp > 1 && (s.has_embedding || s.has_head));
+      }
+    }
+}
+
+TEST(GradBuckets, StayInsideAStagesOwnedRanges) {
+  const LlamaConfig c = small_config(4, true);
+  const TensorTable table = build_llama_table(c);
+  std::vector<StageSpec> st;
+  ASSERT_EQ(split_pipeline_stages(4, 2, {}, st), "");
+  const std::vector<ArenaRange> owned = owned_ranges(table, c, st[1]);  // embed copy + layers 2-3 + norm
+  for (int64_t bucket : {int64_t(1), int64_t(3000), table.total()}) {
+    const GradReducer reducer(table, owned, MPI_COMM_NULL, bucket, true);
+    int64_t covered = 0;
+    for (const ArenaRange& b : reducer.buckets()) {
+      for (int64_t i = b.begin; i < b.end; ++i) {  // every element of a bucket is owned
+        bool inside = false;
+        for (const ArenaRange& r : owned) inside |= i >= r.begin && i < r.end;
+        ASSERT_TRUE(inside) << b.begin << ".." << b.end << " at " << i;
+      }
+      covered += b.end - b.begin;
+    }
+    int64_t total = 0;
+    for (const ArenaRange& r : owned) total += r.end - r.begin;
+    EXPECT_EQ(covered, total);
+    EXPECT_EQ(reducer.buckets().back().begin, 0);  // the embedding copy comes last
+  }
+}
+
+// Every stage's action list, for every schedule, pp 2..8 and m 1..16.
+TEST(PipelineSchedule, ForwardBeforeBackwardSlotsAndMatchingMessages) {
+  for (PipelineSchedule kind : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe})
+    for (int pp = 1; pp <= 8; ++pp)
+      for (int m = 1; m <= 16; ++m) {
+        std::vector<std::vector<PipeAction>> all;
+        for (int s = 0; s < pp; ++s) {
+          const std::vector<PipeAction> a = pipeline_actions(kind, pp, s, m);
+          // each micro-batch: exactly one forward and one backward, forward first
+          std::vector<int> fwd_at(size_t(m), -1), bwd_at(size_t(m), -1);
+          for (size_t i = 0; i < a.size(); ++i) {
+            if (a[i].op == PipeOp::forward) { ASSERT_EQ(fwd_at[size_t(a[i].micro_batch)], -1); fwd_at[size_t(a[i].micro_batch)] = int(i); }
+            if (a[i].op == PipeOp::backward) { ASSERT_EQ(bwd_at[size_t(a[i].micro_batch)], -1); bwd_at[size_t(a[i].micro_batch)] = int(i); }
+            if (s == 0) { ASSERT_NE(a[i].op, PipeOp::recv_forward); ASSERT_NE(a[i].op, PipeOp::send_backward); }
+            if (s == pp - 1) { ASSERT_NE(a[i].op, PipeOp::send_forward); ASSERT_NE(a[i].op, PipeOp::recv_backward); }
+          }
+          for (int mb = 0; mb < m; ++mb) {
+            ASSERT_GE(fwd_at[size_t(mb)], 0);
+            ASSERT_GT(bwd_at[size_t(mb)], fwd_at[size_t(mb)]) << "pp " << pp << " stage " << s << " mb " << mb;
+          }
+          all.push_back(a);
+        }
+        std::vector<int> slots;
+        const std::string problem = simulate_pipeline(all, &slots);
+        ASSERT_EQ(problem, "") << pipeline_schedule_name(kind) << " pp " << pp << " m " << m;
+        for (int s = 0; s < pp; ++s) {
+          if (kind == PipelineSchedule::one_f_one_b)
+            ASSERT_LE(slots[size_t(s)], std::min(pp - s, m)) << "pp " << pp << " stage " << s << " m " << m;
+          else
+            ASSERT_EQ(slots[size_t(s)], m);
+        }
+        if (kind == PipelineSchedule::one_f_one_b) {
+          ASSERT_EQ(slots[0], std::min(pp, m));
+        }
+      }
+}
+
+TEST(PipelineSchedule, OneFOneBShapeAndTheSimulatorCatchesBadLists) {
+  // stage 0 of 3 with 4 micro-batches: warm-up 2 forwards, then 1F1B, then cool-down
+  std::vector<PipeOp> ops;
+  std::vector<int> mbs;
+  for (const PipeAction& a : pipeline_actions(PipelineSchedule::one_f_one_b, 3, 0, 4))
+    if (a.op == PipeOp::forward || a.op == PipeOp::backward) {
+      ops.push_back(a.op);
+      mbs.push_back(a.micro_batch);
+    }
+  const auto F = PipeOp::forward, B = PipeOp::backward;
+  EXPECT_EQ(ops, (std::vector<PipeOp>{F, F, F, B, F, B, B, B}));
+  EXPECT_EQ(mbs, (std::vector<int>{0, 1, 2, 0, 3, 1, 2, 3}));
+  EXPECT_DOUBLE_EQ(theoretical_bubble(2, 8), 1.0 / 9.0);
+  // a last stage that waits for a backward nobody sends deadlocks
+  std::vector<std::vector<PipeAction>> bad = {
+      pipeline_actions(PipelineSchedule::one_f_one_b, 2, 0, 2),
+      {{PipeOp::recv_backward, 0}}};
+  EXPECT_NE(simulate_pipeline(bad), "");
+  // stages whose orders cross (each waits for what the other sends later) deadlock
+  std::vector<std::vector<PipeAction>> crossed = {
+      {{PipeOp::recv_backward, 0}, {PipeOp::forward, 0}, {PipeOp::send_forward, 0}},
+      {{PipeOp::recv_forward, 0}, {PipeOp::forward, 0}, {PipeOp::backward, 0}, {PipeOp::send_backward, 0}}};
+  EXPECT_NE(simulate_pipeline(crossed).find("blocked"), std::string::npos);
+  EXPECT_THROW(parse_pipeline_schedule("zigzag"), std::invalid_argument);
 }
 
 }  // namespace

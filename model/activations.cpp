@@ -1,0 +1,57 @@
+#include "model/activations.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace lct {
+
+int ActivationTable::add(std::string name, int64_t width) {
+  if (width <= 0) throw std::invalid_argument("activation '" + name + "' needs a positive width");
+  specs_.push_back({std::move(name), width, per_token_});
+  per_token_ += width;
+  return int(specs_.size()) - 1;
+}
+
+int ActivationTable::id(const std::string& name) const {
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (specs_[i].name == name) return int(i);
+  throw std::out_of_range("no activation named '" + name + "'");
+}
+
+void ActivationSlot::reset(const ActivationTable& table, int64_t T) {
+  const size_t need = size_t(table.floats_per_token() * T);
+  if (data_.size() < need) data_.resize(need);  // grow-only
+  offsets_.resize(table.specs().size());
+  for (size_t i = 0; i < offsets_.size(); ++i) offsets_[i] = table.specs()[i].offset;
+  tokens_ = T;
+  batch = nullptr;
+  micro_batch = -1;
+}
+
+ActivationSlot& SlotPool::acquire() {
+  ActivationSlot* s;
+  if (!free_.empty()) {
+    s = free_.back();
+    free_.pop_back();
+  } else {
+    slots_.push_back(std::make_unique<ActivationSlot>());
+    s = slots_.back().get();
+  }
+  peak_in_use_ = std::max(peak_in_use_, ++in_use_);
+  return *s;
+}
+
+void SlotPool::release(ActivationSlot& slot) {
+  slot.batch = nullptr;
+  slot.micro_batch = -1;
+  free_.push_back(&slot);
+  --in_use_;
+}
+
+int64_t SlotPool::peak_bytes() const {
+  int64_t largest = 0;
+  for (const auto& s : slots_) largest = std::max(largest, s->capacity_bytes());
+  return largest * peak_in_use_;
+}
+
+}  // namespace lct

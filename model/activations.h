@@ -1,0 +1,81 @@
+// Activations of one micro-batch (or nano-batch) in flight, laid out by one table.
+//
+// ActivationTable lists the per-token tensors a pipeline stage saves between its
+// forward and its backward, by name and width (floats per token), like TensorTable
+// does for parameters. A slot is one buffer of capacity T tokens in which tensor i
+// occupies [offset_i * T, (offset_i + width_i) * T): every tensor is [T, width],
+// row-major. A stage with several micro-batches in flight (1F1B holds up to
+// pp - stage, GPipe all m) takes one slot per micro-batch from a SlotPool, which only
+// ever grows, so the steady state allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/core_attention.h"
+
+namespace lct {
+
+struct ActivationSpec {
+  std::string name;  // e.g. "layers.3.q", "x_out"
+  int64_t width = 0;   // floats per token
+  int64_t offset = 0;  // in floats per token: the tensor starts at offset * T
+};
+
+class ActivationTable {
+ public:
+  int add(std::string name, int64_t width);  // returns the tensor's id
+  const std::vector<ActivationSpec>& specs() const { return specs_; }
+  int id(const std::string& name) const;     // throws if absent
+  int64_t floats_per_token() const { return per_token_; }
+
+ private:
+  std::vector<ActivationSpec> specs_;
+  int64_t per_token_ = 0;
+};
+
+struct PackedBatch;
+
+// One micro-batch's saved activations plus the metadata its phases need.
+class ActivationSlot {
+ public:
+  // Sizes the buffer for T tokens of `table` (grow-only) and forgets the batch.
+  void reset(const ActivationTable& table, int64_t T);
+  float* tensor(int id) { return data_.data() + offsets_[size_t(id)] * tokens_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t capacity_bytes() const { return int64_t(data_.capacity() * sizeof(float)); }
+
+  // The micro-batch this slot holds (owned by the caller, alive while the slot is used),
+  // its attention tasks and, for DCA, each key's RoPE position.
+  const PackedBatch* batch = nullptr;
+  int micro_batch = -1;
+  std::vector<AttentionTask> tasks;
+  std::vector<int32_t> key_positions;
+
+ private:
+  std::vector<float> data_;
+  std::vector<int64_t> offsets_;  // per tensor id, in floats per token
+  int64_t tokens_ = 0;
+};
+
+// Grow-only pool of slots: acquire() reuses a released slot or makes a new one.
+class SlotPool {
+ public:
+  ActivationSlot& acquire();
+  void release(ActivationSlot& slot);
+  int in_use() const { return in_use_; }
+  bool has_free() const { return !free_.empty(); }
+  int peak_in_use() const { return peak_in_use_; }
+  void reset_peak() { peak_in_use_ = in_use_; }
+  // Bytes of the largest slot times the peak number in use (activation memory high-water).
+  int64_t peak_bytes() const;
+
+ private:
+  std::vector<std::unique_ptr<ActivationSlot>> slots_;
+  std::vector<ActivationSlot*> free_;
+  int in_use_ = 0, peak_in_use_ = 0;
+};
+
+}  // namespace lct

@@ -1,0 +1,188 @@
+#include "parallel/pipeline_executor.h"
+
+#include <chrono>
+#include <climits>
+#include <stdexcept>
+
+namespace lct {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+int checked_count(int64_t n) {
+  if (n > INT_MAX)
+    throw std::runtime_error("pipeline message of " + std::to_string(n) +
+                             " floats exceeds MPI's int count; use shorter sequences");
+  return int(n);
+}
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
+                                   PipelineSchedule schedule)
+    : model_(model), comm_(pp_comm), pp_(pp), stage_(stage), schedule_(schedule) {
+  if (pp > 1 && pp_comm == MPI_COMM_NULL)
+    throw std::invalid_argument("pipeline executor: pp > 1 needs a pipeline communicator");
+}
+
+int PipelineExecutor::message_count(const ActivationSlot& slot) const {
+  return checked_count(slot.tokens() * model_.config().hidden_size);
+}
+
+ActivationSlot& PipelineExecutor::acquire(const std::vector<PackedBatch>& batches, int mb) {
+  // Keep the pool at the schedule's depth: rather than growing it, finish a slot whose
+  // backward is done and whose last send is still draining.
+  if (!model_.slot_pool().has_free()) release_finished(false);
+  if (!model_.slot_pool().has_free()) {
+    for (InFlight& f : flight_)
+      if (f.slot && f.done) {
+        const auto t0 = Clock::now();
+        MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
+        MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
+        send_wait_ += since(t0);
+        model_.end(*f.slot);
+        f.slot = nullptr;
+        break;
+      }
+  }
+  ActivationSlot& s = model_.begin(batches[size_t(mb)], mb);
+  flight_[size_t(mb)].slot = &s;
+  return s;
+}
+
+void PipelineExecutor::release_finished(bool wait) {
+  for (InFlight& f : flight_) {
+    if (!f.slot || !f.done) continue;
+    int done_f = 1, done_b = 1;
+    if (wait) {
+      const auto t0 = Clock::now();
+      MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
+      MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
+      send_wait_ += since(t0);
+    } else {
+      if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done_f, MPI_STATUS_IGNORE);
+      if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done_b, MPI_STATUS_IGNORE);
+    }
+    if (done_f && done_b) {
+      model_.end(*f.slot);
+      f.slot = nullptr;
+    }
+  }
+}
+
+void PipelineExecutor::progress() {
+  if (pp_ == 1) return;
+  for (InFlight& f : flight_) {
+    int done = 0;
+    if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done, MPI_STATUS_IGNORE);
+    if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done, MPI_STATUS_IGNORE);
+  }
+}
+
+PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches, float grad_scale,
+                                        GradReducer& reducer, AttentionPlacement& placement,
+                                        MPI_Comm tied_comm, const ArenaRange& tied_range) {
+  const int m = int(batches.size());
+  if (m != micro_batches_) {
+    actions_ = pipeline_actions(schedule_, pp_, stage_, m);
+    micro_batches_ = m;
+  }
+  flight_.assign(size_t(m), InFlight{});
+  send_wait_ = 0;
+  model_.slot_pool().reset_peak();
+  PipelineStepStats st;
+  const auto t_start = Clock::now();
+  const bool is_last = stage_ == pp_ - 1;
+  model_.between_phases = [this] { progress(); };
+
+  for (const PipeAction& a : actions_) {
+    InFlight& f = flight_[size_t(a.micro_batch)];
+    switch (a.op) {
+      case PipeOp::recv_forward: {
+        ActivationSlot& s = acquire(batches, a.micro_batch);
+        const auto t0 = Clock::now();
+        MPI_Recv(model_.stage_input(s), message_count(s), MPI_FLOAT, stage_ - 1,
+                 2 * a.micro_batch, comm_, MPI_STATUS_IGNORE);
+        st.recv_wait_seconds += since(t0);
+        break;
+      }
+      case PipeOp::forward: {
+        ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
+        model_.stage_forward(s, placement);
+        // the last stage computes the loss and its gradient with the forward (1F1B runs
+        // this micro-batch's backward next anyway; GPipe keeps only dx until then)
+        if (is_last) {
+          const CrossEntropyStats l = model_.head_forward_backward(s, grad_scale, true);
+          st.loss.loss_sum += l.loss_sum;
+          st.loss.targets += l.targets;
+          st.loss.answers += l.answers;
+          st.loss.answers_correct += l.answers_correct;
+        }
+        break;
+      }
+      case PipeOp::send_forward:
+        MPI_Isend(model_.stage_output(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
+                  2 * a.micro_batch, comm_, &f.send_forward);
+        break;
+      case PipeOp::recv_backward: {
+        const auto t0 = Clock::now();
+        MPI_Recv(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
+                 2 * a.micro_batch + 1, comm_, MPI_STATUS_IGNORE);
+        st.recv_wait_seconds += since(t0);
+        break;
+      }
+      case PipeOp::backward: {
+        // gradients become final during the last micro-batch's backward: reduce them
+        // over data-parallel ranks bucket by bucket as they do
+        const bool last_backward = a.micro_batch == m - 1;
+        if (last_backward && reducer.active()) {
+          reducer.begin(model_.grads.data());
+          model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
+        }
+        model_.stage_backward(*f.slot, placement);
+        model_.grads_final_hook = nullptr;
+        if (stage_ == 0) f.done = true;  // nothing to send back
+        break;
+      }
+      case PipeOp::send_backward:
+        MPI_Isend(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ - 1,
+                  2 * a.micro_batch + 1, comm_, &f.send_backward);
+        f.done = true;
+        break;
+    }
+    if (a.op == PipeOp::backward || a.op == PipeOp::send_backward) release_finished(false);
+  }
+  model_.between_phases = nullptr;
+  release_finished(true);
+  st.peak_slots = model_.slot_pool().peak_in_use();
+  st.peak_activation_bytes = model_.slot_pool().peak_bytes();
+  st.seconds = since(t_start);
+  st.send_wait_seconds = send_wait_;
+
+  reducer.finish();
+  // Tied embeddings: the first stage's embedding and the last stage's head are two
+  // copies of one matrix; each holds part of its gradient, so both take the sum (of two
+  // addends: the same on both ranks bit for bit) and stay identical after the update.
+  if (tied_comm != MPI_COMM_NULL && tied_range.end > tied_range.begin)
+    MPI_Allreduce(MPI_IN_PLACE, model_.grads.data() + tied_range.begin,
+                  checked_count(tied_range.end - tied_range.begin), MPI_FLOAT, MPI_SUM, tied_comm);
+  return st;
+}
+
+void gather_to_first_stage(MPI_Comm pp_comm, int pp, int stage,
+                           const std::vector<std::vector<ArenaRange>>& ranges_by_stage,
+                           const std::vector<float*>& arenas) {
+  if (pp == 1 || pp_comm == MPI_COMM_NULL) return;
+  for (int s = 1; s < pp; ++s) {
+    for (const ArenaRange& r : ranges_by_stage[size_t(s)])
+      for (size_t a = 0; a < arenas.size(); ++a) {
+        const int count = checked_count(r.end - r.begin), tag = int(a);
+        if (stage == s)
+          MPI_Send(arenas[a] + r.begin, count, MPI_FLOAT, 0, tag, pp_comm);
+        else if (stage == 0)
+          MPI_Recv(arenas[a] + r.begin, count, MPI_FLOAT, s, tag, pp_comm, MPI_STATUS_IGNORE);
+      }
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,85 @@
+// Runs one stage's pipeline schedule (parallel/pipeline_schedule.h) for a training step.
+//
+// Activations go forward and their gradients back with MPI_Isend / MPI_Irecv between
+// neighbouring stages of the pp communicator; the tag is 2 * micro-batch (+1 for
+// gradients) and every message is T x C floats (T = the micro-batch's tokens, known to
+// both sides from the same packed batch). Each micro-batch in flight holds one
+// activation slot from the model's pool: sends go straight out of the slot (stage
+// output forward, residual gradient back) and receives land in it, so nothing is
+// copied. A slot returns to the pool when its backward is done and its sends have
+// completed. OpenMPI does not progress requests on its own, so the model calls back
+// between phases and the executor tests its requests there.
+//
+// With pp = 1 the same executor runs the plain gradient-accumulation loop
+// (forward, backward per micro-batch), so every layout uses one code path.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/attention_placement.h"
+#include "data/packing.h"
+#include "model/llama.h"
+#include "parallel/grad_reducer.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_grid.h"
+
+namespace lct {
+
+struct PipelineStepStats {
+  CrossEntropyStats loss;         // sums over this stage's micro-batches (last stage only)
+  double seconds = 0;             // wall time of the whole schedule
+  double recv_wait_seconds = 0;   // blocked on activations / gradients from neighbours
+  double send_wait_seconds = 0;   // completing sends (slot reuse, end of step)
+  double bubble_fraction() const { return seconds > 0 ? recv_wait_seconds / seconds : 0.0; }
+  int peak_slots = 0;             // micro-batches held at once
+  int64_t peak_activation_bytes = 0;  // peak slots x slot bytes
+};
+
+class PipelineExecutor {
+ public:
+  // pp_comm: this rank's pipeline group (MPI_COMM_NULL when pp = 1).
+  PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
+                   PipelineSchedule schedule);
+
+  // One step over `batches` (this dp replica's micro-batches, identical on every stage
+  // of the pipeline). Gradients of grad_scale * (sum of token losses) accumulate into
+  // the model's arena; the last micro-batch's backward feeds `reducer`, which is
+  // finished before returning, and tied embedding copies are summed over tied_comm.
+  PipelineStepStats run(const std::vector<PackedBatch>& batches, float grad_scale,
+                        GradReducer& reducer, AttentionPlacement& placement, MPI_Comm tied_comm,
+                        const ArenaRange& tied_range);
+
+  const std::vector<PipeAction>& actions() const { return actions_; }
+
+ private:
+  struct InFlight {
+    ActivationSlot* slot = nullptr;
+    MPI_Request send_forward = MPI_REQUEST_NULL, send_backward = MPI_REQUEST_NULL;
+    bool done = false;  // backward run and its gradient sent: the slot can go once sends complete
+  };
+  ActivationSlot& acquire(const std::vector<PackedBatch>& batches, int mb);
+  void progress();              // tests requests in flight, frees finished slots
+  void release_finished(bool wait);
+  int message_count(const ActivationSlot& slot) const;
+
+  LlamaModel& model_;
+  MPI_Comm comm_;
+  int pp_, stage_;
+  PipelineSchedule schedule_;
+  int micro_batches_ = 0;
+  std::vector<PipeAction> actions_;
+  std::vector<InFlight> flight_;  // per micro-batch
+  double send_wait_ = 0;
+};
+
+// Copies every stage's owned ranges of each arena onto the first stage's rank of this
+// pipeline (pp rank 0), e.g. parameters and optimizer moments before rank 0 writes a
+// checkpoint. Collective over pp_comm; a no-op when pp = 1.
+void gather_to_first_stage(MPI_Comm pp_comm, int pp, int stage,
+                           const std::vector<std::vector<ArenaRange>>& ranges_by_stage,
+                           const std::vector<float*>& arenas);
+
+}  // namespace lct

@@ -1,0 +1,115 @@
+#include "parallel/pipeline_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+namespace lct {
+
+PipelineSchedule parse_pipeline_schedule(const std::string& name) {
+  if (name == "1f1b") return PipelineSchedule::one_f_one_b;
+  if (name == "gpipe") return PipelineSchedule::gpipe;
+  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (expected 1f1b or gpipe)");
+}
+
+const char* pipeline_schedule_name(PipelineSchedule s) {
+  return s == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+}
+
+const char* pipe_op_name(PipeOp op) {
+  switch (op) {
+    case PipeOp::recv_forward: return "recv_forward";
+    case PipeOp::forward: return "forward";
+    case PipeOp::send_forward: return "send_forward";
+    case PipeOp::recv_backward: return "recv_backward";
+    case PipeOp::backward: return "backward";
+    case PipeOp::send_backward: return "send_backward";
+  }
+  return "?";
+}
+
+std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int stage, int m) {
+  if (pp < 1 || stage < 0 || stage >= pp || m < 1)
+    throw std::invalid_argument("pipeline_actions: need pp >= 1, 0 <= stage < pp, m >= 1");
+  const bool first = stage == 0, last = stage == pp - 1;
+  std::vector<PipeAction> a;
+  auto forward = [&](int mb) {
+    if (!first) a.push_back({PipeOp::recv_forward, mb});
+    a.push_back({PipeOp::forward, mb});
+    if (!last) a.push_back({PipeOp::send_forward, mb});
+  };
+  auto backward = [&](int mb) {
+    if (!last) a.push_back({PipeOp::recv_backward, mb});
+    a.push_back({PipeOp::backward, mb});
+    if (!first) a.push_back({PipeOp::send_backward, mb});
+  };
+  if (schedule == PipelineSchedule::gpipe) {
+    for (int mb = 0; mb < m; ++mb) forward(mb);
+    for (int mb = 0; mb < m; ++mb) backward(mb);
+    return a;
+  }
+  const int warmup = std::min(pp - stage - 1, m);
+  for (int mb = 0; mb < warmup; ++mb) forward(mb);
+  for (int i = 0; i < m - warmup; ++i) {  // steady state: one forward, one backward
+    forward(warmup + i);
+    backward(i);
+  }
+  for (int mb = m - warmup; mb < m; ++mb) backward(mb);  // cool-down
+  return a;
+}
+
+double theoretical_bubble(int pp, int m) { return double(pp - 1) / double(m + pp - 1); }
+
+std::string simulate_pipeline(const std::vector<std::vector<PipeAction>>& stages,
+                              std::vector<int>* max_slots) {
+  const int pp = int(stages.size());
+  // messages in flight: (from stage, to stage, forward?, micro-batch) -> count
+  std::map<std::tuple<int, int, bool, int>, int> sent;
+  std::vector<size_t> next(size_t(pp), 0);
+  std::vector<int> held(size_t(pp), 0), peak(size_t(pp), 0);
+  bool progressed = true;
+  while (progressed) {
+    progressed = false;
+    for (int s = 0; s < pp; ++s) {
+      while (next[size_t(s)] < stages[size_t(s)].size()) {
+        const PipeAction& act = stages[size_t(s)][next[size_t(s)]];
+        if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+          const bool fwd = act.op == PipeOp::recv_forward;
+          const auto key = std::make_tuple(fwd ? s - 1 : s + 1, s, fwd, act.micro_batch);
+          auto it = sent.find(key);
+          if (it == sent.end() || it->second == 0) break;  // would block
+          --it->second;
+        } else if (act.op == PipeOp::send_forward || act.op == PipeOp::send_backward) {
+          const bool fwd = act.op == PipeOp::send_forward;
+          const int to = fwd ? s + 1 : s - 1;
+          if (to < 0 || to >= pp) return "stage " + std::to_string(s) + " sends past the pipeline";
+          ++sent[std::make_tuple(s, to, fwd, act.micro_batch)];
+        }
+        // a micro-batch occupies a slot from its first forward action to its backward
+        if (act.op == PipeOp::recv_forward ||
+            (act.op == PipeOp::forward && (next[size_t(s)] == 0 ||
+                                           stages[size_t(s)][next[size_t(s)] - 1].op !=
+                                               PipeOp::recv_forward)))
+          peak[size_t(s)] = std::max(peak[size_t(s)], ++held[size_t(s)]);
+        if (act.op == PipeOp::backward) --held[size_t(s)];
+        ++next[size_t(s)];
+        progressed = true;
+      }
+    }
+  }
+  if (max_slots) *max_slots = peak;
+  for (int s = 0; s < pp; ++s)
+    if (next[size_t(s)] < stages[size_t(s)].size()) {
+      const PipeAction& act = stages[size_t(s)][next[size_t(s)]];
+      return "stage " + std::to_string(s) + " blocked at " + pipe_op_name(act.op) +
+             " of micro-batch " + std::to_string(act.micro_batch);
+    }
+  for (const auto& [key, count] : sent)
+    if (count != 0)
+      return "a message from stage " + std::to_string(std::get<0>(key)) + " to stage " +
+             std::to_string(std::get<1>(key)) + " was never received";
+  return {};
+}
+
+}  // namespace lct

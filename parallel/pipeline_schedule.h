@@ -1,0 +1,57 @@
+// Pipeline schedules as pure functions: the ordered list of actions one stage runs for
+// one training step of m micro-batches. No MPI here; the executor
+// (parallel/pipeline_executor.h) runs the list, and the unit tests check it alone.
+//
+// Receives block, sends do not (the executor posts them and completes them later).
+// A stage therefore only ever waits for data a neighbour sends earlier in its own
+// list, and both schedules below are deadlock-free for any pp and m (checked by
+// simulate_pipeline in the tests).
+//
+//   gpipe: every forward, then every backward (in the same micro-batch order); a
+//          stage holds all m micro-batches' activations at once.
+//   1f1b:  warm-up of min(pp - stage - 1, m) forwards, then one forward and one
+//          backward (oldest first) until all forwards are done, then the remaining
+//          backwards; stage s holds at most pp - s micro-batches. Same bubble as
+//          GPipe, (pp - 1) / (m + pp - 1) of the step with equal micro-batch times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lct {
+
+enum class PipelineSchedule { one_f_one_b, gpipe };
+PipelineSchedule parse_pipeline_schedule(const std::string& name);  // throws on unknown
+const char* pipeline_schedule_name(PipelineSchedule schedule);
+
+enum class PipeOp {
+  recv_forward,   // activations of micro-batch mb from stage - 1
+  forward,        // this stage's forward (the last stage also runs the loss and its gradient)
+  send_forward,   // activations to stage + 1
+  recv_backward,  // gradient w.r.t. this stage's output from stage + 1
+  backward,       // this stage's backward
+  send_backward,  // gradient w.r.t. this stage's input to stage - 1
+};
+const char* pipe_op_name(PipeOp op);
+
+struct PipeAction {
+  PipeOp op;
+  int micro_batch;
+  bool operator==(const PipeAction&) const = default;
+};
+
+std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int stage,
+                                         int micro_batches);
+
+// Bubble fraction of the step with equal micro-batch times: (pp - 1) / (m + pp - 1).
+double theoretical_bubble(int pp, int micro_batches);
+
+// Runs every stage's list against each other with unbounded message buffers and
+// returns "" when all complete, else a description of where they got stuck (a
+// deadlock or a receive no one sends). max_slots[s] gets the most micro-batches stage
+// s held at once (from its forward, or the receive that starts it, to its backward).
+std::string simulate_pipeline(const std::vector<std::vector<PipeAction>>& stages,
+                              std::vector<int>* max_slots = nullptr);
+
+}  // namespace lct

@@ -1,0 +1,17 @@
+// The machine a run uses: OpenMP / OpenBLAS thread counts and what OpenBLAS runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lct {
+
+// Sets OpenMP and OpenBLAS thread counts; 0 = the cores available to this process
+// divided by the MPI ranks on its node. Returns the count used.
+int configure_threads(int64_t threads);
+std::string blas_description();
+// Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
+// AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
+std::string blas_capability_warning();
+
+}  // namespace lct

@@ -8,6 +8,7 @@
 #   - killing one rank mid-run ends the whole job with a message within seconds.
 set -euo pipefail
 LCT=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_WAIT_POLICY=PASSIVE
 MPIRUN="mpirun --oversubscribe --bind-to none"
@@ -31,27 +32,7 @@ train() {  # dir ranks micro_batches steps [extra args]
 }
 
 compare() {  # label dirA dirB  (metrics losses and final parameters)
-  /usr/bin/python3 - "$@" <<'PY'
-import json, sys, glob
-import h5py, numpy as np
-label, a, b = sys.argv[1:4]
-la = [json.loads(l)["loss"] for l in open(f"{a}/metrics.jsonl")]
-lb = [json.loads(l)["loss"] for l in open(f"{b}/metrics.jsonl")]
-assert len(la) == len(lb), (label, len(la), len(lb))
-loss_err = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
-fa, fb = sorted(glob.glob(f"{a}/step_*.h5"))[-1], sorted(glob.glob(f"{b}/step_*.h5"))[-1]
-worst = 0.0
-with h5py.File(fa) as A, h5py.File(fb) as B:
-    names = []
-    A["params"].visit(lambda n: names.append(n) if isinstance(A["params"][n], h5py.Dataset) else None)
-    for n in names:
-        x, y = A["params"][n][...].astype(np.float64), B["params"][n][...].astype(np.float64)
-        worst = max(worst, float(np.abs(x - y).max() / max(np.abs(y).max(), 1e-30)))
-ok = loss_err <= 1e-6 and worst <= 1e-5
-print(f"{'ok  ' if ok else 'FAIL'} {label}: {len(la)} steps, max loss rel diff {loss_err:.2e}, "
-      f"max param rel diff {worst:.2e}")
-sys.exit(0 if ok else 1)
-PY
+  /usr/bin/python3 "$HERE/compare_runs.py" "$@"
 }
 
 # same global batch of 4 sequences per step

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Pipeline parallelism over MPI against the single-process run on the same data:
+#   - pp = 2 and pp = 4, and dp = 2 x pp = 2, with 1, 4 and 8 micro-batches, causal and
+#     DCA attention, untied and tied embeddings: 10 steps, losses within 1e-6 relative,
+#     parameters within 1e-5 (dp x pp: see below);
+#   - GPipe equals 1F1B; uneven stages (parallel.pp_layers) are exact too;
+#   - a pp = 2 checkpoint resumes under pp = 1 and dp = 2, and a pp = 1 one under pp = 2,
+#     ending equal to the uninterrupted single-process run;
+#   - invalid layouts: one error line, clean exit, no hang; a killed stage ends the job.
+set -euo pipefail
+LCT=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=PASSIVE
+MPIRUN="mpirun --oversubscribe --bind-to none"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# 4 layers (pp = 4 gets one each); documents up to the whole 128-token sequence, so
+# DCA (chunk 40, local 8: chunks of 32 tokens) runs its intra, successive and inter parts.
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 4
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
+  --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
+  --attention.dca_chunk_size 40 --attention.dca_local_size 8"
+
+train() {  # dir ranks micro_batches steps [extra args]
+  local dir=$1 np=$2 mb=$3 steps=$4
+  shift 4
+  if [ "$np" = 0 ]; then
+    "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
+      || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
+  else
+    timeout 300 $MPIRUN -np "$np" "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" \
+      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
+  fi
+}
+compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
+
+for kernel in causal dca; do
+  for tied in false true; do
+    opts="--attention.kernel $kernel --model.tie_word_embeddings $tied"
+    tag="${kernel}_tied_$tied"
+    for m in 1 4 8; do
+      train "ref_${tag}_m$m" 0 "$m" 10 $opts
+      train "ref_${tag}_m$((2 * m))" 0 "$((2 * m))" 10 $opts
+      train "pp2_${tag}_m$m" 2 "$m" 10 $opts --parallel.pp 2
+      compare "pp=2 m=$m $kernel tied=$tied" "pp2_${tag}_m$m" "ref_${tag}_m$m"
+      train "pp4_${tag}_m$m" 4 "$m" 10 $opts --parallel.pp 4
+      compare "pp=4 m=$m $kernel tied=$tied" "pp4_${tag}_m$m" "ref_${tag}_m$m"
+      # dp x pp: the data-parallel gradient sum rounds differently from one process's
+      # accumulation, and AdamW (eps 1e-8) turns last-bit differences of near-zero
+      # gradient elements into parameter differences of up to ~1.3e-5 of a tensor's
+      # largest value; plain dp = 2 shows the same. So: within 2e-5 of one process, and
+      # within 1e-5 of dp = 2 alone (what the pipeline adds is within the target).
+      train "dp2pp2_${tag}_m$m" 4 "$m" 10 $opts --parallel.pp 2 --parallel.dp 2
+      train "dp2_${tag}_m$m" 2 "$m" 10 $opts --parallel.dp 2
+      compare "dp=2 x pp=2 m=$m $kernel tied=$tied vs one process" "dp2pp2_${tag}_m$m" "ref_${tag}_m$((2 * m))" 1e-6 2e-5
+      compare "dp=2 x pp=2 m=$m $kernel tied=$tied vs dp=2" "dp2pp2_${tag}_m$m" "dp2_${tag}_m$m" 1e-6 1e-5
+    done
+  done
+done
+grep -q "pipeline: 4 stages (layers 0-0, 1-1, 2-2, 3-3), schedule 1f1b" pp4_causal_tied_false_m8.log
+grep -q "bubble .* (theory 27.3%)" pp4_causal_tied_false_m8.log   # (4-1)/(8+4-1)
+grep -q '"bubble_theoretical"' pp2_causal_tied_false_m4/metrics.jsonl
+h5ls pp2_causal_tied_false_m4/step_00000010.h5/metrics | grep -q bubble_fraction
+
+# GPipe gives the same result as 1F1B, and holds all m micro-batches on stage 0
+train gpipe4 4 8 10 --parallel.pp 4 --parallel.pp_schedule gpipe --model.tie_word_embeddings true
+compare "pp=4 m=8 gpipe vs single process" gpipe4 ref_causal_tied_true_m8
+compare "pp=4 m=8 gpipe vs 1f1b" gpipe4 pp4_causal_tied_true_m8 0 0
+# uneven stages
+train uneven 2 4 10 --parallel.pp 2 --parallel.pp_layers "[1, 3]" --attention.kernel dca
+grep -q "pipeline: 2 stages (layers 0-0, 1-3)" uneven.log
+compare "pp=2 layers [1, 3] dca" uneven ref_dca_tied_false_m4
+
+# checkpoints move between layouts (step 5 of 10; same 4 sequences per step)
+train pp_ck 2 4 10 --parallel.pp 2 --checkpoint.every 5 --model.tie_word_embeddings true
+mkdir -p to_pp1 to_dp2 && cp pp_ck/step_00000005.h5 to_pp1/ && cp pp_ck/step_00000005.h5 to_dp2/
+train to_pp1 0 4 10 --train.resume auto --model.tie_word_embeddings true
+compare "pp=2 checkpoint resumed under pp=1" to_pp1 ref_causal_tied_true_m4
+train to_dp2 2 2 10 --train.resume auto --parallel.dp 2 --model.tie_word_embeddings true
+compare "pp=2 checkpoint resumed under dp=2" to_dp2 ref_causal_tied_true_m4
+train one_ck 0 4 10 --checkpoint.every 5 --model.tie_word_embeddings true
+mkdir -p to_pp2 && cp one_ck/step_00000005.h5 to_pp2/
+train to_pp2 2 4 10 --train.resume auto --parallel.pp 2 --model.tie_word_embeddings true
+compare "pp=1 checkpoint resumed under pp=2" to_pp2 ref_causal_tied_true_m4
+
+# invalid layouts: one message (from rank 0), non-zero exit, quickly
+expect_layout_error() {  # ranks expected-message args...
+  local np=$1 msg=$2
+  shift 2
+  local out rc=0
+  out=$(timeout 60 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then echo "$out"; echo "FAIL: expected an error, rc=$rc"; exit 1; fi
+  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: error not reported once"; exit 1; }
+  echo "ok   layout error: $msg"
+}
+expect_layout_error 3 "parallel.pp = 3 must divide model.num_hidden_layers = 4" --parallel.pp 3
+expect_layout_error 2 "parallel.pp_layers has 3 entries but parallel.pp = 2" --parallel.pp 2 --parallel.pp_layers "[1, 1, 2]"
+expect_layout_error 2 "parallel.pp_layers sums to 5 but model.num_hidden_layers = 4" --parallel.pp 2 --parallel.pp_layers "[2, 3]"
+expect_layout_error 2 "parallel.pp_schedule: unknown pipeline schedule 'zigzag'" --parallel.pp 2 --parallel.pp_schedule zigzag
+
+# a stage killed mid-run ends the job with a message, within seconds
+$MPIRUN -np 2 "$LCT" train $MODEL --parallel.pp 2 --train.micro_batches 4 --train.steps 100000 \
+  --checkpoint.dir killed > killed.log 2>&1 &
+launcher=$!
+for _ in $(seq 100); do grep -q "step" killed.log 2>/dev/null && break; sleep 0.1; done
+victim=$(pgrep -f "checkpoint.dir killed" | grep -v "^$launcher$" | while read -r p; do
+  [ "$(ps -o comm= -p "$p")" = lct ] && echo "$p"; done | tail -1)
+[ -n "$victim" ] || { cat killed.log; echo "FAIL: no rank process found"; exit 1; }
+start=$(date +%s)
+kill -9 "$victim"
+rc=0
+timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: job still running 30 s after a stage died"; kill -9 $launcher; exit 1; }
+wait "$launcher" || rc=$?
+elapsed=$(( $(date +%s) - start ))
+[ "$rc" != 0 ] || { echo "FAIL: job exited 0 after a stage was killed"; exit 1; }
+grep -qiE "exited on signal|killed|aborted|terminated" killed.log || { cat killed.log; echo "FAIL: no message"; exit 1; }
+echo "ok   killed stage rank $victim: job ended in ${elapsed}s with exit code $rc"
+echo "mpi_pipeline: all passed"

@@ -41,16 +41,18 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
   }
 }
 
+int64_t task_pairs(const AttentionTask& t) {
+  // query row i sees min(kv_len, max(0, a + i)) keys, a = q_pos - kv_pos + 1: rows
+  // [0, i0) see none, rows [i0, i1) see a + i, rows [i1, q_len) see all kv_len
+  const int64_t a = int64_t(t.q_pos) - t.kv_pos + 1;
+  const int64_t i0 = std::clamp<int64_t>(1 - a, 0, t.q_len);
+  const int64_t i1 = std::clamp<int64_t>(t.kv_len - a, i0, t.q_len);
+  return (i1 - i0) * (2 * a + i0 + i1 - 1) / 2 + (t.q_len - i1) * int64_t(t.kv_len);
+}
+
 int64_t attended_pairs(std::span<const AttentionTask> tasks) {
   int64_t pairs = 0;
-  for (const AttentionTask& t : tasks) {
-    for (int64_t i = 0; i < t.q_len; ++i) {
-      // keys j in [0, kv_len) with kv_pos + j <= q_pos + i
-      int64_t visible = int64_t(t.q_pos) + i - t.kv_pos + 1;
-      if (visible > t.kv_len) visible = t.kv_len;
-      if (visible > 0) pairs += visible;
-    }
-  }
+  for (const AttentionTask& t : tasks) pairs += task_pairs(t);
   return pairs;
 }
 

@@ -93,9 +93,13 @@ std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqle
 // Same, into an existing vector (reuses its capacity).
 void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks);
 
-// Number of (query, key) pairs the tasks attend to; attention forward FLOPs are
-// 4 * H * hd * pairs (FlashAttention / Megatron causal-aware convention).
-int64_t attended_pairs(std::span<const AttentionTask> tasks);
+// Attention work: the (query, key) pairs a task attends to under the causal rule
+// (DCA attends to the same pairs). This is lct's one definition of attention work:
+// FLOPs (forward = 4 * H * hd * pairs, FlashAttention / Megatron causal-aware
+// convention), packing and balance figures all count it. A whole document of L tokens
+// has L (L + 1) / 2 pairs.
+int64_t task_pairs(const AttentionTask& task);
+int64_t attended_pairs(std::span<const AttentionTask> tasks);  // sum of task_pairs
 
 // Forward: writes O and LSE for every query row named by a task (rows not named by
 // any task are untouched). A query row with no visible key gets O = 0, LSE = -inf.

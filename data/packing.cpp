@@ -9,15 +9,6 @@ int64_t PackedBatch::num_targets() const {
   return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
 }
 
-int64_t PackedBatch::sum_sq_doc_lengths() const {
-  int64_t s = 0;
-  for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
-    const int64_t L = cu_seqlens[d + 1] - cu_seqlens[d];
-    s += L * L;
-  }
-  return s;
-}
-
 void derive_targets_and_positions(PackedBatch& b) {
   const size_t T = b.tokens.size();
   b.targets.assign(T, -1);

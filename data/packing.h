@@ -26,8 +26,6 @@ struct PackedBatch {
   int64_t num_tokens() const { return int64_t(tokens.size()); }
   int64_t num_docs() const { return int64_t(cu_seqlens.size()) - 1; }
   int64_t num_targets() const;
-  // sum over documents of L_i^2 (attention work grows with it)
-  int64_t sum_sq_doc_lengths() const;
 };
 
 // Fill targets and positions from tokens and cu_seqlens.

@@ -1,92 +1,10 @@
 #include "model/llama.h"
 
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
-#include "data/rng.h"
 
 namespace lct {
-
-std::string LlamaConfig::validate() const {
-  auto positive = [](int64_t v) { return v > 0; };
-  if (!positive(vocab_size)) return "model.vocab_size must be > 0";
-  if (!positive(hidden_size)) return "model.hidden_size must be > 0";
-  if (!positive(intermediate_size)) return "model.intermediate_size must be > 0";
-  if (!positive(num_hidden_layers)) return "model.num_hidden_layers must be > 0";
-  if (!positive(num_attention_heads)) return "model.num_attention_heads must be > 0";
-  if (!positive(num_key_value_heads)) return "model.num_key_value_heads must be > 0";
-  if (hidden_size % num_attention_heads != 0)
-    return "model.hidden_size (" + std::to_string(hidden_size) +
-           ") must be divisible by model.num_attention_heads (" +
-           std::to_string(num_attention_heads) + ")";
-  if (num_attention_heads % num_key_value_heads != 0)
-    return "model.num_key_value_heads (" + std::to_string(num_key_value_heads) +
-           ") must divide model.num_attention_heads (" + std::to_string(num_attention_heads) + ")";
-  if (head_dim() % 2 != 0)
-    return "head dim hidden_size/num_attention_heads = " + std::to_string(head_dim()) +
-           " must be even for RoPE";
-  if (!(rope_theta > 0)) return "model.rope_theta must be > 0";
-  if (!(rms_norm_eps > 0)) return "model.rms_norm_eps must be > 0";
-  if (!(init_std > 0)) return "model.init_std must be > 0";
-  if (!(dca_chunk_size > dca_local_size && dca_local_size >= 0))
-    return "attention.dca_chunk_size (" + std::to_string(dca_chunk_size) +
-           ") must be > attention.dca_local_size (" + std::to_string(dca_local_size) +
-           ") >= 0";
-  if (dca_chunk_size > (int64_t(1) << 30)) return "attention.dca_chunk_size is too large";
-  if (!(dca_mscale > 0)) return "attention.dca_mscale must be > 0";
-  if (dca_mscale_original_length < 0) return "attention.dca_mscale_original_length must be >= 0";
-  return {};
-}
-
-TensorTable build_llama_table(const LlamaConfig& c) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t qdim = c.num_attention_heads * c.head_dim();
-  const int64_t kvdim = c.num_key_value_heads * c.head_dim();
-  TensorTable t;
-  t.add("model.embed_tokens.weight", {V, C}, TensorInit::normal, -1, true);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.add(p + "input_layernorm.weight", {C}, TensorInit::ones, l, false);
-    t.add(p + "self_attn.q_proj.weight", {qdim, C}, TensorInit::normal, l, true);
-    t.add(p + "self_attn.k_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
-    t.add(p + "self_attn.v_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
-    t.add(p + "self_attn.o_proj.weight", {C, qdim}, TensorInit::normal_output, l, true);
-    t.add(p + "post_attention_layernorm.weight", {C}, TensorInit::ones, l, false);
-    t.add(p + "mlp.gate_proj.weight", {I, C}, TensorInit::normal, l, true);
-    t.add(p + "mlp.up_proj.weight", {I, C}, TensorInit::normal, l, true);
-    t.add(p + "mlp.down_proj.weight", {C, I}, TensorInit::normal_output, l, true);
-  }
-  t.add("model.norm.weight", {C}, TensorInit::ones, -1, false);
-  if (!c.tie_word_embeddings) t.add("lm_head.weight", {V, C}, TensorInit::normal, -1, true);
-  return t;
-}
-
-void init_llama_params(const TensorTable& table, const LlamaConfig& c, uint64_t seed,
-                       float* params) {
-  const double out_std = c.init_std / std::sqrt(2.0 * c.num_hidden_layers);
-  for (const TensorSpec& s : table.specs()) {
-    float* p = params + s.offset;
-    // FNV-1a of the name: stable across compilers, unlike std::hash
-    uint64_t stream = 0xcbf29ce484222325ULL;
-    for (unsigned char ch : s.name) stream = (stream ^ ch) * 0x100000001b3ULL;
-    if (s.init == TensorInit::ones) {
-      std::fill(p, p + s.numel, 1.0f);
-      continue;
-    }
-    const double std = s.init == TensorInit::normal_output ? out_std : c.init_std;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < s.numel; ++i) p[i] = float(std * normal_at(seed, stream, uint64_t(i)));
-  }
-}
-
-int64_t matmul_params_per_token(const LlamaConfig& c) {
-  const int64_t C = c.hidden_size, I = c.intermediate_size;
-  const int64_t qdim = c.num_attention_heads * c.head_dim();
-  const int64_t kvdim = c.num_key_value_heads * c.head_dim();
-  const int64_t per_layer = qdim * C * 2 + kvdim * C * 2 + 3 * I * C;
-  return per_layer * c.num_hidden_layers + c.vocab_size * C;
-}
 
 LlamaModel::LlamaModel(const LlamaConfig& config) : LlamaModel(config, whole_model_stage(config)) {}
 
@@ -169,15 +87,38 @@ void LlamaModel::build_activation_table() {
 
 void LlamaModel::zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
 
-LlamaModel::LayerWeights LlamaModel::layer_weights(std::vector<float>& arena, int l) {
+LayerTensors LlamaModel::layer_tensors(std::vector<float>& arena, int l) {
   const LayerOffsets& o = layer_offsets_[size_t(l)];
   float* a = arena.data();
   return {a + o.attn_norm, a + o.wq, a + o.wk,    a + o.wv,   a + o.wo,
           a + o.mlp_norm,  a + o.wgate, a + o.wup, a + o.wdown};
 }
 
-float* LlamaModel::layer_output(int l, ActivationSlot& s) {
-  return l + 1 < stage_.end_layer ? s.tensor(ids(l + 1).x_in) : s.tensor(x_out_);
+LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s) {
+  const LayerIds& i = ids_[size_t(l - stage_.first_layer)];
+  float* x_out = l + 1 < stage_.end_layer ? s.tensor(ids_[size_t(l + 1 - stage_.first_layer)].x_in)
+                                          : s.tensor(x_out_);
+  return {s.tensor(i.x_in), s.tensor(i.rstd1), s.tensor(i.h1),    s.tensor(i.q),
+          s.tensor(i.k),    s.tensor(i.v),     s.tensor(i.attn),  s.tensor(i.lse),
+          s.tensor(i.x_mid), s.tensor(i.rstd2), s.tensor(i.h2),   s.tensor(i.gate),
+          s.tensor(i.up),   s.tensor(i.act),   x_out};
+}
+
+LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {
+  const LlamaConfig& c = config_;
+  LayerShape sh;
+  sh.T = s.tokens();
+  sh.C = c.hidden_size;
+  sh.I = c.intermediate_size;
+  sh.H = c.num_attention_heads;
+  sh.KV = c.num_key_value_heads;
+  sh.hd = c.head_dim();
+  sh.eps = float(c.rms_norm_eps);
+  sh.dca = c.attention_kernel == AttentionKernel::dca;
+  sh.positions = s.batch->positions.data();
+  sh.key_positions = s.key_positions.data();
+  sh.rope = &rope_;
+  return sh;
 }
 
 void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
@@ -205,14 +146,14 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
     p += T * n;
     return r;
   };
-  dh_ = take(C);
-  dq_ = take(qdim);
-  dk_ = take(kvdim);
-  dv_ = take(kvdim);
-  dattn_ = take(qdim);
-  dgate_ = take(I);
-  dup_ = take(I);
-  dact_ = take(I);
+  d_.dh = take(C);
+  d_.dq = take(qdim);
+  d_.dk = take(kvdim);
+  d_.dv = take(kvdim);
+  d_.dattn = take(qdim);
+  d_.dgate = take(I);
+  d_.dup = take(I);
+  d_.dact = take(I);
   logits_ = p;
   scratch_tokens_ = T;
 }
@@ -251,112 +192,38 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
 }
 
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
-  const LlamaConfig& c = config_;
-  const int64_t T = s.tokens(), C = c.hidden_size, hd = c.head_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const LayerWeights w = layer_weights(params, l);
-  const LayerIds& a = ids(l);
-  float *h1 = s.tensor(a.h1), *q = s.tensor(a.q), *k = s.tensor(a.k);
-  rmsnorm_forward(h1, s.tensor(a.rstd1), s.tensor(a.x_in), w.attn_norm, T, C, float(c.rms_norm_eps));
-  matmul_forward(q, h1, w.wq, T, C, H * hd);
-  matmul_forward(k, h1, w.wk, T, C, KV * hd);
-  matmul_forward(s.tensor(a.v), h1, w.wv, T, C, KV * hd);
-  if (c.attention_kernel == AttentionKernel::dca) {
-    // DCA: keys are rotated once by t mod s; queries stay unrotated and the kernel
-    // rotates each tile by the position its key range needs (core_attention.h)
-    rope_forward(k, s.key_positions.data(), rope_, T, KV, hd);
-  } else {
-    const int32_t* positions = s.batch->positions.data();
-    rope_forward(q, positions, rope_, T, H, hd);
-    rope_forward(k, positions, rope_, T, KV, hd);
-  }
+  lct::attn_in_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
-  const LayerIds& a = ids(l);
-  placement.forward(attn_params_, s.tasks, s.tensor(a.q), s.tensor(a.k), s.tensor(a.v),
-                    s.tensor(a.attn), s.tensor(a.lse));
+  const LayerActivations a = layer_activations(l, s);
+  placement.forward(attn_params_, s.tasks, a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
-  const LlamaConfig& c = config_;
-  const int64_t T = s.tokens(), C = c.hidden_size, I = c.intermediate_size;
-  const int64_t qdim = c.num_attention_heads * c.head_dim();
-  const LayerWeights w = layer_weights(params, l);
-  const LayerIds& a = ids(l);
-  float *x_in = s.tensor(a.x_in), *x_mid = s.tensor(a.x_mid), *h2 = s.tensor(a.h2);
-  float *gate = s.tensor(a.gate), *up = s.tensor(a.up), *act = s.tensor(a.act);
-  float* x_out = layer_output(l, s);
-  // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
-  matmul_forward(x_mid, s.tensor(a.attn), w.wo, T, qdim, C);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) x_mid[i] += x_in[i];
-  rmsnorm_forward(h2, s.tensor(a.rstd2), x_mid, w.mlp_norm, T, C, float(c.rms_norm_eps));
-  matmul_forward(gate, h2, w.wgate, T, C, I);
-  matmul_forward(up, h2, w.wup, T, C, I);
-  swiglu_forward(act, gate, up, T * I);
-  matmul_forward(x_out, act, w.wdown, T, I, C);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) x_out[i] += x_mid[i];
+  lct::attn_out_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
 
-// On entry dx holds dLoss/d(layer output); on exit dLoss/d(x_mid) (attention block's output).
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
-  const LlamaConfig& c = config_;
-  const int64_t T = s.tokens(), C = c.hidden_size, I = c.intermediate_size;
-  const int64_t qdim = c.num_attention_heads * c.head_dim();
-  const LayerWeights w = layer_weights(params, l);
-  const LayerWeights g = layer_weights(grads, l);
-  const LayerIds& a = ids(l);
-  float *dx = residual_grad(s), *h2 = s.tensor(a.h2);
-  // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
-  std::fill(dact_, dact_ + T * I, 0.0f);
-  matmul_backward(dact_, g.wdown, dx, s.tensor(a.act), w.wdown, T, I, C);
-  swiglu_backward(dgate_, dup_, dact_, s.tensor(a.gate), s.tensor(a.up), T * I);
-  std::fill(dh_, dh_ + T * C, 0.0f);
-  matmul_backward(dh_, g.wgate, dgate_, h2, w.wgate, T, C, I);
-  matmul_backward(dh_, g.wup, dup_, h2, w.wup, T, C, I);
-  // residual: dx already carries d x_mid from the skip path; add the norm's share
-  rmsnorm_backward(dx, g.mlp_norm, dh_, s.tensor(a.x_mid), w.mlp_norm, s.tensor(a.rstd2), T, C);
-  // Attention output projection. forward: x_mid = x_in + attn Wo^T
-  std::fill(dattn_, dattn_ + T * qdim, 0.0f);
-  matmul_backward(dattn_, g.wo, dx, s.tensor(a.attn), w.wo, T, qdim, C);
+  lct::attn_out_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
+                    layer_activations(l, s), d_, residual_grad(s));
 }
 
 void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
-  const LlamaConfig& c = config_;
   const int64_t T = s.tokens();
-  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  const LayerIds& a = ids(l);
-  std::fill(dq_, dq_ + T * qdim, 0.0f);
-  std::fill(dk_, dk_ + T * kvdim, 0.0f);
-  std::fill(dv_, dv_ + T * kvdim, 0.0f);
-  placement.backward(attn_params_, s.tasks, s.tensor(a.q), s.tensor(a.k), s.tensor(a.v),
-                     s.tensor(a.attn), s.tensor(a.lse), dattn_, dq_, dk_, dv_);
+  const int64_t qdim = config_.num_attention_heads * config_.head_dim();
+  const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
+  const LayerActivations a = layer_activations(l, s);
+  std::fill(d_.dq, d_.dq + T * qdim, 0.0f);
+  std::fill(d_.dk, d_.dk + T * kvdim, 0.0f);
+  std::fill(d_.dv, d_.dv + T * kvdim, 0.0f);
+  placement.backward(attn_params_, s.tasks, a.q, a.k, a.v, a.attn, a.lse, d_.dattn, d_.dq,
+                     d_.dk, d_.dv);
 }
 
-// On exit dx holds dLoss/d(layer input).
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
-  const LlamaConfig& c = config_;
-  const int64_t T = s.tokens(), C = c.hidden_size, hd = c.head_dim();
-  const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads;
-  const LayerWeights w = layer_weights(params, l);
-  const LayerWeights g = layer_weights(grads, l);
-  const LayerIds& a = ids(l);
-  float* h1 = s.tensor(a.h1);
-  if (c.attention_kernel == AttentionKernel::dca) {
-    rope_backward(dk_, s.key_positions.data(), rope_, T, KV, hd);  // dq is already pre-RoPE
-  } else {
-    const int32_t* positions = s.batch->positions.data();
-    rope_backward(dq_, positions, rope_, T, H, hd);
-    rope_backward(dk_, positions, rope_, T, KV, hd);
-  }
-  std::fill(dh_, dh_ + T * C, 0.0f);
-  matmul_backward(dh_, g.wq, dq_, h1, w.wq, T, C, H * hd);
-  matmul_backward(dh_, g.wk, dk_, h1, w.wk, T, C, KV * hd);
-  matmul_backward(dh_, g.wv, dv_, h1, w.wv, T, C, KV * hd);
-  rmsnorm_backward(residual_grad(s), g.attn_norm, dh_, s.tensor(a.x_in), w.attn_norm,
-                   s.tensor(a.rstd1), T, C);
+  lct::attn_in_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
+                   layer_activations(l, s), d_, residual_grad(s));
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
@@ -372,7 +239,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   // LM head and loss in row chunks, so logits never take T x V memory. With backward,
   // the head's gradients are produced right here: dh_final = dlogits W, dW += dlogits^T h.
   CrossEntropyStats stats;
-  if (backward) std::fill(dh_, dh_ + T * C, 0.0f);
+  if (backward) std::fill(d_.dh, d_.dh + T * C, 0.0f);
   const PackedBatch& batch = *s.batch;
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
   for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
@@ -382,13 +249,13 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
                                    stats, token_loss ? token_loss + r0 : nullptr);
     if (backward)
-      matmul_backward(dh_ + r0 * C, grads.data() + lm_head_offset_, logits_, h_final + r0 * C,
+      matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_final + r0 * C,
                       lm_head, n, C, V);
   }
   if (!backward) return stats;
   float* dx = residual_grad(s);
   std::fill(dx, dx + T * C, 0.0f);
-  rmsnorm_backward(dx, grads.data() + final_norm_offset_, dh_, x_final, final_norm, rstd, T, C);
+  rmsnorm_backward(dx, grads.data() + final_norm_offset_, d_.dh, x_final, final_norm, rstd, T, C);
   return stats;
 }
 

@@ -23,45 +23,13 @@
 #include "attention/core_attention.h"
 #include "data/packing.h"
 #include "model/activations.h"
+#include "model/decoder_layer.h"
 #include "model/ops.h"
 #include "model/stage.h"
+#include "model/llama_config.h"
 #include "model/tensor_table.h"
 
 namespace lct {
-
-struct LlamaConfig {
-  int64_t vocab_size = 256;
-  int64_t hidden_size = 256;
-  int64_t intermediate_size = 688;
-  int num_hidden_layers = 4;
-  int num_attention_heads = 4;
-  int num_key_value_heads = 2;
-  double rope_theta = 10000.0;
-  double rms_norm_eps = 1e-5;
-  bool tie_word_embeddings = false;
-  double init_std = 0.02;
-  AttentionKernel attention_kernel = AttentionKernel::causal;
-  // Dual Chunk Attention ([attention] dca_* keys; used when attention_kernel = dca):
-  // C = chunk_size, w = local_size, chunk length s = C - w (core_attention.h).
-  int64_t dca_chunk_size = 2048;
-  int64_t dca_local_size = 256;
-  double dca_mscale = 1.0;                  // constant logit multiplier
-  int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
-
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
-  // Empty when valid, else a one-line description naming the offending key.
-  std::string validate() const;
-};
-
-TensorTable build_llama_table(const LlamaConfig& config);
-
-// Deterministic init: every element is a pure function of (seed, tensor name, index).
-void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint64_t seed,
-                       float* params);
-
-// Number of weights a token is multiplied by in the forward pass (projections, MLP,
-// LM head); the embedding lookup is not a matmul.
-int64_t matmul_params_per_token(const LlamaConfig& config);
 
 // One pipeline stage of the model (the whole model by default), run as phases on
 // activation slots. Per layer l of the stage:
@@ -145,18 +113,15 @@ class LlamaModel {
   SlotPool& slot_pool() { return pool_; }
 
  private:
-  struct LayerWeights {
-    float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
-  };
   struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
     int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
   };
   struct LayerIds {  // activation ids of one layer (saved by forward for backward)
     int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act;
   };
-  LayerWeights layer_weights(std::vector<float>& arena, int l);
-  const LayerIds& ids(int l) const { return ids_[size_t(l - stage_.first_layer)]; }
-  float* layer_output(int l, ActivationSlot& s);
+  LayerTensors layer_tensors(std::vector<float>& arena, int l);
+  LayerActivations layer_activations(int l, ActivationSlot& s);
+  LayerShape layer_shape(const ActivationSlot& s) const;
   void build_activation_table();
   void ensure_scratch(int64_t T, int64_t max_position);
   void phase_done() {
@@ -184,8 +149,8 @@ class LlamaModel {
   // backward scratch, shared by all slots (grow-only, sized by the largest T seen)
   int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
-  float *dh_ = nullptr, *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr, *dattn_ = nullptr,
-        *dgate_ = nullptr, *dup_ = nullptr, *dact_ = nullptr, *logits_ = nullptr;
+  LayerScratch d_{};
+  float* logits_ = nullptr;
   static constexpr int64_t kLogitRows = 512;  // LM head processed in row chunks
 };
 

@@ -17,6 +17,7 @@ namespace lct {
 
 double forward_flops(const LlamaConfig& config, int64_t tokens, int64_t attended_pairs);
 double train_step_flops(const LlamaConfig& config, int64_t tokens, int64_t attended_pairs);
+// Attention pairs of a packed batch: task_pairs (core_attention.h) of every whole document.
 int64_t attended_pairs(const PackedBatch& batch);
 
 }  // namespace lct

@@ -84,6 +84,8 @@ struct RunSummary {
   double first_loss = NAN, last_loss = NAN, head_loss = NAN, tail_loss = NAN;
   double tokens_per_s = NAN, gflops = NAN, ms = NAN;
   double compute_max_over_mean = NAN, idle_fraction = NAN;  // straggler figures
+  double bubble_fraction = NAN, bubble_theoretical = NAN;   // pipeline (0 without)
+  double peak_activation_bytes = NAN;
 };
 
 RunSummary summarize(const std::vector<StepRecord>& h) {
@@ -99,8 +101,11 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.tail_loss = tail / double(k);
   // throughput: median over the last 20 steps (step 1 excluded when there are more)
   const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
-  std::vector<double> tps, gf, ms, cm, idle;
+  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act;
   for (size_t i = begin; i < h.size(); ++i) {
+    bubble.push_back(h[i].bubble_fraction);
+    theory.push_back(h[i].bubble_theoretical);
+    act.push_back(double(h[i].peak_activation_bytes));
     tps.push_back(h[i].tokens_per_s);
     gf.push_back(h[i].gflops);
     ms.push_back(h[i].ms);
@@ -113,6 +118,9 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.ms = median(ms);
   s.compute_max_over_mean = median(cm);
   s.idle_fraction = median(idle);
+  s.bubble_fraction = median(bubble);
+  s.bubble_theoretical = median(theory);
+  s.peak_activation_bytes = median(act);
   return s;
 }
 
@@ -226,7 +234,10 @@ std::string summary_json(const RunSummary& s) {
          ",\"median_tokens_per_s\":" + json_number(s.tokens_per_s) +
          ",\"median_gflops\":" + json_number(s.gflops) + ",\"median_ms\":" + json_number(s.ms) +
          ",\"median_compute_max_over_mean\":" + json_number(s.compute_max_over_mean) +
-         ",\"median_idle_fraction\":" + json_number(s.idle_fraction) + "}";
+         ",\"median_idle_fraction\":" + json_number(s.idle_fraction) +
+         ",\"median_bubble_fraction\":" + json_number(s.bubble_fraction) +
+         ",\"bubble_theoretical\":" + json_number(s.bubble_theoretical) +
+         ",\"median_peak_activation_bytes\":" + json_number(s.peak_activation_bytes) + "}";
 }
 
 void print_summary(const RunSummary& s) {
@@ -241,6 +252,10 @@ void print_summary(const RunSummary& s) {
               "compute max/mean %.3f | idle %.1f%%\n",
               (long long)s.window, s.tokens_per_s, s.gflops, s.ms, s.compute_max_over_mean,
               100 * s.idle_fraction);
+  if (s.bubble_theoretical > 0)
+    std::printf("pipeline: median bubble %.1f%% (theory %.1f%%) | peak activations %.1f MiB\n",
+                100 * s.bubble_fraction, 100 * s.bubble_theoretical,
+                s.peak_activation_bytes / 1048576.0);
 }
 
 }  // namespace
@@ -370,6 +385,13 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   row("median compute max/mean", num(sa.compute_max_over_mean, "%.3f"),
       num(sb.compute_max_over_mean, "%.3f"));
   row("median idle", num(100 * sa.idle_fraction, "%.1f%%"), num(100 * sb.idle_fraction, "%.1f%%"));
+  row("median pipeline bubble", num(100 * sa.bubble_fraction, "%.1f%%"),
+      num(100 * sb.bubble_fraction, "%.1f%%"));
+  row("theoretical bubble", num(100 * sa.bubble_theoretical, "%.1f%%"),
+      num(100 * sb.bubble_theoretical, "%.1f%%"));
+  row("median peak activations (MiB)", num(sa.peak_activation_bytes / 1048576.0, "%.1f"),
+      num(sb.peak_activation_bytes / 1048576.0, "%.1f"),
+      ratio(sa.peak_activation_bytes, sb.peak_activation_bytes));
   std::printf("\nconfig differences (%zu):\n", diffs.size());
   for (const ConfigDifference& d : diffs)
     std::printf("  %-28s A = %-18s B = %s\n", d.key.c_str(), d.a.c_str(), d.b.c_str());

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "src/config.h"
 #include "tests/test_util.h"
@@ -93,6 +94,50 @@ TEST(Config, ReadmeDocumentsEveryKey) {
   const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const ConfigKey& k : config_keys())
     EXPECT_NE(readme.find("`" + k.name), std::string::npos) << k.name << " is not in README.md";
+}
+
+// The README's key table ("| `key` | default | meaning |", several keys per row allowed
+// with comma-separated defaults) states the built-in defaults.
+TEST(Config, ReadmeKeyTableDefaultsAreTheBuiltInOnes) {
+  std::ifstream in(std::string(LCT_SOURCE_DIR) + "/README.md");
+  const Config defaults;
+  std::string line;
+  int checked = 0;
+  const auto split = [](const std::string& text, const std::string& by) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    while (true) {
+      const size_t next = text.find(by, at);
+      out.push_back(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      if (next == std::string::npos) return out;
+      at = next + by.size();
+    }
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::vector<std::string> cells = split(line, " | ");
+    if (cells.size() < 3) continue;
+    std::vector<std::string> names;
+    for (const std::string& n : split(cells[0].substr(2), ", "))
+      names.push_back(n.substr(1, n.size() - 2));  // strip the backticks
+    if (!find_config_key(names[0])) continue;      // another table
+    const std::vector<std::string> values =
+        names.size() == 1 ? std::vector<std::string>{cells[1]} : split(cells[1], ", ");
+    ASSERT_EQ(values.size(), names.size()) << line;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const ConfigKey* k = find_config_key(names[i]);
+      ASSERT_NE(k, nullptr) << names[i];
+      const std::string want = k->get(defaults);
+      std::string got = values[i];
+      if (got == "\"\"") got.clear();
+      if (k->type == KeyType::integer || k->type == KeyType::number)
+        EXPECT_EQ(std::stod(got), std::stod(want)) << names[i] << ": README says " << got;
+      else
+        EXPECT_EQ(got, want) << names[i] << ": README says " << got;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, int(config_keys().size()));  // every key has a row
 }
 }  // namespace
 }  // namespace lct

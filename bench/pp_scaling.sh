@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Pipeline-parallel scaling on this machine, one rank per core, in one script run:
+# tokens/s of one rank (pp = 1) against pp = N stages (N ranks, 1 thread each) with the
+# same micro-batches per step, on fixed-length documents (equal micro-batch times, the
+# case the bubble formula describes). The layouts alternate for --rounds rounds; each
+# round's speedup is the ratio of the adjacent runs' median tokens/s (steps after the
+# first two), and the figure is the median over rounds. Also reported: the measured
+# bubble (worst stage, lct's metrics) next to (pp-1)/(m+pp-1), and stage 0's peak
+# activation bytes under 1F1B and GPipe (1F1B holds pp micro-batches, GPipe all m).
+#
+#   bash bench/pp_scaling.sh [--config configs/default.toml] [--steps 6] [--rounds 3]
+#                            [--stages N] [--micro-batches 8] [extra lct train args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LCT=${LCT:-build/lct}
+CONFIG=configs/default.toml
+STEPS=6
+ROUNDS=3
+STAGES=$(nproc)
+MB=8
+while [ $# -gt 0 ]; do
+  case $1 in
+    --config) CONFIG=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --stages) STAGES=$2; shift 2 ;;
+    --micro-batches) MB=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+[ -x "$LCT" ] || { echo "pp_scaling: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+run() {  # ranks dir steps [extra args]
+  local np=$1 dir=$2 steps=$3
+  shift 3
+  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
+    --data.doc_lengths fixed --train.micro_batches "$MB" --parallel.dp 1 --parallel.pp "$np" \
+    --train.steps "$steps" --checkpoint.every 0 --checkpoint.dir "$dir" "$@" \
+    > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+}
+
+echo "pp scaling | config $CONFIG, fixed-length documents | $MB micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
+for r in $(seq "$ROUNDS"); do
+  run 1 "$work/r${r}_pp1" "$STEPS" "$@"
+  run "$STAGES" "$work/r${r}_ppN" "$STEPS" "$@"
+done
+run "$STAGES" "$work/gpipe" 2 --parallel.pp_schedule gpipe "$@"
+grep -m1 "lct train |" "$work/r1_pp1.log"
+grep -m1 "pipeline:" "$work/r1_ppN.log"
+python3 - "$work" "$ROUNDS" "$STAGES" "$MB" <<'PY'
+import json, statistics, sys
+work, rounds, pp, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def load(d, skip=2):
+    return [json.loads(l) for l in open(f"{d}/metrics.jsonl")][skip:]
+ratios, bubbles = [], []
+print(f"  {'round':>5} {'pp=1 tok/s':>11} {'pp=%d tok/s' % pp:>11} {'speedup':>8} {'bubble':>7} {'theory':>7}")
+for r in range(1, rounds + 1):
+    a, b = load(f"{work}/r{r}_pp1"), load(f"{work}/r{r}_ppN")
+    ta = statistics.median(x["tokens_per_s"] for x in a)
+    tb = statistics.median(x["tokens_per_s"] for x in b)
+    bub = statistics.median(x["bubble_fraction"] for x in b)
+    theory = b[0]["bubble_theoretical"]
+    ratios.append(tb / ta)
+    bubbles.append(bub)
+    print(f"  {r:>5} {ta:>11.0f} {tb:>11.0f} {tb / ta:>7.2f}x {100 * bub:>6.1f}% {100 * theory:>6.1f}%")
+print(f"  median speedup pp={pp} / pp=1: {statistics.median(ratios):.2f}x (ideal with the bubble: "
+      f"{pp * (1 - theory):.2f}x); median bubble {100 * statistics.median(bubbles):.1f}% vs theory {100 * theory:.1f}%")
+one = load(f"{work}/r1_ppN", 0)[-1]["stage_activation_bytes"]
+gp = load(f"{work}/gpipe", 0)[-1]["stage_activation_bytes"]
+mib = lambda v: v / 1048576
+print("  peak activation bytes per stage (slots x slot size, plus backward scratch is not included):")
+print("    1f1b : " + ", ".join(f"stage {s} {mib(v):.1f} MiB" for s, v in enumerate(one)))
+print("    gpipe: " + ", ".join(f"stage {s} {mib(v):.1f} MiB" for s, v in enumerate(gp)))
+print(f"  stage 0, 1f1b / gpipe = {one[0] / gp[0]:.3f} (pp/m = {pp / m:.3f})")
+PY

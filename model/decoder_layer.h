@@ -1,0 +1,51 @@
+// One decoder layer's math on plain arrays, in the two halves around core attention
+// (core attention itself has no weights and goes through an AttentionPlacement):
+//
+//   attn_in   h1 = rmsnorm(x_in, attn_norm); q, k, v = h1 Wq^T, h1 Wk^T, h1 Wv^T; RoPE
+//   attn_out  x_mid = x_in + attn Wo^T; h2 = rmsnorm(x_mid, mlp_norm);
+//             x_out = x_mid + (silu(h2 Wgate^T) * (h2 Wup^T)) Wdown^T
+//
+// RoPE: the causal kernel gets q and k rotated by in-document position; DCA gets k
+// rotated by its key position (t mod s) and q unrotated (the kernel rotates it).
+// Backward halves run in reverse on dx, the residual-stream gradient, and accumulate
+// (+=) into the weight gradients. Every array is [T, width] row-major.
+#pragma once
+
+#include <cstdint>
+
+#include "model/ops.h"
+
+namespace lct {
+
+struct LayerShape {
+  int64_t T = 0, C = 0, I = 0, H = 0, KV = 0, hd = 0;  // tokens, hidden, MLP, heads, head dim
+  float eps = 0;                                       // RMSNorm epsilon
+  bool dca = false;
+  const int32_t* positions = nullptr;      // [T] in-document positions (causal RoPE)
+  const int32_t* key_positions = nullptr;  // [T] DCA key positions
+  const RopeTable* rope = nullptr;
+};
+
+struct LayerTensors {  // a layer's weights, or their gradients (same layout)
+  float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
+};
+
+struct LayerActivations {  // saved by forward for backward; x_out is the next layer's x_in
+  float *x_in, *rstd1, *h1, *q, *k, *v, *attn, *lse, *x_mid, *rstd2, *h2, *gate, *up, *act,
+      *x_out;
+};
+
+struct LayerScratch {  // backward temporaries; dq/dk/dv/dattn meet the placement
+  float *dh, *dq, *dk, *dv, *dattn, *dgate, *dup, *dact;
+};
+
+void attn_in_forward(const LayerShape& s, const LayerTensors& w, const LayerActivations& a);
+void attn_out_forward(const LayerShape& s, const LayerTensors& w, const LayerActivations& a);
+// dx: dLoss/d(x_out) on entry, dLoss/d(x_mid) on exit; writes scratch.dattn = dLoss/d(attn).
+void attn_out_backward(const LayerShape& s, const LayerTensors& w, const LayerTensors& g,
+                       const LayerActivations& a, const LayerScratch& scratch, float* dx);
+// From scratch.dq/dk/dv (the placement's output): dx becomes dLoss/d(x_in).
+void attn_in_backward(const LayerShape& s, const LayerTensors& w, const LayerTensors& g,
+                      const LayerActivations& a, const LayerScratch& scratch, float* dx);
+
+}  // namespace lct

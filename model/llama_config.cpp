@@ -1,0 +1,89 @@
+#include "model/llama_config.h"
+
+#include <cmath>
+
+#include "data/rng.h"
+
+namespace lct {
+
+std::string LlamaConfig::validate() const {
+  auto positive = [](int64_t v) { return v > 0; };
+  if (!positive(vocab_size)) return "model.vocab_size must be > 0";
+  if (!positive(hidden_size)) return "model.hidden_size must be > 0";
+  if (!positive(intermediate_size)) return "model.intermediate_size must be > 0";
+  if (!positive(num_hidden_layers)) return "model.num_hidden_layers must be > 0";
+  if (!positive(num_attention_heads)) return "model.num_attention_heads must be > 0";
+  if (!positive(num_key_value_heads)) return "model.num_key_value_heads must be > 0";
+  if (hidden_size % num_attention_heads != 0)
+    return "model.hidden_size (" + std::to_string(hidden_size) +
+           ") must be divisible by model.num_attention_heads (" +
+           std::to_string(num_attention_heads) + ")";
+  if (num_attention_heads % num_key_value_heads != 0)
+    return "model.num_key_value_heads (" + std::to_string(num_key_value_heads) +
+           ") must divide model.num_attention_heads (" + std::to_string(num_attention_heads) + ")";
+  if (head_dim() % 2 != 0)
+    return "head dim hidden_size/num_attention_heads = " + std::to_string(head_dim()) +
+           " must be even for RoPE";
+  if (!(rope_theta > 0)) return "model.rope_theta must be > 0";
+  if (!(rms_norm_eps > 0)) return "model.rms_norm_eps must be > 0";
+  if (!(init_std > 0)) return "model.init_std must be > 0";
+  if (!(dca_chunk_size > dca_local_size && dca_local_size >= 0))
+    return "attention.dca_chunk_size (" + std::to_string(dca_chunk_size) +
+           ") must be > attention.dca_local_size (" + std::to_string(dca_local_size) +
+           ") >= 0";
+  if (dca_chunk_size > (int64_t(1) << 30)) return "attention.dca_chunk_size is too large";
+  if (!(dca_mscale > 0)) return "attention.dca_mscale must be > 0";
+  if (dca_mscale_original_length < 0) return "attention.dca_mscale_original_length must be >= 0";
+  return {};
+}
+
+TensorTable build_llama_table(const LlamaConfig& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t qdim = c.num_attention_heads * c.head_dim();
+  const int64_t kvdim = c.num_key_value_heads * c.head_dim();
+  TensorTable t;
+  t.add("model.embed_tokens.weight", {V, C}, TensorInit::normal, -1, true);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.add(p + "input_layernorm.weight", {C}, TensorInit::ones, l, false);
+    t.add(p + "self_attn.q_proj.weight", {qdim, C}, TensorInit::normal, l, true);
+    t.add(p + "self_attn.k_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
+    t.add(p + "self_attn.v_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
+    t.add(p + "self_attn.o_proj.weight", {C, qdim}, TensorInit::normal_output, l, true);
+    t.add(p + "post_attention_layernorm.weight", {C}, TensorInit::ones, l, false);
+    t.add(p + "mlp.gate_proj.weight", {I, C}, TensorInit::normal, l, true);
+    t.add(p + "mlp.up_proj.weight", {I, C}, TensorInit::normal, l, true);
+    t.add(p + "mlp.down_proj.weight", {C, I}, TensorInit::normal_output, l, true);
+  }
+  t.add("model.norm.weight", {C}, TensorInit::ones, -1, false);
+  if (!c.tie_word_embeddings) t.add("lm_head.weight", {V, C}, TensorInit::normal, -1, true);
+  return t;
+}
+
+void init_llama_params(const TensorTable& table, const LlamaConfig& c, uint64_t seed,
+                       float* params) {
+  const double out_std = c.init_std / std::sqrt(2.0 * c.num_hidden_layers);
+  for (const TensorSpec& s : table.specs()) {
+    float* p = params + s.offset;
+    // FNV-1a of the name: stable across compilers, unlike std::hash
+    uint64_t stream = 0xcbf29ce484222325ULL;
+    for (unsigned char ch : s.name) stream = (stream ^ ch) * 0x100000001b3ULL;
+    if (s.init == TensorInit::ones) {
+      std::fill(p, p + s.numel, 1.0f);
+      continue;
+    }
+    const double std = s.init == TensorInit::normal_output ? out_std : c.init_std;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < s.numel; ++i) p[i] = float(std * normal_at(seed, stream, uint64_t(i)));
+  }
+}
+
+int64_t matmul_params_per_token(const LlamaConfig& c) {
+  const int64_t C = c.hidden_size, I = c.intermediate_size;
+  const int64_t qdim = c.num_attention_heads * c.head_dim();
+  const int64_t kvdim = c.num_key_value_heads * c.head_dim();
+  const int64_t per_layer = qdim * C * 2 + kvdim * C * 2 + 3 * I * C;
+  return per_layer * c.num_hidden_layers + c.vocab_size * C;
+}
+
+}  // namespace lct

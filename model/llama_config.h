@@ -1,0 +1,47 @@
+// The Llama model's shape (Hugging Face LlamaConfig names) and what follows from it
+// alone: the parameter table, the deterministic init and the matmul FLOP count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "attention/core_attention.h"
+#include "model/tensor_table.h"
+
+namespace lct {
+
+struct LlamaConfig {
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 256;
+  int64_t intermediate_size = 688;
+  int num_hidden_layers = 4;
+  int num_attention_heads = 4;
+  int num_key_value_heads = 2;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+  double init_std = 0.02;
+  AttentionKernel attention_kernel = AttentionKernel::causal;
+  // Dual Chunk Attention ([attention] dca_* keys; used when attention_kernel = dca):
+  // C = chunk_size, w = local_size, chunk length s = C - w (core_attention.h).
+  int64_t dca_chunk_size = 2048;
+  int64_t dca_local_size = 256;
+  double dca_mscale = 1.0;                  // constant logit multiplier
+  int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Empty when valid, else a one-line description naming the offending key.
+  std::string validate() const;
+};
+
+TensorTable build_llama_table(const LlamaConfig& config);
+
+// Deterministic init: every element is a pure function of (seed, tensor name, index).
+void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint64_t seed,
+                       float* params);
+
+// Number of weights a token is multiplied by in the forward pass (projections, MLP,
+// LM head); the embedding lookup is not a matmul.
+int64_t matmul_params_per_token(const LlamaConfig& config);
+
+}  // namespace lct

@@ -71,7 +71,7 @@ print(f"  median speedup pp={pp} / pp=1: {statistics.median(ratios):.2f}x (ideal
 one = load(f"{work}/r1_ppN", 0)[-1]["stage_activation_bytes"]
 gp = load(f"{work}/gpipe", 0)[-1]["stage_activation_bytes"]
 mib = lambda v: v / 1048576
-print("  peak activation bytes per stage (slots x slot size, plus backward scratch is not included):")
+print("  peak activation bytes per stage (slots in use x slot size; backward scratch, shared by all slots, not included):")
 print("    1f1b : " + ", ".join(f"stage {s} {mib(v):.1f} MiB" for s, v in enumerate(one)))
 print("    gpipe: " + ", ".join(f"stage {s} {mib(v):.1f} MiB" for s, v in enumerate(gp)))
 print(f"  stage 0, 1f1b / gpipe = {one[0] / gp[0]:.3f} (pp/m = {pp / m:.3f})")

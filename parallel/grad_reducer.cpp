@@ -85,11 +85,4 @@ void GradReducer::finish() {
   grads_ = nullptr;
 }
 
-void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds) {
-  if (comm == MPI_COMM_NULL) return;
-  const auto t0 = Clock::now();
-  MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm);
-  if (comm_seconds) *comm_seconds += since(t0);
-}
-
 }  // namespace lct

@@ -57,8 +57,4 @@ class GradReducer {
   double comm_seconds_ = 0;
 };
 
-// In-place sum of a few doubles over comm (no-op without MPI); adds the time spent to
-// *comm_seconds.
-void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds);
-
 }  // namespace lct

@@ -50,6 +50,28 @@ ActivationSlot& PipelineExecutor::acquire(const std::vector<PackedBatch>& batche
   return s;
 }
 
+void PipelineExecutor::post_recv_forward(const std::vector<PackedBatch>& batches, int mb) {
+  InFlight& f = flight_[size_t(mb)];
+  ActivationSlot& s = acquire(batches, mb);
+  MPI_Irecv(model_.stage_input(s), message_count(s), MPI_FLOAT, stage_ - 1, 2 * mb, comm_,
+            &f.recv_forward);
+  f.forward_posted = true;
+  next_forward_post_ = mb + 1;
+}
+
+void PipelineExecutor::post_recv_backward(int mb) {
+  InFlight& f = flight_[size_t(mb)];
+  MPI_Irecv(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
+            2 * mb + 1, comm_, &f.recv_backward);
+  f.backward_posted = true;
+}
+
+double PipelineExecutor::wait_for(MPI_Request& request) {
+  const auto t0 = Clock::now();
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  return since(t0);
+}
+
 void PipelineExecutor::release_finished(bool wait) {
   for (InFlight& f : flight_) {
     if (!f.slot || !f.done) continue;
@@ -72,11 +94,12 @@ void PipelineExecutor::release_finished(bool wait) {
 
 void PipelineExecutor::progress() {
   if (pp_ == 1) return;
-  for (InFlight& f : flight_) {
-    int done = 0;
-    if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done, MPI_STATUS_IGNORE);
-    if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done, MPI_STATUS_IGNORE);
-  }
+  for (InFlight& f : flight_)
+    for (MPI_Request* r : {&f.send_forward, &f.send_backward, &f.recv_forward, &f.recv_backward})
+      if (*r != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Test(r, &done, MPI_STATUS_IGNORE);
+      }
 }
 
 PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches, float grad_scale,
@@ -88,6 +111,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches,
     micro_batches_ = m;
   }
   flight_.assign(size_t(m), InFlight{});
+  next_forward_post_ = 0;
   send_wait_ = 0;
   model_.slot_pool().reset_peak();
   PipelineStepStats st;
@@ -98,14 +122,10 @@ PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches,
   for (const PipeAction& a : actions_) {
     InFlight& f = flight_[size_t(a.micro_batch)];
     switch (a.op) {
-      case PipeOp::recv_forward: {
-        ActivationSlot& s = acquire(batches, a.micro_batch);
-        const auto t0 = Clock::now();
-        MPI_Recv(model_.stage_input(s), message_count(s), MPI_FLOAT, stage_ - 1,
-                 2 * a.micro_batch, comm_, MPI_STATUS_IGNORE);
-        st.recv_wait_seconds += since(t0);
+      case PipeOp::recv_forward:
+        if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
+        st.recv_wait_seconds += wait_for(f.recv_forward);
         break;
-      }
       case PipeOp::forward: {
         ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
         model_.stage_forward(s, placement);
@@ -123,14 +143,12 @@ PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches,
       case PipeOp::send_forward:
         MPI_Isend(model_.stage_output(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
                   2 * a.micro_batch, comm_, &f.send_forward);
+        post_recv_backward(a.micro_batch);  // its gradient can land in dx from now on
         break;
-      case PipeOp::recv_backward: {
-        const auto t0 = Clock::now();
-        MPI_Recv(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
-                 2 * a.micro_batch + 1, comm_, MPI_STATUS_IGNORE);
-        st.recv_wait_seconds += since(t0);
+      case PipeOp::recv_backward:
+        if (!f.backward_posted) post_recv_backward(a.micro_batch);
+        st.recv_wait_seconds += wait_for(f.recv_backward);
         break;
-      }
       case PipeOp::backward: {
         // gradients become final during the last micro-batch's backward: reduce them
         // over data-parallel ranks bucket by bucket as they do
@@ -151,6 +169,10 @@ PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches,
         break;
     }
     if (a.op == PipeOp::backward || a.op == PipeOp::send_backward) release_finished(false);
+    // ask for the next micro-batch's activations early when a slot is free anyway
+    if (stage_ > 0 && next_forward_post_ < m && model_.slot_pool().has_free() &&
+        !flight_[size_t(next_forward_post_)].forward_posted)
+      post_recv_forward(batches, next_forward_post_);
   }
   model_.between_phases = nullptr;
   release_finished(true);

@@ -3,7 +3,10 @@
 // Activations go forward and their gradients back with MPI_Isend / MPI_Irecv between
 // neighbouring stages of the pp communicator; the tag is 2 * micro-batch (+1 for
 // gradients) and every message is T x C floats (T = the micro-batch's tokens, known to
-// both sides from the same packed batch). Each micro-batch in flight holds one
+// both sides from the same packed batch). Receives are posted early (MPI_Irecv) so data
+// can arrive while the stage computes: a gradient's as soon as the micro-batch's
+// activations have been sent on, the next micro-batch's activations as soon as a free
+// slot exists (never growing the pool for it); the receive action then only waits. Each micro-batch in flight holds one
 // activation slot from the model's pool: sends go straight out of the slot (stage
 // output forward, residual gradient back) and receives land in it, so nothing is
 // copied. A slot returns to the pool when its backward is done and its sends have
@@ -58,9 +61,14 @@ class PipelineExecutor {
   struct InFlight {
     ActivationSlot* slot = nullptr;
     MPI_Request send_forward = MPI_REQUEST_NULL, send_backward = MPI_REQUEST_NULL;
+    MPI_Request recv_forward = MPI_REQUEST_NULL, recv_backward = MPI_REQUEST_NULL;
+    bool forward_posted = false, backward_posted = false;  // receives posted (maybe done)
     bool done = false;  // backward run and its gradient sent: the slot can go once sends complete
   };
   ActivationSlot& acquire(const std::vector<PackedBatch>& batches, int mb);
+  void post_recv_forward(const std::vector<PackedBatch>& batches, int mb);
+  void post_recv_backward(int mb);
+  double wait_for(MPI_Request& request);  // seconds blocked
   void progress();              // tests requests in flight, frees finished slots
   void release_finished(bool wait);
   int message_count(const ActivationSlot& slot) const;
@@ -72,6 +80,7 @@ class PipelineExecutor {
   int micro_batches_ = 0;
   std::vector<PipeAction> actions_;
   std::vector<InFlight> flight_;  // per micro-batch
+  int next_forward_post_ = 0;     // next micro-batch whose activations are not yet asked for
   double send_wait_ = 0;
 };
 

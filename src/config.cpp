@@ -78,7 +78,11 @@ std::vector<int64_t> parse_int_list(const std::string& key, const std::string& t
       if (t.find_first_not_of(" \t") == std::string::npos) break;  // "[]"
       throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
     }
-    v.push_back(parse_int(key, item.substr(a, b - a + 1)));
+    try {
+      v.push_back(parse_int(key, item.substr(a, b - a + 1)));
+    } catch (const ConfigError&) {
+      throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    }
   }
   return v;
 }

@@ -190,29 +190,12 @@ StepRecord Trainer::train_step() {
   // Straggler and pipeline figures: every rank's compute and communication time, its
   // stage's bubble and peak activation bytes.
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (grid_.world_size() > 1) {
-    double mine[4] = {step_s - comm_s, comm_s, pipe.bubble_fraction(),
-                      double(pipe.peak_activation_bytes)};
-    std::vector<double> all(size_t(4 * grid_.world_size()));
-    MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, grid_.world());
-    double max_compute = 0, sum_compute = 0, sum_idle = 0;
-    r.stage_bubble.assign(size_t(layout.pp), 0.0);
-    r.stage_activation_bytes.assign(size_t(layout.pp), 0);
-    for (int k = 0; k < grid_.world_size(); ++k) {
-      const double* v = &all[size_t(4 * k)];
-      max_compute = std::max(max_compute, v[0]);
-      sum_compute += v[0];
-      sum_idle += v[1] / std::max(step_s, 1e-9);
-      const size_t s = size_t(grid_coordinates(layout, k).pp_rank);
-      r.stage_bubble[s] = std::max(r.stage_bubble[s], v[2]);
-      r.stage_activation_bytes[s] = std::max(r.stage_activation_bytes[s], int64_t(v[3]));
-    }
-    r.compute_max_over_mean = max_compute / std::max(sum_compute / grid_.world_size(), 1e-12);
-    r.idle_fraction = sum_idle / grid_.world_size();
-  } else {
-    r.stage_bubble = {pipe.bubble_fraction()};
-    r.stage_activation_bytes = {pipe.peak_activation_bytes};
-  }
+  const StepFigures fig = gather_step_figures(
+      grid_, {step_s - comm_s, comm_s, pipe.bubble_fraction(), pipe.peak_activation_bytes}, step_s);
+  r.compute_max_over_mean = fig.compute_max_over_mean;
+  r.idle_fraction = fig.idle_fraction;
+  r.stage_bubble = fig.stage_bubble;
+  r.stage_activation_bytes = fig.stage_activation_bytes;
   if (layout.pp > 1) {
     r.bubble_fraction = *std::max_element(r.stage_bubble.begin(), r.stage_bubble.end());
     r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
@@ -254,7 +237,7 @@ std::string Trainer::save_checkpoint() {
     for (size_t i = 0; i + size_t(config_.checkpoint.keep) < existing.size(); ++i)
       fs::remove(existing[i]);
   }
-  if (grid_.world_size() > 1) MPI_Barrier(grid_.world());  // written before anyone goes on
+  barrier(grid_.world());  // written before anyone goes on
   return path;
 }
 

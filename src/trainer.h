@@ -13,6 +13,7 @@
 #include "data/sources.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
+#include "parallel/collectives.h"
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"

@@ -30,6 +30,7 @@ expect_error() {
 printf '[model]\nhidden_sise = 64\n' > typo.toml
 printf '[train]\nsteps = "many"\n' > type.toml
 printf '[train\n' > broken.toml
+printf '[parallel]\npp_layers = "3,5"\n' > list_type.toml
 mkdir empty_corpus && touch empty_corpus/a.txt
 : > empty.bin
 
@@ -38,6 +39,10 @@ expect_error "train.steps must be an integer" train --config type.toml
 expect_error "broken.toml'" train --config broken.toml
 expect_error "--model.hiden_size" train --model.hiden_size 3
 expect_error "train.lr must be a number, got 'fast'" train --train.lr fast
+expect_error "parallel.pp_layers must be a list of integers like [3, 5], got '3,x'" train --parallel.pp_layers 3,x
+expect_error "parallel.pp_layers must be a list of integers" train --config list_type.toml
+expect_error "parallel.pp_schedule: unknown pipeline schedule 'zb'" train --parallel.pp_schedule zb
+expect_error "parallel.pp_layers has 2 entries but parallel.pp = 1" train --parallel.pp_layers 2,2
 expect_error "data.doc_lengths" train --data.doc_lengths zipf
 expect_error "model.num_key_value_heads (3) must divide" train --model.num_key_value_heads 3
 expect_error "data.path is required" train --data.source text

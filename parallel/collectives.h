@@ -1,0 +1,38 @@
+// The small collectives of a training step: sums of a few doubles, a barrier, and the
+// per-rank timing figures gathered for the log. No-ops without MPI.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/process_grid.h"
+
+namespace lct {
+
+// In-place sum of a few doubles over comm (no-op for MPI_COMM_NULL); adds the time spent
+// to *comm_seconds.
+void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds);
+void barrier(MPI_Comm comm);  // no-op for MPI_COMM_NULL
+
+// One rank's figures of a step.
+struct RankStepTimes {
+  double compute_seconds = 0;  // step minus time inside MPI calls
+  double comm_seconds = 0;     // time inside MPI calls
+  double bubble = 0;           // pipeline: blocked on receives over the schedule's time
+  int64_t activation_bytes = 0;  // peak activation slots x slot bytes
+};
+
+// Over all ranks of the grid: slowest compute over mean compute, mean fraction of the
+// step spent in communication, and per pipeline stage the worst bubble and activation
+// peak. One all-gather over the world (none in a single process).
+struct StepFigures {
+  double compute_max_over_mean = 1.0, idle_fraction = 0.0;
+  std::vector<double> stage_bubble;            // [pp]
+  std::vector<int64_t> stage_activation_bytes;  // [pp]
+};
+StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mine,
+                                double step_seconds);
+
+}  // namespace lct

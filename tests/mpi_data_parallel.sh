@@ -15,6 +15,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+source "$HERE/mpi_common.sh"
 
 MODEL="--model.hidden_size 64 --model.intermediate_size 96 --model.num_hidden_layers 2
   --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
@@ -31,9 +32,6 @@ train() {  # dir ranks micro_batches steps [extra args]
   fi
 }
 
-compare() {  # label dirA dirB  (metrics losses and final parameters)
-  /usr/bin/python3 "$HERE/compare_runs.py" "$@"
-}
 
 # same global batch of 4 sequences per step
 train dp1 0 4 10
@@ -66,16 +64,6 @@ train x12b 2 2 10 --train.resume auto
 compare "resume dp=1 checkpoint under dp=2" x12b dp1
 
 # invalid layouts: one message (from rank 0), non-zero exit, quickly
-expect_layout_error() {  # ranks expected-message args...
-  local np=$1 msg=$2
-  shift 2
-  local out rc=0
-  out=$(timeout 60 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
-  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then echo "$out"; echo "FAIL: expected a layout error, rc=$rc"; exit 1; fi
-  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
-  [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: error not reported once"; exit 1; }
-  echo "ok   layout error: $msg"
-}
 expect_layout_error 2 "= 3 but the MPI world has 2 ranks" --parallel.dp 3
 expect_layout_error 3 "parallel.pp = 3 must divide model.num_hidden_layers = 2" --parallel.pp 3
 expect_layout_error 2 "parallel.dp must be a positive degree or -1" --parallel.dp 0
@@ -86,19 +74,5 @@ expect_layout_error 3 "data.seq_len = 256 must be a multiple of 2 x parallel.cp 
 expect_layout_error 2 "context parallelism is not implemented yet" --parallel.dp 1 --parallel.cp 2
 
 # a rank killed mid-run ends the job with a message, within seconds
-$MPIRUN -np 2 "$LCT" train $MODEL --train.steps 100000 --checkpoint.dir killed > killed.log 2>&1 &
-launcher=$!
-for _ in $(seq 100); do grep -q "step" killed.log 2>/dev/null && break; sleep 0.1; done
-victim=$(pgrep -f "checkpoint.dir killed" | grep -v "^$launcher$" | while read -r p; do
-  [ "$(ps -o comm= -p "$p")" = lct ] && echo "$p"; done | tail -1)
-[ -n "$victim" ] || { cat killed.log; echo "FAIL: no rank process found"; exit 1; }
-start=$(date +%s)
-kill -9 "$victim"
-rc=0
-timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: job still running 30 s after a rank died"; kill -9 $launcher; exit 1; }
-wait "$launcher" || rc=$?
-elapsed=$(( $(date +%s) - start ))
-[ "$rc" != 0 ] || { echo "FAIL: job exited 0 after a rank was killed"; exit 1; }
-grep -qiE "exited on signal|killed|aborted|terminated" killed.log || { cat killed.log; echo "FAIL: no message"; exit 1; }
-echo "ok   killed rank $victim: job ended in ${elapsed}s with exit code $rc"
+expect_job_ends_when_a_rank_dies 2
 echo "mpi_data_parallel: all passed"

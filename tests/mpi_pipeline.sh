@@ -16,6 +16,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+source "$HERE/mpi_common.sh"
 
 # 4 layers (pp = 4 gets one each); documents up to the whole 128-token sequence, so
 # DCA (chunk 40, local 8: chunks of 32 tokens) runs its intra, successive and inter parts.
@@ -35,7 +36,6 @@ train() {  # dir ranks micro_batches steps [extra args]
       --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
   fi
 }
-compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
 
 for kernel in causal dca; do
   for tied in false true; do
@@ -87,36 +87,11 @@ train to_pp2 2 4 10 --train.resume auto --parallel.pp 2 --model.tie_word_embeddi
 compare "pp=1 checkpoint resumed under pp=2" to_pp2 ref_causal_tied_true_m4
 
 # invalid layouts: one message (from rank 0), non-zero exit, quickly
-expect_layout_error() {  # ranks expected-message args...
-  local np=$1 msg=$2
-  shift 2
-  local out rc=0
-  out=$(timeout 60 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
-  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then echo "$out"; echo "FAIL: expected an error, rc=$rc"; exit 1; fi
-  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
-  [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: error not reported once"; exit 1; }
-  echo "ok   layout error: $msg"
-}
 expect_layout_error 3 "parallel.pp = 3 must divide model.num_hidden_layers = 4" --parallel.pp 3
 expect_layout_error 2 "parallel.pp_layers has 3 entries but parallel.pp = 2" --parallel.pp 2 --parallel.pp_layers "[1, 1, 2]"
 expect_layout_error 2 "parallel.pp_layers sums to 5 but model.num_hidden_layers = 4" --parallel.pp 2 --parallel.pp_layers "[2, 3]"
 expect_layout_error 2 "parallel.pp_schedule: unknown pipeline schedule 'zigzag'" --parallel.pp 2 --parallel.pp_schedule zigzag
 
-# a stage killed mid-run ends the job with a message, within seconds
-$MPIRUN -np 2 "$LCT" train $MODEL --parallel.pp 2 --train.micro_batches 4 --train.steps 100000 \
-  --checkpoint.dir killed > killed.log 2>&1 &
-launcher=$!
-for _ in $(seq 100); do grep -q "step" killed.log 2>/dev/null && break; sleep 0.1; done
-victim=$(pgrep -f "checkpoint.dir killed" | grep -v "^$launcher$" | while read -r p; do
-  [ "$(ps -o comm= -p "$p")" = lct ] && echo "$p"; done | tail -1)
-[ -n "$victim" ] || { cat killed.log; echo "FAIL: no rank process found"; exit 1; }
-start=$(date +%s)
-kill -9 "$victim"
-rc=0
-timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: job still running 30 s after a stage died"; kill -9 $launcher; exit 1; }
-wait "$launcher" || rc=$?
-elapsed=$(( $(date +%s) - start ))
-[ "$rc" != 0 ] || { echo "FAIL: job exited 0 after a stage was killed"; exit 1; }
-grep -qiE "exited on signal|killed|aborted|terminated" killed.log || { cat killed.log; echo "FAIL: no message"; exit 1; }
-echo "ok   killed stage rank $victim: job ended in ${elapsed}s with exit code $rc"
+# a rank killed mid-run ends the job with a message, within seconds
+expect_job_ends_when_a_rank_dies 2 --parallel.pp 2 --train.micro_batches 4
 echo "mpi_pipeline: all passed"

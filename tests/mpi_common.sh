@@ -1,0 +1,41 @@
+# Shared by the MPI test scripts (sourced). Expects LCT, MODEL and MPIRUN to be set
+# and the current directory to be the test's scratch folder.
+
+# compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters
+compare() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/compare_runs.py" "$@"; }
+
+# expect_layout_error RANKS MESSAGE ARGS...: one error line (from rank 0), a non-zero
+# exit, quickly
+expect_layout_error() {
+  local np=$1 msg=$2
+  shift 2
+  local out rc=0
+  out=$(timeout 60 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then echo "$out"; echo "FAIL: expected an error, rc=$rc"; exit 1; fi
+  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: error not reported once"; exit 1; }
+  echo "ok   layout error: $msg"
+}
+
+# expect_job_ends_when_a_rank_dies RANKS ARGS...: starts a long run, kill -9s one rank
+# once steps are logged, and requires the whole job to end with a message within 30 s
+expect_job_ends_when_a_rank_dies() {
+  local np=$1
+  shift
+  $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 100000 --checkpoint.dir killed "$@" > killed.log 2>&1 &
+  local launcher=$!
+  for _ in $(seq 100); do grep -q "step" killed.log 2>/dev/null && break; sleep 0.1; done
+  local victim
+  victim=$(pgrep -f "checkpoint.dir killed" | grep -v "^$launcher$" | while read -r p; do
+    [ "$(ps -o comm= -p "$p")" = lct ] && echo "$p"; done | tail -1)
+  [ -n "$victim" ] || { cat killed.log; echo "FAIL: no rank process found"; exit 1; }
+  local start rc=0
+  start=$(date +%s)
+  kill -9 "$victim"
+  timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: job still running 30 s after a rank died"; kill -9 $launcher; exit 1; }
+  wait "$launcher" || rc=$?
+  [ "$rc" != 0 ] || { echo "FAIL: job exited 0 after a rank was killed"; exit 1; }
+  grep -qiE "exited on signal|killed|aborted|terminated" killed.log || { cat killed.log; echo "FAIL: no message"; exit 1; }
+  echo "ok   killed rank $victim: job ended in $(( $(date +%s) - start ))s with exit code $rc"
+  rm -rf killed killed.log
+}

@@ -56,6 +56,30 @@ int64_t attended_pairs(std::span<const AttentionTask> tasks) {
   return pairs;
 }
 
+void merge_attention_partial(float* out, float* lse, const float* part_out,
+                             const float* part_lse, int64_t rows, int heads, int head_dim) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < heads; ++h) {
+      const int64_t i = r * heads + h;
+      const float b = part_lse[i];
+      if (b == -INFINITY) continue;  // the part saw no key for this row
+      const float a = lse[i];
+      float* o = out + i * head_dim;
+      const float* p = part_out + i * head_dim;
+      if (a == -INFINITY) {
+        std::copy(p, p + head_dim, o);
+        lse[i] = b;
+        continue;
+      }
+      const float m = std::max(a, b);
+      const double merged = double(m) + std::log(std::exp(double(a - m)) + std::exp(double(b - m)));
+      const float wa = float(std::exp(double(a) - merged)), wb = float(std::exp(double(b) - merged));
+      for (int d = 0; d < head_dim; ++d) o[d] = wa * o[d] + wb * p[d];
+      lse[i] = float(merged);
+    }
+}
+
 int32_t dca_key_position(int64_t t, const DcaParams& dca) {
   return int32_t(t % dca.chunk_len());
 }

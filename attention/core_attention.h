@@ -112,6 +112,15 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
                         const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv);
 
+// Partial results over disjoint key ranges of the same queries merge exactly:
+//   lse = log(exp(lse_a) + exp(lse_b)),  O = exp(lse_a - lse) O_a + exp(lse_b - lse) O_b.
+// merge_attention_partial folds (part_out, part_lse) into (out, lse) for `rows` rows
+// [rows, heads, head_dim] / [rows, heads]. LSE = -inf means the row saw no key (its O
+// is 0); two such rows stay O = 0, LSE = -inf. The backward of each part, run with the
+// *merged* O and LSE, gives exact partial gradients that simply add up.
+void merge_attention_partial(float* out, float* lse, const float* part_out,
+                             const float* part_lse, int64_t rows, int heads, int head_dim);
+
 // The kernels keep grow-only scratch per calling thread (tiles, D = rowsum(dO*O), and
 // per-thread dQ partials sized by the largest batch seen), so steady-state steps
 // allocate nothing. This frees it, e.g. between benchmarks of different lengths.

@@ -36,7 +36,7 @@ class ActivationTable {
   int64_t per_token_ = 0;
 };
 
-struct PackedBatch;
+struct LocalBatch;
 
 // One micro-batch's saved activations plus the metadata its phases need.
 class ActivationSlot {
@@ -49,7 +49,7 @@ class ActivationSlot {
 
   // The micro-batch this slot holds (owned by the caller, alive while the slot is used),
   // its attention tasks and, for DCA, each key's RoPE position.
-  const PackedBatch* batch = nullptr;
+  const LocalBatch* batch = nullptr;
   int micro_batch = -1;
   std::vector<AttentionTask> tasks;
   std::vector<int32_t> key_positions;

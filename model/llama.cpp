@@ -162,7 +162,7 @@ int64_t LlamaModel::activation_bytes() const {
   return pool_.peak_bytes() + int64_t(scratch_.size() * sizeof(float));
 }
 
-ActivationSlot& LlamaModel::begin(const PackedBatch& batch, int micro_batch) {
+ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch) {
   const int64_t T = batch.num_tokens();
   if (T == 0) throw std::invalid_argument("empty batch");
   int32_t max_position = 0;
@@ -172,7 +172,9 @@ ActivationSlot& LlamaModel::begin(const PackedBatch& batch, int micro_batch) {
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.micro_batch = micro_batch;
-  tasks_for_documents(batch.cu_seqlens, s.tasks);
+  s.tasks.clear();  // every piece against its own rows (what colocated attention runs)
+  for (const DocPiece& p : batch.pieces)
+    s.tasks.push_back({p.row, p.row, p.len, p.len, p.pos, p.pos, p.doc_len});
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)
@@ -197,7 +199,7 @@ void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const LayerActivations a = layer_activations(l, s);
-  placement.forward(attn_params_, s.tasks, a.q, a.k, a.v, a.attn, a.lse);
+  placement.forward({attn_params_, s.tasks, *s.batch}, a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
@@ -217,8 +219,8 @@ void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement
   std::fill(d_.dq, d_.dq + T * qdim, 0.0f);
   std::fill(d_.dk, d_.dk + T * kvdim, 0.0f);
   std::fill(d_.dv, d_.dv + T * kvdim, 0.0f);
-  placement.backward(attn_params_, s.tasks, a.q, a.k, a.v, a.attn, a.lse, d_.dattn, d_.dq,
-                     d_.dk, d_.dv);
+  placement.backward({attn_params_, s.tasks, *s.batch}, a.q, a.k, a.v, a.attn, a.lse, d_.dattn,
+                     d_.dq, d_.dk, d_.dv);
 }
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
@@ -240,7 +242,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   // the head's gradients are produced right here: dh_final = dlogits W, dW += dlogits^T h.
   CrossEntropyStats stats;
   if (backward) std::fill(d_.dh, d_.dh + T * C, 0.0f);
-  const PackedBatch& batch = *s.batch;
+  const LocalBatch& batch = *s.batch;
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
   for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
     const int64_t n = std::min(kLogitRows, T - r0);
@@ -294,7 +296,8 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
                                                bool backward, double* token_loss) {
   if (!stage_.has_embedding || !stage_.has_head)
     throw std::logic_error("forward_backward needs the whole model (use the pipeline executor)");
-  ActivationSlot& s = begin(batch, 0);
+  whole_sequence(batch, whole_);
+  ActivationSlot& s = begin(whole_, 0);
   stage_forward(s, local_attention_);
   const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss);
   if (backward) stage_backward(s, local_attention_);

@@ -19,9 +19,10 @@
 #include <functional>
 #include <vector>
 
-#include "attention/attention_placement.h"
 #include "attention/core_attention.h"
+#include "data/context_shards.h"
 #include "data/packing.h"
+#include "model/attention_placement.h"
 #include "model/activations.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
@@ -66,9 +67,9 @@ class LlamaModel {
   float* grad(const std::string& name) { return grads.data() + table_.get(name).offset; }
 
   // ---- phases ------------------------------------------------------------------
-  // A slot for one micro-batch (batch must outlive it), sized and with its attention
-  // tasks and DCA key positions; end() returns it to the pool.
-  ActivationSlot& begin(const PackedBatch& batch, int micro_batch);
+  // A slot for one micro-batch (this rank's LocalBatch, which must outlive it), sized
+  // and with its local attention tasks and DCA key positions; end() returns it.
+  ActivationSlot& begin(const LocalBatch& batch, int micro_batch);
   void end(ActivationSlot& slot) { pool_.release(slot); }
   float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
@@ -145,6 +146,7 @@ class LlamaModel {
   int x_out_ = -1, rstd_final_ = -1, h_final_ = -1, dx_ = -1;
   SlotPool pool_;
   LocalAttention local_attention_;
+  LocalBatch whole_;  // forward_backward's micro-batch as one rank's batch (reused)
 
   // backward scratch, shared by all slots (grow-only, sized by the largest T seen)
   int64_t scratch_tokens_ = 0;

@@ -29,7 +29,7 @@ int PipelineExecutor::message_count(const ActivationSlot& slot) const {
   return checked_count(slot.tokens() * model_.config().hidden_size);
 }
 
-ActivationSlot& PipelineExecutor::acquire(const std::vector<PackedBatch>& batches, int mb) {
+ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches, int mb) {
   // Keep the pool at the schedule's depth: rather than growing it, finish a slot whose
   // backward is done and whose last send is still draining.
   if (!model_.slot_pool().has_free()) release_finished(false);
@@ -50,7 +50,7 @@ ActivationSlot& PipelineExecutor::acquire(const std::vector<PackedBatch>& batche
   return s;
 }
 
-void PipelineExecutor::post_recv_forward(const std::vector<PackedBatch>& batches, int mb) {
+void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches, int mb) {
   InFlight& f = flight_[size_t(mb)];
   ActivationSlot& s = acquire(batches, mb);
   MPI_Irecv(model_.stage_input(s), message_count(s), MPI_FLOAT, stage_ - 1, 2 * mb, comm_,
@@ -102,7 +102,7 @@ void PipelineExecutor::progress() {
       }
 }
 
-PipelineStepStats PipelineExecutor::run(const std::vector<PackedBatch>& batches, float grad_scale,
+PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, float grad_scale,
                                         GradReducer& reducer, AttentionPlacement& placement,
                                         MPI_Comm tied_comm, const ArenaRange& tied_range) {
   const int m = int(batches.size());

@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/attention_placement.h"
 #include "data/packing.h"
 #include "model/llama.h"
 #include "parallel/grad_reducer.h"
@@ -47,11 +46,11 @@ class PipelineExecutor {
   PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
                    PipelineSchedule schedule);
 
-  // One step over `batches` (this dp replica's micro-batches, identical on every stage
-  // of the pipeline). Gradients of grad_scale * (sum of token losses) accumulate into
+  // One step over `batches` (this rank's share of its dp replica's micro-batches, the
+  // same on every stage of the pipeline). Gradients of grad_scale * (sum of token losses) accumulate into
   // the model's arena; the last micro-batch's backward feeds `reducer`, which is
   // finished before returning, and tied embedding copies are summed over tied_comm.
-  PipelineStepStats run(const std::vector<PackedBatch>& batches, float grad_scale,
+  PipelineStepStats run(const std::vector<LocalBatch>& batches, float grad_scale,
                         GradReducer& reducer, AttentionPlacement& placement, MPI_Comm tied_comm,
                         const ArenaRange& tied_range);
 
@@ -65,8 +64,8 @@ class PipelineExecutor {
     bool forward_posted = false, backward_posted = false;  // receives posted (maybe done)
     bool done = false;  // backward run and its gradient sent: the slot can go once sends complete
   };
-  ActivationSlot& acquire(const std::vector<PackedBatch>& batches, int mb);
-  void post_recv_forward(const std::vector<PackedBatch>& batches, int mb);
+  ActivationSlot& acquire(const std::vector<LocalBatch>& batches, int mb);
+  void post_recv_forward(const std::vector<LocalBatch>& batches, int mb);
   void post_recv_backward(int mb);
   double wait_for(MPI_Request& request);  // seconds blocked
   void progress();              // tests requests in flight, frees finished slots

@@ -67,17 +67,6 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
-// Peak resident memory since the last reset_peak_rss() (Linux VmHWM), in bytes.
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return -1;
-}
-void reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
-}
 
 // ---- ceilings ------------------------------------------------------------------
 

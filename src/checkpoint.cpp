@@ -47,6 +47,12 @@ const Column kColumns[] = {
     {"bubble_fraction", false, [](const StepRecord& r) { return r.bubble_fraction; }, [](StepRecord& r, double v) { r.bubble_fraction = v; }, true},
     {"bubble_theoretical", false, [](const StepRecord& r) { return r.bubble_theoretical; }, [](StepRecord& r, double v) { r.bubble_theoretical = v; }, true},
     {"peak_activation_bytes", true, [](const StepRecord& r) { return double(r.peak_activation_bytes); }, [](StepRecord& r, double v) { r.peak_activation_bytes = int64_t(v); }, true},
+    // added with context parallelism
+    {"attention_pairs_max_over_mean", false, [](const StepRecord& r) { return r.attention_pairs_max_over_mean; }, [](StepRecord& r, double v) { r.attention_pairs_max_over_mean = v; }, true},
+    {"cp_bytes_sent", false, [](const StepRecord& r) { return r.cp_bytes_sent; }, [](StepRecord& r, double v) { r.cp_bytes_sent = v; }, true},
+    {"cp_exposed_fraction", false, [](const StepRecord& r) { return r.cp_exposed_fraction; }, [](StepRecord& r, double v) { r.cp_exposed_fraction = v; }, true},
+    {"cp_hidden_fraction", false, [](const StepRecord& r) { return r.cp_hidden_fraction; }, [](StepRecord& r, double v) { r.cp_hidden_fraction = v; }, true},
+    {"peak_rss_bytes", true, [](const StepRecord& r) { return double(r.peak_rss_bytes); }, [](StepRecord& r, double v) { r.peak_rss_bytes = int64_t(v); }, true},
 };
 
 int64_t need_int(const H5File& f, const std::string& obj, const char* name) {

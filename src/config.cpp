@@ -12,6 +12,8 @@
 #include "data/doc_lengths.h"
 #include "src/log.h"
 #include "model/optimizer.h"
+#include "data/context_shards.h"
+#include "parallel/context_parallel.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace lct {
@@ -194,6 +196,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
   k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
                       [](const std::string& t) { parse_pipeline_schedule(t); }));
+  k.push_back(str_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
+                      [](const std::string& t) { parse_cp_split(t); }));
+  k.push_back(str_key("parallel.cp_comm", "context-parallel exchange: ring | allgather", [](Config& c) -> auto& { return c.parallel.cp_comm; },
+                      [](const std::string& t) { parse_cp_comm(t); }));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
   // [checkpoint]

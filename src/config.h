@@ -47,6 +47,8 @@ struct ParallelConfig {
   int64_t dp = -1, pp = 1, cp = 1;
   std::vector<int64_t> pp_layers;    // layers per pipeline stage (empty = even split)
   std::string pp_schedule = "1f1b";  // 1f1b | gpipe (parallel/pipeline_schedule.h)
+  std::string cp_split = "zigzag";   // zigzag | contiguous (data/context_shards.h)
+  std::string cp_comm = "ring";      // ring | allgather (parallel/context_parallel.h)
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward
 };

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace lct {
 
@@ -40,6 +42,18 @@ std::string blas_capability_warning() {
          "; SGEMM was about 1.8x slower than with SkylakeX kernels on lct's development "
          "machine. lct keeps your setting; unset OPENBLAS_CORETYPE (or set it to SkylakeX) "
          "for full speed";
+}
+
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+void reset_peak_rss() {
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS
 }
 
 }  // namespace lct

@@ -14,4 +14,9 @@ std::string blas_description();
 // AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
 std::string blas_capability_warning();
 
+// Peak resident memory of this process since start or the last reset_peak_rss() (Linux
+// VmHWM), in bytes; -1 when unknown.
+int64_t peak_rss_bytes();
+void reset_peak_rss();
+
 }  // namespace lct

@@ -89,9 +89,15 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
                config.parallel.overlap_grad_reduce),
       executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
                 parse_pipeline_schedule(config.parallel.pp_schedule)) {
-  if (grid.layout().cp > 1)
-    throw ConfigError("parallel.cp > 1 is accepted by the process grid, but context "
-                      "parallelism is not implemented yet; use parallel.dp and parallel.pp");
+  cp_split_ = parse_cp_split(config.parallel.cp_split);
+  if (grid.layout().cp > 1) {
+    auto cp = std::make_unique<ContextParallelAttention>(grid.cp(),
+                                                         parse_cp_comm(config.parallel.cp_comm));
+    cp_attention_ = cp.get();
+    placement_ = std::move(cp);
+  } else {
+    placement_ = std::make_unique<LocalAttention>();
+  }
   optimizer_.set_owned_ranges(owned_);
   init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
                     model_.params.data());
@@ -137,16 +143,23 @@ StepRecord Trainer::train_step() {
   double comm_s = 0;  // this rank's time inside MPI calls
 
   // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
-  // every pipeline stage of the replica packs the same ones.
+  // every pipeline stage of the replica packs the same ones, and each context-parallel
+  // rank keeps its share of every sequence.
   const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
-  batches_.clear();
-  double counts[3] = {0, 0, 0};  // targets, tokens, attended pairs: summed over replicas
+  local_.resize(size_t(mb));
+  double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
   for (int64_t m = 0; m < mb; ++m) {
-    batches_.push_back(packer_.sequence(first + m));
-    counts[0] += double(batches_.back().num_targets());
-    counts[1] += double(batches_.back().num_tokens());
-    counts[2] += double(attended_pairs(batches_.back()));
+    const PackedBatch packed = packer_.sequence(first + m);
+    LocalBatch& local = local_[size_t(m)];
+    if (layout.cp > 1)
+      local = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, cp_split_);
+    else
+      whole_sequence(packed, local);
+    counts[0] += double(local.num_targets());
+    counts[1] += double(local.num_tokens());
+    counts[2] += double(local.attention_pairs());
   }
+  const double my_pairs = counts[2];
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
   const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
                 pairs = int64_t(counts[2]);
@@ -155,10 +168,13 @@ StepRecord Trainer::train_step() {
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
   model_.zero_grads();
+  if (cp_attention_) cp_attention_->reset_stats();
   const PipelineStepStats pipe =
-      executor_.run(batches_, grad_scale, reducer_, placement_, grid_.tied_embedding(),
+      executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(),
                     tied_embedding_range(model_.table(), model_.config(), model_.stage()));
   comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
+  const PlacementStats cp = cp_attention_ ? cp_attention_->stats() : PlacementStats{};
+  comm_s += cp.exposed_seconds;
 
   // Loss and retrieval counts (only the last stage has them), and whether any rank was
   // asked to stop; over the whole world, so every rank logs the same record.
@@ -190,10 +206,24 @@ StepRecord Trainer::train_step() {
   // Straggler and pipeline figures: every rank's compute and communication time, its
   // stage's bubble and peak activation bytes.
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  const StepFigures fig = gather_step_figures(
-      grid_, {step_s - comm_s, comm_s, pipe.bubble_fraction(), pipe.peak_activation_bytes}, step_s);
+  RankStepTimes mine;
+  mine.compute_seconds = step_s - comm_s;
+  mine.comm_seconds = comm_s;
+  mine.bubble = pipe.bubble_fraction();
+  mine.activation_bytes = pipe.peak_activation_bytes;
+  mine.attention_pairs = my_pairs;
+  mine.cp_bytes_sent = double(cp.bytes_sent);
+  mine.cp_exposed_seconds = cp.exposed_seconds;
+  mine.cp_hidden_seconds = cp.hidden_seconds;
+  mine.peak_rss_bytes = peak_rss_bytes();
+  const StepFigures fig = gather_step_figures(grid_, mine, step_s);
   r.compute_max_over_mean = fig.compute_max_over_mean;
   r.idle_fraction = fig.idle_fraction;
+  r.attention_pairs_max_over_mean = fig.attention_pairs_max_over_mean;
+  r.cp_bytes_sent = fig.cp_bytes_sent;
+  r.cp_exposed_fraction = fig.cp_exposed_fraction;
+  r.cp_hidden_fraction = fig.cp_hidden_fraction;
+  r.peak_rss_bytes = fig.peak_rss_bytes;
   r.stage_bubble = fig.stage_bubble;
   r.stage_activation_bytes = fig.stage_activation_bytes;
   if (layout.pp > 1) {
@@ -254,6 +284,11 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
     for (size_t s = 0; s < r.stage_bubble.size(); ++s) out << (s ? "," : "") << r.stage_bubble[s];
     out << "]";
   }
+  out << ",\"attention_pairs_max_over_mean\":" << r.attention_pairs_max_over_mean
+      << ",\"peak_rss_bytes\":" << r.peak_rss_bytes;
+  if (r.cp_bytes_sent > 0)
+    out << ",\"cp_bytes_sent\":" << r.cp_bytes_sent << ",\"cp_exposed_fraction\":" << r.cp_exposed_fraction
+        << ",\"cp_hidden_fraction\":" << r.cp_hidden_fraction;
   out << ",\"peak_activation_bytes\":" << r.peak_activation_bytes << ",\"stage_activation_bytes\":[";
   for (size_t s = 0; s < r.stage_activation_bytes.size(); ++s)
     out << (s ? "," : "") << r.stage_activation_bytes[s];
@@ -298,6 +333,9 @@ int Trainer::run() {
              (long long)config_.train.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }
+  if (layout.cp > 1)
+    log_info("context parallel: %d ranks per sequence, split %s, exchange %s",
+             layout.cp, config_.parallel.cp_split.c_str(), config_.parallel.cp_comm.c_str());
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -321,7 +359,7 @@ int Trainer::run() {
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
-      char acc[48] = "", ranks[64] = "", bubble[160] = "";
+      char acc[48] = "", ranks[64] = "", bubble[160] = "", context[192] = "";
       if (r.answers > 0) std::snprintf(acc, sizeof acc, " | recall %.3f", r.retrieval_acc());
       if (grid_.world_size() > 1)
         std::snprintf(ranks, sizeof ranks, " | compute max/mean %.2f | idle %4.1f%%",
@@ -332,10 +370,17 @@ int Trainer::run() {
                       100.0 * r.bubble_fraction, 100.0 * r.bubble_theoretical,
                       double(r.stage_activation_bytes.front()) / 1048576.0,
                       double(r.peak_activation_bytes) / 1048576.0);
+      if (layout.cp > 1)
+        std::snprintf(context, sizeof context,
+                      " | cp %.1f MiB sent/rank | exposed %4.1f%% hidden %4.1f%% | pairs max/mean "
+                      "%.3f | peak RSS %.0f MiB",
+                      r.cp_bytes_sent / 1048576.0, 100.0 * r.cp_exposed_fraction,
+                      100.0 * r.cp_hidden_fraction, r.attention_pairs_max_over_mean,
+                      double(r.peak_rss_bytes) / 1048576.0);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
-               "%6.1f GFLOP/s%s%s%s",
+               "%6.1f GFLOP/s%s%s%s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,
-               r.tokens_per_s, r.gflops, acc, ranks, bubble);
+               r.tokens_per_s, r.gflops, acc, ranks, bubble, context);
     }
     if (grid_.is_root()) {
       write_metrics_line(metrics_, r);

@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "parallel/collectives.h"
+#include "parallel/context_parallel.h"
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
@@ -81,11 +82,13 @@ class Trainer {
   OptimizerConfig opt_config_;
   Optimizer optimizer_;
   GradReducer reducer_;
-  LocalAttention placement_;
+  std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
+  ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
   PipelineExecutor executor_;
   TrainerState state_;
   std::vector<StepRecord> history_;
-  std::vector<PackedBatch> batches_;  // this step's micro-batches
+  std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
+  CpSplit cp_split_;
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
   std::ofstream metrics_;
 };

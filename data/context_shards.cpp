@@ -1,0 +1,141 @@
+#include "data/context_shards.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "attention/core_attention.h"
+
+namespace lct {
+
+CpSplit parse_cp_split(const std::string& name) {
+  if (name == "zigzag") return CpSplit::zigzag;
+  if (name == "contiguous") return CpSplit::contiguous;
+  throw std::invalid_argument("unknown context-parallel split '" + name +
+                              "' (expected zigzag or contiguous)");
+}
+
+const char* cp_split_name(CpSplit s) { return s == CpSplit::zigzag ? "zigzag" : "contiguous"; }
+
+int64_t LocalBatch::num_targets() const {
+  return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
+}
+
+int64_t LocalBatch::attention_pairs() const {
+  int64_t pairs = 0;
+  for (const DocPiece& p : pieces)
+    pairs += task_pairs({p.row, 0, p.len, p.pos + p.len, p.pos, 0, p.doc_len});
+  return pairs;
+}
+
+namespace {
+// Copies the rows of `pieces` (in order) out of the whole sequence.
+void gather_rows(const PackedBatch& b, const std::vector<DocPiece>& pieces, LocalBatch& out) {
+  out.tokens.clear();
+  out.targets.clear();
+  out.positions.clear();
+  out.answer_mask.clear();
+  for (const DocPiece& p : pieces) {
+    const size_t a = size_t(p.seq_row()), e = a + size_t(p.len);
+    out.tokens.insert(out.tokens.end(), b.tokens.begin() + a, b.tokens.begin() + e);
+    out.targets.insert(out.targets.end(), b.targets.begin() + a, b.targets.begin() + e);
+    out.positions.insert(out.positions.end(), b.positions.begin() + a, b.positions.begin() + e);
+    if (!b.answer_mask.empty())
+      out.answer_mask.insert(out.answer_mask.end(), b.answer_mask.begin() + a,
+                             b.answer_mask.begin() + e);
+  }
+}
+
+// Appends a piece to a rank's list, merging it into the previous one when it continues it.
+void add_piece(std::vector<DocPiece>& list, int64_t& rows, int32_t doc, int32_t doc_start,
+               int32_t doc_len, int32_t pos, int32_t len) {
+  if (len <= 0) return;
+  if (!list.empty() && list.back().doc == doc && list.back().pos + list.back().len == pos) {
+    list.back().len += len;
+  } else {
+    DocPiece p;
+    p.doc = doc;
+    p.doc_len = doc_len;
+    p.pos = pos;
+    p.len = len;
+    p.row = int32_t(rows);
+    p.doc_start = doc_start;
+    list.push_back(p);
+  }
+  rows += len;
+}
+}  // namespace
+
+void whole_sequence(const PackedBatch& b, LocalBatch& out) {
+  out.tokens.assign(b.tokens.begin(), b.tokens.end());
+  out.targets.assign(b.targets.begin(), b.targets.end());
+  out.positions.assign(b.positions.begin(), b.positions.end());
+  out.answer_mask.assign(b.answer_mask.begin(), b.answer_mask.end());
+  out.pieces.clear();
+  for (int64_t d = 0; d < b.num_docs(); ++d) {
+    const int32_t start = b.cu_seqlens[size_t(d)], len = b.cu_seqlens[size_t(d + 1)] - start;
+    DocPiece p;
+    p.doc = int32_t(d);
+    p.doc_len = len;
+    p.pos = 0;
+    p.len = len;
+    p.row = start;
+    p.doc_start = start;
+    out.pieces.push_back(p);
+  }
+  out.group_pieces.resize(1);
+  out.group_pieces[0] = out.pieces;
+  out.cp_rank = 0;
+  out.sequence_tokens = b.num_tokens();
+}
+
+LocalBatch whole_sequence(const PackedBatch& b) {
+  LocalBatch out;
+  whole_sequence(b, out);
+  return out;
+}
+
+std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, CpSplit split) {
+  if (cp < 1) throw std::invalid_argument("shard_pieces: cp must be >= 1");
+  std::vector<std::vector<DocPiece>> pieces(static_cast<size_t>(cp));
+  std::vector<int64_t> rows(static_cast<size_t>(cp), 0);
+  const int64_t T = b.num_tokens();
+  for (int64_t d = 0; d < b.num_docs(); ++d) {
+    const int32_t start = b.cu_seqlens[size_t(d)], L = b.cu_seqlens[size_t(d + 1)] - start;
+    if (split == CpSplit::contiguous) {
+      for (int r = 0; r < cp; ++r) {  // rank r's rows [r T / cp, (r + 1) T / cp)
+        const int64_t lo = std::max<int64_t>(start, r * T / cp);
+        const int64_t hi = std::min<int64_t>(start + L, (r + 1) * T / cp);
+        add_piece(pieces[size_t(r)], rows[size_t(r)], int32_t(d), start, L, int32_t(lo - start),
+                  int32_t(hi - lo));
+      }
+      continue;
+    }
+    if (L < 2 * cp) {  // too short to cut: whole, to the rank with the fewest tokens
+      const int r = int(std::min_element(rows.begin(), rows.end()) - rows.begin());
+      add_piece(pieces[size_t(r)], rows[size_t(r)], int32_t(d), start, L, 0, L);
+      continue;
+    }
+    const auto cut = [&](int c) { return int32_t(int64_t(c) * L / (2 * cp)); };
+    for (int r = 0; r < cp; ++r) {
+      const int head = r, tail = 2 * cp - 1 - r;
+      add_piece(pieces[size_t(r)], rows[size_t(r)], int32_t(d), start, L, cut(head),
+                cut(head + 1) - cut(head));
+      add_piece(pieces[size_t(r)], rows[size_t(r)], int32_t(d), start, L, cut(tail),
+                cut(tail + 1) - cut(tail));
+    }
+  }
+  return pieces;
+}
+
+LocalBatch shard_sequence(const PackedBatch& b, int cp, int rank, CpSplit split) {
+  if (rank < 0 || rank >= cp) throw std::invalid_argument("shard_sequence: rank out of range");
+  LocalBatch out;
+  out.group_pieces = shard_pieces(b, cp, split);
+  out.pieces = out.group_pieces[size_t(rank)];
+  out.cp_rank = rank;
+  out.sequence_tokens = b.num_tokens();
+  gather_rows(b, out.pieces, out);
+  return out;
+}
+
+}  // namespace lct

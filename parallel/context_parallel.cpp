@@ -1,0 +1,346 @@
+#include "parallel/context_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <stdexcept>
+
+namespace lct {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+int checked_int(int64_t n) {
+  if (n > INT_MAX)
+    throw std::runtime_error("context-parallel message of " + std::to_string(n) +
+                             " floats exceeds MPI's int count; use more cp ranks or shorter sequences");
+  return int(n);
+}
+int64_t rows_of(const std::vector<DocPiece>& pieces) {
+  int64_t n = 0;
+  for (const DocPiece& p : pieces) n += p.len;
+  return n;
+}
+int64_t kv_width(const AttentionParams& p) { return int64_t(p.num_kv_heads) * p.head_dim; }
+}  // namespace
+
+CpComm parse_cp_comm(const std::string& name) {
+  if (name == "allgather") return CpComm::allgather;
+  if (name == "ring") return CpComm::ring;
+  throw std::invalid_argument("unknown context-parallel exchange '" + name +
+                              "' (expected allgather or ring)");
+}
+
+const char* cp_comm_name(CpComm c) { return c == CpComm::ring ? "ring" : "allgather"; }
+
+ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm method)
+    : comm_(cp_comm), method_(method) {
+  if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("context parallelism needs a cp communicator");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+int64_t ContextParallelAttention::buffer_bytes() const {
+  int64_t n = 0;
+  for (const std::vector<float>* b : {&gathered_, &ks_, &vs_, &dks_, &dvs_, &reduced_, &block_k_[0],
+                                      &block_k_[1], &block_v_[0], &block_v_[1], &part_out_,
+                                      &part_lse_, &acc_k_[0], &acc_k_[1], &acc_v_[0], &acc_v_[1],
+                                      &acc_in_k_, &acc_in_v_})
+    n += int64_t(b->capacity());
+  return n * int64_t(sizeof(float));
+}
+
+void ContextParallelAttention::forward(const AttentionInput& in, const float* q, const float* k,
+                                       const float* v, float* out, float* lse) {
+  if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
+    throw std::logic_error("context-parallel batch was split for another group");
+  if (method_ == CpComm::ring)
+    ring_forward(in, q, k, v, out, lse);
+  else
+    allgather_forward(in, q, k, v, out, lse);
+}
+
+void ContextParallelAttention::backward(const AttentionInput& in, const float* q,
+                                        const float* k, const float* v, const float* out,
+                                        const float* lse, const float* dout, float* dq,
+                                        float* dk, float* dv) {
+  if (method_ == CpComm::ring)
+    ring_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    allgather_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+// ---- all-gather -------------------------------------------------------------------
+
+// K and V of the whole sequence, in sequence order, into ks_ / vs_; tasks_ = every local
+// piece against its document's key prefix.
+void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, const float* k,
+                                                  const float* v) {
+  const int64_t w = kv_width(in.params);
+  const auto& group = in.batch.group_pieces;
+  counts_.assign(size_t(size_), 0);
+  displs_.assign(size_t(size_), 0);
+  int64_t total = 0;
+  for (int j = 0; j < size_; ++j) {
+    counts_[size_t(j)] = checked_int(2 * rows_of(group[size_t(j)]) * w);
+    displs_[size_t(j)] = checked_int(total);
+    total += counts_[size_t(j)];
+  }
+  if (gathered_.size() < size_t(total)) gathered_.resize(size_t(total));
+  const int64_t mine = rows_of(in.batch.pieces) * w;
+  float* slot = gathered_.data() + displs_[size_t(rank_)];
+  std::copy(k, k + mine, slot);
+  std::copy(v, v + mine, slot + mine);
+  const auto t0 = Clock::now();
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
+                 displs_.data(), MPI_FLOAT, comm_);
+  stats_.exposed_seconds += since(t0);
+  stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(sizeof(float));
+
+  const size_t seq = size_t(in.batch.sequence_tokens * w);
+  if (ks_.size() < seq) ks_.resize(seq), vs_.resize(seq);
+  for (int j = 0; j < size_; ++j) {
+    const int64_t rows_j = rows_of(group[size_t(j)]);
+    const float* kb = gathered_.data() + displs_[size_t(j)];
+    const float* vb = kb + rows_j * w;
+    for (const DocPiece& p : group[size_t(j)]) {
+      std::copy(kb + p.row * w, kb + (p.row + p.len) * w, ks_.data() + p.seq_row() * w);
+      std::copy(vb + p.row * w, vb + (p.row + p.len) * w, vs_.data() + p.seq_row() * w);
+    }
+  }
+  tasks_.clear();
+  for (const DocPiece& p : in.batch.pieces)
+    tasks_.push_back({p.row, p.doc_start, p.len, p.pos + p.len, p.pos, 0, p.doc_len});
+}
+
+void ContextParallelAttention::allgather_forward(const AttentionInput& in, const float* q,
+                                                 const float* k, const float* v, float* out,
+                                                 float* lse) {
+  gather_sequence_kv(in, k, v);
+  attention_forward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse);
+}
+
+void ContextParallelAttention::allgather_backward(const AttentionInput& in, const float* q,
+                                                  const float* k, const float* v,
+                                                  const float* out, const float* lse,
+                                                  const float* dout, float* dq, float* dk,
+                                                  float* dv) {
+  gather_sequence_kv(in, k, v);  // K and V are not kept between forward and backward
+  const int64_t w = kv_width(in.params);
+  const size_t seq = size_t(in.batch.sequence_tokens * w);
+  dks_.assign(seq, 0.0f);
+  dvs_.assign(seq, 0.0f);
+  attention_backward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, dout, dq,
+                     dks_.data(), dvs_.data());
+  // back to rank-block order, then each rank receives the sum for its own rows
+  const auto& group = in.batch.group_pieces;
+  if (reduced_.size() < gathered_.size()) reduced_.resize(gathered_.size());
+  for (int j = 0; j < size_; ++j) {
+    const int64_t rows_j = rows_of(group[size_t(j)]);
+    float* kb = reduced_.data() + displs_[size_t(j)];
+    float* vb = kb + rows_j * w;
+    for (const DocPiece& p : group[size_t(j)]) {
+      std::copy(dks_.data() + p.seq_row() * w, dks_.data() + (p.seq_row() + p.len) * w, kb + p.row * w);
+      std::copy(dvs_.data() + p.seq_row() * w, dvs_.data() + (p.seq_row() + p.len) * w, vb + p.row * w);
+    }
+  }
+  const int64_t mine = rows_of(in.batch.pieces) * w;
+  const auto t0 = Clock::now();
+  MPI_Reduce_scatter(reduced_.data(), gathered_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_);
+  stats_.exposed_seconds += since(t0);
+  int64_t others = 0;
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_) others += counts_[size_t(j)];
+  stats_.bytes_sent += others * int64_t(sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < mine; ++i) {
+    dk[i] += gathered_[size_t(i)];
+    dv[i] += gathered_[size_t(mine + i)];
+  }
+}
+
+// ---- ring -------------------------------------------------------------------------
+
+void ContextParallelAttention::ring_tasks(const AttentionInput& in, int j) {
+  const std::vector<DocPiece>& theirs = in.batch.group_pieces[size_t(j)];
+  for (auto& c : calls_) c.clear();
+  for (const DocPiece& p : in.batch.pieces) {
+    // j's pieces are in document order: find the ones of p's document
+    auto it = std::lower_bound(theirs.begin(), theirs.end(), p.doc,
+                               [](const DocPiece& x, int32_t doc) { return x.doc < doc; });
+    size_t call = 0;
+    for (; it != theirs.end() && it->doc == p.doc; ++it) {
+      if (it->pos > p.pos + p.len - 1) continue;  // every key of it is in p's future
+      if (calls_.size() <= call) calls_.emplace_back();
+      calls_[call++].push_back({p.row, it->row, p.len, it->len, p.pos, it->pos, p.doc_len});
+    }
+  }
+}
+
+// Tests the requests in flight (OpenMPI progresses them only inside MPI calls) and
+// notes when they have all completed.
+void ContextParallelAttention::progress() {
+  if (requests_.empty() || all_done_) return;
+  int done = 0;
+  MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+  if (done) {
+    all_done_ = true;
+    done_at_ = Clock::now();
+  }
+}
+
+// Waits for the rest of requests_; the time waited is exposed, the time the transfers
+// were in flight while this rank computed is hidden.
+void ContextParallelAttention::finish_transfers(Clock::time_point posted) {
+  if (requests_.empty()) return;
+  const auto t_wait = Clock::now();
+  if (!all_done_) {
+    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+    done_at_ = t_wait;  // in flight during all of the compute
+  }
+  stats_.exposed_seconds += since(t_wait);
+  stats_.hidden_seconds += std::chrono::duration<double>(done_at_ - posted).count();
+  requests_.clear();
+}
+
+void ContextParallelAttention::begin_transfers() {
+  requests_.clear();
+  all_done_ = false;
+}
+
+void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
+                                            const float* k, const float* v, float* out,
+                                            float* lse) {
+  const AttentionParams& prm = in.params;
+  const int64_t w = kv_width(prm), H = prm.num_heads, hd = prm.head_dim;
+  const int64_t T = rows_of(in.batch.pieces);
+  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
+  std::fill(out, out + T * H * hd, 0.0f);
+  std::fill(lse, lse + T * H, -INFINITY);
+  if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
+  if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
+  const float *cur_k = k, *cur_v = v;
+  for (int i = 0; i < size_; ++i) {
+    const int j = (rank_ - i + size_) % size_;
+    const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
+    begin_transfers();
+    const auto posted = Clock::now();
+    if (i + 1 < size_) {  // the next block travels while this one is computed
+      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
+      const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
+      std::vector<float>& bk = block_k_[(i + 1) & 1];
+      std::vector<float>& bv = block_v_[(i + 1) & 1];
+      if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
+      requests_.resize(4);
+      MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, 2 * i, comm_, &requests_[0]);
+      MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, 2 * i + 1, comm_, &requests_[1]);
+      MPI_Isend(cur_k, checked_int(n_j), MPI_FLOAT, next, 2 * i, comm_, &requests_[2]);
+      MPI_Isend(cur_v, checked_int(n_j), MPI_FLOAT, next, 2 * i + 1, comm_, &requests_[3]);
+      stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
+    }
+    ring_tasks(in, j);
+    for (const std::vector<AttentionTask>& call : calls_) {
+      if (call.empty()) continue;
+      std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
+      attention_forward(prm, call, q, cur_k, cur_v, part_out_.data(), part_lse_.data());
+      progress();
+      merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
+      progress();
+    }
+    finish_transfers(posted);
+    if (i + 1 < size_) {
+      cur_k = block_k_[(i + 1) & 1].data();
+      cur_v = block_v_[(i + 1) & 1].data();
+    }
+  }
+}
+
+void ContextParallelAttention::ring_backward(const AttentionInput& in, const float* q,
+                                             const float* k, const float* v, const float* out,
+                                             const float* lse, const float* dout, float* dq,
+                                             float* dk, float* dv) {
+  const AttentionParams& prm = in.params;
+  const int64_t w = kv_width(prm);
+  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
+  // accumulators sent on at step i (buffer i & 1) are reused two steps later
+  MPI_Request acc_sent[2][2] = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL},
+                                {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
+  const auto wait_exposed = [&](int n, MPI_Request* r) {
+    const auto t0 = Clock::now();
+    MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
+    stats_.exposed_seconds += since(t0);
+  };
+  const float *cur_k = k, *cur_v = v;
+  for (int i = 0; i < size_; ++i) {
+    const int j = (rank_ - i + size_) % size_;
+    const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
+    const int b = i & 1;
+    begin_transfers();
+    const auto posted = Clock::now();
+    if (i + 1 < size_) {  // the next block's K and V travel while this one is computed
+      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
+      const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
+      std::vector<float>& bk = block_k_[(i + 1) & 1];
+      std::vector<float>& bv = block_v_[(i + 1) & 1];
+      if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
+      requests_.resize(4);
+      MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, 4 * i, comm_, &requests_[0]);
+      MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, 4 * i + 1, comm_, &requests_[1]);
+      MPI_Isend(cur_k, checked_int(n_j), MPI_FLOAT, next, 4 * i, comm_, &requests_[2]);
+      MPI_Isend(cur_v, checked_int(n_j), MPI_FLOAT, next, 4 * i + 1, comm_, &requests_[3]);
+      stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
+    }
+    if (i > 0) {  // block j's accumulator, from the ranks that computed on it before
+      if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
+      requests_.resize(requests_.size() + 2);
+      MPI_Request* r = &requests_[requests_.size() - 2];
+      MPI_Irecv(acc_in_k_.data(), checked_int(n_j), MPI_FLOAT, prev, 4 * i + 2, comm_, &r[0]);
+      MPI_Irecv(acc_in_v_.data(), checked_int(n_j), MPI_FLOAT, prev, 4 * i + 3, comm_, &r[1]);
+    }
+    // this rank's contribution to block j's dK/dV
+    wait_exposed(2, acc_sent[b]);
+    std::vector<float>& ak = acc_k_[b];
+    std::vector<float>& av = acc_v_[b];
+    ak.assign(size_t(n_j), 0.0f);
+    av.assign(size_t(n_j), 0.0f);
+    ring_tasks(in, j);
+    for (const std::vector<AttentionTask>& call : calls_) {
+      if (call.empty()) continue;
+      attention_backward(prm, call, q, cur_k, cur_v, out, lse, dout, dq, ak.data(), av.data());
+      progress();
+    }
+    finish_transfers(posted);
+    if (i > 0) {  // upstream sum + this rank's part (a fixed order)
+#pragma omp parallel for schedule(static)
+      for (int64_t e = 0; e < n_j; ++e) {
+        ak[size_t(e)] += acc_in_k_[size_t(e)];
+        av[size_t(e)] += acc_in_v_[size_t(e)];
+      }
+    }
+    // on to the next rank; after the last step that rank is block j's owner
+    MPI_Isend(ak.data(), checked_int(n_j), MPI_FLOAT, next, 4 * (i + 1) + 2, comm_, &acc_sent[b][0]);
+    MPI_Isend(av.data(), checked_int(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
+    stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
+    if (i + 1 < size_) {
+      cur_k = block_k_[(i + 1) & 1].data();
+      cur_v = block_v_[(i + 1) & 1].data();
+    }
+  }
+  // this rank's own block comes back with every rank's contribution
+  const int64_t n_mine = rows_of(in.batch.pieces) * w;
+  if (acc_in_k_.size() < size_t(n_mine)) acc_in_k_.resize(size_t(n_mine)), acc_in_v_.resize(size_t(n_mine));
+  MPI_Request last[2];
+  MPI_Irecv(acc_in_k_.data(), checked_int(n_mine), MPI_FLOAT, prev, 4 * size_ + 2, comm_, &last[0]);
+  MPI_Irecv(acc_in_v_.data(), checked_int(n_mine), MPI_FLOAT, prev, 4 * size_ + 3, comm_, &last[1]);
+  wait_exposed(2, last);
+  for (auto& pair : acc_sent) wait_exposed(2, pair);
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < n_mine; ++e) {
+    dk[e] += acc_in_k_[size_t(e)];
+    dv[e] += acc_in_v_[size_t(e)];
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,95 @@
+// Context parallelism: the cp ranks of a group share every packed sequence (each holds
+// the LocalBatch of data/context_shards.h) and exchange keys and values inside core
+// attention only; every other layer phase is token-local and runs unchanged.
+//
+//   allgather  (Llama-3 style) per layer, MPI_Allgatherv of the group's K and V, put in
+//              sequence order; each local query piece attends to its document's key
+//              prefix [0, pos + len) in one kernel call. Backward gathers K and V again,
+//              computes dK/dV for the whole sequence and MPI_Reduce_scatter returns each
+//              rank the sum for its own rows.
+//   ring       (ring attention / TransformerEngine P2P) K and V blocks travel around
+//              the ring r -> r + 1; at step i a rank computes its queries against the
+//              block of rank r - i while the next block travels (MPI progress is driven
+//              between kernel calls), and merges the partial (O, LSE) in step order. In
+//              backward the blocks travel again and each block's dK/dV accumulator
+//              follows it, picking up every rank's contribution, back to its owner.
+//
+// Positions inside a task are in-document, never shard-local, so DCA is exact too.
+// Both are deterministic: merges and sums happen in a fixed order.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/attention_placement.h"
+
+namespace lct {
+
+enum class CpComm { allgather, ring };
+CpComm parse_cp_comm(const std::string& name);  // throws on unknown
+const char* cp_comm_name(CpComm comm);
+
+// Communication of a placement since the last reset.
+struct PlacementStats {
+  int64_t bytes_sent = 0;
+  double exposed_seconds = 0;  // this rank waited for data (or sat in a blocking collective)
+  double hidden_seconds = 0;   // data was in flight while this rank computed
+};
+
+class ContextParallelAttention final : public AttentionPlacement {
+ public:
+  ContextParallelAttention(MPI_Comm cp_comm, CpComm method);
+
+  void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+               float* out, float* lse) override;
+  void backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                float* dv) override;
+
+  const PlacementStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+  // Bytes of the placement's own buffers (gathered K/V, ring blocks, accumulators).
+  int64_t buffer_bytes() const;
+
+ private:
+  // all-gather
+  void gather_sequence_kv(const AttentionInput& in, const float* k, const float* v);
+  void allgather_forward(const AttentionInput& in, const float* q, const float* k,
+                         const float* v, float* out, float* lse);
+  void allgather_backward(const AttentionInput& in, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse,
+                          const float* dout, float* dq, float* dk, float* dv);
+  // ring
+  // Calls of tasks of the local pieces against block `j`'s pieces, split so that no two
+  // tasks of one call share query rows (a piece may see two pieces of j's document).
+  void ring_tasks(const AttentionInput& in, int j);
+  void ring_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                    float* out, float* lse);
+  void ring_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                     const float* out, const float* lse, const float* dout, float* dq,
+                     float* dk, float* dv);
+  void begin_transfers();
+  void progress();
+  void finish_transfers(std::chrono::steady_clock::time_point posted);
+
+  MPI_Comm comm_;
+  CpComm method_;
+  int rank_ = 0, size_ = 1;
+  PlacementStats stats_;
+  std::vector<MPI_Request> requests_;  // transfers of the current ring step
+  bool all_done_ = false;
+  std::chrono::steady_clock::time_point done_at_;
+  // grow-only buffers
+  std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
+  std::vector<float> block_k_[2], block_v_[2], part_out_, part_lse_, acc_k_[2], acc_v_[2],
+      acc_in_k_, acc_in_v_;
+  std::vector<std::vector<AttentionTask>> calls_;
+  std::vector<AttentionTask> tasks_;
+  std::vector<int> counts_, displs_;
+};
+
+}  // namespace lct

@@ -71,7 +71,6 @@ expect_layout_error 2 "parallel.dp must be >= -1" --parallel.dp -2
 expect_layout_error 4 "only one of parallel.dp/pp/cp may be -1" --parallel.pp -1
 expect_layout_error 3 "data.seq_len = 256 must be a multiple of 2 x parallel.cp = 6" \
   --parallel.dp 1 --parallel.cp 3
-expect_layout_error 2 "context parallelism is not implemented yet" --parallel.dp 1 --parallel.cp 2
 
 # a rank killed mid-run ends the job with a message, within seconds
 expect_job_ends_when_a_rank_dies 2

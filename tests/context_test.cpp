@@ -1,0 +1,197 @@
+// Context-parallel pieces that need no MPI: the sharding of packed sequences (every
+// token owned once, positions and targets from the whole sequence, zigzag balance) and
+// the merge of partial attention outputs over disjoint key ranges (mpi_context_parallel
+// runs the placements themselves against one process).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "attention/core_attention.h"
+#include "data/context_shards.h"
+#include "tests/test_util.h"
+
+namespace lct {
+namespace {
+using namespace test;
+
+PackedBatch packed(std::vector<int32_t> lengths) {
+  PackedBatch b;
+  b.cu_seqlens = {0};
+  int32_t t = 0;
+  for (int32_t L : lengths) b.cu_seqlens.push_back(t += L);
+  for (int32_t i = 0; i < t; ++i) b.tokens.push_back((i * 7 + 3) % 97);
+  derive_targets_and_positions(b);
+  b.answer_mask.assign(size_t(t), 0);
+  for (int32_t i = 0; i < t; i += 5) b.answer_mask[size_t(i)] = 1;
+  return b;
+}
+
+// 1-token documents, documents shorter than 2 cp, lengths off every chunk size, and
+// (second batch) one document spanning the whole sequence.
+const std::vector<std::vector<int32_t>> kBatches = {
+    {1, 3, 57, 1, 1, 130, 7, 2, 40, 14}, {256}, {5, 251}, {2, 2, 2, 250}};
+
+TEST(ContextShards, EveryTokenOwnedOnceWithItsPositionTargetAndMask) {
+  for (const auto& lengths : kBatches)
+    for (CpSplit split : {CpSplit::zigzag, CpSplit::contiguous})
+      for (int cp : {1, 2, 3, 4, 8}) {
+        const PackedBatch b = packed(lengths);
+        std::vector<int> owners(size_t(b.num_tokens()), 0);
+        int64_t targets = 0, pairs = 0;
+        for (int r = 0; r < cp; ++r) {
+          const LocalBatch l = shard_sequence(b, cp, r, split);
+          ASSERT_EQ(int(l.group_pieces.size()), cp);
+          ASSERT_EQ(l.pieces.size(), l.group_pieces[size_t(r)].size());
+          int32_t row = 0, last_doc = -1;
+          for (const DocPiece& p : l.pieces) {
+            ASSERT_EQ(p.row, row);  // local rows are the pieces back to back
+            ASSERT_GE(p.doc, last_doc);  // in document order
+            last_doc = p.doc;
+            ASSERT_EQ(p.doc_start, b.cu_seqlens[size_t(p.doc)]);
+            ASSERT_EQ(p.doc_len, b.cu_seqlens[size_t(p.doc) + 1] - p.doc_start);
+            for (int32_t i = 0; i < p.len; ++i) {
+              const size_t seq = size_t(p.seq_row() + i), loc = size_t(p.row + i);
+              ++owners[seq];
+              ASSERT_EQ(l.tokens[loc], b.tokens[seq]);
+              ASSERT_EQ(l.positions[loc], p.pos + i);
+              ASSERT_EQ(l.positions[loc], b.positions[seq]);
+              ASSERT_EQ(l.targets[loc], b.targets[seq]);  // derived before the split
+              ASSERT_EQ(l.answer_mask[loc], b.answer_mask[seq]);
+            }
+            row += p.len;
+          }
+          ASSERT_EQ(l.num_tokens(), row);
+          targets += l.num_targets();
+          pairs += l.attention_pairs();
+        }
+        for (size_t t = 0; t < owners.size(); ++t) ASSERT_EQ(owners[t], 1) << "token " << t;
+        EXPECT_EQ(targets, b.num_targets());  // counted once per sequence, not cp times
+        EXPECT_EQ(pairs, attended_pairs(tasks_for_documents(b.cu_seqlens)));
+      }
+}
+
+TEST(ContextShards, ZigzagKeepsChunksRAndMirrorAndShortDocumentsWhole) {
+  const PackedBatch b = packed({1, 3, 100, 5});
+  const int cp = 4;  // 2 cp = 8 chunks; documents of 1, 3 and 5 tokens stay whole
+  const auto all = shard_pieces(b, cp, CpSplit::zigzag);
+  std::set<int32_t> holders_of_short[4];
+  for (int r = 0; r < cp; ++r)
+    for (const DocPiece& p : all[size_t(r)]) {
+      if (p.doc_len < 2 * cp) {
+        EXPECT_EQ(p.pos, 0);
+        EXPECT_EQ(p.len, p.doc_len);
+        holders_of_short[p.doc].insert(r);
+      }
+    }
+  for (int d : {0, 1, 3}) EXPECT_EQ(holders_of_short[d].size(), 1u);
+  // the 100-token document: rank r holds [r*100/8, (r+1)*100/8) and the mirrored chunk
+  for (int r = 0; r < cp; ++r) {
+    std::vector<std::pair<int32_t, int32_t>> spans;
+    for (const DocPiece& p : all[size_t(r)])
+      if (p.doc == 2) spans.push_back({p.pos, p.pos + p.len});
+    const auto cut = [](int c) { return int32_t(c * 100 / 8); };
+    if (r == cp - 1) {  // chunks 3 and 4 are adjacent: one piece
+      ASSERT_EQ(spans.size(), 1u);
+      EXPECT_EQ(spans[0], std::make_pair(cut(3), cut(5)));
+    } else {
+      ASSERT_EQ(spans.size(), 2u);
+      EXPECT_EQ(spans[0], std::make_pair(cut(r), cut(r + 1)));
+      EXPECT_EQ(spans[1], std::make_pair(cut(7 - r), cut(8 - r)));
+    }
+  }
+  // the first short document goes to the rank with the fewest tokens (rank 0, empty)
+  EXPECT_EQ(*holders_of_short[0].begin(), 0);
+  EXPECT_THROW(parse_cp_split("stripes"), std::invalid_argument);
+}
+
+TEST(ContextShards, ZigzagBalancesAttentionWorkContiguousDoesNot) {
+  const PackedBatch b = packed({4096});
+  for (int cp : {2, 4, 8}) {
+    double zig_max = 0, zig_sum = 0, con_max = 0, con_sum = 0;
+    for (int r = 0; r < cp; ++r) {
+      const double z = double(shard_sequence(b, cp, r, CpSplit::zigzag).attention_pairs());
+      const double c = double(shard_sequence(b, cp, r, CpSplit::contiguous).attention_pairs());
+      zig_max = std::max(zig_max, z), zig_sum += z;
+      con_max = std::max(con_max, c), con_sum += c;
+    }
+    EXPECT_LT(zig_max / (zig_sum / cp), 1.01) << cp;
+    EXPECT_GT(con_max / (con_sum / cp), 1.0 + 0.4 * (cp - 1) / cp) << cp;  // last rank: (2cp-1)/cp
+  }
+}
+
+TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {
+  const PackedBatch b = packed({3, 1, 60});
+  const LocalBatch l = whole_sequence(b);
+  ASSERT_EQ(l.pieces.size(), 3u);
+  EXPECT_EQ(l.pieces[2].row, 4);
+  EXPECT_EQ(l.pieces[2].len, 60);
+  EXPECT_EQ(l.tokens, b.tokens);
+  EXPECT_EQ(l.attention_pairs(), attended_pairs(tasks_for_documents(b.cu_seqlens)));
+}
+
+AttentionParams small_params() {
+  AttentionParams p;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 16;
+  p.scale = 0.25f;
+  return p;
+}
+
+// One 90-token document: queries [40, 90) against all keys in one call, against keys
+// split into three disjoint ranges (merged in order), and the merge of parts in which
+// some rows see no key at all.
+TEST(AttentionMerge, PartialsOverDisjointKeyRangesMergeToTheWhole) {
+  const AttentionParams p = small_params();
+  const int64_t T = 90, H = 4, hd = 16, w = 2 * 16;
+  const std::vector<float> q = random_vector(T * H * hd, 1), k = random_vector(T * w, 2),
+                           v = random_vector(T * w, 3);
+  const int32_t q0 = 40, qn = 50;
+  std::vector<float> o_all(size_t(T * H * hd), 0), lse_all(size_t(T * H), 0);
+  const AttentionTask whole{q0, 0, qn, int32_t(T), q0, 0, int32_t(T)};
+  attention_forward(p, std::span(&whole, 1), q.data(), k.data(), v.data(), o_all.data(), lse_all.data());
+
+  std::vector<float> o(size_t(T * H * hd), 0.0f), lse(size_t(T * H), -INFINITY);
+  // key ranges [0, 30), [30, 65), [65, 90): the last is partly in the future of early
+  // queries (rows 40..64 see none of it) and wholly for none
+  for (auto [k0, kn] : {std::pair{0, 30}, {30, 35}, {65, 25}}) {
+    std::vector<float> po(size_t(T * H * hd), 0.0f), pl(size_t(T * H), -INFINITY);
+    const AttentionTask part{q0, k0, qn, kn, q0, k0, int32_t(T)};
+    attention_forward(p, std::span(&part, 1), q.data(), k.data(), v.data(), po.data(), pl.data());
+    merge_attention_partial(o.data(), lse.data(), po.data(), pl.data(), T, int(H), int(hd));
+  }
+  double worst = 0;
+  for (int64_t i = q0 * H * hd; i < (q0 + qn) * H * hd; ++i)
+    worst = std::max(worst, double(std::abs(o[size_t(i)] - o_all[size_t(i)])));
+  for (int64_t i = q0 * H; i < (q0 + qn) * H; ++i)
+    worst = std::max(worst, double(std::abs(lse[size_t(i)] - lse_all[size_t(i)])));
+  EXPECT_LT(worst, 2e-6);
+  // rows no part touched stay "no key": O = 0, LSE = -inf
+  for (int64_t i = 0; i < q0 * H; ++i) EXPECT_EQ(lse[size_t(i)], -INFINITY);
+  for (int64_t i = 0; i < q0 * H * hd; ++i) EXPECT_EQ(o[size_t(i)], 0.0f);
+}
+
+TEST(AttentionMerge, NoKeyRowsOnEitherSide) {
+  const int H = 1, hd = 2;
+  // row 0: both parts empty; row 1: only b; row 2: only a; row 3: both
+  std::vector<float> o = {0, 0, 0, 0, 1, 2, 3, 4};
+  std::vector<float> lse = {-INFINITY, -INFINITY, 0.5f, std::log(2.0f)};
+  const std::vector<float> po = {9, 9, 5, 6, 9, 9, 7, 8};
+  const std::vector<float> pl = {-INFINITY, 1.5f, -INFINITY, std::log(2.0f)};
+  merge_attention_partial(o.data(), lse.data(), po.data(), pl.data(), 4, H, hd);
+  EXPECT_EQ(lse[0], -INFINITY);
+  EXPECT_EQ(o[0], 0.0f);
+  EXPECT_EQ(o[1], 0.0f);
+  EXPECT_FLOAT_EQ(lse[1], 1.5f);
+  EXPECT_FLOAT_EQ(o[2], 5.0f);
+  EXPECT_FLOAT_EQ(o[3], 6.0f);
+  EXPECT_FLOAT_EQ(lse[2], 0.5f);
+  EXPECT_FLOAT_EQ(o[4], 1.0f);
+  EXPECT_FLOAT_EQ(lse[3], std::log(4.0f));  // equal weights: the average
+  EXPECT_FLOAT_EQ(o[6], 5.0f);
+  EXPECT_FLOAT_EQ(o[7], 6.0f);
+}
+
+}  // namespace
+}  // namespace lct

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Context parallelism over MPI against the single-process run on the same data:
+#   - cp = 2 and cp = 4, ring and all-gather exchange, zigzag and contiguous splits,
+#     causal and DCA attention, on the `pretrain` length mix (many 1-token documents and
+#     documents shorter than 2 cp) and on documents spanning the whole sequence; and
+#     dp = 2 x cp = 2 and pp = 2 x cp = 2: 10 steps, losses within 1e-6 relative,
+#     parameters within 1e-5;
+#   - the same with AdamW at its default eps (see below);
+#   - a checkpoint written under cp = 2 resumes under cp = 1 and the reverse;
+#   - invalid settings: one error line, clean exit; a killed rank ends the job.
+#
+# Optimizer: the exactness matrix trains with SGD. Context parallelism reorders every
+# weight gradient's sum over tokens (a rank's rows are chunks of many documents), and
+# AdamW with eps = 1e-8 turns float32 last-bit differences of near-zero gradient
+# elements into parameter differences of 1e-5 to 7e-5 of a tensor's largest value
+# (measured; one SGD step of lr 1 differs by <= 6e-8). SGD shows the layout itself is
+# exact to the target; the AdamW runs are checked at 1e-4.
+set -euo pipefail
+LCT=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=PASSIVE
+MPIRUN="mpirun --oversubscribe --bind-to none"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+source "$HERE/mpi_common.sh"
+
+# DCA chunk 40 / local 8 (chunks of 32 tokens) on documents up to 128 tokens
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
+  --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
+  --attention.dca_chunk_size 40 --attention.dca_local_size 8"
+SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
+
+train() {  # dir ranks steps [extra args]; MB micro-batches (default 2)
+  local dir=$1 np=$2 steps=$3
+  shift 3
+  set -- --train.micro_batches "${MB:-2}" "$@"
+  if [ "$np" = 0 ]; then
+    "$LCT" train $MODEL --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
+      || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
+  else
+    timeout 300 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps "$steps" \
+      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
+  fi
+}
+
+for lengths in pretrain fixed; do
+  for kernel in causal dca; do
+    data="--data.doc_lengths $lengths --attention.kernel $kernel"
+    ref="ref_${lengths}_$kernel"
+    train "$ref" 0 10 $SGD $data
+    for cp in 2 4; do
+      for comm in ring allgather; do
+        for split in zigzag contiguous; do
+          [ "$lengths" = fixed ] && [ "$split" = contiguous ] && continue
+          run="cp${cp}_${comm}_${split}_${lengths}_$kernel"
+          train "$run" "$cp" 10 $SGD $data --parallel.dp 1 --parallel.cp "$cp" \
+            --parallel.cp_comm "$comm" --parallel.cp_split "$split"
+          compare "cp=$cp $comm $split, $lengths lengths, $kernel" "$run" "$ref"
+        done
+      done
+    done
+  done
+done
+grep -q "context parallel: 4 ranks per sequence, split zigzag, exchange ring" cp4_ring_zigzag_pretrain_causal.log
+grep -q "cp .* MiB sent/rank | exposed" cp2_ring_zigzag_pretrain_causal.log
+grep -q '"cp_exposed_fraction"' cp2_allgather_zigzag_pretrain_dca/metrics.jsonl
+h5ls cp2_ring_zigzag_pretrain_dca/step_00000010.h5/metrics | grep -q attention_pairs_max_over_mean
+
+# with data and pipeline parallelism (4 ranks)
+MB=4 train ref_m4 0 10 $SGD --attention.kernel dca
+train dp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 2 --parallel.cp 2
+compare "dp=2 x cp=2 ring dca" dp2cp2 ref_m4
+MB=4 train pp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.pp 2 \
+  --parallel.cp 2 --parallel.cp_comm allgather --model.tie_word_embeddings true
+MB=4 train ref_m4_tied 0 10 $SGD --attention.kernel dca --model.tie_word_embeddings true
+compare "pp=2 x cp=2 allgather dca tied" pp2cp2 ref_m4_tied
+
+# AdamW (default eps 1e-8): the same computation, optimizer-amplified rounding
+for kernel in causal dca; do
+  train "adam_ref_$kernel" 0 10 --attention.kernel "$kernel"
+  for comm in ring allgather; do
+    train "adam_cp2_${comm}_$kernel" 2 10 --attention.kernel "$kernel" --parallel.dp 1 \
+      --parallel.cp 2 --parallel.cp_comm "$comm"
+    compare "AdamW cp=2 $comm $kernel" "adam_cp2_${comm}_$kernel" "adam_ref_$kernel" 1e-6 1e-4
+  done
+done
+
+# checkpoints move between cp = 2 and cp = 1 (step 5 of 10)
+train ck_cp2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --checkpoint.every 5
+mkdir -p to_cp1 && cp ck_cp2/step_00000005.h5 to_cp1/
+train to_cp1 0 10 $SGD --train.resume auto
+compare "cp=2 checkpoint resumed under cp=1" to_cp1 ref_pretrain_causal
+train ck_cp1 0 10 $SGD --checkpoint.every 5
+mkdir -p to_cp2 && cp ck_cp1/step_00000005.h5 to_cp2/
+train to_cp2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2
+compare "cp=1 checkpoint resumed under cp=2" to_cp2 ref_pretrain_causal
+
+# invalid settings: one message (from rank 0), non-zero exit, quickly
+expect_layout_error 3 "data.seq_len = 128 must be a multiple of 2 x parallel.cp = 6" \
+  --parallel.dp 1 --parallel.cp 3
+expect_layout_error 2 "parallel.cp_comm: unknown context-parallel exchange 'ulysses'" \
+  --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
+expect_layout_error 2 "parallel.cp_split: unknown context-parallel split 'stripes'" \
+  --parallel.dp 1 --parallel.cp 2 --parallel.cp_split stripes
+
+# a rank killed mid-run ends the job with a message, within seconds
+expect_job_ends_when_a_rank_dies 2 --parallel.dp 1 --parallel.cp 2
+echo "mpi_context_parallel: all passed"

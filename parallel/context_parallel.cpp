@@ -40,6 +40,33 @@ ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm meth
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("context parallelism needs a cp communicator");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  probe_bandwidth_once();
+}
+
+// Point-to-point bandwidth around the ring: every rank sends 8 MiB to the next and
+// receives from the previous, three times; the median time gives bytes per second.
+void ContextParallelAttention::probe_bandwidth_once() {
+  const int n = 2 << 20;  // floats
+  std::vector<float> out(static_cast<size_t>(n), 1.0f), in(static_cast<size_t>(n));
+  std::vector<double> times;
+  for (int rep = 0; rep < 3; ++rep) {
+    MPI_Barrier(comm_);
+    const auto t0 = Clock::now();
+    MPI_Sendrecv(out.data(), n, MPI_FLOAT, (rank_ + 1) % size_, 99, in.data(), n, MPI_FLOAT,
+                 (rank_ - 1 + size_) % size_, 99, comm_, MPI_STATUS_IGNORE);
+    times.push_back(since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  double t = times[1];
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm_);
+  bytes_per_second_ = double(n) * sizeof(float) / std::max(t, 1e-9);
+}
+
+const PlacementStats& ContextParallelAttention::stats() const {
+  reported_ = stats_;
+  const double cost = double(stats_.bytes_sent) / bytes_per_second_;
+  reported_.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
+  return reported_;
 }
 
 int64_t ContextParallelAttention::buffer_bytes() const {
@@ -179,36 +206,23 @@ void ContextParallelAttention::ring_tasks(const AttentionInput& in, int j) {
   }
 }
 
-// Tests the requests in flight (OpenMPI progresses them only inside MPI calls) and
-// notes when they have all completed.
+// Tests the requests in flight: OpenMPI progresses them only inside MPI calls.
 void ContextParallelAttention::progress() {
-  if (requests_.empty() || all_done_) return;
+  if (requests_.empty()) return;
   int done = 0;
   MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-  if (done) {
-    all_done_ = true;
-    done_at_ = Clock::now();
-  }
 }
 
-// Waits for the rest of requests_; the time waited is exposed, the time the transfers
-// were in flight while this rank computed is hidden.
-void ContextParallelAttention::finish_transfers(Clock::time_point posted) {
+// Waits for the rest of the step's transfers; the time waited is exposed.
+void ContextParallelAttention::finish_transfers() {
   if (requests_.empty()) return;
   const auto t_wait = Clock::now();
-  if (!all_done_) {
-    MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    done_at_ = t_wait;  // in flight during all of the compute
-  }
+  MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   stats_.exposed_seconds += since(t_wait);
-  stats_.hidden_seconds += std::chrono::duration<double>(done_at_ - posted).count();
   requests_.clear();
 }
 
-void ContextParallelAttention::begin_transfers() {
-  requests_.clear();
-  all_done_ = false;
-}
+void ContextParallelAttention::begin_transfers() { requests_.clear(); }
 
 void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
                                             const float* k, const float* v, float* out,
@@ -226,7 +240,6 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
     const int j = (rank_ - i + size_) % size_;
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     begin_transfers();
-    const auto posted = Clock::now();
     if (i + 1 < size_) {  // the next block travels while this one is computed
       const int jn = (rank_ - i - 1 + 2 * size_) % size_;
       const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
@@ -249,7 +262,7 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
       merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
       progress();
     }
-    finish_transfers(posted);
+    finish_transfers();
     if (i + 1 < size_) {
       cur_k = block_k_[(i + 1) & 1].data();
       cur_v = block_v_[(i + 1) & 1].data();
@@ -278,7 +291,6 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     const int b = i & 1;
     begin_transfers();
-    const auto posted = Clock::now();
     if (i + 1 < size_) {  // the next block's K and V travel while this one is computed
       const int jn = (rank_ - i - 1 + 2 * size_) % size_;
       const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
@@ -311,7 +323,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
       attention_backward(prm, call, q, cur_k, cur_v, out, lse, dout, dq, ak.data(), av.data());
       progress();
     }
-    finish_transfers(posted);
+    finish_transfers();
     if (i > 0) {  // upstream sum + this rank's part (a fixed order)
 #pragma omp parallel for schedule(static)
       for (int64_t e = 0; e < n_j; ++e) {

@@ -34,10 +34,16 @@ CpComm parse_cp_comm(const std::string& name);  // throws on unknown
 const char* cp_comm_name(CpComm comm);
 
 // Communication of a placement since the last reset.
+//   exposed: this rank waited for data (or sat in a blocking collective), measured;
+//   hidden:  what the transfers would have cost without overlap, bytes sent over the
+//            group's measured point-to-point bandwidth (a probe at start-up), minus the
+//            exposed part (>= 0). OpenMPI completes requests only when tested, and lct
+//            tests between kernel calls, so when a transfer actually finished inside a
+//            compute piece cannot be observed; the probe gives its cost instead.
 struct PlacementStats {
   int64_t bytes_sent = 0;
-  double exposed_seconds = 0;  // this rank waited for data (or sat in a blocking collective)
-  double hidden_seconds = 0;   // data was in flight while this rank computed
+  double exposed_seconds = 0;
+  double hidden_seconds = 0;
 };
 
 class ContextParallelAttention final : public AttentionPlacement {
@@ -50,10 +56,11 @@ class ContextParallelAttention final : public AttentionPlacement {
                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                 float* dv) override;
 
-  const PlacementStats& stats() const { return stats_; }
+  const PlacementStats& stats() const;
   void reset_stats() { stats_ = {}; }
   // Bytes of the placement's own buffers (gathered K/V, ring blocks, accumulators).
   int64_t buffer_bytes() const;
+  double probe_bandwidth() const { return bytes_per_second_; }  // bytes/s, point to point
 
  private:
   // all-gather
@@ -74,15 +81,16 @@ class ContextParallelAttention final : public AttentionPlacement {
                      float* dk, float* dv);
   void begin_transfers();
   void progress();
-  void finish_transfers(std::chrono::steady_clock::time_point posted);
+  void finish_transfers();
+  void probe_bandwidth_once();
 
   MPI_Comm comm_;
   CpComm method_;
   int rank_ = 0, size_ = 1;
   PlacementStats stats_;
   std::vector<MPI_Request> requests_;  // transfers of the current ring step
-  bool all_done_ = false;
-  std::chrono::steady_clock::time_point done_at_;
+  double bytes_per_second_ = 0;
+  mutable PlacementStats reported_;
   // grow-only buffers
   std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
   std::vector<float> block_k_[2], block_v_[2], part_out_, part_lse_, acc_k_[2], acc_v_[2],

@@ -17,6 +17,7 @@
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
+#include "data/context_shards.h"
 #include "src/flops.h"
 #include "src/log.h"
 #include "src/trainer.h"
@@ -250,6 +251,39 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// Per-rank attention pairs (data/context_shards.h) of each split over a stream's
+// sequences: max/mean per sequence, averaged, and the worst sequence's.
+struct BalanceRow {
+  int64_t cp = 0;
+  std::string split;
+  double mean_max_over_mean = 0, worst_max_over_mean = 0;
+};
+
+std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<PackedBatch> sequences;
+  for (int64_t k = 0; k < o.balance_sequences; ++k) sequences.push_back(packer.sequence(k));
+  std::vector<BalanceRow> rows;
+  for (int64_t cp : o.cp_degrees)
+    for (CpSplit split : {CpSplit::zigzag, CpSplit::contiguous}) {
+      BalanceRow r{cp, cp_split_name(split), 0, 0};
+      for (const PackedBatch& b : sequences) {
+        double max_pairs = 0, sum_pairs = 0;
+        for (int64_t rank = 0; rank < cp; ++rank) {
+          const double p = double(shard_sequence(b, int(cp), int(rank), split).attention_pairs());
+          max_pairs = std::max(max_pairs, p);
+          sum_pairs += p;
+        }
+        const double ratio = max_pairs / (sum_pairs / double(cp));
+        r.mean_max_over_mean += ratio / double(sequences.size());
+        r.worst_max_over_mean = std::max(r.worst_max_over_mean, ratio);
+      }
+      rows.push_back(r);
+    }
+  return rows;
+}
+
 bool wants(const BenchOptions& o, const char* section) {
   return std::find(o.sections.begin(), o.sections.end(), section) != o.sections.end();
 }
@@ -349,6 +383,19 @@ int run_bench(const Config& config, const BenchOptions& o) {
     }
   }
 
+  std::vector<BalanceRow> balance_rows;
+  if (wants(o, "cp_balance")) {
+    say("\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
+        "%lld tokens (%s documents)\n",
+        (long long)o.balance_sequences, (long long)config.data.seq_len,
+        config.data.doc_lengths.c_str());
+    say("  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
+    balance_rows = cp_balance(config, o);
+    for (const BalanceRow& r : balance_rows)
+      say("  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
+          r.worst_max_over_mean);
+  }
+
   if (o.json) {
     std::ostringstream j;
     j.precision(6);
@@ -382,6 +429,13 @@ int run_bench(const Config& config, const BenchOptions& o) {
         << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / sgemm
         << ",\"mfu_vs_fma\":" << r.gflops / fma << ",\"peak_rss_bytes\":" << r.peak_rss
         << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
+    }
+    j << "],\"cp_balance\":[";
+    for (size_t i = 0; i < balance_rows.size(); ++i) {
+      const BalanceRow& r = balance_rows[i];
+      j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
+        << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
+        << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
     }
     j << "]}";
     std::printf("%s\n", j.str().c_str());

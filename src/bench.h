@@ -27,6 +27,10 @@ struct BenchOptions {
   std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
   std::vector<int64_t> step_lengths{4096, 16384, 65536};
   std::vector<std::string> sections{"ceilings", "attention", "step"};
+  // cp_balance section: attention-pair imbalance of the context-parallel splits over
+  // the configured stream (no timing)
+  std::vector<int64_t> cp_degrees{2, 4, 8};
+  int64_t balance_sequences = 64;
   int repeats = 5;              // timed runs per measurement (median reported)
   double budget_seconds = 30;   // stop repeating a measurement once it used this long
   bool json = false;

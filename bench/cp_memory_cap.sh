@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A context longer than one rank can hold trains under context parallelism within the
+# same per-rank memory cap. Every process runs under `ulimit -v CAP` (address space,
+# inherited by each MPI rank):
+#   1. one rank trains sequences of LENGTH / 2 tokens (fits),
+#   2. one rank fails on sequences of LENGTH tokens (out of memory: one error line),
+#   3. cp = 2 (ring) trains sequences of LENGTH tokens, each rank under the same cap.
+# The figures (steps, peak RSS per rank) come from lct's metrics.
+#
+#   bash bench/cp_memory_cap.sh [--cap-mib 2200] [--length 32768] [--steps 1]
+#                               [--config configs/default.toml] [extra lct train args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LCT=${LCT:-build/lct}
+CONFIG=configs/default.toml
+CAP_MIB=2200
+LENGTH=32768
+STEPS=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --cap-mib) CAP_MIB=$2; shift 2 ;;
+    --length) LENGTH=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+[ -x "$LCT" ] || { echo "cp_memory_cap: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=PASSIVE
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+run() {  # label ranks length [extra args]; prints the outcome, returns lct's exit code
+  local label=$1 np=$2 len=$3
+  shift 3
+  local rc=0
+  (ulimit -v $((CAP_MIB * 1024)) && mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" \
+      --train.threads 1 --data.seq_len "$len" --data.max_doc_len "$len" --data.doc_lengths fixed \
+      --parallel.dp 1 --parallel.cp "$np" --train.steps "$STEPS" --checkpoint.every 0 \
+      --checkpoint.dir "$work/$label" "$@") > "$work/$label.log" 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
+    python3 - "$work/$label" "$label" "$len" "$np" <<'PY'
+import json, sys
+d, label, length, np = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+m = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+print(f"  {label:<12} {np} rank(s), {length:>6} tokens per sequence: trained {len(m)} steps, "
+      f"peak RSS per rank {max(x['peak_rss_bytes'] for x in m) / 2**20:.0f} MiB, "
+      f"{m[-1]['tokens_per_s']:.0f} tok/s")
+PY
+  else
+    echo "  $label: $np rank(s), $len tokens per sequence: FAILED (exit $rc): $(grep -m1 'lct: error' "$work/$label.log" || tail -1 "$work/$label.log")"
+  fi
+  return $rc
+}
+
+echo "cp memory cap | config $CONFIG | ulimit -v $CAP_MIB MiB per process | one document per sequence"
+run one_half 1 $((LENGTH / 2)) "$@"; half=$?
+run one_full 1 "$LENGTH" "$@"; full=$?
+run cp2_full 2 "$LENGTH" --parallel.cp_comm ring "$@"; cp=$?
+if [ $half = 0 ] && [ $full != 0 ] && [ $cp = 0 ]; then
+  echo "  => under $CAP_MIB MiB per process, one rank trains $((LENGTH / 2)) tokens but not $LENGTH; cp = 2 trains $LENGTH"
+else
+  echo "  => cap $CAP_MIB MiB does not separate the cases (half $half, full $full, cp2 $cp): adjust --cap-mib"
+  exit 1
+fi

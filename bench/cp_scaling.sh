@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Context-parallel scaling on this machine, one rank per core, in one script run:
+# tokens/s of one rank against cp = N (N ranks, 1 thread each) with the ring and the
+# all-gather exchange, on sequences that are one document of --length tokens (the case
+# context parallelism exists for). The three layouts alternate for --rounds rounds;
+# each round's speedup is the ratio of adjacent runs' median tokens/s (steps after the
+# first), and the figure is the median over rounds. Also reported, from lct's metrics:
+# the exposed and hidden fraction of the step spent in the exchange, bytes sent per
+# rank, and each layout's peak resident memory per rank (largest rank) against one
+# rank's. Then the attention-pair imbalance of the zigzag and contiguous splits on the
+# `pretrain` mix at cp = 2, 4, 8 (lct bench --sections cp_balance; no timing).
+#
+#   bash bench/cp_scaling.sh [--config configs/default.toml] [--length 16384] [--steps 4]
+#                            [--rounds 3] [--ranks N] [extra lct train args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LCT=${LCT:-build/lct}
+CONFIG=configs/default.toml
+LENGTH=16384
+STEPS=4
+ROUNDS=3
+RANKS=$(nproc)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --config) CONFIG=$2; shift 2 ;;
+    --length) LENGTH=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+[ -x "$LCT" ] || { echo "cp_scaling: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+run() {  # ranks dir [extra args]
+  local np=$1 dir=$2
+  shift 2
+  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
+    --data.seq_len "$LENGTH" --data.max_doc_len "$LENGTH" --data.doc_lengths fixed \
+    --train.micro_batches 1 --parallel.dp 1 --parallel.cp "$np" --train.steps "$STEPS" \
+    --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+}
+
+echo "cp scaling | config $CONFIG | one document of $LENGTH tokens per step | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
+for r in $(seq "$ROUNDS"); do
+  run 1 "$work/r${r}_one"
+  run "$RANKS" "$work/r${r}_ring" --parallel.cp_comm ring
+  run "$RANKS" "$work/r${r}_allgather" --parallel.cp_comm allgather
+done
+grep -m1 "lct train |" "$work/r1_one.log"
+grep -m1 "context parallel:" "$work/r1_ring.log"
+python3 - "$work" "$ROUNDS" "$RANKS" <<'PY'
+import json, statistics, sys
+work, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(d):
+    return [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+med = statistics.median
+print(f"  {'round':>5} {'one tok/s':>10} {'ring tok/s':>10} {'speedup':>8} {'allgather':>10} {'speedup':>8}")
+sp = {"ring": [], "allgather": []}
+for r in range(1, rounds + 1):
+    one = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_one")[1:])
+    row = [f"{r:>7} {one:>10.0f}"]
+    for m in ("ring", "allgather"):
+        t = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_{m}")[1:])
+        sp[m].append(t / one)
+        row.append(f"{t:>10.0f} {t / one:>7.2f}x")
+    print(" ".join(row))
+one_rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_one"))
+for m in ("ring", "allgather"):
+    xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")[1:]]
+    rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}"))
+    print(f"  cp={n} {m:>9}: median speedup {med(sp[m]):.2f}x | exchange exposed "
+          f"{100 * med(x['cp_exposed_fraction'] for x in xs):.1f}% hidden "
+          f"{100 * med(x['cp_hidden_fraction'] for x in xs):.1f}% of the step | "
+          f"{med(x['cp_bytes_sent'] for x in xs) / 2**20:.1f} MiB sent per rank and step | "
+          f"peak RSS per rank {rss / 2**20:.0f} MiB = {rss / one_rss:.2f}x one rank ({one_rss / 2**20:.0f} MiB)")
+PY
+"$LCT" bench --config "$CONFIG" --sections cp_balance --cp-degrees 2,4,8 --data.doc_lengths pretrain \
+  | sed -n '/cp_balance/,$p'

@@ -86,6 +86,7 @@ struct RunSummary {
   double compute_max_over_mean = NAN, idle_fraction = NAN;  // straggler figures
   double bubble_fraction = NAN, bubble_theoretical = NAN;   // pipeline (0 without)
   double peak_activation_bytes = NAN;
+  double pairs_max_over_mean = NAN, cp_exposed_fraction = NAN, peak_rss_bytes = NAN;
 };
 
 RunSummary summarize(const std::vector<StepRecord>& h) {
@@ -101,8 +102,11 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.tail_loss = tail / double(k);
   // throughput: median over the last 20 steps (step 1 excluded when there are more)
   const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
-  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act;
+  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act, pairs, exposed, rss;
   for (size_t i = begin; i < h.size(); ++i) {
+    pairs.push_back(h[i].attention_pairs_max_over_mean);
+    exposed.push_back(h[i].cp_exposed_fraction);
+    rss.push_back(double(h[i].peak_rss_bytes));
     bubble.push_back(h[i].bubble_fraction);
     theory.push_back(h[i].bubble_theoretical);
     act.push_back(double(h[i].peak_activation_bytes));
@@ -121,6 +125,9 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.bubble_fraction = median(bubble);
   s.bubble_theoretical = median(theory);
   s.peak_activation_bytes = median(act);
+  s.pairs_max_over_mean = median(pairs);
+  s.cp_exposed_fraction = median(exposed);
+  s.peak_rss_bytes = median(rss);
   return s;
 }
 
@@ -237,7 +244,10 @@ std::string summary_json(const RunSummary& s) {
          ",\"median_idle_fraction\":" + json_number(s.idle_fraction) +
          ",\"median_bubble_fraction\":" + json_number(s.bubble_fraction) +
          ",\"bubble_theoretical\":" + json_number(s.bubble_theoretical) +
-         ",\"median_peak_activation_bytes\":" + json_number(s.peak_activation_bytes) + "}";
+         ",\"median_peak_activation_bytes\":" + json_number(s.peak_activation_bytes) +
+         ",\"median_attention_pairs_max_over_mean\":" + json_number(s.pairs_max_over_mean) +
+         ",\"median_cp_exposed_fraction\":" + json_number(s.cp_exposed_fraction) +
+         ",\"median_peak_rss_bytes\":" + json_number(s.peak_rss_bytes) + "}";
 }
 
 void print_summary(const RunSummary& s) {
@@ -389,6 +399,12 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
       num(100 * sb.bubble_fraction, "%.1f%%"));
   row("theoretical bubble", num(100 * sa.bubble_theoretical, "%.1f%%"),
       num(100 * sb.bubble_theoretical, "%.1f%%"));
+  row("median attention pairs max/mean", num(sa.pairs_max_over_mean, "%.3f"),
+      num(sb.pairs_max_over_mean, "%.3f"));
+  row("median cp exchange exposed", num(100 * sa.cp_exposed_fraction, "%.1f%%"),
+      num(100 * sb.cp_exposed_fraction, "%.1f%%"));
+  row("median peak RSS per rank (MiB)", num(sa.peak_rss_bytes / 1048576.0, "%.0f"),
+      num(sb.peak_rss_bytes / 1048576.0, "%.0f"), ratio(sa.peak_rss_bytes, sb.peak_rss_bytes));
   row("median peak activations (MiB)", num(sa.peak_activation_bytes / 1048576.0, "%.1f"),
       num(sb.peak_activation_bytes / 1048576.0, "%.1f"),
       ratio(sa.peak_activation_bytes, sb.peak_activation_bytes));

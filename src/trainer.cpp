@@ -334,8 +334,10 @@ int Trainer::run() {
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }
   if (layout.cp > 1)
-    log_info("context parallel: %d ranks per sequence, split %s, exchange %s",
-             layout.cp, config_.parallel.cp_split.c_str(), config_.parallel.cp_comm.c_str());
+    log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
+             "point-to-point bandwidth %.2f GB/s",
+             layout.cp, config_.parallel.cp_split.c_str(), config_.parallel.cp_comm.c_str(),
+             cp_attention_->probe_bandwidth() / 1e9);
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -372,9 +374,11 @@ int Trainer::run() {
                       double(r.peak_activation_bytes) / 1048576.0);
       if (layout.cp > 1)
         std::snprintf(context, sizeof context,
-                      " | cp %.1f MiB sent/rank | exposed %4.1f%% hidden %4.1f%% | pairs max/mean "
-                      "%.3f | peak RSS %.0f MiB",
-                      r.cp_bytes_sent / 1048576.0, 100.0 * r.cp_exposed_fraction,
+                      " | cp %.1f MiB sent/rank (%.2f per layer) | exposed %4.1f%% hidden %4.1f%% "
+                      "| pairs max/mean %.3f | peak RSS %.0f MiB",
+                      r.cp_bytes_sent / 1048576.0,
+                      r.cp_bytes_sent / 1048576.0 / double(model_.stage().num_layers()),
+                      100.0 * r.cp_exposed_fraction,
                       100.0 * r.cp_hidden_fraction, r.attention_pairs_max_over_mean,
                       double(r.peak_rss_bytes) / 1048576.0);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "

@@ -34,6 +34,18 @@ for x in steps:
 print("bench_smoke: JSON ok")
 PY
 
+# the context-parallel balance section: zigzag balances, contiguous does not
+"$LCT" bench --json --sections cp_balance --cp-degrees 2,4 --balance-sequences 4 > "$out"
+python3 - "$out" <<'PY'
+import json, sys
+rows = {(x["cp"], x["split"]): x for x in json.load(open(sys.argv[1]))["cp_balance"]}
+assert set(rows) == {(2, "zigzag"), (2, "contiguous"), (4, "zigzag"), (4, "contiguous")}, rows
+for cp in (2, 4):
+    z, c = rows[(cp, "zigzag")], rows[(cp, "contiguous")]
+    assert 1.0 <= z["mean_max_over_mean"] < c["mean_max_over_mean"], (z, c)
+print("bench_smoke: cp_balance ok")
+PY
+
 # bad options are one-line errors
 if "$LCT" bench --sections nonsense 2>/dev/null; then echo "bad --sections accepted"; exit 1; fi
 

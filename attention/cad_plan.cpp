@@ -1,0 +1,118 @@
+#include "attention/cad_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+#include <tuple>
+
+namespace lct {
+namespace {
+// Pairs of query rows [q0, q1) of a document against their causal prefixes.
+int64_t prefix_pairs(int64_t q0, int64_t q1) { return (q1 * (q1 + 1) - q0 * (q0 + 1)) / 2; }
+
+struct Candidate {
+  size_t doc = 0;
+  bool whole = false;  // the document's whole remaining middle
+  int64_t m = 0;       // head/tail rows moved from each end (when not whole)
+  int64_t pairs = 0, bytes = 0;
+};
+}  // namespace
+
+CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaPlanOptions& o) {
+  if (n < 1) throw std::invalid_argument("plan_core_attention: needs at least one server");
+  if (!(o.tolerance > 0)) throw std::invalid_argument("plan_core_attention: tolerance must be > 0");
+  CaPlan plan;
+  std::vector<double> load(size_t(n), 0.0);
+  plan.pairs_before.assign(size_t(n), 0);
+  for (const CaDocument& d : docs) {
+    if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
+    plan.pairs_before[size_t(d.origin)] += prefix_pairs(0, d.len);
+  }
+  for (int s = 0; s < n; ++s) load[size_t(s)] = double(plan.pairs_before[size_t(s)]);
+  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / n;
+  const double slack = o.tolerance * mean;
+  // each document keeps the middle [a, L - a) on its origin; moves take rows from its ends
+  std::vector<int64_t> a(docs.size(), 0);
+
+  // The best move to `dst` of at most `cap` pairs from a surplus server's documents
+  // (only `src`'s when src >= 0): the most pairs per byte; ties keep (origin, doc) order.
+  const auto choose = [&](int dst, int src, double cap, Candidate& best) {
+    double best_e = -1;
+    for (size_t i = 0; i < docs.size(); ++i) {
+      const CaDocument& d = docs[i];
+      const double surplus = load[size_t(d.origin)] - mean;
+      const int64_t L = d.len, rows = L - 2 * a[i];
+      if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
+      const int64_t remaining = prefix_pairs(a[i], L - a[i]);
+      const double wanted = std::min({double(remaining), surplus, cap});
+      Candidate c;
+      c.doc = i;
+      if (wanted >= double(remaining)) {
+        c.whole = true;
+        c.pairs = remaining;
+        c.bytes = rows * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
+      } else {
+        c.m = int64_t(wanted / double(L + 1));  // m head + m tail rows: m (L + 1) pairs
+        if (c.m == 0 || 2 * c.m >= rows) continue;
+        c.pairs = c.m * (L + 1);
+        c.bytes = 2 * c.m * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
+      }
+      const double e = double(c.pairs) / double(std::max<int64_t>(c.bytes, 1));
+      if (e > best_e) best_e = e, best = c;
+    }
+    return best_e >= 0;
+  };
+  const auto apply = [&](int dst, const Candidate& c) {
+    const CaDocument& d = docs[c.doc];
+    int64_t& ai = a[c.doc];
+    const int64_t L = d.len;
+    if (c.whole) {
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(ai), int32_t(L - 2 * ai)});
+      ai = (L + 1) / 2;  // nothing left in the middle
+    } else {
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(ai), int32_t(c.m)});
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(L - ai - c.m), int32_t(c.m)});
+      ai += c.m;
+    }
+    load[size_t(d.origin)] -= double(c.pairs);
+    load[size_t(dst)] += double(c.pairs);
+    plan.bytes_moved += c.bytes;
+  };
+
+  // 1. the paper's loop: deficient servers, most deficient first, fill from surpluses
+  std::vector<int> deficit;
+  for (int s = 0; s < n; ++s)
+    if (mean - load[size_t(s)] > slack) deficit.push_back(s);
+  std::stable_sort(deficit.begin(), deficit.end(),
+                   [&](int x, int y) { return load[size_t(x)] < load[size_t(y)]; });
+  for (int dst : deficit) {
+    Candidate c;
+    while (mean - load[size_t(dst)] > slack && choose(dst, -1, mean - load[size_t(dst)], c)) apply(dst, c);
+  }
+  // 2. servers still above mean + slack (their excess was spread over servers that were
+  //    each within tolerance) give to the least loaded, never pushing it past mean + slack
+  for (int src = 0; src < n; ++src) {
+    while (load[size_t(src)] - mean > slack) {
+      const int dst = int(std::min_element(load.begin(), load.end()) - load.begin());
+      Candidate c;
+      if (!choose(dst, src, mean + slack - load[size_t(dst)], c)) break;
+      apply(dst, c);
+    }
+  }
+  // what was not moved runs where it is
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const CaDocument& d = docs[i];
+    const int64_t rows = d.len - 2 * a[i];
+    if (rows > 0) plan.tasks.push_back({d.origin, d.origin, d.doc, int32_t(a[i]), int32_t(rows)});
+  }
+  // a fixed order: by server, origin, document, first row
+  std::sort(plan.tasks.begin(), plan.tasks.end(), [](const CaTask& x, const CaTask& y) {
+    return std::tie(x.server, x.origin, x.doc, x.q_begin) < std::tie(y.server, y.origin, y.doc, y.q_begin);
+  });
+  plan.pairs_after.assign(size_t(n), 0);
+  for (const CaTask& t : plan.tasks)
+    plan.pairs_after[size_t(t.server)] += prefix_pairs(t.q_begin, t.kv_len());
+  return plan;
+}
+
+}  // namespace lct

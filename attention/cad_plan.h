@@ -1,0 +1,53 @@
+// Core attention disaggregation (CAD, DistCA arXiv 2510.18121): which rank computes
+// which piece of core attention. Pure and deterministic: no MPI, every rank computes
+// the same plan from the same small metadata.
+//
+// A CA-task is a run of query rows of one document together with the keys of its whole
+// causal prefix [0, q_end). Its cost is its attention pairs (task_pairs). Every rank is
+// an attention server, for its own documents first. The planner balances pairs over
+// servers with the paper's communication-aware greedy: the most deficient server takes
+// work from surplus servers, choosing the candidate with the most pairs per byte moved,
+// and documents are split only as far as needed into head/tail pairs: m query rows
+// from each end of the document's remaining middle [a, L - a), which cost exactly
+// m (L + 1) pairs wherever a is, so a requested amount of work maps to m directly.
+// Planning stops when every server is within tolerance x mean, or nothing helps.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lct {
+
+// One document of a tick, on the rank that holds its tokens.
+struct CaDocument {
+  int32_t origin = 0;  // rank holding the document's tokens (and its token-linear layers)
+  int32_t doc = 0;     // index among the origin's documents
+  int32_t row = 0;     // first row of the document in the origin's local arrays
+  int32_t len = 0;     // tokens
+};
+
+struct CaTask {
+  int32_t origin = 0, server = 0;
+  int32_t doc = 0;      // index among the origin's documents
+  int32_t q_begin = 0;  // in-document offset of the first query row
+  int32_t q_len = 0;
+  int32_t kv_len() const { return q_begin + q_len; }  // keys [0, q_begin + q_len)
+};
+
+struct CaPlanOptions {
+  double tolerance = 0.1;       // stop when every server is within tolerance x mean pairs
+  int64_t q_bytes_per_row = 1;  // bytes moved per query row (Q there, O and LSE back)
+  int64_t kv_bytes_per_row = 1; // bytes moved per key row (K and V)
+};
+
+struct CaPlan {
+  std::vector<CaTask> tasks;        // every query row of every document exactly once
+  std::vector<int64_t> pairs_before;  // per server: its own documents' pairs
+  std::vector<int64_t> pairs_after;   // per server: the pairs of the tasks it runs
+  int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
+};
+
+CaPlan plan_core_attention(const std::vector<CaDocument>& documents, int servers,
+                           const CaPlanOptions& options);
+
+}  // namespace lct

@@ -1,0 +1,114 @@
+// The CAD planner (attention/cad_plan.h), in one process: every query row assigned
+// once, pairs conserved, deterministic, balanced within the tolerance when splitting
+// allows it, and nothing moved when the batch is already balanced.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "attention/cad_plan.h"
+#include "attention/core_attention.h"
+
+namespace lct {
+namespace {
+
+// n servers, each with `tokens` tokens of documents of random lengths (heavy tail).
+std::vector<CaDocument> random_tick(int n, int32_t tokens, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<CaDocument> docs;
+  for (int s = 0; s < n; ++s) {
+    int32_t row = 0, doc = 0;
+    while (row < tokens) {
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+      int32_t len = int32_t(1 + std::pow(u, 4.0) * tokens);  // mostly short, some long
+      len = std::min(len, tokens - row);
+      docs.push_back({s, doc++, row, len});
+      row += len;
+    }
+  }
+  return docs;
+}
+
+int64_t pairs_of(const CaTask& t) {
+  return task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0});
+}
+
+void check_plan(const std::vector<CaDocument>& docs, int n, const CaPlan& plan) {
+  std::map<std::pair<int32_t, int32_t>, std::vector<int>> owners;  // (origin, doc) -> row count
+  for (const CaDocument& d : docs) owners[{d.origin, d.doc}].assign(size_t(d.len), 0);
+  int64_t before = 0, after = 0;
+  for (const CaTask& t : plan.tasks) {
+    auto& rows = owners.at({t.origin, t.doc});
+    ASSERT_GT(t.q_len, 0);
+    for (int32_t i = t.q_begin; i < t.q_begin + t.q_len; ++i) ++rows.at(size_t(i));
+    after += pairs_of(t);
+  }
+  for (const auto& [key, rows] : owners)
+    for (int c : rows) ASSERT_EQ(c, 1) << "origin " << key.first << " doc " << key.second;
+  for (int s = 0; s < n; ++s) before += plan.pairs_before[size_t(s)];
+  EXPECT_EQ(before, after);
+  int64_t sum_after = 0;
+  for (int64_t p : plan.pairs_after) sum_after += p;
+  EXPECT_EQ(sum_after, after);
+}
+
+double max_over_mean(const std::vector<int64_t>& v) {
+  double mx = 0, sum = 0;
+  for (int64_t x : v) mx = std::max(mx, double(x)), sum += double(x);
+  return mx / (sum / double(v.size()));
+}
+
+TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
+  for (int n : {2, 3, 4, 8, 16})
+    for (uint32_t seed = 1; seed <= 20; ++seed)
+      for (double tol : {0.05, 0.1, 0.2}) {
+        const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 31 + uint32_t(n));
+        CaPlanOptions o;
+        o.tolerance = tol;
+        o.q_bytes_per_row = 3 * 256;
+        o.kv_bytes_per_row = 2 * 128;
+        const CaPlan plan = plan_core_attention(docs, n, o);
+        check_plan(docs, n, plan);
+        const CaPlan again = plan_core_attention(docs, n, o);
+        ASSERT_EQ(again.tasks.size(), plan.tasks.size());
+        for (size_t i = 0; i < plan.tasks.size(); ++i) {
+          EXPECT_EQ(again.tasks[i].server, plan.tasks[i].server);
+          EXPECT_EQ(again.tasks[i].q_begin, plan.tasks[i].q_begin);
+          EXPECT_EQ(again.tasks[i].q_len, plan.tasks[i].q_len);
+        }
+        // head/tail splitting moves work in units of L + 1 pairs, far below the
+        // tolerance of 2048-token ticks: the plan must meet it
+        EXPECT_LE(max_over_mean(plan.pairs_after), 1.0 + tol + 1e-9)
+            << "n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
+      }
+}
+
+TEST(CadPlan, ABalancedBatchMovesNothing) {
+  std::vector<CaDocument> docs;
+  for (int s = 0; s < 4; ++s)
+    for (int d = 0; d < 3; ++d) docs.push_back({s, d, d * 100, 100});
+  const CaPlan plan = plan_core_attention(docs, 4, {});
+  EXPECT_EQ(plan.bytes_moved, 0);
+  for (const CaTask& t : plan.tasks) EXPECT_EQ(t.server, t.origin);
+  EXPECT_EQ(plan.tasks.size(), docs.size());
+}
+
+TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
+  // server 0: one 2048-token document; server 1: 2048 one-token documents
+  std::vector<CaDocument> docs = {{0, 0, 0, 2048}};
+  for (int i = 0; i < 2048; ++i) docs.push_back({1, i, i, 1});
+  const CaPlan plan = plan_core_attention(docs, 2, {});
+  check_plan(docs, 2, plan);
+  EXPECT_LE(max_over_mean(plan.pairs_after), 1.1);
+  int moved = 0;
+  for (const CaTask& t : plan.tasks)
+    if (t.server != t.origin) {
+      ++moved;
+      EXPECT_EQ(t.origin, 0);
+    }
+  EXPECT_EQ(moved, 2);  // one head and one tail piece
+  EXPECT_THROW(plan_core_attention(docs, 2, {0.0, 1, 1}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lct

@@ -73,9 +73,9 @@ for m in ("ring", "allgather"):
     xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")[1:]]
     rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}"))
     print(f"  cp={n} {m:>9}: median speedup {med(sp[m]):.2f}x | exchange exposed "
-          f"{100 * med(x['cp_exposed_fraction'] for x in xs):.1f}% hidden "
-          f"{100 * med(x['cp_hidden_fraction'] for x in xs):.1f}% of the step | "
-          f"{med(x['cp_bytes_sent'] for x in xs) / 2**20:.1f} MiB sent per rank and step | "
+          f"{100 * med(x['exchange_exposed_fraction'] for x in xs):.1f}% hidden "
+          f"{100 * med(x['exchange_hidden_fraction'] for x in xs):.1f}% of the step | "
+          f"{med(x['exchange_bytes_sent'] for x in xs) / 2**20:.1f} MiB sent per rank and step | "
           f"peak RSS per rank {rss / 2**20:.0f} MiB = {rss / one_rss:.2f}x one rank ({one_rss / 2**20:.0f} MiB)")
 PY
 "$LCT" bench --config "$CONFIG" --sections cp_balance --cp-degrees 2,4,8 --data.doc_lengths pretrain \

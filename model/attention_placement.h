@@ -19,6 +19,23 @@ struct AttentionInput {
   const AttentionParams& params;
   std::span<const AttentionTask> tasks;  // local pieces against their own rows
   const LocalBatch& batch;
+  int micro_batch = 0;       // of the step (placements that plan per micro-batch)
+  bool first_layer = false;  // the stage's first layer: a new micro-batch's forward starts
+};
+
+// Communication and work of a placement since the last reset.
+//   exposed: this rank waited for data (or sat in a blocking collective), measured;
+//   hidden:  what the transfers would have cost without overlap, bytes sent over the
+//            group's measured point-to-point bandwidth (a probe at start-up), minus the
+//            exposed part (>= 0). OpenMPI completes requests only when tested, and lct
+//            tests between kernel calls, so when a transfer actually finished inside a
+//            compute piece cannot be observed; the probe gives its cost instead.
+//   pairs_served: attention pairs this rank computed in forward (all layers).
+struct PlacementStats {
+  int64_t bytes_sent = 0;
+  double exposed_seconds = 0;
+  double hidden_seconds = 0;
+  double pairs_served = 0;
 };
 
 class AttentionPlacement {
@@ -30,6 +47,11 @@ class AttentionPlacement {
   virtual void backward(const AttentionInput& in, const float* q, const float* k, const float* v,
                         const float* out, const float* lse, const float* dout, float* dq,
                         float* dk, float* dv) = 0;
+  virtual PlacementStats stats() const { return stats_; }
+  virtual void reset_stats() { stats_ = {}; }
+
+ protected:
+  PlacementStats stats_;
 };
 
 // Colocated attention: every task runs on the rank that holds its tokens.
@@ -37,6 +59,7 @@ class LocalAttention final : public AttentionPlacement {
  public:
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override {
+    stats_.pairs_served += double(attended_pairs(in.tasks));
     attention_forward(in.params, in.tasks, q, k, v, out, lse);
   }
   void backward(const AttentionInput& in, const float* q, const float* k, const float* v,

@@ -199,7 +199,8 @@ void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const LayerActivations a = layer_activations(l, s);
-  placement.forward({attn_params_, s.tasks, *s.batch}, a.q, a.k, a.v, a.attn, a.lse);
+  placement.forward({attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer}, a.q,
+                    a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
@@ -219,8 +220,8 @@ void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement
   std::fill(d_.dq, d_.dq + T * qdim, 0.0f);
   std::fill(d_.dk, d_.dk + T * kvdim, 0.0f);
   std::fill(d_.dv, d_.dv + T * kvdim, 0.0f);
-  placement.backward({attn_params_, s.tasks, *s.batch}, a.q, a.k, a.v, a.attn, a.lse, d_.dattn,
-                     d_.dq, d_.dk, d_.dv);
+  placement.backward({attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer}, a.q,
+                     a.k, a.v, a.attn, a.lse, d_.dattn, d_.dq, d_.dk, d_.dv);
 }
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {

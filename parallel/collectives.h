@@ -23,8 +23,9 @@ struct RankStepTimes {
   double bubble = 0;           // pipeline: blocked on receives over the schedule's time
   int64_t activation_bytes = 0;  // peak activation slots x slot bytes
   double attention_pairs = 0;    // attention work of this rank's queries
-  double cp_bytes_sent = 0;      // context-parallel exchange, this step
-  double cp_exposed_seconds = 0, cp_hidden_seconds = 0;
+  double attention_pairs_served = 0;  // attention work this rank computed (its placement)
+  double exchange_bytes_sent = 0;      // context-parallel exchange, this step
+  double exchange_exposed_seconds = 0, exchange_hidden_seconds = 0;
   int64_t peak_rss_bytes = 0;
 };
 
@@ -34,8 +35,9 @@ struct RankStepTimes {
 struct StepFigures {
   double compute_max_over_mean = 1.0, idle_fraction = 0.0;
   double attention_pairs_max_over_mean = 1.0;  // over ranks
-  double cp_bytes_sent = 0;                    // mean over ranks
-  double cp_exposed_fraction = 0, cp_hidden_fraction = 0;  // mean over ranks, of the step
+  double attention_pairs_served_max_over_mean = 1.0;
+  double exchange_bytes_sent = 0;                    // mean over ranks
+  double exchange_exposed_fraction = 0, exchange_hidden_fraction = 0;  // mean over ranks, of the step
   int64_t peak_rss_bytes = 0;                  // max over ranks
   std::vector<double> stage_bubble;            // [pp]
   std::vector<int64_t> stage_activation_bytes;  // [pp]

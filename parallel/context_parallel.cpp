@@ -62,11 +62,11 @@ void ContextParallelAttention::probe_bandwidth_once() {
   bytes_per_second_ = double(n) * sizeof(float) / std::max(t, 1e-9);
 }
 
-const PlacementStats& ContextParallelAttention::stats() const {
-  reported_ = stats_;
+PlacementStats ContextParallelAttention::stats() const {
+  PlacementStats r = stats_;
   const double cost = double(stats_.bytes_sent) / bytes_per_second_;
-  reported_.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
-  return reported_;
+  r.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
+  return r;
 }
 
 int64_t ContextParallelAttention::buffer_bytes() const {
@@ -83,6 +83,7 @@ void ContextParallelAttention::forward(const AttentionInput& in, const float* q,
                                        const float* v, float* out, float* lse) {
   if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
     throw std::logic_error("context-parallel batch was split for another group");
+  stats_.pairs_served += double(in.batch.attention_pairs());
   if (method_ == CpComm::ring)
     ring_forward(in, q, k, v, out, lse);
   else

@@ -15,6 +15,7 @@
 //              follows it, picking up every rank's contribution, back to its owner.
 //
 // Positions inside a task are in-document, never shard-local, so DCA is exact too.
+// Hidden exchange time is estimated from a bandwidth probe (PlacementStats).
 // Both are deterministic: merges and sums happen in a fixed order.
 #pragma once
 
@@ -33,19 +34,6 @@ enum class CpComm { allgather, ring };
 CpComm parse_cp_comm(const std::string& name);  // throws on unknown
 const char* cp_comm_name(CpComm comm);
 
-// Communication of a placement since the last reset.
-//   exposed: this rank waited for data (or sat in a blocking collective), measured;
-//   hidden:  what the transfers would have cost without overlap, bytes sent over the
-//            group's measured point-to-point bandwidth (a probe at start-up), minus the
-//            exposed part (>= 0). OpenMPI completes requests only when tested, and lct
-//            tests between kernel calls, so when a transfer actually finished inside a
-//            compute piece cannot be observed; the probe gives its cost instead.
-struct PlacementStats {
-  int64_t bytes_sent = 0;
-  double exposed_seconds = 0;
-  double hidden_seconds = 0;
-};
-
 class ContextParallelAttention final : public AttentionPlacement {
  public:
   ContextParallelAttention(MPI_Comm cp_comm, CpComm method);
@@ -56,8 +44,8 @@ class ContextParallelAttention final : public AttentionPlacement {
                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                 float* dv) override;
 
-  const PlacementStats& stats() const;
-  void reset_stats() { stats_ = {}; }
+  PlacementStats stats() const override;
+  void reset_stats() override { stats_ = {}; }
   // Bytes of the placement's own buffers (gathered K/V, ring blocks, accumulators).
   int64_t buffer_bytes() const;
   double probe_bandwidth() const { return bytes_per_second_; }  // bytes/s, point to point
@@ -87,10 +75,8 @@ class ContextParallelAttention final : public AttentionPlacement {
   MPI_Comm comm_;
   CpComm method_;
   int rank_ = 0, size_ = 1;
-  PlacementStats stats_;
   std::vector<MPI_Request> requests_;  // transfers of the current ring step
   double bytes_per_second_ = 0;
-  mutable PlacementStats reported_;
   // grow-only buffers
   std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
   std::vector<float> block_k_[2], block_v_[2], part_out_, part_lse_, acc_k_[2], acc_v_[2],

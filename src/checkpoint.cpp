@@ -49,9 +49,10 @@ const Column kColumns[] = {
     {"peak_activation_bytes", true, [](const StepRecord& r) { return double(r.peak_activation_bytes); }, [](StepRecord& r, double v) { r.peak_activation_bytes = int64_t(v); }, true},
     // added with context parallelism
     {"attention_pairs_max_over_mean", false, [](const StepRecord& r) { return r.attention_pairs_max_over_mean; }, [](StepRecord& r, double v) { r.attention_pairs_max_over_mean = v; }, true},
-    {"cp_bytes_sent", false, [](const StepRecord& r) { return r.cp_bytes_sent; }, [](StepRecord& r, double v) { r.cp_bytes_sent = v; }, true},
-    {"cp_exposed_fraction", false, [](const StepRecord& r) { return r.cp_exposed_fraction; }, [](StepRecord& r, double v) { r.cp_exposed_fraction = v; }, true},
-    {"cp_hidden_fraction", false, [](const StepRecord& r) { return r.cp_hidden_fraction; }, [](StepRecord& r, double v) { r.cp_hidden_fraction = v; }, true},
+    {"exchange_bytes_sent", false, [](const StepRecord& r) { return r.exchange_bytes_sent; }, [](StepRecord& r, double v) { r.exchange_bytes_sent = v; }, true},
+    {"exchange_exposed_fraction", false, [](const StepRecord& r) { return r.exchange_exposed_fraction; }, [](StepRecord& r, double v) { r.exchange_exposed_fraction = v; }, true},
+    {"exchange_hidden_fraction", false, [](const StepRecord& r) { return r.exchange_hidden_fraction; }, [](StepRecord& r, double v) { r.exchange_hidden_fraction = v; }, true},
+    {"attention_pairs_served_max_over_mean", false, [](const StepRecord& r) { return r.attention_pairs_served_max_over_mean; }, [](StepRecord& r, double v) { r.attention_pairs_served_max_over_mean = v; }, true},
     {"peak_rss_bytes", true, [](const StepRecord& r) { return double(r.peak_rss_bytes); }, [](StepRecord& r, double v) { r.peak_rss_bytes = int64_t(v); }, true},
 };
 

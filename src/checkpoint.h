@@ -14,8 +14,8 @@
 //                          tokens, targets, tokens_per_s, gflops, answers, answers_correct,
 //                          compute_max_over_mean, idle_fraction (data parallelism),
 //                          bubble_fraction, bubble_theoretical, peak_activation_bytes
-//                          (pipeline), attention_pairs_max_over_mean, cp_bytes_sent,
-//                          cp_exposed_fraction, cp_hidden_fraction, peak_rss_bytes
+//                          (pipeline), attention_pairs_max_over_mean, exchange_bytes_sent,
+//                          exchange_exposed_fraction, exchange_hidden_fraction, peak_rss_bytes
 //                          (context parallelism); the later columns are optional when reading
 //
 // Files are written to <name>.tmp, flushed, and renamed into place.
@@ -51,8 +51,9 @@ struct StepRecord {
   // Attention work (pairs) of the busiest rank over the mean; context-parallel bytes
   // sent per rank (mean) and the step's fractions of exposed and hidden exchange time
   // (mean over ranks); the largest rank's peak resident memory.
-  double attention_pairs_max_over_mean = 1.0, cp_bytes_sent = 0.0;
-  double cp_exposed_fraction = 0.0, cp_hidden_fraction = 0.0;
+  double attention_pairs_max_over_mean = 1.0, exchange_bytes_sent = 0.0;
+  double attention_pairs_served_max_over_mean = 1.0;  // after placement (CAD's plan)
+  double exchange_exposed_fraction = 0.0, exchange_hidden_fraction = 0.0;
   int64_t peak_rss_bytes = 0;
   // Per pipeline stage (log and metrics.jsonl only, not checkpointed).
   std::vector<double> stage_bubble;

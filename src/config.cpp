@@ -147,6 +147,12 @@ std::vector<ConfigKey> make_keys() {
   // [attention]
   k.push_back(str_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.attention_kernel; },
                       [](const std::string& t) { parse_attention_kernel(t); }));
+  k.push_back(str_key("attention.placement", "where core attention runs: colocated | cad (disaggregated over all ranks, DistCA)", [](Config& c) -> auto& { return c.attention_placement; },
+                      [](const std::string& t) {
+                        if (t != "colocated" && t != "cad")
+                          throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
+                      }));
+  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean attention pairs", [](Config& c) -> auto& { return c.cad_tolerance; }));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
@@ -317,6 +323,7 @@ void validate_config(const Config& c) {
     throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
                       ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
   if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
+  if (!(c.cad_tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
   if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
   if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
     throw ConfigError("train.min_lr must be in [0, train.lr]");

@@ -62,6 +62,8 @@ struct CheckpointConfig {
 struct Config {
   LlamaConfig model;
   std::string attention_kernel = "causal";
+  std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
+  double cad_tolerance = 0.1;                      // CAD: servers within this x mean pairs
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

@@ -86,7 +86,7 @@ struct RunSummary {
   double compute_max_over_mean = NAN, idle_fraction = NAN;  // straggler figures
   double bubble_fraction = NAN, bubble_theoretical = NAN;   // pipeline (0 without)
   double peak_activation_bytes = NAN;
-  double pairs_max_over_mean = NAN, cp_exposed_fraction = NAN, peak_rss_bytes = NAN;
+  double pairs_max_over_mean = NAN, exchange_exposed_fraction = NAN, peak_rss_bytes = NAN;
 };
 
 RunSummary summarize(const std::vector<StepRecord>& h) {
@@ -105,7 +105,7 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act, pairs, exposed, rss;
   for (size_t i = begin; i < h.size(); ++i) {
     pairs.push_back(h[i].attention_pairs_max_over_mean);
-    exposed.push_back(h[i].cp_exposed_fraction);
+    exposed.push_back(h[i].exchange_exposed_fraction);
     rss.push_back(double(h[i].peak_rss_bytes));
     bubble.push_back(h[i].bubble_fraction);
     theory.push_back(h[i].bubble_theoretical);
@@ -126,7 +126,7 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.bubble_theoretical = median(theory);
   s.peak_activation_bytes = median(act);
   s.pairs_max_over_mean = median(pairs);
-  s.cp_exposed_fraction = median(exposed);
+  s.exchange_exposed_fraction = median(exposed);
   s.peak_rss_bytes = median(rss);
   return s;
 }
@@ -246,7 +246,7 @@ std::string summary_json(const RunSummary& s) {
          ",\"bubble_theoretical\":" + json_number(s.bubble_theoretical) +
          ",\"median_peak_activation_bytes\":" + json_number(s.peak_activation_bytes) +
          ",\"median_attention_pairs_max_over_mean\":" + json_number(s.pairs_max_over_mean) +
-         ",\"median_cp_exposed_fraction\":" + json_number(s.cp_exposed_fraction) +
+         ",\"median_exchange_exposed_fraction\":" + json_number(s.exchange_exposed_fraction) +
          ",\"median_peak_rss_bytes\":" + json_number(s.peak_rss_bytes) + "}";
 }
 
@@ -401,8 +401,8 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
       num(100 * sb.bubble_theoretical, "%.1f%%"));
   row("median attention pairs max/mean", num(sa.pairs_max_over_mean, "%.3f"),
       num(sb.pairs_max_over_mean, "%.3f"));
-  row("median cp exchange exposed", num(100 * sa.cp_exposed_fraction, "%.1f%%"),
-      num(100 * sb.cp_exposed_fraction, "%.1f%%"));
+  row("median cp exchange exposed", num(100 * sa.exchange_exposed_fraction, "%.1f%%"),
+      num(100 * sb.exchange_exposed_fraction, "%.1f%%"));
   row("median peak RSS per rank (MiB)", num(sa.peak_rss_bytes / 1048576.0, "%.0f"),
       num(sb.peak_rss_bytes / 1048576.0, "%.0f"), ratio(sa.peak_rss_bytes, sb.peak_rss_bytes));
   row("median peak activations (MiB)", num(sa.peak_activation_bytes / 1048576.0, "%.1f"),

@@ -90,7 +90,18 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
                 parse_pipeline_schedule(config.parallel.pp_schedule)) {
   cp_split_ = parse_cp_split(config.parallel.cp_split);
-  if (grid.layout().cp > 1) {
+  if (config.attention_placement == "cad") {
+    if (grid.layout().pp > 1 || grid.layout().cp > 1)
+      throw ConfigError("attention.placement = cad runs with data parallelism only so far "
+                        "(parallel.pp and parallel.cp must be 1)");
+    if (grid.world_size() > 1) {
+      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance);
+      cad_attention_ = cad.get();
+      placement_ = std::move(cad);
+    } else {
+      placement_ = std::make_unique<LocalAttention>();  // one rank: nothing to balance
+    }
+  } else if (grid.layout().cp > 1) {
     auto cp = std::make_unique<ContextParallelAttention>(grid.cp(),
                                                          parse_cp_comm(config.parallel.cp_comm));
     cp_attention_ = cp.get();
@@ -110,7 +121,9 @@ void Trainer::resume_from(const std::string& path) {
   Config saved;
   apply_toml_text(saved, c.config_toml, path + ":/config");
   for (const ConfigDifference& d : config_differences(saved, config_)) {
-    const bool shape_key = d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0;
+    // the model and its attention kernel must match; where attention runs may change
+    const bool shape_key = (d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0) &&
+                           d.key != "attention.placement" && d.key != "attention.cad_tolerance";
     if (shape_key)
       throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
                                " in the checkpoint but " + d.b + " in this run");
@@ -168,12 +181,12 @@ StepRecord Trainer::train_step() {
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
   model_.zero_grads();
-  if (cp_attention_) cp_attention_->reset_stats();
+  placement_->reset_stats();
   const PipelineStepStats pipe =
       executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(),
                     tied_embedding_range(model_.table(), model_.config(), model_.stage()));
   comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
-  const PlacementStats cp = cp_attention_ ? cp_attention_->stats() : PlacementStats{};
+  const PlacementStats cp = placement_->stats();
   comm_s += cp.exposed_seconds;
 
   // Loss and retrieval counts (only the last stage has them), and whether any rank was
@@ -212,17 +225,19 @@ StepRecord Trainer::train_step() {
   mine.bubble = pipe.bubble_fraction();
   mine.activation_bytes = pipe.peak_activation_bytes;
   mine.attention_pairs = my_pairs;
-  mine.cp_bytes_sent = double(cp.bytes_sent);
-  mine.cp_exposed_seconds = cp.exposed_seconds;
-  mine.cp_hidden_seconds = cp.hidden_seconds;
+  mine.attention_pairs_served = cp.pairs_served;
+  mine.exchange_bytes_sent = double(cp.bytes_sent);
+  mine.exchange_exposed_seconds = cp.exposed_seconds;
+  mine.exchange_hidden_seconds = cp.hidden_seconds;
   mine.peak_rss_bytes = peak_rss_bytes();
   const StepFigures fig = gather_step_figures(grid_, mine, step_s);
   r.compute_max_over_mean = fig.compute_max_over_mean;
   r.idle_fraction = fig.idle_fraction;
   r.attention_pairs_max_over_mean = fig.attention_pairs_max_over_mean;
-  r.cp_bytes_sent = fig.cp_bytes_sent;
-  r.cp_exposed_fraction = fig.cp_exposed_fraction;
-  r.cp_hidden_fraction = fig.cp_hidden_fraction;
+  r.attention_pairs_served_max_over_mean = fig.attention_pairs_served_max_over_mean;
+  r.exchange_bytes_sent = fig.exchange_bytes_sent;
+  r.exchange_exposed_fraction = fig.exchange_exposed_fraction;
+  r.exchange_hidden_fraction = fig.exchange_hidden_fraction;
   r.peak_rss_bytes = fig.peak_rss_bytes;
   r.stage_bubble = fig.stage_bubble;
   r.stage_activation_bytes = fig.stage_activation_bytes;
@@ -285,10 +300,11 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
     out << "]";
   }
   out << ",\"attention_pairs_max_over_mean\":" << r.attention_pairs_max_over_mean
+      << ",\"attention_pairs_served_max_over_mean\":" << r.attention_pairs_served_max_over_mean
       << ",\"peak_rss_bytes\":" << r.peak_rss_bytes;
-  if (r.cp_bytes_sent > 0)
-    out << ",\"cp_bytes_sent\":" << r.cp_bytes_sent << ",\"cp_exposed_fraction\":" << r.cp_exposed_fraction
-        << ",\"cp_hidden_fraction\":" << r.cp_hidden_fraction;
+  if (r.exchange_bytes_sent > 0)
+    out << ",\"exchange_bytes_sent\":" << r.exchange_bytes_sent << ",\"exchange_exposed_fraction\":" << r.exchange_exposed_fraction
+        << ",\"exchange_hidden_fraction\":" << r.exchange_hidden_fraction;
   out << ",\"peak_activation_bytes\":" << r.peak_activation_bytes << ",\"stage_activation_bytes\":[";
   for (size_t s = 0; s < r.stage_activation_bytes.size(); ++s)
     out << (s ? "," : "") << r.stage_activation_bytes[s];
@@ -333,6 +349,9 @@ int Trainer::run() {
              (long long)config_.train.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }
+  if (cad_attention_)
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g",
+             grid_.world_size(), config_.cad_tolerance);
   if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",
@@ -361,7 +380,7 @@ int Trainer::run() {
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
-      char acc[48] = "", ranks[64] = "", bubble[160] = "", context[192] = "";
+      char acc[48] = "", ranks[64] = "", bubble[160] = "", context[192] = "", cad[160] = "";
       if (r.answers > 0) std::snprintf(acc, sizeof acc, " | recall %.3f", r.retrieval_acc());
       if (grid_.world_size() > 1)
         std::snprintf(ranks, sizeof ranks, " | compute max/mean %.2f | idle %4.1f%%",
@@ -376,15 +395,20 @@ int Trainer::run() {
         std::snprintf(context, sizeof context,
                       " | cp %.1f MiB sent/rank (%.2f per layer) | exposed %4.1f%% hidden %4.1f%% "
                       "| pairs max/mean %.3f | peak RSS %.0f MiB",
-                      r.cp_bytes_sent / 1048576.0,
-                      r.cp_bytes_sent / 1048576.0 / double(model_.stage().num_layers()),
-                      100.0 * r.cp_exposed_fraction,
-                      100.0 * r.cp_hidden_fraction, r.attention_pairs_max_over_mean,
+                      r.exchange_bytes_sent / 1048576.0,
+                      r.exchange_bytes_sent / 1048576.0 / double(model_.stage().num_layers()),
+                      100.0 * r.exchange_exposed_fraction,
+                      100.0 * r.exchange_hidden_fraction, r.attention_pairs_max_over_mean,
                       double(r.peak_rss_bytes) / 1048576.0);
+      if (cad_attention_)
+        std::snprintf(cad, sizeof cad,
+                      " | cad pairs max/mean %.3f -> %.3f | %.1f MiB sent/rank | exposed %4.1f%%",
+                      r.attention_pairs_max_over_mean, r.attention_pairs_served_max_over_mean,
+                      r.exchange_bytes_sent / 1048576.0, 100.0 * r.exchange_exposed_fraction);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
-               "%6.1f GFLOP/s%s%s%s%s",
+               "%6.1f GFLOP/s%s%s%s%s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,
-               r.tokens_per_s, r.gflops, acc, ranks, bubble, context);
+               r.tokens_per_s, r.gflops, acc, ranks, bubble, context, cad);
     }
     if (grid_.is_root()) {
       write_metrics_line(metrics_, r);

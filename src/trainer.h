@@ -13,6 +13,7 @@
 #include "data/sources.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
+#include "parallel/cad_attention.h"
 #include "parallel/collectives.h"
 #include "parallel/context_parallel.h"
 #include "parallel/grad_reducer.h"
@@ -84,6 +85,7 @@ class Trainer {
   GradReducer reducer_;
   std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
   ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
+  CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
   PipelineExecutor executor_;
   TrainerState state_;
   std::vector<StepRecord> history_;

@@ -1,0 +1,79 @@
+// Core attention disaggregation (DistCA): every rank is an in-place attention server.
+//
+// Per micro-batch, at its first layer, the ranks exchange their documents' sizes (one
+// small all-gather) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
+// run of query rows with its causal key prefix, assigned to servers so that attention
+// pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
+// plan moved, with one MPI_Alltoallv each way:
+//   forward   origin -> server: Q rows of the task, K and V of the document's prefix
+//             (once per document and server, the longest prefix its tasks need);
+//             server -> origin: O and LSE of the task's rows.
+//   backward  origin -> server: Q, O, dO, LSE rows and K, V prefixes again (servers keep
+//             nothing between forward and backward); server -> origin: dQ rows and the
+//             prefix's dK, dV, which the origin adds after its own share, in server
+//             rank order (deterministic).
+// Tasks whose server is their origin run in place on the local arrays. Every query row
+// is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
+// gradients equal colocated attention. Works for any kernel (causal, DCA): positions
+// are in-document.
+//
+// This placement needs every rank of the job at the same layer of the same micro-batch:
+// data parallelism (dp ranks are in lockstep). Pipeline ticks and context-parallel
+// groups are not planned yet; the trainer refuses those combinations.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "attention/cad_plan.h"
+#include "model/attention_placement.h"
+
+namespace lct {
+
+class CadAttention final : public AttentionPlacement {
+ public:
+  CadAttention(MPI_Comm comm, double tolerance);
+
+  void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+               float* out, float* lse) override;
+  void backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                float* dv) override;
+  void reset_stats() override;
+  // Attention pairs per server of this step's plans (summed over micro-batches):
+  // before planning (each rank's own documents) and after.
+  const std::vector<int64_t>& pairs_before() const { return pairs_before_; }
+  const std::vector<int64_t>& pairs_after() const { return pairs_after_; }
+
+ private:
+  struct Plan {
+    CaPlan plan;
+    std::vector<CaDocument> docs;  // every rank's documents (origin, doc, row, len)
+    std::vector<size_t> first_doc;  // index in docs of each rank's first document
+  };
+  void make_plan(const AttentionInput& in);
+  const CaDocument& doc_of(const Plan& p, const CaTask& t) const {
+    return p.docs[p.first_doc[size_t(t.origin)] + size_t(t.doc)];
+  }
+  // rows a peer exchange carries: query rows of the tasks, prefix rows of their documents
+  struct Rows {
+    int64_t q = 0, kv = 0;
+  };
+  Rows rows_between(const Plan& p, int origin, int server) const;
+  void alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
+                 std::vector<float>& recv, const std::vector<int>& recv_counts);
+
+  MPI_Comm comm_;
+  double tolerance_;
+  int rank_ = 0, size_ = 1;
+  std::map<int, Plan> plans_;  // by micro-batch of the step
+  std::vector<int64_t> pairs_before_, pairs_after_;
+  std::vector<float> send_, recv_, back_, back_recv_;
+  std::vector<int> send_counts_, recv_counts_, sdispl_, rdispl_;
+  std::vector<AttentionTask> tasks_;
+};
+
+}  // namespace lct

@@ -128,14 +128,6 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
   const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
   stats_.pairs_served += double(p.plan.pairs_after[size_t(rank_)]);
 
-  // this rank's own tasks, in place
-  tasks_.clear();
-  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
-    const CaDocument& d = doc_of(p, t);
-    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
-  });
-  if (!tasks_.empty()) attention_forward(prm, tasks_, q, k, v, out, lse);
-
   // origin -> server: Q rows, then K and V of each document's prefix
   send_.clear();
   send_counts_.assign(size_t(size_), 0);
@@ -160,7 +152,15 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
   }
   alltoallv(send_, send_counts_, recv_, recv_counts_);
 
-  // serve the other origins' tasks; O and LSE go straight into the reply buffer
+  // The exchange comes first, so every rank starts its share of the plan at the same
+  // time: its own tasks in place, then the other origins' tasks, whose O and LSE go
+  // straight into the reply buffer.
+  tasks_.clear();
+  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
+    const CaDocument& d = doc_of(p, t);
+    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
+  });
+  if (!tasks_.empty()) attention_forward(prm, tasks_, q, k, v, out, lse);
   std::vector<int> back_counts(size_t(size_), 0), back_recv_counts(size_t(size_), 0);
   int64_t back_total = 0;
   for (int o = 0; o < size_; ++o)
@@ -214,13 +214,6 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
   const AttentionParams& prm = in.params;
   const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
 
-  tasks_.clear();
-  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
-    const CaDocument& d = doc_of(p, t);
-    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
-  });
-  if (!tasks_.empty()) attention_backward(prm, tasks_, q, k, v, out, lse, dout, dq, dk, dv);
-
   // origin -> server: Q, O, dO, LSE rows, then K and V prefixes (servers keep nothing)
   const int64_t q_width = 3 * qd + H;
   send_.clear();
@@ -252,7 +245,14 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
   }
   alltoallv(send_, send_counts_, recv_, recv_counts_);
 
-  // serve: dQ, dK, dV of the other origins' tasks into the reply buffer
+  // exchange first (as in forward), then this rank's own tasks, then the others' whose
+  // dQ, dK, dV go into the reply buffer
+  tasks_.clear();
+  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
+    const CaDocument& d = doc_of(p, t);
+    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
+  });
+  if (!tasks_.empty()) attention_backward(prm, tasks_, q, k, v, out, lse, dout, dq, dk, dv);
   std::vector<int> back_counts(size_t(size_), 0), back_recv_counts(size_t(size_), 0);
   int64_t back_total = 0;
   for (int o = 0; o < size_; ++o)

@@ -17,6 +17,7 @@
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
+#include "attention/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/flops.h"
 #include "src/log.h"
@@ -284,6 +285,50 @@ std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) 
   return rows;
 }
 
+// The CAD planner alone on the stream: dp ranks each holding one sequence per tick,
+// attention pairs max/mean before and after planning, and bytes moved per layer.
+struct CadBalanceRow {
+  int64_t ranks = 0;
+  double before = 0, after = 0, worst_after = 0, mib_per_layer = 0;
+};
+
+std::vector<CadBalanceRow> cad_balance(const Config& config, const BenchOptions& o) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  const LlamaConfig m = model_config(config);
+  CaPlanOptions opt;
+  opt.tolerance = config.cad_tolerance;
+  const int64_t qd = m.num_attention_heads * m.head_dim(), kvd = m.num_key_value_heads * m.head_dim();
+  opt.q_bytes_per_row = (2 * qd + m.num_attention_heads) * int64_t(sizeof(float));
+  opt.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+  std::vector<CadBalanceRow> rows;
+  for (int64_t n : o.cad_ranks) {
+    CadBalanceRow r{n, 0, 0, 0, 0};
+    const int64_t ticks = std::max<int64_t>(1, o.balance_sequences / n);
+    for (int64_t tick = 0; tick < ticks; ++tick) {
+      std::vector<CaDocument> docs;
+      for (int64_t rank = 0; rank < n; ++rank) {
+        const PackedBatch b = packer.sequence(tick * n + rank);
+        for (int64_t d = 0; d < b.num_docs(); ++d)
+          docs.push_back({int32_t(rank), int32_t(d), b.cu_seqlens[size_t(d)],
+                          b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)]});
+      }
+      const CaPlan plan = plan_core_attention(docs, int(n), opt);
+      const auto ratio = [](const std::vector<int64_t>& v) {
+        double mx = 0, sum = 0;
+        for (int64_t x : v) mx = std::max(mx, double(x)), sum += double(x);
+        return mx / (sum / double(v.size()));
+      };
+      r.before += ratio(plan.pairs_before) / double(ticks);
+      r.after += ratio(plan.pairs_after) / double(ticks);
+      r.worst_after = std::max(r.worst_after, ratio(plan.pairs_after));
+      r.mib_per_layer += double(plan.bytes_moved) / 1048576.0 / double(ticks);
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 bool wants(const BenchOptions& o, const char* section) {
   return std::find(o.sections.begin(), o.sections.end(), section) != o.sections.end();
 }
@@ -396,6 +441,18 @@ int run_bench(const Config& config, const BenchOptions& o) {
           r.worst_max_over_mean);
   }
 
+  std::vector<CadBalanceRow> cad_rows;
+  if (wants(o, "cad_balance")) {
+    say("\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
+        "documents, tolerance %.3g): attention pairs max/mean per rank\n",
+        (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
+    say("  %6s %10s %10s %12s %14s\n", "ranks", "colocated", "cad", "cad worst", "MiB/layer moved");
+    cad_rows = cad_balance(config, o);
+    for (const CadBalanceRow& r : cad_rows)
+      say("  %6lld %10.3f %10.3f %12.3f %14.2f\n", (long long)r.ranks, r.before, r.after,
+          r.worst_after, r.mib_per_layer);
+  }
+
   if (o.json) {
     std::ostringstream j;
     j.precision(6);
@@ -436,6 +493,13 @@ int run_bench(const Config& config, const BenchOptions& o) {
       j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
         << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
         << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
+    }
+    j << "],\"cad_balance\":[";
+    for (size_t i = 0; i < cad_rows.size(); ++i) {
+      const CadBalanceRow& r = cad_rows[i];
+      j << (i ? "," : "") << "{\"ranks\":" << r.ranks << ",\"colocated_max_over_mean\":" << r.before
+        << ",\"cad_max_over_mean\":" << r.after << ",\"cad_worst_max_over_mean\":" << r.worst_after
+        << ",\"mib_moved_per_layer\":" << r.mib_per_layer << "}";
     }
     j << "]}";
     std::printf("%s\n", j.str().c_str());

@@ -31,6 +31,7 @@ struct BenchOptions {
   // the configured stream (no timing)
   std::vector<int64_t> cp_degrees{2, 4, 8};
   int64_t balance_sequences = 64;
+  std::vector<int64_t> cad_ranks{2, 4, 8, 16};  // cad_balance section: data-parallel ranks
   int repeats = 5;              // timed runs per measurement (median reported)
   double budget_seconds = 30;   // stop repeating a measurement once it used this long
   bool json = false;

@@ -99,15 +99,20 @@ int run_command(int argc, char** argv, int rank, int world) {
       ->capture_default_str();
   bench->add_option("--sections", bench_options.sections, "what to measure")
       ->delimiter(',')
-      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance"}))
+      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance", "cad_balance"}))
       ->capture_default_str();
   bench->add_option("--cp-degrees", bench_options.cp_degrees,
                     "context-parallel degrees for the cp_balance section")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1024)))
       ->capture_default_str();
+  bench->add_option("--cad-ranks", bench_options.cad_ranks,
+                    "data-parallel rank counts for the cad_balance section")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->capture_default_str();
   bench->add_option("--balance-sequences", bench_options.balance_sequences,
-                    "sequences of the stream for the cp_balance section")
+                    "sequences of the stream for the cp_balance and cad_balance sections")
       ->check(CLI::Range(int64_t(1), int64_t(100000)))
       ->capture_default_str();
   bench->add_option("--repeats", bench_options.repeats, "timed runs per figure (median reported)")

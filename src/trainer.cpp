@@ -302,7 +302,7 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
   out << ",\"attention_pairs_max_over_mean\":" << r.attention_pairs_max_over_mean
       << ",\"attention_pairs_served_max_over_mean\":" << r.attention_pairs_served_max_over_mean
       << ",\"peak_rss_bytes\":" << r.peak_rss_bytes;
-  if (r.exchange_bytes_sent > 0)
+  if (r.exchange_bytes_sent > 0 || r.exchange_exposed_fraction > 0)
     out << ",\"exchange_bytes_sent\":" << r.exchange_bytes_sent << ",\"exchange_exposed_fraction\":" << r.exchange_exposed_fraction
         << ",\"exchange_hidden_fraction\":" << r.exchange_hidden_fraction;
   out << ",\"peak_activation_bytes\":" << r.peak_activation_bytes << ",\"stage_activation_bytes\":[";

@@ -446,10 +446,10 @@ int run_bench(const Config& config, const BenchOptions& o) {
     say("\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
         "documents, tolerance %.3g): attention pairs max/mean per rank\n",
         (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
-    say("  %6s %10s %10s %12s %14s\n", "ranks", "colocated", "cad", "cad worst", "MiB/layer moved");
+    say("  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
     cad_rows = cad_balance(config, o);
     for (const CadBalanceRow& r : cad_rows)
-      say("  %6lld %10.3f %10.3f %12.3f %14.2f\n", (long long)r.ranks, r.before, r.after,
+      say("  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
           r.worst_after, r.mib_per_layer);
   }
 

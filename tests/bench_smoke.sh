@@ -45,6 +45,16 @@ for cp in (2, 4):
     assert 1.0 <= z["mean_max_over_mean"] < c["mean_max_over_mean"], (z, c)
 print("bench_smoke: cp_balance ok")
 PY
+# the CAD planner alone: balances within its tolerance where colocated does not
+"$LCT" bench --json --sections cad_balance --cad-ranks 2,8 --balance-sequences 16 > "$out"
+python3 - "$out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["cad_balance"]
+assert [x["ranks"] for x in rows] == [2, 8], rows
+for x in rows:
+    assert x["cad_worst_max_over_mean"] <= 1.1 + 1e-9 < x["colocated_max_over_mean"], x
+print("bench_smoke: cad_balance ok")
+PY
 
 # bad options are one-line errors
 if "$LCT" bench --sections nonsense 2>/dev/null; then echo "bad --sections accepted"; exit 1; fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Core attention disaggregation on this machine, one rank per core, in one script run:
-# tokens/s of dp = 1 against dp = N with colocated attention and with CAD
-# (attention.placement = cad), on the same config and per-rank batch (default: the
+# tokens/s of dp = 1 against dp = N with colocated attention, with the WLB-LLM packing
+# baseline (parallel.dp_balance = packing) and with CAD (attention.placement = cad), on
+# the same config and per-rank batch (default: the
 # `pretrain` length mix, whose equal-token sequences carry unequal attention work).
-# The three layouts alternate for --rounds rounds; each round's speedups are ratios of
+# The four layouts alternate for --rounds rounds; each round's speedups are ratios of
 # adjacent runs' median tokens/s (steps after the first two), and the figures are
 # medians over rounds, with lct's straggler figures (compute max/mean, idle) and, for
 # CAD, attention pairs max/mean before and after planning and bytes moved.
@@ -43,6 +44,7 @@ echo "cad scaling | config $CONFIG | $ROUNDS rounds x $STEPS steps | one rank pe
 for r in $(seq "$ROUNDS"); do
   run 1 "$work/r${r}_dp1" "$@"
   run "$RANKS" "$work/r${r}_colocated" "$@"
+  run "$RANKS" "$work/r${r}_packing" --parallel.dp_balance packing "$@"
   run "$RANKS" "$work/r${r}_cad" --attention.placement cad "$@"
 done
 grep -m1 "lct train |" "$work/r1_dp1.log"
@@ -53,17 +55,17 @@ work, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 med = statistics.median
 def load(d):
     return [json.loads(l) for l in open(f"{d}/metrics.jsonl")][2:]
-print(f"  {'round':>5} {'dp=1 tok/s':>11} {'colocated':>10} {'speedup':>8} {'cad':>10} {'speedup':>8}")
-sp = {"colocated": [], "cad": []}
+print(f"  {'round':>5} {'dp=1 tok/s':>11} {'colocated':>10} {'speedup':>8} {'packing':>10} {'speedup':>8} {'cad':>10} {'speedup':>8}")
+sp = {"colocated": [], "packing": [], "cad": []}
 for r in range(1, rounds + 1):
     one = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_dp1"))
     row = f"  {r:>5} {one:>11.0f}"
-    for m in ("colocated", "cad"):
+    for m in ("colocated", "packing", "cad"):
         t = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_{m}"))
         sp[m].append(t / one)
         row += f" {t:>10.0f} {t / one:>7.2f}x"
     print(row)
-for m in ("colocated", "cad"):
+for m in ("colocated", "packing", "cad"):
     xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")]
     line = (f"  dp={n} {m:>9}: median speedup {med(sp[m]):.2f}x | compute max/mean "
             f"{med(x['compute_max_over_mean'] for x in xs):.3f} | idle {100 * med(x['idle_fraction'] for x in xs):.1f}%"

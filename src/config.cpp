@@ -206,6 +206,11 @@ std::vector<ConfigKey> make_keys() {
                       [](const std::string& t) { parse_cp_split(t); }));
   k.push_back(str_key("parallel.cp_comm", "context-parallel exchange: ring | allgather", [](Config& c) -> auto& { return c.parallel.cp_comm; },
                       [](const std::string& t) { parse_cp_comm(t); }));
+  k.push_back(str_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
+                      [](const std::string& t) {
+                        if (t != "none" && t != "packing")
+                          throw std::invalid_argument("expected none or packing, got '" + t + "'");
+                      }));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
   // [checkpoint]

@@ -49,6 +49,7 @@ struct ParallelConfig {
   std::string pp_schedule = "1f1b";  // 1f1b | gpipe (parallel/pipeline_schedule.h)
   std::string cp_split = "zigzag";   // zigzag | contiguous (data/context_shards.h)
   std::string cp_comm = "ring";      // ring | allgather (parallel/context_parallel.h)
+  std::string dp_balance = "none";   // none | packing (data/balance.h)
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward
 };

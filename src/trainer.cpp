@@ -90,6 +90,12 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
                 parse_pipeline_schedule(config.parallel.pp_schedule)) {
   cp_split_ = parse_cp_split(config.parallel.cp_split);
+  if (config.parallel.dp_balance == "packing") {
+    if (grid.layout().cp > 1 || config.attention_placement == "cad")
+      throw ConfigError("parallel.dp_balance = packing is a baseline for colocated attention "
+                        "without context parallelism (parallel.cp = 1, attention.placement = colocated)");
+    balance_by_packing_ = grid.layout().dp > 1;
+  }
   if (config.attention_placement == "cad") {
     if (grid.layout().pp > 1 || grid.layout().cp > 1)
       throw ConfigError("attention.placement = cad runs with data parallelism only so far "
@@ -158,16 +164,27 @@ StepRecord Trainer::train_step() {
   // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
   // every pipeline stage of the replica packs the same ones, and each context-parallel
   // rank keeps its share of every sequence.
-  const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
-  local_.resize(size_t(mb));
+  if (balance_by_packing_) {
+    // the whole global batch, re-packed by work over the dp ranks (data/balance.h)
+    std::vector<PackedBatch> global;
+    for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
+    const LlamaConfig& mc = model_.config();
+    local_ = pack_for_balance(global, layout.dp, int(mb), grid_.coords().dp_rank, [&mc](int64_t L) {
+      return forward_flops(mc, L, L * (L + 1) / 2);
+    });
+  } else {
+    const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
+    local_.resize(size_t(mb));
+    for (int64_t m = 0; m < mb; ++m) {
+      const PackedBatch packed = packer_.sequence(first + m);
+      if (layout.cp > 1)
+        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, cp_split_);
+      else
+        whole_sequence(packed, local_[size_t(m)]);
+    }
+  }
   double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
-  for (int64_t m = 0; m < mb; ++m) {
-    const PackedBatch packed = packer_.sequence(first + m);
-    LocalBatch& local = local_[size_t(m)];
-    if (layout.cp > 1)
-      local = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, cp_split_);
-    else
-      whole_sequence(packed, local);
+  for (const LocalBatch& local : local_) {
     counts[0] += double(local.num_targets());
     counts[1] += double(local.num_tokens());
     counts[2] += double(local.attention_pairs());
@@ -349,6 +366,9 @@ int Trainer::run() {
              (long long)config_.train.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }
+  if (balance_by_packing_)
+    log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
+             "by work)", layout.dp);
   if (cad_attention_)
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g",
              grid_.world_size(), config_.cad_tolerance);

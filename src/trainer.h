@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/balance.h"
 #include "data/packing.h"
 #include "data/sources.h"
 #include "model/llama.h"
@@ -91,6 +92,7 @@ class Trainer {
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
   CpSplit cp_split_;
+  bool balance_by_packing_ = false;  // parallel.dp_balance = packing with dp > 1
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
   std::ofstream metrics_;
 };

@@ -5,6 +5,8 @@
 #     parallelism: CAD moves query and key rows between ranks, so weight-gradient sums
 #     round differently and AdamW amplifies that in near-zero gradient elements);
 #   - the plan balances: attention pairs max/mean after planning <= 1 + tolerance;
+#   - the dp_balance = packing baseline (same global batch, re-packed) gives the same
+#     loss and parameters as no balancing;
 #   - a CAD checkpoint resumes colocated (placement is not part of the model);
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
@@ -47,6 +49,15 @@ for kernel in causal dca; do
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4
 done
 grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1" cad4_causal.log
+
+# the packing baseline re-packs the same global batch: same loss and parameters
+for dp in 2 4; do
+  train "packing$dp" "$dp" $((4 / dp)) $SGD --parallel.dp_balance packing --attention.kernel dca
+  compare "dp_balance = packing, dp=$dp, dca" "packing$dp" ref_dca
+done
+train none2 2 2 $SGD --attention.kernel dca
+compare "dp_balance = packing vs none, dp=2" packing2 none2
+grep -q "data-parallel balance: packing" packing4.log
 /usr/bin/python3 - cad4_causal/metrics.jsonl cad2_dca/metrics.jsonl <<'PY'
 import json, sys
 for path in sys.argv[1:]:
@@ -70,4 +81,7 @@ expect_layout_error 2 "attention.cad_tolerance must be > 0" --attention.placemen
 expect_layout_error 2 "attention.placement: expected colocated or cad, got 'remote'" --attention.placement remote
 expect_layout_error 2 "attention.placement = cad runs with data parallelism only so far" \
   --attention.placement cad --parallel.pp 2
+expect_layout_error 2 "parallel.dp_balance = packing is a baseline for colocated attention" \
+  --attention.placement cad --parallel.dp_balance packing
+expect_layout_error 2 "parallel.dp_balance: expected none or packing, got 'lpt'" --parallel.dp_balance lpt
 echo "mpi_cad: all passed"

@@ -41,6 +41,9 @@ std::vector<LocalBatch> pack_for_balance(const std::vector<PackedBatch>& sequenc
   std::vector<LocalBatch> out;
   for (int m = 0; m < micro_batches; ++m) {
     std::vector<Doc>& bin = content[size_t(rank * micro_batches + m)];
+    // every bin gets a document (each of the dp x mb sequences holds at least one, and
+    // an empty bin always has room), so this only guards odd inputs: a rank then runs
+    // fewer micro-batches, which data parallelism allows
     if (bin.empty()) continue;
     // stream order inside a micro-batch
     std::sort(bin.begin(), bin.end(), [](const Doc& a, const Doc& b) {

@@ -124,6 +124,27 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
                 cut(tail + 1) - cut(tail));
     }
   }
+  // No rank may be left without tokens (every layer phase and exchange needs its rows):
+  // when short documents leave one empty, it takes the last token of the rank holding
+  // the most (ties: the lowest), which keeps both ranks' pieces in document order.
+  for (int r = 0; r < cp; ++r)
+    while (rows[size_t(r)] == 0) {
+      const size_t s = size_t(std::max_element(rows.begin(), rows.end()) - rows.begin());
+      if (rows[s] < 2) throw std::invalid_argument("shard_pieces: fewer tokens than ranks");
+      DocPiece& last = pieces[s].back();
+      DocPiece moved = last;
+      if (last.len >= 2) {
+        moved.pos = last.pos + last.len - 1;
+        moved.len = 1;
+        last.len -= 1;
+      } else {
+        pieces[s].pop_back();
+      }
+      moved.row = 0;
+      pieces[size_t(r)].push_back(moved);
+      rows[s] -= moved.len;
+      rows[size_t(r)] += moved.len;
+    }
   return pieces;
 }
 

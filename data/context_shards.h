@@ -12,7 +12,8 @@
 //               (Llama-3 / Megatron load balancing: each rank holds ~1/cp of the tokens
 //               and ~1/cp of the causal attention work of every document). Shorter
 //               documents go whole to the rank holding the fewest tokens so far (the
-//               lowest such rank), in document order. No padding.
+//               lowest such rank), in document order. No padding. If that leaves a
+//               rank without tokens, it takes the last token of the fullest rank.
 //   contiguous  rank r keeps rows [r T / cp, (r + 1) T / cp) of the sequence (the naive
 //               split: the last rank gets the most attention work).
 // Every rank can compute every rank's pieces from the same packed sequence, so the

@@ -294,22 +294,22 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
     const float* dqs = back_recv_.data() + at;
     const float* dks = dqs + r.q * qd;
     const float* dvs = dks + r.kv * kvd;
-    int32_t last_doc = -1;
+    // each document's prefix came once: the longest its tasks on s need
+    std::map<int32_t, std::pair<int64_t, int64_t>> prefix;  // doc -> (kv_row, rows)
     for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      const CaDocument& d = doc_of(p, t);
-      const int64_t dst = d.row + t.q_begin;
+      const int64_t dst = doc_of(p, t).row + t.q_begin;
       for (int64_t i = 0; i < t.q_len * qd; ++i) dq[dst * qd + i] += dqs[q_row * qd + i];
-      if (t.doc != last_doc) {  // the document's prefix, once: the longest of its tasks
-        last_doc = t.doc;
-        int64_t len = 0;
-        for (const CaTask& u : p.plan.tasks)
-          if (u.origin == rank_ && u.server == s && u.doc == t.doc) len = std::max<int64_t>(len, u.kv_len());
-        for (int64_t i = 0; i < len * kvd; ++i) {
-          dk[int64_t(d.row) * kvd + i] += dks[kv_row * kvd + i];
-          dv[int64_t(d.row) * kvd + i] += dvs[kv_row * kvd + i];
-        }
-      }
+      auto& e = prefix[t.doc];
+      e.first = kv_row;
+      e.second = std::max<int64_t>(e.second, t.kv_len());
     });
+    for (const auto& [doc, e] : prefix) {
+      const int64_t row = p.docs[p.first_doc[size_t(rank_)] + size_t(doc)].row;
+      for (int64_t i = 0; i < e.second * kvd; ++i) {
+        dk[row * kvd + i] += dks[e.first * kvd + i];
+        dv[row * kvd + i] += dvs[e.first * kvd + i];
+      }
+    }
     at += back_recv_counts[size_t(s)];
   }
 }

@@ -16,7 +16,9 @@
 //
 // Positions inside a task are in-document, never shard-local, so DCA is exact too.
 // Hidden exchange time is estimated from a bandwidth probe (PlacementStats).
-// Both are deterministic: merges and sums happen in a fixed order.
+// Both are deterministic for a given layout: the ring merges and sums in step order;
+// the all-gather's dK/dV sum is MPI_Reduce_scatter's (fixed by the MPI library for a
+// given group, not by lct).
 #pragma once
 
 #include <mpi.h>

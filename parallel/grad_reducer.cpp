@@ -1,6 +1,8 @@
 #include "parallel/grad_reducer.h"
 
 #include <chrono>
+#include <climits>
+#include <string>
 #include <stdexcept>
 
 namespace lct {
@@ -8,6 +10,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+namespace {
+int bucket_count(const ArenaRange& r) {
+  if (r.end - r.begin > INT_MAX)
+    throw std::runtime_error("a gradient tensor of " + std::to_string(r.end - r.begin) +
+                             " elements exceeds MPI's int count");
+  return int(r.end - r.begin);
 }
 }  // namespace
 
@@ -53,7 +64,7 @@ void GradReducer::begin(float* grads) {
 void GradReducer::start_bucket(size_t b) {
   const ArenaRange& r = buckets_[b];
   MPI_Request req;
-  MPI_Iallreduce(MPI_IN_PLACE, grads_ + r.begin, int(r.end - r.begin), MPI_FLOAT, MPI_SUM, comm_,
+  MPI_Iallreduce(MPI_IN_PLACE, grads_ + r.begin, bucket_count(r), MPI_FLOAT, MPI_SUM, comm_,
                  &req);
   requests_.push_back(req);
 }
@@ -75,7 +86,7 @@ void GradReducer::finish() {
   const auto t0 = Clock::now();
   if (!overlap_) {
     for (const ArenaRange& r : buckets_)
-      MPI_Allreduce(MPI_IN_PLACE, grads_ + r.begin, int(r.end - r.begin), MPI_FLOAT, MPI_SUM,
+      MPI_Allreduce(MPI_IN_PLACE, grads_ + r.begin, bucket_count(r), MPI_FLOAT, MPI_SUM,
                     comm_);
   } else {
     while (next_bucket_ < buckets_.size()) start_bucket(next_bucket_++);

@@ -129,8 +129,9 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
       case PipeOp::forward: {
         ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
         model_.stage_forward(s, placement);
-        // the last stage computes the loss and its gradient with the forward (1F1B runs
-        // this micro-batch's backward next anyway; GPipe keeps only dx until then)
+        // the last stage computes the loss and its gradient (into the slot's dx) with the
+        // forward: 1F1B runs this micro-batch's backward next anyway, and GPipe keeps
+        // the slot until then, so no logits are ever kept
         if (is_last) {
           const CrossEntropyStats l = model_.head_forward_backward(s, grad_scale, true);
           st.loss.loss_sum += l.loss_sum;

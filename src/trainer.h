@@ -35,13 +35,15 @@ extern std::atomic<int> g_stop_signal;
 // One training run on a process grid (a single process by default).
 //
 // Data: step k's global batch is sequences [next, next + dp * micro_batches) of the
-// stream; dp rank r trains sequences next + r * micro_batches + m, on every pipeline
-// stage alike. The loss is normalised by the global target count (one small
-// all-reduce per step), so every layout computes the single-process step on the same
-// batch.
+// stream; dp rank r trains sequences next + r * micro_batches + m (with
+// parallel.dp_balance = packing, the global batch's documents re-packed by work), on
+// every pipeline stage alike; a context-parallel rank keeps its shard of each. The loss
+// is normalised by the global target count (one small all-reduce per step), so every
+// layout computes the single-process step on the same batch.
 // Execution: the trainer picks a pipeline schedule and an attention placement and runs
-// the PipelineExecutor (parallel/), which owns every MPI call of the step; with pp = 1
-// that is plain gradient accumulation. Each stage reduces the gradients it owns over
+// the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
+// small collectives) is in parallel/. With pp = 1 the executor is plain gradient
+// accumulation. Each stage reduces the gradients it owns over
 // dp x cp, the grad norm sums squares over stages, and the optimizer updates the
 // stage's own parameters.
 // Checkpoints: every stage's tensors are gathered to rank 0, which writes one

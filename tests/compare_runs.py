@@ -16,7 +16,7 @@ param_rtol = float(sys.argv[5]) if len(sys.argv) > 5 else 1e-5
 la = [json.loads(line)["loss"] for line in open(f"{a}/metrics.jsonl")]
 lb = [json.loads(line)["loss"] for line in open(f"{b}/metrics.jsonl")]
 assert len(la) == len(lb), (label, len(la), len(lb))
-loss_err = max(abs(x - y) / abs(y) for x, y in zip(la, lb))
+loss_err = max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(la, lb))
 fa, fb = sorted(glob.glob(f"{a}/step_*.h5"))[-1], sorted(glob.glob(f"{b}/step_*.h5"))[-1]
 worst = 0.0
 with h5py.File(fa) as A, h5py.File(fb) as B:

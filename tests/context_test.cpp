@@ -30,7 +30,8 @@ PackedBatch packed(std::vector<int32_t> lengths) {
 // 1-token documents, documents shorter than 2 cp, lengths off every chunk size, and
 // (second batch) one document spanning the whole sequence.
 const std::vector<std::vector<int32_t>> kBatches = {
-    {1, 3, 57, 1, 1, 130, 7, 2, 40, 14}, {256}, {5, 251}, {2, 2, 2, 250}};
+    {1, 3, 57, 1, 1, 130, 7, 2, 40, 14}, {256}, {5, 251}, {2, 2, 2, 250},
+    {7, 1}};  // short documents only: some ranks would get nothing
 
 TEST(ContextShards, EveryTokenOwnedOnceWithItsPositionTargetAndMask) {
   for (const auto& lengths : kBatches)
@@ -62,6 +63,7 @@ TEST(ContextShards, EveryTokenOwnedOnceWithItsPositionTargetAndMask) {
             row += p.len;
           }
           ASSERT_EQ(l.num_tokens(), row);
+          ASSERT_GT(l.num_tokens(), 0) << "rank " << r << " of " << cp << " holds no token";
           targets += l.num_targets();
           pairs += l.attention_pairs();
         }

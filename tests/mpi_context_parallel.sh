@@ -28,15 +28,15 @@ source "$HERE/mpi_common.sh"
 
 # DCA chunk 40 / local 8 (chunks of 32 tokens) on documents up to 128 tokens
 MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
-  --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
+  --model.num_attention_heads 4 --model.num_key_value_heads 2
+  --train.threads 1 --train.warmup_steps 3
   --attention.dca_chunk_size 40 --attention.dca_local_size 8"
 SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
-train() {  # dir ranks steps [extra args]; MB micro-batches (default 2)
+train() {  # dir ranks steps [extra args]; MB micro-batches (default 2), SEQ tokens (128)
   local dir=$1 np=$2 steps=$3
   shift 3
-  set -- --train.micro_batches "${MB:-2}" "$@"
+  set -- --train.micro_batches "${MB:-2}" --data.seq_len "${SEQ:-128}" --data.max_doc_len "${SEQ:-128}" "$@"
   if [ "$np" = 0 ]; then
     "$LCT" train $MODEL --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
       || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
@@ -69,6 +69,12 @@ grep -q "cp .* MiB sent/rank (.* per layer) | exposed" cp2_ring_zigzag_pretrain_
 grep -q '"exchange_exposed_fraction"' cp2_allgather_zigzag_pretrain_dca/metrics.jsonl
 h5ls cp2_ring_zigzag_pretrain_dca/step_00000010.h5/metrics | grep -q attention_pairs_max_over_mean
 
+# 8-token sequences over 4 ranks: documents shorter than 2 cp only, so some ranks
+# would hold nothing without the fall-back that gives them a token of the fullest rank
+SEQ=8 train tiny_ref 0 10 $SGD
+SEQ=8 train tiny_cp4 4 10 $SGD --parallel.dp 1 --parallel.cp 4
+compare "cp=4 on 8-token sequences of short documents" tiny_cp4 tiny_ref
+
 # with data and pipeline parallelism (4 ranks)
 MB=4 train ref_m4 0 10 $SGD --attention.kernel dca
 train dp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 2 --parallel.cp 2
@@ -100,7 +106,7 @@ compare "cp=1 checkpoint resumed under cp=2" to_cp2 ref_pretrain_causal
 
 # invalid settings: one message (from rank 0), non-zero exit, quickly
 expect_layout_error 3 "data.seq_len = 128 must be a multiple of 2 x parallel.cp = 6" \
-  --parallel.dp 1 --parallel.cp 3
+  --parallel.dp 1 --parallel.cp 3 --data.seq_len 128
 expect_layout_error 2 "parallel.cp_comm: unknown context-parallel exchange 'ulysses'" \
   --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
 expect_layout_error 2 "parallel.cp_split: unknown context-parallel split 'stripes'" \

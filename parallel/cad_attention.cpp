@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <functional>
 #include <stdexcept>
 
 namespace lct {
@@ -118,77 +119,127 @@ void CadAttention::alltoallv(const std::vector<float>& send, const std::vector<i
   stats_.bytes_sent += s * int64_t(sizeof(float));  // nothing is sent to oneself
 }
 
-void CadAttention::forward(const AttentionInput& in, const float* q, const float* k,
-                           const float* v, float* out, float* lse) {
-  if (in.first_layer) make_plan(in);  // every rank is at the same first layer
-  const auto it = plans_.find(in.micro_batch);
-  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
-  const Plan& p = it->second;
-  const AttentionParams& prm = in.params;
-  const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
-  stats_.pairs_served += double(p.plan.pairs_after[size_t(rank_)]);
+// ---- exchanges --------------------------------------------------------------------
+// Between an origin and a server, a message is, for the plan's tasks from that origin
+// to that server in plan order: every per-query-row array ([task rows, width] each,
+// back to back), then every per-key-row array over each document's prefix (once per
+// document). Both sides derive the same layout from the plan.
 
-  // origin -> server: Q rows, then K and V of each document's prefix
+int64_t CadAttention::message_floats(const Plan& p, int origin, int server, const Widths& w) const {
+  const Rows r = rows_between(p, origin, server);
+  int64_t n = 0;
+  for (int64_t x : w.q) n += r.q * x;
+  for (int64_t x : w.kv) n += r.kv * x;
+  return n;
+}
+
+void CadAttention::pack_to_servers(const Plan& p, const std::vector<RowArray>& q_arrays,
+                                   const std::vector<RowArray>& kv_arrays) {
+  Widths w;
+  for (const RowArray& a : q_arrays) w.q.push_back(a.width);
+  for (const RowArray& a : kv_arrays) w.kv.push_back(a.width);
   send_.clear();
   send_counts_.assign(size_t(size_), 0);
   recv_counts_.assign(size_t(size_), 0);
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
-    const Rows out_rows = rows_between(p, rank_, s), in_rows = rows_between(p, s, rank_);
-    send_counts_[size_t(s)] = checked_int(out_rows.q * qd + 2 * out_rows.kv * kvd);
-    recv_counts_[size_t(s)] = checked_int(in_rows.q * qd + 2 * in_rows.kv * kvd);
+    send_counts_[size_t(s)] = checked_int(message_floats(p, rank_, s, w));
+    recv_counts_[size_t(s)] = checked_int(message_floats(p, s, rank_, w));
+    const Rows r = rows_between(p, rank_, s);
     const size_t base = send_.size();
     send_.resize(base + size_t(send_counts_[size_t(s)]));
-    float* qs = send_.data() + base;
-    float* ks = qs + out_rows.q * qd;
-    float* vs = ks + out_rows.kv * kvd;
+    float* at = send_.data() + base;
+    std::vector<float*> q_dst, kv_dst;
+    for (const RowArray& a : q_arrays) q_dst.push_back(at), at += r.q * a.width;
+    for (const RowArray& a : kv_arrays) kv_dst.push_back(at), at += r.kv * a.width;
     for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
       const CaDocument& d = doc_of(p, t);
       const int64_t src = d.row + t.q_begin;
-      std::copy(q + src * qd, q + (src + t.q_len) * qd, qs + q_row * qd);
-      std::copy(k + int64_t(d.row) * kvd, k + (d.row + t.kv_len()) * kvd, ks + kv_row * kvd);
-      std::copy(v + int64_t(d.row) * kvd, v + (d.row + t.kv_len()) * kvd, vs + kv_row * kvd);
+      for (size_t x = 0; x < q_arrays.size(); ++x) {
+        const int64_t wd = q_arrays[x].width;
+        std::copy(q_arrays[x].data + src * wd, q_arrays[x].data + (src + t.q_len) * wd,
+                  q_dst[x] + q_row * wd);
+      }
+      for (size_t x = 0; x < kv_arrays.size(); ++x) {  // (a longer prefix overwrites a shorter)
+        const int64_t wd = kv_arrays[x].width;
+        std::copy(kv_arrays[x].data + int64_t(d.row) * wd,
+                  kv_arrays[x].data + (d.row + t.kv_len()) * wd, kv_dst[x] + kv_row * wd);
+      }
     });
   }
   alltoallv(send_, send_counts_, recv_, recv_counts_);
+}
 
-  // The exchange comes first, so every rank starts its share of the plan at the same
-  // time: its own tasks in place, then the other origins' tasks, whose O and LSE go
-  // straight into the reply buffer.
+void CadAttention::serve(const Plan& p, const Widths& in, const Widths& reply,
+                         const std::function<void(const std::vector<const float*>&,
+                                                  const std::vector<float*>&)>& compute) {
+  reply_counts_.assign(size_t(size_), 0);
+  reply_recv_counts_.assign(size_t(size_), 0);
+  int64_t total = 0;
+  for (int o = 0; o < size_; ++o)
+    if (o != rank_) {
+      reply_counts_[size_t(o)] = checked_int(message_floats(p, o, rank_, reply));
+      reply_recv_counts_[size_t(o)] = checked_int(message_floats(p, rank_, o, reply));
+      total += reply_counts_[size_t(o)];
+    }
+  back_.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)
+  int64_t in_at = 0, back_at = 0;
+  for (int o = 0; o < size_; ++o) {
+    if (o == rank_) continue;
+    const Rows r = rows_between(p, o, rank_);
+    std::vector<const float*> src;
+    std::vector<float*> dst;
+    const float* a = recv_.data() + in_at;
+    for (int64_t w : in.q) src.push_back(a), a += r.q * w;
+    for (int64_t w : in.kv) src.push_back(a), a += r.kv * w;
+    float* b = back_.data() + back_at;
+    for (int64_t w : reply.q) dst.push_back(b), b += r.q * w;
+    for (int64_t w : reply.kv) dst.push_back(b), b += r.kv * w;
+    tasks_.clear();
+    for_exchange(p.plan.tasks, o, rank_, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
+      tasks_.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
+    });
+    if (!tasks_.empty()) compute(src, dst);
+    in_at += recv_counts_[size_t(o)];
+    back_at += reply_counts_[size_t(o)];
+  }
+  alltoallv(back_, reply_counts_, back_recv_, reply_recv_counts_);
+}
+
+void CadAttention::local_tasks(const Plan& p) {
   tasks_.clear();
   for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
     const CaDocument& d = doc_of(p, t);
     tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
   });
-  if (!tasks_.empty()) attention_forward(prm, tasks_, q, k, v, out, lse);
-  std::vector<int> back_counts(size_t(size_), 0), back_recv_counts(size_t(size_), 0);
-  int64_t back_total = 0;
-  for (int o = 0; o < size_; ++o)
-    if (o != rank_) {
-      back_counts[size_t(o)] = checked_int(rows_between(p, o, rank_).q * (qd + H));
-      back_recv_counts[size_t(o)] = checked_int(rows_between(p, rank_, o).q * (qd + H));
-      back_total += back_counts[size_t(o)];
-    }
-  if (back_.size() < size_t(back_total)) back_.resize(size_t(back_total));
-  int64_t in_at = 0, back_at = 0;
-  for (int o = 0; o < size_; ++o) {
-    if (o == rank_) continue;
-    const Rows r = rows_between(p, o, rank_);
-    const float* qs = recv_.data() + in_at;
-    const float* ks = qs + r.q * qd;
-    const float* vs = ks + r.kv * kvd;
-    float* os = back_.data() + back_at;
-    float* ls = os + r.q * qd;
-    tasks_.clear();
-    for_exchange(p.plan.tasks, o, rank_, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      tasks_.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
-    });
-    if (!tasks_.empty()) attention_forward(prm, tasks_, qs, ks, vs, os, ls);
-    in_at += recv_counts_[size_t(o)];
-    back_at += back_counts[size_t(o)];
-  }
-  alltoallv(back_, back_counts, back_recv_, back_recv_counts);
+}
 
+const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
+  const auto it = plans_.find(in.micro_batch);
+  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
+  return it->second;
+}
+
+// ---- forward and backward -----------------------------------------------------------
+
+void CadAttention::forward(const AttentionInput& in, const float* q, const float* k,
+                           const float* v, float* out, float* lse) {
+  if (in.first_layer) make_plan(in);  // every rank is at the same first layer
+  const Plan& p = plan_of(in);
+  const AttentionParams& prm = in.params;
+  const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
+  stats_.pairs_served += double(p.plan.pairs_after[size_t(rank_)]);
+
+  // The exchange comes first, so every rank starts its share of the plan at the same
+  // time: its own tasks in place, then the other origins' (Q rows and K/V prefixes in,
+  // O and LSE straight into the reply).
+  pack_to_servers(p, {{q, qd}}, {{k, kvd}, {v, kvd}});
+  local_tasks(p);
+  if (!tasks_.empty()) attention_forward(prm, tasks_, q, k, v, out, lse);
+  serve(p, {{qd}, {kvd, kvd}}, {{qd, H}, {}},
+        [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
+          attention_forward(prm, tasks_, x[0], x[1], x[2], y[0], y[1]);
+        });
   // results of this rank's tasks served elsewhere
   int64_t at = 0;
   for (int s = 0; s < size_; ++s) {
@@ -201,91 +252,26 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
       std::copy(os + q_row * qd, os + (q_row + t.q_len) * qd, out + dst * qd);
       std::copy(ls + q_row * H, ls + (q_row + t.q_len) * H, lse + dst * H);
     });
-    at += back_recv_counts[size_t(s)];
+    at += reply_recv_counts_[size_t(s)];
   }
 }
 
 void CadAttention::backward(const AttentionInput& in, const float* q, const float* k,
                             const float* v, const float* out, const float* lse,
                             const float* dout, float* dq, float* dk, float* dv) {
-  const auto it = plans_.find(in.micro_batch);
-  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
-  const Plan& p = it->second;
+  const Plan& p = plan_of(in);
   const AttentionParams& prm = in.params;
   const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
 
-  // origin -> server: Q, O, dO, LSE rows, then K and V prefixes (servers keep nothing)
-  const int64_t q_width = 3 * qd + H;
-  send_.clear();
-  send_counts_.assign(size_t(size_), 0);
-  recv_counts_.assign(size_t(size_), 0);
-  for (int s = 0; s < size_; ++s) {
-    if (s == rank_) continue;
-    const Rows out_rows = rows_between(p, rank_, s), in_rows = rows_between(p, s, rank_);
-    send_counts_[size_t(s)] = checked_int(out_rows.q * q_width + 2 * out_rows.kv * kvd);
-    recv_counts_[size_t(s)] = checked_int(in_rows.q * q_width + 2 * in_rows.kv * kvd);
-    const size_t base = send_.size();
-    send_.resize(base + size_t(send_counts_[size_t(s)]));
-    float* qs = send_.data() + base;
-    float* os = qs + out_rows.q * qd;
-    float* dos = os + out_rows.q * qd;
-    float* ls = dos + out_rows.q * qd;
-    float* ks = ls + out_rows.q * H;
-    float* vs = ks + out_rows.kv * kvd;
-    for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      const CaDocument& d = doc_of(p, t);
-      const int64_t src = d.row + t.q_begin, n = t.q_len;
-      std::copy(q + src * qd, q + (src + n) * qd, qs + q_row * qd);
-      std::copy(out + src * qd, out + (src + n) * qd, os + q_row * qd);
-      std::copy(dout + src * qd, dout + (src + n) * qd, dos + q_row * qd);
-      std::copy(lse + src * H, lse + (src + n) * H, ls + q_row * H);
-      std::copy(k + int64_t(d.row) * kvd, k + (d.row + t.kv_len()) * kvd, ks + kv_row * kvd);
-      std::copy(v + int64_t(d.row) * kvd, v + (d.row + t.kv_len()) * kvd, vs + kv_row * kvd);
-    });
-  }
-  alltoallv(send_, send_counts_, recv_, recv_counts_);
-
-  // exchange first (as in forward), then this rank's own tasks, then the others' whose
-  // dQ, dK, dV go into the reply buffer
-  tasks_.clear();
-  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
-    const CaDocument& d = doc_of(p, t);
-    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
-  });
+  // servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
+  // prefixes go out again, dQ and the prefixes' dK, dV come back
+  pack_to_servers(p, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}});
+  local_tasks(p);
   if (!tasks_.empty()) attention_backward(prm, tasks_, q, k, v, out, lse, dout, dq, dk, dv);
-  std::vector<int> back_counts(size_t(size_), 0), back_recv_counts(size_t(size_), 0);
-  int64_t back_total = 0;
-  for (int o = 0; o < size_; ++o)
-    if (o != rank_) {
-      const Rows r_in = rows_between(p, o, rank_), r_out = rows_between(p, rank_, o);
-      back_counts[size_t(o)] = checked_int(r_in.q * qd + 2 * r_in.kv * kvd);
-      back_recv_counts[size_t(o)] = checked_int(r_out.q * qd + 2 * r_out.kv * kvd);
-      back_total += back_counts[size_t(o)];
-    }
-  back_.assign(size_t(back_total), 0.0f);  // the kernel accumulates
-  int64_t in_at = 0, back_at = 0;
-  for (int o = 0; o < size_; ++o) {
-    if (o == rank_) continue;
-    const Rows r = rows_between(p, o, rank_);
-    const float* qs = recv_.data() + in_at;
-    const float* os = qs + r.q * qd;
-    const float* dos = os + r.q * qd;
-    const float* ls = dos + r.q * qd;
-    const float* ks = ls + r.q * H;
-    const float* vs = ks + r.kv * kvd;
-    float* dqs = back_.data() + back_at;
-    float* dks = dqs + r.q * qd;
-    float* dvs = dks + r.kv * kvd;
-    tasks_.clear();
-    for_exchange(p.plan.tasks, o, rank_, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      tasks_.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
-    });
-    if (!tasks_.empty()) attention_backward(prm, tasks_, qs, ks, vs, os, ls, dos, dqs, dks, dvs);
-    in_at += recv_counts_[size_t(o)];
-    back_at += back_counts[size_t(o)];
-  }
-  alltoallv(back_, back_counts, back_recv_, back_recv_counts);
-
+  serve(p, {{qd, qd, qd, H}, {kvd, kvd}}, {{qd}, {kvd, kvd}},
+        [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
+          attention_backward(prm, tasks_, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
+        });
   // add the servers' shares after this rank's own, in server rank order
   int64_t at = 0;
   for (int s = 0; s < size_; ++s) {
@@ -310,7 +296,7 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
         dv[row * kvd + i] += dvs[e.first * kvd + i];
       }
     }
-    at += back_recv_counts[size_t(s)];
+    at += reply_recv_counts_[size_t(s)];
   }
 }
 

@@ -25,6 +25,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -65,6 +66,26 @@ class CadAttention final : public AttentionPlacement {
   Rows rows_between(const Plan& p, int origin, int server) const;
   void alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
                  std::vector<float>& recv, const std::vector<int>& recv_counts);
+  // An exchange carries per-query-row arrays, then per-prefix-row arrays (widths in floats).
+  struct Widths {
+    std::vector<int64_t> q, kv;
+  };
+  struct RowArray {
+    const float* data;
+    int64_t width;
+  };
+  int64_t message_floats(const Plan& p, int origin, int server, const Widths& w) const;
+  const Plan& plan_of(const AttentionInput& in) const;
+  // Sends this rank's rows of every array to the servers of its moved tasks (recv_
+  // gets the tasks this rank serves, from every origin).
+  void pack_to_servers(const Plan& p, const std::vector<RowArray>& q_arrays,
+                       const std::vector<RowArray>& kv_arrays);
+  // For each origin: tasks_ set to its tasks on this rank (rows relative to its message),
+  // compute(inputs, replies) run, and the replies sent back (into back_recv_).
+  void serve(const Plan& p, const Widths& in, const Widths& reply,
+             const std::function<void(const std::vector<const float*>&,
+                                      const std::vector<float*>&)>& compute);
+  void local_tasks(const Plan& p);  // tasks_ = this rank's tasks it runs itself
 
   MPI_Comm comm_;
   double tolerance_;
@@ -72,7 +93,7 @@ class CadAttention final : public AttentionPlacement {
   std::map<int, Plan> plans_;  // by micro-batch of the step
   std::vector<int64_t> pairs_before_, pairs_after_;
   std::vector<float> send_, recv_, back_, back_recv_;
-  std::vector<int> send_counts_, recv_counts_, sdispl_, rdispl_;
+  std::vector<int> send_counts_, recv_counts_, reply_counts_, reply_recv_counts_, sdispl_, rdispl_;
   std::vector<AttentionTask> tasks_;
 };
 

@@ -225,13 +225,30 @@ void ContextParallelAttention::finish_transfers() {
 
 void ContextParallelAttention::begin_transfers() { requests_.clear(); }
 
+// Ring step i: send the block in hand (K, V of n floats each) to the next rank and
+// receive the next one (from rank r - i - 1) into the other buffer; tags tag, tag + 1.
+void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const float* cur_k,
+                                          const float* cur_v, int64_t n, int tag) {
+  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
+  const int jn = (rank_ - i - 1 + 2 * size_) % size_;
+  const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * kv_width(in.params);
+  std::vector<float>& bk = block_k_[(i + 1) & 1];
+  std::vector<float>& bv = block_v_[(i + 1) & 1];
+  if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
+  requests_.resize(4);
+  MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, tag, comm_, &requests_[0]);
+  MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, tag + 1, comm_, &requests_[1]);
+  MPI_Isend(cur_k, checked_int(n), MPI_FLOAT, next, tag, comm_, &requests_[2]);
+  MPI_Isend(cur_v, checked_int(n), MPI_FLOAT, next, tag + 1, comm_, &requests_[3]);
+  stats_.bytes_sent += 2 * n * int64_t(sizeof(float));
+}
+
 void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
                                             const float* k, const float* v, float* out,
                                             float* lse) {
   const AttentionParams& prm = in.params;
   const int64_t w = kv_width(prm), H = prm.num_heads, hd = prm.head_dim;
   const int64_t T = rows_of(in.batch.pieces);
-  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   std::fill(out, out + T * H * hd, 0.0f);
   std::fill(lse, lse + T * H, -INFINITY);
   if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
@@ -241,19 +258,7 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
     const int j = (rank_ - i + size_) % size_;
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     begin_transfers();
-    if (i + 1 < size_) {  // the next block travels while this one is computed
-      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
-      const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
-      std::vector<float>& bk = block_k_[(i + 1) & 1];
-      std::vector<float>& bv = block_v_[(i + 1) & 1];
-      if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
-      requests_.resize(4);
-      MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, 2 * i, comm_, &requests_[0]);
-      MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, 2 * i + 1, comm_, &requests_[1]);
-      MPI_Isend(cur_k, checked_int(n_j), MPI_FLOAT, next, 2 * i, comm_, &requests_[2]);
-      MPI_Isend(cur_v, checked_int(n_j), MPI_FLOAT, next, 2 * i + 1, comm_, &requests_[3]);
-      stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
-    }
+    if (i + 1 < size_) pass_block(in, i, cur_k, cur_v, n_j, 2 * i);  // the next one travels meanwhile
     ring_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
@@ -292,19 +297,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     const int b = i & 1;
     begin_transfers();
-    if (i + 1 < size_) {  // the next block's K and V travel while this one is computed
-      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
-      const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * w;
-      std::vector<float>& bk = block_k_[(i + 1) & 1];
-      std::vector<float>& bv = block_v_[(i + 1) & 1];
-      if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
-      requests_.resize(4);
-      MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, 4 * i, comm_, &requests_[0]);
-      MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, 4 * i + 1, comm_, &requests_[1]);
-      MPI_Isend(cur_k, checked_int(n_j), MPI_FLOAT, next, 4 * i, comm_, &requests_[2]);
-      MPI_Isend(cur_v, checked_int(n_j), MPI_FLOAT, next, 4 * i + 1, comm_, &requests_[3]);
-      stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
-    }
+    if (i + 1 < size_) pass_block(in, i, cur_k, cur_v, n_j, 4 * i);  // the next one travels meanwhile
     if (i > 0) {  // block j's accumulator, from the ranks that computed on it before
       if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
       requests_.resize(requests_.size() + 2);

@@ -69,6 +69,8 @@ class ContextParallelAttention final : public AttentionPlacement {
   void ring_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
                      const float* out, const float* lse, const float* dout, float* dq,
                      float* dk, float* dv);
+  void pass_block(const AttentionInput& in, int i, const float* cur_k, const float* cur_v,
+                  int64_t n, int tag);
   void begin_transfers();
   void progress();
   void finish_transfers();

@@ -11,14 +11,7 @@
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
 LCT=$1
-HERE=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-source "$HERE/mpi_common.sh"
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
   --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
@@ -29,13 +22,7 @@ SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 train() {  # dir ranks micro_batches [extra args]
   local dir=$1 np=$2 mb=$3
   shift 3
-  if [ "$np" = 0 ]; then
-    "$LCT" train $MODEL --train.steps 10 --train.micro_batches "$mb" --checkpoint.dir "$dir" "$@" \
-      > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  else
-    timeout 300 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 10 --train.micro_batches "$mb" \
-      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  fi
+  run_train "$dir" "$np" --train.steps 10 --train.micro_batches "$mb" "$@"
 }
 
 for kernel in causal dca; do

@@ -1,8 +1,26 @@
-# Shared by the MPI test scripts (sourced). Expects LCT, MODEL and MPIRUN to be set
-# and the current directory to be the test's scratch folder.
+# Shared by the MPI test scripts (sourced after `LCT=$1`): MPI settings for root and
+# oversubscription, a scratch folder removed on exit (made the current directory), and
+# helpers that expect MODEL (the scripts' common lct train arguments).
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=PASSIVE
+MPIRUN="mpirun --oversubscribe --bind-to none"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
 
 # compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters
-compare() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/compare_runs.py" "$@"; }
+compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
+
+# run_train DIR RANKS ARGS...: lct train with MODEL and ARGS into checkpoint.dir DIR, one
+# process (RANKS = 0) or RANKS under mpirun; the log goes to DIR.log, shown on failure
+run_train() {
+  local dir=$1 np=$2
+  shift 2
+  local cmd=("$LCT" train $MODEL --checkpoint.dir "$dir" "$@")
+  [ "$np" = 0 ] || cmd=(timeout 300 $MPIRUN -np "$np" "${cmd[@]}")
+  "${cmd[@]}" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
+}
 
 # expect_layout_error RANKS MESSAGE ARGS...: one error line (from rank 0), a non-zero
 # exit, quickly

@@ -17,14 +17,7 @@
 # exact to the target; the AdamW runs are checked at 1e-4.
 set -euo pipefail
 LCT=$1
-HERE=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-source "$HERE/mpi_common.sh"
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 # DCA chunk 40 / local 8 (chunks of 32 tokens) on documents up to 128 tokens
 MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
@@ -36,14 +29,8 @@ SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 train() {  # dir ranks steps [extra args]; MB micro-batches (default 2), SEQ tokens (128)
   local dir=$1 np=$2 steps=$3
   shift 3
-  set -- --train.micro_batches "${MB:-2}" --data.seq_len "${SEQ:-128}" --data.max_doc_len "${SEQ:-128}" "$@"
-  if [ "$np" = 0 ]; then
-    "$LCT" train $MODEL --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
-      || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  else
-    timeout 300 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps "$steps" \
-      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  fi
+  run_train "$dir" "$np" --train.steps "$steps" --train.micro_batches "${MB:-2}" \
+    --data.seq_len "${SEQ:-128}" --data.max_doc_len "${SEQ:-128}" "$@"
 }
 
 for lengths in pretrain fixed; do

@@ -8,14 +8,7 @@
 #   - killing one rank mid-run ends the whole job with a message within seconds.
 set -euo pipefail
 LCT=$1
-HERE=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-source "$HERE/mpi_common.sh"
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 MODEL="--model.hidden_size 64 --model.intermediate_size 96 --model.num_hidden_layers 2
   --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
@@ -24,14 +17,8 @@ MODEL="--model.hidden_size 64 --model.intermediate_size 96 --model.num_hidden_la
 train() {  # dir ranks micro_batches steps [extra args]
   local dir=$1 np=$2 mb=$3 steps=$4
   shift 4
-  if [ "$np" = 0 ]; then
-    "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log"
-  else
-    timeout 120 $MPIRUN -np "$np" "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" \
-      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  fi
+  run_train "$dir" "$np" --train.micro_batches "$mb" --train.steps "$steps" "$@"
 }
-
 
 # same global batch of 4 sequences per step
 train dp1 0 4 10

@@ -9,14 +9,7 @@
 #   - invalid layouts: one error line, clean exit, no hang; a killed stage ends the job.
 set -euo pipefail
 LCT=$1
-HERE=$(cd "$(dirname "$0")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-source "$HERE/mpi_common.sh"
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 # 4 layers (pp = 4 gets one each); documents up to the whole 128-token sequence, so
 # DCA (chunk 40, local 8: chunks of 32 tokens) runs its intra, successive and inter parts.
@@ -28,13 +21,7 @@ MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_la
 train() {  # dir ranks micro_batches steps [extra args]
   local dir=$1 np=$2 mb=$3 steps=$4
   shift 4
-  if [ "$np" = 0 ]; then
-    "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
-      || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  else
-    timeout 300 $MPIRUN -np "$np" "$LCT" train $MODEL --train.micro_batches "$mb" --train.steps "$steps" \
-      --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: run $dir"; exit 1; }
-  fi
+  run_train "$dir" "$np" --train.micro_batches "$mb" --train.steps "$steps" "$@"
 }
 
 for kernel in causal dca; do

@@ -2,19 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <functional>
 #include <stdexcept>
 
+#include "parallel/mpi_util.h"
+
 namespace lct {
 namespace {
-using Clock = std::chrono::steady_clock;
-int checked_int(int64_t n) {
-  if (n > INT_MAX)
-    throw std::runtime_error("CAD exchange of " + std::to_string(n) +
-                             " floats with one rank exceeds MPI's int count");
-  return int(n);
-}
+int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
 // Calls f(task) for the plan's tasks from `origin` to `server`, in plan order, with the
 // offset of the task's first query row and of its document's prefix within the exchange
 // (each document's prefix is sent once: the longest its tasks need).
@@ -106,16 +101,16 @@ void CadAttention::alltoallv(const std::vector<float>& send, const std::vector<i
   rdispl_.assign(size_t(size_), 0);
   int64_t s = 0, r = 0;
   for (int i = 0; i < size_; ++i) {
-    sdispl_[size_t(i)] = checked_int(s);
-    rdispl_[size_t(i)] = checked_int(r);
+    sdispl_[size_t(i)] = count_of(s);
+    rdispl_[size_t(i)] = count_of(r);
     s += send_counts[size_t(i)];
     r += recv_counts[size_t(i)];
   }
   if (recv.size() < size_t(r)) recv.resize(size_t(r));
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   MPI_Alltoallv(send.data(), send_counts.data(), sdispl_.data(), MPI_FLOAT, recv.data(),
                 recv_counts.data(), rdispl_.data(), MPI_FLOAT, comm_);
-  stats_.exposed_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  stats_.exposed_seconds += std::chrono::duration<double>(SteadyClock::now() - t0).count();
   stats_.bytes_sent += s * int64_t(sizeof(float));  // nothing is sent to oneself
 }
 
@@ -143,8 +138,8 @@ void CadAttention::pack_to_servers(const Plan& p, const std::vector<RowArray>& q
   recv_counts_.assign(size_t(size_), 0);
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
-    send_counts_[size_t(s)] = checked_int(message_floats(p, rank_, s, w));
-    recv_counts_[size_t(s)] = checked_int(message_floats(p, s, rank_, w));
+    send_counts_[size_t(s)] = count_of(message_floats(p, rank_, s, w));
+    recv_counts_[size_t(s)] = count_of(message_floats(p, s, rank_, w));
     const Rows r = rows_between(p, rank_, s);
     const size_t base = send_.size();
     send_.resize(base + size_t(send_counts_[size_t(s)]));
@@ -178,8 +173,8 @@ void CadAttention::serve(const Plan& p, const Widths& in, const Widths& reply,
   int64_t total = 0;
   for (int o = 0; o < size_; ++o)
     if (o != rank_) {
-      reply_counts_[size_t(o)] = checked_int(message_floats(p, o, rank_, reply));
-      reply_recv_counts_[size_t(o)] = checked_int(message_floats(p, rank_, o, reply));
+      reply_counts_[size_t(o)] = count_of(message_floats(p, o, rank_, reply));
+      reply_recv_counts_[size_t(o)] = count_of(message_floats(p, rank_, o, reply));
       total += reply_counts_[size_t(o)];
     }
   back_.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)

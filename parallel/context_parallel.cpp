@@ -2,22 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cmath>
 #include <stdexcept>
 
+#include "parallel/mpi_util.h"
+
 namespace lct {
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-int checked_int(int64_t n) {
-  if (n > INT_MAX)
-    throw std::runtime_error("context-parallel message of " + std::to_string(n) +
-                             " floats exceeds MPI's int count; use more cp ranks or shorter sequences");
-  return int(n);
-}
+int count_of(int64_t n) { return mpi_count(n, "a context-parallel message"); }
 int64_t rows_of(const std::vector<DocPiece>& pieces) {
   int64_t n = 0;
   for (const DocPiece& p : pieces) n += p.len;
@@ -51,10 +43,10 @@ void ContextParallelAttention::probe_bandwidth_once() {
   std::vector<double> times;
   for (int rep = 0; rep < 3; ++rep) {
     MPI_Barrier(comm_);
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     MPI_Sendrecv(out.data(), n, MPI_FLOAT, (rank_ + 1) % size_, 99, in.data(), n, MPI_FLOAT,
                  (rank_ - 1 + size_) % size_, 99, comm_, MPI_STATUS_IGNORE);
-    times.push_back(since(t0));
+    times.push_back(seconds_since(t0));
   }
   std::sort(times.begin(), times.end());
   double t = times[1];
@@ -112,8 +104,8 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
   displs_.assign(size_t(size_), 0);
   int64_t total = 0;
   for (int j = 0; j < size_; ++j) {
-    counts_[size_t(j)] = checked_int(2 * rows_of(group[size_t(j)]) * w);
-    displs_[size_t(j)] = checked_int(total);
+    counts_[size_t(j)] = count_of(2 * rows_of(group[size_t(j)]) * w);
+    displs_[size_t(j)] = count_of(total);
     total += counts_[size_t(j)];
   }
   if (gathered_.size() < size_t(total)) gathered_.resize(size_t(total));
@@ -121,10 +113,10 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
   float* slot = gathered_.data() + displs_[size_t(rank_)];
   std::copy(k, k + mine, slot);
   std::copy(v, v + mine, slot + mine);
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
                  displs_.data(), MPI_FLOAT, comm_);
-  stats_.exposed_seconds += since(t0);
+  stats_.exposed_seconds += seconds_since(t0);
   stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(sizeof(float));
 
   const size_t seq = size_t(in.batch.sequence_tokens * w);
@@ -175,9 +167,9 @@ void ContextParallelAttention::allgather_backward(const AttentionInput& in, cons
     }
   }
   const int64_t mine = rows_of(in.batch.pieces) * w;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   MPI_Reduce_scatter(reduced_.data(), gathered_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_);
-  stats_.exposed_seconds += since(t0);
+  stats_.exposed_seconds += seconds_since(t0);
   int64_t others = 0;
   for (int j = 0; j < size_; ++j)
     if (j != rank_) others += counts_[size_t(j)];
@@ -217,9 +209,9 @@ void ContextParallelAttention::progress() {
 // Waits for the rest of the step's transfers; the time waited is exposed.
 void ContextParallelAttention::finish_transfers() {
   if (requests_.empty()) return;
-  const auto t_wait = Clock::now();
+  const auto t_wait = SteadyClock::now();
   MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-  stats_.exposed_seconds += since(t_wait);
+  stats_.exposed_seconds += seconds_since(t_wait);
   requests_.clear();
 }
 
@@ -236,10 +228,10 @@ void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const
   std::vector<float>& bv = block_v_[(i + 1) & 1];
   if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
   requests_.resize(4);
-  MPI_Irecv(bk.data(), checked_int(n_next), MPI_FLOAT, prev, tag, comm_, &requests_[0]);
-  MPI_Irecv(bv.data(), checked_int(n_next), MPI_FLOAT, prev, tag + 1, comm_, &requests_[1]);
-  MPI_Isend(cur_k, checked_int(n), MPI_FLOAT, next, tag, comm_, &requests_[2]);
-  MPI_Isend(cur_v, checked_int(n), MPI_FLOAT, next, tag + 1, comm_, &requests_[3]);
+  MPI_Irecv(bk.data(), count_of(n_next), MPI_FLOAT, prev, tag, comm_, &requests_[0]);
+  MPI_Irecv(bv.data(), count_of(n_next), MPI_FLOAT, prev, tag + 1, comm_, &requests_[1]);
+  MPI_Isend(cur_k, count_of(n), MPI_FLOAT, next, tag, comm_, &requests_[2]);
+  MPI_Isend(cur_v, count_of(n), MPI_FLOAT, next, tag + 1, comm_, &requests_[3]);
   stats_.bytes_sent += 2 * n * int64_t(sizeof(float));
 }
 
@@ -287,9 +279,9 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
   MPI_Request acc_sent[2][2] = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL},
                                 {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
   const auto wait_exposed = [&](int n, MPI_Request* r) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
-    stats_.exposed_seconds += since(t0);
+    stats_.exposed_seconds += seconds_since(t0);
   };
   const float *cur_k = k, *cur_v = v;
   for (int i = 0; i < size_; ++i) {
@@ -302,8 +294,8 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
       if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
       requests_.resize(requests_.size() + 2);
       MPI_Request* r = &requests_[requests_.size() - 2];
-      MPI_Irecv(acc_in_k_.data(), checked_int(n_j), MPI_FLOAT, prev, 4 * i + 2, comm_, &r[0]);
-      MPI_Irecv(acc_in_v_.data(), checked_int(n_j), MPI_FLOAT, prev, 4 * i + 3, comm_, &r[1]);
+      MPI_Irecv(acc_in_k_.data(), count_of(n_j), MPI_FLOAT, prev, 4 * i + 2, comm_, &r[0]);
+      MPI_Irecv(acc_in_v_.data(), count_of(n_j), MPI_FLOAT, prev, 4 * i + 3, comm_, &r[1]);
     }
     // this rank's contribution to block j's dK/dV
     wait_exposed(2, acc_sent[b]);
@@ -326,8 +318,8 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
       }
     }
     // on to the next rank; after the last step that rank is block j's owner
-    MPI_Isend(ak.data(), checked_int(n_j), MPI_FLOAT, next, 4 * (i + 1) + 2, comm_, &acc_sent[b][0]);
-    MPI_Isend(av.data(), checked_int(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
+    MPI_Isend(ak.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 2, comm_, &acc_sent[b][0]);
+    MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
     stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
     if (i + 1 < size_) {
       cur_k = block_k_[(i + 1) & 1].data();
@@ -338,8 +330,8 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
   const int64_t n_mine = rows_of(in.batch.pieces) * w;
   if (acc_in_k_.size() < size_t(n_mine)) acc_in_k_.resize(size_t(n_mine)), acc_in_v_.resize(size_t(n_mine));
   MPI_Request last[2];
-  MPI_Irecv(acc_in_k_.data(), checked_int(n_mine), MPI_FLOAT, prev, 4 * size_ + 2, comm_, &last[0]);
-  MPI_Irecv(acc_in_v_.data(), checked_int(n_mine), MPI_FLOAT, prev, 4 * size_ + 3, comm_, &last[1]);
+  MPI_Irecv(acc_in_k_.data(), count_of(n_mine), MPI_FLOAT, prev, 4 * size_ + 2, comm_, &last[0]);
+  MPI_Irecv(acc_in_v_.data(), count_of(n_mine), MPI_FLOAT, prev, 4 * size_ + 3, comm_, &last[1]);
   wait_exposed(2, last);
   for (auto& pair : acc_sent) wait_exposed(2, pair);
 #pragma omp parallel for schedule(static)

@@ -1,25 +1,13 @@
 #include "parallel/grad_reducer.h"
 
 #include <chrono>
-#include <climits>
-#include <string>
 #include <stdexcept>
+
+#include "parallel/mpi_util.h"
 
 namespace lct {
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-}  // namespace
-
-namespace {
-int bucket_count(const ArenaRange& r) {
-  if (r.end - r.begin > INT_MAX)
-    throw std::runtime_error("a gradient tensor of " + std::to_string(r.end - r.begin) +
-                             " elements exceeds MPI's int count");
-  return int(r.end - r.begin);
-}
+int bucket_count(const ArenaRange& r) { return mpi_count(r.end - r.begin, "a gradient bucket"); }
 }  // namespace
 
 GradReducer::GradReducer(const TensorTable& table, const std::vector<ArenaRange>& owned,
@@ -71,19 +59,19 @@ void GradReducer::start_bucket(size_t b) {
 
 void GradReducer::grads_final_from(int64_t offset) {
   if (!active() || !overlap_ || !grads_) return;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].begin >= offset)
     start_bucket(next_bucket_++);
   if (!requests_.empty()) {  // drive the collectives in flight
     int done = 0;
     MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
   }
-  comm_seconds_ += since(t0);
+  comm_seconds_ += seconds_since(t0);
 }
 
 void GradReducer::finish() {
   if (!active() || !grads_) return;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   if (!overlap_) {
     for (const ArenaRange& r : buckets_)
       MPI_Allreduce(MPI_IN_PLACE, grads_ + r.begin, bucket_count(r), MPI_FLOAT, MPI_SUM,
@@ -92,7 +80,7 @@ void GradReducer::finish() {
     while (next_bucket_ < buckets_.size()) start_bucket(next_bucket_++);
     MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   }
-  comm_seconds_ += since(t0);
+  comm_seconds_ += seconds_since(t0);
   grads_ = nullptr;
 }
 

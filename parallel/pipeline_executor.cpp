@@ -1,21 +1,13 @@
 #include "parallel/pipeline_executor.h"
 
 #include <chrono>
-#include <climits>
 #include <stdexcept>
+
+#include "parallel/mpi_util.h"
 
 namespace lct {
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-int checked_count(int64_t n) {
-  if (n > INT_MAX)
-    throw std::runtime_error("pipeline message of " + std::to_string(n) +
-                             " floats exceeds MPI's int count; use shorter sequences");
-  return int(n);
-}
+int count_of(int64_t n) { return mpi_count(n, "a pipeline message"); }
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
@@ -26,7 +18,7 @@ PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, 
 }
 
 int PipelineExecutor::message_count(const ActivationSlot& slot) const {
-  return checked_count(slot.tokens() * model_.config().hidden_size);
+  return count_of(slot.tokens() * model_.config().hidden_size);
 }
 
 ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches, int mb) {
@@ -36,10 +28,10 @@ ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches
   if (!model_.slot_pool().has_free()) {
     for (InFlight& f : flight_)
       if (f.slot && f.done) {
-        const auto t0 = Clock::now();
+        const auto t0 = SteadyClock::now();
         MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
         MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
-        send_wait_ += since(t0);
+        send_wait_ += seconds_since(t0);
         model_.end(*f.slot);
         f.slot = nullptr;
         break;
@@ -67,9 +59,9 @@ void PipelineExecutor::post_recv_backward(int mb) {
 }
 
 double PipelineExecutor::wait_for(MPI_Request& request) {
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   MPI_Wait(&request, MPI_STATUS_IGNORE);
-  return since(t0);
+  return seconds_since(t0);
 }
 
 void PipelineExecutor::release_finished(bool wait) {
@@ -77,10 +69,10 @@ void PipelineExecutor::release_finished(bool wait) {
     if (!f.slot || !f.done) continue;
     int done_f = 1, done_b = 1;
     if (wait) {
-      const auto t0 = Clock::now();
+      const auto t0 = SteadyClock::now();
       MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
       MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
-      send_wait_ += since(t0);
+      send_wait_ += seconds_since(t0);
     } else {
       if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done_f, MPI_STATUS_IGNORE);
       if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done_b, MPI_STATUS_IGNORE);
@@ -115,7 +107,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   send_wait_ = 0;
   model_.slot_pool().reset_peak();
   PipelineStepStats st;
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   const bool is_last = stage_ == pp_ - 1;
   model_.between_phases = [this] { progress(); };
 
@@ -179,7 +171,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   release_finished(true);
   st.peak_slots = model_.slot_pool().peak_in_use();
   st.peak_activation_bytes = model_.slot_pool().peak_bytes();
-  st.seconds = since(t_start);
+  st.seconds = seconds_since(t_start);
   st.send_wait_seconds = send_wait_;
 
   reducer.finish();
@@ -188,7 +180,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   // addends: the same on both ranks bit for bit) and stay identical after the update.
   if (tied_comm != MPI_COMM_NULL && tied_range.end > tied_range.begin)
     MPI_Allreduce(MPI_IN_PLACE, model_.grads.data() + tied_range.begin,
-                  checked_count(tied_range.end - tied_range.begin), MPI_FLOAT, MPI_SUM, tied_comm);
+                  count_of(tied_range.end - tied_range.begin), MPI_FLOAT, MPI_SUM, tied_comm);
   return st;
 }
 
@@ -199,7 +191,7 @@ void gather_to_first_stage(MPI_Comm pp_comm, int pp, int stage,
   for (int s = 1; s < pp; ++s) {
     for (const ArenaRange& r : ranges_by_stage[size_t(s)])
       for (size_t a = 0; a < arenas.size(); ++a) {
-        const int count = checked_count(r.end - r.begin), tag = int(a);
+        const int count = count_of(r.end - r.begin), tag = int(a);
         if (stage == s)
           MPI_Send(arenas[a] + r.begin, count, MPI_FLOAT, 0, tag, pp_comm);
         else if (stage == 0)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <span>
 #include <stdexcept>
 
 #include "parallel/mpi_util.h"
@@ -95,8 +96,9 @@ CadAttention::Rows CadAttention::rows_between(const Plan& p, int origin, int ser
   return r;
 }
 
-void CadAttention::alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
-                             std::vector<float>& recv, const std::vector<int>& recv_counts) {
+void CadAttention::start_alltoallv(const std::vector<float>& send,
+                                   const std::vector<int>& send_counts, std::vector<float>& recv,
+                                   const std::vector<int>& recv_counts) {
   sdispl_.assign(size_t(size_), 0);
   rdispl_.assign(size_t(size_), 0);
   int64_t s = 0, r = 0;
@@ -107,11 +109,50 @@ void CadAttention::alltoallv(const std::vector<float>& send, const std::vector<i
     r += recv_counts[size_t(i)];
   }
   if (recv.size() < size_t(r)) recv.resize(size_t(r));
-  const auto t0 = SteadyClock::now();
-  MPI_Alltoallv(send.data(), send_counts.data(), sdispl_.data(), MPI_FLOAT, recv.data(),
-                recv_counts.data(), rdispl_.data(), MPI_FLOAT, comm_);
-  stats_.exposed_seconds += std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  MPI_Ialltoallv(send.data(), send_counts.data(), sdispl_.data(), MPI_FLOAT, recv.data(),
+                 recv_counts.data(), rdispl_.data(), MPI_FLOAT, comm_, &exchange_);
   stats_.bytes_sent += s * int64_t(sizeof(float));  // nothing is sent to oneself
+}
+
+// Drives the exchange in flight (OpenMPI progresses it only inside MPI calls).
+void CadAttention::progress() {
+  if (exchange_ == MPI_REQUEST_NULL) return;
+  int done = 0;
+  MPI_Test(&exchange_, &done, MPI_STATUS_IGNORE);
+}
+
+void CadAttention::finish_alltoallv() {
+  const auto t0 = SteadyClock::now();
+  MPI_Wait(&exchange_, MPI_STATUS_IGNORE);
+  stats_.exposed_seconds += seconds_since(t0);
+}
+
+// This rank's own tasks in `parts` kernel calls (split by attention pairs), driving the
+// exchange in flight between them: part `part` of `parts`.
+void CadAttention::run_local(const Plan& p, int part, int parts,
+                             const std::function<void(std::span<const AttentionTask>)>& compute) {
+  local_tasks(p);
+  int64_t total = 0;
+  for (const AttentionTask& t : tasks_) total += task_pairs(t);
+  int64_t seen = 0;
+  size_t begin = tasks_.size(), end = tasks_.size();
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const int64_t before = seen;
+    seen += task_pairs(tasks_[i]);
+    // task i belongs to the part its first pair falls in
+    const int at = total > 0 ? int((before * parts) / total) : 0;
+    if (at == part && begin == tasks_.size()) begin = i;
+    if (at > part && end == tasks_.size()) end = i;
+  }
+  if (begin >= end) return;
+  const std::span<const AttentionTask> all(tasks_);
+  constexpr size_t kPieces = 4;  // kernel calls per part, the exchange tested in between
+  const size_t n = end - begin;
+  for (size_t c = 0; c < kPieces; ++c) {
+    const size_t a = begin + c * n / kPieces, b = begin + (c + 1) * n / kPieces;
+    if (a < b) compute(all.subspan(a, b - a));
+    progress();
+  }
 }
 
 // ---- exchanges --------------------------------------------------------------------
@@ -162,7 +203,7 @@ void CadAttention::pack_to_servers(const Plan& p, const std::vector<RowArray>& q
       }
     });
   }
-  alltoallv(send_, send_counts_, recv_, recv_counts_);
+  start_alltoallv(send_, send_counts_, recv_, recv_counts_);
 }
 
 void CadAttention::serve(const Plan& p, const Widths& in, const Widths& reply,
@@ -198,7 +239,7 @@ void CadAttention::serve(const Plan& p, const Widths& in, const Widths& reply,
     in_at += recv_counts_[size_t(o)];
     back_at += reply_counts_[size_t(o)];
   }
-  alltoallv(back_, reply_counts_, back_recv_, reply_recv_counts_);
+  start_alltoallv(back_, reply_counts_, back_recv_, reply_recv_counts_);
 }
 
 void CadAttention::local_tasks(const Plan& p) {
@@ -225,16 +266,21 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
   const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
   stats_.pairs_served += double(p.plan.pairs_after[size_t(rank_)]);
 
-  // The exchange comes first, so every rank starts its share of the plan at the same
-  // time: its own tasks in place, then the other origins' (Q rows and K/V prefixes in,
-  // O and LSE straight into the reply).
+  // Q rows and K/V prefixes go to the servers, O and LSE come straight back from them.
+  // While the exchange to the servers travels, the first half of this rank's own tasks
+  // runs; then the tasks it serves, whose replies travel during the second half.
+  const auto own = [&](std::span<const AttentionTask> t) {
+    attention_forward(prm, t, q, k, v, out, lse);
+  };
   pack_to_servers(p, {{q, qd}}, {{k, kvd}, {v, kvd}});
-  local_tasks(p);
-  if (!tasks_.empty()) attention_forward(prm, tasks_, q, k, v, out, lse);
+  run_local(p, 0, 2, own);
+  finish_alltoallv();
   serve(p, {{qd}, {kvd, kvd}}, {{qd, H}, {}},
         [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
           attention_forward(prm, tasks_, x[0], x[1], x[2], y[0], y[1]);
         });
+  run_local(p, 1, 2, own);
+  finish_alltoallv();
   // results of this rank's tasks served elsewhere
   int64_t at = 0;
   for (int s = 0; s < size_; ++s) {
@@ -260,13 +306,18 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
 
   // servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
   // prefixes go out again, dQ and the prefixes' dK, dV come back
+  const auto own = [&](std::span<const AttentionTask> t) {
+    attention_backward(prm, t, q, k, v, out, lse, dout, dq, dk, dv);
+  };
   pack_to_servers(p, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}});
-  local_tasks(p);
-  if (!tasks_.empty()) attention_backward(prm, tasks_, q, k, v, out, lse, dout, dq, dk, dv);
+  run_local(p, 0, 2, own);
+  finish_alltoallv();
   serve(p, {{qd, qd, qd, H}, {kvd, kvd}}, {{qd}, {kvd, kvd}},
         [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
           attention_backward(prm, tasks_, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
         });
+  run_local(p, 1, 2, own);
+  finish_alltoallv();
   // add the servers' shares after this rank's own, in server rank order
   int64_t at = 0;
   for (int s = 0; s < size_; ++s) {

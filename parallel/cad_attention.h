@@ -27,10 +27,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "attention/cad_plan.h"
 #include "model/attention_placement.h"
+#include "parallel/mpi_util.h"
 
 namespace lct {
 
@@ -64,8 +66,13 @@ class CadAttention final : public AttentionPlacement {
     int64_t q = 0, kv = 0;
   };
   Rows rows_between(const Plan& p, int origin, int server) const;
-  void alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
-                 std::vector<float>& recv, const std::vector<int>& recv_counts);
+  // One exchange in flight at a time: started, driven between kernel calls, finished.
+  void start_alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
+                       std::vector<float>& recv, const std::vector<int>& recv_counts);
+  void progress();
+  void finish_alltoallv();
+  void run_local(const Plan& p, int part, int parts,
+                 const std::function<void(std::span<const AttentionTask>)>& compute);
   // An exchange carries per-query-row arrays, then per-prefix-row arrays (widths in floats).
   struct Widths {
     std::vector<int64_t> q, kv;
@@ -95,6 +102,7 @@ class CadAttention final : public AttentionPlacement {
   std::vector<float> send_, recv_, back_, back_recv_;
   std::vector<int> send_counts_, recv_counts_, reply_counts_, reply_recv_counts_, sdispl_, rdispl_;
   std::vector<AttentionTask> tasks_;
+  MPI_Request exchange_ = MPI_REQUEST_NULL;
 };
 
 }  // namespace lct

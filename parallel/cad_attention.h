@@ -4,7 +4,7 @@
 // small all-gather) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
 // run of query rows with its causal key prefix, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
-// plan moved, with one MPI_Alltoallv each way:
+// plan moved, with one MPI_Ialltoallv each way:
 //   forward   origin -> server: Q rows of the task, K and V of the document's prefix
 //             (once per document and server, the longest prefix its tasks need);
 //             server -> origin: O and LSE of the task's rows.
@@ -12,7 +12,11 @@
 //             nothing between forward and backward); server -> origin: dQ rows and the
 //             prefix's dK, dV, which the origin adds after its own share, in server
 //             rank order (deterministic).
-// Tasks whose server is their origin run in place on the local arrays. Every query row
+// Tasks whose server is their origin run in place on the local arrays, in two halves
+// (by pairs): the first while the exchange to the servers travels, the second while the
+// replies travel; the exchanges are tested between kernel calls (OpenMPI progresses
+// them only inside MPI calls), and what is still left to wait for is the exposed time.
+// Every query row
 // is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.

@@ -13,7 +13,6 @@
 #                             [--ranks N] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LCT=${LCT:-build/lct}
 CONFIG=configs/default.toml
 STEPS=12
 ROUNDS=3
@@ -27,17 +26,12 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ -x "$LCT" ] || { echo "cad_scaling: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source bench/common.sh  # LCT, MPI as root, $work, bench_train
 
 run() {  # ranks dir [extra args]
   local np=$1 dir=$2
   shift 2
-  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
-    --train.steps "$STEPS" --checkpoint.every 0 --checkpoint.dir "$dir" "$@" \
-    > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  bench_train "$np" "$dir" --train.steps "$STEPS" "$@"
 }
 
 echo "cad scaling | config $CONFIG | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"

@@ -12,7 +12,6 @@
 #                            [--stages N] [--micro-batches 8] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LCT=${LCT:-build/lct}
 CONFIG=configs/default.toml
 STEPS=6
 ROUNDS=3
@@ -28,18 +27,13 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-[ -x "$LCT" ] || { echo "pp_scaling: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source bench/common.sh  # LCT, MPI as root, $work, bench_train
 
 run() {  # ranks dir steps [extra args]
   local np=$1 dir=$2 steps=$3
   shift 3
-  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
-    --data.doc_lengths fixed --train.micro_batches "$MB" --parallel.dp 1 --parallel.pp "$np" \
-    --train.steps "$steps" --checkpoint.every 0 --checkpoint.dir "$dir" "$@" \
-    > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  bench_train "$np" "$dir" --data.doc_lengths fixed --train.micro_batches "$MB" --parallel.dp 1 \
+    --parallel.pp "$np" --train.steps "$steps" "$@"
 }
 
 echo "pp scaling | config $CONFIG, fixed-length documents | $MB micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"

@@ -250,6 +250,37 @@ void CadAttention::local_tasks(const Plan& p) {
   });
 }
 
+void CadAttention::exchange(const Plan& p, const std::vector<RowArray>& q_arrays,
+                            const std::vector<RowArray>& kv_arrays, const Widths& reply,
+                            const std::function<void(std::span<const AttentionTask>)>& own,
+                            const ServeFn& serve_tasks) {
+  Widths in;
+  for (const RowArray& a : q_arrays) in.q.push_back(a.width);
+  for (const RowArray& a : kv_arrays) in.kv.push_back(a.width);
+  pack_to_servers(p, q_arrays, kv_arrays);
+  run_local(p, 0, 2, own);  // while the requests travel
+  finish_alltoallv();
+  serve(p, in, reply, serve_tasks);
+  run_local(p, 1, 2, own);  // while the replies travel
+  finish_alltoallv();
+}
+
+void CadAttention::for_replies(
+    const Plan& p, const Widths& reply,
+    const std::function<void(int, const std::vector<const float*>&)>& f) const {
+  int64_t at = 0;
+  for (int s = 0; s < size_; ++s) {
+    if (s == rank_) continue;
+    const Rows r = rows_between(p, rank_, s);
+    std::vector<const float*> y;
+    const float* a = back_recv_.data() + at;
+    for (int64_t w : reply.q) y.push_back(a), a += r.q * w;
+    for (int64_t w : reply.kv) y.push_back(a), a += r.kv * w;
+    f(s, y);
+    at += reply_recv_counts_[size_t(s)];
+  }
+}
+
 const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
   const auto it = plans_.find(in.micro_batch);
   if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
@@ -272,29 +303,19 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
   const auto own = [&](std::span<const AttentionTask> t) {
     attention_forward(prm, t, q, k, v, out, lse);
   };
-  pack_to_servers(p, {{q, qd}}, {{k, kvd}, {v, kvd}});
-  run_local(p, 0, 2, own);
-  finish_alltoallv();
-  serve(p, {{qd}, {kvd, kvd}}, {{qd, H}, {}},
-        [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
-          attention_forward(prm, tasks_, x[0], x[1], x[2], y[0], y[1]);
-        });
-  run_local(p, 1, 2, own);
-  finish_alltoallv();
+  const Widths reply{{qd, H}, {}};
+  exchange(p, {{q, qd}}, {{k, kvd}, {v, kvd}}, reply, own,
+           [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
+             attention_forward(prm, tasks_, x[0], x[1], x[2], y[0], y[1]);
+           });
   // results of this rank's tasks served elsewhere
-  int64_t at = 0;
-  for (int s = 0; s < size_; ++s) {
-    if (s == rank_) continue;
-    const Rows r = rows_between(p, rank_, s);
-    const float* os = back_recv_.data() + at;
-    const float* ls = os + r.q * qd;
+  for_replies(p, reply, [&](int s, const std::vector<const float*>& y) {
     for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t) {
       const int64_t dst = doc_of(p, t).row + t.q_begin;
-      std::copy(os + q_row * qd, os + (q_row + t.q_len) * qd, out + dst * qd);
-      std::copy(ls + q_row * H, ls + (q_row + t.q_len) * H, lse + dst * H);
+      std::copy(y[0] + q_row * qd, y[0] + (q_row + t.q_len) * qd, out + dst * qd);
+      std::copy(y[1] + q_row * H, y[1] + (q_row + t.q_len) * H, lse + dst * H);
     });
-    at += reply_recv_counts_[size_t(s)];
-  }
+  });
 }
 
 void CadAttention::backward(const AttentionInput& in, const float* q, const float* k,
@@ -309,23 +330,14 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
   const auto own = [&](std::span<const AttentionTask> t) {
     attention_backward(prm, t, q, k, v, out, lse, dout, dq, dk, dv);
   };
-  pack_to_servers(p, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}});
-  run_local(p, 0, 2, own);
-  finish_alltoallv();
-  serve(p, {{qd, qd, qd, H}, {kvd, kvd}}, {{qd}, {kvd, kvd}},
-        [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
-          attention_backward(prm, tasks_, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
-        });
-  run_local(p, 1, 2, own);
-  finish_alltoallv();
+  const Widths reply{{qd}, {kvd, kvd}};
+  exchange(p, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}}, reply, own,
+           [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
+             attention_backward(prm, tasks_, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
+           });
   // add the servers' shares after this rank's own, in server rank order
-  int64_t at = 0;
-  for (int s = 0; s < size_; ++s) {
-    if (s == rank_) continue;
-    const Rows r = rows_between(p, rank_, s);
-    const float* dqs = back_recv_.data() + at;
-    const float* dks = dqs + r.q * qd;
-    const float* dvs = dks + r.kv * kvd;
+  for_replies(p, reply, [&](int s, const std::vector<const float*>& y) {
+    const float *dqs = y[0], *dks = y[1], *dvs = y[2];
     // each document's prefix came once: the longest its tasks on s need
     std::map<int32_t, std::pair<int64_t, int64_t>> prefix;  // doc -> (kv_row, rows)
     for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
@@ -342,8 +354,7 @@ void CadAttention::backward(const AttentionInput& in, const float* q, const floa
         dv[row * kvd + i] += dvs[e.first * kvd + i];
       }
     }
-    at += reply_recv_counts_[size_t(s)];
-  }
+  });
 }
 
 }  // namespace lct

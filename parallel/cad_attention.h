@@ -93,9 +93,18 @@ class CadAttention final : public AttentionPlacement {
                        const std::vector<RowArray>& kv_arrays);
   // For each origin: tasks_ set to its tasks on this rank (rows relative to its message),
   // compute(inputs, replies) run, and the replies sent back (into back_recv_).
-  void serve(const Plan& p, const Widths& in, const Widths& reply,
-             const std::function<void(const std::vector<const float*>&,
-                                      const std::vector<float*>&)>& compute);
+  using ServeFn =
+      std::function<void(const std::vector<const float*>&, const std::vector<float*>&)>;
+  void serve(const Plan& p, const Widths& in, const Widths& reply, const ServeFn& compute);
+  // A whole layer exchange: arrays to the servers, own tasks in two halves around
+  // serving the others', replies back (into back_recv_).
+  void exchange(const Plan& p, const std::vector<RowArray>& q_arrays,
+                const std::vector<RowArray>& kv_arrays, const Widths& reply,
+                const std::function<void(std::span<const AttentionTask>)>& own,
+                const ServeFn& serve_tasks);
+  // f(server, reply arrays) for every other server's reply to this rank, in rank order.
+  void for_replies(const Plan& p, const Widths& reply,
+                   const std::function<void(int, const std::vector<const float*>&)>& f) const;
   void local_tasks(const Plan& p);  // tasks_ = this rank's tasks it runs itself
 
   MPI_Comm comm_;

@@ -87,6 +87,7 @@ struct RunSummary {
   double bubble_fraction = NAN, bubble_theoretical = NAN;   // pipeline (0 without)
   double peak_activation_bytes = NAN;
   double pairs_max_over_mean = NAN, exchange_exposed_fraction = NAN, peak_rss_bytes = NAN;
+  double pairs_served_max_over_mean = NAN, exchange_bytes = NAN;
 };
 
 RunSummary summarize(const std::vector<StepRecord>& h) {
@@ -102,8 +103,10 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.tail_loss = tail / double(k);
   // throughput: median over the last 20 steps (step 1 excluded when there are more)
   const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
-  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act, pairs, exposed, rss;
+  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act, pairs, exposed, rss, served, bytes;
   for (size_t i = begin; i < h.size(); ++i) {
+    served.push_back(h[i].attention_pairs_served_max_over_mean);
+    bytes.push_back(h[i].exchange_bytes_sent);
     pairs.push_back(h[i].attention_pairs_max_over_mean);
     exposed.push_back(h[i].exchange_exposed_fraction);
     rss.push_back(double(h[i].peak_rss_bytes));
@@ -128,6 +131,8 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   s.pairs_max_over_mean = median(pairs);
   s.exchange_exposed_fraction = median(exposed);
   s.peak_rss_bytes = median(rss);
+  s.pairs_served_max_over_mean = median(served);
+  s.exchange_bytes = median(bytes);
   return s;
 }
 
@@ -247,7 +252,9 @@ std::string summary_json(const RunSummary& s) {
          ",\"median_peak_activation_bytes\":" + json_number(s.peak_activation_bytes) +
          ",\"median_attention_pairs_max_over_mean\":" + json_number(s.pairs_max_over_mean) +
          ",\"median_exchange_exposed_fraction\":" + json_number(s.exchange_exposed_fraction) +
-         ",\"median_peak_rss_bytes\":" + json_number(s.peak_rss_bytes) + "}";
+         ",\"median_peak_rss_bytes\":" + json_number(s.peak_rss_bytes) +
+         ",\"median_attention_pairs_served_max_over_mean\":" + json_number(s.pairs_served_max_over_mean) +
+         ",\"median_exchange_bytes_sent\":" + json_number(s.exchange_bytes) + "}";
 }
 
 void print_summary(const RunSummary& s) {
@@ -395,17 +402,21 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   row("median compute max/mean", num(sa.compute_max_over_mean, "%.3f"),
       num(sb.compute_max_over_mean, "%.3f"));
   row("median idle", num(100 * sa.idle_fraction, "%.1f%%"), num(100 * sb.idle_fraction, "%.1f%%"));
-  row("median pipeline bubble", num(100 * sa.bubble_fraction, "%.1f%%"),
+  row("median bubble", num(100 * sa.bubble_fraction, "%.1f%%"),
       num(100 * sb.bubble_fraction, "%.1f%%"));
   row("theoretical bubble", num(100 * sa.bubble_theoretical, "%.1f%%"),
       num(100 * sb.bubble_theoretical, "%.1f%%"));
-  row("median attention pairs max/mean", num(sa.pairs_max_over_mean, "%.3f"),
+  row("median pairs max/mean", num(sa.pairs_max_over_mean, "%.3f"),
       num(sb.pairs_max_over_mean, "%.3f"));
-  row("median cp exchange exposed", num(100 * sa.exchange_exposed_fraction, "%.1f%%"),
+  row("median pairs served m/m", num(sa.pairs_served_max_over_mean, "%.3f"),
+      num(sb.pairs_served_max_over_mean, "%.3f"));
+  row("median exchange MiB/rank", num(sa.exchange_bytes / 1048576.0, "%.1f"),
+      num(sb.exchange_bytes / 1048576.0, "%.1f"));
+  row("median exchange exposed", num(100 * sa.exchange_exposed_fraction, "%.1f%%"),
       num(100 * sb.exchange_exposed_fraction, "%.1f%%"));
-  row("median peak RSS per rank (MiB)", num(sa.peak_rss_bytes / 1048576.0, "%.0f"),
+  row("median peak RSS MiB", num(sa.peak_rss_bytes / 1048576.0, "%.0f"),
       num(sb.peak_rss_bytes / 1048576.0, "%.0f"), ratio(sa.peak_rss_bytes, sb.peak_rss_bytes));
-  row("median peak activations (MiB)", num(sa.peak_activation_bytes / 1048576.0, "%.1f"),
+  row("median activations MiB", num(sa.peak_activation_bytes / 1048576.0, "%.1f"),
       num(sb.peak_activation_bytes / 1048576.0, "%.1f"),
       ratio(sa.peak_activation_bytes, sb.peak_activation_bytes));
   std::printf("\nconfig differences (%zu):\n", diffs.size());

@@ -408,7 +408,7 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
       num(100 * sb.bubble_theoretical, "%.1f%%"));
   row("median pairs max/mean", num(sa.pairs_max_over_mean, "%.3f"),
       num(sb.pairs_max_over_mean, "%.3f"));
-  row("median pairs served m/m", num(sa.pairs_served_max_over_mean, "%.3f"),
+  row("served pairs max/mean", num(sa.pairs_served_max_over_mean, "%.3f"),
       num(sb.pairs_served_max_over_mean, "%.3f"));
   row("median exchange MiB/rank", num(sa.exchange_bytes / 1048576.0, "%.1f"),
       num(sb.exchange_bytes / 1048576.0, "%.1f"));

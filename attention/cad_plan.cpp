@@ -1,5 +1,7 @@
 #include "attention/cad_plan.h"
 
+#include "attention/cad_cost.h"
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -14,21 +16,26 @@ struct Candidate {
   size_t doc = 0;
   bool whole = false;  // the document's whole remaining middle
   int64_t m = 0;       // head/tail rows moved from each end (when not whole)
-  int64_t pairs = 0, bytes = 0;
+  double load = 0;     // its cost
+  int64_t bytes = 0;
 };
 }  // namespace
 
 CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaPlanOptions& o) {
   if (n < 1) throw std::invalid_argument("plan_core_attention: needs at least one server");
   if (!(o.tolerance > 0)) throw std::invalid_argument("plan_core_attention: tolerance must be > 0");
+  // cost of query rows [q0, q0 + rows) of a document against their causal prefixes
+  const auto cost = [&](int64_t q0, int64_t rows) {
+    return o.cost ? o.cost->seconds(rows, q0 + rows) : double(prefix_pairs(q0, q0 + rows));
+  };
   CaPlan plan;
   std::vector<double> load(size_t(n), 0.0);
   plan.pairs_before.assign(size_t(n), 0);
   for (const CaDocument& d : docs) {
     if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
     plan.pairs_before[size_t(d.origin)] += prefix_pairs(0, d.len);
+    load[size_t(d.origin)] += cost(0, d.len);
   }
-  for (int s = 0; s < n; ++s) load[size_t(s)] = double(plan.pairs_before[size_t(s)]);
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / n;
   const double slack = o.tolerance * mean;
   // each document keeps the middle [a, L - a) on its origin; moves take rows from its ends
@@ -43,21 +50,29 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
       const double surplus = load[size_t(d.origin)] - mean;
       const int64_t L = d.len, rows = L - 2 * a[i];
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
-      const int64_t remaining = prefix_pairs(a[i], L - a[i]);
-      const double wanted = std::min({double(remaining), surplus, cap});
+      const double remaining = cost(a[i], rows);
+      const double wanted = std::min({remaining, surplus, cap});
       Candidate c;
       c.doc = i;
-      if (wanted >= double(remaining)) {
+      if (wanted >= remaining) {
         c.whole = true;
-        c.pairs = remaining;
+        c.load = remaining;
         c.bytes = rows * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
       } else {
-        c.m = int64_t(wanted / double(L + 1));  // m head + m tail rows: m (L + 1) pairs
-        if (c.m == 0 || 2 * c.m >= rows) continue;
-        c.pairs = c.m * (L + 1);
+        // the largest m whose head + tail cost fits (m (L + 1) pairs without a profile)
+        const auto pair_cost = [&](int64_t m) { return cost(a[i], m) + cost(L - a[i] - m, m); };
+        int64_t lo = 0, hi = (rows - 1) / 2;
+        while (lo < hi) {
+          const int64_t mid = (lo + hi + 1) / 2;
+          if (pair_cost(mid) <= wanted) lo = mid;
+          else hi = mid - 1;
+        }
+        c.m = lo;
+        if (c.m == 0) continue;
+        c.load = pair_cost(c.m);
         c.bytes = 2 * c.m * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
       }
-      const double e = double(c.pairs) / double(std::max<int64_t>(c.bytes, 1));
+      const double e = c.load / double(std::max<int64_t>(c.bytes, 1));
       if (e > best_e) best_e = e, best = c;
     }
     return best_e >= 0;
@@ -66,6 +81,9 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
     const CaDocument& d = docs[c.doc];
     int64_t& ai = a[c.doc];
     const int64_t L = d.len;
+    // the origin keeps the rest of the middle; with a measured cost, a split costs more
+    // than its parts (smaller tasks), so its load drops by what its task really lost
+    const double before = cost(ai, L - 2 * ai);
     if (c.whole) {
       plan.tasks.push_back({d.origin, dst, d.doc, int32_t(ai), int32_t(L - 2 * ai)});
       ai = (L + 1) / 2;  // nothing left in the middle
@@ -74,8 +92,9 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
       plan.tasks.push_back({d.origin, dst, d.doc, int32_t(L - ai - c.m), int32_t(c.m)});
       ai += c.m;
     }
-    load[size_t(d.origin)] -= double(c.pairs);
-    load[size_t(dst)] += double(c.pairs);
+    const int64_t left = L - 2 * ai;
+    load[size_t(d.origin)] -= before - (left > 0 ? cost(ai, left) : 0.0);
+    load[size_t(dst)] += c.load;
     plan.bytes_moved += c.bytes;
   };
 
@@ -110,8 +129,11 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
     return std::tie(x.server, x.origin, x.doc, x.q_begin) < std::tie(y.server, y.origin, y.doc, y.q_begin);
   });
   plan.pairs_after.assign(size_t(n), 0);
-  for (const CaTask& t : plan.tasks)
+  plan.load_after.assign(size_t(n), 0.0);
+  for (const CaTask& t : plan.tasks) {
     plan.pairs_after[size_t(t.server)] += prefix_pairs(t.q_begin, t.kv_len());
+    plan.load_after[size_t(t.server)] += cost(t.q_begin, t.q_len);
+  }
   return plan;
 }
 

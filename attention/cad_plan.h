@@ -6,10 +6,11 @@
 // causal prefix [0, q_end). Its cost is its attention pairs (task_pairs). Every rank is
 // an attention server, for its own documents first. The planner balances pairs over
 // servers with the paper's communication-aware greedy: the most deficient server takes
-// work from surplus servers, choosing the candidate with the most pairs per byte moved,
+// work from surplus servers, choosing the candidate with the most work per byte moved,
 // and documents are split only as far as needed into head/tail pairs: m query rows
 // from each end of the document's remaining middle [a, L - a), which cost exactly
-// m (L + 1) pairs wherever a is, so a requested amount of work maps to m directly.
+// m (L + 1) pairs wherever a is. Work is attention pairs, or the measured kernel time
+// of a profile (CaPlanOptions::cost); m is the largest that fits the wanted amount.
 // Planning stops when every server is within tolerance x mean, or nothing helps.
 #pragma once
 
@@ -34,16 +35,22 @@ struct CaTask {
   int32_t kv_len() const { return q_begin + q_len; }  // keys [0, q_begin + q_len)
 };
 
+struct CaCostModel;
+
 struct CaPlanOptions {
-  double tolerance = 0.1;       // stop when every server is within tolerance x mean pairs
+  double tolerance = 0.1;       // stop when every server is within tolerance x mean cost
   int64_t q_bytes_per_row = 1;  // bytes moved per query row (Q there, O and LSE back)
   int64_t kv_bytes_per_row = 1; // bytes moved per key row (K and V)
+  // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
+  // attention pairs.
+  const CaCostModel* cost = nullptr;
 };
 
 struct CaPlan {
   std::vector<CaTask> tasks;        // every query row of every document exactly once
   std::vector<int64_t> pairs_before;  // per server: its own documents' pairs
   std::vector<int64_t> pairs_after;   // per server: the pairs of the tasks it runs
+  std::vector<double> load_after;     // per server: the planner's cost of its tasks
   int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
 };
 

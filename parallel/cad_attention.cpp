@@ -34,7 +34,8 @@ void for_exchange(const std::vector<CaTask>& tasks, int origin, int server, F f)
 }
 }  // namespace
 
-CadAttention::CadAttention(MPI_Comm comm, double tolerance) : comm_(comm), tolerance_(tolerance) {
+CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost)
+    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("CAD needs a communicator");
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
@@ -77,6 +78,7 @@ void CadAttention::make_plan(const AttentionInput& in) {
   o.tolerance = tolerance_;
   o.q_bytes_per_row = (2 * qd + prm.num_heads) * int64_t(sizeof(float));  // Q there, O + LSE back
   o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+  o.cost = cost_ ? &*cost_ : nullptr;
   p.plan = plan_core_attention(p.docs, size_, o);
   for (int s = 0; s < size_; ++s) {
     pairs_before_[size_t(s)] += p.plan.pairs_before[size_t(s)];

@@ -31,9 +31,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "model/attention_placement.h"
 #include "parallel/mpi_util.h"
@@ -42,7 +44,8 @@ namespace lct {
 
 class CadAttention final : public AttentionPlacement {
  public:
-  CadAttention(MPI_Comm comm, double tolerance);
+  // cost: a measured cost model (attention/cad_cost.h), or none to balance pairs.
+  CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt);
 
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override;
@@ -109,6 +112,7 @@ class CadAttention final : public AttentionPlacement {
 
   MPI_Comm comm_;
   double tolerance_;
+  std::optional<CaCostModel> cost_;
   int rank_ = 0, size_ = 1;
   std::map<int, Plan> plans_;  // by micro-batch of the step
   std::vector<int64_t> pairs_before_, pairs_after_;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
+#include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/flops.h"
@@ -252,6 +254,54 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+// The CAD cost profile (attention/cad_cost.h): seconds per attention pair of forward +
+// backward of tasks of q query rows ending a kv-row prefix, on a (q, kv) grid; cells
+// with kv < q are measured at kv = q. Each figure runs enough identical tasks (own
+// query rows, shared key rows) for about 2M pairs, best of three.
+CaCostModel measure_profile(const AttentionParams& p, const std::string& cpu) {
+  CaCostModel m;
+  m.cpu = cpu;
+  m.blas = blas_description();
+  m.threads = omp_get_max_threads();
+  m.kernel = attention_kernel_name(p.kernel);
+  m.heads = p.num_heads;
+  m.kv_heads = p.num_kv_heads;
+  m.head_dim = p.head_dim;
+  m.q_grid = {16, 64, 256, 1024, 4096};
+  m.kv_grid = {16, 64, 256, 1024, 4096, 16384};
+  const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
+  for (int64_t q : m.q_grid)
+    for (int64_t kv_grid : m.kv_grid) {
+      const int64_t kv = std::max(kv_grid, q);
+      const AttentionTask one{0, 0, int32_t(q), int32_t(kv), int32_t(kv - q), 0, int32_t(kv)};
+      const int64_t pairs = task_pairs(one);
+      const int64_t n = std::clamp<int64_t>((int64_t(1) << 21) / pairs, 1, 65536 / q);
+      std::vector<AttentionTask> tasks;
+      for (int64_t i = 0; i < n; ++i) {
+        AttentionTask t = one;
+        t.q_row = i * q;
+        tasks.push_back(t);
+      }
+      std::vector<float> qs(size_t(n * q * qd)), out(qs.size()), dout(qs.size()), dq(qs.size()),
+          lse(size_t(n * q * p.num_heads)), ks(size_t(kv * kvd)), vs(ks.size()), dk(ks.size()),
+          dv(ks.size());
+      for (size_t i = 0; i < qs.size(); ++i)
+        qs[i] = float(normal_at(2, 0, i)), dout[i] = float(normal_at(2, 3, i));
+      for (size_t i = 0; i < ks.size(); ++i) ks[i] = float(normal_at(2, 1, i)), vs[i] = float(normal_at(2, 2, i));
+      double best = 1e300;
+      for (int rep = 0; rep < 3; ++rep) {
+        const auto t0 = Clock::now();
+        attention_forward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data());
+        attention_backward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data(),
+                           dout.data(), dq.data(), dk.data(), dv.data());
+        best = std::min(best, seconds_since(t0));
+      }
+      m.seconds_per_pair.push_back(best / double(n * pairs));
+    }
+  attention_release_workspace();
+  return m;
+}
+
 // Per-rank attention pairs (data/context_shards.h) of each split over a stream's
 // sequences: max/mean per sequence, averaged, and the worst sequence's.
 struct BalanceRow {
@@ -439,6 +489,31 @@ int run_bench(const Config& config, const BenchOptions& o) {
     for (const BalanceRow& r : balance_rows)
       say("  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
           r.worst_max_over_mean);
+  }
+
+  if (wants(o, "profile")) {
+    const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? dca_ap : ap;
+    const CaCostModel m = measure_profile(pp, cpu);
+    say("\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
+        "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
+    say("  %6s", "q \\ kv");
+    for (int64_t kv : m.kv_grid) say(" %8lld", (long long)kv);
+    say("\n");
+    for (size_t i = 0; i < m.q_grid.size(); ++i) {
+      say("  %6lld", (long long)m.q_grid[i]);
+      for (size_t j = 0; j < m.kv_grid.size(); ++j) say(" %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
+      say("\n");
+    }
+    if (!o.profile_out.empty()) {
+      const std::string tmp = o.profile_out + ".tmp";
+      {
+        std::ofstream f(tmp);
+        f << m.to_text();
+        if (!f) throw std::runtime_error("cannot write profile '" + tmp + "'");
+      }
+      std::filesystem::rename(tmp, o.profile_out);
+      say("  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
+    }
   }
 
   std::vector<CadBalanceRow> cad_rows;

@@ -32,6 +32,7 @@ struct BenchOptions {
   std::vector<int64_t> cp_degrees{2, 4, 8};
   int64_t balance_sequences = 64;
   std::vector<int64_t> cad_ranks{2, 4, 8, 16};  // cad_balance section: data-parallel ranks
+  std::string profile_out;  // profile section: where to write the CAD cost model
   int repeats = 5;              // timed runs per measurement (median reported)
   double budget_seconds = 30;   // stop repeating a measurement once it used this long
   bool json = false;

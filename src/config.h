@@ -64,7 +64,8 @@ struct Config {
   LlamaConfig model;
   std::string attention_kernel = "causal";
   std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
-  double cad_tolerance = 0.1;                      // CAD: servers within this x mean pairs
+  double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
+  std::string cad_profile;                         // CAD: cost model file ("" = pairs)
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

@@ -99,7 +99,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       ->capture_default_str();
   bench->add_option("--sections", bench_options.sections, "what to measure")
       ->delimiter(',')
-      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance", "cad_balance"}))
+      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance", "cad_balance", "profile"}))
       ->capture_default_str();
   bench->add_option("--cp-degrees", bench_options.cp_degrees,
                     "context-parallel degrees for the cp_balance section")
@@ -115,6 +115,8 @@ int run_command(int argc, char** argv, int rank, int world) {
                     "sequences of the stream for the cp_balance and cad_balance sections")
       ->check(CLI::Range(int64_t(1), int64_t(100000)))
       ->capture_default_str();
+  bench->add_option("--profile-out", bench_options.profile_out,
+                    "profile section: write the CAD cost model here (for attention.cad_profile)");
   bench->add_option("--repeats", bench_options.repeats, "timed runs per figure (median reported)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();

@@ -10,6 +10,9 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <stdexcept>
 
 #include "src/flops.h"
@@ -53,6 +56,37 @@ const ProcessGrid& Trainer::single_process_grid() {
 Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
 
 namespace {
+// The CAD cost model named by attention.cad_profile: refused when measured for another
+// model shape or kernel, used with a warning when from another machine or thread count.
+std::optional<CaCostModel> load_cad_profile(const Config& c, const LlamaConfig& m) {
+  if (c.cad_profile.empty()) return std::nullopt;
+  std::ifstream in(c.cad_profile);
+  if (!in) throw ConfigError("attention.cad_profile: cannot open '" + c.cad_profile + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CaCostModel p;
+  try {
+    p = CaCostModel::parse(text, c.cad_profile);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("attention.cad_profile: ") + e.what());
+  }
+  const std::string kernel = attention_kernel_name(m.attention_kernel);
+  if (p.heads != m.num_attention_heads || p.kv_heads != m.num_key_value_heads ||
+      p.head_dim != int(m.head_dim()) || p.kernel != kernel)
+    throw ConfigError("attention.cad_profile '" + c.cad_profile + "' was measured for " + p.kernel +
+                      " attention with heads " + std::to_string(p.heads) + "/" +
+                      std::to_string(p.kv_heads) + ", head dim " + std::to_string(p.head_dim) +
+                      ", but this model runs " + kernel + " with heads " +
+                      std::to_string(m.num_attention_heads) + "/" +
+                      std::to_string(m.num_key_value_heads) + ", head dim " +
+                      std::to_string(m.head_dim()) + "; measure it again (lct bench --sections profile)");
+  if (p.blas != blas_description() || p.threads != omp_get_max_threads())
+    log_warn("attention.cad_profile '" + c.cad_profile + "' was measured with " + p.blas + ", " +
+             std::to_string(p.threads) + " threads on " + p.cpu + "; this run uses " +
+             blas_description() + ", " + std::to_string(omp_get_max_threads()) +
+             " threads: its times may not fit this machine");
+  return p;
+}
+
 std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
   std::vector<StageSpec> stages;
   const std::string e =
@@ -100,8 +134,9 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     if (grid.layout().pp > 1 || grid.layout().cp > 1)
       throw ConfigError("attention.placement = cad runs with data parallelism only so far "
                         "(parallel.pp and parallel.cp must be 1)");
+    std::optional<CaCostModel> cost = load_cad_profile(config, model_.config());
     if (grid.world_size() > 1) {
-      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance);
+      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost));
       cad_attention_ = cad.get();
       placement_ = std::move(cad);
     } else {
@@ -370,8 +405,10 @@ int Trainer::run() {
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
   if (cad_attention_)
-    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g",
-             grid_.world_size(), config_.cad_tolerance);
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s",
+             grid_.world_size(), config_.cad_tolerance,
+             config_.cad_profile.empty() ? "attention pairs"
+                                         : ("measured kernel time (" + config_.cad_profile + ")").c_str());
   if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",

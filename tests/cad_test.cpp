@@ -6,6 +6,7 @@
 #include <map>
 #include <random>
 
+#include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "attention/core_attention.h"
 
@@ -108,6 +109,66 @@ TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
     }
   EXPECT_EQ(moved, 2);  // one head and one tail piece
   EXPECT_THROW(plan_core_attention(docs, 2, {0.0, 1, 1}), std::invalid_argument);
+}
+
+CaCostModel small_model() {
+  CaCostModel m;
+  m.cpu = "test cpu";
+  m.blas = "OpenBLAS test";
+  m.kernel = "causal";
+  m.threads = 2;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 16;
+  m.q_grid = {16, 256, 4096};
+  m.kv_grid = {16, 256, 4096};
+  // small tasks cost more per pair (tile padding), as measured profiles show
+  m.seconds_per_pair = {9e-9, 5e-9, 3e-9, 6e-9, 3e-9, 2e-9, 4e-9, 2e-9, 2e-9};
+  return m;
+}
+
+TEST(CadCost, RoundTripInterpolationAndErrors) {
+  const CaCostModel m = small_model();
+  const CaCostModel back = CaCostModel::parse(m.to_text(), "t");
+  EXPECT_EQ(back.to_text(), m.to_text());
+  EXPECT_EQ(back.cpu, "test cpu");
+  const auto pairs = [](int64_t q, int64_t kv) { return double(q * kv - q * (q - 1) / 2); };
+  EXPECT_NEAR(m.seconds(16, 16), 9e-9 * pairs(16, 16), 1e-18);    // a grid point
+  EXPECT_NEAR(m.seconds(256, 4096), 2e-9 * pairs(256, 4096), 1e-15);
+  EXPECT_NEAR(m.seconds(1, 1), 9e-9 * 1, 1e-18);                  // clamped below the grid
+  const double mid = m.seconds(64, 64) / pairs(64, 64);           // log-midpoint of 16..256
+  EXPECT_NEAR(mid, 0.25 * (9e-9 + 5e-9 + 6e-9 + 3e-9), 1e-15);
+  EXPECT_EQ(m.seconds(0, 10), 0.0);
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"heads 4\n", "q_grid and kv_grid are required"},
+           {"q_grid 4 2\n", "ascending"},
+           {"q_grid 1\nkv_grid 1\nseconds_per_pair -1\n", "must be > 0"},
+           {"q_grid 1\nkv_grid 1 2\nseconds_per_pair 1\n", "one value per kv_grid entry"},
+           {"colour blue\n", "unknown key 'colour'"},
+           {"q_grid 1\nkv_grid 1\nseconds_per_pair 1\n", "kernel, heads, kv_heads and head_dim are required"}}) {
+    try {
+      CaCostModel::parse(text, "bad.txt");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.txt"), std::string::npos);
+    }
+  }
+}
+
+TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
+  const CaCostModel m = small_model();
+  for (int n : {2, 4, 8})
+    for (uint32_t seed = 1; seed <= 10; ++seed) {
+      const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 7 + uint32_t(n));
+      CaPlanOptions o;
+      o.cost = &m;
+      const CaPlan plan = plan_core_attention(docs, n, o);
+      check_plan(docs, n, plan);
+      double mx = 0, sum = 0;
+      for (double x : plan.load_after) mx = std::max(mx, x), sum += x;
+      EXPECT_LE(mx / (sum / n), 1.1 + 1e-9) << "n " << n << " seed " << seed;
+    }
 }
 
 }  // namespace

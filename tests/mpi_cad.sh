@@ -7,6 +7,8 @@
 #   - the plan balances: attention pairs max/mean after planning <= 1 + tolerance;
 #   - the dp_balance = packing baseline (same global batch, re-packed) gives the same
 #     loss and parameters as no balancing;
+#   - with a measured cost model (lct bench --sections profile) CAD stays exact; a
+#     profile of another model is refused, one of another machine warned about;
 #   - a CAD checkpoint resumes colocated (placement is not part of the model);
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
@@ -36,6 +38,19 @@ for kernel in causal dca; do
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4
 done
 grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1" cad4_causal.log
+
+# a measured cost model: CAD balances kernel time and stays exact; a profile of another
+# model shape is refused, one from another machine is used with a warning
+"$LCT" bench --sections profile --profile-out profile.txt $MODEL > profile.log 2>&1 \
+  || { cat profile.log; echo "FAIL: profile"; exit 1; }
+grep -q "^seconds_per_pair" profile.txt
+train cad2_profile 2 2 $SGD --attention.placement cad --attention.cad_profile profile.txt
+compare "CAD dp=2 with a measured cost model" cad2_profile ref_causal
+grep -q "balancing measured kernel time (profile.txt)" cad2_profile.log
+sed 's/^threads .*/threads 64/' profile.txt > other_machine.txt
+train cad2_other 2 2 $SGD --attention.placement cad --attention.cad_profile other_machine.txt
+grep -q "was measured with .* 64 threads" cad2_other.log
+sed 's/^heads .*/heads 8/' profile.txt > other_model.txt
 
 # the packing baseline re-packs the same global batch: same loss and parameters
 for dp in 2 4; do
@@ -71,4 +86,11 @@ expect_layout_error 2 "attention.placement = cad runs with data parallelism only
 expect_layout_error 2 "parallel.dp_balance = packing is a baseline for colocated attention" \
   --attention.placement cad --parallel.dp_balance packing
 expect_layout_error 2 "parallel.dp_balance: expected none or packing, got 'lpt'" --parallel.dp_balance lpt
+expect_layout_error 2 "attention.cad_profile: cannot open 'missing.txt'" \
+  --attention.placement cad --attention.cad_profile missing.txt
+expect_layout_error 2 "attention.cad_profile 'other_model.txt' was measured for causal attention with heads 8/2" \
+  --attention.placement cad --attention.cad_profile other_model.txt
+printf 'q_grid 4 2\n' > broken_profile.txt
+expect_layout_error 2 "attention.cad_profile: CAD profile 'broken_profile.txt': q_grid must be ascending" \
+  --attention.placement cad --attention.cad_profile broken_profile.txt
 echo "mpi_cad: all passed"

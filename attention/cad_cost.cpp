@@ -1,0 +1,110 @@
+#include "attention/cad_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "attention/core_attention.h"
+
+namespace lct {
+namespace {
+// Position of x on an ascending grid in log space: index i and weight of i + 1.
+std::pair<size_t, double> locate(const std::vector<int64_t>& grid, int64_t x) {
+  if (grid.size() == 1 || x <= grid.front()) return {0, 0.0};
+  if (x >= grid.back()) return {grid.size() - 2, 1.0};
+  size_t i = 0;
+  while (grid[i + 1] < x) ++i;
+  const double a = std::log(double(grid[i])), b = std::log(double(grid[i + 1]));
+  return {i, (std::log(double(x)) - a) / (b - a)};
+}
+}  // namespace
+
+double CaCostModel::seconds(int64_t q_len, int64_t kv_len) const {
+  if (q_len <= 0) return 0.0;
+  const int64_t pairs = task_pairs({0, 0, int32_t(q_len), int32_t(kv_len),
+                                    int32_t(kv_len - q_len), 0, int32_t(kv_len)});
+  const auto [qi, qw] = locate(q_grid, q_len);
+  const auto [ki, kw] = locate(kv_grid, kv_len);
+  const size_t nk = kv_grid.size();
+  const auto at = [&](size_t a, size_t b) {
+    a = std::min(a, q_grid.size() - 1);
+    b = std::min(b, nk - 1);
+    return seconds_per_pair[a * nk + b];
+  };
+  const double per_pair = (1 - qw) * ((1 - kw) * at(qi, ki) + kw * at(qi, ki + 1)) +
+                          qw * ((1 - kw) * at(qi + 1, ki) + kw * at(qi + 1, ki + 1));
+  return per_pair * double(pairs);
+}
+
+std::string CaCostModel::to_text() const {
+  std::ostringstream out;
+  out.precision(9);
+  out << "cpu " << cpu << "\nblas " << blas << "\nthreads " << threads << "\nkernel " << kernel
+      << "\nheads " << heads << "\nkv_heads " << kv_heads << "\nhead_dim " << head_dim << "\nq_grid";
+  for (int64_t q : q_grid) out << ' ' << q;
+  out << "\nkv_grid";
+  for (int64_t k : kv_grid) out << ' ' << k;
+  out << '\n';
+  for (size_t i = 0; i < q_grid.size(); ++i) {
+    out << "seconds_per_pair";
+    for (size_t j = 0; j < kv_grid.size(); ++j) out << ' ' << seconds_per_pair[i * kv_grid.size() + j];
+    out << '\n';
+  }
+  return out.str();
+}
+
+CaCostModel CaCostModel::parse(const std::string& text, const std::string& origin) {
+  CaCostModel m;
+  const auto fail = [&](const std::string& why) {
+    throw std::invalid_argument("CAD profile '" + origin + "': " + why);
+  };
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string key;
+    if (!(ls >> key)) continue;
+    std::string rest;
+    std::getline(ls, rest);
+    rest.erase(0, rest.find_first_not_of(' '));
+    std::istringstream vs(rest);
+    const auto number = [&](auto& v) {
+      if (!(vs >> v)) fail("'" + key + "' needs a number");
+    };
+    if (key == "cpu") m.cpu = rest;
+    else if (key == "blas") m.blas = rest;
+    else if (key == "kernel") m.kernel = rest;
+    else if (key == "threads") number(m.threads);
+    else if (key == "heads") number(m.heads);
+    else if (key == "kv_heads") number(m.kv_heads);
+    else if (key == "head_dim") number(m.head_dim);
+    else if (key == "q_grid" || key == "kv_grid") {
+      std::vector<int64_t>& g = key == "q_grid" ? m.q_grid : m.kv_grid;
+      int64_t v;
+      while (vs >> v) {
+        if (v < 1 || (!g.empty() && v <= g.back())) fail(key + " must be ascending and >= 1");
+        g.push_back(v);
+      }
+    } else if (key == "seconds_per_pair") {
+      double v;
+      size_t n = 0;
+      while (vs >> v) {
+        if (!(v > 0) || !std::isfinite(v)) fail("seconds_per_pair values must be > 0");
+        m.seconds_per_pair.push_back(v);
+        ++n;
+      }
+      if (n != m.kv_grid.size()) fail("a seconds_per_pair line needs one value per kv_grid entry");
+    } else {
+      fail("unknown key '" + key + "'");
+    }
+  }
+  if (m.q_grid.empty() || m.kv_grid.empty()) fail("q_grid and kv_grid are required");
+  if (m.seconds_per_pair.size() != m.q_grid.size() * m.kv_grid.size())
+    fail("needs one seconds_per_pair line per q_grid entry");
+  if (m.heads < 1 || m.kv_heads < 1 || m.head_dim < 1 || m.kernel.empty())
+    fail("kernel, heads, kv_heads and head_dim are required");
+  return m;
+}
+
+}  // namespace lct

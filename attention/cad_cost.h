@@ -1,0 +1,33 @@
+// A measured cost model of core attention for the CAD planner: kernel time (forward +
+// backward) of a CA-task by its query rows q and key rows kv (a query shard at the end
+// of its causal prefix), per attention pair, on a grid of (q, kv) measured by
+// `lct bench --sections profile`, interpolated bilinearly in (log q, log kv) and clamped
+// at the grid's edges. Pairs alone miss what small tasks cost beyond their pairs (tile
+// padding, per-task overhead); the profile sees it.
+//
+// Text format (one `key value...` per line): cpu, blas, threads, kernel, heads,
+// kv_heads, head_dim (what it was measured for), q_grid, kv_grid, then one
+// `seconds_per_pair` line per q of the grid with one value per kv.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lct {
+
+struct CaCostModel {
+  std::string cpu, blas, kernel;
+  int threads = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  std::vector<int64_t> q_grid, kv_grid;     // ascending, >= 1
+  std::vector<double> seconds_per_pair;     // [q_grid.size()][kv_grid.size()]
+
+  // Seconds of forward + backward of a task of q_len query rows ending a prefix of
+  // kv_len >= q_len key rows.
+  double seconds(int64_t q_len, int64_t kv_len) const;
+  std::string to_text() const;
+  // Throws std::invalid_argument with one line naming `origin` and the problem.
+  static CaCostModel parse(const std::string& text, const std::string& origin);
+};
+
+}  // namespace lct

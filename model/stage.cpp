@@ -40,6 +40,18 @@ std::string split_pipeline_stages(int num_layers, int pp, const std::vector<int6
 }
 
 namespace {
+// Adjacent ranges joined, so e.g. a whole-model stage is one range.
+std::vector<ArenaRange> merged(const std::vector<ArenaRange>& r) {
+  std::vector<ArenaRange> out;
+  for (const ArenaRange& x : r) {
+    if (!out.empty() && out.back().end == x.begin)
+      out.back().end = x.end;
+    else
+      out.push_back(x);
+  }
+  return out;
+}
+
 ArenaRange range_of(const TensorTable& table, const char* name) {
   const TensorSpec& s = table.get(name);
   return {s.offset, s.offset + s.numel};
@@ -54,8 +66,9 @@ ArenaRange tied_embedding_range(const TensorTable& table, const LlamaConfig& con
   return range_of(table, "model.embed_tokens.weight");
 }
 
-std::vector<ArenaRange> counted_ranges(const TensorTable& table, const LlamaConfig& config,
-                                       const StageSpec& stage) {
+namespace {
+std::vector<ArenaRange> counted_unmerged(const TensorTable& table, const LlamaConfig& config,
+                                         const StageSpec& stage) {
   std::vector<ArenaRange> r;
   if (stage.has_embedding) r.push_back(range_of(table, "model.embed_tokens.weight"));
   if (stage.num_layers() > 0) r.push_back(layer_range(table, stage.first_layer, stage.end_layer));
@@ -65,13 +78,19 @@ std::vector<ArenaRange> counted_ranges(const TensorTable& table, const LlamaConf
   }
   return r;
 }
+}  // namespace
+
+std::vector<ArenaRange> counted_ranges(const TensorTable& table, const LlamaConfig& config,
+                                       const StageSpec& stage) {
+  return merged(counted_unmerged(table, config, stage));
+}
 
 std::vector<ArenaRange> owned_ranges(const TensorTable& table, const LlamaConfig& config,
                                      const StageSpec& stage) {
-  std::vector<ArenaRange> r = counted_ranges(table, config, stage);
+  std::vector<ArenaRange> r = counted_unmerged(table, config, stage);
   if (stage.has_head && !stage.has_embedding && config.tie_word_embeddings)
     r.insert(r.begin(), range_of(table, "model.embed_tokens.weight"));
-  return r;
+  return merged(r);
 }
 
 }  // namespace lct

@@ -35,7 +35,8 @@ std::string split_pipeline_stages(int num_layers, int pp,
                                   const std::vector<int64_t>& layers_per_stage,
                                   std::vector<StageSpec>& stages);
 
-// Arena ranges a stage updates (its layers, plus embedding / final norm / head).
+// Arena ranges a stage updates (its layers, plus embedding / final norm / head), in
+// arena order with adjacent ranges joined (a whole-model stage is one range).
 std::vector<ArenaRange> owned_ranges(const TensorTable& table, const LlamaConfig& config,
                                      const StageSpec& stage);
 // The same, without the tied head's copy of the embedding on a stage that has the head

@@ -28,12 +28,7 @@ ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches
   if (!model_.slot_pool().has_free()) {
     for (InFlight& f : flight_)
       if (f.slot && f.done) {
-        const auto t0 = SteadyClock::now();
-        MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
-        MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
-        send_wait_ += seconds_since(t0);
-        model_.end(*f.slot);
-        f.slot = nullptr;
+        free_slot(f, true);
         break;
       }
   }
@@ -64,24 +59,28 @@ double PipelineExecutor::wait_for(MPI_Request& request) {
   return seconds_since(t0);
 }
 
-void PipelineExecutor::release_finished(bool wait) {
-  for (InFlight& f : flight_) {
-    if (!f.slot || !f.done) continue;
-    int done_f = 1, done_b = 1;
-    if (wait) {
-      const auto t0 = SteadyClock::now();
-      MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
-      MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
-      send_wait_ += seconds_since(t0);
-    } else {
-      if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done_f, MPI_STATUS_IGNORE);
-      if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done_b, MPI_STATUS_IGNORE);
-    }
-    if (done_f && done_b) {
-      model_.end(*f.slot);
-      f.slot = nullptr;
-    }
+// Returns a finished micro-batch's slot to the pool once its sends have completed:
+// waiting for them, or only if they already have.
+void PipelineExecutor::free_slot(InFlight& f, bool wait) {
+  int done_f = 1, done_b = 1;
+  if (wait) {
+    const auto t0 = SteadyClock::now();
+    MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
+    MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
+    send_wait_ += seconds_since(t0);
+  } else {
+    if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done_f, MPI_STATUS_IGNORE);
+    if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done_b, MPI_STATUS_IGNORE);
   }
+  if (done_f && done_b) {
+    model_.end(*f.slot);
+    f.slot = nullptr;
+  }
+}
+
+void PipelineExecutor::release_finished(bool wait) {
+  for (InFlight& f : flight_)
+    if (f.slot && f.done) free_slot(f, wait);
 }
 
 void PipelineExecutor::progress() {

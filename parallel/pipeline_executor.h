@@ -69,7 +69,8 @@ class PipelineExecutor {
   void post_recv_backward(int mb);
   double wait_for(MPI_Request& request);  // seconds blocked
   void progress();              // tests requests in flight, frees finished slots
-  void release_finished(bool wait);
+  void free_slot(InFlight& f, bool wait);
+  void release_finished(bool wait);  // free_slot for every finished micro-batch
   int message_count(const ActivationSlot& slot) const;
 
   LlamaModel& model_;

@@ -95,17 +95,6 @@ std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
   return stages;
 }
 
-// Adjacent ranges merged, so a whole-model stage is one range (same sums as before).
-std::vector<ArenaRange> merged(std::vector<ArenaRange> r) {
-  std::vector<ArenaRange> out;
-  for (const ArenaRange& x : r) {
-    if (!out.empty() && out.back().end == x.begin)
-      out.back().end = x.end;
-    else
-      out.push_back(x);
-  }
-  return out;
-}
 }  // namespace
 
 Trainer::Trainer(const Config& config, const ProcessGrid& grid)
@@ -115,8 +104,9 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       packer_(checked_source(source_, config), config.data.seq_len),
       stages_(pipeline_stages(config, grid.layout().pp)),
       model_(model_config(config), stages_[size_t(grid.coords().pp_rank)]),
-      owned_(merged(owned_ranges(model_.table(), model_.config(), model_.stage()))),
-      counted_(merged(counted_ranges(model_.table(), model_.config(), model_.stage()))),
+      owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
+      counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),
+      tied_(tied_embedding_range(model_.table(), model_.config(), model_.stage())),
       opt_config_(optimizer_config(config)),
       optimizer_(opt_config_, model_.table()),
       reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
@@ -235,8 +225,7 @@ StepRecord Trainer::train_step() {
   model_.zero_grads();
   placement_->reset_stats();
   const PipelineStepStats pipe =
-      executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(),
-                    tied_embedding_range(model_.table(), model_.config(), model_.stage()));
+      executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(), tied_);
   comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
   const PlacementStats cp = placement_->stats();
   comm_s += cp.exposed_seconds;
@@ -320,7 +309,7 @@ std::string Trainer::save_checkpoint() {
   if (grid_.coords().dp_rank == 0 && grid_.coords().cp_rank == 0) {
     std::vector<std::vector<ArenaRange>> by_stage;
     for (const StageSpec& s : stages_)
-      by_stage.push_back(merged(owned_ranges(model_.table(), model_.config(), s)));
+      by_stage.push_back(owned_ranges(model_.table(), model_.config(), s));
     std::vector<float*> arenas = {model_.params.data()};
     if (!optimizer_.exp_avg().empty())
       arenas.insert(arenas.end(), {optimizer_.exp_avg().data(), optimizer_.exp_avg_sq().data()});

@@ -83,6 +83,7 @@ class Trainer {
   std::vector<StageSpec> stages_;  // every pipeline stage (one without pp)
   LlamaModel model_;               // this rank's stage
   std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)
+  ArenaRange tied_;                          // its tied embedding copy, if any
   OptimizerConfig opt_config_;
   Optimizer optimizer_;
   GradReducer reducer_;

@@ -51,6 +51,7 @@ class ActivationSlot {
   // its attention tasks and, for DCA, each key's RoPE position.
   const LocalBatch* batch = nullptr;
   int micro_batch = -1;
+  int lane = 0;  // ping-pong: nano-batch 0 or 1 of its micro-batch (own backward scratch)
   std::vector<AttentionTask> tasks;
   std::vector<int32_t> key_positions;
 

@@ -21,6 +21,7 @@ struct AttentionInput {
   const LocalBatch& batch;
   int micro_batch = 0;       // of the step (placements that plan per micro-batch)
   bool first_layer = false;  // the stage's first layer: a new micro-batch's forward starts
+  int lane = 0;              // ping-pong: which of the two nano-batches in flight (0, 1)
 };
 
 // Communication and work of a placement since the last reset.
@@ -49,6 +50,30 @@ class AttentionPlacement {
                         float* dk, float* dv) = 0;
   virtual PlacementStats stats() const { return stats_; }
   virtual void reset_stats() { stats_ = {}; }
+
+  // Split phases, for ping-pong: two nano-batches (in.lane 0 and 1) are in flight at
+  // once and the model computes one's token-linear layers while the other's attention
+  // traffic travels. start sends what other ranks need, serve computes this rank's
+  // share (waiting for its inputs), finish collects the results; the arrays passed to
+  // start must stay valid until finish. Lanes are started, served and finished in the
+  // same order on every rank. A placement with nothing to hide does all the work in
+  // start (the default).
+  virtual void forward_start(const AttentionInput& in, const float* q, const float* k,
+                             const float* v, float* out, float* lse) {
+    forward(in, q, k, v, out, lse);
+  }
+  virtual void forward_serve(int /*lane*/) {}
+  virtual void forward_finish(int /*lane*/) {}
+  virtual void backward_start(const AttentionInput& in, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv) {
+    backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  }
+  virtual void backward_serve(int /*lane*/) {}
+  virtual void backward_finish(int /*lane*/) {}
+  // Drives transfers in flight (OpenMPI progresses them only inside MPI calls); the
+  // model's phases call it between compute pieces.
+  virtual void progress() {}
 
  protected:
   PlacementStats stats_;

@@ -159,19 +159,46 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
 }
 
 int64_t LlamaModel::activation_bytes() const {
-  return pool_.peak_bytes() + int64_t(scratch_.size() * sizeof(float));
+  return pool_.peak_bytes() + int64_t((scratch_.size() + lane_scratch_.size()) * sizeof(float));
 }
 
-ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch) {
+void LlamaModel::ensure_lane_scratch(int64_t T) {
+  if (T <= lane_scratch_tokens_) return;
+  const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
+                kvdim = config_.num_key_value_heads * config_.head_dim();
+  lane_scratch_.assign(size_t(T * (2 * qdim + 2 * kvdim)), 0.0f);
+  float* p = lane_scratch_.data();
+  d_lane1_.dattn = p, p += T * qdim;
+  d_lane1_.dq = p, p += T * qdim;
+  d_lane1_.dk = p, p += T * kvdim;
+  d_lane1_.dv = p;
+  lane_scratch_tokens_ = T;
+}
+
+LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
+  LayerScratch d = d_;
+  if (s.lane == 1) {
+    d.dattn = d_lane1_.dattn;
+    d.dq = d_lane1_.dq;
+    d.dk = d_lane1_.dk;
+    d.dv = d_lane1_.dv;
+  }
+  return d;
+}
+
+ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch, int lane) {
   const int64_t T = batch.num_tokens();
-  if (T == 0) throw std::invalid_argument("empty batch");
+  if (lane != 0 && lane != 1) throw std::invalid_argument("a slot's lane is 0 or 1");
+  if (T == 0 && lane == 0) throw std::invalid_argument("empty batch");
   int32_t max_position = 0;
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
-  ensure_scratch(T, max_position);
+  ensure_scratch(std::max<int64_t>(T, 1), max_position);
+  if (lane == 1) ensure_lane_scratch(T);
   ActivationSlot& s = pool_.acquire();
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.micro_batch = micro_batch;
+  s.lane = lane;
   s.tasks.clear();  // every piece against its own rows (what colocated attention runs)
   for (const DocPiece& p : batch.pieces)
     s.tasks.push_back({p.row, p.row, p.len, p.len, p.pos, p.pos, p.doc_len});
@@ -184,49 +211,76 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch) {
 }
 
 void LlamaModel::embed_forward(ActivationSlot& s) {
+  if (s.tokens() == 0) return;  // an empty ping-pong lane computes nothing
   embedding_forward(stage_input(s), s.batch->tokens.data(), params.data() + embed_offset_,
                     s.tokens(), config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(ActivationSlot& s) {
+  if (s.tokens() == 0) return;
   embedding_backward(grads.data() + embed_offset_, residual_grad(s), s.batch->tokens.data(),
                      s.tokens(), config_.hidden_size);
 }
 
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
+  if (s.tokens() == 0) return;
   lct::attn_in_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
+}
+
+AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s) const {
+  return {attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer, s.lane};
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const LayerActivations a = layer_activations(l, s);
-  placement.forward({attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer}, a.q,
-                    a.k, a.v, a.attn, a.lse);
+  placement.forward(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse);
+}
+
+void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const LayerActivations a = layer_activations(l, s);
+  placement.forward_start(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
+  if (s.tokens() == 0) return;
   lct::attn_out_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
 
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
+  if (s.tokens() == 0) return;
   lct::attn_out_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
-                    layer_activations(l, s), d_, residual_grad(s));
+                    layer_activations(l, s), scratch_of(s), residual_grad(s));
 }
 
 void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const LayerActivations a = layer_activations(l, s);
+  const LayerScratch d = scratch_of(s);
+  zero_attention_grads(s, d);
+  placement.backward(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk,
+                     d.dv);
+}
+
+void LlamaModel::attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const LayerActivations a = layer_activations(l, s);
+  const LayerScratch d = scratch_of(s);
+  zero_attention_grads(s, d);
+  placement.backward_start(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq,
+                           d.dk, d.dv);
+}
+
+void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const {
   const int64_t T = s.tokens();
   const int64_t qdim = config_.num_attention_heads * config_.head_dim();
   const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
-  const LayerActivations a = layer_activations(l, s);
-  std::fill(d_.dq, d_.dq + T * qdim, 0.0f);
-  std::fill(d_.dk, d_.dk + T * kvdim, 0.0f);
-  std::fill(d_.dv, d_.dv + T * kvdim, 0.0f);
-  placement.backward({attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer}, a.q,
-                     a.k, a.v, a.attn, a.lse, d_.dattn, d_.dq, d_.dk, d_.dv);
+  std::fill(d.dq, d.dq + T * qdim, 0.0f);  // the placement accumulates
+  std::fill(d.dk, d.dk + T * kvdim, 0.0f);
+  std::fill(d.dv, d.dv + T * kvdim, 0.0f);
 }
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
+  if (s.tokens() == 0) return;
   lct::attn_in_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
-                   layer_activations(l, s), d_, residual_grad(s));
+                   layer_activations(l, s), scratch_of(s), residual_grad(s));
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
@@ -234,6 +288,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   const LlamaConfig& c = config_;
   const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
   if (!stage_.has_head) throw std::logic_error("head_forward_backward on a stage without the head");
+  if (T == 0) return {};  // an empty ping-pong lane
   const float* lm_head = params.data() + lm_head_offset_;
   const float* final_norm = params.data() + final_norm_offset_;
   float *x_final = s.tensor(x_out_), *h_final = s.tensor(h_final_), *rstd = s.tensor(rstd_final_);
@@ -289,6 +344,73 @@ void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement
   }
   if (stage_.has_embedding) {
     embed_backward(s);
+    report_final(0);
+  }
+}
+
+void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
+                                    AttentionPlacement& placement) {
+  if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_forward_pair: lanes 0 and 1");
+  ActivationSlot* lanes[2] = {&a, &b};
+  const int first = stage_.first_layer, end = stage_.end_layer;
+  for (ActivationSlot* s : lanes) {
+    if (stage_.has_embedding) embed_forward(*s);
+    attn_in_forward(first, *s);
+    phase_done();
+    attention_forward_start(first, *s, placement);
+  }
+  for (int l = first; l < end; ++l) {
+    for (int i = 0; i < 2; ++i) {
+      placement.forward_serve(i);
+      phase_done();
+    }
+    for (int i = 0; i < 2; ++i) {
+      ActivationSlot& s = *lanes[i];
+      placement.forward_finish(i);
+      attn_out_forward(l, s);
+      phase_done();
+      if (l + 1 < end) {
+        attn_in_forward(l + 1, s);
+        phase_done();
+        attention_forward_start(l + 1, s, placement);
+      }
+    }
+  }
+}
+
+void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
+                                     AttentionPlacement& placement) {
+  if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_backward_pair: lanes 0 and 1");
+  ActivationSlot* lanes[2] = {&a, &b};
+  const int first = stage_.first_layer, last = stage_.end_layer - 1;
+  if (stage_.has_head) report_final(final_norm_offset_);
+  for (ActivationSlot* s : lanes) {
+    attn_out_backward(last, *s);
+    phase_done();
+    attention_backward_start(last, *s, placement);
+  }
+  for (int l = last; l >= first; --l) {
+    for (int i = 0; i < 2; ++i) {
+      placement.backward_serve(i);
+      phase_done();
+    }
+    for (int i = 0; i < 2; ++i) {
+      ActivationSlot& s = *lanes[i];
+      placement.backward_finish(i);
+      attn_in_backward(l, s);
+      phase_done();
+      if (l > first) {
+        attn_out_backward(l - 1, s);
+        phase_done();
+        attention_backward_start(l - 1, s, placement);
+      }
+    }
+    // layer l is final once both lanes are through it (lane 0's attn_out of layer l - 1
+    // above only touched layer l - 1)
+    report_final(layer_range(table_, l, l + 1).begin);
+  }
+  if (stage_.has_embedding) {
+    for (ActivationSlot* s : lanes) embed_backward(*s);
     report_final(0);
   }
 }

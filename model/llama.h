@@ -69,7 +69,9 @@ class LlamaModel {
   // ---- phases ------------------------------------------------------------------
   // A slot for one micro-batch (this rank's LocalBatch, which must outlive it), sized
   // and with its local attention tasks and DCA key positions; end() returns it.
-  ActivationSlot& begin(const LocalBatch& batch, int micro_batch);
+  // micro_batch names it to the placement (plans are per micro-batch); lane 1 is the
+  // second nano-batch of a ping-pong pair, which may be empty (zero tokens).
+  ActivationSlot& begin(const LocalBatch& batch, int micro_batch, int lane = 0);
   void end(ActivationSlot& slot) { pool_.release(slot); }
   float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
@@ -95,6 +97,16 @@ class LlamaModel {
   void stage_forward(ActivationSlot& s, AttentionPlacement& placement);
   // Every layer backward from residual_grad (and the embedding's on the first stage).
   void stage_backward(ActivationSlot& s, AttentionPlacement& placement);
+  // Ping-pong (DistCA §4.1): the same for two nano-batches (lanes 0 and 1) at once,
+  // interleaved per layer so that each one's attention traffic travels while the other
+  // computes. Per layer l, after both lanes' attn_in(l) and start:
+  //   serve(0)  serve(1)                          (lane 1's inputs / lane 0's replies travel)
+  //   finish(0) attn_out(l, 0) attn_in(l+1, 0) start(l+1, 0)   (lane 1's replies travel)
+  //   finish(1) attn_out(l, 1) attn_in(l+1, 1) start(l+1, 1)   (lane 0's inputs travel)
+  // and the mirror image in backward. Gradients equal running the lanes one after the
+  // other (up to float summation order).
+  void stage_forward_pair(ActivationSlot& a, ActivationSlot& b, AttentionPlacement& placement);
+  void stage_backward_pair(ActivationSlot& a, ActivationSlot& b, AttentionPlacement& placement);
   // One micro-batch through the whole model in this process (colocated attention).
   // Returns loss statistics (sum, not mean). With backward, the gradient of
   // grad_scale * (sum of token losses) is accumulated into grads.
@@ -122,9 +134,17 @@ class LlamaModel {
   };
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
   LayerActivations layer_activations(int l, ActivationSlot& s);
+  AttentionInput attention_input(int l, const ActivationSlot& s) const;
+  // Backward scratch of a slot: shared, except what lives across a split-phase attention
+  // (dattn, dq, dk, dv), which lane 1 has its own of.
+  LayerScratch scratch_of(const ActivationSlot& s) const;
+  void attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
   LayerShape layer_shape(const ActivationSlot& s) const;
   void build_activation_table();
   void ensure_scratch(int64_t T, int64_t max_position);
+  void ensure_lane_scratch(int64_t T);
   void phase_done() {
     if (between_phases) between_phases();
   }
@@ -152,6 +172,9 @@ class LlamaModel {
   int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
   LayerScratch d_{};
+  int64_t lane_scratch_tokens_ = 0;
+  std::vector<float> lane_scratch_;  // lane 1's dattn, dq, dk, dv
+  LayerScratch d_lane1_{};
   float* logits_ = nullptr;
   static constexpr int64_t kLogitRows = 512;  // LM head processed in row chunks
 };

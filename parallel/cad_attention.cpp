@@ -43,6 +43,11 @@ CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCost
   reset_stats();
 }
 
+CadAttention::Lane& CadAttention::lane_at(int lane) {
+  if (lane != 0 && lane != 1) throw std::logic_error("CAD: lane must be 0 or 1");
+  return lanes_[lane];
+}
+
 void CadAttention::reset_stats() {
   stats_ = {};
   pairs_before_.assign(size_t(size_), 0);
@@ -98,70 +103,6 @@ CadAttention::Rows CadAttention::rows_between(const Plan& p, int origin, int ser
   return r;
 }
 
-void CadAttention::start_alltoallv(const std::vector<float>& send,
-                                   const std::vector<int>& send_counts, std::vector<float>& recv,
-                                   const std::vector<int>& recv_counts) {
-  sdispl_.assign(size_t(size_), 0);
-  rdispl_.assign(size_t(size_), 0);
-  int64_t s = 0, r = 0;
-  for (int i = 0; i < size_; ++i) {
-    sdispl_[size_t(i)] = count_of(s);
-    rdispl_[size_t(i)] = count_of(r);
-    s += send_counts[size_t(i)];
-    r += recv_counts[size_t(i)];
-  }
-  if (recv.size() < size_t(r)) recv.resize(size_t(r));
-  MPI_Ialltoallv(send.data(), send_counts.data(), sdispl_.data(), MPI_FLOAT, recv.data(),
-                 recv_counts.data(), rdispl_.data(), MPI_FLOAT, comm_, &exchange_);
-  stats_.bytes_sent += s * int64_t(sizeof(float));  // nothing is sent to oneself
-}
-
-// Drives the exchange in flight (OpenMPI progresses it only inside MPI calls).
-void CadAttention::progress() {
-  if (exchange_ == MPI_REQUEST_NULL) return;
-  int done = 0;
-  MPI_Test(&exchange_, &done, MPI_STATUS_IGNORE);
-}
-
-void CadAttention::finish_alltoallv() {
-  const auto t0 = SteadyClock::now();
-  MPI_Wait(&exchange_, MPI_STATUS_IGNORE);
-  stats_.exposed_seconds += seconds_since(t0);
-}
-
-// This rank's own tasks in `parts` kernel calls (split by attention pairs), driving the
-// exchange in flight between them: part `part` of `parts`.
-void CadAttention::run_local(const Plan& p, int part, int parts,
-                             const std::function<void(std::span<const AttentionTask>)>& compute) {
-  local_tasks(p);
-  int64_t total = 0;
-  for (const AttentionTask& t : tasks_) total += task_pairs(t);
-  int64_t seen = 0;
-  size_t begin = tasks_.size(), end = tasks_.size();
-  for (size_t i = 0; i < tasks_.size(); ++i) {
-    const int64_t before = seen;
-    seen += task_pairs(tasks_[i]);
-    // task i belongs to the part its first pair falls in
-    const int at = total > 0 ? int((before * parts) / total) : 0;
-    if (at == part && begin == tasks_.size()) begin = i;
-    if (at > part && end == tasks_.size()) end = i;
-  }
-  if (begin >= end) return;
-  const std::span<const AttentionTask> all(tasks_);
-  constexpr size_t kPieces = 4;  // kernel calls per part, the exchange tested in between
-  const size_t n = end - begin;
-  for (size_t c = 0; c < kPieces; ++c) {
-    const size_t a = begin + c * n / kPieces, b = begin + (c + 1) * n / kPieces;
-    if (a < b) compute(all.subspan(a, b - a));
-    progress();
-  }
-}
-
-// ---- exchanges --------------------------------------------------------------------
-// Between an origin and a server, a message is, for the plan's tasks from that origin
-// to that server in plan order: every per-query-row array ([task rows, width] each,
-// back to back), then every per-key-row array over each document's prefix (once per
-// document). Both sides derive the same layout from the plan.
 
 int64_t CadAttention::message_floats(const Plan& p, int origin, int server, const Widths& w) const {
   const Rows r = rows_between(p, origin, server);
@@ -171,22 +112,76 @@ int64_t CadAttention::message_floats(const Plan& p, int origin, int server, cons
   return n;
 }
 
-void CadAttention::pack_to_servers(const Plan& p, const std::vector<RowArray>& q_arrays,
-                                   const std::vector<RowArray>& kv_arrays) {
-  Widths w;
-  for (const RowArray& a : q_arrays) w.q.push_back(a.width);
-  for (const RowArray& a : kv_arrays) w.kv.push_back(a.width);
-  send_.clear();
-  send_counts_.assign(size_t(size_), 0);
-  recv_counts_.assign(size_t(size_), 0);
+const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
+  const auto it = plans_.find(in.micro_batch);
+  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
+  return it->second;
+}
+
+// ---- one exchange ---------------------------------------------------------------------
+
+void CadAttention::start_alltoallv(Lane& L, const std::vector<float>& send,
+                                   const std::vector<int>& send_counts, std::vector<float>& recv,
+                                   const std::vector<int>& recv_counts) {
+  if (L.request != MPI_REQUEST_NULL) throw std::logic_error("CAD: lane already has an exchange in flight");
+  L.sdispl.assign(size_t(size_), 0);
+  L.rdispl.assign(size_t(size_), 0);
+  int64_t s = 0, r = 0;
+  for (int i = 0; i < size_; ++i) {
+    L.sdispl[size_t(i)] = count_of(s);
+    L.rdispl[size_t(i)] = count_of(r);
+    s += send_counts[size_t(i)];
+    r += recv_counts[size_t(i)];
+  }
+  if (recv.size() < size_t(r)) recv.resize(size_t(r));
+  MPI_Ialltoallv(send.data(), send_counts.data(), L.sdispl.data(), MPI_FLOAT, recv.data(),
+                 recv_counts.data(), L.rdispl.data(), MPI_FLOAT, comm_, &L.request);
+  stats_.bytes_sent += s * int64_t(sizeof(float));  // nothing is sent to oneself
+}
+
+// Drives every exchange in flight (OpenMPI progresses them only inside MPI calls).
+void CadAttention::progress() {
+  for (Lane& L : lanes_)
+    if (L.request != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&L.request, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+void CadAttention::wait(Lane& L) {
+  const auto t0 = SteadyClock::now();
+  MPI_Wait(&L.request, MPI_STATUS_IGNORE);
+  stats_.exposed_seconds += seconds_since(t0);
+}
+
+// ---- the lane's phases ------------------------------------------------------------------
+// Between an origin and a server, a message is, for the plan's tasks from that origin
+// to that server in plan order: every per-query-row array ([task rows, width] each,
+// back to back), then every per-key-row array over each document's prefix (once per
+// document). Both sides derive the same layout from the plan.
+
+void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
+                              const std::vector<RowArray>& kv_arrays) {
+  const Plan& p = *L.plan;
+  L.own.clear();
+  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
+    const CaDocument& d = doc_of(p, t);
+    L.own.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
+  });
+  L.in = {};
+  for (const RowArray& a : q_arrays) L.in.q.push_back(a.width);
+  for (const RowArray& a : kv_arrays) L.in.kv.push_back(a.width);
+  L.send.clear();
+  L.send_counts.assign(size_t(size_), 0);
+  L.recv_counts.assign(size_t(size_), 0);
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
-    send_counts_[size_t(s)] = count_of(message_floats(p, rank_, s, w));
-    recv_counts_[size_t(s)] = count_of(message_floats(p, s, rank_, w));
+    L.send_counts[size_t(s)] = count_of(message_floats(p, rank_, s, L.in));
+    L.recv_counts[size_t(s)] = count_of(message_floats(p, s, rank_, L.in));
     const Rows r = rows_between(p, rank_, s);
-    const size_t base = send_.size();
-    send_.resize(base + size_t(send_counts_[size_t(s)]));
-    float* at = send_.data() + base;
+    const size_t base = L.send.size();
+    L.send.resize(base + size_t(L.send_counts[size_t(s)]));
+    float* at = L.send.data() + base;
     std::vector<float*> q_dst, kv_dst;
     for (const RowArray& a : q_arrays) q_dst.push_back(at), at += r.q * a.width;
     for (const RowArray& a : kv_arrays) kv_dst.push_back(at), at += r.kv * a.width;
@@ -205,158 +200,215 @@ void CadAttention::pack_to_servers(const Plan& p, const std::vector<RowArray>& q
       }
     });
   }
-  start_alltoallv(send_, send_counts_, recv_, recv_counts_);
+  start_alltoallv(L, L.send, L.send_counts, L.recv, L.recv_counts);
 }
 
-void CadAttention::serve(const Plan& p, const Widths& in, const Widths& reply,
-                         const std::function<void(const std::vector<const float*>&,
-                                                  const std::vector<float*>&)>& compute) {
-  reply_counts_.assign(size_t(size_), 0);
-  reply_recv_counts_.assign(size_t(size_), 0);
+void CadAttention::compute_own(Lane& L, std::span<const AttentionTask> t) {
+  if (L.backward)
+    attention_backward(*L.params, t, L.q, L.k, L.v, L.out_in, L.lse_in, L.dout, L.dq, L.dk, L.dv);
+  else
+    attention_forward(*L.params, t, L.q, L.k, L.v, L.out, L.lse);
+}
+
+// in:  forward Q | K, V;  backward Q, O, dO, LSE | K, V
+// out: forward O, LSE;    backward dQ | dK, dV
+void CadAttention::compute_served(Lane& L, std::span<const AttentionTask> t,
+                                  const std::vector<const float*>& x, const std::vector<float*>& y) {
+  if (L.backward)
+    attention_backward(*L.params, t, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
+  else
+    attention_forward(*L.params, t, x[0], x[1], x[2], y[0], y[1]);
+}
+
+// This rank's own tasks in `parts` kernel calls (split by attention pairs), driving the
+// exchanges in flight between them: part `part` of `parts`.
+void CadAttention::run_own(Lane& L, int part, int parts) {
+  int64_t total = 0;
+  for (const AttentionTask& t : L.own) total += task_pairs(t);
+  int64_t seen = 0;
+  size_t begin = L.own.size(), end = L.own.size();
+  for (size_t i = 0; i < L.own.size(); ++i) {
+    const int64_t before = seen;
+    seen += task_pairs(L.own[i]);
+    // task i belongs to the part its first pair falls in
+    const int at = total > 0 ? int((before * parts) / total) : 0;
+    if (at == part && begin == L.own.size()) begin = i;
+    if (at > part && end == L.own.size()) end = i;
+  }
+  if (begin >= end) return;
+  const std::span<const AttentionTask> all(L.own);
+  constexpr size_t kPieces = 4;  // kernel calls per part, the exchanges tested in between
+  const size_t n = end - begin;
+  for (size_t c = 0; c < kPieces; ++c) {
+    const size_t a = begin + c * n / kPieces, b = begin + (c + 1) * n / kPieces;
+    if (a < b) compute_own(L, all.subspan(a, b - a));
+    progress();
+  }
+}
+
+void CadAttention::serve_lane(Lane& L, bool with_own) {
+  if (!L.plan) throw std::logic_error("CAD: serve before start");
+  wait(L);  // the requests
+  const Plan& p = *L.plan;
+  L.reply_counts.assign(size_t(size_), 0);
+  L.reply_recv_counts.assign(size_t(size_), 0);
   int64_t total = 0;
   for (int o = 0; o < size_; ++o)
     if (o != rank_) {
-      reply_counts_[size_t(o)] = count_of(message_floats(p, o, rank_, reply));
-      reply_recv_counts_[size_t(o)] = count_of(message_floats(p, rank_, o, reply));
-      total += reply_counts_[size_t(o)];
+      L.reply_counts[size_t(o)] = count_of(message_floats(p, o, rank_, L.reply));
+      L.reply_recv_counts[size_t(o)] = count_of(message_floats(p, rank_, o, L.reply));
+      total += L.reply_counts[size_t(o)];
     }
-  back_.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)
+  L.back.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)
   int64_t in_at = 0, back_at = 0;
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
     const Rows r = rows_between(p, o, rank_);
     std::vector<const float*> src;
     std::vector<float*> dst;
-    const float* a = recv_.data() + in_at;
-    for (int64_t w : in.q) src.push_back(a), a += r.q * w;
-    for (int64_t w : in.kv) src.push_back(a), a += r.kv * w;
-    float* b = back_.data() + back_at;
-    for (int64_t w : reply.q) dst.push_back(b), b += r.q * w;
-    for (int64_t w : reply.kv) dst.push_back(b), b += r.kv * w;
-    tasks_.clear();
+    const float* a = L.recv.data() + in_at;
+    for (int64_t w : L.in.q) src.push_back(a), a += r.q * w;
+    for (int64_t w : L.in.kv) src.push_back(a), a += r.kv * w;
+    float* b = L.back.data() + back_at;
+    for (int64_t w : L.reply.q) dst.push_back(b), b += r.q * w;
+    for (int64_t w : L.reply.kv) dst.push_back(b), b += r.kv * w;
+    L.served.clear();
     for_exchange(p.plan.tasks, o, rank_, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      tasks_.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
+      L.served.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
     });
-    if (!tasks_.empty()) compute(src, dst);
-    in_at += recv_counts_[size_t(o)];
-    back_at += reply_counts_[size_t(o)];
+    if (!L.served.empty()) compute_served(L, L.served, src, dst);
+    progress();
+    in_at += L.recv_counts[size_t(o)];
+    back_at += L.reply_counts[size_t(o)];
   }
-  start_alltoallv(back_, reply_counts_, back_recv_, reply_recv_counts_);
+  start_alltoallv(L, L.back, L.reply_counts, L.back_recv, L.reply_recv_counts);
+  if (with_own) run_own(L, 0, 1);  // while the replies travel
 }
 
-void CadAttention::local_tasks(const Plan& p) {
-  tasks_.clear();
-  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
-    const CaDocument& d = doc_of(p, t);
-    tasks_.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
-  });
-}
-
-void CadAttention::exchange(const Plan& p, const std::vector<RowArray>& q_arrays,
-                            const std::vector<RowArray>& kv_arrays, const Widths& reply,
-                            const std::function<void(std::span<const AttentionTask>)>& own,
-                            const ServeFn& serve_tasks) {
-  Widths in;
-  for (const RowArray& a : q_arrays) in.q.push_back(a.width);
-  for (const RowArray& a : kv_arrays) in.kv.push_back(a.width);
-  pack_to_servers(p, q_arrays, kv_arrays);
-  run_local(p, 0, 2, own);  // while the requests travel
-  finish_alltoallv();
-  serve(p, in, reply, serve_tasks);
-  run_local(p, 1, 2, own);  // while the replies travel
-  finish_alltoallv();
-}
-
-void CadAttention::for_replies(
-    const Plan& p, const Widths& reply,
-    const std::function<void(int, const std::vector<const float*>&)>& f) const {
+template <typename F>
+void CadAttention::for_replies(const Lane& L, F f) const {
   int64_t at = 0;
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
-    const Rows r = rows_between(p, rank_, s);
+    const Rows r = rows_between(*L.plan, rank_, s);
     std::vector<const float*> y;
-    const float* a = back_recv_.data() + at;
-    for (int64_t w : reply.q) y.push_back(a), a += r.q * w;
-    for (int64_t w : reply.kv) y.push_back(a), a += r.kv * w;
+    const float* a = L.back_recv.data() + at;
+    for (int64_t w : L.reply.q) y.push_back(a), a += r.q * w;
+    for (int64_t w : L.reply.kv) y.push_back(a), a += r.kv * w;
     f(s, y);
-    at += reply_recv_counts_[size_t(s)];
+    at += L.reply_recv_counts[size_t(s)];
   }
 }
 
-const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
-  const auto it = plans_.find(in.micro_batch);
-  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
-  return it->second;
+void CadAttention::finish_lane(Lane& L) {
+  if (!L.plan) throw std::logic_error("CAD: finish before start");
+  wait(L);  // the replies
+  const Plan& p = *L.plan;
+  const int64_t H = L.params->num_heads, qd = H * L.params->head_dim,
+                kvd = int64_t(L.params->num_kv_heads) * L.params->head_dim;
+  if (!L.backward) {
+    // results of this rank's tasks served elsewhere
+    for_replies(L, [&](int s, const std::vector<const float*>& y) {
+      for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t) {
+        const int64_t dst = doc_of(p, t).row + t.q_begin;
+        std::copy(y[0] + q_row * qd, y[0] + (q_row + t.q_len) * qd, L.out + dst * qd);
+        std::copy(y[1] + q_row * H, y[1] + (q_row + t.q_len) * H, L.lse + dst * H);
+      });
+    });
+  } else {
+    // add the servers' shares after this rank's own, in server rank order
+    for_replies(L, [&](int s, const std::vector<const float*>& y) {
+      const float *dqs = y[0], *dks = y[1], *dvs = y[2];
+      // each document's prefix came once: the longest its tasks on s need
+      std::map<int32_t, std::pair<int64_t, int64_t>> prefix;  // doc -> (kv_row, rows)
+      for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
+        const int64_t dst = doc_of(p, t).row + t.q_begin;
+        for (int64_t i = 0; i < t.q_len * qd; ++i) L.dq[dst * qd + i] += dqs[q_row * qd + i];
+        auto& e = prefix[t.doc];
+        e.first = kv_row;
+        e.second = std::max<int64_t>(e.second, t.kv_len());
+      });
+      for (const auto& [doc, e] : prefix) {
+        const int64_t row = p.docs[p.first_doc[size_t(rank_)] + size_t(doc)].row;
+        for (int64_t i = 0; i < e.second * kvd; ++i) {
+          L.dk[row * kvd + i] += dks[e.first * kvd + i];
+          L.dv[row * kvd + i] += dvs[e.first * kvd + i];
+        }
+      }
+    });
+  }
+  L.plan = nullptr;
 }
 
 // ---- forward and backward -----------------------------------------------------------
 
+// Q rows and K/V prefixes go to the servers, O and LSE come back from them.
+void CadAttention::start_forward(const AttentionInput& in, const float* q, const float* k,
+                                 const float* v, float* out, float* lse) {
+  if (in.first_layer) make_plan(in);  // every rank is at the same first layer
+  Lane& L = lane_at(in.lane);
+  if (L.plan) throw std::logic_error("CAD: lane started twice");
+  L.plan = &plan_of(in);
+  L.params = &in.params;
+  L.backward = false;
+  L.q = q, L.k = k, L.v = v, L.out = out, L.lse = lse;
+  const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
+                kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
+  stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
+  L.reply = {{qd, H}, {}};
+  start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});
+}
+
+// Servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
+// prefixes go out again, dQ and the prefixes' dK, dV come back.
+void CadAttention::start_backward(const AttentionInput& in, const float* q, const float* k,
+                                  const float* v, const float* out, const float* lse,
+                                  const float* dout, float* dq, float* dk, float* dv) {
+  Lane& L = lane_at(in.lane);
+  if (L.plan) throw std::logic_error("CAD: lane started twice");
+  L.plan = &plan_of(in);
+  L.params = &in.params;
+  L.backward = true;
+  L.q = q, L.k = k, L.v = v, L.out_in = out, L.lse_in = lse, L.dout = dout;
+  L.dq = dq, L.dk = dk, L.dv = dv;
+  const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
+                kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
+  L.reply = {{qd}, {kvd, kvd}};
+  start_lane(L, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}});
+}
+
+// Without ping-pong: the first half of this rank's own tasks runs while the requests
+// travel, the second half while the replies travel.
 void CadAttention::forward(const AttentionInput& in, const float* q, const float* k,
                            const float* v, float* out, float* lse) {
-  if (in.first_layer) make_plan(in);  // every rank is at the same first layer
-  const Plan& p = plan_of(in);
-  const AttentionParams& prm = in.params;
-  const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
-  stats_.pairs_served += double(p.plan.pairs_after[size_t(rank_)]);
-
-  // Q rows and K/V prefixes go to the servers, O and LSE come straight back from them.
-  // While the exchange to the servers travels, the first half of this rank's own tasks
-  // runs; then the tasks it serves, whose replies travel during the second half.
-  const auto own = [&](std::span<const AttentionTask> t) {
-    attention_forward(prm, t, q, k, v, out, lse);
-  };
-  const Widths reply{{qd, H}, {}};
-  exchange(p, {{q, qd}}, {{k, kvd}, {v, kvd}}, reply, own,
-           [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
-             attention_forward(prm, tasks_, x[0], x[1], x[2], y[0], y[1]);
-           });
-  // results of this rank's tasks served elsewhere
-  for_replies(p, reply, [&](int s, const std::vector<const float*>& y) {
-    for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t) {
-      const int64_t dst = doc_of(p, t).row + t.q_begin;
-      std::copy(y[0] + q_row * qd, y[0] + (q_row + t.q_len) * qd, out + dst * qd);
-      std::copy(y[1] + q_row * H, y[1] + (q_row + t.q_len) * H, lse + dst * H);
-    });
-  });
+  start_forward(in, q, k, v, out, lse);
+  Lane& L = lane_at(in.lane);
+  run_own(L, 0, 2);
+  serve_lane(L, false);
+  run_own(L, 1, 2);
+  finish_lane(L);
 }
 
 void CadAttention::backward(const AttentionInput& in, const float* q, const float* k,
                             const float* v, const float* out, const float* lse,
                             const float* dout, float* dq, float* dk, float* dv) {
-  const Plan& p = plan_of(in);
-  const AttentionParams& prm = in.params;
-  const int64_t H = prm.num_heads, qd = H * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
+  start_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  Lane& L = lane_at(in.lane);
+  run_own(L, 0, 2);
+  serve_lane(L, false);
+  run_own(L, 1, 2);
+  finish_lane(L);
+}
 
-  // servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
-  // prefixes go out again, dQ and the prefixes' dK, dV come back
-  const auto own = [&](std::span<const AttentionTask> t) {
-    attention_backward(prm, t, q, k, v, out, lse, dout, dq, dk, dv);
-  };
-  const Widths reply{{qd}, {kvd, kvd}};
-  exchange(p, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}}, reply, own,
-           [&](const std::vector<const float*>& x, const std::vector<float*>& y) {
-             attention_backward(prm, tasks_, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
-           });
-  // add the servers' shares after this rank's own, in server rank order
-  for_replies(p, reply, [&](int s, const std::vector<const float*>& y) {
-    const float *dqs = y[0], *dks = y[1], *dvs = y[2];
-    // each document's prefix came once: the longest its tasks on s need
-    std::map<int32_t, std::pair<int64_t, int64_t>> prefix;  // doc -> (kv_row, rows)
-    for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      const int64_t dst = doc_of(p, t).row + t.q_begin;
-      for (int64_t i = 0; i < t.q_len * qd; ++i) dq[dst * qd + i] += dqs[q_row * qd + i];
-      auto& e = prefix[t.doc];
-      e.first = kv_row;
-      e.second = std::max<int64_t>(e.second, t.kv_len());
-    });
-    for (const auto& [doc, e] : prefix) {
-      const int64_t row = p.docs[p.first_doc[size_t(rank_)] + size_t(doc)].row;
-      for (int64_t i = 0; i < e.second * kvd; ++i) {
-        dk[row * kvd + i] += dks[e.first * kvd + i];
-        dv[row * kvd + i] += dvs[e.first * kvd + i];
-      }
-    }
-  });
+void CadAttention::forward_start(const AttentionInput& in, const float* q, const float* k,
+                                 const float* v, float* out, float* lse) {
+  start_forward(in, q, k, v, out, lse);
+}
+
+void CadAttention::backward_start(const AttentionInput& in, const float* q, const float* k,
+                                  const float* v, const float* out, const float* lse,
+                                  const float* dout, float* dq, float* dk, float* dv) {
+  start_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 }  // namespace lct

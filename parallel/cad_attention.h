@@ -16,6 +16,11 @@
 // (by pairs): the first while the exchange to the servers travels, the second while the
 // replies travel; the exchanges are tested between kernel calls (OpenMPI progresses
 // them only inside MPI calls), and what is still left to wait for is the exposed time.
+// With ping-pong (attention.cad_pingpong) the model drives two nano-batches ("lanes")
+// through the split phases instead: start (pack, send), serve (wait for the requests,
+// compute the served tasks, send the replies, then the own tasks), finish (wait for the
+// replies, unpack), while the other lane's token-linear layers compute; each lane has
+// its own buffers and request, so both lanes' exchanges can be in flight at once.
 // Every query row
 // is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
@@ -52,6 +57,16 @@ class CadAttention final : public AttentionPlacement {
   void backward(const AttentionInput& in, const float* q, const float* k, const float* v,
                 const float* out, const float* lse, const float* dout, float* dq, float* dk,
                 float* dv) override;
+  void forward_start(const AttentionInput& in, const float* q, const float* k, const float* v,
+                     float* out, float* lse) override;
+  void forward_serve(int lane) override { serve_lane(lane_at(lane)); }
+  void forward_finish(int lane) override { finish_lane(lane_at(lane)); }
+  void backward_start(const AttentionInput& in, const float* q, const float* k, const float* v,
+                      const float* out, const float* lse, const float* dout, float* dq,
+                      float* dk, float* dv) override;
+  void backward_serve(int lane) override { serve_lane(lane_at(lane)); }
+  void backward_finish(int lane) override { finish_lane(lane_at(lane)); }
+  void progress() override;
   void reset_stats() override;
   // Attention pairs per server of this step's plans (summed over micro-batches):
   // before planning (each rank's own documents) and after.
@@ -64,51 +79,70 @@ class CadAttention final : public AttentionPlacement {
     std::vector<CaDocument> docs;  // every rank's documents (origin, doc, row, len)
     std::vector<size_t> first_doc;  // index in docs of each rank's first document
   };
-  void make_plan(const AttentionInput& in);
-  const CaDocument& doc_of(const Plan& p, const CaTask& t) const {
-    return p.docs[p.first_doc[size_t(t.origin)] + size_t(t.doc)];
-  }
-  // rows a peer exchange carries: query rows of the tasks, prefix rows of their documents
-  struct Rows {
-    int64_t q = 0, kv = 0;
-  };
-  Rows rows_between(const Plan& p, int origin, int server) const;
-  // One exchange in flight at a time: started, driven between kernel calls, finished.
-  void start_alltoallv(const std::vector<float>& send, const std::vector<int>& send_counts,
-                       std::vector<float>& recv, const std::vector<int>& recv_counts);
-  void progress();
-  void finish_alltoallv();
-  void run_local(const Plan& p, int part, int parts,
-                 const std::function<void(std::span<const AttentionTask>)>& compute);
   // An exchange carries per-query-row arrays, then per-prefix-row arrays (widths in floats).
   struct Widths {
     std::vector<int64_t> q, kv;
+  };
+  // One micro-batch's (or nano-batch's) layer in flight: its plan, arrays and buffers.
+  struct Lane {
+    const Plan* plan = nullptr;
+    const AttentionParams* params = nullptr;
+    bool backward = false;
+    // the micro-batch's arrays, valid from start to finish (dout..dv: backward only)
+    const float *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr;
+    const float *out_in = nullptr, *lse_in = nullptr;  // backward reads O and LSE
+    float *out = nullptr, *lse = nullptr;              // forward writes them
+    float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    Widths in, reply;  // what goes to the servers and what comes back
+    std::vector<float> send, recv, back, back_recv;
+    std::vector<int> send_counts, recv_counts, reply_counts, reply_recv_counts, sdispl, rdispl;
+    std::vector<AttentionTask> own;     // this rank's tasks it runs itself
+    std::vector<AttentionTask> served;  // one origin's tasks on this rank (serve scratch)
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  // rows a peer exchange carries: query rows of the tasks, prefix rows of their documents
+  struct Rows {
+    int64_t q = 0, kv = 0;
   };
   struct RowArray {
     const float* data;
     int64_t width;
   };
-  int64_t message_floats(const Plan& p, int origin, int server, const Widths& w) const;
+
+  Lane& lane_at(int lane);
+  void make_plan(const AttentionInput& in);
   const Plan& plan_of(const AttentionInput& in) const;
-  // Sends this rank's rows of every array to the servers of its moved tasks (recv_
-  // gets the tasks this rank serves, from every origin).
-  void pack_to_servers(const Plan& p, const std::vector<RowArray>& q_arrays,
-                       const std::vector<RowArray>& kv_arrays);
-  // For each origin: tasks_ set to its tasks on this rank (rows relative to its message),
-  // compute(inputs, replies) run, and the replies sent back (into back_recv_).
-  using ServeFn =
-      std::function<void(const std::vector<const float*>&, const std::vector<float*>&)>;
-  void serve(const Plan& p, const Widths& in, const Widths& reply, const ServeFn& compute);
-  // A whole layer exchange: arrays to the servers, own tasks in two halves around
-  // serving the others', replies back (into back_recv_).
-  void exchange(const Plan& p, const std::vector<RowArray>& q_arrays,
-                const std::vector<RowArray>& kv_arrays, const Widths& reply,
-                const std::function<void(std::span<const AttentionTask>)>& own,
-                const ServeFn& serve_tasks);
+  const CaDocument& doc_of(const Plan& p, const CaTask& t) const {
+    return p.docs[p.first_doc[size_t(t.origin)] + size_t(t.doc)];
+  }
+  Rows rows_between(const Plan& p, int origin, int server) const;
+  int64_t message_floats(const Plan& p, int origin, int server, const Widths& w) const;
+
+  // The split phases of one lane (forward and backward alike):
+  //   start_lane   own tasks listed, this rank's rows packed and sent to their servers
+  //   serve_lane   wait for the requests, run the tasks served here, send the replies,
+  //                then run the own tasks (while the replies travel)
+  //   finish_lane  wait for the replies, then copy (forward) or add (backward) them
+  // forward()/backward() run the own tasks in two halves around serving instead.
+  void start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
+                  const std::vector<RowArray>& kv_arrays);
+  void serve_lane(Lane& L, bool with_own = true);
+  void finish_lane(Lane& L);
+  void run_own(Lane& L, int part, int parts);  // part `part` of `parts`, by pairs
+  void compute_own(Lane& L, std::span<const AttentionTask> tasks);
+  void compute_served(Lane& L, std::span<const AttentionTask> tasks,
+                      const std::vector<const float*>& in, const std::vector<float*>& out);
+  void start_alltoallv(Lane& L, const std::vector<float>& send, const std::vector<int>& send_counts,
+                       std::vector<float>& recv, const std::vector<int>& recv_counts);
+  void wait(Lane& L);  // the lane's exchange in flight; the time blocked is exposed
   // f(server, reply arrays) for every other server's reply to this rank, in rank order.
-  void for_replies(const Plan& p, const Widths& reply,
-                   const std::function<void(int, const std::vector<const float*>&)>& f) const;
-  void local_tasks(const Plan& p);  // tasks_ = this rank's tasks it runs itself
+  template <typename F>
+  void for_replies(const Lane& L, F f) const;
+  void start_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                     float* out, float* lse);
+  void start_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                      const float* out, const float* lse, const float* dout, float* dq,
+                      float* dk, float* dv);
 
   MPI_Comm comm_;
   double tolerance_;
@@ -116,10 +150,7 @@ class CadAttention final : public AttentionPlacement {
   int rank_ = 0, size_ = 1;
   std::map<int, Plan> plans_;  // by micro-batch of the step
   std::vector<int64_t> pairs_before_, pairs_after_;
-  std::vector<float> send_, recv_, back_, back_recv_;
-  std::vector<int> send_counts_, recv_counts_, reply_counts_, reply_recv_counts_, sdispl_, rdispl_;
-  std::vector<AttentionTask> tasks_;
-  MPI_Request exchange_ = MPI_REQUEST_NULL;
+  Lane lanes_[2];
 };
 
 }  // namespace lct

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "data/nano_batches.h"
 #include "parallel/mpi_util.h"
 
 namespace lct {
@@ -11,10 +12,13 @@ int count_of(int64_t n) { return mpi_count(n, "a pipeline message"); }
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
-                                   PipelineSchedule schedule)
-    : model_(model), comm_(pp_comm), pp_(pp), stage_(stage), schedule_(schedule) {
+                                   PipelineSchedule schedule, int lanes)
+    : model_(model), comm_(pp_comm), pp_(pp), stage_(stage), schedule_(schedule), lanes_(lanes) {
   if (pp > 1 && pp_comm == MPI_COMM_NULL)
     throw std::invalid_argument("pipeline executor: pp > 1 needs a pipeline communicator");
+  if (lanes != 1 && lanes != 2) throw std::invalid_argument("pipeline executor: lanes is 1 or 2");
+  if (lanes == 2 && pp > 1)
+    throw std::invalid_argument("pipeline executor: ping-pong nano-batches need pp = 1");
 }
 
 int PipelineExecutor::message_count(const ActivationSlot& slot) const {
@@ -32,9 +36,14 @@ ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches
         break;
       }
   }
-  ActivationSlot& s = model_.begin(batches[size_t(mb)], mb);
-  flight_[size_t(mb)].slot = &s;
-  return s;
+  InFlight& f = flight_[size_t(mb)];
+  if (lanes_ == 2) {  // two nano-batches, named 2 mb and 2 mb + 1 to the placement
+    f.slot = &model_.begin(nano_[size_t(mb)][0], 2 * mb, 0);
+    f.pong = &model_.begin(nano_[size_t(mb)][1], 2 * mb + 1, 1);
+    return *f.slot;
+  }
+  f.slot = &model_.begin(batches[size_t(mb)], mb);
+  return *f.slot;
 }
 
 void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches, int mb) {
@@ -75,6 +84,8 @@ void PipelineExecutor::free_slot(InFlight& f, bool wait) {
   if (done_f && done_b) {
     model_.end(*f.slot);
     f.slot = nullptr;
+    if (f.pong) model_.end(*f.pong);
+    f.pong = nullptr;
   }
 }
 
@@ -102,13 +113,20 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
     micro_batches_ = m;
   }
   flight_.assign(size_t(m), InFlight{});
+  if (lanes_ == 2) {
+    nano_.resize(size_t(m));
+    for (int mb = 0; mb < m; ++mb) nano_[size_t(mb)] = split_nano_batches(batches[size_t(mb)]);
+  }
   next_forward_post_ = 0;
   send_wait_ = 0;
   model_.slot_pool().reset_peak();
   PipelineStepStats st;
   const auto t_start = SteadyClock::now();
   const bool is_last = stage_ == pp_ - 1;
-  model_.between_phases = [this] { progress(); };
+  model_.between_phases = [this, &placement] {
+    progress();
+    placement.progress();
+  };
 
   for (const PipeAction& a : actions_) {
     InFlight& f = flight_[size_t(a.micro_batch)];
@@ -119,17 +137,22 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
         break;
       case PipeOp::forward: {
         ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
-        model_.stage_forward(s, placement);
+        if (f.pong)
+          model_.stage_forward_pair(s, *f.pong, placement);
+        else
+          model_.stage_forward(s, placement);
         // the last stage computes the loss and its gradient (into the slot's dx) with the
         // forward: 1F1B runs this micro-batch's backward next anyway, and GPipe keeps
         // the slot until then, so no logits are ever kept
-        if (is_last) {
-          const CrossEntropyStats l = model_.head_forward_backward(s, grad_scale, true);
-          st.loss.loss_sum += l.loss_sum;
-          st.loss.targets += l.targets;
-          st.loss.answers += l.answers;
-          st.loss.answers_correct += l.answers_correct;
-        }
+        if (is_last)
+          for (ActivationSlot* x : {&s, f.pong}) {
+            if (!x) continue;
+            const CrossEntropyStats l = model_.head_forward_backward(*x, grad_scale, true);
+            st.loss.loss_sum += l.loss_sum;
+            st.loss.targets += l.targets;
+            st.loss.answers += l.answers;
+            st.loss.answers_correct += l.answers_correct;
+          }
         break;
       }
       case PipeOp::send_forward:
@@ -149,7 +172,10 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
           reducer.begin(model_.grads.data());
           model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
         }
-        model_.stage_backward(*f.slot, placement);
+        if (f.pong)
+          model_.stage_backward_pair(*f.slot, *f.pong, placement);
+        else
+          model_.stage_backward(*f.slot, placement);
         model_.grads_final_hook = nullptr;
         if (stage_ == 0) f.done = true;  // nothing to send back
         break;

@@ -15,10 +15,15 @@
 //
 // With pp = 1 the same executor runs the plain gradient-accumulation loop
 // (forward, backward per micro-batch), so every layout uses one code path.
+//
+// Ping-pong (lanes = 2, CAD's attention.cad_pingpong; pp = 1 only so far): each
+// micro-batch is split into two nano-batches (data/nano_batches.h) held in two slots,
+// and the model runs them interleaved per layer (LlamaModel::stage_forward_pair).
 #pragma once
 
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -44,7 +49,7 @@ class PipelineExecutor {
  public:
   // pp_comm: this rank's pipeline group (MPI_COMM_NULL when pp = 1).
   PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, int stage,
-                   PipelineSchedule schedule);
+                   PipelineSchedule schedule, int lanes = 1);
 
   // One step over `batches` (this rank's share of its dp replica's micro-batches, the
   // same on every stage of the pipeline). Gradients of grad_scale * (sum of token losses) accumulate into
@@ -59,6 +64,7 @@ class PipelineExecutor {
  private:
   struct InFlight {
     ActivationSlot* slot = nullptr;
+    ActivationSlot* pong = nullptr;  // the second nano-batch's slot (ping-pong)
     MPI_Request send_forward = MPI_REQUEST_NULL, send_backward = MPI_REQUEST_NULL;
     MPI_Request recv_forward = MPI_REQUEST_NULL, recv_backward = MPI_REQUEST_NULL;
     bool forward_posted = false, backward_posted = false;  // receives posted (maybe done)
@@ -77,6 +83,8 @@ class PipelineExecutor {
   MPI_Comm comm_;
   int pp_, stage_;
   PipelineSchedule schedule_;
+  int lanes_ = 1;
+  std::vector<std::array<LocalBatch, 2>> nano_;  // ping-pong: each micro-batch's halves
   int micro_batches_ = 0;
   std::vector<PipeAction> actions_;
   std::vector<InFlight> flight_;  // per micro-batch

@@ -153,6 +153,7 @@ std::vector<ConfigKey> make_keys() {
                           throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
                       }));
   k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean attention pairs", [](Config& c) -> auto& { return c.cad_tolerance; }));
+  k.push_back(bool_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches whose attention traffic and token-linear compute overlap (DistCA ping-pong)", [](Config& c) -> auto& { return c.cad_pingpong; }));
   k.push_back(str_key("attention.cad_profile", "CAD: cost model written by lct bench --sections profile --profile-out (\"\" = balance attention pairs)", [](Config& c) -> auto& { return c.cad_profile; }));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));

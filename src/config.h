@@ -65,6 +65,7 @@ struct Config {
   std::string attention_kernel = "causal";
   std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
   double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
+  bool cad_pingpong = true;                        // CAD: two overlapped nano-batches
   std::string cad_profile;                         // CAD: cost model file ("" = pairs)
   DataConfig data;
   TrainConfig train;

@@ -95,6 +95,15 @@ std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
   return stages;
 }
 
+// Ping-pong nano-batches are a CAD feature (colocated attention has no traffic to hide)
+// and need more than one rank to exchange with.
+int pingpong_lanes(const Config& c, const ProcessGrid& grid) {
+  return c.attention_placement == "cad" && c.cad_pingpong && grid.world_size() > 1 &&
+                 grid.layout().pp == 1
+             ? 2
+             : 1;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, const ProcessGrid& grid)
@@ -112,7 +121,7 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
                config.parallel.overlap_grad_reduce),
       executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
-                parse_pipeline_schedule(config.parallel.pp_schedule)) {
+                parse_pipeline_schedule(config.parallel.pp_schedule), pingpong_lanes(config, grid)) {
   cp_split_ = parse_cp_split(config.parallel.cp_split);
   if (config.parallel.dp_balance == "packing") {
     if (grid.layout().cp > 1 || config.attention_placement == "cad")
@@ -152,9 +161,10 @@ void Trainer::resume_from(const std::string& path) {
   Config saved;
   apply_toml_text(saved, c.config_toml, path + ":/config");
   for (const ConfigDifference& d : config_differences(saved, config_)) {
-    // the model and its attention kernel must match; where attention runs may change
+    // the model and its attention kernel must match; where attention runs (placement and
+    // the CAD settings) may change
     const bool shape_key = (d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0) &&
-                           d.key != "attention.placement" && d.key != "attention.cad_tolerance";
+                           d.key != "attention.placement" && d.key.rfind("attention.cad_", 0) != 0;
     if (shape_key)
       throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
                                " in the checkpoint but " + d.b + " in this run");
@@ -394,10 +404,12 @@ int Trainer::run() {
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
   if (cad_attention_)
-    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s",
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s, %s",
              grid_.world_size(), config_.cad_tolerance,
              config_.cad_profile.empty() ? "attention pairs"
-                                         : ("measured kernel time (" + config_.cad_profile + ")").c_str());
+                                         : ("measured kernel time (" + config_.cad_profile + ")").c_str(),
+             pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
+                                                 : "one exchange at a time (no ping-pong)");
   if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",

@@ -9,6 +9,7 @@
 
 #include "attention/core_attention.h"
 #include "data/context_shards.h"
+#include "data/nano_batches.h"
 #include "tests/test_util.h"
 
 namespace lct {
@@ -130,6 +131,58 @@ TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {
   EXPECT_EQ(l.pieces[2].len, 60);
   EXPECT_EQ(l.tokens, b.tokens);
   EXPECT_EQ(l.attention_pairs(), attended_pairs(tasks_for_documents(b.cu_seqlens)));
+}
+
+// Ping-pong halves: every document in exactly one half, whole and in its original order,
+// with its rows, targets, positions and mask; tokens balanced longest-first; a
+// one-document batch leaves the second half empty; shards are refused.
+TEST(NanoBatches, WholeDocumentsSplitByTokens) {
+  for (const auto& lengths : kBatches) {
+    const PackedBatch b = packed(lengths);
+    const LocalBatch whole = whole_sequence(b);
+    const std::array<LocalBatch, 2> halves = split_nano_batches(whole);
+    std::multiset<std::vector<int32_t>> seen;
+    int64_t pairs = 0;
+    for (const LocalBatch& h : halves) {
+      int32_t row = 0, last_start = -1;
+      for (const DocPiece& p : h.pieces) {
+        EXPECT_EQ(p.row, row);
+        EXPECT_EQ(p.pos, 0);
+        EXPECT_EQ(p.len, p.doc_len);
+        // original order kept: find the document's rows in the whole batch by content
+        const auto& src = *std::find_if(whole.pieces.begin(), whole.pieces.end(),
+                                        [&](const DocPiece& w) {
+                                          return std::equal(h.tokens.begin() + p.row,
+                                                            h.tokens.begin() + p.row + p.len,
+                                                            whole.tokens.begin() + w.row) &&
+                                                 w.len == p.len;
+                                        });
+        EXPECT_GT(src.row, last_start);
+        last_start = src.row;
+        for (int32_t i = 0; i < p.len; ++i) {
+          EXPECT_EQ(h.targets[size_t(row + i)], whole.targets[size_t(src.row + i)]);
+          EXPECT_EQ(h.positions[size_t(row + i)], whole.positions[size_t(src.row + i)]);
+          EXPECT_EQ(h.answer_mask[size_t(row + i)], whole.answer_mask[size_t(src.row + i)]);
+        }
+        seen.insert(std::vector<int32_t>(h.tokens.begin() + p.row, h.tokens.begin() + p.row + p.len));
+        row += p.len;
+      }
+      EXPECT_EQ(h.num_tokens(), row);
+      EXPECT_EQ(h.sequence_tokens, row);
+      pairs += h.attention_pairs();
+    }
+    EXPECT_EQ(seen.size(), whole.pieces.size());
+    EXPECT_EQ(pairs, whole.attention_pairs());
+    // longest-first to the lighter half: the halves differ by at most the longest document
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    EXPECT_LE(std::abs(halves[0].num_tokens() - halves[1].num_tokens()), longest);
+  }
+  EXPECT_EQ(split_nano_batches(whole_sequence(packed({256})))[1].num_tokens(), 0);
+  const std::array<LocalBatch, 2> even = split_nano_batches(whole_sequence(packed({10, 30, 20, 20})));
+  EXPECT_EQ(even[0].num_tokens(), 40);  // 30 + 10
+  EXPECT_EQ(even[1].num_tokens(), 40);  // 20 + 20
+  EXPECT_THROW(split_nano_batches(shard_sequence(packed({100}), 2, 0, CpSplit::zigzag)),
+               std::invalid_argument);
 }
 
 AttentionParams small_params() {

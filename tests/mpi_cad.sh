@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Core attention disaggregation over MPI against colocated attention on the same data:
-#   - dp = 2 and dp = 4, causal and DCA: 10 steps, losses within 1e-6 relative and
+#   - dp = 2 and dp = 4, causal and DCA, ping-pong nano-batches on and off (and a
+#     batch of one-document micro-batches, whose second nano-batch is empty): 10 steps,
+#     losses within 1e-6 relative and
 #     parameters within 1e-5 (SGD; AdamW at its default eps within 1e-4, as for context
 #     parallelism: CAD moves query and key rows between ranks, so weight-gradient sums
 #     round differently and AdamW amplifies that in near-zero gradient elements);
@@ -31,13 +33,22 @@ for kernel in causal dca; do
   train "ref_$kernel" 0 4 $SGD --attention.kernel "$kernel"
   for dp in 2 4; do
     train "cad${dp}_$kernel" "$dp" $((4 / dp)) $SGD --attention.kernel "$kernel" --attention.placement cad
-    compare "CAD dp=$dp $kernel" "cad${dp}_$kernel" "ref_$kernel"
+    compare "CAD dp=$dp $kernel, ping-pong" "cad${dp}_$kernel" "ref_$kernel"
+    train "single${dp}_$kernel" "$dp" $((4 / dp)) $SGD --attention.kernel "$kernel" \
+      --attention.placement cad --attention.cad_pingpong false
+    compare "CAD dp=$dp $kernel, one exchange at a time" "single${dp}_$kernel" "ref_$kernel"
   done
   train "adam_ref_$kernel" 0 4 --attention.kernel "$kernel"
   train "adam_cad2_$kernel" 2 2 --attention.kernel "$kernel" --attention.placement cad
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4
 done
-grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1" cad4_causal.log
+grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1, .*ping-pong" cad4_causal.log
+grep -q "one exchange at a time" single2_dca.log
+
+# one-document micro-batches: every second nano-batch is empty and still takes part
+train ref_long 0 4 $SGD --data.min_doc_len 128
+train cad_long 2 2 $SGD --attention.placement cad --data.min_doc_len 128
+compare "CAD dp=2, ping-pong with empty nano-batches" cad_long ref_long
 
 # a measured cost model: CAD balances kernel time and stays exact; a profile of another
 # model shape is refused, one from another machine is used with a warning

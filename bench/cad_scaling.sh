@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Core attention disaggregation on this machine, one rank per core, in one script run:
 # tokens/s of dp = 1 against dp = N with colocated attention, with the WLB-LLM packing
-# baseline (parallel.dp_balance = packing) and with CAD (attention.placement = cad), on
+# baseline (parallel.dp_balance = packing) and with CAD (attention.placement = cad) with
+# ping-pong nano-batches (the default) and without (cad_single), on
 # the same config and per-rank batch (default: the
 # `pretrain` length mix, whose equal-token sequences carry unequal attention work).
-# The four layouts alternate for --rounds rounds; each round's speedups are ratios of
+# The five layouts alternate for --rounds rounds; each round's speedups are ratios of
 # adjacent runs' median tokens/s (steps after the first two), and the figures are
 # medians over rounds, with lct's straggler figures (compute max/mean, idle) and, for
 # CAD, attention pairs max/mean before and after planning and bytes moved.
@@ -40,6 +41,7 @@ for r in $(seq "$ROUNDS"); do
   run "$RANKS" "$work/r${r}_colocated" "$@"
   run "$RANKS" "$work/r${r}_packing" --parallel.dp_balance packing "$@"
   run "$RANKS" "$work/r${r}_cad" --attention.placement cad "$@"
+  run "$RANKS" "$work/r${r}_cad_single" --attention.placement cad --attention.cad_pingpong false "$@"
 done
 grep -m1 "lct train |" "$work/r1_dp1.log"
 grep -m1 "core attention disaggregated" "$work/r1_cad.log"
@@ -49,22 +51,23 @@ work, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 med = statistics.median
 def load(d):
     return [json.loads(l) for l in open(f"{d}/metrics.jsonl")][2:]
-print(f"  {'round':>5} {'dp=1 tok/s':>11} {'colocated':>10} {'speedup':>8} {'packing':>10} {'speedup':>8} {'cad':>10} {'speedup':>8}")
-sp = {"colocated": [], "packing": [], "cad": []}
+LAYOUTS = ("colocated", "packing", "cad", "cad_single")
+print(f"  {'round':>5} {'dp=1 tok/s':>11}" + "".join(f" {m:>10} {'speedup':>8}" for m in LAYOUTS))
+sp = {m: [] for m in LAYOUTS}
 for r in range(1, rounds + 1):
     one = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_dp1"))
     row = f"  {r:>5} {one:>11.0f}"
-    for m in ("colocated", "packing", "cad"):
+    for m in LAYOUTS:
         t = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_{m}"))
         sp[m].append(t / one)
         row += f" {t:>10.0f} {t / one:>7.2f}x"
     print(row)
-for m in ("colocated", "packing", "cad"):
+for m in LAYOUTS:
     xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")]
-    line = (f"  dp={n} {m:>9}: median speedup {med(sp[m]):.2f}x | compute max/mean "
+    line = (f"  dp={n} {m:>10}: median speedup {med(sp[m]):.2f}x | compute max/mean "
             f"{med(x['compute_max_over_mean'] for x in xs):.3f} | idle {100 * med(x['idle_fraction'] for x in xs):.1f}%"
             f" | attention pairs max/mean {med(x['attention_pairs_max_over_mean'] for x in xs):.3f}")
-    if m == "cad":
+    if m.startswith("cad"):
         line += (f" -> {med(x['attention_pairs_served_max_over_mean'] for x in xs):.3f} after planning | "
                  f"{med(x.get('exchange_bytes_sent', 0) for x in xs) / 2**20:.1f} MiB sent per rank and step, "
                  f"exposed {100 * med(x.get('exchange_exposed_fraction', 0) for x in xs):.1f}%")

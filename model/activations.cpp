@@ -25,7 +25,8 @@ void ActivationSlot::reset(const ActivationTable& table, int64_t T) {
   for (size_t i = 0; i < offsets_.size(); ++i) offsets_[i] = table.specs()[i].offset;
   tokens_ = T;
   batch = nullptr;
-  micro_batch = -1;
+  group = -1;
+  backward_group = -1;
 }
 
 ActivationSlot& SlotPool::acquire() {
@@ -43,7 +44,8 @@ ActivationSlot& SlotPool::acquire() {
 
 void SlotPool::release(ActivationSlot& slot) {
   slot.batch = nullptr;
-  slot.micro_batch = -1;
+  slot.group = -1;
+  slot.backward_group = -1;
   free_.push_back(&slot);
   --in_use_;
 }

@@ -19,8 +19,12 @@ struct AttentionInput {
   const AttentionParams& params;
   std::span<const AttentionTask> tasks;  // local pieces against their own rows
   const LocalBatch& batch;
-  int micro_batch = 0;       // of the step (placements that plan per micro-batch)
-  bool first_layer = false;  // the stage's first layer: a new micro-batch's forward starts
+  // Work that runs together on every rank (a micro-batch, a nano-batch or a pipeline
+  // tick), named the same on all of them: placements that plan (CAD) plan per group.
+  int group = 0;
+  // The stage's first attention of the group: forward's first layer, or, when the group
+  // is a backward pipeline tick (a new set of micro-batches), backward's last layer.
+  bool starts_group = false;
   int lane = 0;              // ping-pong: which of the two nano-batches in flight (0, 1)
 };
 

@@ -186,10 +186,11 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
   return d;
 }
 
-ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch, int lane) {
+ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) {
   const int64_t T = batch.num_tokens();
   if (lane != 0 && lane != 1) throw std::invalid_argument("a slot's lane is 0 or 1");
-  if (T == 0 && lane == 0) throw std::invalid_argument("empty batch");
+  // (empty: the second nano-batch of a one-document micro-batch, or a pipeline tick's
+  // dummy micro-batch, which only serves attention)
   int32_t max_position = 0;
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
   ensure_scratch(std::max<int64_t>(T, 1), max_position);
@@ -197,7 +198,7 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int micro_batch, int 
   ActivationSlot& s = pool_.acquire();
   s.reset(acts_table_, T);
   s.batch = &batch;
-  s.micro_batch = micro_batch;
+  s.group = group;
   s.lane = lane;
   s.tasks.clear();  // every piece against its own rows (what colocated attention runs)
   for (const DocPiece& p : batch.pieces)
@@ -227,18 +228,20 @@ void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   lct::attn_in_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
 
-AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s) const {
-  return {attn_params_, s.tasks, *s.batch, s.micro_batch, l == stage_.first_layer, s.lane};
+AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool backward) const {
+  if (!backward) return {attn_params_, s.tasks, *s.batch, s.group, l == stage_.first_layer, s.lane};
+  if (s.backward_group < 0) return {attn_params_, s.tasks, *s.batch, s.group, false, s.lane};
+  return {attn_params_, s.tasks, *s.batch, s.backward_group, l == stage_.end_layer - 1, s.lane};
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const LayerActivations a = layer_activations(l, s);
-  placement.forward(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse);
+  placement.forward(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const LayerActivations a = layer_activations(l, s);
-  placement.forward_start(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse);
+  placement.forward_start(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
@@ -256,7 +259,7 @@ void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
   zero_attention_grads(s, d);
-  placement.backward(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk,
+  placement.backward(attention_input(l, s, true), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk,
                      d.dv);
 }
 
@@ -264,7 +267,7 @@ void LlamaModel::attention_backward_start(int l, ActivationSlot& s, AttentionPla
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
   zero_attention_grads(s, d);
-  placement.backward_start(attention_input(l, s), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq,
+  placement.backward_start(attention_input(l, s, true), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq,
                            d.dk, d.dv);
 }
 

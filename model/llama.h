@@ -69,9 +69,10 @@ class LlamaModel {
   // ---- phases ------------------------------------------------------------------
   // A slot for one micro-batch (this rank's LocalBatch, which must outlive it), sized
   // and with its local attention tasks and DCA key positions; end() returns it.
-  // micro_batch names it to the placement (plans are per micro-batch); lane 1 is the
-  // second nano-batch of a ping-pong pair, which may be empty (zero tokens).
-  ActivationSlot& begin(const LocalBatch& batch, int micro_batch, int lane = 0);
+  // group names its work to the placement (AttentionInput::group); lane 1 is the
+  // second nano-batch of a ping-pong pair. The batch may be empty (zero tokens): the
+  // slot then only takes part in the placement's exchanges.
+  ActivationSlot& begin(const LocalBatch& batch, int group, int lane = 0);
   void end(ActivationSlot& slot) { pool_.release(slot); }
   float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
@@ -134,7 +135,7 @@ class LlamaModel {
   };
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
   LayerActivations layer_activations(int l, ActivationSlot& s);
-  AttentionInput attention_input(int l, const ActivationSlot& s) const;
+  AttentionInput attention_input(int l, const ActivationSlot& s, bool backward) const;
   // Backward scratch of a slot: shared, except what lives across a split-phase attention
   // (dattn, dq, dk, dv), which lane 1 has its own of.
   LayerScratch scratch_of(const ActivationSlot& s) const;

@@ -54,7 +54,7 @@ void CadAttention::reset_stats() {
   pairs_after_.assign(size_t(size_), 0);
 }
 
-void CadAttention::make_plan(const AttentionInput& in) {
+void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   std::vector<int32_t> mine;
   for (const DocPiece& p : in.batch.pieces) {
     if (p.pos != 0 || p.len != p.doc_len)
@@ -85,11 +85,11 @@ void CadAttention::make_plan(const AttentionInput& in) {
   o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
   o.cost = cost_ ? &*cost_ : nullptr;
   p.plan = plan_core_attention(p.docs, size_, o);
-  for (int s = 0; s < size_; ++s) {
+  for (int s = 0; counted && s < size_; ++s) {
     pairs_before_[size_t(s)] += p.plan.pairs_before[size_t(s)];
     pairs_after_[size_t(s)] += p.plan.pairs_after[size_t(s)];
   }
-  plans_[in.micro_batch] = std::move(p);
+  plans_[in.group] = std::move(p);
 }
 
 CadAttention::Rows CadAttention::rows_between(const Plan& p, int origin, int server) const {
@@ -113,8 +113,8 @@ int64_t CadAttention::message_floats(const Plan& p, int origin, int server, cons
 }
 
 const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
-  const auto it = plans_.find(in.micro_batch);
-  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this micro-batch");
+  const auto it = plans_.find(in.group);
+  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this group");
   return it->second;
 }
 
@@ -345,7 +345,7 @@ void CadAttention::finish_lane(Lane& L) {
 // Q rows and K/V prefixes go to the servers, O and LSE come back from them.
 void CadAttention::start_forward(const AttentionInput& in, const float* q, const float* k,
                                  const float* v, float* out, float* lse) {
-  if (in.first_layer) make_plan(in);  // every rank is at the same first layer
+  if (in.starts_group) make_plan(in, true);  // every rank is at its stage's first layer
   Lane& L = lane_at(in.lane);
   if (L.plan) throw std::logic_error("CAD: lane started twice");
   L.plan = &plan_of(in);
@@ -364,6 +364,8 @@ void CadAttention::start_forward(const AttentionInput& in, const float* q, const
 void CadAttention::start_backward(const AttentionInput& in, const float* q, const float* k,
                                   const float* v, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv) {
+  // a backward pipeline tick (its own set of micro-batches): every stage at its last layer
+  if (in.starts_group) make_plan(in, false);
   Lane& L = lane_at(in.lane);
   if (L.plan) throw std::logic_error("CAD: lane started twice");
   L.plan = &plan_of(in);

@@ -1,6 +1,7 @@
 // Core attention disaggregation (DistCA): every rank is an in-place attention server.
 //
-// Per micro-batch, at its first layer, the ranks exchange their documents' sizes (one
+// Per group (a micro-batch, a ping-pong nano-batch, or a pipeline tick: the same work on
+// every rank), at its first layer, the ranks exchange their documents' sizes (one
 // small all-gather) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
 // run of query rows with its causal key prefix, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
@@ -26,9 +27,13 @@
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.
 //
-// This placement needs every rank of the job at the same layer of the same micro-batch:
-// data parallelism (dp ranks are in lockstep). Pipeline ticks and context-parallel
-// groups are not planned yet; the trainer refuses those combinations.
+// This placement needs every rank of the job at the same layer of the same group: data
+// parallelism (dp ranks are in lockstep) and pipeline parallelism with same-phase ticks
+// (parallel/pipeline_schedule.h: every stage runs a forward, or a backward, of some
+// micro-batch or of a dummy with no tokens in every tick, and has as many layers; a
+// backward tick groups other micro-batches than its forward ticks did, so it plans
+// again at the stage's last layer). Context-parallel groups are not planned yet; the
+// trainer refuses that combination.
 #pragma once
 
 #include <mpi.h>
@@ -68,7 +73,7 @@ class CadAttention final : public AttentionPlacement {
   void backward_finish(int lane) override { finish_lane(lane_at(lane)); }
   void progress() override;
   void reset_stats() override;
-  // Attention pairs per server of this step's plans (summed over micro-batches):
+  // Attention pairs per server of this step's forward plans (summed over groups):
   // before planning (each rank's own documents) and after.
   const std::vector<int64_t>& pairs_before() const { return pairs_before_; }
   const std::vector<int64_t>& pairs_after() const { return pairs_after_; }
@@ -110,7 +115,7 @@ class CadAttention final : public AttentionPlacement {
   };
 
   Lane& lane_at(int lane);
-  void make_plan(const AttentionInput& in);
+  void make_plan(const AttentionInput& in, bool counted);  // counted: into pairs_before/after
   const Plan& plan_of(const AttentionInput& in) const;
   const CaDocument& doc_of(const Plan& p, const CaTask& t) const {
     return p.docs[p.first_doc[size_t(t.origin)] + size_t(t.doc)];
@@ -148,7 +153,7 @@ class CadAttention final : public AttentionPlacement {
   double tolerance_;
   std::optional<CaCostModel> cost_;
   int rank_ = 0, size_ = 1;
-  std::map<int, Plan> plans_;  // by micro-batch of the step
+  std::map<int, Plan> plans_;  // by group (AttentionInput::group) of the step
   std::vector<int64_t> pairs_before_, pairs_after_;
   Lane lanes_[2];
 };

@@ -19,6 +19,7 @@ PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, 
   if (lanes != 1 && lanes != 2) throw std::invalid_argument("pipeline executor: lanes is 1 or 2");
   if (lanes == 2 && pp > 1)
     throw std::invalid_argument("pipeline executor: ping-pong nano-batches need pp = 1");
+  dummy_.group_pieces = {{}};
 }
 
 int PipelineExecutor::message_count(const ActivationSlot& slot) const {
@@ -53,6 +54,17 @@ void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches,
             &f.recv_forward);
   f.forward_posted = true;
   next_forward_post_ = mb + 1;
+}
+
+void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placement) {
+  ActivationSlot& s = model_.begin(dummy_, a.tick);
+  if (a.op == PipeOp::forward) {
+    model_.stage_forward(s, placement);
+  } else {
+    s.backward_group = a.tick;
+    model_.stage_backward(s, placement);
+  }
+  model_.end(s);
 }
 
 void PipelineExecutor::post_recv_backward(int mb) {
@@ -129,6 +141,10 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   };
 
   for (const PipeAction& a : actions_) {
+    if (a.micro_batch < 0) {  // a tick's dummy: no tokens, it only serves attention
+      run_dummy(a, placement);
+      continue;
+    }
     InFlight& f = flight_[size_t(a.micro_batch)];
     switch (a.op) {
       case PipeOp::recv_forward:
@@ -137,6 +153,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
         break;
       case PipeOp::forward: {
         ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
+        if (a.tick >= 0) s.group = a.tick;  // CAD plans the tick over all stages
         if (f.pong)
           model_.stage_forward_pair(s, *f.pong, placement);
         else
@@ -172,6 +189,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
           reducer.begin(model_.grads.data());
           model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
         }
+        if (a.tick >= 0) f.slot->backward_group = a.tick;
         if (f.pong)
           model_.stage_backward_pair(*f.slot, *f.pong, placement);
         else

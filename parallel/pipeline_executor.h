@@ -13,6 +13,10 @@
 // completed. OpenMPI does not progress requests on its own, so the model calls back
 // between phases and the executor tests its requests there.
 //
+// The ticks schedule (for CAD) runs its dummy actions on an empty micro-batch, which
+// computes nothing and only takes part in the placement's per-layer exchanges; each
+// slot is named to the placement by its tick (AttentionInput::group).
+//
 // With pp = 1 the same executor runs the plain gradient-accumulation loop
 // (forward, backward per micro-batch), so every layout uses one code path.
 //
@@ -78,6 +82,7 @@ class PipelineExecutor {
   void free_slot(InFlight& f, bool wait);
   void release_finished(bool wait);  // free_slot for every finished micro-batch
   int message_count(const ActivationSlot& slot) const;
+  void run_dummy(const PipeAction& a, AttentionPlacement& placement);
 
   LlamaModel& model_;
   MPI_Comm comm_;
@@ -85,6 +90,7 @@ class PipelineExecutor {
   PipelineSchedule schedule_;
   int lanes_ = 1;
   std::vector<std::array<LocalBatch, 2>> nano_;  // ping-pong: each micro-batch's halves
+  LocalBatch dummy_;  // a tick's dummy micro-batch: no tokens
   int micro_batches_ = 0;
   std::vector<PipeAction> actions_;
   std::vector<InFlight> flight_;  // per micro-batch

@@ -10,11 +10,18 @@ namespace lct {
 PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   if (name == "1f1b") return PipelineSchedule::one_f_one_b;
   if (name == "gpipe") return PipelineSchedule::gpipe;
-  throw std::invalid_argument("unknown pipeline schedule '" + name + "' (expected 1f1b or gpipe)");
+  if (name == "ticks") return PipelineSchedule::ticks;
+  throw std::invalid_argument("unknown pipeline schedule '" + name +
+                              "' (expected 1f1b, gpipe or ticks)");
 }
 
 const char* pipeline_schedule_name(PipelineSchedule s) {
-  return s == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+  switch (s) {
+    case PipelineSchedule::gpipe: return "gpipe";
+    case PipelineSchedule::ticks: return "ticks";
+    case PipelineSchedule::one_f_one_b: break;
+  }
+  return "1f1b";
 }
 
 const char* pipe_op_name(PipeOp op) {
@@ -44,6 +51,38 @@ std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int 
     a.push_back({PipeOp::backward, mb});
     if (!first) a.push_back({PipeOp::send_backward, mb});
   };
+  if (schedule == PipelineSchedule::ticks) {
+    int tick = 0;
+    const auto forward_tick = [&](int k) {
+      const int mb = k - stage;
+      if (mb >= 0 && mb < m) {
+        const size_t at = a.size();
+        forward(mb);
+        for (size_t i = at; i < a.size(); ++i) a[i].tick = tick;
+      } else {
+        a.push_back({PipeOp::forward, -1, tick});
+      }
+      ++tick;
+    };
+    const auto backward_tick = [&](int j) {
+      const int mb = j - (pp - 1 - stage);
+      if (mb >= 0 && mb < m) {
+        const size_t at = a.size();
+        backward(mb);
+        for (size_t i = at; i < a.size(); ++i) a[i].tick = tick;
+      } else {
+        a.push_back({PipeOp::backward, -1, tick});
+      }
+      ++tick;
+    };
+    for (int k = 0; k < pp - 1; ++k) forward_tick(k);
+    for (int j = 0; j < m; ++j) {
+      forward_tick(pp - 1 + j);
+      backward_tick(j);
+    }
+    for (int j = m; j < m + pp - 1; ++j) backward_tick(j);
+    return a;
+  }
   if (schedule == PipelineSchedule::gpipe) {
     for (int mb = 0; mb < m; ++mb) forward(mb);
     for (int mb = 0; mb < m; ++mb) backward(mb);
@@ -87,12 +126,13 @@ std::string simulate_pipeline(const std::vector<std::vector<PipeAction>>& stages
           ++sent[std::make_tuple(s, to, fwd, act.micro_batch)];
         }
         // a micro-batch occupies a slot from its first forward action to its backward
-        if (act.op == PipeOp::recv_forward ||
+        if (act.micro_batch < 0) {  // a tick's dummy: no data, no slot
+        } else if (act.op == PipeOp::recv_forward ||
             (act.op == PipeOp::forward && (next[size_t(s)] == 0 ||
                                            stages[size_t(s)][next[size_t(s)] - 1].op !=
                                                PipeOp::recv_forward)))
           peak[size_t(s)] = std::max(peak[size_t(s)], ++held[size_t(s)]);
-        if (act.op == PipeOp::backward) --held[size_t(s)];
+        if (act.op == PipeOp::backward && act.micro_batch >= 0) --held[size_t(s)];
         ++next[size_t(s)];
         progressed = true;
       }

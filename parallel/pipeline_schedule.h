@@ -13,6 +13,16 @@
 //          backward (oldest first) until all forwards are done, then the remaining
 //          backwards; stage s holds at most pp - s micro-batches. Same bubble as
 //          GPipe, (pp - 1) / (m + pp - 1) of the step with equal micro-batch times.
+//   ticks: same-phase ticks (DistCA §4.1, for CAD, whose per-layer all-to-all needs
+//          every rank of the job at the same layer): m + pp - 1 forward ticks and as
+//          many backward ticks, in the order F_0 .. F_{pp-2}, then F_{pp-1+j}, B_j for
+//          j = 0 .. m - 1, then B_m .. B_{m+pp-2}. In forward tick k stage s runs
+//          micro-batch k - s, in backward tick j micro-batch j - (pp - 1 - s); where
+//          that is outside [0, m) the stage runs a dummy (micro_batch -1: no tokens,
+//          it only serves attention). Every stage runs every tick, so each tick's
+//          attention can be balanced over all ranks. Stage s holds at most
+//          2 (pp - 1 - s) + 1 micro-batches; the bubble of the token-linear layers is
+//          that of 1f1b.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +31,7 @@
 
 namespace lct {
 
-enum class PipelineSchedule { one_f_one_b, gpipe };
+enum class PipelineSchedule { one_f_one_b, gpipe, ticks };
 PipelineSchedule parse_pipeline_schedule(const std::string& name);  // throws on unknown
 const char* pipeline_schedule_name(PipelineSchedule schedule);
 
@@ -37,7 +47,8 @@ const char* pipe_op_name(PipeOp op);
 
 struct PipeAction {
   PipeOp op;
-  int micro_batch;
+  int micro_batch;  // -1: a tick's dummy forward or backward
+  int tick = -1;    // ticks schedule: the tick (0, 1, ... in run order), the same on all stages
   bool operator==(const PipeAction&) const = default;
 };
 

@@ -95,6 +95,15 @@ std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
   return stages;
 }
 
+// CAD under pipeline parallelism runs same-phase ticks, so that every stage is at the
+// same layer of some micro-batch (or a dummy) whenever attention is exchanged.
+PipelineSchedule pipeline_schedule(const Config& c, const ProcessGrid& grid) {
+  const PipelineSchedule chosen = parse_pipeline_schedule(c.parallel.pp_schedule);
+  return c.attention_placement == "cad" && grid.layout().pp > 1 && grid.world_size() > 1
+             ? PipelineSchedule::ticks
+             : chosen;
+}
+
 // Ping-pong nano-batches are a CAD feature (colocated attention has no traffic to hide)
 // and need more than one rank to exchange with.
 int pingpong_lanes(const Config& c, const ProcessGrid& grid) {
@@ -121,7 +130,7 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
                config.parallel.overlap_grad_reduce),
       executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
-                parse_pipeline_schedule(config.parallel.pp_schedule), pingpong_lanes(config, grid)) {
+                pipeline_schedule(config, grid), pingpong_lanes(config, grid)) {
   cp_split_ = parse_cp_split(config.parallel.cp_split);
   if (config.parallel.dp_balance == "packing") {
     if (grid.layout().cp > 1 || config.attention_placement == "cad")
@@ -130,9 +139,13 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     balance_by_packing_ = grid.layout().dp > 1;
   }
   if (config.attention_placement == "cad") {
-    if (grid.layout().pp > 1 || grid.layout().cp > 1)
-      throw ConfigError("attention.placement = cad runs with data parallelism only so far "
-                        "(parallel.pp and parallel.cp must be 1)");
+    if (grid.layout().cp > 1)
+      throw ConfigError("attention.placement = cad does not plan context-parallel shards yet "
+                        "(parallel.cp must be 1)");
+    for (const StageSpec& s : stages_)
+      if (s.num_layers() != stages_[0].num_layers())
+        throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
+                          "number of layers on every stage (parallel.pp_layers)");
     std::optional<CaCostModel> cost = load_cad_profile(config, model_.config());
     if (grid.world_size() > 1) {
       auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost));
@@ -396,7 +409,7 @@ int Trainer::run() {
                std::to_string(s.end_layer - 1);
     log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
              "bubble (pp-1)/(m+pp-1) = %.1f%%",
-             layout.pp, split.c_str(), config_.parallel.pp_schedule.c_str(),
+             layout.pp, split.c_str(), pipeline_schedule_name(pipeline_schedule(config_, grid_)),
              (long long)config_.train.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }

@@ -11,6 +11,7 @@
 #     loss and parameters as no balancing;
 #   - with a measured cost model (lct bench --sections profile) CAD stays exact; a
 #     profile of another model is refused, one of another machine warned about;
+#   - dp = 2 x pp = 2 (same-phase ticks with dummy micro-batches), causal and DCA;
 #   - a CAD checkpoint resumes colocated (placement is not part of the model);
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
@@ -38,12 +39,20 @@ for kernel in causal dca; do
       --attention.placement cad --attention.cad_pingpong false
     compare "CAD dp=$dp $kernel, one exchange at a time" "single${dp}_$kernel" "ref_$kernel"
   done
+  # pipeline parallelism: same-phase ticks with dummy micro-batches, attention balanced
+  # over all four ranks
+  train "cadpp_$kernel" 4 2 $SGD --attention.kernel "$kernel" --attention.placement cad --parallel.pp 2
+  compare "CAD dp=2 x pp=2 $kernel (same-phase ticks)" "cadpp_$kernel" "ref_$kernel"
   train "adam_ref_$kernel" 0 4 --attention.kernel "$kernel"
   train "adam_cad2_$kernel" 2 2 --attention.kernel "$kernel" --attention.placement cad
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4
 done
 grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1, .*ping-pong" cad4_causal.log
 grep -q "one exchange at a time" single2_dca.log
+grep -q "schedule ticks" cadpp_causal.log
+# the ticks schedule with colocated attention (dummies do nothing) is exact as well
+train ticks_causal 2 4 $SGD --parallel.pp 2 --parallel.pp_schedule ticks
+compare "colocated pp=2, ticks schedule" ticks_causal ref_causal
 
 # one-document micro-batches: every second nano-batch is empty and still takes part
 train ref_long 0 4 $SGD --data.min_doc_len 128
@@ -92,8 +101,11 @@ compare "CAD checkpoint resumed colocated" to_colocated ref_causal
 # bad settings
 expect_layout_error 2 "attention.cad_tolerance must be > 0" --attention.placement cad --attention.cad_tolerance 0
 expect_layout_error 2 "attention.placement: expected colocated or cad, got 'remote'" --attention.placement remote
-expect_layout_error 2 "attention.placement = cad runs with data parallelism only so far" \
-  --attention.placement cad --parallel.pp 2
+expect_layout_error 2 "attention.placement = cad does not plan context-parallel shards yet" \
+  --attention.placement cad --parallel.cp 2
+MODEL=${MODEL/num_hidden_layers 2/num_hidden_layers 3} expect_layout_error 2 \
+  "attention.placement = cad with pipeline parallelism needs the same number of layers" \
+  --attention.placement cad --parallel.pp 2 --parallel.pp_layers 1,2
 expect_layout_error 2 "parallel.dp_balance = packing is a baseline for colocated attention" \
   --attention.placement cad --parallel.dp_balance packing
 expect_layout_error 2 "parallel.dp_balance: expected none or packing, got 'lpt'" --parallel.dp_balance lpt

@@ -168,7 +168,8 @@ TEST(GradBuckets, StayInsideAStagesOwnedRanges) {
 
 // Every stage's action list, for every schedule, pp 2..8 and m 1..16.
 TEST(PipelineSchedule, ForwardBeforeBackwardSlotsAndMatchingMessages) {
-  for (PipelineSchedule kind : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe})
+  for (PipelineSchedule kind :
+       {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe, PipelineSchedule::ticks})
     for (int pp = 1; pp <= 8; ++pp)
       for (int m = 1; m <= 16; ++m) {
         std::vector<std::vector<PipeAction>> all;
@@ -177,6 +178,11 @@ TEST(PipelineSchedule, ForwardBeforeBackwardSlotsAndMatchingMessages) {
           // each micro-batch: exactly one forward and one backward, forward first
           std::vector<int> fwd_at(size_t(m), -1), bwd_at(size_t(m), -1);
           for (size_t i = 0; i < a.size(); ++i) {
+            if (a[i].micro_batch < 0) {  // a tick's dummy
+              ASSERT_EQ(kind, PipelineSchedule::ticks);
+              ASSERT_TRUE(a[i].op == PipeOp::forward || a[i].op == PipeOp::backward);
+              continue;
+            }
             if (a[i].op == PipeOp::forward) { ASSERT_EQ(fwd_at[size_t(a[i].micro_batch)], -1); fwd_at[size_t(a[i].micro_batch)] = int(i); }
             if (a[i].op == PipeOp::backward) { ASSERT_EQ(bwd_at[size_t(a[i].micro_batch)], -1); bwd_at[size_t(a[i].micro_batch)] = int(i); }
             if (s == 0) { ASSERT_NE(a[i].op, PipeOp::recv_forward); ASSERT_NE(a[i].op, PipeOp::send_backward); }
@@ -194,6 +200,8 @@ TEST(PipelineSchedule, ForwardBeforeBackwardSlotsAndMatchingMessages) {
         for (int s = 0; s < pp; ++s) {
           if (kind == PipelineSchedule::one_f_one_b)
             ASSERT_LE(slots[size_t(s)], std::min(pp - s, m)) << "pp " << pp << " stage " << s << " m " << m;
+          else if (kind == PipelineSchedule::ticks)
+            ASSERT_LE(slots[size_t(s)], std::min(2 * (pp - 1 - s) + 1, m)) << "pp " << pp << " stage " << s << " m " << m;
           else
             ASSERT_EQ(slots[size_t(s)], m);
         }
@@ -201,6 +209,39 @@ TEST(PipelineSchedule, ForwardBeforeBackwardSlotsAndMatchingMessages) {
           ASSERT_EQ(slots[0], std::min(pp, m));
         }
       }
+}
+
+// Same-phase ticks (CAD under pipeline parallelism): in every tick every stage runs
+// exactly one compute action, all of them forwards or all backwards, m + pp - 1 ticks
+// of each; with pp = 1 the ticks are plain 1F1B.
+TEST(PipelineSchedule, TicksRunOnePhaseOnEveryStage) {
+  for (int pp = 1; pp <= 6; ++pp)
+    for (int m = 1; m <= 9; ++m) {
+      std::vector<std::vector<PipeOp>> phase(static_cast<size_t>(pp));
+      for (int s = 0; s < pp; ++s) {
+        int next_tick = 0;
+        for (const PipeAction& a : pipeline_actions(PipelineSchedule::ticks, pp, s, m)) {
+          ASSERT_GE(a.tick, 0);
+          if (a.op != PipeOp::forward && a.op != PipeOp::backward) continue;
+          ASSERT_EQ(a.tick, next_tick++) << "pp " << pp << " stage " << s;
+          phase[size_t(s)].push_back(a.op);
+        }
+        ASSERT_EQ(next_tick, 2 * (m + pp - 1));
+        ASSERT_EQ(phase[size_t(s)], phase[0]) << "pp " << pp << " m " << m << " stage " << s;
+      }
+      if (pp == 1) {
+        const std::vector<PipeAction> plain = pipeline_actions(PipelineSchedule::one_f_one_b, 1, 0, m);
+        std::vector<PipeAction> ticks = pipeline_actions(PipelineSchedule::ticks, 1, 0, m);
+        for (PipeAction& a : ticks) a.tick = -1;
+        ASSERT_EQ(ticks, plain);
+      }
+    }
+  // pp 2, m 2, stage 0: F0 F1 B(dummy) F(dummy) B0 B1;  stage 1: F(d) F0 B0 F1 B1 B(d)
+  std::vector<int> mbs;
+  for (const PipeAction& a : pipeline_actions(PipelineSchedule::ticks, 2, 1, 2))
+    if (a.op == PipeOp::forward || a.op == PipeOp::backward) mbs.push_back(a.micro_batch);
+  EXPECT_EQ(mbs, (std::vector<int>{-1, 0, 0, 1, 1, -1}));
+  EXPECT_EQ(parse_pipeline_schedule("ticks"), PipelineSchedule::ticks);
 }
 
 TEST(PipelineSchedule, OneFOneBShapeAndTheSimulatorCatchesBadLists) {

@@ -17,8 +17,6 @@ PipelineExecutor::PipelineExecutor(LlamaModel& model, MPI_Comm pp_comm, int pp, 
   if (pp > 1 && pp_comm == MPI_COMM_NULL)
     throw std::invalid_argument("pipeline executor: pp > 1 needs a pipeline communicator");
   if (lanes != 1 && lanes != 2) throw std::invalid_argument("pipeline executor: lanes is 1 or 2");
-  if (lanes == 2 && pp > 1)
-    throw std::invalid_argument("pipeline executor: ping-pong nano-batches need pp = 1");
   dummy_.group_pieces = {{}};
 }
 
@@ -26,52 +24,70 @@ int PipelineExecutor::message_count(const ActivationSlot& slot) const {
   return count_of(slot.tokens() * model_.config().hidden_size);
 }
 
-ActivationSlot& PipelineExecutor::acquire(const std::vector<LocalBatch>& batches, int mb) {
+void PipelineExecutor::acquire(const std::vector<LocalBatch>& batches, int mb) {
   // Keep the pool at the schedule's depth: rather than growing it, finish a slot whose
   // backward is done and whose last send is still draining.
   if (!model_.slot_pool().has_free()) release_finished(false);
   if (!model_.slot_pool().has_free()) {
     for (InFlight& f : flight_)
-      if (f.slot && f.done) {
+      if (f.slots[0] && f.done) {
         free_slot(f, true);
         break;
       }
   }
   InFlight& f = flight_[size_t(mb)];
-  if (lanes_ == 2) {  // two nano-batches, named 2 mb and 2 mb + 1 to the placement
-    f.slot = &model_.begin(nano_[size_t(mb)][0], 2 * mb, 0);
-    f.pong = &model_.begin(nano_[size_t(mb)][1], 2 * mb + 1, 1);
-    return *f.slot;
-  }
-  f.slot = &model_.begin(batches[size_t(mb)], mb);
-  return *f.slot;
+  for (int i = 0; i < lanes_; ++i)  // named lanes x mb + lane to the placement
+    f.slots[i] = &model_.begin(lanes_ == 2 ? nano_[size_t(mb)][size_t(i)] : batches[size_t(mb)],
+                               lanes_ * mb + i, i);
+}
+
+int PipelineExecutor::tag(int mb, int lane, bool gradient) const {
+  return 2 * (lanes_ * mb + lane) + (gradient ? 1 : 0);
 }
 
 void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches, int mb) {
   InFlight& f = flight_[size_t(mb)];
-  ActivationSlot& s = acquire(batches, mb);
-  MPI_Irecv(model_.stage_input(s), message_count(s), MPI_FLOAT, stage_ - 1, 2 * mb, comm_,
-            &f.recv_forward);
+  acquire(batches, mb);
+  for (int i = 0; i < lanes_; ++i)
+    MPI_Irecv(model_.stage_input(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT, stage_ - 1,
+              tag(mb, i, false), comm_, &f.recv_forward[i]);
   f.forward_posted = true;
   next_forward_post_ = mb + 1;
 }
 
-void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placement) {
-  ActivationSlot& s = model_.begin(dummy_, a.tick);
-  if (a.op == PipeOp::forward) {
-    model_.stage_forward(s, placement);
-  } else {
-    s.backward_group = a.tick;
-    model_.stage_backward(s, placement);
-  }
-  model_.end(s);
-}
-
 void PipelineExecutor::post_recv_backward(int mb) {
   InFlight& f = flight_[size_t(mb)];
-  MPI_Irecv(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
-            2 * mb + 1, comm_, &f.recv_backward);
+  for (int i = 0; i < lanes_; ++i)
+    MPI_Irecv(model_.residual_grad(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
+              stage_ + 1, tag(mb, i, true), comm_, &f.recv_backward[i]);
   f.backward_posted = true;
+}
+
+void PipelineExecutor::stage_forward(ActivationSlot* const* slots, AttentionPlacement& placement) {
+  if (lanes_ == 2)
+    model_.stage_forward_pair(*slots[0], *slots[1], placement);
+  else
+    model_.stage_forward(*slots[0], placement);
+}
+
+void PipelineExecutor::stage_backward(ActivationSlot* const* slots, AttentionPlacement& placement) {
+  if (lanes_ == 2)
+    model_.stage_backward_pair(*slots[0], *slots[1], placement);
+  else
+    model_.stage_backward(*slots[0], placement);
+}
+
+void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placement) {
+  ActivationSlot* slots[2] = {nullptr, nullptr};
+  for (int i = 0; i < lanes_; ++i) {
+    slots[i] = &model_.begin(dummy_, lanes_ * a.tick + i, i);
+    slots[i]->backward_group = lanes_ * a.tick + i;
+  }
+  if (a.op == PipeOp::forward)
+    stage_forward(slots, placement);
+  else
+    stage_backward(slots, placement);
+  for (int i = 0; i < lanes_; ++i) model_.end(*slots[i]);
 }
 
 double PipelineExecutor::wait_for(MPI_Request& request) {
@@ -80,40 +96,42 @@ double PipelineExecutor::wait_for(MPI_Request& request) {
   return seconds_since(t0);
 }
 
-// Returns a finished micro-batch's slot to the pool once its sends have completed:
+// Returns a finished micro-batch's slots to the pool once its sends have completed:
 // waiting for them, or only if they already have.
 void PipelineExecutor::free_slot(InFlight& f, bool wait) {
-  int done_f = 1, done_b = 1;
-  if (wait) {
-    const auto t0 = SteadyClock::now();
-    MPI_Wait(&f.send_forward, MPI_STATUS_IGNORE);
-    MPI_Wait(&f.send_backward, MPI_STATUS_IGNORE);
-    send_wait_ += seconds_since(t0);
-  } else {
-    if (f.send_forward != MPI_REQUEST_NULL) MPI_Test(&f.send_forward, &done_f, MPI_STATUS_IGNORE);
-    if (f.send_backward != MPI_REQUEST_NULL) MPI_Test(&f.send_backward, &done_b, MPI_STATUS_IGNORE);
-  }
-  if (done_f && done_b) {
-    model_.end(*f.slot);
-    f.slot = nullptr;
-    if (f.pong) model_.end(*f.pong);
-    f.pong = nullptr;
-  }
+  bool done = true;
+  for (int i = 0; i < lanes_; ++i)
+    for (MPI_Request* r : {&f.send_forward[i], &f.send_backward[i]}) {
+      if (wait) {
+        const auto t0 = SteadyClock::now();
+        MPI_Wait(r, MPI_STATUS_IGNORE);
+        send_wait_ += seconds_since(t0);
+      } else if (*r != MPI_REQUEST_NULL) {
+        int d = 0;
+        MPI_Test(r, &d, MPI_STATUS_IGNORE);
+        done = done && d;
+      }
+    }
+  if (!done) return;
+  for (ActivationSlot*& s : f.slots)
+    if (s) model_.end(*s), s = nullptr;
 }
 
 void PipelineExecutor::release_finished(bool wait) {
   for (InFlight& f : flight_)
-    if (f.slot && f.done) free_slot(f, wait);
+    if (f.slots[0] && f.done) free_slot(f, wait);
 }
 
 void PipelineExecutor::progress() {
   if (pp_ == 1) return;
   for (InFlight& f : flight_)
-    for (MPI_Request* r : {&f.send_forward, &f.send_backward, &f.recv_forward, &f.recv_backward})
-      if (*r != MPI_REQUEST_NULL) {
-        int done = 0;
-        MPI_Test(r, &done, MPI_STATUS_IGNORE);
-      }
+    for (int i = 0; i < lanes_; ++i)
+      for (MPI_Request* r : {&f.send_forward[i], &f.send_backward[i], &f.recv_forward[i],
+                             &f.recv_backward[i]})
+        if (*r != MPI_REQUEST_NULL) {
+          int done = 0;
+          MPI_Test(r, &done, MPI_STATUS_IGNORE);
+        }
 }
 
 PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, float grad_scale,
@@ -149,22 +167,19 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
     switch (a.op) {
       case PipeOp::recv_forward:
         if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
-        st.recv_wait_seconds += wait_for(f.recv_forward);
+        for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_forward[i]);
         break;
       case PipeOp::forward: {
-        ActivationSlot& s = f.slot ? *f.slot : acquire(batches, a.micro_batch);
-        if (a.tick >= 0) s.group = a.tick;  // CAD plans the tick over all stages
-        if (f.pong)
-          model_.stage_forward_pair(s, *f.pong, placement);
-        else
-          model_.stage_forward(s, placement);
+        if (!f.slots[0]) acquire(batches, a.micro_batch);
+        if (a.tick >= 0)  // CAD plans the tick over all stages
+          for (int i = 0; i < lanes_; ++i) f.slots[i]->group = lanes_ * a.tick + i;
+        stage_forward(f.slots, placement);
         // the last stage computes the loss and its gradient (into the slot's dx) with the
         // forward: 1F1B runs this micro-batch's backward next anyway, and GPipe keeps
         // the slot until then, so no logits are ever kept
         if (is_last)
-          for (ActivationSlot* x : {&s, f.pong}) {
-            if (!x) continue;
-            const CrossEntropyStats l = model_.head_forward_backward(*x, grad_scale, true);
+          for (int i = 0; i < lanes_; ++i) {
+            const CrossEntropyStats l = model_.head_forward_backward(*f.slots[i], grad_scale, true);
             st.loss.loss_sum += l.loss_sum;
             st.loss.targets += l.targets;
             st.loss.answers += l.answers;
@@ -173,13 +188,14 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
         break;
       }
       case PipeOp::send_forward:
-        MPI_Isend(model_.stage_output(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ + 1,
-                  2 * a.micro_batch, comm_, &f.send_forward);
+        for (int i = 0; i < lanes_; ++i)
+          MPI_Isend(model_.stage_output(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
+                    stage_ + 1, tag(a.micro_batch, i, false), comm_, &f.send_forward[i]);
         post_recv_backward(a.micro_batch);  // its gradient can land in dx from now on
         break;
       case PipeOp::recv_backward:
         if (!f.backward_posted) post_recv_backward(a.micro_batch);
-        st.recv_wait_seconds += wait_for(f.recv_backward);
+        for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_backward[i]);
         break;
       case PipeOp::backward: {
         // gradients become final during the last micro-batch's backward: reduce them
@@ -189,18 +205,17 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
           reducer.begin(model_.grads.data());
           model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
         }
-        if (a.tick >= 0) f.slot->backward_group = a.tick;
-        if (f.pong)
-          model_.stage_backward_pair(*f.slot, *f.pong, placement);
-        else
-          model_.stage_backward(*f.slot, placement);
+        if (a.tick >= 0)  // a backward tick is planned anew
+          for (int i = 0; i < lanes_; ++i) f.slots[i]->backward_group = lanes_ * a.tick + i;
+        stage_backward(f.slots, placement);
         model_.grads_final_hook = nullptr;
         if (stage_ == 0) f.done = true;  // nothing to send back
         break;
       }
       case PipeOp::send_backward:
-        MPI_Isend(model_.residual_grad(*f.slot), message_count(*f.slot), MPI_FLOAT, stage_ - 1,
-                  2 * a.micro_batch + 1, comm_, &f.send_backward);
+        for (int i = 0; i < lanes_; ++i)
+          MPI_Isend(model_.residual_grad(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
+                    stage_ - 1, tag(a.micro_batch, i, true), comm_, &f.send_backward[i]);
         f.done = true;
         break;
     }

@@ -2,7 +2,7 @@
 //
 // Activations go forward and their gradients back with MPI_Isend / MPI_Irecv between
 // neighbouring stages of the pp communicator; the tag is 2 * micro-batch (+1 for
-// gradients) and every message is T x C floats (T = the micro-batch's tokens, known to
+// gradients; see ping-pong below) and every message is T x C floats (T = the micro-batch's tokens, known to
 // both sides from the same packed batch). Receives are posted early (MPI_Irecv) so data
 // can arrive while the stage computes: a gradient's as soon as the micro-batch's
 // activations have been sent on, the next micro-batch's activations as soon as a free
@@ -20,9 +20,10 @@
 // With pp = 1 the same executor runs the plain gradient-accumulation loop
 // (forward, backward per micro-batch), so every layout uses one code path.
 //
-// Ping-pong (lanes = 2, CAD's attention.cad_pingpong; pp = 1 only so far): each
-// micro-batch is split into two nano-batches (data/nano_batches.h) held in two slots,
-// and the model runs them interleaved per layer (LlamaModel::stage_forward_pair).
+// Ping-pong (lanes = 2, CAD's attention.cad_pingpong): each micro-batch is split into
+// two nano-batches (data/nano_batches.h) held in two slots, which the model runs
+// interleaved per layer (LlamaModel::stage_forward_pair); between stages each nano-batch
+// is its own message (tag 2 (2 mb + lane), + 1 for gradients).
 #pragma once
 
 #include <mpi.h>
@@ -66,15 +67,19 @@ class PipelineExecutor {
   const std::vector<PipeAction>& actions() const { return actions_; }
 
  private:
-  struct InFlight {
-    ActivationSlot* slot = nullptr;
-    ActivationSlot* pong = nullptr;  // the second nano-batch's slot (ping-pong)
-    MPI_Request send_forward = MPI_REQUEST_NULL, send_backward = MPI_REQUEST_NULL;
-    MPI_Request recv_forward = MPI_REQUEST_NULL, recv_backward = MPI_REQUEST_NULL;
+  struct InFlight {  // one micro-batch: a slot and its messages per lane (nano-batch)
+    ActivationSlot* slots[2] = {nullptr, nullptr};
+    MPI_Request send_forward[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Request send_backward[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Request recv_forward[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Request recv_backward[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     bool forward_posted = false, backward_posted = false;  // receives posted (maybe done)
     bool done = false;  // backward run and its gradient sent: the slot can go once sends complete
   };
-  ActivationSlot& acquire(const std::vector<LocalBatch>& batches, int mb);
+  void acquire(const std::vector<LocalBatch>& batches, int mb);  // the micro-batch's slots
+  int tag(int mb, int lane, bool gradient) const;
+  void stage_forward(ActivationSlot* const* slots, AttentionPlacement& placement);
+  void stage_backward(ActivationSlot* const* slots, AttentionPlacement& placement);
   void post_recv_forward(const std::vector<LocalBatch>& batches, int mb);
   void post_recv_backward(int mb);
   double wait_for(MPI_Request& request);  // seconds blocked

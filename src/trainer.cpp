@@ -107,10 +107,7 @@ PipelineSchedule pipeline_schedule(const Config& c, const ProcessGrid& grid) {
 // Ping-pong nano-batches are a CAD feature (colocated attention has no traffic to hide)
 // and need more than one rank to exchange with.
 int pingpong_lanes(const Config& c, const ProcessGrid& grid) {
-  return c.attention_placement == "cad" && c.cad_pingpong && grid.world_size() > 1 &&
-                 grid.layout().pp == 1
-             ? 2
-             : 1;
+  return c.attention_placement == "cad" && c.cad_pingpong && grid.world_size() > 1 ? 2 : 1;
 }
 
 }  // namespace

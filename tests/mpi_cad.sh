@@ -11,7 +11,8 @@
 #     loss and parameters as no balancing;
 #   - with a measured cost model (lct bench --sections profile) CAD stays exact; a
 #     profile of another model is refused, one of another machine warned about;
-#   - dp = 2 x pp = 2 (same-phase ticks with dummy micro-batches), causal and DCA;
+#   - dp = 2 x pp = 2 (same-phase ticks with dummy micro-batches), causal and DCA,
+#     ping-pong on and off;
 #   - a CAD checkpoint resumes colocated (placement is not part of the model);
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
@@ -42,7 +43,11 @@ for kernel in causal dca; do
   # pipeline parallelism: same-phase ticks with dummy micro-batches, attention balanced
   # over all four ranks
   train "cadpp_$kernel" 4 2 $SGD --attention.kernel "$kernel" --attention.placement cad --parallel.pp 2
-  compare "CAD dp=2 x pp=2 $kernel (same-phase ticks)" "cadpp_$kernel" "ref_$kernel"
+  compare "CAD dp=2 x pp=2 $kernel (same-phase ticks), ping-pong" "cadpp_$kernel" "ref_$kernel"
+  train "cadpp_single_$kernel" 4 2 $SGD --attention.kernel "$kernel" --attention.placement cad \
+    --parallel.pp 2 --attention.cad_pingpong false
+  compare "CAD dp=2 x pp=2 $kernel (same-phase ticks), one exchange at a time" \
+    "cadpp_single_$kernel" "ref_$kernel"
   train "adam_ref_$kernel" 0 4 --attention.kernel "$kernel"
   train "adam_cad2_$kernel" 2 2 --attention.kernel "$kernel" --attention.placement cad
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4

@@ -33,12 +33,14 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   plan.pairs_before.assign(size_t(n), 0);
   for (const CaDocument& d : docs) {
     if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
-    plan.pairs_before[size_t(d.origin)] += prefix_pairs(0, d.len);
-    load[size_t(d.origin)] += cost(0, d.len);
+    if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
+    plan.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.pos + d.len);
+    load[size_t(d.origin)] += cost(d.pos, d.len);
   }
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / n;
   const double slack = o.tolerance * mean;
-  // each document keeps the middle [a, L - a) on its origin; moves take rows from its ends
+  // each piece keeps the middle [pos + a, pos + L - a) on its origin (L its rows); moves
+  // take rows from its ends
   std::vector<int64_t> a(docs.size(), 0);
 
   // The best move to `dst` of at most `cap` pairs from a surplus server's documents
@@ -48,19 +50,22 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
     for (size_t i = 0; i < docs.size(); ++i) {
       const CaDocument& d = docs[i];
       const double surplus = load[size_t(d.origin)] - mean;
-      const int64_t L = d.len, rows = L - 2 * a[i];
+      const int64_t L = d.len, P = d.pos, rows = L - 2 * a[i];
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
-      const double remaining = cost(a[i], rows);
+      const double remaining = cost(P + a[i], rows);
       const double wanted = std::min({remaining, surplus, cap});
       Candidate c;
       c.doc = i;
       if (wanted >= remaining) {
         c.whole = true;
         c.load = remaining;
-        c.bytes = rows * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
+        c.bytes = rows * o.q_bytes_per_row + (P + L - a[i]) * o.kv_bytes_per_row;
       } else {
-        // the largest m whose head + tail cost fits (m (L + 1) pairs without a profile)
-        const auto pair_cost = [&](int64_t m) { return cost(a[i], m) + cost(L - a[i] - m, m); };
+        // the largest m whose head + tail cost fits (m (L + 1) pairs for a whole
+        // document without a profile)
+        const auto pair_cost = [&](int64_t m) {
+          return cost(P + a[i], m) + cost(P + L - a[i] - m, m);
+        };
         int64_t lo = 0, hi = (rows - 1) / 2;
         while (lo < hi) {
           const int64_t mid = (lo + hi + 1) / 2;
@@ -70,7 +75,7 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
         c.m = lo;
         if (c.m == 0) continue;
         c.load = pair_cost(c.m);
-        c.bytes = 2 * c.m * o.q_bytes_per_row + (L - a[i]) * o.kv_bytes_per_row;
+        c.bytes = 2 * c.m * o.q_bytes_per_row + (P + L - a[i]) * o.kv_bytes_per_row;
       }
       const double e = c.load / double(std::max<int64_t>(c.bytes, 1));
       if (e > best_e) best_e = e, best = c;
@@ -80,20 +85,20 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   const auto apply = [&](int dst, const Candidate& c) {
     const CaDocument& d = docs[c.doc];
     int64_t& ai = a[c.doc];
-    const int64_t L = d.len;
+    const int64_t L = d.len, P = d.pos;
     // the origin keeps the rest of the middle; with a measured cost, a split costs more
     // than its parts (smaller tasks), so its load drops by what its task really lost
-    const double before = cost(ai, L - 2 * ai);
+    const double before = cost(P + ai, L - 2 * ai);
     if (c.whole) {
-      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(ai), int32_t(L - 2 * ai)});
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(P + ai), int32_t(L - 2 * ai)});
       ai = (L + 1) / 2;  // nothing left in the middle
     } else {
-      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(ai), int32_t(c.m)});
-      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(L - ai - c.m), int32_t(c.m)});
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(P + ai), int32_t(c.m)});
+      plan.tasks.push_back({d.origin, dst, d.doc, int32_t(P + L - ai - c.m), int32_t(c.m)});
       ai += c.m;
     }
     const int64_t left = L - 2 * ai;
-    load[size_t(d.origin)] -= before - (left > 0 ? cost(ai, left) : 0.0);
+    load[size_t(d.origin)] -= before - (left > 0 ? cost(P + ai, left) : 0.0);
     load[size_t(dst)] += c.load;
     plan.bytes_moved += c.bytes;
   };
@@ -122,7 +127,8 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   for (size_t i = 0; i < docs.size(); ++i) {
     const CaDocument& d = docs[i];
     const int64_t rows = d.len - 2 * a[i];
-    if (rows > 0) plan.tasks.push_back({d.origin, d.origin, d.doc, int32_t(a[i]), int32_t(rows)});
+    if (rows > 0)
+      plan.tasks.push_back({d.origin, d.origin, d.doc, int32_t(d.pos + a[i]), int32_t(rows)});
   }
   // a fixed order: by server, origin, document, first row
   std::sort(plan.tasks.begin(), plan.tasks.end(), [](const CaTask& x, const CaTask& y) {

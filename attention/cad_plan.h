@@ -9,7 +9,9 @@
 // work from surplus servers, choosing the candidate with the most work per byte moved,
 // and documents are split only as far as needed into head/tail pairs: m query rows
 // from each end of the document's remaining middle [a, L - a), which cost exactly
-// m (L + 1) pairs wherever a is. Work is attention pairs, or the measured kernel time
+// m (L + 1) pairs wherever a is. A context-parallel piece [pos, pos + len) is split
+// the same way within its own rows (its head/tail pairs then cost more towards the
+// end of the document; m is found by search either way). Work is attention pairs, or the measured kernel time
 // of a profile (CaPlanOptions::cost); m is the largest that fits the wanted amount.
 // Planning stops when every server is within tolerance x mean, or nothing helps.
 #pragma once
@@ -19,18 +21,21 @@
 
 namespace lct {
 
-// One document of a tick, on the rank that holds its tokens.
+// One document of a tick on the rank that holds its tokens, or, with context
+// parallelism, one piece of it: in-document rows [pos, pos + len), whose keys are the
+// document's prefix [0, pos + len) (held by several ranks; the placement moves them).
 struct CaDocument {
-  int32_t origin = 0;  // rank holding the document's tokens (and its token-linear layers)
-  int32_t doc = 0;     // index among the origin's documents
-  int32_t row = 0;     // first row of the document in the origin's local arrays
+  int32_t origin = 0;  // rank holding these tokens (and their token-linear layers)
+  int32_t doc = 0;     // index among the origin's documents (pieces)
+  int32_t row = 0;     // first row in the origin's local arrays
   int32_t len = 0;     // tokens
+  int32_t pos = 0;     // in-document offset of the first token (0: a whole document)
 };
 
 struct CaTask {
   int32_t origin = 0, server = 0;
-  int32_t doc = 0;      // index among the origin's documents
-  int32_t q_begin = 0;  // in-document offset of the first query row
+  int32_t doc = 0;      // index among the origin's documents (pieces)
+  int32_t q_begin = 0;  // in-document offset of the first query row (>= the piece's pos)
   int32_t q_len = 0;
   int32_t kv_len() const { return q_begin + q_len; }  // keys [0, q_begin + q_len)
 };

@@ -11,27 +11,6 @@
 namespace lct {
 namespace {
 int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
-// Calls f(task) for the plan's tasks from `origin` to `server`, in plan order, with the
-// offset of the task's first query row and of its document's prefix within the exchange
-// (each document's prefix is sent once: the longest its tasks need).
-template <typename F>
-void for_exchange(const std::vector<CaTask>& tasks, int origin, int server, F f) {
-  int64_t q_row = 0, kv_row = 0;
-  int32_t doc = -1;
-  int64_t doc_kv_row = 0, doc_kv_len = 0;
-  for (const CaTask& t : tasks) {
-    if (t.origin != origin || t.server != server) continue;
-    if (t.doc != doc) {  // tasks of one document are adjacent (plan order)
-      kv_row += doc_kv_len;
-      doc = t.doc;
-      doc_kv_row = kv_row;
-      doc_kv_len = 0;
-    }
-    f(t, q_row, doc_kv_row);
-    q_row += t.q_len;
-    doc_kv_len = std::max<int64_t>(doc_kv_len, t.kv_len());
-  }
-}
 }  // namespace
 
 CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost)
@@ -55,13 +34,14 @@ void CadAttention::reset_stats() {
 }
 
 void CadAttention::make_plan(const AttentionInput& in, bool counted) {
+  // per piece: row, len, pos, document length, document index in the sequence, and the
+  // first rank of the context-parallel group sharing the sequence (ranks of a group are
+  // consecutive, cp fastest): (that rank, document) names a document over the job
+  constexpr int kFields = 6;
   std::vector<int32_t> mine;
-  for (const DocPiece& p : in.batch.pieces) {
-    if (p.pos != 0 || p.len != p.doc_len)
-      throw std::logic_error("CAD plans whole documents (context-parallel shards are not supported)");
-    mine.push_back(p.row);
-    mine.push_back(p.len);
-  }
+  const int32_t leader = int32_t(rank_ - in.batch.cp_rank);
+  for (const DocPiece& p : in.batch.pieces)
+    mine.insert(mine.end(), {p.row, p.len, p.pos, p.doc_len, p.doc, leader});
   int count = int(mine.size());
   std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
   MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_);
@@ -71,11 +51,16 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   MPI_Allgatherv(mine.data(), count, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT, comm_);
 
   Plan p;
+  std::map<std::pair<int32_t, int32_t>, int32_t> number;  // (leader, doc) -> document
   for (int r = 0; r < size_; ++r) {
     p.first_doc.push_back(p.docs.size());
-    for (int i = 0; i < counts[size_t(r)] / 2; ++i)
-      p.docs.push_back({r, i, all[size_t(displs[size_t(r)] + 2 * i)],
-                        all[size_t(displs[size_t(r)] + 2 * i + 1)]});
+    for (int i = 0; i < counts[size_t(r)] / kFields; ++i) {
+      const int32_t* f = all.data() + displs[size_t(r)] + kFields * i;
+      p.docs.push_back({r, i, f[0], f[1], f[2]});
+      const auto [it, added] = number.emplace(std::make_pair(f[5], f[4]), int32_t(p.doc_len.size()));
+      if (added) p.doc_len.push_back(f[3]);
+      p.gdoc.push_back(it->second);
+    }
   }
   const AttentionParams& prm = in.params;
   const int64_t qd = int64_t(prm.num_heads) * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
@@ -85,6 +70,7 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
   o.cost = cost_ ? &*cost_ : nullptr;
   p.plan = plan_core_attention(p.docs, size_, o);
+  route(p);
   for (int s = 0; counted && s < size_; ++s) {
     pairs_before_[size_t(s)] += p.plan.pairs_before[size_t(s)];
     pairs_after_[size_t(s)] += p.plan.pairs_after[size_t(s)];
@@ -92,24 +78,97 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   plans_[in.group] = std::move(p);
 }
 
-CadAttention::Rows CadAttention::rows_between(const Plan& p, int origin, int server) const {
-  Rows r;
-  int64_t last_kv_end = 0;
-  for_exchange(p.plan.tasks, origin, server, [&](const CaTask& t, int64_t, int64_t kv_row) {
-    r.q += t.q_len;
-    last_kv_end = std::max(last_kv_end, kv_row + t.kv_len());
-  });
-  r.kv = last_kv_end;
-  return r;
+void CadAttention::route(Plan& p) const {
+  const size_t n = size_t(size_);
+  const auto piece_of = [&](const CaTask& t) -> size_t { return p.first_doc[size_t(t.origin)] + size_t(t.doc); };
+  // every document's pieces by position: (holder, index in docs)
+  std::vector<std::vector<std::pair<int32_t, size_t>>> pieces(p.doc_len.size());
+  for (size_t i = 0; i < p.docs.size(); ++i) pieces[size_t(p.gdoc[i])].push_back({p.docs[i].origin, i});
+  for (auto& list : pieces)
+    std::sort(list.begin(), list.end(), [&](const auto& x, const auto& y) {
+      return p.docs[x.second].pos < p.docs[y.second].pos;
+    });
+  // a task runs in place when its server holds its document's whole key prefix as one
+  // local run from position 0 (always so without context parallelism); the row of it
+  const auto in_place_row = [&](const CaTask& t) -> int64_t {
+    if (t.origin != t.server) return -1;
+    for (const auto& [holder, i] : pieces[size_t(p.gdoc[piece_of(t)])])
+      if (holder == t.server && p.docs[i].pos == 0 && p.docs[i].len >= t.kv_len()) return p.docs[i].row;
+    return -1;
+  };
+  // key prefixes each server needs (document -> P) for its tasks not run in place
+  std::vector<std::map<int32_t, int32_t>> need(n);
+  for (const CaTask& t : p.plan.tasks)
+    if (in_place_row(t) < 0) {
+      int32_t& P = need[size_t(t.server)][p.gdoc[piece_of(t)]];
+      P = std::max(P, t.kv_len());
+    }
+  const auto flow = [&](int h, int s) {
+    Flow f;
+    for (size_t i = 0; i < p.plan.tasks.size(); ++i) {
+      const CaTask& t = p.plan.tasks[i];
+      if (t.origin == h && t.server == s && (h != s || in_place_row(t) < 0)) {
+        f.tasks.push_back(int32_t(i));
+        f.q_rows += t.q_len;
+      }
+    }
+    for (const auto& [g, P] : need[size_t(s)])
+      for (const auto& [holder, i] : pieces[size_t(g)]) {
+        const CaDocument& d = p.docs[i];
+        if (holder != h || d.pos >= P) continue;
+        const int32_t len = std::min(d.len, P - d.pos);
+        f.kv.push_back({g, d.row, d.pos, len});
+        f.kv_rows += len;
+      }
+    return f;
+  };
+  p.out.assign(n, Flow{});
+  p.in.assign(n, Flow{});
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) p.out[size_t(r)] = flow(rank_, r), p.in[size_t(r)] = flow(r, rank_);
+  p.ws_rows = 0;
+  for (const auto& [g, P] : need[size_t(rank_)]) p.ws_row[g] = p.ws_rows, p.ws_rows += P;
+  const Flow own = flow(rank_, rank_);  // own tasks on the workspace and own key rows
+  p.own_kv = own.kv;
+  const auto task_of = [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
+    return AttentionTask{q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, p.doc_len[size_t(p.gdoc[piece_of(t)])]};
+  };
+  const auto local_row = [&](const CaTask& t) {
+    const CaDocument& d = p.docs[piece_of(t)];
+    return int64_t(d.row) + (t.q_begin - d.pos);
+  };
+  for (const CaTask& t : p.plan.tasks) {
+    const int64_t row = in_place_row(t);
+    if (t.server == rank_ && row >= 0) p.own_local.push_back(task_of(t, local_row(t), row));
+  }
+  for (int32_t i : own.tasks) {
+    const CaTask& t = p.plan.tasks[size_t(i)];
+    p.own_ws.push_back(task_of(t, local_row(t), p.ws_row.at(p.gdoc[piece_of(t)])));
+  }
+  p.served.assign(n, {});
+  for (int o = 0; o < size_; ++o) {
+    if (o == rank_) continue;
+    int64_t q_row = 0;
+    for (int32_t i : p.in[size_t(o)].tasks) {
+      const CaTask& t = p.plan.tasks[size_t(i)];
+      p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_row.at(p.gdoc[piece_of(t)])));
+      q_row += t.q_len;
+    }
+  }
 }
 
-
-int64_t CadAttention::message_floats(const Plan& p, int origin, int server, const Widths& w) const {
-  const Rows r = rows_between(p, origin, server);
+int64_t CadAttention::message_floats(const Flow& f, const Widths& w) const {
   int64_t n = 0;
-  for (int64_t x : w.q) n += r.q * x;
-  for (int64_t x : w.kv) n += r.kv * x;
+  for (int64_t x : w.q) n += f.q_rows * x;
+  for (int64_t x : w.kv) n += f.kv_rows * x;
   return n;
+}
+
+std::vector<float*> CadAttention::arrays_of(float* base, const Flow& f, const Widths& w) const {
+  std::vector<float*> a;
+  for (int64_t x : w.q) a.push_back(base), base += f.q_rows * x;
+  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * x;
+  return a;
 }
 
 const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
@@ -155,19 +214,13 @@ void CadAttention::wait(Lane& L) {
 }
 
 // ---- the lane's phases ------------------------------------------------------------------
-// Between an origin and a server, a message is, for the plan's tasks from that origin
-// to that server in plan order: every per-query-row array ([task rows, width] each,
-// back to back), then every per-key-row array over each document's prefix (once per
-// document). Both sides derive the same layout from the plan.
+// A message from a rank to a server is its Flow: every per-query-row array over the
+// flow's tasks ([rows, width] each, back to back), then every per-key-row array over
+// its segments. Both sides derive the same layout from the plan.
 
 void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
                               const std::vector<RowArray>& kv_arrays) {
   const Plan& p = *L.plan;
-  L.own.clear();
-  for_exchange(p.plan.tasks, rank_, rank_, [&](const CaTask& t, int64_t, int64_t) {
-    const CaDocument& d = doc_of(p, t);
-    L.own.push_back({d.row + t.q_begin, d.row, t.q_len, t.kv_len(), t.q_begin, 0, d.len});
-  });
   L.in = {};
   for (const RowArray& a : q_arrays) L.in.q.push_back(a.width);
   for (const RowArray& a : kv_arrays) L.in.kv.push_back(a.width);
@@ -176,72 +229,66 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
   L.recv_counts.assign(size_t(size_), 0);
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
-    L.send_counts[size_t(s)] = count_of(message_floats(p, rank_, s, L.in));
-    L.recv_counts[size_t(s)] = count_of(message_floats(p, s, rank_, L.in));
-    const Rows r = rows_between(p, rank_, s);
+    const Flow& f = p.out[size_t(s)];
+    L.send_counts[size_t(s)] = count_of(message_floats(f, L.in));
+    L.recv_counts[size_t(s)] = count_of(message_floats(p.in[size_t(s)], L.in));
     const size_t base = L.send.size();
     L.send.resize(base + size_t(L.send_counts[size_t(s)]));
-    float* at = L.send.data() + base;
-    std::vector<float*> q_dst, kv_dst;
-    for (const RowArray& a : q_arrays) q_dst.push_back(at), at += r.q * a.width;
-    for (const RowArray& a : kv_arrays) kv_dst.push_back(at), at += r.kv * a.width;
-    for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      const CaDocument& d = doc_of(p, t);
-      const int64_t src = d.row + t.q_begin;
+    const std::vector<float*> dst = arrays_of(L.send.data() + base, f, L.in);
+    int64_t q_row = 0;
+    for (int32_t i : f.tasks) {
+      const CaTask& t = p.plan.tasks[size_t(i)];
+      const CaDocument& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+      const int64_t src = d.row + (t.q_begin - d.pos);
       for (size_t x = 0; x < q_arrays.size(); ++x) {
         const int64_t wd = q_arrays[x].width;
         std::copy(q_arrays[x].data + src * wd, q_arrays[x].data + (src + t.q_len) * wd,
-                  q_dst[x] + q_row * wd);
+                  dst[x] + q_row * wd);
       }
-      for (size_t x = 0; x < kv_arrays.size(); ++x) {  // (a longer prefix overwrites a shorter)
+      q_row += t.q_len;
+    }
+    int64_t kv_row = 0;
+    for (const Segment& g : f.kv) {
+      for (size_t x = 0; x < kv_arrays.size(); ++x) {
         const int64_t wd = kv_arrays[x].width;
-        std::copy(kv_arrays[x].data + int64_t(d.row) * wd,
-                  kv_arrays[x].data + (d.row + t.kv_len()) * wd, kv_dst[x] + kv_row * wd);
+        std::copy(kv_arrays[x].data + int64_t(g.row) * wd, kv_arrays[x].data + (g.row + g.len) * wd,
+                  dst[q_arrays.size() + x] + kv_row * wd);
       }
-    });
+      kv_row += g.len;
+    }
   }
   start_alltoallv(L, L.send, L.send_counts, L.recv, L.recv_counts);
 }
 
-void CadAttention::compute_own(Lane& L, std::span<const AttentionTask> t) {
-  if (L.backward)
-    attention_backward(*L.params, t, L.q, L.k, L.v, L.out_in, L.lse_in, L.dout, L.dq, L.dk, L.dv);
-  else
-    attention_forward(*L.params, t, L.q, L.k, L.v, L.out, L.lse);
-}
-
-// in:  forward Q | K, V;  backward Q, O, dO, LSE | K, V
-// out: forward O, LSE;    backward dQ | dK, dV
-void CadAttention::compute_served(Lane& L, std::span<const AttentionTask> t,
-                                  const std::vector<const float*>& x, const std::vector<float*>& y) {
-  if (L.backward)
-    attention_backward(*L.params, t, x[0], x[4], x[5], x[1], x[3], x[2], y[0], y[1], y[2]);
-  else
-    attention_forward(*L.params, t, x[0], x[1], x[2], y[0], y[1]);
-}
-
-// This rank's own tasks in `parts` kernel calls (split by attention pairs), driving the
-// exchanges in flight between them: part `part` of `parts`.
+// This rank's own in-place tasks in `parts` kernel calls (split by attention pairs),
+// driving the exchanges in flight between them: part `part` of `parts`.
 void CadAttention::run_own(Lane& L, int part, int parts) {
+  const std::vector<AttentionTask>& own = L.plan->own_local;
   int64_t total = 0;
-  for (const AttentionTask& t : L.own) total += task_pairs(t);
+  for (const AttentionTask& t : own) total += task_pairs(t);
   int64_t seen = 0;
-  size_t begin = L.own.size(), end = L.own.size();
-  for (size_t i = 0; i < L.own.size(); ++i) {
+  size_t begin = own.size(), end = own.size();
+  for (size_t i = 0; i < own.size(); ++i) {
     const int64_t before = seen;
-    seen += task_pairs(L.own[i]);
+    seen += task_pairs(own[i]);
     // task i belongs to the part its first pair falls in
     const int at = total > 0 ? int((before * parts) / total) : 0;
-    if (at == part && begin == L.own.size()) begin = i;
-    if (at > part && end == L.own.size()) end = i;
+    if (at == part && begin == own.size()) begin = i;
+    if (at > part && end == own.size()) end = i;
   }
   if (begin >= end) return;
-  const std::span<const AttentionTask> all(L.own);
+  const std::span<const AttentionTask> all(own);
   constexpr size_t kPieces = 4;  // kernel calls per part, the exchanges tested in between
   const size_t n = end - begin;
   for (size_t c = 0; c < kPieces; ++c) {
     const size_t a = begin + c * n / kPieces, b = begin + (c + 1) * n / kPieces;
-    if (a < b) compute_own(L, all.subspan(a, b - a));
+    if (a < b) {
+      const std::span<const AttentionTask> t = all.subspan(a, b - a);
+      if (L.backward)
+        attention_backward(*L.params, t, L.q, L.k, L.v, L.out_in, L.lse_in, L.dout, L.dq, L.dk, L.dv);
+      else
+        attention_forward(*L.params, t, L.q, L.k, L.v, L.out, L.lse);
+    }
     progress();
   }
 }
@@ -250,54 +297,87 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
   if (!L.plan) throw std::logic_error("CAD: serve before start");
   wait(L);  // the requests
   const Plan& p = *L.plan;
+  const AttentionParams& prm = *L.params;
+  const int64_t kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
+  const size_t nq = L.in.q.size();  // forward: Q | K, V;  backward: Q, O, dO, LSE | K, V
+
+  // the key workspace: each needed document's prefix, from this rank's rows and the
+  // segments that came with the requests
+  const size_t ws = size_t(p.ws_rows * kvd);
+  if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
+  const auto place = [&](const Segment& g, const float* k, const float* v, int64_t src_row) {
+    const int64_t at = p.ws_row.at(g.gdoc) + g.pos;
+    std::copy(k + src_row * kvd, k + (src_row + g.len) * kvd, L.ws_k.data() + at * kvd);
+    std::copy(v + src_row * kvd, v + (src_row + g.len) * kvd, L.ws_v.data() + at * kvd);
+  };
+  for (const Segment& g : p.own_kv) place(g, L.k, L.v, g.row);
+  std::vector<std::vector<float*>> msg(static_cast<size_t>(size_));
+  int64_t in_at = 0;
+  for (int o = 0; o < size_; ++o) {
+    if (o == rank_) continue;
+    msg[size_t(o)] = arrays_of(L.recv.data() + in_at, p.in[size_t(o)], L.in);
+    int64_t row = 0;
+    for (const Segment& g : p.in[size_t(o)].kv) {
+      place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
+      row += g.len;
+    }
+    in_at += L.recv_counts[size_t(o)];
+  }
+  if (L.backward) {
+    L.ws_dk.assign(ws, 0.0f);  // every task's key gradient, summed per document
+    L.ws_dv.assign(ws, 0.0f);
+  }
+
+  // replies: O, LSE (forward) or dQ and the segments' dK, dV (backward)
   L.reply_counts.assign(size_t(size_), 0);
   L.reply_recv_counts.assign(size_t(size_), 0);
   int64_t total = 0;
   for (int o = 0; o < size_; ++o)
     if (o != rank_) {
-      L.reply_counts[size_t(o)] = count_of(message_floats(p, o, rank_, L.reply));
-      L.reply_recv_counts[size_t(o)] = count_of(message_floats(p, rank_, o, L.reply));
+      L.reply_counts[size_t(o)] = count_of(message_floats(p.in[size_t(o)], L.reply));
+      L.reply_recv_counts[size_t(o)] = count_of(message_floats(p.out[size_t(o)], L.reply));
       total += L.reply_counts[size_t(o)];
     }
   L.back.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)
-  int64_t in_at = 0, back_at = 0;
+  std::vector<std::vector<float*>> reply(static_cast<size_t>(size_));
+  int64_t back_at = 0;
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
-    const Rows r = rows_between(p, o, rank_);
-    std::vector<const float*> src;
-    std::vector<float*> dst;
-    const float* a = L.recv.data() + in_at;
-    for (int64_t w : L.in.q) src.push_back(a), a += r.q * w;
-    for (int64_t w : L.in.kv) src.push_back(a), a += r.kv * w;
-    float* b = L.back.data() + back_at;
-    for (int64_t w : L.reply.q) dst.push_back(b), b += r.q * w;
-    for (int64_t w : L.reply.kv) dst.push_back(b), b += r.kv * w;
-    L.served.clear();
-    for_exchange(p.plan.tasks, o, rank_, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-      L.served.push_back({q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, doc_of(p, t).len});
-    });
-    if (!L.served.empty()) compute_served(L, L.served, src, dst);
-    progress();
-    in_at += L.recv_counts[size_t(o)];
+    reply[size_t(o)] = arrays_of(L.back.data() + back_at, p.in[size_t(o)], L.reply);
     back_at += L.reply_counts[size_t(o)];
   }
+  const float *wk = L.ws_k.data(), *wv = L.ws_v.data();
+  for (int o = 0; o < size_; ++o) {
+    const std::vector<AttentionTask>& tasks = o == rank_ ? p.own_ws : p.served[size_t(o)];
+    if (tasks.empty()) continue;
+    if (o == rank_ && L.backward)  // own queries on the workspace: dQ in place
+      attention_backward(prm, tasks, L.q, wk, wv, L.out_in, L.lse_in, L.dout, L.dq,
+                         L.ws_dk.data(), L.ws_dv.data());
+    else if (o == rank_)
+      attention_forward(prm, tasks, L.q, wk, wv, L.out, L.lse);
+    else if (L.backward) {
+      const std::vector<float*>& x = msg[size_t(o)];
+      attention_backward(prm, tasks, x[0], wk, wv, x[1], x[3], x[2], reply[size_t(o)][0],
+                         L.ws_dk.data(), L.ws_dv.data());
+    } else {
+      const std::vector<float*>& x = msg[size_t(o)];
+      attention_forward(prm, tasks, x[0], wk, wv, reply[size_t(o)][0], reply[size_t(o)][1]);
+    }
+    progress();
+  }
+  if (L.backward)  // the holders' key gradients of the segments they sent
+    for (int o = 0; o < size_; ++o) {
+      if (o == rank_) continue;
+      int64_t row = 0;
+      for (const Segment& g : p.in[size_t(o)].kv) {
+        const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+        std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, reply[size_t(o)][1] + row * kvd);
+        std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, reply[size_t(o)][2] + row * kvd);
+        row += g.len;
+      }
+    }
   start_alltoallv(L, L.back, L.reply_counts, L.back_recv, L.reply_recv_counts);
   if (with_own) run_own(L, 0, 1);  // while the replies travel
-}
-
-template <typename F>
-void CadAttention::for_replies(const Lane& L, F f) const {
-  int64_t at = 0;
-  for (int s = 0; s < size_; ++s) {
-    if (s == rank_) continue;
-    const Rows r = rows_between(*L.plan, rank_, s);
-    std::vector<const float*> y;
-    const float* a = L.back_recv.data() + at;
-    for (int64_t w : L.reply.q) y.push_back(a), a += r.q * w;
-    for (int64_t w : L.reply.kv) y.push_back(a), a += r.kv * w;
-    f(s, y);
-    at += L.reply_recv_counts[size_t(s)];
-  }
 }
 
 void CadAttention::finish_lane(Lane& L) {
@@ -306,36 +386,45 @@ void CadAttention::finish_lane(Lane& L) {
   const Plan& p = *L.plan;
   const int64_t H = L.params->num_heads, qd = H * L.params->head_dim,
                 kvd = int64_t(L.params->num_kv_heads) * L.params->head_dim;
-  if (!L.backward) {
-    // results of this rank's tasks served elsewhere
-    for_replies(L, [&](int s, const std::vector<const float*>& y) {
-      for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t) {
-        const int64_t dst = doc_of(p, t).row + t.q_begin;
+  const auto local_row = [&](const CaTask& t) {
+    const CaDocument& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+    return int64_t(d.row) + (t.q_begin - d.pos);
+  };
+  const auto add = [](float* dst, const float* src, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  };
+  if (L.backward)  // key gradients of own rows from this rank's own workspace tasks first
+    for (const Segment& g : p.own_kv) {
+      const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+      add(L.dk + int64_t(g.row) * kvd, L.ws_dk.data() + at, n);
+      add(L.dv + int64_t(g.row) * kvd, L.ws_dv.data() + at, n);
+    }
+  // then the other servers' replies, in server rank order
+  int64_t at = 0;
+  for (int s = 0; s < size_; ++s) {
+    if (s == rank_) continue;
+    const Flow& f = p.out[size_t(s)];
+    const std::vector<float*> y = arrays_of(L.back_recv.data() + at, f, L.reply);
+    at += L.reply_recv_counts[size_t(s)];
+    int64_t q_row = 0;
+    for (int32_t i : f.tasks) {
+      const CaTask& t = p.plan.tasks[size_t(i)];
+      const int64_t dst = local_row(t);
+      if (L.backward) {
+        add(L.dq + dst * qd, y[0] + q_row * qd, t.q_len * qd);
+      } else {
         std::copy(y[0] + q_row * qd, y[0] + (q_row + t.q_len) * qd, L.out + dst * qd);
         std::copy(y[1] + q_row * H, y[1] + (q_row + t.q_len) * H, L.lse + dst * H);
-      });
-    });
-  } else {
-    // add the servers' shares after this rank's own, in server rank order
-    for_replies(L, [&](int s, const std::vector<const float*>& y) {
-      const float *dqs = y[0], *dks = y[1], *dvs = y[2];
-      // each document's prefix came once: the longest its tasks on s need
-      std::map<int32_t, std::pair<int64_t, int64_t>> prefix;  // doc -> (kv_row, rows)
-      for_exchange(p.plan.tasks, rank_, s, [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-        const int64_t dst = doc_of(p, t).row + t.q_begin;
-        for (int64_t i = 0; i < t.q_len * qd; ++i) L.dq[dst * qd + i] += dqs[q_row * qd + i];
-        auto& e = prefix[t.doc];
-        e.first = kv_row;
-        e.second = std::max<int64_t>(e.second, t.kv_len());
-      });
-      for (const auto& [doc, e] : prefix) {
-        const int64_t row = p.docs[p.first_doc[size_t(rank_)] + size_t(doc)].row;
-        for (int64_t i = 0; i < e.second * kvd; ++i) {
-          L.dk[row * kvd + i] += dks[e.first * kvd + i];
-          L.dv[row * kvd + i] += dvs[e.first * kvd + i];
-        }
       }
-    });
+      q_row += t.q_len;
+    }
+    if (!L.backward) continue;
+    int64_t row = 0;
+    for (const Segment& g : f.kv) {
+      add(L.dk + int64_t(g.row) * kvd, y[1] + row * kvd, int64_t(g.len) * kvd);
+      add(L.dv + int64_t(g.row) * kvd, y[2] + row * kvd, int64_t(g.len) * kvd);
+      row += g.len;
+    }
   }
   L.plan = nullptr;
 }

@@ -6,14 +6,17 @@
 // run of query rows with its causal key prefix, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
 // plan moved, with one MPI_Ialltoallv each way:
-//   forward   origin -> server: Q rows of the task, K and V of the document's prefix
-//             (once per document and server, the longest prefix its tasks need);
+//   forward   holder -> server: Q rows of its tasks there, and its K and V rows of every
+//             document prefix the server needs (once per document and server: the
+//             longest prefix its tasks need), which the server assembles in a workspace;
 //             server -> origin: O and LSE of the task's rows.
-//   backward  origin -> server: Q, O, dO, LSE rows and K, V prefixes again (servers keep
-//             nothing between forward and backward); server -> origin: dQ rows and the
-//             prefix's dK, dV, which the origin adds after its own share, in server
-//             rank order (deterministic).
-// Tasks whose server is their origin run in place on the local arrays, in two halves
+//   backward  holder -> server: Q, O, dO, LSE rows and K, V rows again (servers keep
+//             nothing between forward and backward); server -> holder: dQ rows and the
+//             dK, dV of the key rows it sent, summed over all the server's tasks of the
+//             document. The holder adds them after its own share, in server rank order
+//             (deterministic).
+// Tasks whose server is their origin and whose key prefix is one local run (every own
+// task without context parallelism) run in place on the local arrays, in two halves
 // (by pairs): the first while the exchange to the servers travels, the second while the
 // replies travel; the exchanges are tested between kernel calls (OpenMPI progresses
 // them only inside MPI calls), and what is still left to wait for is the exposed time.
@@ -22,8 +25,7 @@
 // compute the served tasks, send the replies, then the own tasks), finish (wait for the
 // replies, unpack), while the other lane's token-linear layers compute; each lane has
 // its own buffers and request, so both lanes' exchanges can be in flight at once.
-// Every query row
-// is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
+// Every query row is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.
 //
@@ -32,8 +34,11 @@
 // (parallel/pipeline_schedule.h: every stage runs a forward, or a backward, of some
 // micro-batch or of a dummy with no tokens in every tick, and has as many layers; a
 // backward tick groups other micro-batches than its forward ticks did, so it plans
-// again at the stage's last layer). Context-parallel groups are not planned yet; the
-// trainer refuses that combination.
+// again at the stage's last layer). With context parallelism a rank holds pieces of
+// documents: each piece is planned like a document whose keys are the document's prefix,
+// held by several ranks of its group, so a server assembles every key prefix it needs
+// in a workspace from the segments each holder sends (and sends their key gradients
+// back to the same holders).
 #pragma once
 
 #include <mpi.h>
@@ -79,16 +84,42 @@ class CadAttention final : public AttentionPlacement {
   const std::vector<int64_t>& pairs_after() const { return pairs_after_; }
 
  private:
+  // Key rows of one document moving from a holder to a server: the holder's local rows
+  // [row, row + len), in-document positions [pos, pos + len).
+  struct Segment {
+    int32_t gdoc = 0, row = 0, pos = 0, len = 0;
+  };
+  // What one rank sends another for a plan (origin/holder -> server; replies go back
+  // in the same layout): the query rows of its tasks there, in plan order, and the key
+  // rows of its pieces of every document the server needs keys of, by (document, pos).
+  struct Flow {
+    std::vector<int32_t> tasks;  // indices into plan.tasks
+    std::vector<Segment> kv;
+    int64_t q_rows = 0, kv_rows = 0;
+  };
   struct Plan {
     CaPlan plan;
-    std::vector<CaDocument> docs;  // every rank's documents (origin, doc, row, len)
-    std::vector<size_t> first_doc;  // index in docs of each rank's first document
+    std::vector<CaDocument> docs;   // every rank's pieces (origin, index, row, len, pos)
+    std::vector<size_t> first_doc;  // index in docs of each rank's first piece
+    std::vector<int32_t> gdoc;      // per docs entry: its document, numbered over the job
+    std::vector<int32_t> doc_len;   // per document: tokens of the whole document
+    std::vector<Flow> out;          // [server]: this rank's rows to each server
+    std::vector<Flow> in;           // [origin]: each rank's rows to this one
+    // This rank as a server: every document it needs keys of (for tasks not run in
+    // place) gets its prefix [0, P) contiguous in a workspace, filled from the holders'
+    // segments (own_kv: its own rows).
+    std::map<int32_t, int64_t> ws_row;  // document -> first workspace row
+    int64_t ws_rows = 0;
+    std::vector<Segment> own_kv;
+    std::vector<AttentionTask> own_local;  // own tasks whose whole prefix is one local run
+    std::vector<AttentionTask> own_ws;     // own tasks reading keys from the workspace
+    std::vector<std::vector<AttentionTask>> served;  // [origin]: queries in its message
   };
-  // An exchange carries per-query-row arrays, then per-prefix-row arrays (widths in floats).
+  // An exchange carries per-query-row arrays, then per-key-row arrays (widths in floats).
   struct Widths {
     std::vector<int64_t> q, kv;
   };
-  // One micro-batch's (or nano-batch's) layer in flight: its plan, arrays and buffers.
+  // One group's layer in flight: its plan, arrays and buffers.
   struct Lane {
     const Plan* plan = nullptr;
     const AttentionParams* params = nullptr;
@@ -100,14 +131,9 @@ class CadAttention final : public AttentionPlacement {
     float *dq = nullptr, *dk = nullptr, *dv = nullptr;
     Widths in, reply;  // what goes to the servers and what comes back
     std::vector<float> send, recv, back, back_recv;
+    std::vector<float> ws_k, ws_v, ws_dk, ws_dv;  // the server's key workspace
     std::vector<int> send_counts, recv_counts, reply_counts, reply_recv_counts, sdispl, rdispl;
-    std::vector<AttentionTask> own;     // this rank's tasks it runs itself
-    std::vector<AttentionTask> served;  // one origin's tasks on this rank (serve scratch)
     MPI_Request request = MPI_REQUEST_NULL;
-  };
-  // rows a peer exchange carries: query rows of the tasks, prefix rows of their documents
-  struct Rows {
-    int64_t q = 0, kv = 0;
   };
   struct RowArray {
     const float* data;
@@ -116,33 +142,27 @@ class CadAttention final : public AttentionPlacement {
 
   Lane& lane_at(int lane);
   void make_plan(const AttentionInput& in, bool counted);  // counted: into pairs_before/after
+  void route(Plan& p) const;  // the flows, workspace and task lists of this rank
   const Plan& plan_of(const AttentionInput& in) const;
-  const CaDocument& doc_of(const Plan& p, const CaTask& t) const {
-    return p.docs[p.first_doc[size_t(t.origin)] + size_t(t.doc)];
-  }
-  Rows rows_between(const Plan& p, int origin, int server) const;
-  int64_t message_floats(const Plan& p, int origin, int server, const Widths& w) const;
+  int64_t message_floats(const Flow& f, const Widths& w) const;
 
   // The split phases of one lane (forward and backward alike):
-  //   start_lane   own tasks listed, this rank's rows packed and sent to their servers
-  //   serve_lane   wait for the requests, run the tasks served here, send the replies,
-  //                then run the own tasks (while the replies travel)
+  //   start_lane   this rank's rows packed and sent to their servers
+  //   serve_lane   wait for the requests, assemble the key workspace, run the tasks
+  //                served here (and own tasks on the workspace), send the replies, then
+  //                run the own in-place tasks (while the replies travel)
   //   finish_lane  wait for the replies, then copy (forward) or add (backward) them
-  // forward()/backward() run the own tasks in two halves around serving instead.
+  // forward()/backward() run the own in-place tasks in two halves around serving instead.
   void start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
                   const std::vector<RowArray>& kv_arrays);
   void serve_lane(Lane& L, bool with_own = true);
   void finish_lane(Lane& L);
   void run_own(Lane& L, int part, int parts);  // part `part` of `parts`, by pairs
-  void compute_own(Lane& L, std::span<const AttentionTask> tasks);
-  void compute_served(Lane& L, std::span<const AttentionTask> tasks,
-                      const std::vector<const float*>& in, const std::vector<float*>& out);
   void start_alltoallv(Lane& L, const std::vector<float>& send, const std::vector<int>& send_counts,
                        std::vector<float>& recv, const std::vector<int>& recv_counts);
   void wait(Lane& L);  // the lane's exchange in flight; the time blocked is exposed
-  // f(server, reply arrays) for every other server's reply to this rank, in rank order.
-  template <typename F>
-  void for_replies(const Lane& L, F f) const;
+  // Pointers to each array of a message laid out by `w` for flow f, starting at base.
+  std::vector<float*> arrays_of(float* base, const Flow& f, const Widths& w) const;
   void start_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                      float* out, float* lse);
   void start_backward(const AttentionInput& in, const float* q, const float* k, const float* v,

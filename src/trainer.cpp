@@ -136,9 +136,6 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     balance_by_packing_ = grid.layout().dp > 1;
   }
   if (config.attention_placement == "cad") {
-    if (grid.layout().cp > 1)
-      throw ConfigError("attention.placement = cad does not plan context-parallel shards yet "
-                        "(parallel.cp must be 1)");
     for (const StageSpec& s : stages_)
       if (s.num_layers() != stages_[0].num_layers())
         throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
@@ -420,11 +417,15 @@ int Trainer::run() {
                                          : ("measured kernel time (" + config_.cad_profile + ")").c_str(),
              pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
                                                  : "one exchange at a time (no ping-pong)");
-  if (layout.cp > 1)
+  if (layout.cp > 1 && cp_attention_)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",
              layout.cp, config_.parallel.cp_split.c_str(), config_.parallel.cp_comm.c_str(),
              cp_attention_->probe_bandwidth() / 1e9);
+  else if (layout.cp > 1)
+    log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
+             "pieces like documents (parallel.cp_comm is not used)",
+             layout.cp, config_.parallel.cp_split.c_str());
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -459,7 +460,7 @@ int Trainer::run() {
                       100.0 * r.bubble_fraction, 100.0 * r.bubble_theoretical,
                       double(r.stage_activation_bytes.front()) / 1048576.0,
                       double(r.peak_activation_bytes) / 1048576.0);
-      if (layout.cp > 1)
+      if (layout.cp > 1 && !cad_attention_)
         std::snprintf(context, sizeof context,
                       " | cp %.1f MiB sent/rank (%.2f per layer) | exposed %4.1f%% hidden %4.1f%% "
                       "| pairs max/mean %.3f | peak RSS %.0f MiB",

@@ -36,12 +36,17 @@ int64_t pairs_of(const CaTask& t) {
 
 void check_plan(const std::vector<CaDocument>& docs, int n, const CaPlan& plan) {
   std::map<std::pair<int32_t, int32_t>, std::vector<int>> owners;  // (origin, doc) -> row count
-  for (const CaDocument& d : docs) owners[{d.origin, d.doc}].assign(size_t(d.len), 0);
+  std::map<std::pair<int32_t, int32_t>, int32_t> first;               // (origin, doc) -> pos
+  for (const CaDocument& d : docs) {
+    owners[{d.origin, d.doc}].assign(size_t(d.len), 0);
+    first[{d.origin, d.doc}] = d.pos;
+  }
   int64_t before = 0, after = 0;
   for (const CaTask& t : plan.tasks) {
     auto& rows = owners.at({t.origin, t.doc});
+    const int32_t pos = first.at({t.origin, t.doc});
     ASSERT_GT(t.q_len, 0);
-    for (int32_t i = t.q_begin; i < t.q_begin + t.q_len; ++i) ++rows.at(size_t(i));
+    for (int32_t i = t.q_begin; i < t.q_begin + t.q_len; ++i) ++rows.at(size_t(i - pos));
     after += pairs_of(t);
   }
   for (const auto& [key, rows] : owners)
@@ -82,6 +87,40 @@ TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
         EXPECT_LE(max_over_mean(plan.pairs_after), 1.0 + tol + 1e-9)
             << "n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
       }
+}
+
+// Context-parallel pieces: each document's rows [pos, pos + len) on several ranks,
+// every piece against the document's prefix [0, pos + len). Rows still go exactly
+// once, pairs are conserved and the plan balances.
+TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
+  for (int n : {2, 4, 8})
+    for (uint32_t seed = 1; seed <= 10; ++seed) {
+      std::vector<CaDocument> docs;
+      std::vector<int32_t> rows(static_cast<size_t>(n), 0), count(static_cast<size_t>(n), 0);
+      std::mt19937 rng(seed);
+      for (int d = 0; d < 6 * n; ++d) {
+        const int32_t L = 2 + int32_t(std::pow(std::uniform_real_distribution<double>(0, 1)(rng), 3.0) * 3000);
+        const int s = d % n, t = (d + 1) % n;  // head on s, tail on t (a cp = 2 group)
+        docs.push_back({s, count[size_t(s)]++, rows[size_t(s)], L / 2, 0});
+        rows[size_t(s)] += L / 2;
+        docs.push_back({t, count[size_t(t)]++, rows[size_t(t)], L - L / 2, L / 2});
+        rows[size_t(t)] += L - L / 2;
+      }
+      CaPlanOptions o;
+      o.q_bytes_per_row = 3 * 256;
+      o.kv_bytes_per_row = 2 * 128;
+      const CaPlan plan = plan_core_attention(docs, n, o);
+      check_plan(docs, n, plan);
+      for (const CaTask& t : plan.tasks) {
+        const CaDocument& d = *std::find_if(docs.begin(), docs.end(), [&](const CaDocument& x) {
+          return x.origin == t.origin && x.doc == t.doc;
+        });
+        ASSERT_GE(t.q_begin, d.pos);
+        ASSERT_LE(t.q_begin + t.q_len, d.pos + d.len);
+      }
+      EXPECT_LE(max_over_mean(plan.pairs_after), 1.1 + 1e-9)
+          << "n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
+    }
 }
 
 TEST(CadPlan, ABalancedBatchMovesNothing) {

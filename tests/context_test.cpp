@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "attention/core_attention.h"
@@ -135,7 +136,8 @@ TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {
 
 // Ping-pong halves: every document in exactly one half, whole and in its original order,
 // with its rows, targets, positions and mask; tokens balanced longest-first; a
-// one-document batch leaves the second half empty; shards are refused.
+// one-document batch leaves the second half empty; context-parallel shards split by
+// document the same way on every rank of the group.
 TEST(NanoBatches, WholeDocumentsSplitByTokens) {
   for (const auto& lengths : kBatches) {
     const PackedBatch b = packed(lengths);
@@ -181,8 +183,32 @@ TEST(NanoBatches, WholeDocumentsSplitByTokens) {
   const std::array<LocalBatch, 2> even = split_nano_batches(whole_sequence(packed({10, 30, 20, 20})));
   EXPECT_EQ(even[0].num_tokens(), 40);  // 30 + 10
   EXPECT_EQ(even[1].num_tokens(), 40);  // 20 + 20
-  EXPECT_THROW(split_nano_batches(shard_sequence(packed({100}), 2, 0, CpSplit::zigzag)),
-               std::invalid_argument);
+  // context-parallel shards: every rank of the group puts a document in the same half
+  // and keeps exactly its own pieces of it
+  for (const auto& lengths : kBatches)
+    for (int cp : {2, 3}) {
+      const PackedBatch b = packed(lengths);
+      std::map<int32_t, int> half_of;
+      std::array<int64_t, 2> tokens = {0, 0};
+      for (int r = 0; r < cp; ++r) {
+        const LocalBatch shard = shard_sequence(b, cp, r, CpSplit::zigzag);
+        const std::array<LocalBatch, 2> halves = split_nano_batches(shard);
+        int64_t rows = 0;
+        for (int h = 0; h < 2; ++h) {
+          ASSERT_EQ(halves[size_t(h)].group_pieces.size(), size_t(cp));
+          EXPECT_EQ(halves[size_t(h)].group_pieces[size_t(r)].size(), halves[size_t(h)].pieces.size());
+          for (const DocPiece& p : halves[size_t(h)].pieces) {
+            const auto [it, added] = half_of.emplace(p.doc, h);
+            EXPECT_EQ(it->second, h) << "document " << p.doc << " in two halves";
+          }
+          rows += halves[size_t(h)].num_tokens();
+          if (r == 0) tokens[size_t(h)] = halves[size_t(h)].sequence_tokens;
+          EXPECT_EQ(halves[size_t(h)].sequence_tokens, tokens[size_t(h)]);
+        }
+        EXPECT_EQ(rows, shard.num_tokens());
+      }
+      EXPECT_EQ(tokens[0] + tokens[1], b.num_tokens());
+    }
 }
 
 AttentionParams small_params() {

@@ -11,8 +11,9 @@
 #     loss and parameters as no balancing;
 #   - with a measured cost model (lct bench --sections profile) CAD stays exact; a
 #     profile of another model is refused, one of another machine warned about;
-#   - dp = 2 x pp = 2 (same-phase ticks with dummy micro-batches), causal and DCA,
-#     ping-pong on and off;
+#   - dp = 2 x pp = 2 (same-phase ticks with dummy micro-batches) and dp = 2 x cp = 2
+#     (context-parallel pieces planned like documents), causal and DCA, ping-pong on
+#     and off; pp = 2 x cp = 2 and the contiguous cp split;
 #   - a CAD checkpoint resumes colocated (placement is not part of the model);
 #   - bad settings: one error line, clean exit.
 set -euo pipefail
@@ -48,6 +49,13 @@ for kernel in causal dca; do
     --parallel.pp 2 --attention.cad_pingpong false
   compare "CAD dp=2 x pp=2 $kernel (same-phase ticks), one exchange at a time" \
     "cadpp_single_$kernel" "ref_$kernel"
+  # context parallelism: every rank's pieces planned like documents, key prefixes
+  # assembled from the group's holders
+  train "cadcp_$kernel" 4 2 $SGD --attention.kernel "$kernel" --attention.placement cad --parallel.cp 2
+  compare "CAD dp=2 x cp=2 $kernel, ping-pong" "cadcp_$kernel" "ref_$kernel"
+  train "cadcp_single_$kernel" 4 2 $SGD --attention.kernel "$kernel" --attention.placement cad \
+    --parallel.cp 2 --attention.cad_pingpong false
+  compare "CAD dp=2 x cp=2 $kernel, one exchange at a time" "cadcp_single_$kernel" "ref_$kernel"
   train "adam_ref_$kernel" 0 4 --attention.kernel "$kernel"
   train "adam_cad2_$kernel" 2 2 --attention.kernel "$kernel" --attention.placement cad
   compare "CAD dp=2 $kernel, AdamW" "adam_cad2_$kernel" "adam_ref_$kernel" 1e-6 1e-4
@@ -55,6 +63,13 @@ done
 grep -q "core attention disaggregated (CAD) over all 4 ranks, tolerance 0.1, .*ping-pong" cad4_causal.log
 grep -q "one exchange at a time" single2_dca.log
 grep -q "schedule ticks" cadpp_causal.log
+grep -q "CAD plans every rank's pieces like documents" cadcp_dca.log
+# pipeline x context parallelism x CAD (one rank per layer and half-sequence), and the
+# naive contiguous split
+train cadppcp 4 4 $SGD --attention.kernel dca --attention.placement cad --parallel.pp 2 --parallel.cp 2
+compare "CAD pp=2 x cp=2 dca" cadppcp ref_dca
+train cadcp_contiguous 4 2 $SGD --attention.placement cad --parallel.cp 2 --parallel.cp_split contiguous
+compare "CAD dp=2 x cp=2 causal, contiguous split" cadcp_contiguous ref_causal
 # the ticks schedule with colocated attention (dummies do nothing) is exact as well
 train ticks_causal 2 4 $SGD --parallel.pp 2 --parallel.pp_schedule ticks
 compare "colocated pp=2, ticks schedule" ticks_causal ref_causal
@@ -106,8 +121,6 @@ compare "CAD checkpoint resumed colocated" to_colocated ref_causal
 # bad settings
 expect_layout_error 2 "attention.cad_tolerance must be > 0" --attention.placement cad --attention.cad_tolerance 0
 expect_layout_error 2 "attention.placement: expected colocated or cad, got 'remote'" --attention.placement remote
-expect_layout_error 2 "attention.placement = cad does not plan context-parallel shards yet" \
-  --attention.placement cad --parallel.cp 2
 MODEL=${MODEL/num_hidden_layers 2/num_hidden_layers 3} expect_layout_error 2 \
   "attention.placement = cad with pipeline parallelism needs the same number of layers" \
   --attention.placement cad --parallel.pp 2 --parallel.pp_layers 1,2

@@ -91,7 +91,8 @@ for m in layouts:
     if "cad" in m:
         line += (f" -> {med(x['attention_pairs_served_max_over_mean'] for x in xs):.3f} after planning | "
                  f"{med(x.get('exchange_bytes_sent', 0) for x in xs) / 2**20:.1f} MiB sent per rank and step, "
-                 f"exposed {100 * med(x.get('exchange_exposed_fraction', 0) for x in xs):.1f}%")
+                 f"exposed {100 * med(x.get('exchange_exposed_fraction', 0) for x in xs):.1f}%, "
+                 f"hidden {100 * med(x.get('exchange_hidden_fraction', 0) for x in xs):.1f}%")
     if m.startswith("pp"):
         line += (f" | bubble {100 * med(x.get('bubble_fraction', 0) for x in xs):.1f}% (theory "
                  f"{100 * med(x.get('bubble_theoretical', 0) for x in xs):.1f}%) | activations "

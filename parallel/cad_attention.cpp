@@ -6,6 +6,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
 
 namespace lct {
@@ -19,7 +20,15 @@ CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCost
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  bytes_per_second_ = probe_ring_bandwidth(comm_);
   reset_stats();
+}
+
+PlacementStats CadAttention::stats() const {
+  PlacementStats r = stats_;
+  const double cost = double(stats_.bytes_sent) / bytes_per_second_;
+  r.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
+  return r;
 }
 
 CadAttention::Lane& CadAttention::lane_at(int lane) {

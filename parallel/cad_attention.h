@@ -78,6 +78,9 @@ class CadAttention final : public AttentionPlacement {
   void backward_finish(int lane) override { finish_lane(lane_at(lane)); }
   void progress() override;
   void reset_stats() override;
+  // hidden_seconds: bytes sent over the probed bandwidth, less the exposed wait
+  PlacementStats stats() const override;
+  double probe_bandwidth() const { return bytes_per_second_; }  // bytes/s, point to point
   // Attention pairs per server of this step's forward plans (summed over groups):
   // before planning (each rank's own documents) and after.
   const std::vector<int64_t>& pairs_before() const { return pairs_before_; }
@@ -173,6 +176,7 @@ class CadAttention final : public AttentionPlacement {
   double tolerance_;
   std::optional<CaCostModel> cost_;
   int rank_ = 0, size_ = 1;
+  double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by group (AttentionInput::group) of the step
   std::vector<int64_t> pairs_before_, pairs_after_;
   Lane lanes_[2];

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
+
+#include "parallel/mpi_util.h"
 
 namespace lct {
 
@@ -61,6 +64,26 @@ StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mi
   f.compute_max_over_mean = max_compute / std::max(sum_compute / n, 1e-12);
   f.idle_fraction = sum_idle / n;
   return f;
+}
+
+double probe_ring_bandwidth(MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int n = 2 << 20;  // floats
+  std::vector<float> out(static_cast<size_t>(n), 1.0f), in(static_cast<size_t>(n));
+  std::vector<double> times;
+  for (int rep = 0; rep < 3; ++rep) {
+    MPI_Barrier(comm);
+    const auto t0 = SteadyClock::now();
+    MPI_Sendrecv(out.data(), n, MPI_FLOAT, (rank + 1) % size, 99, in.data(), n, MPI_FLOAT,
+                 (rank - 1 + size) % size, 99, comm, MPI_STATUS_IGNORE);
+    times.push_back(seconds_since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  double t = times[1];
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return double(n) * sizeof(float) / std::max(t, 1e-9);
 }
 
 }  // namespace lct

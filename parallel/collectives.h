@@ -15,6 +15,10 @@ namespace lct {
 // to *comm_seconds.
 void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds);
 void barrier(MPI_Comm comm);  // no-op for MPI_COMM_NULL
+// Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 8 MiB to
+// the next and receives from the previous, three times; the slowest rank's median time
+// counts. Collective. The placements turn bytes sent into the transfer time they hide.
+double probe_ring_bandwidth(MPI_Comm comm);
 
 // One rank's figures of a step.
 struct RankStepTimes {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
 
 namespace lct {
@@ -35,24 +36,7 @@ ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm meth
   probe_bandwidth_once();
 }
 
-// Point-to-point bandwidth around the ring: every rank sends 8 MiB to the next and
-// receives from the previous, three times; the median time gives bytes per second.
-void ContextParallelAttention::probe_bandwidth_once() {
-  const int n = 2 << 20;  // floats
-  std::vector<float> out(static_cast<size_t>(n), 1.0f), in(static_cast<size_t>(n));
-  std::vector<double> times;
-  for (int rep = 0; rep < 3; ++rep) {
-    MPI_Barrier(comm_);
-    const auto t0 = SteadyClock::now();
-    MPI_Sendrecv(out.data(), n, MPI_FLOAT, (rank_ + 1) % size_, 99, in.data(), n, MPI_FLOAT,
-                 (rank_ - 1 + size_) % size_, 99, comm_, MPI_STATUS_IGNORE);
-    times.push_back(seconds_since(t0));
-  }
-  std::sort(times.begin(), times.end());
-  double t = times[1];
-  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm_);
-  bytes_per_second_ = double(n) * sizeof(float) / std::max(t, 1e-9);
-}
+void ContextParallelAttention::probe_bandwidth_once() { bytes_per_second_ = probe_ring_bandwidth(comm_); }
 
 PlacementStats ContextParallelAttention::stats() const {
   PlacementStats r = stats_;

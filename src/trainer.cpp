@@ -411,12 +411,14 @@ int Trainer::run() {
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
   if (cad_attention_)
-    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s, %s",
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s, "
+             "%s, probed point-to-point bandwidth %.2f GB/s",
              grid_.world_size(), config_.cad_tolerance,
              config_.cad_profile.empty() ? "attention pairs"
                                          : ("measured kernel time (" + config_.cad_profile + ")").c_str(),
              pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
-                                                 : "one exchange at a time (no ping-pong)");
+                                                 : "one exchange at a time (no ping-pong)",
+             cad_attention_->probe_bandwidth() / 1e9);
   if (layout.cp > 1 && cp_attention_)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",
@@ -471,9 +473,11 @@ int Trainer::run() {
                       double(r.peak_rss_bytes) / 1048576.0);
       if (cad_attention_)
         std::snprintf(cad, sizeof cad,
-                      " | cad pairs max/mean %.3f -> %.3f | %.1f MiB sent/rank | exposed %4.1f%%",
+                      " | cad pairs max/mean %.3f -> %.3f | %.1f MiB sent/rank | exposed %4.1f%% "
+                      "hidden %4.1f%%",
                       r.attention_pairs_max_over_mean, r.attention_pairs_served_max_over_mean,
-                      r.exchange_bytes_sent / 1048576.0, 100.0 * r.exchange_exposed_fraction);
+                      r.exchange_bytes_sent / 1048576.0, 100.0 * r.exchange_exposed_fraction,
+                      100.0 * r.exchange_hidden_fraction);
       log_info("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %7.1f ms | %8.0f tok/s | "
                "%6.1f GFLOP/s%s%s%s%s%s",
                (long long)r.step, (long long)config_.train.steps, r.loss, r.lr, r.grad_norm, r.ms,

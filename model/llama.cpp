@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include "model/trace.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -212,18 +214,21 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) 
 }
 
 void LlamaModel::embed_forward(ActivationSlot& s) {
+  const ScopedSpan span("embedding");
   if (s.tokens() == 0) return;  // an empty ping-pong lane computes nothing
   embedding_forward(stage_input(s), s.batch->tokens.data(), params.data() + embed_offset_,
                     s.tokens(), config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(ActivationSlot& s) {
+  const ScopedSpan span("embedding backward");
   if (s.tokens() == 0) return;
   embedding_backward(grads.data() + embed_offset_, residual_grad(s), s.batch->tokens.data(),
                      s.tokens(), config_.hidden_size);
 }
 
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
+  const ScopedSpan span("before attention");
   if (s.tokens() == 0) return;
   lct::attn_in_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
@@ -235,27 +240,32 @@ AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool 
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const ScopedSpan span("attention");
   const LayerActivations a = layer_activations(l, s);
   placement.forward(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const ScopedSpan span("attention start");
   const LayerActivations a = layer_activations(l, s);
   placement.forward_start(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
+  const ScopedSpan span("after attention");
   if (s.tokens() == 0) return;
   lct::attn_out_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
 }
 
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
+  const ScopedSpan span("after attention backward");
   if (s.tokens() == 0) return;
   lct::attn_out_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
                     layer_activations(l, s), scratch_of(s), residual_grad(s));
 }
 
 void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const ScopedSpan span("attention backward");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
   zero_attention_grads(s, d);
@@ -264,6 +274,7 @@ void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement
 }
 
 void LlamaModel::attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const ScopedSpan span("attention backward start");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
   zero_attention_grads(s, d);
@@ -281,6 +292,7 @@ void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratc
 }
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
+  const ScopedSpan span("before attention backward");
   if (s.tokens() == 0) return;
   lct::attn_in_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
                    layer_activations(l, s), scratch_of(s), residual_grad(s));
@@ -288,6 +300,7 @@ void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
                                                     bool backward, double* token_loss) {
+  const ScopedSpan span("loss");
   const LlamaConfig& c = config_;
   const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
   if (!stage_.has_head) throw std::logic_error("head_forward_backward on a stage without the head");
@@ -364,12 +377,18 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
   }
   for (int l = first; l < end; ++l) {
     for (int i = 0; i < 2; ++i) {
-      placement.forward_serve(i);
+      {
+        const ScopedSpan span("attention serve");
+        placement.forward_serve(i);
+      }
       phase_done();
     }
     for (int i = 0; i < 2; ++i) {
       ActivationSlot& s = *lanes[i];
-      placement.forward_finish(i);
+      {
+        const ScopedSpan span("attention finish");
+        placement.forward_finish(i);
+      }
       attn_out_forward(l, s);
       phase_done();
       if (l + 1 < end) {
@@ -394,12 +413,18 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
   }
   for (int l = last; l >= first; --l) {
     for (int i = 0; i < 2; ++i) {
-      placement.backward_serve(i);
+      {
+        const ScopedSpan span("attention backward serve");
+        placement.backward_serve(i);
+      }
       phase_done();
     }
     for (int i = 0; i < 2; ++i) {
       ActivationSlot& s = *lanes[i];
-      placement.backward_finish(i);
+      {
+        const ScopedSpan span("attention backward finish");
+        placement.backward_finish(i);
+      }
       attn_in_backward(l, s);
       phase_done();
       if (l > first) {

@@ -53,11 +53,13 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
     mine.insert(mine.end(), {p.row, p.len, p.pos, p.doc_len, p.doc, leader});
   int count = int(mine.size());
   std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+  const auto t0 = SteadyClock::now();  // a synchronisation point: waiting here is exposed
   MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_);
   int total = 0;
   for (int r = 0; r < size_; ++r) displs[size_t(r)] = total, total += counts[size_t(r)];
   std::vector<int32_t> all(static_cast<size_t>(total));
   MPI_Allgatherv(mine.data(), count, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT, comm_);
+  stats_.exposed_seconds += waited_since(t0, "CAD plan all-gather");
 
   Plan p;
   std::map<std::pair<int32_t, int32_t>, int32_t> number;  // (leader, doc) -> document
@@ -219,7 +221,7 @@ void CadAttention::progress() {
 void CadAttention::wait(Lane& L) {
   const auto t0 = SteadyClock::now();
   MPI_Wait(&L.request, MPI_STATUS_IGNORE);
-  stats_.exposed_seconds += seconds_since(t0);
+  stats_.exposed_seconds += waited_since(t0, "CAD all-to-all");
 }
 
 // ---- the lane's phases ------------------------------------------------------------------

@@ -10,10 +10,9 @@ namespace lct {
 
 void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds) {
   if (comm == MPI_COMM_NULL) return;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = SteadyClock::now();
   MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, comm);
-  if (comm_seconds)
-    *comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (comm_seconds) *comm_seconds += waited_since(t0, "all-reduce");
 }
 
 void barrier(MPI_Comm comm) {

@@ -100,7 +100,7 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
   const auto t0 = SteadyClock::now();
   MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
                  displs_.data(), MPI_FLOAT, comm_);
-  stats_.exposed_seconds += seconds_since(t0);
+  stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(sizeof(float));
 
   const size_t seq = size_t(in.batch.sequence_tokens * w);
@@ -153,7 +153,7 @@ void ContextParallelAttention::allgather_backward(const AttentionInput& in, cons
   const int64_t mine = rows_of(in.batch.pieces) * w;
   const auto t0 = SteadyClock::now();
   MPI_Reduce_scatter(reduced_.data(), gathered_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_);
-  stats_.exposed_seconds += seconds_since(t0);
+  stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   int64_t others = 0;
   for (int j = 0; j < size_; ++j)
     if (j != rank_) others += counts_[size_t(j)];
@@ -195,7 +195,7 @@ void ContextParallelAttention::finish_transfers() {
   if (requests_.empty()) return;
   const auto t_wait = SteadyClock::now();
   MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-  stats_.exposed_seconds += seconds_since(t_wait);
+  stats_.exposed_seconds += waited_since(t_wait, "context-parallel exchange");
   requests_.clear();
 }
 
@@ -265,7 +265,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
   const auto wait_exposed = [&](int n, MPI_Request* r) {
     const auto t0 = SteadyClock::now();
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
-    stats_.exposed_seconds += seconds_since(t0);
+    stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   };
   const float *cur_k = k, *cur_v = v;
   for (int i = 0; i < size_; ++i) {

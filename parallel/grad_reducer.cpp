@@ -66,7 +66,7 @@ void GradReducer::grads_final_from(int64_t offset) {
     int done = 0;
     MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
   }
-  comm_seconds_ += seconds_since(t0);
+  comm_seconds_ += waited_since(t0, "gradient reduction");
 }
 
 void GradReducer::finish() {
@@ -80,7 +80,7 @@ void GradReducer::finish() {
     while (next_bucket_ < buckets_.size()) start_bucket(next_bucket_++);
     MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
   }
-  comm_seconds_ += seconds_since(t0);
+  comm_seconds_ += waited_since(t0, "gradient reduction");
   grads_ = nullptr;
 }
 

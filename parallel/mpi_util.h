@@ -7,12 +7,23 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/trace.h"
+
 namespace lct {
 
 using SteadyClock = std::chrono::steady_clock;
 
 inline double seconds_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
+}
+
+// The seconds a rank was blocked in MPI since t0, recorded as a wait span named `what`
+// when tracing (model/trace.h). Every wait that counts towards the idle figure goes
+// through here, so the trace's wait track adds up to it.
+inline double waited_since(SteadyClock::time_point t0, const char* what) {
+  const SteadyClock::time_point t1 = SteadyClock::now();
+  trace_span(what, TraceTrack::wait, t0, t1);
+  return std::chrono::duration<double>(t1 - t0).count();
 }
 
 // MPI counts are int: a message of more elements is an error naming what it was.

@@ -93,7 +93,7 @@ void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placem
 double PipelineExecutor::wait_for(MPI_Request& request) {
   const auto t0 = SteadyClock::now();
   MPI_Wait(&request, MPI_STATUS_IGNORE);
-  return seconds_since(t0);
+  return waited_since(t0, "pipeline receive");
 }
 
 // Returns a finished micro-batch's slots to the pool once its sends have completed:
@@ -105,7 +105,7 @@ void PipelineExecutor::free_slot(InFlight& f, bool wait) {
       if (wait) {
         const auto t0 = SteadyClock::now();
         MPI_Wait(r, MPI_STATUS_IGNORE);
-        send_wait_ += seconds_since(t0);
+        send_wait_ += waited_since(t0, "pipeline send");
       } else if (*r != MPI_REQUEST_NULL) {
         int d = 0;
         MPI_Test(r, &d, MPI_STATUS_IGNORE);

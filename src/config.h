@@ -54,6 +54,10 @@ struct ParallelConfig {
   bool overlap_grad_reduce = true;   // start bucket reductions during backward
 };
 
+struct TraceConfig {
+  std::string path;  // "" = no timeline
+};
+
 struct CheckpointConfig {
   std::string dir = "runs/default";
   int64_t every = 50;  // 0 = only at the end
@@ -71,6 +75,7 @@ struct Config {
   TrainConfig train;
   ParallelConfig parallel;
   CheckpointConfig checkpoint;
+  TraceConfig trace;
 };
 
 enum class KeyType { integer, number, boolean, string, integer_list };

@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "parallel/trace_writer.h"
 #include "src/flops.h"
 #include "src/h5io.h"
 #include "src/log.h"
@@ -269,14 +270,19 @@ StepRecord Trainer::train_step() {
                           ? opt_config_.grad_clip / r.grad_norm
                           : 1.0;
   r.lr = learning_rate(opt_config_, step);
-  optimizer_.step(model_.params, model_.grads, r.lr, clip);
+  {
+    const ScopedSpan span("optimizer");
+    optimizer_.step(model_.params, model_.grads, r.lr, clip);
+  }
   state_.step += 1;
   state_.next_sequence += layout.dp * mb;
   state_.tokens_seen += tokens;
 
   // Straggler and pipeline figures: every rank's compute and communication time, its
   // stage's bubble and peak activation bytes.
-  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto t_end = Clock::now();
+  const double step_s = std::chrono::duration<double>(t_end - t0).count();
+  trace_span("step", TraceTrack::step, t0, t_end, state_.step);
   RankStepTimes mine;
   mine.compute_seconds = step_s - comm_s;
   mine.comm_seconds = comm_s;
@@ -318,6 +324,7 @@ StepRecord Trainer::train_step() {
 }
 
 std::string Trainer::save_checkpoint() {
+  const ScopedSpan span("checkpoint");
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
   const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
@@ -448,6 +455,38 @@ int Trainer::run() {
   if (grid_.is_root()) fs::create_directories(config_.checkpoint.dir);
   open_metrics_file();
 
+  // The timeline (trace.path): recorded while this guard lives, written at the end.
+  struct TraceGuard {
+    std::unique_ptr<Trace> trace;
+    ~TraceGuard() { Trace::activate(nullptr); }
+  } timeline;
+  if (!config_.trace.path.empty()) {
+    // fail now, on every rank, not after the run, if rank 0 cannot write the file
+    const std::string tmp = config_.trace.path + ".tmp";
+    double writable = 1;
+    if (grid_.is_root()) {
+      std::error_code ec;
+      const fs::path parent = fs::path(config_.trace.path).parent_path();
+      if (!parent.empty()) fs::create_directories(parent, ec);
+      writable = !ec && std::ofstream(tmp) ? 1 : 0;
+      fs::remove(tmp, ec);
+    }
+    allreduce_sum(&writable, 1, grid_.world(), nullptr);
+    if (writable < double(grid_.world_size()))
+      throw ConfigError("trace.path: cannot write '" + tmp + "'");
+    timeline.trace = std::make_unique<Trace>(start_aligned_trace(grid_));
+    Trace::activate(timeline.trace.get());
+    log_info("timeline: recording every rank's phases and waits for %s", config_.trace.path.c_str());
+  }
+  const auto write_timeline = [&] {
+    if (!timeline.trace) return;
+    Trace::activate(nullptr);
+    write_trace(*timeline.trace, grid_, config_.trace.path);
+    log_info("timeline: %s (%zu spans on this rank; open in https://ui.perfetto.dev)",
+             config_.trace.path.c_str(), timeline.trace->spans().size());
+    timeline.trace.reset();
+  };
+
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
@@ -492,6 +531,7 @@ int Trainer::run() {
       log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
                save_checkpoint().c_str());
       log_info("resume with: --train.resume auto --checkpoint.dir %s", config_.checkpoint.dir.c_str());
+      write_timeline();
       return 128 + sig;
     }
     if (config_.checkpoint.every > 0 && r.step % config_.checkpoint.every == 0 &&
@@ -499,6 +539,7 @@ int Trainer::run() {
       log_info("checkpoint: %s", save_checkpoint().c_str());
   }
   log_info("checkpoint: %s", save_checkpoint().c_str());
+  write_timeline();
   if (!history_.empty())
     log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
              history_.front().loss, history_.back().loss,

@@ -1,0 +1,76 @@
+// Timelines (trace.path): the spans one process records while a Trace is active, for
+// Chrome trace-event JSON that Perfetto opens (parallel/trace_writer.h merges the ranks).
+//
+// Three tracks per rank: `compute` (the model's phases, the optimizer, checkpoints),
+// `wait` (every interval a rank spends blocked in MPI: pipeline receives and sends,
+// attention exchanges, gradient reduction, all-reduces; the same intervals the trainer
+// sums into its idle figure) and `step` (one span per training step). Spans on one
+// track never overlap: phases are leaves, and a wait happens inside a phase but on its
+// own track.
+//
+// Off by default: with no active Trace, recording is one pointer test per span. MPI-free,
+// so the model records its phases itself.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace lct {
+
+using TraceClock = std::chrono::steady_clock;
+
+enum class TraceTrack : int { compute = 0, wait = 1, step = 2 };
+
+struct TraceSpan {
+  const char* name;  // a string literal
+  TraceTrack track;
+  TraceClock::time_point begin, end;
+  int64_t arg = -1;  // e.g. the step number (-1: none)
+};
+
+class Trace {
+ public:
+  // The process's trace while one is active (nullptr: tracing is off).
+  static Trace* active() { return active_; }
+  static void activate(Trace* trace) { active_ = trace; }
+
+  explicit Trace(TraceClock::time_point epoch) : epoch_(epoch) {}
+  void add(const TraceSpan& span) { spans_.push_back(span); }
+  const std::vector<TraceSpan>& spans() const { return spans_; }
+  TraceClock::time_point epoch() const { return epoch_; }  // time 0 of the timeline
+  void clear() { spans_.clear(); }
+
+ private:
+  static inline Trace* active_ = nullptr;
+  TraceClock::time_point epoch_;
+  std::vector<TraceSpan> spans_;
+};
+
+// Records [begin, end) when tracing is on.
+inline void trace_span(const char* name, TraceTrack track, TraceClock::time_point begin,
+                       TraceClock::time_point end, int64_t arg = -1) {
+  if (Trace* t = Trace::active()) t->add({name, track, begin, end, arg});
+}
+
+// A span from construction to destruction (for phases).
+class ScopedSpan {
+ public:
+  explicit ScopedSpan(const char* name, TraceTrack track = TraceTrack::compute)
+      : name_(name), track_(track), on_(Trace::active() != nullptr) {
+    if (on_) begin_ = TraceClock::now();
+  }
+  ~ScopedSpan() {
+    if (on_) trace_span(name_, track_, begin_, TraceClock::now());
+  }
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+
+ private:
+  const char* name_;
+  TraceTrack track_;
+  bool on_;
+  TraceClock::time_point begin_{};
+};
+
+}  // namespace lct

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Timelines (trace.path): a dp = 2 CAD run (ping-pong) and a pp = 2 run write Chrome
+# trace-event JSON that check_trace.py validates against the run's metrics (valid
+# events, named ranks and tracks, no overlapping spans per track, idle from the trace
+# equal to the logged idle); a path that cannot be written is refused before training.
+set -euo pipefail
+LCT=$1
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
+
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
+  --data.max_doc_len 256 --train.threads 1"
+
+run_train cad 2 --train.steps 6 --attention.placement cad --train.micro_batches 2 --trace.path cad/trace.json
+grep -q "timeline: cad/trace.json" cad.log
+/usr/bin/python3 "$HERE/check_trace.py" cad/trace.json cad/metrics.jsonl 2
+grep -q '"CAD all-to-all"' cad/trace.json
+run_train pp 2 --train.steps 6 --parallel.pp 2 --train.micro_batches 4 --trace.path pp/trace.json
+/usr/bin/python3 "$HERE/check_trace.py" pp/trace.json pp/metrics.jsonl 2
+grep -q '"pipeline receive"' pp/trace.json
+[ ! -e pp/trace.json.tmp ] || { echo "FAIL: temporary trace file left behind"; exit 1; }
+expect_layout_error 2 "trace.path: cannot write 'cad.log/t.json.tmp'" --trace.path cad.log/t.json
+echo "mpi_trace: all passed"

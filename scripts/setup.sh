@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install exactly the Debian packages lct needs that are missing. Idempotent; run as root
 # (or with sudo available) on Debian bookworm. Extra packages for the Python reference
-# checks are installed with `scripts/setup.sh --python`.
+# checks and the experiment plots are installed with `scripts/setup.sh --python`.
 set -euo pipefail
 
 packages=(
@@ -14,7 +14,7 @@ packages=(
   libgtest-dev                  # unit tests
 )
 if [[ "${1:-}" == "--python" ]]; then
-  packages+=(python3 python3-numpy python3-h5py python3-torch)
+  packages+=(python3 python3-numpy python3-h5py python3-torch python3-matplotlib)
 fi
 
 missing=()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# scripts/plot_runs.py: two short runs (a folder and a checkpoint) in one PNG; a missing
+# run and a --names count that does not match are one-line errors.
+set -euo pipefail
+LCT=$1
+SRC=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 1
+  --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64 --train.steps 3"
+"$LCT" train $MODEL --checkpoint.dir a > a.log 2>&1 || { cat a.log; exit 1; }
+"$LCT" train $MODEL --checkpoint.dir b --train.lr 1e-2 > b.log 2>&1 || { cat b.log; exit 1; }
+/usr/bin/python3 "$SRC/scripts/plot_runs.py" a b/step_00000003.h5 --names lr3e-3,lr1e-2 --out p.png
+[ -s p.png ] && head -c 8 p.png | grep -q PNG || { echo "FAIL: no PNG"; exit 1; }
+out=$(/usr/bin/python3 "$SRC/scripts/plot_runs.py" missing --out q.png 2>&1) && { echo "FAIL: missing run accepted"; exit 1; }
+echo "$out" | grep -q "plot_runs: missing: no such file" || { echo "$out"; exit 1; }
+out=$(/usr/bin/python3 "$SRC/scripts/plot_runs.py" a b --names one --out q.png 2>&1) && { echo "FAIL: bad --names accepted"; exit 1; }
+echo "$out" | grep -q "has 1 names for 2 runs" || { echo "$out"; exit 1; }
+echo "plot_runs: all passed"

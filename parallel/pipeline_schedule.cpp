@@ -53,28 +53,20 @@ std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int 
   };
   if (schedule == PipelineSchedule::ticks) {
     int tick = 0;
-    const auto forward_tick = [&](int k) {
-      const int mb = k - stage;
-      if (mb >= 0 && mb < m) {
-        const size_t at = a.size();
+    // one tick: this stage's actions for micro-batch mb, or a dummy outside [0, m)
+    const auto run_tick = [&](PipeOp op, int mb) {
+      const size_t at = a.size();
+      if (mb < 0 || mb >= m)
+        a.push_back({op, -1});
+      else if (op == PipeOp::forward)
         forward(mb);
-        for (size_t i = at; i < a.size(); ++i) a[i].tick = tick;
-      } else {
-        a.push_back({PipeOp::forward, -1, tick});
-      }
-      ++tick;
-    };
-    const auto backward_tick = [&](int j) {
-      const int mb = j - (pp - 1 - stage);
-      if (mb >= 0 && mb < m) {
-        const size_t at = a.size();
+      else
         backward(mb);
-        for (size_t i = at; i < a.size(); ++i) a[i].tick = tick;
-      } else {
-        a.push_back({PipeOp::backward, -1, tick});
-      }
+      for (size_t i = at; i < a.size(); ++i) a[i].tick = tick;
       ++tick;
     };
+    const auto forward_tick = [&](int k) { run_tick(PipeOp::forward, k - stage); };
+    const auto backward_tick = [&](int j) { run_tick(PipeOp::backward, j - (pp - 1 - stage)); };
     for (int k = 0; k < pp - 1; ++k) forward_tick(k);
     for (int j = 0; j < m; ++j) {
       forward_tick(pp - 1 + j);

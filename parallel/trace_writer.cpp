@@ -21,15 +21,6 @@ const char* track_name(int track) {
   }
   return "?";
 }
-// JSON string contents (names are literals, but quote them properly anyway)
-std::string escaped(const std::string& s) {
-  std::string r;
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    r += c;
-  }
-  return r;
-}
 }  // namespace
 
 Trace start_aligned_trace(const ProcessGrid& grid) {
@@ -91,7 +82,7 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
       e.precision(15);
       e << "{\"ph\":\"X\",\"pid\":" << r << ",\"tid\":" << track << ",\"ts\":" << begin
         << ",\"dur\":" << (end - begin) << ",\"cat\":\"" << track_name(track) << "\",\"name\":\""
-        << escaped(name) << '"';
+        << name << '"';  // span names are literals without quotes or backslashes
       if (arg >= 0) e << ",\"args\":{\"step\":" << arg << '}';
       e << '}';
       event(e.str());

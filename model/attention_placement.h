@@ -3,9 +3,9 @@
 // For one layer of one micro-batch the model hands its local Q/K/V rows to a placement
 // and gets O and LSE back (backward: dQ/dK/dV). `tasks` are the local view: every piece
 // of the rank's LocalBatch against its own rows, exactly what colocated attention runs.
-// A placement that moves work between ranks (context parallelism, CAD; parallel/)
-// reads the group's pieces from `batch` to know where every key lives. The model never
-// knows which placement runs.
+// A placement that moves work between ranks (parallel/) learns where every key lives
+// from `batch`: context parallelism from the group's pieces, CAD by gathering every
+// rank's pieces. The model never knows which placement runs.
 #pragma once
 
 #include <span>
@@ -78,6 +78,10 @@ class AttentionPlacement {
   // Drives transfers in flight (OpenMPI progresses them only inside MPI calls); the
   // model's phases call it between compute pieces.
   virtual void progress() {}
+  // Whether every rank of the job must join every layer's attention (CAD: ranks of
+  // other pipeline stages serve each other), so a stage with nothing to compute in a
+  // pipeline tick still runs a dummy micro-batch through its layers.
+  virtual bool needs_every_rank() const { return false; }
 
  protected:
   PlacementStats stats_;

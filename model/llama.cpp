@@ -188,7 +188,7 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
   return d;
 }
 
-ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) {
+void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int group, int lane) {
   const int64_t T = batch.num_tokens();
   if (lane != 0 && lane != 1) throw std::invalid_argument("a slot's lane is 0 or 1");
   // (empty: the second nano-batch of a one-document micro-batch, or a pipeline tick's
@@ -197,7 +197,6 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) 
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
   ensure_scratch(std::max<int64_t>(T, 1), max_position);
   if (lane == 1) ensure_lane_scratch(T);
-  ActivationSlot& s = pool_.acquire();
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.group = group;
@@ -209,6 +208,16 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) 
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)
       s.key_positions[size_t(t)] = dca_key_position(batch.positions[size_t(t)], attn_params_.dca);
+  }
+}
+
+ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) {
+  ActivationSlot& s = pool_.acquire();
+  try {
+    prepare(s, batch, group, lane);
+  } catch (...) {
+    pool_.release(s);
+    throw;
   }
   return s;
 }

@@ -73,6 +73,8 @@ class LlamaModel {
   // second nano-batch of a ping-pong pair. The batch may be empty (zero tokens): the
   // slot then only takes part in the placement's exchanges.
   ActivationSlot& begin(const LocalBatch& batch, int group, int lane = 0);
+  // The same on a slot the caller owns (outside the pool: a pipeline tick's dummy).
+  void prepare(ActivationSlot& s, const LocalBatch& batch, int group, int lane = 0);
   void end(ActivationSlot& slot) { pool_.release(slot); }
   float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]

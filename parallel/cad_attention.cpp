@@ -141,6 +141,14 @@ void CadAttention::route(Plan& p) const {
   for (const auto& [g, P] : need[size_t(rank_)]) p.ws_row[g] = p.ws_rows, p.ws_rows += P;
   const Flow own = flow(rank_, rank_);  // own tasks on the workspace and own key rows
   p.own_kv = own.kv;
+  // every workspace row comes from exactly one holder's segment (the pieces of a
+  // document tile it), else the kernels would read stale keys
+  int64_t covered = own.kv_rows;
+  for (int o = 0; o < size_; ++o)
+    if (o != rank_) covered += p.in[size_t(o)].kv_rows;
+  if (covered != p.ws_rows)
+    throw std::logic_error("CAD: the holders' key segments cover " + std::to_string(covered) +
+                           " of " + std::to_string(p.ws_rows) + " workspace rows");
   const auto task_of = [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
     return AttentionTask{q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, p.doc_len[size_t(p.gdoc[piece_of(t)])]};
   };

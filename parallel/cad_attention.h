@@ -1,8 +1,10 @@
 // Core attention disaggregation (DistCA): every rank is an in-place attention server.
 //
 // Per group (a micro-batch, a ping-pong nano-batch, or a pipeline tick: the same work on
-// every rank), at its first layer, the ranks exchange their documents' sizes (one
-// small all-gather) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
+// every rank), at its first attention (forward's first layer; a backward tick's last
+// layer), the ranks all-gather their pieces of documents (six integers each: row,
+// length, position, document length, document, first rank of the context-parallel
+// group; two collectives) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
 // run of query rows with its causal key prefix, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
 // plan moved, with one MPI_Ialltoallv each way:
@@ -77,6 +79,7 @@ class CadAttention final : public AttentionPlacement {
   void backward_serve(int lane) override { serve_lane(lane_at(lane)); }
   void backward_finish(int lane) override { finish_lane(lane_at(lane)); }
   void progress() override;
+  bool needs_every_rank() const override { return true; }
   void reset_stats() override;
   // hidden_seconds: bytes sent over the probed bandwidth, less the exposed wait
   PlacementStats stats() const override;

@@ -25,16 +25,12 @@ int PipelineExecutor::message_count(const ActivationSlot& slot) const {
 }
 
 void PipelineExecutor::acquire(const std::vector<LocalBatch>& batches, int mb) {
-  // Keep the pool at the schedule's depth: rather than growing it, finish a slot whose
-  // backward is done and whose last send is still draining.
-  if (!model_.slot_pool().has_free()) release_finished(false);
-  if (!model_.slot_pool().has_free()) {
-    for (InFlight& f : flight_)
-      if (f.slots[0] && f.done) {
-        free_slot(f, true);
-        break;
-      }
-  }
+  // Keep the pool at the schedule's depth: rather than growing it, finish micro-batches
+  // whose backward is done and whose last sends are still draining.
+  SlotPool& pool = model_.slot_pool();
+  if (pool.free_count() < lanes_) release_finished(false);
+  for (InFlight& f : flight_)
+    if (pool.free_count() < lanes_ && f.slots[0] && f.done) free_slot(f, true);
   InFlight& f = flight_[size_t(mb)];
   for (int i = 0; i < lanes_; ++i)  // named lanes x mb + lane to the placement
     f.slots[i] = &model_.begin(lanes_ == 2 ? nano_[size_t(mb)][size_t(i)] : batches[size_t(mb)],
@@ -77,17 +73,20 @@ void PipelineExecutor::stage_backward(ActivationSlot* const* slots, AttentionPla
     model_.stage_backward(*slots[0], placement);
 }
 
+// A dummy runs on the executor's own empty slots (never the pool's, whose slots and
+// peak figures are the micro-batches'), and only when the placement needs every rank.
 void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placement) {
+  if (!placement.needs_every_rank()) return;
   ActivationSlot* slots[2] = {nullptr, nullptr};
   for (int i = 0; i < lanes_; ++i) {
-    slots[i] = &model_.begin(dummy_, lanes_ * a.tick + i, i);
-    slots[i]->backward_group = lanes_ * a.tick + i;
+    model_.prepare(dummy_slots_[i], dummy_, lanes_ * a.tick + i, i);
+    dummy_slots_[i].backward_group = lanes_ * a.tick + i;
+    slots[i] = &dummy_slots_[i];
   }
   if (a.op == PipeOp::forward)
     stage_forward(slots, placement);
   else
     stage_backward(slots, placement);
-  for (int i = 0; i < lanes_; ++i) model_.end(*slots[i]);
 }
 
 double PipelineExecutor::wait_for(MPI_Request& request) {
@@ -175,8 +174,8 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
           for (int i = 0; i < lanes_; ++i) f.slots[i]->group = lanes_ * a.tick + i;
         stage_forward(f.slots, placement);
         // the last stage computes the loss and its gradient (into the slot's dx) with the
-        // forward: 1F1B runs this micro-batch's backward next anyway, and GPipe keeps
-        // the slot until then, so no logits are ever kept
+        // forward: 1F1B and ticks run this micro-batch's backward next anyway, and GPipe
+        // keeps the slot until then, so no logits are ever kept
         if (is_last)
           for (int i = 0; i < lanes_; ++i) {
             const CrossEntropyStats l = model_.head_forward_backward(*f.slots[i], grad_scale, true);
@@ -221,7 +220,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
     }
     if (a.op == PipeOp::backward || a.op == PipeOp::send_backward) release_finished(false);
     // ask for the next micro-batch's activations early when a slot is free anyway
-    if (stage_ > 0 && next_forward_post_ < m && model_.slot_pool().has_free() &&
+    if (stage_ > 0 && next_forward_post_ < m && model_.slot_pool().free_count() >= lanes_ &&
         !flight_[size_t(next_forward_post_)].forward_posted)
       post_recv_forward(batches, next_forward_post_);
   }

@@ -2,20 +2,22 @@
 //
 // Activations go forward and their gradients back with MPI_Isend / MPI_Irecv between
 // neighbouring stages of the pp communicator; the tag is 2 * micro-batch (+1 for
-// gradients; see ping-pong below) and every message is T x C floats (T = the micro-batch's tokens, known to
-// both sides from the same packed batch). Receives are posted early (MPI_Irecv) so data
-// can arrive while the stage computes: a gradient's as soon as the micro-batch's
-// activations have been sent on, the next micro-batch's activations as soon as a free
-// slot exists (never growing the pool for it); the receive action then only waits. Each micro-batch in flight holds one
-// activation slot from the model's pool: sends go straight out of the slot (stage
+// gradients; see ping-pong below) and every message is T x C floats (T = the
+// micro-batch's tokens, or a nano-batch's with ping-pong, known to both sides from the
+// same packed batch). Receives are posted early (MPI_Irecv) so data can arrive while
+// the stage computes: a gradient's as soon as the micro-batch's activations have been
+// sent on, the next micro-batch's activations as soon as free slots exist (never
+// growing the pool for it); the receive action then only waits. Each micro-batch in
+// flight holds one activation slot (two with ping-pong) from the model's pool: sends go straight out of the slot (stage
 // output forward, residual gradient back) and receives land in it, so nothing is
 // copied. A slot returns to the pool when its backward is done and its sends have
 // completed. OpenMPI does not progress requests on its own, so the model calls back
 // between phases and the executor tests its requests there.
 //
-// The ticks schedule (for CAD) runs its dummy actions on an empty micro-batch, which
-// computes nothing and only takes part in the placement's per-layer exchanges; each
-// slot is named to the placement by its tick (AttentionInput::group).
+// The ticks schedule (for CAD) runs its dummy actions on an empty micro-batch in the
+// executor's own slots (not the pool's), which computes nothing and only takes part in
+// the placement's per-layer exchanges (skipped when the placement does not need every
+// rank); each slot is named to the placement by its tick (AttentionInput::group).
 //
 // With pp = 1 the same executor runs the plain gradient-accumulation loop
 // (forward, backward per micro-batch), so every layout uses one code path.
@@ -96,6 +98,7 @@ class PipelineExecutor {
   int lanes_ = 1;
   std::vector<std::array<LocalBatch, 2>> nano_;  // ping-pong: each micro-batch's halves
   LocalBatch dummy_;  // a tick's dummy micro-batch: no tokens
+  ActivationSlot dummy_slots_[2];
   int micro_batches_ = 0;
   std::vector<PipeAction> actions_;
   std::vector<InFlight> flight_;  // per micro-batch

@@ -4,7 +4,7 @@
 //
 // Receives block, sends do not (the executor posts them and completes them later).
 // A stage therefore only ever waits for data a neighbour sends earlier in its own
-// list, and both schedules below are deadlock-free for any pp and m (checked by
+// list, and the three schedules below are deadlock-free for any pp and m (checked by
 // simulate_pipeline in the tests).
 //
 //   gpipe: every forward, then every backward (in the same micro-batch order); a

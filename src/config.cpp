@@ -202,7 +202,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
   k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
   k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
-  k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
+  k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
                       [](const std::string& t) { parse_pipeline_schedule(t); }));
   k.push_back(str_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
                       [](const std::string& t) { parse_cp_split(t); }));

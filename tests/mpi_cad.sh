@@ -73,6 +73,9 @@ compare "CAD dp=2 x cp=2 causal, contiguous split" cadcp_contiguous ref_causal
 # the ticks schedule with colocated attention (dummies do nothing) is exact as well
 train ticks_causal 2 4 $SGD --parallel.pp 2 --parallel.pp_schedule ticks
 compare "colocated pp=2, ticks schedule" ticks_causal ref_causal
+# ... also with context parallelism (no dummies run: nothing to serve)
+train ticks_cp 4 4 $SGD --parallel.pp 2 --parallel.cp 2 --parallel.pp_schedule ticks
+compare "colocated pp=2 x cp=2, ticks schedule" ticks_cp ref_causal
 
 # one-document micro-batches: every second nano-batch is empty and still takes part
 train ref_long 0 4 $SGD --data.min_doc_len 128

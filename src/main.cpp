@@ -11,6 +11,7 @@
 #include <map>
 
 #include "src/bench.h"
+#include "src/simulate.h"
 #include "src/config.h"
 #include "src/eval.h"
 #include "src/inspect.h"
@@ -127,6 +128,41 @@ int run_command(int argc, char** argv, int rank, int world) {
   bench->add_flag("--json", bench_options.json, "print one JSON document instead of tables");
   add_config_options(bench, bench_config_file, bench_overrides);
 
+  // ---- simulate -------------------------------------------------------------
+  CLI::App* simulate = app.add_subcommand(
+      "simulate", "predict data-parallel training steps on N ranks from costs calibrated here");
+  std::string simulate_config_file;
+  std::map<std::string, std::string> simulate_overrides;
+  SimulateOptions simulate_options;
+  simulate->add_option("--ranks", simulate_options.ranks, "data-parallel ranks")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  simulate->add_option("--steps", simulate_options.steps, "steps simulated (mean reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  simulate->add_option("--calibration-steps", simulate_options.calibration_steps,
+                       "single-process steps timed for the costs")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  simulate->add_option("--profile", simulate_options.profile,
+                       "attention time per task from a CAD profile (lct bench --sections profile)");
+  simulate->add_option("--bandwidth", simulate_options.bandwidth_gbps, "point-to-point GB/s")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  simulate->add_option("--latency", simulate_options.latency_us, "point-to-point latency, us")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  simulate->add_option("--linear-scale", simulate_options.linear_scale,
+                       "multiply the calibrated token-linear costs (another machine)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  simulate->add_option("--attention-scale", simulate_options.attention_scale,
+                       "multiply the calibrated attention costs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  simulate->add_flag("--json", simulate_options.json, "print one JSON object");
+  add_config_options(simulate, simulate_config_file, simulate_overrides);
+
   // ---- eval -----------------------------------------------------------------
   CLI::App* eval = app.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
   std::string checkpoint, batch_file, grads_out;
@@ -215,6 +251,9 @@ int run_command(int argc, char** argv, int rank, int world) {
       const Config config = resolve_config(bench_config_file, bench_overrides);
       configure_threads(config.train.threads);
       return run_bench(config, bench_options);
+    } else if (*simulate) {
+      const Config config = resolve_config(simulate_config_file, simulate_overrides);
+      return run_simulate(config, simulate_options);
     } else if (*inspect) {
       if (inspect_compare != (inspect_files.size() == 2) || inspect_files.size() > 2)
         throw std::invalid_argument(inspect_compare ? "inspect --compare needs exactly two files"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# lct simulate against measured runs on this machine, in one script run: dp = 1 and
+# dp = N colocated, with packing, CAD with and without ping-pong (one rank per core,
+# one thread each), medians over --rounds alternating rounds of --steps steps (the
+# first two dropped), next to what `lct simulate` predicts for the same config from a
+# single-process calibration. Then the simulated straggler trend: idle and compute
+# max/mean of colocated data parallelism and of CAD from 2 to 64 ranks.
+#
+#   bash bench/simulate_validation.sh [--config configs/default.toml] [--steps 20]
+#                                     [--rounds 3] [--ranks N] [extra lct args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG=configs/default.toml
+STEPS=20
+ROUNDS=3
+RANKS=$(nproc)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --config) CONFIG=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --ranks) RANKS=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+source bench/common.sh  # LCT, MPI as root, $work, bench_train
+
+declare -A ARGS=(
+  [dp1]=""
+  [colocated]=""
+  [packing]="--parallel.dp_balance packing"
+  [cad]="--attention.placement cad"
+  [cad_single]="--attention.placement cad --attention.cad_pingpong false"
+)
+LAYOUTS="dp1 colocated packing cad cad_single"
+echo "simulator validation | config $CONFIG | $ROUNDS rounds x $STEPS steps | $RANKS ranks, 1 thread each"
+for r in $(seq "$ROUNDS"); do
+  for l in $LAYOUTS; do
+    np=$RANKS
+    [ "$l" = dp1 ] && np=1
+    # shellcheck disable=SC2086
+    bench_train "$np" "$work/r${r}_$l" --train.steps "$STEPS" ${ARGS[$l]} "$@"
+  done
+done
+for l in $LAYOUTS; do
+  np=$RANKS
+  [ "$l" = dp1 ] && np=1
+  # shellcheck disable=SC2086
+  "$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks "$np" --steps "$STEPS" --json \
+    ${ARGS[$l]} "$@" > "$work/sim_$l.json"
+done
+sweep=""
+for n in 2 4 8 16 32 64; do
+  for l in colocated cad; do
+    # shellcheck disable=SC2086
+    "$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks "$n" --steps 4 \
+      --calibration-steps 1 --json ${ARGS[$l]} "$@" > "$work/sweep_${l}_$n.json"
+  done
+  sweep="$sweep $n"
+done
+python3 - "$work" "$ROUNDS" "$LAYOUTS" "$sweep" <<'PY'
+import json, statistics, sys
+work, rounds, layouts, sweep = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+med = statistics.median
+print(f"  {'layout':<11} {'measured tok/s':>14} {'simulated':>10} {'error':>7} {'idle meas.':>10} {'idle sim.':>9}")
+for l in layouts:
+    runs = [[json.loads(x) for x in open(f"{work}/r{r}_{l}/metrics.jsonl")][2:] for r in range(1, rounds + 1)]
+    meas = med(med(x["tokens_per_s"] for x in run) for run in runs)
+    idle = med(x.get("idle_fraction", 0) for run in runs for x in run)
+    sim = json.load(open(f"{work}/sim_{l}.json"))
+    err = sim["tokens_per_s"] / meas - 1
+    print(f"  {l:<11} {meas:>14.0f} {sim['tokens_per_s']:>10.0f} {100 * err:>+6.1f}% {100 * idle:>9.1f}% {100 * sim['idle_fraction']:>8.1f}%")
+print(f"\n  simulated, same config: {'ranks':>5} {'colocated idle':>14} {'compute max/mean':>16} {'CAD idle':>9} {'CAD speedup':>11}")
+for n in sweep:
+    c = json.load(open(f"{work}/sweep_colocated_{n}.json"))
+    d = json.load(open(f"{work}/sweep_cad_{n}.json"))
+    print(f"  {'':<22} {n:>5} {100 * c['idle_fraction']:>13.1f}% {c['compute_max_over_mean']:>16.3f} "
+          f"{100 * d['idle_fraction']:>8.1f}% {d['tokens_per_s'] / c['tokens_per_s']:>10.2f}x")
+PY

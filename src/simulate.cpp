@@ -1,0 +1,326 @@
+#include "src/simulate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention/cad_cost.h"
+#include "attention/cad_plan.h"
+#include "data/balance.h"
+#include "data/context_shards.h"
+#include "data/nano_batches.h"
+#include "data/packing.h"
+#include "model/llama.h"
+#include "model/optimizer.h"
+#include "model/trace.h"
+#include "src/flops.h"
+#include "src/machine.h"
+#include "src/run_objects.h"
+
+namespace lct {
+namespace {
+
+// Seconds of this machine's phases, from single-process steps (see simulate.h).
+struct Calibration {
+  double linear_per_token_layer = 0;  // before + after attention, forward + backward
+  double head_per_token = 0;          // embedding and loss, forward + backward
+  double attention_per_pair_layer = 0;
+  double optimizer = 0;               // one step
+  int64_t tokens = 0, pairs = 0;      // what was timed
+};
+
+Calibration calibrate(const Config& config, const SimulateOptions& o) {
+  const LlamaConfig mc = model_config(config);
+  LlamaModel model(mc);
+  init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());
+  Optimizer optimizer(optimizer_config(config), model.table());
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  Trace trace(TraceClock::now());
+  Trace::activate(&trace);
+  Calibration c;
+  double optimizer_s = 0;
+  try {
+    for (int64_t k = 0; k <= o.calibration_steps; ++k) {
+      if (k == 1) trace.clear();  // the first step warms up (allocations)
+      const PackedBatch b = packer.sequence(k);
+      model.zero_grads();
+      model.forward_backward(b, 1.0f / float(std::max<int64_t>(1, b.num_targets())), true);
+      const auto t0 = TraceClock::now();
+      optimizer.step(model.params, model.grads, 1e-6, 1.0);
+      if (k > 0) {
+        optimizer_s += std::chrono::duration<double>(TraceClock::now() - t0).count();
+        c.tokens += b.num_tokens();
+        c.pairs += attended_pairs(tasks_for_documents(b.cu_seqlens));
+      }
+    }
+  } catch (...) {
+    Trace::activate(nullptr);
+    throw;
+  }
+  Trace::activate(nullptr);
+  std::map<std::string, double> seconds;
+  for (const TraceSpan& s : trace.spans())
+    seconds[s.name] += std::chrono::duration<double>(s.end - s.begin).count();
+  const double layers = double(mc.num_hidden_layers);
+  c.linear_per_token_layer = (seconds["before attention"] + seconds["after attention"] +
+                              seconds["before attention backward"] +
+                              seconds["after attention backward"]) /
+                             (double(c.tokens) * layers) * o.linear_scale;
+  c.head_per_token = (seconds["embedding"] + seconds["embedding backward"] + seconds["loss"]) /
+                     double(c.tokens) * o.linear_scale;
+  c.attention_per_pair_layer = (seconds["attention"] + seconds["attention backward"]) /
+                               (double(std::max<int64_t>(1, c.pairs)) * layers) * o.attention_scale;
+  c.optimizer = optimizer_s / double(o.calibration_steps);
+  return c;
+}
+
+// Attention seconds (forward + backward, one layer) of query rows [q0, q0 + q) of a
+// document against their causal prefix.
+struct AttentionCost {
+  const Calibration& cal;
+  const std::optional<CaCostModel>& profile;
+  double scale;
+  double operator()(int64_t q0, int64_t q) const {
+    if (q <= 0) return 0;
+    if (profile) return profile->seconds(q, q0 + q) * scale;  // the task's measured time
+    return cal.attention_per_pair_layer *
+           double(task_pairs({0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0}));
+  }
+};
+
+struct StepPrediction {
+  double seconds = 0;
+  std::vector<double> compute;  // per rank
+  double pairs_before = 1, pairs_after = 1;  // max/mean over ranks
+  double bytes_per_rank = 0;    // exchanged per step (CAD)
+  int64_t tokens = 0;
+};
+
+double max_over_mean(const std::vector<double>& v) {
+  const double mx = *std::max_element(v.begin(), v.end());
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  return mean > 0 ? mx / mean : 1.0;
+}
+
+}  // namespace
+
+int run_simulate(const Config& config, const SimulateOptions& o) {
+  if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
+  const ParallelConfig& par = config.parallel;
+  if ((par.pp > 1) || (par.cp > 1))
+    throw std::invalid_argument(
+        "lct simulate: only data parallelism is simulated so far (parallel.pp and parallel.cp must be 1)");
+  if (par.dp > 0 && par.dp != o.ranks)
+    throw std::invalid_argument("lct simulate: parallel.dp = " + std::to_string(par.dp) +
+                                " but --ranks " + std::to_string(o.ranks));
+  const int n = o.ranks;
+  const LlamaConfig mc = model_config(config);
+  std::optional<CaCostModel> profile;
+  if (!o.profile.empty()) {
+    std::ifstream in(o.profile);
+    if (!in) throw std::invalid_argument("lct simulate: cannot open profile '" + o.profile + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    profile = CaCostModel::parse(text.str(), o.profile);
+  }
+  const int threads = configure_threads(config.train.threads);
+  const Calibration cal = calibrate(config, o);
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const double layers = double(mc.num_hidden_layers);
+  const int64_t mb = config.train.micro_batches;
+  const bool cad = config.attention_placement == "cad" && n > 1;
+  const bool packing = config.parallel.dp_balance == "packing" && n > 1;
+  const int lanes = cad && config.cad_pingpong ? 2 : 1;
+  const int64_t qd = mc.num_attention_heads * mc.head_dim(), kvd = mc.num_key_value_heads * mc.head_dim();
+  // the gradient all-reduce after the last backward: with overlap only the last bucket
+  // (the embedding end of the arena) is left when backward ends
+  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float);
+  const double tail_bytes = config.parallel.overlap_grad_reduce
+                                ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
+                                : grad_bytes;
+  const double allreduce = n > 1 ? 2.0 * (n - 1) / n * tail_bytes / bandwidth + 2.0 * (n - 1) * latency : 0.0;
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    // every rank's micro-batches of this step, as the trainer packs them
+    std::vector<std::vector<LocalBatch>> local(static_cast<size_t>(n));
+    std::vector<PackedBatch> global;
+    for (int64_t s = 0; s < n * mb; ++s) global.push_back(packer.sequence(step * n * mb + s));
+    for (int r = 0; r < n; ++r) {
+      if (packing)
+        local[size_t(r)] = pack_for_balance(global, n, int(mb), r, [&mc](int64_t L) {
+          return forward_flops(mc, L, L * (L + 1) / 2);
+        });
+      else
+        for (int64_t m = 0; m < mb; ++m) local[size_t(r)].push_back(whole_sequence(global[size_t(r * mb + m)]));
+    }
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    double sync = 0;  // CAD: time of the per-layer synchronised part
+    for (int r = 0; r < n; ++r)
+      for (const LocalBatch& b : local[size_t(r)]) {
+        p.tokens += b.num_tokens();
+        pairs[size_t(r)] += double(b.attention_pairs());
+        p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+        if (cad) continue;
+        double t = cal.linear_per_token_layer * double(b.num_tokens());
+        for (const DocPiece& d : b.pieces) t += attn(d.pos, d.len);
+        p.compute[size_t(r)] += layers * t;
+        served[size_t(r)] += double(b.attention_pairs());
+      }
+    if (cad) {
+      CaPlanOptions po;
+      po.tolerance = config.cad_tolerance;
+      po.q_bytes_per_row = (2 * qd + mc.num_attention_heads) * int64_t(sizeof(float));
+      po.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+      po.cost = profile ? &*profile : nullptr;
+      for (int64_t m = 0; m < mb; ++m) {
+        // the micro-batch's groups: itself, or its two nano-batches
+        std::vector<std::vector<LocalBatch>> groups(static_cast<size_t>(lanes));
+        for (int r = 0; r < n; ++r) {
+          const LocalBatch& b = local[size_t(r)][size_t(m)];
+          if (lanes == 2) {
+            const std::array<LocalBatch, 2> h = split_nano_batches(b);
+            groups[0].push_back(h[0]);
+            groups[1].push_back(h[1]);
+          } else {
+            groups[0].push_back(b);
+          }
+        }
+        std::vector<std::vector<double>> linear(static_cast<size_t>(lanes)), work(static_cast<size_t>(lanes)),
+            own(static_cast<size_t>(lanes)), comm(static_cast<size_t>(lanes));
+        for (int g = 0; g < lanes; ++g) {
+          std::vector<CaDocument> docs;
+          for (int r = 0; r < n; ++r) {
+            int32_t i = 0;
+            for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
+              docs.push_back({r, i++, d.row, d.len, d.pos});
+          }
+          const CaPlan plan = plan_core_attention(docs, n, po);
+          linear[size_t(g)].assign(size_t(n), 0.0);
+          work[size_t(g)].assign(size_t(n), 0.0);
+          own[size_t(g)].assign(size_t(n), 0.0);
+          comm[size_t(g)].assign(size_t(n), 0.0);
+          std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+          for (int r = 0; r < n; ++r)
+            linear[size_t(g)][size_t(r)] = cal.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
+          std::map<std::pair<int, int>, int64_t> prefix;  // (server, origin doc) -> longest prefix
+          for (const CaTask& t : plan.tasks) {
+            const double c = attn(t.q_begin, t.q_len);
+            work[size_t(g)][size_t(t.server)] += c;
+            served[size_t(t.server)] += double(task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
+            if (t.server == t.origin) {
+              own[size_t(g)][size_t(t.server)] += c;
+              continue;
+            }
+            // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
+            const double q = double(t.q_len) * double((2 * qd + mc.num_attention_heads) +
+                                                      (3 * qd + mc.num_attention_heads + qd)) * sizeof(float);
+            bytes[size_t(t.origin)] += q;
+            bytes[size_t(t.server)] += q;
+            int64_t& pre = prefix[{t.server, t.origin * 1000003 + t.doc}];
+            pre = std::max<int64_t>(pre, t.kv_len());
+          }
+          for (const auto& [key, rows] : prefix) {
+            // K, V there twice (forward, backward) and dK, dV back
+            const double kv = double(rows) * 3.0 * 2.0 * double(kvd) * sizeof(float);
+            bytes[size_t(key.first)] += kv;
+            bytes[size_t(key.second / 1000003)] += kv;
+          }
+          for (int r = 0; r < n; ++r) {
+            comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth + (n > 1 ? 4 * latency : 0);
+            p.bytes_per_rank += bytes[size_t(r)] / 2.0 * layers / double(n);
+          }
+        }
+        // one layer: every rank waits for the slowest; the exchange hides behind the
+        // rank's own tasks, or with ping-pong behind the other lane's linear layers
+        double layer = 0;
+        std::vector<double> busy(static_cast<size_t>(n), 0.0);
+        for (int r = 0; r < n; ++r) {
+          double t = 0;
+          for (int g = 0; g < lanes; ++g) {
+            const double hide = lanes == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
+            t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
+                 std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
+            busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
+          }
+          layer = std::max(layer, t);
+        }
+        sync += layers * layer;
+        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * busy[size_t(r)];
+      }
+    }
+    double slowest = 0;
+    for (double c : p.compute) slowest = std::max(slowest, c);
+    double head_max = 0;
+    for (int r = 0; r < n; ++r) {
+      double head = 0;
+      for (const LocalBatch& b : local[size_t(r)]) head += cal.head_per_token * double(b.num_tokens());
+      head_max = std::max(head_max, head);
+    }
+    p.seconds = (cad ? sync + head_max : slowest) + allreduce + cal.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+  }
+
+  // report: means over the simulated steps
+  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0;
+  for (const StepPrediction& p : steps) {
+    seconds += p.seconds;
+    tokens += double(p.tokens);
+    cmm += max_over_mean(p.compute) / double(steps.size());
+    double busy = 0;
+    for (double c : p.compute) busy += (c + cal.optimizer) / p.seconds / double(n);
+    idle += (1.0 - busy) / double(steps.size());
+    before += p.pairs_before / double(steps.size());
+    after += p.pairs_after / double(steps.size());
+    bytes += p.bytes_per_rank / double(steps.size());
+  }
+  const double step_s = seconds / double(steps.size());
+  const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
+                                    : packing ? "colocated + packing" : "colocated";
+  if (o.json) {
+    std::printf("{\"ranks\":%d,\"placement\":\"%s\",\"step_seconds\":%.6g,\"tokens_per_s\":%.6g,"
+                "\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
+                "\"attention_pairs_max_over_mean\":%.6g,\"attention_pairs_served_max_over_mean\":%.6g,"
+                "\"exchange_bytes_per_rank\":%.6g,\"calibration\":{\"linear_per_token_layer\":%.6g,"
+                "\"head_per_token\":%.6g,\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,"
+                "\"threads\":%d}}\n",
+                n, placement.c_str(), step_s, tokens / seconds, cmm, idle, before, after, bytes,
+                cal.linear_per_token_layer, cal.head_per_token, cal.attention_per_pair_layer,
+                cal.optimizer, threads);
+    return 0;
+  }
+  std::printf("lct simulate | %s | %d ranks (dp), %s | %lld steps of %lld micro-batches x %lld tokens\n",
+              blas_description().c_str(), n, placement.c_str(), (long long)o.steps, (long long)mb,
+              (long long)config.data.seq_len);
+  std::printf("calibrated at %d thread(s) on %lld tokens: linear %.1f ns/token/layer, embedding + loss "
+              "%.1f ns/token, attention %.2f ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
+              "latency %.1f us\n",
+              threads, (long long)cal.tokens, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
+              1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
+              1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
+  std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
+              "attention pairs max/mean %.3f -> %.3f",
+              1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
+  if (cad) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace lct

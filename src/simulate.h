@@ -1,0 +1,46 @@
+// lct simulate: predicts training steps of a data-parallel layout on N ranks without
+// running them, from lct's own packer, balance packing and CAD planner on the real
+// document stream, charged with costs calibrated on this machine.
+//
+// Calibration (in this process, at train.threads): a few single-process steps of the
+// configured model on the stream's own sequences, recorded with the timeline
+// (model/trace.h), give seconds per token per layer of the token-linear phases (norms,
+// QKV, Wo, MLP, forward + backward), per token of the embedding and loss, per attention
+// pair per layer (unless a CAD profile gives attention time per task), and of one
+// optimizer step. Communication: point-to-point bandwidth and latency (options).
+//
+// Per step and rank r of dp = N (cp = pp = 1):
+//   colocated / packing   r runs its micro-batches alone: compute_r = sum over them of
+//                         layers x (linear(T) + attention(its documents)) + head(T),
+//                         the step = max_r compute_r + the gradient all-reduce's exposed
+//                         tail + the optimizer; idle_r = step - compute_r - optimizer.
+//   cad                   per micro-batch (per nano-batch with ping-pong) every layer is
+//                         a synchronisation point: layer time = max_r (linear(T_r) +
+//                         attention served by r + exchange not hidden), the exchange being
+//                         r's bytes over the bandwidth, hidden behind r's own tasks, or
+//                         behind the other nano-batch's linear layers with ping-pong.
+// Deterministic: the same config gives the same prediction on any machine with the same
+// calibration figures.
+#pragma once
+
+#include <string>
+
+#include "src/config.h"
+
+namespace lct {
+
+struct SimulateOptions {
+  int ranks = 2;
+  int64_t steps = 8;            // steps simulated (their mean is reported)
+  int64_t calibration_steps = 3;  // single-process steps timed (after one warm-up)
+  std::string profile;          // CAD cost profile for attention time ("" = calibrated pairs)
+  double bandwidth_gbps = 4.0;  // point-to-point GB/s (lct train logs the probed value)
+  double latency_us = 5.0;
+  double linear_scale = 1.0;    // multiply the calibrated costs (other machines)
+  double attention_scale = 1.0;
+  bool json = false;
+};
+
+int run_simulate(const Config& config, const SimulateOptions& options);
+
+}  // namespace lct

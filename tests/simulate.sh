@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# lct simulate on a tiny model: JSON figures for dp = 1 and 2 (colocated, packing, CAD
+# with and without ping-pong) are present and sane (CAD balances attention pairs within
+# the tolerance and moves bytes; colocated moves none; dp = 2 predicts more tokens/s than
+# dp = 1), the same prediction twice gives the same balance figures, and unsupported
+# layouts or bad options are one-line errors.
+set -euo pipefail
+LCT=$1
+MODEL="--model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 512
+  --data.max_doc_len 512 --train.threads 1"
+sim() { "$LCT" simulate $MODEL --steps 6 --calibration-steps 2 --json "$@"; }
+one=$(sim --ranks 1)
+col=$(sim --ranks 2)
+pack=$(sim --ranks 2 --parallel.dp_balance packing)
+cad=$(sim --ranks 2 --attention.placement cad)
+cad_again=$(sim --ranks 2 --attention.placement cad)
+single=$(sim --ranks 2 --attention.placement cad --attention.cad_pingpong false)
+cad4=$(sim --ranks 4 --attention.placement cad --train.micro_batches 2)
+/usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" <<'PY'
+import json, sys
+one, col, pack, cad, again, single, cad4 = (json.loads(a) for a in sys.argv[1:])
+for r in (one, col, pack, cad, single, cad4):
+    for k in ("step_seconds", "tokens_per_s", "compute_max_over_mean", "idle_fraction",
+              "attention_pairs_max_over_mean", "attention_pairs_served_max_over_mean",
+              "exchange_bytes_per_rank", "calibration"):
+        assert k in r, (k, r)
+    assert r["step_seconds"] > 0 and 0 <= r["idle_fraction"] < 1, r
+assert col["tokens_per_s"] > one["tokens_per_s"], (col, one)
+assert col["exchange_bytes_per_rank"] == 0 and cad["exchange_bytes_per_rank"] > 0
+for r in (cad, single, cad4):
+    assert r["attention_pairs_served_max_over_mean"] <= 1.1 + 1e-9, r
+assert cad["attention_pairs_served_max_over_mean"] == again["attention_pairs_served_max_over_mean"]
+assert cad["exchange_bytes_per_rank"] == again["exchange_bytes_per_rank"]
+assert cad["placement"] == "cad (ping-pong)" and single["placement"] == "cad (one exchange at a time)"
+print(f"ok   simulate: dp=1 {one['tokens_per_s']:.0f} tok/s, dp=2 colocated {col['tokens_per_s']:.0f}, "
+      f"packing {pack['tokens_per_s']:.0f}, CAD {cad['tokens_per_s']:.0f} (pairs "
+      f"{cad['attention_pairs_max_over_mean']:.3f} -> {cad['attention_pairs_served_max_over_mean']:.3f})")
+PY
+expect_error() {  # message args...
+  local msg=$1 out rc=0
+  shift
+  out=$("$LCT" simulate $MODEL --steps 1 --calibration-steps 1 "$@" 2>&1) || rc=$?
+  [ "$rc" = 1 ] || { echo "$out"; echo "FAIL: exit $rc, expected 1"; exit 1; }
+  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  echo "ok   error: $msg"
+}
+expect_error "only data parallelism is simulated so far" --ranks 2 --parallel.pp 2
+expect_error "parallel.dp = 4 but --ranks 2" --ranks 2 --parallel.dp 4
+expect_error "cannot open profile 'missing.txt'" --ranks 2 --profile missing.txt
+echo "simulate: all passed"

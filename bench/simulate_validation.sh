@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # lct simulate against measured runs on this machine, in one script run: dp = 1 and
-# dp = N colocated, with packing, CAD with and without ping-pong (one rank per core,
+# dp = N colocated, with packing, CAD with and without ping-pong, pp = N (1F1B, 4
+# micro-batches) and cp = N (zigzag, ring) (one rank per core,
 # one thread each), medians over --rounds alternating rounds of --steps steps (the
 # first two dropped), next to what `lct simulate` predicts for the same config from a
 # single-process calibration. Then the simulated straggler trend: idle and compute
@@ -31,8 +32,10 @@ declare -A ARGS=(
   [packing]="--parallel.dp_balance packing"
   [cad]="--attention.placement cad"
   [cad_single]="--attention.placement cad --attention.cad_pingpong false"
+  [pp]="--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches 4"
+  [cp]="--parallel.dp 1 --parallel.cp $RANKS"
 )
-LAYOUTS="dp1 colocated packing cad cad_single"
+LAYOUTS="dp1 colocated packing cad cad_single pp cp"
 echo "simulator validation | config $CONFIG | $ROUNDS rounds x $STEPS steps | $RANKS ranks, 1 thread each"
 for r in $(seq "$ROUNDS"); do
   for l in $LAYOUTS; do
@@ -62,14 +65,16 @@ python3 - "$work" "$ROUNDS" "$LAYOUTS" "$sweep" <<'PY'
 import json, statistics, sys
 work, rounds, layouts, sweep = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 med = statistics.median
-print(f"  {'layout':<11} {'measured tok/s':>14} {'simulated':>10} {'error':>7} {'idle meas.':>10} {'idle sim.':>9}")
+print(f"  {'layout':<11} {'measured tok/s':>14} {'simulated':>10} {'error':>7} {'idle meas.':>10} {'idle sim.':>9} {'bubble meas.':>12} {'sim.':>6}")
 for l in layouts:
     runs = [[json.loads(x) for x in open(f"{work}/r{r}_{l}/metrics.jsonl")][2:] for r in range(1, rounds + 1)]
     meas = med(med(x["tokens_per_s"] for x in run) for run in runs)
     idle = med(x.get("idle_fraction", 0) for run in runs for x in run)
     sim = json.load(open(f"{work}/sim_{l}.json"))
     err = sim["tokens_per_s"] / meas - 1
-    print(f"  {l:<11} {meas:>14.0f} {sim['tokens_per_s']:>10.0f} {100 * err:>+6.1f}% {100 * idle:>9.1f}% {100 * sim['idle_fraction']:>8.1f}%")
+    bub = med(x.get("bubble_fraction", 0) for run in runs for x in run)
+    print(f"  {l:<11} {meas:>14.0f} {sim['tokens_per_s']:>10.0f} {100 * err:>+6.1f}% {100 * idle:>9.1f}% "
+          f"{100 * sim['idle_fraction']:>8.1f}% {100 * bub:>11.1f}% {100 * sim['bubble_fraction']:>5.1f}%")
 print(f"\n  simulated, same config: {'ranks':>5} {'colocated idle':>14} {'compute max/mean':>16} {'CAD idle':>9} {'CAD speedup':>11}")
 for n in sweep:
     c = json.load(open(f"{work}/sweep_colocated_{n}.json"))

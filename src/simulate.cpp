@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/cad_cost.h"
@@ -23,6 +24,8 @@
 #include "model/optimizer.h"
 #include "model/trace.h"
 #include "src/flops.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/process_grid.h"
 #include "src/machine.h"
 #include "src/run_objects.h"
 
@@ -112,27 +115,224 @@ double max_over_mean(const std::vector<double>& v) {
   return mean > 0 ? mx / mean : 1.0;
 }
 
+std::optional<CaCostModel> load_profile(const SimulateOptions& o) {
+  if (o.profile.empty()) return std::nullopt;
+  std::ifstream in(o.profile);
+  if (!in) throw std::invalid_argument("lct simulate: cannot open profile '" + o.profile + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return CaCostModel::parse(text.str(), o.profile);
+}
+
+// Means over the simulated steps, printed (or one JSON object).
+void report(const Config& config, const SimulateOptions& o, const std::string& layout,
+            const std::string& placement, const Calibration& cal, bool profile, int threads,
+            const std::vector<StepPrediction>& steps, double bubble) {
+  const int n = o.ranks;
+  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0;
+  for (const StepPrediction& p : steps) {
+    seconds += p.seconds;
+    tokens += double(p.tokens);
+    cmm += max_over_mean(p.compute) / double(steps.size());
+    double busy = 0;
+    for (double c : p.compute) busy += (c + cal.optimizer) / p.seconds / double(n);
+    idle += (1.0 - busy) / double(steps.size());
+    before += p.pairs_before / double(steps.size());
+    after += p.pairs_after / double(steps.size());
+    bytes += p.bytes_per_rank / double(steps.size());
+  }
+  const double step_s = seconds / double(steps.size());
+  if (o.json) {
+    std::printf("{\"ranks\":%d,\"layout\":\"%s\",\"placement\":\"%s\",\"step_seconds\":%.6g,"
+                "\"tokens_per_s\":%.6g,\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
+                "\"bubble_fraction\":%.6g,\"attention_pairs_max_over_mean\":%.6g,"
+                "\"attention_pairs_served_max_over_mean\":%.6g,\"exchange_bytes_per_rank\":%.6g,"
+                "\"calibration\":{\"linear_per_token_layer\":%.6g,\"head_per_token\":%.6g,"
+                "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d}}\n",
+                n, layout.c_str(), placement.c_str(), step_s, tokens / seconds, cmm, idle, bubble,
+                before, after, bytes, cal.linear_per_token_layer, cal.head_per_token,
+                cal.attention_per_pair_layer, cal.optimizer, threads);
+    return;
+  }
+  std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
+              blas_description().c_str(), n, layout.c_str(), placement.c_str(), (long long)o.steps,
+              (long long)config.train.micro_batches, (long long)config.data.seq_len);
+  std::printf("calibrated at %d thread(s) on %lld tokens: linear %.1f ns/token/layer, embedding + loss "
+              "%.1f ns/token, attention %.2f ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
+              "latency %.1f us\n",
+              threads, (long long)cal.tokens, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
+              1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
+              1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
+  std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
+              "attention pairs max/mean %.3f -> %.3f",
+              1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
+  if (bubble > 0) std::printf(" | bubble %.1f%%", 100 * bubble);
+  if (bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
+  std::printf("\n");
+}
+
+// Pipeline (colocated, the configured schedule) or context parallelism (per-document,
+// the configured split, ring) with data parallelism around it. Per micro-batch of a
+// replica:
+//   cp  every layer waits for the ring: layer time = max over the group of linear(T_r)
+//       + attention of r's pieces against their prefixes + the ring transfers (K, V
+//       blocks forward; K, V and dK, dV accumulators backward) not hidden behind r's
+//       attention;
+//   pp  each stage's forward costs a third and its backward two thirds of its layers'
+//       linear and attention time (the last stage's forward also runs the loss); the
+//       stages' action lists (parallel/pipeline_schedule.h) run against each other with
+//       messages of T x hidden floats over the bandwidth, and what a stage waits on a
+//       receive is its bubble.
+// The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
+int simulate_model_parallel(const Config& config, const SimulateOptions& o, const Layout& layout,
+                            const LlamaConfig& mc) {
+  const std::optional<CaCostModel> profile = load_profile(o);
+  const int threads = configure_threads(config.train.threads);
+  const Calibration cal = calibrate(config, o);
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = config.train.micro_batches;
+  const int64_t kvd = mc.num_key_value_heads * mc.head_dim();
+  std::vector<StageSpec> stages;
+  const std::string err = split_pipeline_stages(mc.num_hidden_layers, pp, config.parallel.pp_layers, stages);
+  if (!err.empty()) throw std::invalid_argument("lct simulate: " + err);
+  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float) / pp;
+  const double tail_bytes = config.parallel.overlap_grad_reduce
+                                ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
+                                : grad_bytes;
+  const int reducers = dp * cp;
+  const double allreduce =
+      reducers > 1 ? 2.0 * (reducers - 1) / reducers * tail_bytes / bandwidth + 2.0 * (reducers - 1) * latency : 0.0;
+  const CpSplit split = parse_cp_split(config.parallel.cp_split);
+  const PipelineSchedule schedule = parse_pipeline_schedule(config.parallel.pp_schedule);
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  double bubble_sum = 0;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0);
+    double slowest = 0, bubble = 0;
+    for (int d = 0; d < dp; ++d) {
+      std::vector<PackedBatch> seqs;
+      for (int64_t m = 0; m < mb; ++m) seqs.push_back(packer.sequence((step * dp + d) * mb + m));
+      double replica = 0;
+      if (cp > 1) {
+        for (const PackedBatch& b : seqs) {
+          double layer = 0, head = 0;
+          // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
+          const double ring =
+              3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float) / bandwidth +
+              3.0 * (cp - 1) * latency;
+          for (int r = 0; r < cp; ++r) {
+            const LocalBatch l = shard_sequence(b, cp, r, split);
+            double a = 0;
+            for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
+            const double lin = cal.linear_per_token_layer * double(l.num_tokens());
+            layer = std::max(layer, lin + a + std::max(0.0, ring - a));
+            head = std::max(head, cal.head_per_token * double(l.num_tokens()));
+            const size_t rank = size_t(d * cp + r);
+            p.compute[rank] += double(mc.num_hidden_layers) * (lin + a) + cal.head_per_token * double(l.num_tokens());
+            pairs[rank] += double(l.attention_pairs());
+            p.tokens += l.num_tokens();
+            p.bytes_per_rank += ring * bandwidth / double(n) * double(mc.num_hidden_layers) / 3.0;
+          }
+          replica += double(mc.num_hidden_layers) * layer + head;
+        }
+      } else {
+        // per stage and micro-batch: forward and backward seconds
+        std::vector<std::vector<double>> fwd(static_cast<size_t>(pp)), bwd(static_cast<size_t>(pp));
+        for (int s = 0; s < pp; ++s)
+          for (const PackedBatch& b : seqs) {
+            double t = cal.linear_per_token_layer * double(b.num_tokens());
+            for (int64_t i = 0; i < b.num_docs(); ++i) t += attn(0, b.cu_seqlens[size_t(i + 1)] - b.cu_seqlens[size_t(i)]);
+            t *= double(stages[size_t(s)].num_layers());
+            double f = t / 3.0, bw = 2.0 * t / 3.0;
+            if (s == pp - 1) f += cal.head_per_token * double(b.num_tokens());
+            fwd[size_t(s)].push_back(f);
+            bwd[size_t(s)].push_back(bw);
+            p.compute[size_t(s * dp * cp + d * cp)] += f + bw;
+          }
+        for (const PackedBatch& b : seqs) {
+          p.tokens += b.num_tokens();
+          for (int s = 0; s < pp; ++s)
+            pairs[size_t(s * dp * cp + d * cp)] += double(attended_pairs(tasks_for_documents(b.cu_seqlens)));
+        }
+        // the stages' action lists against each other, with message times
+        std::vector<std::vector<PipeAction>> lists;
+        for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, int(mb)));
+        std::vector<size_t> next(static_cast<size_t>(pp), 0);
+        std::vector<double> clock(static_cast<size_t>(pp), 0.0), wait(static_cast<size_t>(pp), 0.0);
+        std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
+        const auto message = [&](int m) {
+          return double(seqs[size_t(m)].num_tokens()) * double(mc.hidden_size) * sizeof(float) / bandwidth + latency;
+        };
+        bool progressed = true;
+        while (progressed) {
+          progressed = false;
+          for (int s = 0; s < pp; ++s)
+            while (next[size_t(s)] < lists[size_t(s)].size()) {
+              const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
+              double& c = clock[size_t(s)];
+              if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+                const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
+                if (it == ready.end()) break;  // not sent yet
+                if (it->second > c) wait[size_t(s)] += it->second - c, c = it->second;
+              } else if (act.op == PipeOp::forward) {
+                c += fwd[size_t(s)][size_t(act.micro_batch)];
+              } else if (act.op == PipeOp::backward) {
+                c += bwd[size_t(s)][size_t(act.micro_batch)];
+              } else if (act.op == PipeOp::send_forward) {
+                ready[{s + 1, true, act.micro_batch}] = c + message(act.micro_batch);
+              } else {
+                ready[{s - 1, false, act.micro_batch}] = c + message(act.micro_batch);
+              }
+              ++next[size_t(s)];
+              progressed = true;
+            }
+        }
+        for (int s = 0; s < pp; ++s) {
+          replica = std::max(replica, clock[size_t(s)]);
+          p.bytes_per_rank += 2.0 * double(mb) * double(seqs[0].num_tokens()) * double(mc.hidden_size) * sizeof(float) / double(n);
+        }
+        for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
+      }
+      slowest = std::max(slowest, replica);
+    }
+    p.seconds = slowest + allreduce + cal.optimizer;
+    p.pairs_before = p.pairs_after = max_over_mean(pairs);
+    bubble_sum += bubble / double(o.steps);
+    steps.push_back(p);
+  }
+  const std::string desc = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp);
+  report(config, o, desc, cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split)
+                                 : std::string("colocated, ") + pipeline_schedule_name(schedule),
+         cal, profile.has_value(), threads, steps, bubble_sum);
+  return 0;
+}
+
 }  // namespace
 
 int run_simulate(const Config& config, const SimulateOptions& o) {
   if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
   const ParallelConfig& par = config.parallel;
-  if ((par.pp > 1) || (par.cp > 1))
-    throw std::invalid_argument(
-        "lct simulate: only data parallelism is simulated so far (parallel.pp and parallel.cp must be 1)");
-  if (par.dp > 0 && par.dp != o.ranks)
-    throw std::invalid_argument("lct simulate: parallel.dp = " + std::to_string(par.dp) +
-                                " but --ranks " + std::to_string(o.ranks));
-  const int n = o.ranks;
   const LlamaConfig mc = model_config(config);
-  std::optional<CaCostModel> profile;
-  if (!o.profile.empty()) {
-    std::ifstream in(o.profile);
-    if (!in) throw std::invalid_argument("lct simulate: cannot open profile '" + o.profile + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    profile = CaCostModel::parse(text.str(), o.profile);
-  }
+  Layout layout;
+  const std::string layout_error =
+      resolve_layout({par.dp, par.pp, par.cp, par.pp_layers}, o.ranks, mc.num_hidden_layers,
+                     config.data.seq_len, layout);
+  if (!layout_error.empty()) throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + layout_error);
+  if (config.attention_placement == "cad" && (layout.pp > 1 || layout.cp > 1))
+    throw std::invalid_argument(
+        "lct simulate: CAD is simulated with data parallelism only so far (parallel.pp and parallel.cp must be 1)");
+  if (layout.pp > 1 && layout.cp > 1)
+    throw std::invalid_argument("lct simulate: pipeline and context parallelism together are not simulated yet");
+  if (layout.pp > 1 || layout.cp > 1) return simulate_model_parallel(config, o, layout, mc);
+  const int n = o.ranks;
+  const std::optional<CaCostModel> profile = load_profile(o);
   const int threads = configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
   const AttentionCost attn{cal, profile, o.attention_scale};
@@ -278,48 +478,9 @@ int run_simulate(const Config& config, const SimulateOptions& o) {
     steps.push_back(p);
   }
 
-  // report: means over the simulated steps
-  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0;
-  for (const StepPrediction& p : steps) {
-    seconds += p.seconds;
-    tokens += double(p.tokens);
-    cmm += max_over_mean(p.compute) / double(steps.size());
-    double busy = 0;
-    for (double c : p.compute) busy += (c + cal.optimizer) / p.seconds / double(n);
-    idle += (1.0 - busy) / double(steps.size());
-    before += p.pairs_before / double(steps.size());
-    after += p.pairs_after / double(steps.size());
-    bytes += p.bytes_per_rank / double(steps.size());
-  }
-  const double step_s = seconds / double(steps.size());
   const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
                                     : packing ? "colocated + packing" : "colocated";
-  if (o.json) {
-    std::printf("{\"ranks\":%d,\"placement\":\"%s\",\"step_seconds\":%.6g,\"tokens_per_s\":%.6g,"
-                "\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
-                "\"attention_pairs_max_over_mean\":%.6g,\"attention_pairs_served_max_over_mean\":%.6g,"
-                "\"exchange_bytes_per_rank\":%.6g,\"calibration\":{\"linear_per_token_layer\":%.6g,"
-                "\"head_per_token\":%.6g,\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,"
-                "\"threads\":%d}}\n",
-                n, placement.c_str(), step_s, tokens / seconds, cmm, idle, before, after, bytes,
-                cal.linear_per_token_layer, cal.head_per_token, cal.attention_per_pair_layer,
-                cal.optimizer, threads);
-    return 0;
-  }
-  std::printf("lct simulate | %s | %d ranks (dp), %s | %lld steps of %lld micro-batches x %lld tokens\n",
-              blas_description().c_str(), n, placement.c_str(), (long long)o.steps, (long long)mb,
-              (long long)config.data.seq_len);
-  std::printf("calibrated at %d thread(s) on %lld tokens: linear %.1f ns/token/layer, embedding + loss "
-              "%.1f ns/token, attention %.2f ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
-              "latency %.1f us\n",
-              threads, (long long)cal.tokens, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
-              1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
-              1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
-  std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
-              "attention pairs max/mean %.3f -> %.3f",
-              1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
-  if (cad) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
-  std::printf("\n");
+  report(config, o, "dp " + std::to_string(n), placement, cal, profile.has_value(), threads, steps, 0.0);
   return 0;
 }
 

@@ -3,7 +3,8 @@
 # with and without ping-pong) are present and sane (CAD balances attention pairs within
 # the tolerance and moves bytes; colocated moves none; dp = 2 predicts more tokens/s than
 # dp = 1), the same prediction twice gives the same balance figures, and unsupported
-# layouts or bad options are one-line errors.
+# layouts or bad options are one-line errors; a 2-stage pipeline shows its bubble and a
+# cp = 2 ring its bytes.
 set -euo pipefail
 LCT=$1
 MODEL="--model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
@@ -17,10 +18,16 @@ cad=$(sim --ranks 2 --attention.placement cad)
 cad_again=$(sim --ranks 2 --attention.placement cad)
 single=$(sim --ranks 2 --attention.placement cad --attention.cad_pingpong false)
 cad4=$(sim --ranks 4 --attention.placement cad --train.micro_batches 2)
-/usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" <<'PY'
+pp=$(sim --ranks 2 --parallel.pp 2 --train.micro_batches 4)
+cp=$(sim --ranks 2 --parallel.cp 2)
+/usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" "$pp" "$cp" <<'PY'
 import json, sys
-one, col, pack, cad, again, single, cad4 = (json.loads(a) for a in sys.argv[1:])
-for r in (one, col, pack, cad, single, cad4):
+one, col, pack, cad, again, single, cad4, pp, cp = (json.loads(a) for a in sys.argv[1:])
+# a 1F1B pipeline of 2 stages and 4 micro-batches idles at least (pp-1)/(m+pp-1) = 20%
+# (more here: the tiny model's last stage also runs the loss over a large vocabulary)
+assert 0.15 < pp["bubble_fraction"] < 0.6 and col["bubble_fraction"] == 0, (pp, col)
+assert cp["layout"] == "dp 1 x pp 1 x cp 2" and cp["exchange_bytes_per_rank"] > 0, cp
+for r in (one, col, pack, cad, single, cad4, pp, cp):
     for k in ("step_seconds", "tokens_per_s", "compute_max_over_mean", "idle_fraction",
               "attention_pairs_max_over_mean", "attention_pairs_served_max_over_mean",
               "exchange_bytes_per_rank", "calibration"):
@@ -45,7 +52,9 @@ expect_error() {  # message args...
   echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
   echo "ok   error: $msg"
 }
-expect_error "only data parallelism is simulated so far" --ranks 2 --parallel.pp 2
-expect_error "parallel.dp = 4 but --ranks 2" --ranks 2 --parallel.dp 4
+expect_error "CAD is simulated with data parallelism only so far" --ranks 2 --parallel.pp 2 \
+  --attention.placement cad
+expect_error "parallel.pp = 3 must divide model.num_hidden_layers = 2" --ranks 3 --parallel.pp 3
+expect_error "parallel.dp x parallel.pp x parallel.cp = 4 x 1 x 1 = 4" --ranks 2 --parallel.dp 4
 expect_error "cannot open profile 'missing.txt'" --ranks 2 --profile missing.txt
 echo "simulate: all passed"

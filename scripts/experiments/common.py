@@ -1,0 +1,84 @@
+"""Shared by the experiment scripts: running lct, and writing CSV, markdown and PNG.
+
+Every experiment takes --out DIR (default results/<name>) and --quick (a tiny model and
+few steps, for the test suite), writes DIR/<name>.csv, DIR/<name>.md and DIR/<name>.png,
+and prints the markdown table.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+LCT = os.environ.get("LCT", os.path.join(ROOT, "build", "lct"))
+# a model small enough for --quick runs in the test suite
+QUICK_MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "128",
+               "--model.num_hidden_layers", "2", "--model.num_attention_heads", "4",
+               "--model.num_key_value_heads", "2", "--data.seq_len", "512",
+               "--data.max_doc_len", "512"]
+
+
+def arguments(name, description):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=os.path.join(ROOT, "results", name))
+    p.add_argument("--quick", action="store_true", help="tiny model, few steps (for tests)")
+    p.add_argument("--config", default=os.path.join(ROOT, "configs", "default.toml"))
+    a = p.parse_args()
+    if not os.access(LCT, os.X_OK):
+        sys.exit(f"{name}: no lct binary at {LCT} (bash scripts/build.sh)")
+    os.makedirs(a.out, exist_ok=True)
+    return a
+
+
+def lct(args, quick, config):
+    """Runs `lct ARGS` with the config (and the quick model); returns stdout."""
+    cmd = [LCT] + args[:1] + ["--config", config] + (QUICK_MODEL if quick else []) + args[1:]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
+    return r.stdout
+
+
+def simulate(args, quick, config):
+    return json.loads(lct(["simulate", "--json", "--train.threads", "1"] + args, quick, config).strip().splitlines()[-1])
+
+
+def mpi_train(ranks, args, quick, config, out_dir):
+    """lct train under mpirun (one thread per rank); returns the metrics rows."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_WAIT_POLICY="PASSIVE")
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), LCT, "train",
+           "--config", config] + (QUICK_MODEL if quick else []) + [
+           "--train.threads", "1", "--checkpoint.every", "0", "--checkpoint.dir", out_dir] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return [json.loads(l) for l in open(os.path.join(out_dir, "metrics.jsonl"))]
+
+
+def write_outputs(out, name, rows, columns, title, notes=""):
+    """CSV and a markdown table of rows (dicts); returns the markdown."""
+    with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in columns})
+    def cell(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    md = [f"## {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    md += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    if notes:
+        md += ["", notes]
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt

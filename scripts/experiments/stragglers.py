@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Stragglers vs data-parallel degree (DistCA Fig. 4b: 2.1 / 19.2 / 55.4 % idle at DP
+2 / 4 / 8): idle and compute max/mean of colocated data parallelism and of CAD, measured
+at dp = 2 (one rank per core) and simulated by `lct simulate` from 2 to 64 ranks on the
+configured document stream.
+
+  /usr/bin/python3 scripts/experiments/stragglers.py [--quick] [--out DIR] [--config F]
+"""
+import os
+import statistics
+
+import common
+
+NAME = "stragglers"
+PAPER = {2: 2.1, 4: 19.2, 8: 55.4}
+
+
+def main():
+    a = common.arguments(NAME, __doc__.splitlines()[0])
+    steps = 4 if a.quick else 20
+    rows = []
+    for placement, extra in (("colocated", []), ("cad", ["--attention.placement", "cad"])):
+        metrics = common.mpi_train(2, ["--train.steps", str(steps)] + extra, a.quick, a.config,
+                                   os.path.join(a.out, f"run_{placement}"))[2:] or []
+        if metrics:
+            rows.append({"source": "measured", "placement": placement, "ranks": 2,
+                         "idle_percent": 100 * statistics.median(m["idle_fraction"] for m in metrics),
+                         "compute_max_over_mean": statistics.median(m["compute_max_over_mean"] for m in metrics),
+                         "paper_idle_percent": PAPER[2] if placement == "colocated" else ""})
+        for n in ([2, 4, 8] if a.quick else [2, 4, 8, 16, 32, 64]):
+            s = common.simulate(["--ranks", str(n), "--steps", "2" if a.quick else "8",
+                                 "--calibration-steps", "1" if a.quick else "3"] + extra, a.quick, a.config)
+            rows.append({"source": "simulated", "placement": placement, "ranks": n,
+                         "idle_percent": 100 * s["idle_fraction"],
+                         "compute_max_over_mean": s["compute_max_over_mean"],
+                         "paper_idle_percent": PAPER.get(n, "") if placement == "colocated" else ""})
+    columns = ["source", "placement", "ranks", "idle_percent", "compute_max_over_mean", "paper_idle_percent"]
+    print(common.write_outputs(a.out, NAME, rows, columns, "Stragglers vs data-parallel degree",
+                               "paper_idle_percent: DistCA Fig. 4b (its models and document lengths)."))
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for placement, style in (("colocated", "o-"), ("cad", "s-")):
+        sim = [r for r in rows if r["source"] == "simulated" and r["placement"] == placement]
+        ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style, label=f"{placement}, simulated")
+        meas = [r for r in rows if r["source"] == "measured" and r["placement"] == placement]
+        ax.plot([r["ranks"] for r in meas], [r["idle_percent"] for r in meas], "k*" if placement == "colocated" else "kx",
+                markersize=11, label=f"{placement}, measured")
+    ax.plot(list(PAPER), list(PAPER.values()), "r^--", label="DistCA Fig. 4b (paper)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("data-parallel ranks")
+    ax.set_ylabel("idle, % of the step")
+    ax.set_title("Stragglers vs data-parallel degree")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# scripts/experiments/all.sh --quick: every experiment runs end to end on a tiny model
+# and writes its CSV (with the documented columns), markdown table and PNG.
+set -euo pipefail
+LCT=$1
+SRC=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+LCT="$LCT" bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
+  || { cat "$work/all.log"; exit 1; }
+check() {  # experiment columns...
+  local e=$1
+  shift
+  local header
+  header=$(head -1 "$work/results/$e/$e.csv" | tr -d '\r')
+  [ "$header" = "$(IFS=,; echo "$*")" ] || { echo "FAIL: $e.csv columns '$header'"; exit 1; }
+  [ "$(wc -l < "$work/results/$e/$e.csv")" -ge 3 ] || { echo "FAIL: $e.csv has no rows"; exit 1; }
+  head -c 8 "$work/results/$e/$e.png" | grep -q PNG || { echo "FAIL: no $e.png"; exit 1; }
+  grep -q "^## " "$work/results/$e/$e.md" || { echo "FAIL: no $e.md"; exit 1; }
+  echo "ok   $e: $(($(wc -l < "$work/results/$e/$e.csv") - 1)) rows, PNG and markdown"
+}
+check stragglers source placement ranks idle_percent compute_max_over_mean paper_idle_percent
+check cad_ablations experiment source ranks tolerance pingpong pairs_after_max_over_mean \
+  mib_exchanged_per_rank tokens_per_s idle_percent
+grep -q "!\[stragglers\]" "$work/results/README.md"
+echo "experiments_quick: all passed"

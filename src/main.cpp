@@ -160,6 +160,10 @@ int run_command(int argc, char** argv, int rank, int world) {
                        "multiply the calibrated attention costs")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  simulate->add_option("--calibration", simulate_options.calibration,
+                       "reuse the costs written by an earlier --calibration-out");
+  simulate->add_option("--calibration-out", simulate_options.calibration_out,
+                       "write this run's calibrated costs to a file");
   simulate->add_flag("--json", simulate_options.json, "print one JSON object");
   add_config_options(simulate, simulate_config_file, simulate_overrides);
 

@@ -41,7 +41,38 @@ struct Calibration {
   int64_t tokens = 0, pairs = 0;      // what was timed
 };
 
+Calibration measure_calibration(const Config& config, const SimulateOptions& o);
+
+// The costs: timed here, or read from --calibration (one line: linear_per_token_layer
+// head_per_token attention_per_pair_layer optimizer tokens pairs, in seconds); written to
+// --calibration-out when asked. The scales apply to read costs too.
 Calibration calibrate(const Config& config, const SimulateOptions& o) {
+  Calibration c;
+  if (o.calibration.empty()) {
+    c = measure_calibration(config, o);
+  } else {
+    std::ifstream in(o.calibration);
+    std::string key;
+    if (!(in >> key >> c.linear_per_token_layer >> c.head_per_token >> c.attention_per_pair_layer >>
+          c.optimizer >> c.tokens >> c.pairs) ||
+        key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0))
+      throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
+                                  "' is not a calibration written by --calibration-out");
+    c.linear_per_token_layer *= o.linear_scale;
+    c.head_per_token *= o.linear_scale;
+    c.attention_per_pair_layer *= o.attention_scale;
+  }
+  if (!o.calibration_out.empty()) {
+    std::ofstream out(o.calibration_out);
+    out.precision(10);
+    out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
+        << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << '\n';
+    if (!out) throw std::invalid_argument("lct simulate: cannot write '" + o.calibration_out + "'");
+  }
+  return c;
+}
+
+Calibration measure_calibration(const Config& config, const SimulateOptions& o) {
   const LlamaConfig mc = model_config(config);
   LlamaModel model(mc);
   init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());

@@ -36,6 +36,10 @@ struct SimulateOptions {
   std::string profile;          // CAD cost profile for attention time ("" = calibrated pairs)
   double bandwidth_gbps = 4.0;  // point-to-point GB/s (lct train logs the probed value)
   double latency_us = 5.0;
+  // Reuse a calibration (the 'calibration' line of an earlier --calibration-out) instead
+  // of timing again, so that several predictions share the same costs.
+  std::string calibration;
+  std::string calibration_out;  // write this run's calibration there
   double linear_scale = 1.0;    // multiply the calibrated costs (other machines)
   double attention_scale = 1.0;
   bool json = false;

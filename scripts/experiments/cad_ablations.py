@@ -21,14 +21,14 @@ def main():
     for eps in ([0.05, 0.2, 1.0] if a.quick else [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0]):
         s = common.simulate(["--ranks", str(ranks), "--attention.placement", "cad",
                              "--attention.cad_tolerance", str(eps), "--attention.cad_pingpong", "false"]
-                            + sim_steps, a.quick, a.config)
+                            + sim_steps, a.quick, a.config, a.out)
         rows.append({"experiment": "tolerance", "source": "simulated", "ranks": ranks, "tolerance": eps,
                      "pingpong": "off", "pairs_after_max_over_mean": s["attention_pairs_served_max_over_mean"],
                      "mib_exchanged_per_rank": s["exchange_bytes_per_rank"] / 2**20,
                      "tokens_per_s": s["tokens_per_s"], "idle_percent": 100 * s["idle_fraction"]})
     for pingpong in ("true", "false"):
         s = common.simulate(["--ranks", str(ranks), "--attention.placement", "cad",
-                             "--attention.cad_pingpong", pingpong] + sim_steps, a.quick, a.config)
+                             "--attention.cad_pingpong", pingpong] + sim_steps, a.quick, a.config, a.out)
         rows.append({"experiment": "pingpong", "source": "simulated", "ranks": ranks, "tolerance": 0.1,
                      "pingpong": "on" if pingpong == "true" else "off",
                      "pairs_after_max_over_mean": s["attention_pairs_served_max_over_mean"],
@@ -61,12 +61,12 @@ def main():
     ax[0].set_title(f"tolerance sweep ({ranks} ranks, simulated)")
     ax[0].grid(alpha=0.3)
     pp = [r for r in rows if r["experiment"] == "pingpong"]
-    labels = [f"{r['source']}\n{r['ranks']} ranks, ping-pong {r['pingpong']}" for r in pp]
+    labels = [f"{r['source'][:4]}. {r['ranks']} ranks\nping-pong {r['pingpong']}" for r in pp]
     base = {r["source"]: r["tokens_per_s"] for r in pp if r["pingpong"] == "off"}
     ax[1].bar(range(len(pp)), [r["tokens_per_s"] / base[r["source"]] for r in pp],
               color=["C2" if r["pingpong"] == "on" else "C7" for r in pp])
     ax[1].set_xticks(range(len(pp)))
-    ax[1].set_xticklabels(labels, fontsize=7)
+    ax[1].set_xticklabels(labels, fontsize=8)
     ax[1].set_ylabel("tokens/s relative to ping-pong off")
     ax[1].set_ylim(0.8, 1.2)
     ax[1].axhline(1.0, color="k", linewidth=0.5)

@@ -29,6 +29,9 @@ def arguments(name, description):
     if not os.access(LCT, os.X_OK):
         sys.exit(f"{name}: no lct binary at {LCT} (bash scripts/build.sh)")
     os.makedirs(a.out, exist_ok=True)
+    stale = os.path.join(a.out, "calibration.txt")  # a calibration is per run of an experiment
+    if os.path.exists(stale):
+        os.remove(stale)
     return a
 
 
@@ -41,8 +44,13 @@ def lct(args, quick, config):
     return r.stdout
 
 
-def simulate(args, quick, config):
-    return json.loads(lct(["simulate", "--json", "--train.threads", "1"] + args, quick, config).strip().splitlines()[-1])
+def simulate(args, quick, config, out):
+    """lct simulate --json; every call of an experiment shares one calibration (the
+    first call's, kept in OUT/calibration.txt), so its predictions differ only by layout."""
+    cal = os.path.join(out, "calibration.txt")
+    reuse = ["--calibration", cal] if os.path.exists(cal) else ["--calibration-out", cal]
+    text = lct(["simulate", "--json", "--train.threads", "1"] + reuse + args, quick, config)
+    return json.loads(text.strip().splitlines()[-1])
 
 
 def mpi_train(ranks, args, quick, config, out_dir):

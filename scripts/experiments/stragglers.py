@@ -29,7 +29,7 @@ def main():
                          "paper_idle_percent": PAPER[2] if placement == "colocated" else ""})
         for n in ([2, 4, 8] if a.quick else [2, 4, 8, 16, 32, 64]):
             s = common.simulate(["--ranks", str(n), "--steps", "2" if a.quick else "8",
-                                 "--calibration-steps", "1" if a.quick else "3"] + extra, a.quick, a.config)
+                                 "--calibration-steps", "1" if a.quick else "3"] + extra, a.quick, a.config, a.out)
             rows.append({"source": "simulated", "placement": placement, "ranks": n,
                          "idle_percent": 100 * s["idle_fraction"],
                          "compute_max_over_mean": s["compute_max_over_mean"],

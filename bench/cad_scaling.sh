@@ -28,19 +28,10 @@ STEPS=20
 ROUNDS=5
 RANKS=$(nproc)
 LAYOUTS="colocated packing cad cad_single cp"
-MB=4
-while [ $# -gt 0 ]; do
-  case $1 in
-    --config) CONFIG=$2; shift 2 ;;
-    --steps) STEPS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --ranks) RANKS=$2; shift 2 ;;
-    --layouts) LAYOUTS=$2; shift 2 ;;
-    --micro-batches) MB=$2; shift 2 ;;
-    *) break ;;
-  esac
-done
-source bench/common.sh  # LCT, MPI as root, $work, bench_train
+MICRO_BATCHES=4
+source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
+bench_options "steps rounds ranks layouts micro-batches" "$@"
+set -- "${BENCH_REST[@]}"
 
 layout_args() {  # the lct train arguments of a layout
   case $1 in
@@ -49,9 +40,9 @@ layout_args() {  # the lct train arguments of a layout
     cad) echo "--attention.placement cad" ;;
     cad_single) echo "--attention.placement cad --attention.cad_pingpong false" ;;
     cp) echo "--parallel.dp 1 --parallel.cp $RANKS" ;;
-    pp_1f1b) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MB" ;;
-    pp_cad) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MB --attention.placement cad" ;;
-    pp_cad_single) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MB --attention.placement cad --attention.cad_pingpong false" ;;
+    pp_1f1b) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES" ;;
+    pp_cad) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad" ;;
+    pp_cad_single) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad --attention.cad_pingpong false" ;;
     *) echo "cad_scaling: unknown layout '$1'" >&2; exit 1 ;;
   esac
 }

@@ -1,11 +1,35 @@
-# Shared by the bench/*_scaling.sh scripts (sourced after their option parsing, which
-# sets CONFIG): the lct binary, MPI as root, a scratch folder removed on exit, and
-# bench_train, one measured run.
+# Shared by the bench/*.sh scripts (sourced first, after the scripts set their option
+# defaults): the lct binary, MPI as root, a scratch folder removed on exit, the option
+# parser and bench_train, one measured run.
 LCT=${LCT:-build/lct}
 [ -x "$LCT" ] || { echo "$(basename "$0"): no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# bench_options "NAMES" ARGS...: reads the script's leading options --config and each
+# --name of NAMES (space-separated) with its value into the upper-case variable (dashes
+# become underscores: --micro-batches sets MICRO_BATCHES); stops at the first other
+# argument and leaves the rest, the extra lct train arguments, in BENCH_REST.
+bench_options() {
+  local names="config $1" matched name
+  shift
+  while [ $# -gt 0 ]; do
+    matched=""
+    for name in $names; do
+      if [ "$1" = "--$name" ]; then
+        [ $# -ge 2 ] || { echo "$(basename "$0"): --$name needs a value" >&2; exit 1; }
+        printf -v "$(echo "$name" | tr 'a-z-' 'A-Z_')" '%s' "$2"
+        shift 2
+        matched=1
+        break
+      fi
+    done
+    [ -n "$matched" ] || break
+  done
+  BENCH_REST=("$@")
+}
 
 # bench_train RANKS DIR ARGS...: lct train on CONFIG, one rank per core with one thread
 # each, no checkpoints but the final one, into DIR (log in DIR.log, shown on failure)

@@ -11,25 +11,13 @@
 #                               [--config configs/default.toml] [extra lct train args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-LCT=${LCT:-build/lct}
 CONFIG=configs/default.toml
 CAP_MIB=2200
 LENGTH=32768
 STEPS=1
-while [ $# -gt 0 ]; do
-  case $1 in
-    --cap-mib) CAP_MIB=$2; shift 2 ;;
-    --length) LENGTH=$2; shift 2 ;;
-    --steps) STEPS=$2; shift 2 ;;
-    --config) CONFIG=$2; shift 2 ;;
-    *) break ;;
-  esac
-done
-[ -x "$LCT" ] || { echo "cp_memory_cap: no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
-[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source bench/common.sh  # LCT, MPI as root, $work, bench_options
+bench_options "cap-mib length steps" "$@"
+set -- "${BENCH_REST[@]}"
 
 run() {  # label ranks length [extra args]; prints the outcome, returns lct's exit code
   local label=$1 np=$2 len=$3

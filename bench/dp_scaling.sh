@@ -14,16 +14,9 @@ CONFIG=configs/default.toml
 STEPS=12
 ROUNDS=3
 RANKS=$(nproc)
-while [ $# -gt 0 ]; do
-  case $1 in
-    --config) CONFIG=$2; shift 2 ;;
-    --steps) STEPS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --ranks) RANKS=$2; shift 2 ;;
-    *) break ;;
-  esac
-done
-source bench/common.sh  # LCT, MPI as root, $work, bench_train
+source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
+bench_options "steps rounds ranks" "$@"
+set -- "${BENCH_REST[@]}"
 
 run() {  # ranks dir [extra args]
   local np=$1 dir=$2

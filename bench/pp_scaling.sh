@@ -16,27 +16,19 @@ CONFIG=configs/default.toml
 STEPS=6
 ROUNDS=3
 STAGES=$(nproc)
-MB=8
-while [ $# -gt 0 ]; do
-  case $1 in
-    --config) CONFIG=$2; shift 2 ;;
-    --steps) STEPS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --stages) STAGES=$2; shift 2 ;;
-    --micro-batches) MB=$2; shift 2 ;;
-    *) break ;;
-  esac
-done
-source bench/common.sh  # LCT, MPI as root, $work, bench_train
+MICRO_BATCHES=8
+source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
+bench_options "steps rounds stages micro-batches" "$@"
+set -- "${BENCH_REST[@]}"
 
 run() {  # ranks dir steps [extra args]
   local np=$1 dir=$2 steps=$3
   shift 3
-  bench_train "$np" "$dir" --data.doc_lengths fixed --train.micro_batches "$MB" --parallel.dp 1 \
+  bench_train "$np" "$dir" --data.doc_lengths fixed --train.micro_batches "$MICRO_BATCHES" --parallel.dp 1 \
     --parallel.pp "$np" --train.steps "$steps" "$@"
 }
 
-echo "pp scaling | config $CONFIG, fixed-length documents | $MB micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
+echo "pp scaling | config $CONFIG, fixed-length documents | $MICRO_BATCHES micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 for r in $(seq "$ROUNDS"); do
   run 1 "$work/r${r}_pp1" "$STEPS" "$@"
   run "$STAGES" "$work/r${r}_ppN" "$STEPS" "$@"
@@ -44,7 +36,7 @@ done
 run "$STAGES" "$work/gpipe" 2 --parallel.pp_schedule gpipe "$@"
 grep -m1 "lct train |" "$work/r1_pp1.log"
 grep -m1 "pipeline:" "$work/r1_ppN.log"
-python3 - "$work" "$ROUNDS" "$STAGES" "$MB" <<'PY'
+python3 - "$work" "$ROUNDS" "$STAGES" "$MICRO_BATCHES" <<'PY'
 import json, statistics, sys
 work, rounds, pp, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def load(d, skip=2):

@@ -22,5 +22,6 @@ check() {  # experiment columns...
 check stragglers source placement ranks idle_percent compute_max_over_mean paper_idle_percent
 check cad_ablations experiment source ranks tolerance pingpong pairs_after_max_over_mean \
   mib_exchanged_per_rank tokens_per_s idle_percent
+check placements source mix ranks seq_len placement tokens_per_s speedup_over_colocated idle_percent
 grep -q "!\[stragglers\]" "$work/results/README.md"
 echo "experiments_quick: all passed"

@@ -35,9 +35,20 @@ def arguments(name, description):
     return a
 
 
+def quick_model(quick, args):
+    """The quick model's options, less those that args set themselves."""
+    if not quick:
+        return []
+    out = []
+    for key, value in zip(QUICK_MODEL[::2], QUICK_MODEL[1::2]):
+        if key not in args:
+            out += [key, value]
+    return out
+
+
 def lct(args, quick, config):
     """Runs `lct ARGS` with the config (and the quick model); returns stdout."""
-    cmd = [LCT] + args[:1] + ["--config", config] + (QUICK_MODEL if quick else []) + args[1:]
+    cmd = [LCT] + args[:1] + ["--config", config] + quick_model(quick, args) + args[1:]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
@@ -58,7 +69,7 @@ def mpi_train(ranks, args, quick, config, out_dir):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_WAIT_POLICY="PASSIVE")
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), LCT, "train",
-           "--config", config] + (QUICK_MODEL if quick else []) + [
+           "--config", config] + quick_model(quick, args) + [
            "--train.threads", "1", "--checkpoint.every", "0", "--checkpoint.dir", out_dir] + args
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:

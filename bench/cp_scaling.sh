@@ -33,9 +33,9 @@ run() {  # ranks dir [extra args]
 
 echo "cp scaling | config $CONFIG | one document of $LENGTH tokens per step | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 for r in $(seq "$ROUNDS"); do
-  run 1 "$work/r${r}_one"
-  run "$RANKS" "$work/r${r}_ring" --parallel.cp_comm ring
-  run "$RANKS" "$work/r${r}_allgather" --parallel.cp_comm allgather
+  run 1 "$work/r${r}_one" "$@"
+  run "$RANKS" "$work/r${r}_ring" --parallel.cp_comm ring "$@"
+  run "$RANKS" "$work/r${r}_allgather" --parallel.cp_comm allgather "$@"
 done
 grep -m1 "lct train |" "$work/r1_one.log"
 grep -m1 "context parallel:" "$work/r1_ring.log"

@@ -130,11 +130,11 @@ int run_command(int argc, char** argv, int rank, int world) {
 
   // ---- simulate -------------------------------------------------------------
   CLI::App* simulate = app.add_subcommand(
-      "simulate", "predict data-parallel training steps on N ranks from costs calibrated here");
+      "simulate", "predict training steps on N ranks (dp, pp, cp; CAD with dp) from costs calibrated here");
   std::string simulate_config_file;
   std::map<std::string, std::string> simulate_overrides;
   SimulateOptions simulate_options;
-  simulate->add_option("--ranks", simulate_options.ranks, "data-parallel ranks")
+  simulate->add_option("--ranks", simulate_options.ranks, "ranks (dp x pp x cp)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   simulate->add_option("--steps", simulate_options.steps, "steps simulated (mean reported)")

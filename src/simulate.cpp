@@ -49,7 +49,7 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o);
 Calibration calibrate(const Config& config, const SimulateOptions& o) {
   Calibration c;
   if (o.calibration.empty()) {
-    c = measure_calibration(config, o);
+    c = measure_calibration(config, o);  // unscaled
   } else {
     std::ifstream in(o.calibration);
     std::string key;
@@ -58,17 +58,18 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
         key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0))
       throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
                                   "' is not a calibration written by --calibration-out");
-    c.linear_per_token_layer *= o.linear_scale;
-    c.head_per_token *= o.linear_scale;
-    c.attention_per_pair_layer *= o.attention_scale;
   }
-  if (!o.calibration_out.empty()) {
+  if (!o.calibration_out.empty()) {  // as measured: the scales apply when it is used
     std::ofstream out(o.calibration_out);
     out.precision(10);
     out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
         << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << '\n';
     if (!out) throw std::invalid_argument("lct simulate: cannot write '" + o.calibration_out + "'");
   }
+  c.linear_per_token_layer *= o.linear_scale;  // token-linear work: layers, head, optimizer
+  c.head_per_token *= o.linear_scale;
+  c.optimizer *= o.linear_scale;
+  c.attention_per_pair_layer *= o.attention_scale;
   return c;
 }
 
@@ -109,11 +110,11 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
   c.linear_per_token_layer = (seconds["before attention"] + seconds["after attention"] +
                               seconds["before attention backward"] +
                               seconds["after attention backward"]) /
-                             (double(c.tokens) * layers) * o.linear_scale;
+                             (double(c.tokens) * layers);
   c.head_per_token = (seconds["embedding"] + seconds["embedding backward"] + seconds["loss"]) /
-                     double(c.tokens) * o.linear_scale;
+                     double(c.tokens);
   c.attention_per_pair_layer = (seconds["attention"] + seconds["attention backward"]) /
-                               (double(std::max<int64_t>(1, c.pairs)) * layers) * o.attention_scale;
+                               (double(std::max<int64_t>(1, c.pairs)) * layers);
   c.optimizer = optimizer_s / double(o.calibration_steps);
   return c;
 }
@@ -146,13 +147,22 @@ double max_over_mean(const std::vector<double>& v) {
   return mean > 0 ? mx / mean : 1.0;
 }
 
-std::optional<CaCostModel> load_profile(const SimulateOptions& o) {
+// --profile, refused when measured for another attention shape or kernel (as training
+// refuses attention.cad_profile)
+std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
   if (o.profile.empty()) return std::nullopt;
   std::ifstream in(o.profile);
   if (!in) throw std::invalid_argument("lct simulate: cannot open profile '" + o.profile + "'");
   std::stringstream text;
   text << in.rdbuf();
-  return CaCostModel::parse(text.str(), o.profile);
+  CaCostModel p = CaCostModel::parse(text.str(), o.profile);
+  if (p.kernel != attention_kernel_name(m.attention_kernel) || p.heads != m.num_attention_heads ||
+      p.kv_heads != m.num_key_value_heads || p.head_dim != int(m.head_dim()))
+    throw std::invalid_argument("lct simulate: profile '" + o.profile + "' was measured for " +
+                                p.kernel + " attention with heads " + std::to_string(p.heads) + "/" +
+                                std::to_string(p.kv_heads) + ", head dim " + std::to_string(p.head_dim) +
+                                ", not this model's");
+  return p;
 }
 
 // Means over the simulated steps, printed (or one JSON object).
@@ -217,7 +227,7 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
 // The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
 int simulate_model_parallel(const Config& config, const SimulateOptions& o, const Layout& layout,
                             const LlamaConfig& mc) {
-  const std::optional<CaCostModel> profile = load_profile(o);
+  const std::optional<CaCostModel> profile = load_profile(o, mc);
   const int threads = configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
   const AttentionCost attn{cal, profile, o.attention_scale};
@@ -236,6 +246,10 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   const double allreduce =
       reducers > 1 ? 2.0 * (reducers - 1) / reducers * tail_bytes / bandwidth + 2.0 * (reducers - 1) * latency : 0.0;
   const CpSplit split = parse_cp_split(config.parallel.cp_split);
+  // a stage updates only its own parameters: about 1/pp of the optimizer step
+  Calibration per_stage = cal;
+  per_stage.optimizer = cal.optimizer / pp;
+  const double optimizer = per_stage.optimizer;
   const PipelineSchedule schedule = parse_pipeline_schedule(config.parallel.pp_schedule);
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
@@ -255,9 +269,9 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
         for (const PackedBatch& b : seqs) {
           double layer = 0, head = 0;
           // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
-          const double ring =
-              3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float) / bandwidth +
-              3.0 * (cp - 1) * latency;
+          const double ring_bytes =
+              3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float);
+          const double ring = ring_bytes / bandwidth + 3.0 * (cp - 1) * latency;
           for (int r = 0; r < cp; ++r) {
             const LocalBatch l = shard_sequence(b, cp, r, split);
             double a = 0;
@@ -269,7 +283,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
             p.compute[rank] += double(mc.num_hidden_layers) * (lin + a) + cal.head_per_token * double(l.num_tokens());
             pairs[rank] += double(l.attention_pairs());
             p.tokens += l.num_tokens();
-            p.bytes_per_rank += ring * bandwidth / double(n) * double(mc.num_hidden_layers) / 3.0;
+            p.bytes_per_rank += ring_bytes * double(mc.num_hidden_layers) / double(n);
           }
           replica += double(mc.num_hidden_layers) * layer + head;
         }
@@ -308,7 +322,8 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
             while (next[size_t(s)] < lists[size_t(s)].size()) {
               const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
               double& c = clock[size_t(s)];
-              if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+              if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
+              } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
                 const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
                 if (it == ready.end()) break;  // not sent yet
                 if (it->second > c) wait[size_t(s)] += it->second - c, c = it->second;
@@ -326,14 +341,20 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
             }
         }
         for (int s = 0; s < pp; ++s) {
+          if (next[size_t(s)] != lists[size_t(s)].size())
+            throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
           replica = std::max(replica, clock[size_t(s)]);
-          p.bytes_per_rank += 2.0 * double(mb) * double(seqs[0].num_tokens()) * double(mc.hidden_size) * sizeof(float) / double(n);
+          // activations out and gradients back, one direction at each end stage
+          const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
+          for (const PackedBatch& b : seqs)
+            p.bytes_per_rank += double(directions) * double(b.num_tokens()) * double(mc.hidden_size) *
+                                sizeof(float) / double(n);
         }
         for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
       }
       slowest = std::max(slowest, replica);
     }
-    p.seconds = slowest + allreduce + cal.optimizer;
+    p.seconds = slowest + allreduce + optimizer;
     p.pairs_before = p.pairs_after = max_over_mean(pairs);
     bubble_sum += bubble / double(o.steps);
     steps.push_back(p);
@@ -341,13 +362,15 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   const std::string desc = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp);
   report(config, o, desc, cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split)
                                  : std::string("colocated, ") + pipeline_schedule_name(schedule),
-         cal, profile.has_value(), threads, steps, bubble_sum);
+         per_stage, profile.has_value(), threads, steps, bubble_sum);
   return 0;
 }
 
 }  // namespace
 
-int run_simulate(const Config& config, const SimulateOptions& o) {
+int run_simulate(const Config& config, const SimulateOptions& options) {
+  SimulateOptions o = options;
+  if (o.profile.empty()) o.profile = config.cad_profile;  // as training would balance
   if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
   const ParallelConfig& par = config.parallel;
   const LlamaConfig mc = model_config(config);
@@ -361,9 +384,14 @@ int run_simulate(const Config& config, const SimulateOptions& o) {
         "lct simulate: CAD is simulated with data parallelism only so far (parallel.pp and parallel.cp must be 1)");
   if (layout.pp > 1 && layout.cp > 1)
     throw std::invalid_argument("lct simulate: pipeline and context parallelism together are not simulated yet");
+  if (par.dp_balance == "packing" && (config.attention_placement == "cad" || layout.cp > 1))
+    throw std::invalid_argument("lct simulate: parallel.dp_balance = packing is a baseline for colocated "
+                                "attention without context parallelism (as in lct train)");
+  if (par.dp_balance == "packing" && layout.pp > 1)
+    throw std::invalid_argument("lct simulate: packing with pipeline parallelism is not simulated yet");
   if (layout.pp > 1 || layout.cp > 1) return simulate_model_parallel(config, o, layout, mc);
   const int n = o.ranks;
-  const std::optional<CaCostModel> profile = load_profile(o);
+  const std::optional<CaCostModel> profile = load_profile(o, mc);
   const int threads = configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
   const AttentionCost attn{cal, profile, o.attention_scale};

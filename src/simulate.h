@@ -1,6 +1,6 @@
-// lct simulate: predicts training steps of a data-parallel layout on N ranks without
-// running them, from lct's own packer, balance packing and CAD planner on the real
-// document stream, charged with costs calibrated on this machine.
+// lct simulate: predicts training steps on N ranks without running them, from lct's own
+// packer, balance packing, context-parallel split, CAD planner and pipeline action lists
+// on the real document stream, charged with costs calibrated on this machine.
 //
 // Calibration (in this process, at train.threads): a few single-process steps of the
 // configured model on the stream's own sequences, recorded with the timeline
@@ -9,18 +9,19 @@
 // pair per layer (unless a CAD profile gives attention time per task), and of one
 // optimizer step. Communication: point-to-point bandwidth and latency (options).
 //
-// Per step and rank r of dp = N (cp = pp = 1):
-//   colocated / packing   r runs its micro-batches alone: compute_r = sum over them of
-//                         layers x (linear(T) + attention(its documents)) + head(T),
-//                         the step = max_r compute_r + the gradient all-reduce's exposed
-//                         tail + the optimizer; idle_r = step - compute_r - optimizer.
-//   cad                   per micro-batch (per nano-batch with ping-pong) every layer is
-//                         a synchronisation point: layer time = max_r (linear(T_r) +
-//                         attention served by r + exchange not hidden), the exchange being
-//                         r's bytes over the bandwidth, hidden behind r's own tasks, or
-//                         behind the other nano-batch's linear layers with ping-pong.
-// Deterministic: the same config gives the same prediction on any machine with the same
-// calibration figures.
+// Per step and rank:
+//   colocated / packing   (dp) r runs its micro-batches alone: compute_r = sum over
+//                         them of layers x (linear(T) + attention(its documents)) +
+//                         head(T); the step = max_r compute_r + the gradient
+//                         all-reduce's exposed tail + the optimizer.
+//   cad                   (dp) per micro-batch (per nano-batch with ping-pong) every
+//                         layer is a synchronisation point: layer time = max_r
+//                         (linear(T_r) + attention served by r + exchange not hidden),
+//                         the exchange being r's bytes over the bandwidth, hidden behind
+//                         r's own tasks, or behind the other nano-batch's linear layers
+//                         with ping-pong.
+//   pp, cp                colocated; see simulate_model_parallel in simulate.cpp.
+// Deterministic for a given calibration (--calibration reuses one).
 #pragma once
 
 #include <string>

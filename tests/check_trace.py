@@ -45,6 +45,8 @@ steps = {r: {s[3]["step"]: (s[0], s[1]) for s in spans[(r, 2)]} for r in range(r
 worst = 0.0
 for m in metrics:
     k = m["step"]
+    if k not in steps[0]:  # a step from before a resume: not in this run's timeline
+        continue
     t0, t1 = steps[0][k]
     idle = 0.0
     for r in range(ranks):

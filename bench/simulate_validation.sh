@@ -38,19 +38,22 @@ for r in $(seq "$ROUNDS"); do
     bench_train "$np" "$work/r${r}_$l" --train.steps "$STEPS" ${ARGS[$l]} "$@"
   done
 done
+# one calibration (timed once, after the measured runs) for every prediction
+"$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks 1 --steps 1 \
+  --calibration-out "$work/calibration.txt" "$@" > /dev/null
 for l in $LAYOUTS; do
   np=$RANKS
   [ "$l" = dp1 ] && np=1
   # shellcheck disable=SC2086
   "$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks "$np" --steps "$STEPS" --json \
-    ${ARGS[$l]} "$@" > "$work/sim_$l.json"
+    --calibration "$work/calibration.txt" ${ARGS[$l]} "$@" > "$work/sim_$l.json"
 done
 sweep=""
 for n in 2 4 8 16 32 64; do
   for l in colocated cad; do
     # shellcheck disable=SC2086
-    "$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks "$n" --steps 4 \
-      --calibration-steps 1 --json ${ARGS[$l]} "$@" > "$work/sweep_${l}_$n.json"
+    "$LCT" simulate --config "$CONFIG" --train.threads 1 --ranks "$n" --steps 8 \
+      --calibration "$work/calibration.txt" --json ${ARGS[$l]} "$@" > "$work/sweep_${l}_$n.json"
   done
   sweep="$sweep $n"
 done

@@ -70,7 +70,6 @@ class SlotPool {
   ActivationSlot& acquire();
   void release(ActivationSlot& slot);
   int in_use() const { return in_use_; }
-  bool has_free() const { return !free_.empty(); }
   int free_count() const { return int(free_.size()); }
   int peak_in_use() const { return peak_in_use_; }
   void reset_peak() { peak_in_use_ = in_use_; }

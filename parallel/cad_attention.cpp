@@ -25,10 +25,7 @@ CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCost
 }
 
 PlacementStats CadAttention::stats() const {
-  PlacementStats r = stats_;
-  const double cost = double(stats_.bytes_sent) / bytes_per_second_;
-  r.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
-  return r;
+  return with_hidden_estimate(stats_, bytes_per_second_);
 }
 
 CadAttention::Lane& CadAttention::lane_at(int lane) {

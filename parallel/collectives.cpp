@@ -85,4 +85,10 @@ double probe_ring_bandwidth(MPI_Comm comm) {
   return double(n) * sizeof(float) / std::max(t, 1e-9);
 }
 
+PlacementStats with_hidden_estimate(PlacementStats stats, double bytes_per_second) {
+  const double cost = double(stats.bytes_sent) / bytes_per_second;
+  stats.hidden_seconds = std::max(0.0, cost - stats.exposed_seconds);
+  return stats;
+}
+
 }  // namespace lct

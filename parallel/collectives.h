@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/attention_placement.h"
 #include "parallel/process_grid.h"
 
 namespace lct {
@@ -19,6 +20,9 @@ void barrier(MPI_Comm comm);  // no-op for MPI_COMM_NULL
 // the next and receives from the previous, three times; the slowest rank's median time
 // counts. Collective. The placements turn bytes sent into the transfer time they hide.
 double probe_ring_bandwidth(MPI_Comm comm);
+// A placement's figures with hidden_seconds filled in: what its bytes would have cost
+// at that bandwidth, less the part it was seen waiting for (PlacementStats, >= 0).
+PlacementStats with_hidden_estimate(PlacementStats stats, double bytes_per_second);
 
 // One rank's figures of a step.
 struct RankStepTimes {

@@ -33,16 +33,11 @@ ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm meth
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("context parallelism needs a cp communicator");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  probe_bandwidth_once();
+  bytes_per_second_ = probe_ring_bandwidth(comm_);
 }
 
-void ContextParallelAttention::probe_bandwidth_once() { bytes_per_second_ = probe_ring_bandwidth(comm_); }
-
 PlacementStats ContextParallelAttention::stats() const {
-  PlacementStats r = stats_;
-  const double cost = double(stats_.bytes_sent) / bytes_per_second_;
-  r.hidden_seconds = std::max(0.0, cost - stats_.exposed_seconds);
-  return r;
+  return with_hidden_estimate(stats_, bytes_per_second_);
 }
 
 int64_t ContextParallelAttention::buffer_bytes() const {

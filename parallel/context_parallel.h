@@ -74,7 +74,6 @@ class ContextParallelAttention final : public AttentionPlacement {
   void begin_transfers();
   void progress();
   void finish_transfers();
-  void probe_bandwidth_once();
 
   MPI_Comm comm_;
   CpComm method_;

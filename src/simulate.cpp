@@ -212,6 +212,19 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
   std::printf("\n");
 }
 
+// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
+// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
+// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
+double allreduce_tail_seconds(const Config& config, const LlamaConfig& mc, int stages, int reducers,
+                              double bandwidth, double latency) {
+  if (reducers <= 1) return 0.0;
+  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float) / stages;
+  const double tail = config.parallel.overlap_grad_reduce
+                          ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
+                          : grad_bytes;
+  return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
+}
+
 // Pipeline (colocated, the configured schedule) or context parallelism (per-document,
 // the configured split, ring) with data parallelism around it. Per micro-batch of a
 // replica:
@@ -226,10 +239,8 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
 //       receive is its bubble.
 // The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
 int simulate_model_parallel(const Config& config, const SimulateOptions& o, const Layout& layout,
-                            const LlamaConfig& mc) {
-  const std::optional<CaCostModel> profile = load_profile(o, mc);
-  const int threads = configure_threads(config.train.threads);
-  const Calibration cal = calibrate(config, o);
+                            const LlamaConfig& mc, const std::optional<CaCostModel>& profile,
+                            int threads, const Calibration& cal) {
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
@@ -238,13 +249,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   std::vector<StageSpec> stages;
   const std::string err = split_pipeline_stages(mc.num_hidden_layers, pp, config.parallel.pp_layers, stages);
   if (!err.empty()) throw std::invalid_argument("lct simulate: " + err);
-  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float) / pp;
-  const double tail_bytes = config.parallel.overlap_grad_reduce
-                                ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
-                                : grad_bytes;
-  const int reducers = dp * cp;
-  const double allreduce =
-      reducers > 1 ? 2.0 * (reducers - 1) / reducers * tail_bytes / bandwidth + 2.0 * (reducers - 1) * latency : 0.0;
+  const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
   const CpSplit split = parse_cp_split(config.parallel.cp_split);
   // a stage updates only its own parameters: about 1/pp of the optimizer step
   Calibration per_stage = cal;
@@ -389,11 +394,12 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
                                 "attention without context parallelism (as in lct train)");
   if (par.dp_balance == "packing" && layout.pp > 1)
     throw std::invalid_argument("lct simulate: packing with pipeline parallelism is not simulated yet");
-  if (layout.pp > 1 || layout.cp > 1) return simulate_model_parallel(config, o, layout, mc);
-  const int n = o.ranks;
   const std::optional<CaCostModel> profile = load_profile(o, mc);
   const int threads = configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
+  if (layout.pp > 1 || layout.cp > 1)
+    return simulate_model_parallel(config, o, layout, mc, profile, threads, cal);
+  const int n = o.ranks;
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const double layers = double(mc.num_hidden_layers);
@@ -402,13 +408,7 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
   const bool packing = config.parallel.dp_balance == "packing" && n > 1;
   const int lanes = cad && config.cad_pingpong ? 2 : 1;
   const int64_t qd = mc.num_attention_heads * mc.head_dim(), kvd = mc.num_key_value_heads * mc.head_dim();
-  // the gradient all-reduce after the last backward: with overlap only the last bucket
-  // (the embedding end of the arena) is left when backward ends
-  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float);
-  const double tail_bytes = config.parallel.overlap_grad_reduce
-                                ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
-                                : grad_bytes;
-  const double allreduce = n > 1 ? 2.0 * (n - 1) / n * tail_bytes / bandwidth + 2.0 * (n - 1) * latency : 0.0;
+  const double allreduce = allreduce_tail_seconds(config, mc, 1, n, bandwidth, latency);
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);

@@ -448,7 +448,7 @@ void CadAttention::finish_lane(Lane& L) {
 // ---- forward and backward -----------------------------------------------------------
 
 // Q rows and K/V prefixes go to the servers, O and LSE come back from them.
-void CadAttention::start_forward(const AttentionInput& in, const float* q, const float* k,
+void CadAttention::forward_start(const AttentionInput& in, const float* q, const float* k,
                                  const float* v, float* out, float* lse) {
   if (in.starts_group) make_plan(in, true);  // every rank is at its stage's first layer
   Lane& L = lane_at(in.lane);
@@ -466,7 +466,7 @@ void CadAttention::start_forward(const AttentionInput& in, const float* q, const
 
 // Servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
 // prefixes go out again, dQ and the prefixes' dK, dV come back.
-void CadAttention::start_backward(const AttentionInput& in, const float* q, const float* k,
+void CadAttention::backward_start(const AttentionInput& in, const float* q, const float* k,
                                   const float* v, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv) {
   // a backward pipeline tick (its own set of micro-batches): every stage at its last layer
@@ -488,7 +488,7 @@ void CadAttention::start_backward(const AttentionInput& in, const float* q, cons
 // travel, the second half while the replies travel.
 void CadAttention::forward(const AttentionInput& in, const float* q, const float* k,
                            const float* v, float* out, float* lse) {
-  start_forward(in, q, k, v, out, lse);
+  forward_start(in, q, k, v, out, lse);
   Lane& L = lane_at(in.lane);
   run_own(L, 0, 2);
   serve_lane(L, false);
@@ -499,23 +499,12 @@ void CadAttention::forward(const AttentionInput& in, const float* q, const float
 void CadAttention::backward(const AttentionInput& in, const float* q, const float* k,
                             const float* v, const float* out, const float* lse,
                             const float* dout, float* dq, float* dk, float* dv) {
-  start_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  backward_start(in, q, k, v, out, lse, dout, dq, dk, dv);
   Lane& L = lane_at(in.lane);
   run_own(L, 0, 2);
   serve_lane(L, false);
   run_own(L, 1, 2);
   finish_lane(L);
-}
-
-void CadAttention::forward_start(const AttentionInput& in, const float* q, const float* k,
-                                 const float* v, float* out, float* lse) {
-  start_forward(in, q, k, v, out, lse);
-}
-
-void CadAttention::backward_start(const AttentionInput& in, const float* q, const float* k,
-                                  const float* v, const float* out, const float* lse,
-                                  const float* dout, float* dq, float* dk, float* dv) {
-  start_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 }  // namespace lct

@@ -169,11 +169,6 @@ class CadAttention final : public AttentionPlacement {
   void wait(Lane& L);  // the lane's exchange in flight; the time blocked is exposed
   // Pointers to each array of a message laid out by `w` for flow f, starting at base.
   std::vector<float*> arrays_of(float* base, const Flow& f, const Widths& w) const;
-  void start_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
-                     float* out, float* lse);
-  void start_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
-                      const float* out, const float* lse, const float* dout, float* dq,
-                      float* dk, float* dv);
 
   MPI_Comm comm_;
   double tolerance_;

@@ -2,26 +2,14 @@
 
 #include <mpi.h>
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
 
+#include "model/trace_json.h"
 #include "parallel/mpi_util.h"
 
 namespace lct {
-namespace {
-const char* track_name(int track) {
-  switch (track) {
-    case int(TraceTrack::compute): return "compute";
-    case int(TraceTrack::wait): return "wait (blocked in MPI)";
-    case int(TraceTrack::step): return "steps";
-  }
-  return "?";
-}
-}  // namespace
 
 Trace start_aligned_trace(const ProcessGrid& grid) {
   MPI_Barrier(grid.world());
@@ -51,49 +39,22 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
               grid.world());
   if (rank != 0) return;
 
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp);
-  if (!out) throw std::runtime_error("trace.path: cannot write '" + tmp + "'");
-  out.precision(15);
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  bool first = true;
-  const auto event = [&](const std::string& json) {
-    out << (first ? "" : ",\n") << json;
-    first = false;
-  };
+  std::vector<TraceProcess> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     const GridCoordinates c = grid_coordinates(grid.layout(), r);
-    std::ostringstream meta;
-    meta << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << r << ",\"args\":{\"name\":\"rank "
-         << r << " (dp " << c.dp_rank << ", pp " << c.pp_rank << ", cp " << c.cp_rank << ")\"}}";
-    event(meta.str());
-    event("{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + std::to_string(r) +
-          ",\"args\":{\"sort_index\":" + std::to_string(r) + "}}");
-    for (int t = 0; t < 3; ++t)
-      event("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(r) + ",\"tid\":" +
-            std::to_string(t) + ",\"args\":{\"name\":\"" + track_name(t) + "\"}}");
+    ranks[size_t(r)].name = "rank " + std::to_string(r) + " (dp " + std::to_string(c.dp_rank) + ", pp " +
+                            std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ")";
     std::istringstream lines(std::string(all.data() + displs[size_t(r)], size_t(counts[size_t(r)])));
+    TraceEvent e;
     int track = 0;
-    double begin = 0, end = 0;
     long long arg = -1;
-    std::string name;
-    while (lines >> track >> begin >> end >> arg && std::getline(lines >> std::ws, name)) {
-      std::ostringstream e;
-      e.precision(15);
-      e << "{\"ph\":\"X\",\"pid\":" << r << ",\"tid\":" << track << ",\"ts\":" << begin
-        << ",\"dur\":" << (end - begin) << ",\"cat\":\"" << track_name(track) << "\",\"name\":\""
-        << name << '"';  // span names are literals without quotes or backslashes
-      if (arg >= 0) e << ",\"args\":{\"step\":" << arg << '}';
-      e << '}';
-      event(e.str());
+    while (lines >> track >> e.begin_us >> e.end_us >> arg && std::getline(lines >> std::ws, e.name)) {
+      e.track = TraceTrack(track);
+      e.arg = arg;
+      ranks[size_t(r)].events.push_back(e);
     }
   }
-  out << "\n]}\n";
-  out.close();
-  if (!out) throw std::runtime_error("trace.path: writing '" + tmp + "' failed");
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("trace.path: cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  write_trace_json(path, ranks, "trace.path");
 }
 
 }  // namespace lct

@@ -29,6 +29,19 @@ PackedBatch read_batch_file(const std::string& path, int64_t vocab_size) {
                                std::to_string(b.tokens[t]) + " is outside the vocabulary [0, " +
                                std::to_string(vocab_size) + ")");
   derive_targets_and_positions(b);
+  if (f.exists("/answer_mask")) {  // optional: synthetic retrieval answers (make-batch)
+    const std::vector<int32_t> mask = f.read_i32("/answer_mask");
+    if (f.shape("/answer_mask").size() != 1 || mask.size() != b.tokens.size())
+      throw std::runtime_error(path + ": answer_mask must be 1-D with one entry per token (" +
+                               std::to_string(b.tokens.size()) + ")");
+    b.answer_mask.assign(mask.size(), 0);
+    for (size_t t = 0; t < mask.size(); ++t) {
+      if (mask[t] != 0 && mask[t] != 1)
+        throw std::runtime_error(path + ": answer_mask[" + std::to_string(t) + "] = " +
+                                 std::to_string(mask[t]) + " (must be 0 or 1)");
+      b.answer_mask[t] = uint8_t(mask[t] == 1 && b.targets[t] >= 0);
+    }
+  }
   return b;
 }
 
@@ -64,6 +77,8 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   r.targets = targets;
   r.tokens = batch.num_tokens();
   r.documents = batch.num_docs();
+  r.answers = s.answers;
+  r.answers_correct = s.answers_correct;
   const LlamaConfig& mc = model.config();
   r.attention = attention_kernel_name(mc.attention_kernel);
   if (mc.attention_kernel == AttentionKernel::dca)
@@ -111,16 +126,21 @@ void write_batch_from_config(const Config& config, int64_t first, int64_t count,
                              const std::string& path) {
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
-  std::vector<int32_t> tokens, cu{0};
+  std::vector<int32_t> tokens, cu{0}, answer_mask;
   for (int64_t k = first; k < first + count; ++k) {
     const PackedBatch b = packer.sequence(k);
     const int32_t base = int32_t(tokens.size());
     tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
+    if (source->has_answers())
+      for (size_t t = 0; t < b.tokens.size(); ++t)
+        answer_mask.push_back(b.answer_mask.empty() ? 0 : int32_t(b.answer_mask[t]));
     for (size_t d = 1; d < b.cu_seqlens.size(); ++d) cu.push_back(base + b.cu_seqlens[d]);
   }
   write_h5_atomically(path, [&](H5File& f) {
     f.write_i32("/tokens", {int64_t(tokens.size())}, tokens.data());
     f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
+    if (!answer_mask.empty())
+      f.write_i32("/answer_mask", {int64_t(answer_mask.size())}, answer_mask.data());
     f.set_attr("/", "source", source->describe());
     f.set_attr("/", "first_sequence", first);
     f.set_attr("/", "seq_len", config.data.seq_len);

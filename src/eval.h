@@ -10,8 +10,10 @@
 
 namespace lct {
 
-// Reads datasets `tokens` int32 [T] and `cu_seqlens` int32 [n+1]; validates them
-// (boundaries, token range) and derives targets/positions. Throws with one line.
+// Reads datasets `tokens` int32 [T] and `cu_seqlens` int32 [n+1], and the optional
+// `answer_mask` int32 [T] (1 where the next token is a synthetic retrieval answer);
+// validates them (boundaries, token range, 0/1 mask) and derives targets/positions.
+// Throws with one line.
 PackedBatch read_batch_file(const std::string& path, int64_t vocab_size);
 
 // Loads params (and /model config) from a checkpoint or parameter file. The optional
@@ -30,6 +32,7 @@ struct EvalOptions {
 struct EvalResult {
   double loss = 0;
   int64_t targets = 0, tokens = 0, documents = 0;
+  int64_t answers = 0, answers_correct = 0;  // retrieval answers (batches with answer_mask)
   std::string attention;  // kernel (and DCA settings) used
 };
 
@@ -38,7 +41,8 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
                     const EvalOptions& options);
 
 // Writes sequences [first, first + count) of the configured data stream (one packed
-// sequence of data.seq_len tokens each) to a batch file for `lct eval`.
+// sequence of data.seq_len tokens each) to a batch file for `lct eval`, with the
+// answer mask when the source has retrieval answers (synthetic).
 struct Config;
 void write_batch_from_config(const Config& config, int64_t first, int64_t count,
                              const std::string& path);

@@ -152,6 +152,12 @@ int run_command(int argc, char** argv, int rank, int world) {
   simulate->add_option("--latency", simulate_options.latency_us, "point-to-point latency, us")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  simulate->add_option("--tflops", simulate_options.tflops,
+                       "analytic costs at this TFLOP/s per rank instead of timing here (e.g. 990 for H200)")
+      ->check(CLI::PositiveNumber);
+  simulate->add_option("--attention-tflops", simulate_options.attention_tflops,
+                       "with --tflops: core attention's TFLOP/s (default: the same)")
+      ->check(CLI::PositiveNumber);
   simulate->add_option("--linear-scale", simulate_options.linear_scale,
                        "multiply the calibrated token-linear costs (another machine)")
       ->check(CLI::PositiveNumber)
@@ -279,8 +285,13 @@ int run_command(int argc, char** argv, int rank, int world) {
         };
       }
       const EvalResult r = run_eval(checkpoint, batch_file, eval_options);
-      std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld | attention %s%s%s\n",
-                  r.loss, (long long)r.targets, (long long)r.tokens, (long long)r.documents,
+      char recall[96] = "";
+      if (r.answers > 0)
+        std::snprintf(recall, sizeof recall, " | recall %.4f (%lld of %lld answers)",
+                      double(r.answers_correct) / double(r.answers), (long long)r.answers_correct,
+                      (long long)r.answers);
+      std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s\n",
+                  r.loss, (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
                   r.attention.c_str(), grads_out.empty() ? "" : (" | grads -> " + grads_out).c_str(),
                   eval_options.per_position_out.empty()
                       ? ""

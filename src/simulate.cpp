@@ -23,6 +23,7 @@
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "model/trace.h"
+#include "model/trace_json.h"
 #include "src/flops.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
@@ -43,12 +44,32 @@ struct Calibration {
 
 Calibration measure_calibration(const Config& config, const SimulateOptions& o);
 
+// The costs of src/flops.h's convention (a step is 3 x forward) at the given throughput.
+Calibration analytic_calibration(const LlamaConfig& mc, const SimulateOptions& o) {
+  const double linear = o.tflops * 1e12;
+  const double attention = (o.attention_tflops > 0 ? o.attention_tflops : o.tflops) * 1e12;
+  const double C = double(mc.hidden_size), layers = double(mc.num_hidden_layers);
+  const double head_params = double(mc.vocab_size) * C;
+  const double layer_params = (double(matmul_params_per_token(mc)) - head_params) / layers;
+  Calibration c;
+  c.linear_per_token_layer = 3.0 * 2.0 * layer_params / linear;
+  c.head_per_token = 3.0 * 2.0 * head_params / linear;
+  c.attention_per_pair_layer =
+      3.0 * 4.0 * double(mc.num_attention_heads) * double(mc.head_dim()) / attention;
+  return c;
+}
+
 // The costs: timed here, or read from --calibration (one line: linear_per_token_layer
 // head_per_token attention_per_pair_layer optimizer tokens pairs, in seconds); written to
 // --calibration-out when asked. The scales apply to read costs too.
 Calibration calibrate(const Config& config, const SimulateOptions& o) {
   Calibration c;
-  if (o.calibration.empty()) {
+  if (o.tflops > 0) {
+    if (!o.calibration.empty() || !o.calibration_out.empty())
+      throw std::invalid_argument("lct simulate: --tflops replaces the calibration (drop --calibration and "
+                                  "--calibration-out)");
+    c = analytic_calibration(model_config(config), o);
+  } else if (o.calibration.empty()) {
     c = measure_calibration(config, o);  // unscaled
   } else {
     std::ifstream in(o.calibration);
@@ -141,6 +162,43 @@ struct StepPrediction {
   int64_t tokens = 0;
 };
 
+// The predicted timeline (trace.path): every rank's compute and wait spans of each
+// simulated step, steps laid end to end, in the training timeline's format
+// (model/trace_json.h), so a prediction and a measured run open side by side. Times are
+// seconds from the step's start; a rank's compute spans sum to its predicted compute
+// and its wait spans to the rest of the step (the idle figure).
+class SimTimeline {
+ public:
+  SimTimeline(const std::string& path, int ranks) : path_(path), ranks_(static_cast<size_t>(ranks)) {}
+  bool on() const { return !path_.empty(); }
+  void compute(int r, const char* name, double begin, double end) { add(r, TraceTrack::compute, name, begin, end); }
+  void wait(int r, const char* name, double begin, double end) { add(r, TraceTrack::wait, name, begin, end); }
+  void end_step(double seconds) {
+    for (size_t r = 0; r < ranks_.size(); ++r) add(int(r), TraceTrack::step, "step", 0.0, seconds);
+    origin_ += seconds;
+    ++step_;
+  }
+  void write(const Layout& layout) {
+    if (!on()) return;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const GridCoordinates c = grid_coordinates(layout, int(r));
+      ranks_[r].name = "rank " + std::to_string(r) + " (dp " + std::to_string(c.dp_rank) + ", pp " +
+                       std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ", simulated)";
+    }
+    write_trace_json(path_, ranks_, "trace.path");
+  }
+
+ private:
+  void add(int r, TraceTrack track, const char* name, double begin, double end) {
+    if (!on() || !(end > begin)) return;
+    ranks_[size_t(r)].events.push_back({track, 1e6 * (origin_ + begin), 1e6 * (origin_ + end), step_ + 1, name});
+  }
+  std::string path_;
+  std::vector<TraceProcess> ranks_;
+  double origin_ = 0;
+  int64_t step_ = 0;
+};
+
 double max_over_mean(const std::vector<double>& v) {
   const double mx = *std::max_element(v.begin(), v.end());
   const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
@@ -198,10 +256,17 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
   std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
               blas_description().c_str(), n, layout.c_str(), placement.c_str(), (long long)o.steps,
               (long long)config.train.micro_batches, (long long)config.data.seq_len);
-  std::printf("calibrated at %d thread(s) on %lld tokens: linear %.1f ns/token/layer, embedding + loss "
-              "%.1f ns/token, attention %.2f ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
+  char source[96];
+  if (o.tflops > 0)
+    std::snprintf(source, sizeof source, "analytic at %.4g TFLOP/s (attention %.4g)", o.tflops,
+                  o.attention_tflops > 0 ? o.attention_tflops : o.tflops);
+  else
+    std::snprintf(source, sizeof source, "calibrated at %d thread(s) on %lld tokens", threads,
+                  (long long)cal.tokens);
+  std::printf("%s: linear %.4g ns/token/layer, embedding + loss "
+              "%.4g ns/token, attention %.4g ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
               "latency %.1f us\n",
-              threads, (long long)cal.tokens, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
+              source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
               1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
               1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
   std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
@@ -212,31 +277,144 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
   std::printf("\n");
 }
 
+// CAD's cost of one decoder layer (forward + backward) over every rank's batch (possibly
+// empty: a pipeline tick's dummy): lct's planner over the documents (or, with
+// ping-pong, over each nano-batch), its tasks charged to their servers; a rank's layer
+// time is its linear work + the attention it serves + its exchange not hidden (behind
+// its own tasks, or with ping-pong behind the other nano-batch's linear layers), and the
+// layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
+// K, V (twice) and dK, dV of the longest prefix a server needs of each document, charged
+// to the server and to the query's holder (with cp the prefix has several holders: an
+// approximation).
+struct CadLayer {
+  double seconds = 0;
+  std::vector<double> busy;  // per rank: linear + attention served
+  double bytes = 0;          // sent, summed over the ranks
+};
+
+class CadLayerCost {
+ public:
+  CadLayerCost(const Config& config, const LlamaConfig& mc, const Calibration& cal, const AttentionCost& attn,
+               const std::optional<CaCostModel>& profile, double bandwidth, double latency)
+      : mc_(mc), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
+        lanes_(config.cad_pingpong ? 2 : 1) {
+    qd_ = mc.num_attention_heads * mc.head_dim();
+    kvd_ = mc.num_key_value_heads * mc.head_dim();
+    po_.tolerance = config.cad_tolerance;
+    po_.q_bytes_per_row = (2 * qd_ + mc.num_attention_heads) * int64_t(sizeof(float));
+    po_.kv_bytes_per_row = 2 * kvd_ * int64_t(sizeof(float));
+    po_.cost = profile ? &*profile : nullptr;
+  }
+  int lanes() const { return lanes_; }
+
+  // `served` (per rank) accumulates the attention pairs each rank computes.
+  CadLayer cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const {
+    const int n = int(batches.size());
+    // the groups: the batches themselves, or their two nano-batches
+    std::vector<std::vector<LocalBatch>> groups(static_cast<size_t>(lanes_));
+    for (const LocalBatch& b : batches) {
+      if (lanes_ == 2) {
+        const std::array<LocalBatch, 2> h = split_nano_batches(b);
+        groups[0].push_back(h[0]);
+        groups[1].push_back(h[1]);
+      } else {
+        groups[0].push_back(b);
+      }
+    }
+    CadLayer out;
+    std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
+        own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_));
+    for (int g = 0; g < lanes_; ++g) {
+      std::vector<CaDocument> docs;
+      for (int r = 0; r < n; ++r) {
+        int32_t i = 0;
+        for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos});
+      }
+      const CaPlan plan = plan_core_attention(docs, n, po_);
+      linear[size_t(g)].assign(size_t(n), 0.0);
+      work[size_t(g)].assign(size_t(n), 0.0);
+      own[size_t(g)].assign(size_t(n), 0.0);
+      comm[size_t(g)].assign(size_t(n), 0.0);
+      std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+      for (int r = 0; r < n; ++r)
+        linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
+      std::map<std::pair<int, int64_t>, int64_t> prefix;  // (server, origin doc) -> longest prefix
+      for (const CaTask& t : plan.tasks) {
+        const double c = attn_(t.q_begin, t.q_len);
+        work[size_t(g)][size_t(t.server)] += c;
+        served[size_t(t.server)] += double(task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
+        if (t.server == t.origin) {
+          own[size_t(g)][size_t(t.server)] += c;
+          continue;
+        }
+        // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
+        const double q = double(t.q_len) * double((2 * qd_ + mc_.num_attention_heads) +
+                                                  (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
+        bytes[size_t(t.origin)] += q;
+        bytes[size_t(t.server)] += q;
+        int64_t& pre = prefix[{t.server, int64_t(t.origin) * 1000003 + t.doc}];
+        pre = std::max<int64_t>(pre, t.kv_len());
+      }
+      for (const auto& [key, rows] : prefix) {
+        // K, V there twice (forward, backward) and dK, dV back
+        const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
+        bytes[size_t(key.first)] += kv;
+        bytes[size_t(key.second / 1000003)] += kv;
+      }
+      for (int r = 0; r < n; ++r) {
+        comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth_ + (n > 1 ? 4 * latency_ : 0);
+        out.bytes += bytes[size_t(r)] / 2.0;
+      }
+    }
+    out.busy.assign(size_t(n), 0.0);
+    for (int r = 0; r < n; ++r) {
+      double t = 0;
+      for (int g = 0; g < lanes_; ++g) {
+        const double hide = lanes_ == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
+        t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
+             std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
+        out.busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
+      }
+      out.seconds = std::max(out.seconds, t);
+    }
+    return out;
+  }
+
+ private:
+  const LlamaConfig& mc_;
+  const Calibration& cal_;
+  const AttentionCost& attn_;
+  double bandwidth_, latency_;
+  int lanes_;
+  int64_t qd_ = 0, kvd_ = 0;
+  CaPlanOptions po_;
+};
+
 // The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
 // share of the arena (1/stages): with overlap only the last bucket (the embedding end)
 // is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
 double allreduce_tail_seconds(const Config& config, const LlamaConfig& mc, int stages, int reducers,
                               double bandwidth, double latency) {
   if (reducers <= 1) return 0.0;
-  const double grad_bytes = double(LlamaModel(mc).num_params()) * sizeof(float) / stages;
+  const double grad_bytes = double(build_llama_table(mc).total()) * sizeof(float) / stages;
   const double tail = config.parallel.overlap_grad_reduce
                           ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
                           : grad_bytes;
   return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
 }
 
-// Pipeline (colocated, the configured schedule) or context parallelism (per-document,
-// the configured split, ring) with data parallelism around it. Per micro-batch of a
-// replica:
+// Pipeline (colocated, the configured schedule) and/or context parallelism (the
+// configured split, ring), with data parallelism around them. Per micro-batch of a
+// replica and stage:
 //   cp  every layer waits for the ring: layer time = max over the group of linear(T_r)
 //       + attention of r's pieces against their prefixes + the ring transfers (K, V
 //       blocks forward; K, V and dK, dV accumulators backward) not hidden behind r's
-//       attention;
-//   pp  each stage's forward costs a third and its backward two thirds of its layers'
-//       linear and attention time (the last stage's forward also runs the loss); the
-//       stages' action lists (parallel/pipeline_schedule.h) run against each other with
-//       messages of T x hidden floats over the bandwidth, and what a stage waits on a
-//       receive is its bubble.
+//       attention (without cp: the whole sequence's linear + attention);
+//   pp  a stage's forward costs a third and its backward two thirds of its layers' time
+//       (the last stage's forward also runs the loss); the stages' action lists
+//       (parallel/pipeline_schedule.h) run against each other with messages of
+//       T / cp x hidden floats over the bandwidth, and what a stage waits on a receive
+//       is its bubble.
 // The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
 int simulate_model_parallel(const Config& config, const SimulateOptions& o, const Layout& layout,
                             const LlamaConfig& mc, const std::optional<CaCostModel>& profile,
@@ -260,114 +438,252 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
   double bubble_sum = 0;
   for (int64_t step = 0; step < o.steps; ++step) {
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
+    std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
     double slowest = 0, bubble = 0;
     for (int d = 0; d < dp; ++d) {
       std::vector<PackedBatch> seqs;
       for (int64_t m = 0; m < mb; ++m) seqs.push_back(packer.sequence((step * dp + d) * mb + m));
       double replica = 0;
-      if (cp > 1) {
-        for (const PackedBatch& b : seqs) {
-          double layer = 0, head = 0;
-          // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
-          const double ring_bytes =
-              3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float);
-          const double ring = ring_bytes / bandwidth + 3.0 * (cp - 1) * latency;
-          for (int r = 0; r < cp; ++r) {
-            const LocalBatch l = shard_sequence(b, cp, r, split);
-            double a = 0;
-            for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
-            const double lin = cal.linear_per_token_layer * double(l.num_tokens());
-            layer = std::max(layer, lin + a + std::max(0.0, ring - a));
-            head = std::max(head, cal.head_per_token * double(l.num_tokens()));
-            const size_t rank = size_t(d * cp + r);
-            p.compute[rank] += double(mc.num_hidden_layers) * (lin + a) + cal.head_per_token * double(l.num_tokens());
-            pairs[rank] += double(l.attention_pairs());
-            p.tokens += l.num_tokens();
-            p.bytes_per_rank += ring_bytes * double(mc.num_hidden_layers) / double(n);
-          }
-          replica += double(mc.num_hidden_layers) * layer + head;
-        }
-      } else {
-        // per stage and micro-batch: forward and backward seconds
-        std::vector<std::vector<double>> fwd(static_cast<size_t>(pp)), bwd(static_cast<size_t>(pp));
-        for (int s = 0; s < pp; ++s)
-          for (const PackedBatch& b : seqs) {
-            double t = cal.linear_per_token_layer * double(b.num_tokens());
-            for (int64_t i = 0; i < b.num_docs(); ++i) t += attn(0, b.cu_seqlens[size_t(i + 1)] - b.cu_seqlens[size_t(i)]);
-            t *= double(stages[size_t(s)].num_layers());
-            double f = t / 3.0, bw = 2.0 * t / 3.0;
-            if (s == pp - 1) f += cal.head_per_token * double(b.num_tokens());
-            fwd[size_t(s)].push_back(f);
-            bwd[size_t(s)].push_back(bw);
-            p.compute[size_t(s * dp * cp + d * cp)] += f + bw;
-          }
-        for (const PackedBatch& b : seqs) {
-          p.tokens += b.num_tokens();
-          for (int s = 0; s < pp; ++s)
-            pairs[size_t(s * dp * cp + d * cp)] += double(attended_pairs(tasks_for_documents(b.cu_seqlens)));
-        }
-        // the stages' action lists against each other, with message times
-        std::vector<std::vector<PipeAction>> lists;
-        for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, int(mb)));
-        std::vector<size_t> next(static_cast<size_t>(pp), 0);
-        std::vector<double> clock(static_cast<size_t>(pp), 0.0), wait(static_cast<size_t>(pp), 0.0);
-        std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
-        const auto message = [&](int m) {
-          return double(seqs[size_t(m)].num_tokens()) * double(mc.hidden_size) * sizeof(float) / bandwidth + latency;
-        };
-        bool progressed = true;
-        while (progressed) {
-          progressed = false;
-          for (int s = 0; s < pp; ++s)
-            while (next[size_t(s)] < lists[size_t(s)].size()) {
-              const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
-              double& c = clock[size_t(s)];
-              if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
-              } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
-                const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
-                if (it == ready.end()) break;  // not sent yet
-                if (it->second > c) wait[size_t(s)] += it->second - c, c = it->second;
-              } else if (act.op == PipeOp::forward) {
-                c += fwd[size_t(s)][size_t(act.micro_batch)];
-              } else if (act.op == PipeOp::backward) {
-                c += bwd[size_t(s)][size_t(act.micro_batch)];
-              } else if (act.op == PipeOp::send_forward) {
-                ready[{s + 1, true, act.micro_batch}] = c + message(act.micro_batch);
-              } else {
-                ready[{s - 1, false, act.micro_batch}] = c + message(act.micro_batch);
-              }
-              ++next[size_t(s)];
-              progressed = true;
-            }
+      // per stage and micro-batch: the group's forward and backward seconds (the slowest
+      // piece's, with the ring's exposed part), and each piece's own compute
+      const size_t S = size_t(pp), M = size_t(mb), P = size_t(cp);
+      std::vector<std::vector<double>> fwd(S, std::vector<double>(M)), bwd(S, std::vector<double>(M));
+      std::vector<std::vector<std::vector<double>>> own_f(S, std::vector<std::vector<double>>(M, std::vector<double>(P))),
+          own_b = own_f;
+      for (size_t m = 0; m < M; ++m) {
+        const PackedBatch& b = seqs[m];
+        // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
+        const double ring_bytes =
+            3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float);
+        const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
+        double layer = 0, head = 0;
+        std::vector<double> busy(P), head_c(P);
+        for (int c = 0; c < cp; ++c) {
+          const LocalBatch l = cp > 1 ? shard_sequence(b, cp, c, split) : whole_sequence(b);
+          double a = 0;
+          for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
+          busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
+          layer = std::max(layer, busy[size_t(c)] + std::max(0.0, ring - a));
+          head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
+          head = std::max(head, head_c[size_t(c)]);
+          p.tokens += l.num_tokens();
+          for (int s = 0; s < pp; ++s) pairs[size_t(s * dp * cp + d * cp + c)] += double(l.attention_pairs());
         }
         for (int s = 0; s < pp; ++s) {
-          if (next[size_t(s)] != lists[size_t(s)].size())
-            throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
-          replica = std::max(replica, clock[size_t(s)]);
-          // activations out and gradients back, one direction at each end stage
-          const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
-          for (const PackedBatch& b : seqs)
-            p.bytes_per_rank += double(directions) * double(b.num_tokens()) * double(mc.hidden_size) *
-                                sizeof(float) / double(n);
+          const double layers = double(stages[size_t(s)].num_layers());
+          const bool last = s == pp - 1;
+          fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
+          bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
+          for (size_t c = 0; c < P; ++c) {
+            own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
+            own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
+            p.compute[size_t(s * dp * cp + d * cp) + c] += own_f[size_t(s)][m][c] + own_b[size_t(s)][m][c];
+          }
+          p.bytes_per_rank += ring_bytes * layers * double(cp) / double(n);
         }
-        for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
       }
+      // the stages' action lists against each other, with message times (each rank of a
+      // stage sends its T / cp rows to its peer of the next stage)
+      std::vector<std::vector<PipeAction>> lists;
+      for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, int(mb)));
+      std::vector<size_t> next(S, 0);
+      std::vector<double> clock(S, 0.0), wait(S, 0.0);
+      std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
+      const auto message = [&](int m) {
+        return double(seqs[size_t(m)].num_tokens()) / cp * double(mc.hidden_size) * sizeof(float) / bandwidth +
+               latency;
+      };
+      // a stage's compute of one action: each piece's own part, then the wait for the group
+      const auto run = [&](int s, const char* name, double begin, double group,
+                           const std::vector<double>& own) {
+        for (int c = 0; c < cp; ++c) {
+          const int rank = s * dp * cp + d * cp + c;
+          timeline.compute(rank, name, begin, begin + own[size_t(c)]);
+          timeline.wait(rank, "context-parallel ring", begin + own[size_t(c)], begin + group);
+        }
+      };
+      bool progressed = true;
+      while (progressed) {
+        progressed = false;
+        for (int s = 0; s < pp; ++s)
+          while (next[size_t(s)] < lists[size_t(s)].size()) {
+            const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
+            double& c = clock[size_t(s)];
+            const size_t m = size_t(act.micro_batch);
+            if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
+            } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+              const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
+              if (it == ready.end()) break;  // not sent yet
+              if (it->second > c) {
+                for (int k = 0; k < cp; ++k)
+                  timeline.wait(s * dp * cp + d * cp + k,
+                                act.op == PipeOp::recv_forward ? "pipeline receive (activations)"
+                                                               : "pipeline receive (gradients)",
+                                c, it->second);
+                wait[size_t(s)] += it->second - c, c = it->second;
+              }
+            } else if (act.op == PipeOp::forward) {
+              run(s, "stage forward", c, fwd[size_t(s)][m], own_f[size_t(s)][m]);
+              c += fwd[size_t(s)][m];
+            } else if (act.op == PipeOp::backward) {
+              run(s, "stage backward", c, bwd[size_t(s)][m], own_b[size_t(s)][m]);
+              c += bwd[size_t(s)][m];
+            } else if (act.op == PipeOp::send_forward) {
+              ready[{s + 1, true, act.micro_batch}] = c + message(act.micro_batch);
+            } else {
+              ready[{s - 1, false, act.micro_batch}] = c + message(act.micro_batch);
+            }
+            ++next[size_t(s)];
+            progressed = true;
+          }
+      }
+      for (int s = 0; s < pp; ++s) {
+        if (next[size_t(s)] != lists[size_t(s)].size())
+          throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
+        replica = std::max(replica, clock[size_t(s)]);
+        for (int c = 0; c < cp; ++c) finish[size_t(s * dp * cp + d * cp + c)] = clock[size_t(s)];
+        // activations out and gradients back, one direction at each end stage
+        const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
+        for (const PackedBatch& b : seqs)
+          p.bytes_per_rank += double(directions) * double(b.num_tokens()) * double(mc.hidden_size) *
+                              sizeof(float) / double(n);
+      }
+      if (pp > 1)
+        for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
       slowest = std::max(slowest, replica);
     }
     p.seconds = slowest + allreduce + optimizer;
     p.pairs_before = p.pairs_after = max_over_mean(pairs);
     bubble_sum += bubble / double(o.steps);
     steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + allreduce);
+      timeline.compute(r, "optimizer", slowest + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
   }
   const std::string desc = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp);
-  report(config, o, desc, cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split)
-                                 : std::string("colocated, ") + pipeline_schedule_name(schedule),
+  std::string placement = cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split) : "colocated";
+  if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
+  report(config, o, desc, placement,
          per_stage, profile.has_value(), threads, steps, bubble_sum);
+  timeline.write(layout);
+  return 0;
+}
+
+// CAD under pipeline parallelism, as lct trains it: same-phase ticks
+// (parallel/pipeline_schedule.h). In forward tick k stage s runs micro-batch k - s of
+// its replica, in backward tick k micro-batch k - (pp - 1 - s); out of range it runs a
+// dummy that only serves attention. All ranks of all stages serve one plan per tick
+// (CadLayerCost over every rank's batch, empty for dummies), so each of the stage's
+// layers ends with the slowest rank; a forward tick costs a third of the layer cost,
+// a backward tick two thirds. The last stage's forward tick adds its embedding + loss;
+// after each tick the stages' activations (gradients) travel to the next (previous)
+// stage, exposed. With cp > 1 every rank holds its piece of the sequences.
+int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Layout& layout,
+                       const LlamaConfig& mc, const std::optional<CaCostModel>& profile, int threads,
+                       const Calibration& cal) {
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = config.train.micro_batches;
+  std::vector<StageSpec> stages;
+  const std::string err = split_pipeline_stages(mc.num_hidden_layers, pp, config.parallel.pp_layers, stages);
+  if (!err.empty()) throw std::invalid_argument("lct simulate: " + err);
+  for (const StageSpec& st : stages)
+    if (st.num_layers() != stages[0].num_layers())
+      throw std::invalid_argument("lct simulate: CAD with pipeline parallelism needs stages of equal layers");
+  const double stage_layers = double(stages[0].num_layers());
+  const CpSplit split = parse_cp_split(config.parallel.cp_split);
+  const CadLayerCost cad_layer(config, mc, cal, attn, profile, bandwidth, latency);
+  const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
+  Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
+  per_stage.optimizer = cal.optimizer / pp;
+  const auto rank_of = [&](int s, int d, int c) { return (s * dp + d) * cp + c; };
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
+  for (int64_t step = 0; step < o.steps; ++step) {
+    // batches[d][m][c]: replica d's micro-batch m, piece c
+    std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    for (int d = 0; d < dp; ++d)
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch b = packer.sequence((step * dp + d) * mb + m);
+        batches[size_t(d)].emplace_back();
+        for (int c = 0; c < cp; ++c) {
+          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split) : whole_sequence(b));
+          const LocalBatch& l = batches[size_t(d)].back().back();
+          p.tokens += l.num_tokens();
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
+        }
+      }
+    double t = 0;  // the tick's start
+    for (const bool forward : {true, false})
+      for (int64_t k = 0; k < mb + pp - 1; ++k) {
+        std::vector<LocalBatch> tick(static_cast<size_t>(n));  // empty: a dummy
+        for (int s = 0; s < pp; ++s) {
+          const int64_t m = forward ? k - s : k - (pp - 1 - s);
+          if (m < 0 || m >= mb) continue;
+          for (int d = 0; d < dp; ++d)
+            for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
+        }
+        const CadLayer cost = cad_layer.cost(tick, served);
+        const double w = forward ? 1.0 / 3.0 : 2.0 / 3.0, layer = w * cost.seconds;
+        std::vector<double> head(static_cast<size_t>(n), 0.0);
+        double head_max = 0, message = 0;
+        for (int r = 0; r < n; ++r) {
+          const double tokens = double(tick[size_t(r)].num_tokens());
+          const int s = r / (dp * cp);
+          if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
+          head_max = std::max(head_max, head[size_t(r)]);
+          if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
+            const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
+            message = std::max(message, bytes / bandwidth + latency);
+            p.bytes_per_rank += bytes / double(n);
+          }
+          p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
+          for (int64_t l = 0; l < stages[0].num_layers() && timeline.on(); ++l) {
+            const double t0 = t + double(l) * layer;
+            timeline.compute(r, forward ? "tick forward layer (linear + attention served)"
+                                        : "tick backward layer (linear + attention served)",
+                             t0, t0 + w * cost.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + w * cost.busy[size_t(r)], t0 + layer);
+          }
+        }
+        p.bytes_per_rank += stage_layers * w * cost.bytes / double(n);
+        const double body = stage_layers * layer;
+        for (int r = 0; r < n && timeline.on(); ++r) {
+          timeline.compute(r, "embedding + loss", t + body, t + body + head[size_t(r)]);
+          timeline.wait(r, "pipeline send/receive", t + body + head[size_t(r)], t + body + head_max + message);
+        }
+        t += body + head_max + message;
+      }
+    p.seconds = t + allreduce + per_stage.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", t, t + allreduce);
+      timeline.compute(r, "optimizer", t + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+  report(config, o,
+         "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp),
+         cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
+         profile.has_value(), threads, steps, 0.0);
+  timeline.write(layout);
   return 0;
 }
 
@@ -384,47 +700,50 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
       resolve_layout({par.dp, par.pp, par.cp, par.pp_layers}, o.ranks, mc.num_hidden_layers,
                      config.data.seq_len, layout);
   if (!layout_error.empty()) throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + layout_error);
-  if (config.attention_placement == "cad" && (layout.pp > 1 || layout.cp > 1))
-    throw std::invalid_argument(
-        "lct simulate: CAD is simulated with data parallelism only so far (parallel.pp and parallel.cp must be 1)");
-  if (layout.pp > 1 && layout.cp > 1)
-    throw std::invalid_argument("lct simulate: pipeline and context parallelism together are not simulated yet");
+  const bool cad = config.attention_placement == "cad" && o.ranks > 1;
   if (par.dp_balance == "packing" && (config.attention_placement == "cad" || layout.cp > 1))
     throw std::invalid_argument("lct simulate: parallel.dp_balance = packing is a baseline for colocated "
                                 "attention without context parallelism (as in lct train)");
   if (par.dp_balance == "packing" && layout.pp > 1)
     throw std::invalid_argument("lct simulate: packing with pipeline parallelism is not simulated yet");
   const std::optional<CaCostModel> profile = load_profile(o, mc);
-  const int threads = configure_threads(config.train.threads);
+  const int threads = o.tflops > 0 ? 0 : configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
-  if (layout.pp > 1 || layout.cp > 1)
+  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, layout, mc, profile, threads, cal);
+  if (!cad && (layout.pp > 1 || layout.cp > 1))
     return simulate_model_parallel(config, o, layout, mc, profile, threads, cal);
-  const int n = o.ranks;
+  // data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
+  // d * cp + c holds piece c of replica d's sequences
+  const int n = o.ranks, cp = layout.cp, dp = layout.dp;
+  const CpSplit split = parse_cp_split(config.parallel.cp_split);
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const double layers = double(mc.num_hidden_layers);
   const int64_t mb = config.train.micro_batches;
-  const bool cad = config.attention_placement == "cad" && n > 1;
   const bool packing = config.parallel.dp_balance == "packing" && n > 1;
-  const int lanes = cad && config.cad_pingpong ? 2 : 1;
-  const int64_t qd = mc.num_attention_heads * mc.head_dim(), kvd = mc.num_key_value_heads * mc.head_dim();
+  const CadLayerCost cad_layer(config, mc, cal, attn, profile, bandwidth, latency);
+  const int lanes = cad ? cad_layer.lanes() : 1;
   const double allreduce = allreduce_tail_seconds(config, mc, 1, n, bandwidth, latency);
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
   for (int64_t step = 0; step < o.steps; ++step) {
     // every rank's micro-batches of this step, as the trainer packs them
     std::vector<std::vector<LocalBatch>> local(static_cast<size_t>(n));
     std::vector<PackedBatch> global;
-    for (int64_t s = 0; s < n * mb; ++s) global.push_back(packer.sequence(step * n * mb + s));
+    for (int64_t s = 0; s < dp * mb; ++s) global.push_back(packer.sequence(step * dp * mb + s));
     for (int r = 0; r < n; ++r) {
       if (packing)
         local[size_t(r)] = pack_for_balance(global, n, int(mb), r, [&mc](int64_t L) {
           return forward_flops(mc, L, L * (L + 1) / 2);
         });
       else
-        for (int64_t m = 0; m < mb; ++m) local[size_t(r)].push_back(whole_sequence(global[size_t(r * mb + m)]));
+        for (int64_t m = 0; m < mb; ++m) {
+          const PackedBatch& b = global[size_t((r / cp) * mb + m)];
+          local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, split) : whole_sequence(b));
+        }
     }
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
@@ -434,112 +753,58 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
       for (const LocalBatch& b : local[size_t(r)]) {
         p.tokens += b.num_tokens();
         pairs[size_t(r)] += double(b.attention_pairs());
+        const double begin = p.compute[size_t(r)];
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         if (cad) continue;
         double t = cal.linear_per_token_layer * double(b.num_tokens());
         for (const DocPiece& d : b.pieces) t += attn(d.pos, d.len);
         p.compute[size_t(r)] += layers * t;
+        timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
         served[size_t(r)] += double(b.attention_pairs());
       }
     if (cad) {
-      CaPlanOptions po;
-      po.tolerance = config.cad_tolerance;
-      po.q_bytes_per_row = (2 * qd + mc.num_attention_heads) * int64_t(sizeof(float));
-      po.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
-      po.cost = profile ? &*profile : nullptr;
       for (int64_t m = 0; m < mb; ++m) {
-        // the micro-batch's groups: itself, or its two nano-batches
-        std::vector<std::vector<LocalBatch>> groups(static_cast<size_t>(lanes));
-        for (int r = 0; r < n; ++r) {
-          const LocalBatch& b = local[size_t(r)][size_t(m)];
-          if (lanes == 2) {
-            const std::array<LocalBatch, 2> h = split_nano_batches(b);
-            groups[0].push_back(h[0]);
-            groups[1].push_back(h[1]);
-          } else {
-            groups[0].push_back(b);
+        std::vector<LocalBatch> micro;
+        for (int r = 0; r < n; ++r) micro.push_back(local[size_t(r)][size_t(m)]);
+        const CadLayer layer = cad_layer.cost(micro, served);
+        for (int r = 0; r < n && timeline.on(); ++r)  // every layer ends when the slowest rank's does
+          for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+            const double t0 = sync + double(l) * layer.seconds;
+            timeline.compute(r, "layer (linear + attention served)", t0, t0 + layer.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
           }
-        }
-        std::vector<std::vector<double>> linear(static_cast<size_t>(lanes)), work(static_cast<size_t>(lanes)),
-            own(static_cast<size_t>(lanes)), comm(static_cast<size_t>(lanes));
-        for (int g = 0; g < lanes; ++g) {
-          std::vector<CaDocument> docs;
-          for (int r = 0; r < n; ++r) {
-            int32_t i = 0;
-            for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
-              docs.push_back({r, i++, d.row, d.len, d.pos});
-          }
-          const CaPlan plan = plan_core_attention(docs, n, po);
-          linear[size_t(g)].assign(size_t(n), 0.0);
-          work[size_t(g)].assign(size_t(n), 0.0);
-          own[size_t(g)].assign(size_t(n), 0.0);
-          comm[size_t(g)].assign(size_t(n), 0.0);
-          std::vector<double> bytes(static_cast<size_t>(n), 0.0);
-          for (int r = 0; r < n; ++r)
-            linear[size_t(g)][size_t(r)] = cal.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
-          std::map<std::pair<int, int>, int64_t> prefix;  // (server, origin doc) -> longest prefix
-          for (const CaTask& t : plan.tasks) {
-            const double c = attn(t.q_begin, t.q_len);
-            work[size_t(g)][size_t(t.server)] += c;
-            served[size_t(t.server)] += double(task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
-            if (t.server == t.origin) {
-              own[size_t(g)][size_t(t.server)] += c;
-              continue;
-            }
-            // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
-            const double q = double(t.q_len) * double((2 * qd + mc.num_attention_heads) +
-                                                      (3 * qd + mc.num_attention_heads + qd)) * sizeof(float);
-            bytes[size_t(t.origin)] += q;
-            bytes[size_t(t.server)] += q;
-            int64_t& pre = prefix[{t.server, t.origin * 1000003 + t.doc}];
-            pre = std::max<int64_t>(pre, t.kv_len());
-          }
-          for (const auto& [key, rows] : prefix) {
-            // K, V there twice (forward, backward) and dK, dV back
-            const double kv = double(rows) * 3.0 * 2.0 * double(kvd) * sizeof(float);
-            bytes[size_t(key.first)] += kv;
-            bytes[size_t(key.second / 1000003)] += kv;
-          }
-          for (int r = 0; r < n; ++r) {
-            comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth + (n > 1 ? 4 * latency : 0);
-            p.bytes_per_rank += bytes[size_t(r)] / 2.0 * layers / double(n);
-          }
-        }
-        // one layer: every rank waits for the slowest; the exchange hides behind the
-        // rank's own tasks, or with ping-pong behind the other lane's linear layers
-        double layer = 0;
-        std::vector<double> busy(static_cast<size_t>(n), 0.0);
-        for (int r = 0; r < n; ++r) {
-          double t = 0;
-          for (int g = 0; g < lanes; ++g) {
-            const double hide = lanes == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
-            t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
-                 std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
-            busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
-          }
-          layer = std::max(layer, t);
-        }
-        sync += layers * layer;
-        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * busy[size_t(r)];
+        sync += layers * layer.seconds;
+        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+        p.bytes_per_rank += layer.bytes * layers / double(n);
       }
     }
     double slowest = 0;
     for (double c : p.compute) slowest = std::max(slowest, c);
     double head_max = 0;
+    std::vector<double> head(static_cast<size_t>(n), 0.0);
     for (int r = 0; r < n; ++r) {
-      double head = 0;
-      for (const LocalBatch& b : local[size_t(r)]) head += cal.head_per_token * double(b.num_tokens());
-      head_max = std::max(head_max, head);
+      for (const LocalBatch& b : local[size_t(r)]) head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+      head_max = std::max(head_max, head[size_t(r)]);
     }
-    p.seconds = (cad ? sync + head_max : slowest) + allreduce + cal.optimizer;
+    const double work_end = cad ? sync + head_max : slowest;
+    p.seconds = work_end + allreduce + cal.optimizer;
     p.pairs_before = max_over_mean(pairs);
     p.pairs_after = max_over_mean(served);
     steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      if (cad) timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
+      timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],
+                    work_end + allreduce);
+      timeline.compute(r, "optimizer", work_end + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
   }
 
   const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
                                     : packing ? "colocated + packing" : "colocated";
-  report(config, o, "dp " + std::to_string(n), placement, cal, profile.has_value(), threads, steps, 0.0);
+  report(config, o, cp > 1 ? "dp " + std::to_string(dp) + " x pp 1 x cp " + std::to_string(cp) : "dp " + std::to_string(n),
+         placement, cal, profile.has_value(), threads, steps, 0.0);
+  timeline.write(layout);
   return 0;
 }
 

@@ -8,6 +8,9 @@
 // QKV, Wo, MLP, forward + backward), per token of the embedding and loss, per attention
 // pair per layer (unless a CAD profile gives attention time per task), and of one
 // optimizer step. Communication: point-to-point bandwidth and latency (options).
+// Or analytic (--tflops, for other machines and models, e.g. the papers' Llama-8B on
+// H200): the FLOP convention of src/flops.h over the given throughput, nothing timed
+// and no model allocated; the optimizer is not charged.
 //
 // Per step and rank:
 //   colocated / packing   (dp) r runs its micro-batches alone: compute_r = sum over
@@ -41,6 +44,8 @@ struct SimulateOptions {
   // of timing again, so that several predictions share the same costs.
   std::string calibration;
   std::string calibration_out;  // write this run's calibration there
+  double tflops = 0;            // > 0: analytic costs at this many TFLOP/s per rank
+  double attention_tflops = 0;  // attention's TFLOP/s under --tflops (0 = the same)
   double linear_scale = 1.0;    // multiply the calibrated costs (other machines)
   double attention_scale = 1.0;
   bool json = false;

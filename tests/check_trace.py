@@ -1,13 +1,16 @@
-"""Checks a timeline written by lct train --trace.path against the run's metrics.
+"""Checks a timeline written by lct train --trace.path against the run's metrics, or
+one written by lct simulate --trace.path against its --json output.
 
   python3 check_trace.py TRACE.json METRICS.jsonl RANKS
+  python3 check_trace.py TRACE.json SIMULATE.json RANKS
 
 - valid Chrome trace-event JSON: every complete event has pid, tid, name, ts >= 0 and
   dur >= 0; every rank is a named process with named compute / wait / step tracks;
 - on every rank's every track the spans never overlap;
 - every step's wait (idle) spans, summed per rank over the rank's step span and
   averaged over ranks, over rank 0's step time, equal the logged idle fraction within
-  5% of the step (the trainer's idle figure sums the same waits).
+  5% of the step (the trainer's idle figure sums the same waits); for a simulation, the
+  mean over its steps equals the predicted idle fraction within 5%.
 """
 import json
 import sys
@@ -42,17 +45,27 @@ for (pid, tid), s in spans.items():
 
 metrics = [json.loads(l) for l in open(metrics_path)]
 steps = {r: {s[3]["step"]: (s[0], s[1]) for s in spans[(r, 2)]} for r in range(ranks)}
-worst = 0.0
-for m in metrics:
-    k = m["step"]
-    if k not in steps[0]:  # a step from before a resume: not in this run's timeline
-        continue
+
+
+def trace_idle(k):
     t0, t1 = steps[0][k]
     idle = 0.0
     for r in range(ranks):
         b, e = steps[r][k]
         idle += sum(min(w[1], e) - max(w[0], b) for w in spans[(r, 1)] if w[1] > b and w[0] < e)
-    idle /= ranks * (t1 - t0)
+    return idle / (ranks * (t1 - t0))
+
+
+worst = 0.0
+if len(metrics) == 1 and "layout" in metrics[0]:  # lct simulate --json: the mean over its steps
+    idle = sum(trace_idle(k) for k in steps[0]) / len(steps[0])
+    worst = abs(idle - metrics[0]["idle_fraction"])
+    assert worst <= 0.05, (idle, metrics[0]["idle_fraction"])
+for m in metrics:
+    k = m.get("step")
+    if k not in steps[0]:  # a step from before a resume: not in this run's timeline
+        continue
+    idle = trace_idle(k)
     worst = max(worst, abs(idle - m["idle_fraction"]))
     assert abs(idle - m["idle_fraction"]) <= 0.05, (k, idle, m["idle_fraction"])
 count = sum(len(s) for s in spans.values())

@@ -52,9 +52,41 @@ expect_error() {  # message args...
   echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
   echo "ok   error: $msg"
 }
-expect_error "CAD is simulated with data parallelism only so far" --ranks 2 --parallel.pp 2 \
-  --attention.placement cad
+expect_error "--tflops replaces the calibration" --ranks 2 --tflops 100 --calibration-out x.txt
 expect_error "parallel.pp = 3 must divide model.num_hidden_layers = 2" --ranks 3 --parallel.pp 3
 expect_error "parallel.dp x parallel.pp x parallel.cp = 4 x 1 x 1 = 4" --ranks 2 --parallel.dp 4
 expect_error "cannot open profile 'missing.txt'" --ranks 2 --profile missing.txt
+# every layout and placement: pipeline ticks under CAD, CAD with context parallelism,
+# pipeline x context parallelism; each prediction's timeline is valid trace-event JSON
+# whose idle matches the predicted idle
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$LCT" simulate $MODEL --ranks 1 --steps 1 --calibration-steps 1 --calibration-out "$work/cal.txt" > /dev/null
+for layout in "4 --attention.placement cad --parallel.pp 2 --train.micro_batches 4" \
+              "4 --attention.placement cad --parallel.cp 2" \
+              "8 --attention.placement cad --parallel.pp 2 --parallel.cp 2 --train.micro_batches 2" \
+              "8 --parallel.pp 2 --parallel.cp 2 --train.micro_batches 4" \
+              "4 --parallel.dp_balance packing"; do
+  set -- $layout
+  ranks=$1
+  shift
+  "$LCT" simulate $MODEL --ranks "$ranks" --steps 2 --calibration "$work/cal.txt" --json \
+    --trace.path "$work/trace.json" "$@" > "$work/sim.json"
+  /usr/bin/python3 "$(dirname "$0")/check_trace.py" "$work/trace.json" "$work/sim.json" "$ranks"
+  /usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print('     ', r['layout'], '|', r['placement'], '|', round(r['tokens_per_s']), 'tok/s | idle', round(100 * r['idle_fraction'], 1), '%')" "$work/sim.json"
+done
+# the papers' machine: analytic costs of a Llama-8B-shaped model at 990 TFLOP/s, no
+# calibration and no model allocated (8B parameters would take 32 GB)
+paper=$("$LCT" simulate --json --ranks 8 --steps 1 --tflops 990 --bandwidth 50 --model.hidden_size 4096 \
+  --model.intermediate_size 14336 --model.num_hidden_layers 32 --model.num_attention_heads 32 \
+  --model.num_key_value_heads 8 --model.vocab_size 128256 --data.seq_len 131072 --data.max_doc_len 131072)
+/usr/bin/python3 - "$paper" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+# 6 x 7.5e9 matmul weights per token / 990e12 FLOP/s = 45 us per token and rank, so 8
+# ranks do at most 8 / 45e-6 = 178K tokens/s (less: attention over 128K documents)
+assert 2e4 < r["tokens_per_s"] < 1.78e5 and r["calibration"]["threads"] == 0, r
+print(f"ok   paper constants: Llama-8B shape at 990 TFLOP/s, 8 ranks: {r['tokens_per_s']:.0f} tok/s, "
+      f"idle {100 * r['idle_fraction']:.1f}%")
+PY
 echo "simulate: all passed"

@@ -1,0 +1,60 @@
+#include "model/trace_json.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace lct {
+namespace {
+const char* track_name(TraceTrack track) {
+  switch (track) {
+    case TraceTrack::compute: return "compute";
+    case TraceTrack::wait: return "wait (blocked in MPI)";
+    case TraceTrack::step: return "steps";
+  }
+  return "?";
+}
+}  // namespace
+
+void write_trace_json(const std::string& path, const std::vector<TraceProcess>& ranks,
+                      const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp);
+  if (!out) throw std::runtime_error(what + ": cannot write '" + tmp + "'");
+  out.precision(15);
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  const auto event = [&](const std::string& json) {
+    out << (first ? "" : ",\n") << json;
+    first = false;
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string pid = std::to_string(r);
+    event("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid + ",\"args\":{\"name\":\"" +
+          ranks[r].name + "\"}}");
+    event("{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + pid + ",\"args\":{\"sort_index\":" +
+          pid + "}}");
+    for (TraceTrack t : {TraceTrack::compute, TraceTrack::wait, TraceTrack::step})
+      event("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" +
+            std::to_string(int(t)) + ",\"args\":{\"name\":\"" + track_name(t) + "\"}}");
+    for (const TraceEvent& s : ranks[r].events) {
+      std::ostringstream e;
+      e.precision(15);
+      e << "{\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << int(s.track) << ",\"ts\":" << s.begin_us
+        << ",\"dur\":" << (s.end_us - s.begin_us) << ",\"cat\":\"" << track_name(s.track)
+        << "\",\"name\":\"" << s.name << '"';
+      if (s.arg >= 0) e << ",\"args\":{\"step\":" << s.arg << '}';
+      e << '}';
+      event(e.str());
+    }
+  }
+  out << "\n]}\n";
+  out.close();
+  if (!out) throw std::runtime_error(what + ": writing '" + tmp + "' failed");
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(what + ": cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+}
+
+}  // namespace lct

@@ -48,7 +48,8 @@ def quick_model(quick, args):
 
 def lct(args, quick, config):
     """Runs `lct ARGS` with the config (and the quick model); returns stdout."""
-    cmd = [LCT] + args[:1] + ["--config", config] + quick_model(quick, args) + args[1:]
+    with_config = ["--config", config] if args[0] != "eval" else []  # eval reads the checkpoint's model
+    cmd = [LCT] + args[:1] + with_config + quick_model(quick, args) + args[1:]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
@@ -61,6 +62,19 @@ def simulate(args, quick, config, out):
     cal = os.path.join(out, "calibration.txt")
     reuse = ["--calibration", cal] if os.path.exists(cal) else ["--calibration-out", cal]
     text = lct(["simulate", "--json", "--train.threads", "1"] + reuse + args, quick, config)
+    return json.loads(text.strip().splitlines()[-1])
+
+
+# The papers' setup for `lct simulate --tflops`: Llama-3-8B's shape (DistCA Table 2) on
+# the machine DistCA's cost model assumes (990 TFLOP/s, 50 GB/s).
+PAPER_8B = ["--model.hidden_size", "4096", "--model.intermediate_size", "14336", "--model.num_hidden_layers", "32",
+            "--model.num_attention_heads", "32", "--model.num_key_value_heads", "8", "--model.vocab_size", "128256",
+            "--tflops", "990", "--bandwidth", "50", "--latency", "5"]
+
+
+def simulate_paper(args, config):
+    """lct simulate --json with analytic costs of the papers' model and machine."""
+    text = lct(["simulate", "--json"] + PAPER_8B + args, False, config)
     return json.loads(text.strip().splitlines()[-1])
 
 

@@ -36,6 +36,7 @@ class SyntheticSource final : public DocumentSource {
   int64_t doc_length(int64_t i) const override { return o_.lengths.length(i); }
   int64_t vocab_required() const override { return o_.vocab_size; }
   bool has_answers() const override { return true; }
+  int64_t longest_document() const override { return o_.lengths.max_doc_len; }
   std::string describe() const override {
     return std::string("synthetic key-value retrieval, lengths ") +
            doc_length_dist_name(o_.lengths.dist) + " in [" +
@@ -160,6 +161,11 @@ class TextSource final : public DocumentSource {
   }
 
   int64_t num_docs() const { return int64_t(doc_begin_.size()) - 1; }
+  int64_t longest_document() const override {
+    int64_t longest = 0;
+    for (size_t d = 0; d + 1 < doc_begin_.size(); ++d) longest = std::max(longest, doc_begin_[d + 1] - doc_begin_[d]);
+    return longest;
+  }
   int64_t doc_length(int64_t i) const override {
     const int64_t d = order_.doc_at(i);
     return doc_begin_[d + 1] - doc_begin_[d];
@@ -238,6 +244,11 @@ class TokenSource final : public DocumentSource {
     if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
   }
 
+  int64_t longest_document() const override {
+    int64_t longest = 0;
+    for (const auto& r : ranges_) longest = std::max(longest, r.second - r.first);
+    return longest;
+  }
   int64_t doc_length(int64_t i) const override {
     const auto& r = ranges_[size_t(order_.doc_at(i))];
     return r.second - r.first;

@@ -25,6 +25,8 @@ class DocumentSource {
   virtual int64_t vocab_required() const = 0;
   virtual std::string describe() const = 0;
   virtual bool has_answers() const { return false; }
+  // Length of the stream's longest document: 1 means no document has a target.
+  virtual int64_t longest_document() const = 0;
 };
 
 // Synthetic documents with long-range dependencies (key-value retrieval):

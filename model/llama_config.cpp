@@ -14,6 +14,10 @@ std::string LlamaConfig::validate() const {
   if (!positive(num_hidden_layers)) return "model.num_hidden_layers must be > 0";
   if (!positive(num_attention_heads)) return "model.num_attention_heads must be > 0";
   if (!positive(num_key_value_heads)) return "model.num_key_value_heads must be > 0";
+  // a bound far above any real model that keeps every size product within int64
+  constexpr int64_t kMaxDim = int64_t(1) << 31;
+  if (vocab_size > kMaxDim || hidden_size > kMaxDim || intermediate_size > kMaxDim)
+    return "model.vocab_size, hidden_size and intermediate_size must be <= 2^31";
   if (hidden_size % num_attention_heads != 0)
     return "model.hidden_size (" + std::to_string(hidden_size) +
            ") must be divisible by model.num_attention_heads (" +

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "data/doc_lengths.h"
@@ -61,6 +62,10 @@ ConfigKey int_key(std::string name, std::string help, Field field, int64_t min_v
             if (v < min_value)
               throw ConfigError(name + " must be >= " + std::to_string(min_value) + ", got " + t);
             using T = std::remove_reference_t<decltype(field(c))>;
+            // checked before narrowing: 4294967297 must not become a 1-layer model
+            if (v > int64_t(std::numeric_limits<T>::max()))
+              throw ConfigError(name + " must be <= " + std::to_string(std::numeric_limits<T>::max()) +
+                                ", got " + t);
             field(c) = T(v);
           }};
 }

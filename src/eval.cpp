@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include "src/h5io.h"
@@ -15,6 +16,9 @@ PackedBatch read_batch_file(const std::string& path, int64_t vocab_size) {
   H5File f = H5File::open_read(path);
   for (const char* ds : {"/tokens", "/cu_seqlens"})
     if (!f.exists(ds)) throw std::runtime_error(path + ": missing dataset " + std::string(ds + 1));
+  for (const char* ds : {"/tokens", "/cu_seqlens", "/answer_mask"})  // exactly: 7.9 is no offset
+    if (f.exists(ds) && f.dtype(ds) != "int32")
+      throw std::runtime_error(path + ": " + std::string(ds + 1) + " must be int32, not " + f.dtype(ds));
   PackedBatch b;
   b.tokens = f.read_i32("/tokens");
   b.cu_seqlens = f.read_i32("/cu_seqlens");
@@ -124,6 +128,17 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
 
 void write_batch_from_config(const Config& config, int64_t first, int64_t count,
                              const std::string& path) {
+  // the stream addresses token k * seq_len of sequence k, and a batch file's offsets are
+  // int32: both checked before anything is generated
+  const int64_t seq_len = config.data.seq_len;
+  if (first < 0 || count < 1 || first > std::numeric_limits<int64_t>::max() / seq_len - count)
+    throw std::invalid_argument("make-batch: --first " + std::to_string(first) + " + --sequences " +
+                                std::to_string(count) + " is beyond the stream's addressable range (" +
+                                std::to_string(std::numeric_limits<int64_t>::max() / seq_len) +
+                                " sequences of " + std::to_string(seq_len) + " tokens)");
+  if (count > std::numeric_limits<int32_t>::max() / seq_len)
+    throw std::invalid_argument("make-batch: --sequences " + std::to_string(count) + " x data.seq_len " +
+                                std::to_string(seq_len) + " tokens exceeds a batch file's int32 offsets");
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<int32_t> tokens, cu{0}, answer_mask;

@@ -25,6 +25,23 @@ using namespace lct;
 int run_command(int argc, char** argv, int rank, int world);
 
 namespace {
+// Lower bounds for numeric options, in place of CLI11's PositiveNumber/NonNegativeNumber
+// (whose messages print the largest double, 309 digits): "--x: must be > 0, got 0".
+CLI::Validator at_least(double bound, bool strict) {
+  return CLI::Validator(
+      [bound, strict](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "must be a number, got '" + text + "'";
+        if (strict ? v > bound : v >= bound) return {};
+        char b[32];
+        std::snprintf(b, sizeof b, "%g", bound);
+        return std::string("must be ") + (strict ? "> " : ">= ") + b + ", got " + text;
+      },
+      strict ? "> 0" : ">= 0");
+}
+const CLI::Validator kPositive = at_least(0, true);
+const CLI::Validator kNonNegative = at_least(0, false);
+
 // Every config key as --section.key on a subcommand, collected into overrides.
 void add_config_options(CLI::App* app, std::string& config_file,
                         std::map<std::string, std::string>& overrides) {
@@ -91,12 +108,12 @@ int run_command(int argc, char** argv, int rank, int world) {
   bench->add_option("--attention-lengths", bench_options.attention_lengths,
                     "sequence lengths for the attention kernel")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   bench->add_option("--step-lengths", bench_options.step_lengths,
                     "sequence lengths for full training steps")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   bench->add_option("--sections", bench_options.sections, "what to measure")
       ->delimiter(',')
@@ -123,7 +140,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       ->capture_default_str();
   bench->add_option("--budget", bench_options.budget_seconds,
                     "seconds after which a figure stops repeating (at least one run)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   bench->add_flag("--json", bench_options.json, "print one JSON document instead of tables");
   add_config_options(bench, bench_config_file, bench_overrides);
@@ -147,24 +164,24 @@ int run_command(int argc, char** argv, int rank, int world) {
   simulate->add_option("--profile", simulate_options.profile,
                        "attention time per task from a CAD profile (lct bench --sections profile)");
   simulate->add_option("--bandwidth", simulate_options.bandwidth_gbps, "point-to-point GB/s")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   simulate->add_option("--latency", simulate_options.latency_us, "point-to-point latency, us")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   simulate->add_option("--tflops", simulate_options.tflops,
                        "analytic costs at this TFLOP/s per rank instead of timing here (e.g. 990 for H200)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   simulate->add_option("--attention-tflops", simulate_options.attention_tflops,
                        "with --tflops: core attention's TFLOP/s (default: the same)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   simulate->add_option("--linear-scale", simulate_options.linear_scale,
                        "multiply the calibrated token-linear costs (another machine)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   simulate->add_option("--attention-scale", simulate_options.attention_scale,
                        "multiply the calibrated attention costs")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   simulate->add_option("--calibration", simulate_options.calibration,
                        "reuse the costs written by an earlier --calibration-out");
@@ -181,12 +198,12 @@ int run_command(int argc, char** argv, int rank, int world) {
   eval->add_option("--batch-file", batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")
       ->required();
   eval->add_option("--grads-out", grads_out, "write /grads/... and @loss to this HDF5 file");
-  eval->add_option("--threads", eval_threads, "threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  eval->add_option("--threads", eval_threads, "threads (0 = all cores)")->check(kNonNegative);
   EvalOptions eval_options;
   eval->add_option("--per-position-out", eval_options.per_position_out,
                    "write mean loss per in-document position bin (CSV)");
   eval->add_option("--position-bin", eval_options.position_bin, "bin width for --per-position-out")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   // Attention overrides: core attention has no weights, so a checkpoint trained with one
   // kernel can be evaluated with another (e.g. causal-trained, evaluated with DCA).
@@ -208,10 +225,10 @@ int run_command(int argc, char** argv, int rank, int world) {
   int64_t batch_sequences = 1, batch_first = 0;
   make_batch->add_option("--out", batch_out, "batch file to write (tokens, cu_seqlens)")->required();
   make_batch->add_option("--sequences", batch_sequences, "number of sequences of data.seq_len tokens")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->capture_default_str();
   make_batch->add_option("--first", batch_first, "index of the first sequence in the stream")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->capture_default_str();
   add_config_options(make_batch, batch_config_file, batch_overrides);
 
@@ -226,8 +243,10 @@ int run_command(int argc, char** argv, int rank, int world) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (rank != 0) return e.get_exit_code();  // every rank parses the same line
-    return app.exit(e);
+    // --help exits 0; every parse error is one line (rank 0; every rank parses the same
+    // line) and exit code 1, like every other bad input
+    const int code = rank == 0 ? app.exit(e) : e.get_exit_code();
+    return code == 0 ? 0 : 1;
   }
 
   try {

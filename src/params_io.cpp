@@ -1,5 +1,6 @@
 #include "src/params_io.h"
 
+#include <limits>
 #include <stdexcept>
 
 namespace lct {
@@ -44,13 +45,21 @@ LlamaConfig read_model_attrs(const H5File& f) {
     if (!v) throw std::runtime_error(f.path() + ": missing attribute /model@" + name);
     return *v;
   };
+  // an int field: range-checked before narrowing (a crafted 2^32 + 1 is not 1)
+  auto need_small_int = [&](const char* name) {
+    const int64_t v = need_int(name);
+    if (v < 0 || v > std::numeric_limits<int>::max())
+      throw std::runtime_error(f.path() + ": /model@" + name + " = " + std::to_string(v) +
+                               " is out of range [0, " + std::to_string(std::numeric_limits<int>::max()) + "]");
+    return int(v);
+  };
   LlamaConfig c;
   c.vocab_size = need_int("vocab_size");
   c.hidden_size = need_int("hidden_size");
   c.intermediate_size = need_int("intermediate_size");
-  c.num_hidden_layers = int(need_int("num_hidden_layers"));
-  c.num_attention_heads = int(need_int("num_attention_heads"));
-  c.num_key_value_heads = int(need_int("num_key_value_heads"));
+  c.num_hidden_layers = need_small_int("num_hidden_layers");
+  c.num_attention_heads = need_small_int("num_attention_heads");
+  c.num_key_value_heads = need_small_int("num_key_value_heads");
   c.rope_theta = need_double("rope_theta");
   c.rms_norm_eps = need_double("rms_norm_eps");
   c.tie_word_embeddings = need_int("tie_word_embeddings") != 0;

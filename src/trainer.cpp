@@ -31,6 +31,10 @@ const DocumentSource& checked_source(const std::unique_ptr<DocumentSource>& sour
     throw ConfigError("model.vocab_size (" + std::to_string(c.model.vocab_size) +
                       ") is smaller than the data's vocabulary (" +
                       std::to_string(source->vocab_required()) + ", " + source->describe() + ")");
+  // a stream of one-token documents has no next token to predict: a loss-0 run is no run
+  if (source->longest_document() < 2)
+    throw ConfigError("data: every document of " + source->describe() +
+                      " is a single token, so there is no target to train on");
   return *source;
 }
 }  // namespace

@@ -14,8 +14,8 @@ expect_error() {
   local err
   err=$("$LCT" "$@" 2>&1 >/dev/null)
   local rc=$?
-  if [[ $rc -eq 0 ]]; then
-    echo "FAIL (exit 0): lct $*"; failures=$((failures + 1)); return
+  if [[ $rc -ne 1 ]]; then  # the documented exit code of every bad input
+    echo "FAIL (exit $rc, expected 1): lct $*"; failures=$((failures + 1)); return
   fi
   if [[ "$err" != *"$want"* ]]; then
     echo "FAIL (message): lct $*"; echo "  wanted: $want"; echo "  got:    $err"
@@ -74,6 +74,21 @@ import h5py, numpy as np
 with h5py.File('ok.h5', 'w') as f:
     f['tokens'] = np.arange(10, dtype=np.int32)
     f['cu_seqlens'] = np.array([0, 10], dtype=np.int32)"
+/usr/bin/python3 -c "
+import h5py, numpy as np
+for name, mask in (('mask_values.h5', [0, 1, 2, 0, 0, 0, 0, 0, 0, 0]), ('mask_shape.h5', [0, 1])):
+    with h5py.File(name, 'w') as f:
+        f['tokens'] = np.arange(10, dtype=np.int32)
+        f['cu_seqlens'] = np.array([0, 10], dtype=np.int32)
+        f['answer_mask'] = np.array(mask, dtype=np.int32)"
+expect_error "mask_values.h5: answer_mask[2] = 2 (must be 0 or 1)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_values.h5
+expect_error "mask_shape.h5: answer_mask must be 1-D with one entry per token (10)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_shape.h5
+# the synthetic stream's batch carries its answer mask, and eval reports recall on it
+"$LCT" make-batch --data.seq_len 64 --data.doc_lengths fixed --data.max_doc_len 64 --data.min_doc_len 64 \
+  --sequences 2 --out answers.h5 > /dev/null || { echo "FAIL: make-batch"; failures=$((failures + 1)); }
+out=$("$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file answers.h5)
+# 64-token documents hold 2 key-value pairs, so 2 queries each
+if [[ "$out" == *" of 4 answers)"* ]]; then echo "ok: eval recall on 4 answers"; else echo "FAIL: eval recall: $out"; failures=$((failures + 1)); fi
 expect_error "attention.kernel: unknown attention kernel 'flash'" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel flash
 expect_error "attention.dca_chunk_size (64) must be > attention.dca_local_size (64)" \
   eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel dca \
@@ -84,6 +99,38 @@ expect_error "parallel.dp x parallel.pp x parallel.cp = 2 x 1 x 1 = 2 but the MP
   train --parallel.dp 2
 expect_error "--out is required" make-batch --sequences 2
 expect_error "--sections: nonsense not in" bench --sections nonsense
+# issue 14, findings 6-8 and 10: integers range-checked before narrowing, exact dtypes,
+# a stream without targets, CLI11's range errors in lct's one-line form (exit 1)
+expect_error "model.num_hidden_layers must be <= 2147483647, got 4294967297" \
+  train --model.num_hidden_layers 4294967297 --checkpoint.dir narrowed
+[[ -e narrowed ]] && { echo "FAIL: a refused run created its folder"; failures=$((failures + 1)); }
+expect_error "--first 9223372036854775807 + --sequences 1 is beyond the stream's addressable range" \
+  make-batch --first 9223372036854775807 --out overflow.h5
+expect_error "exceeds a batch file's int32 offsets" make-batch --sequences 1048576 --out big.h5
+[[ -e overflow.h5 || -e big.h5 ]] && { echo "FAIL: a refused make-batch wrote its file"; failures=$((failures + 1)); }
+/usr/bin/python3 -c "
+import h5py, numpy as np
+with h5py.File('float_tokens.h5', 'w') as f:
+    f['tokens'] = np.arange(10, dtype=np.float32)
+    f['cu_seqlens'] = np.array([0, 10], dtype=np.int32)
+with h5py.File('float_cu.h5', 'w') as f:
+    f['tokens'] = np.arange(10, dtype=np.int32)
+    f['cu_seqlens'] = np.array([0, 7.9, 10], dtype=np.float64)
+with h5py.File('int64_tokens.h5', 'w') as f:
+    f['tokens'] = np.arange(10, dtype=np.int64)
+    f['cu_seqlens'] = np.array([0, 10], dtype=np.int32)"
+expect_error "float_tokens.h5: tokens must be int32, not float32" eval --checkpoint ck/step_00000001.h5 --batch-file float_tokens.h5
+expect_error "float_cu.h5: cu_seqlens must be int32, not float64" eval --checkpoint ck/step_00000001.h5 --batch-file float_cu.h5
+expect_error "int64_tokens.h5: tokens must be int32, not int64" eval --checkpoint ck/step_00000001.h5 --batch-file int64_tokens.h5
+printf 'a\n\nb\n\nc\n\n' > single_tokens.txt
+expect_error "is a single token, so there is no target to train on" \
+  train --data.source text --data.path single_tokens.txt --data.separator $'\n\n' --checkpoint.dir no_targets
+[[ -e no_targets ]] && { echo "FAIL: a refused run created its folder"; failures=$((failures + 1)); }
+expect_error "--sequences: must be > 0, got 0 (see --help)" make-batch --sequences 0 --out zero.h5
+expect_error "--threads: must be >= 0, got -1 (see --help)" eval --threads -1 --checkpoint a.h5 --batch-file b.h5
+expect_error "--bandwidth: must be > 0, got -1 (see --help)" simulate --bandwidth -1
+expect_error "The following argument was not expected: --bogus" train --bogus
+
 if ls ck/*.tmp >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 
 if [[ $failures -ne 0 ]]; then echo "cli_errors: $failures failures"; exit 1; fi

@@ -60,13 +60,13 @@ def main():
     for placement, style in (("colocated", "o-"), ("cad", "s-")):
         sim = [r for r in rows if r["source"] == "simulated" and r["placement"] == placement]
         ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style, label=f"{placement}, simulated")
-    for placement, style in (("colocated", "o:"), ("packing", "d:"), ("cad", "s:")):
-        sim = [r for r in rows if r["source"] == "simulated, paper constants" and r["placement"] == placement]
-        ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style,
-                label=f"{placement}, simulated with Llama-8B / 990 TFLOP/s / 50 GB/s, {int(long) // 1024}K")
         meas = [r for r in rows if r["source"] == "measured" and r["placement"] == placement]
         ax.plot([r["ranks"] for r in meas], [r["idle_percent"] for r in meas], "k*" if placement == "colocated" else "kx",
                 markersize=11, label=f"{placement}, measured")
+    for placement, style in (("colocated", "o:"), ("packing", "d:"), ("cad", "s:")):
+        sim = [r for r in rows if r["source"] == "simulated, paper constants" and r["placement"] == placement]
+        ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style,
+                label=f"{placement}, simulated: Llama-8B, 990 TFLOP/s, 50 GB/s, {int(long) // 1024}K")
     ax.plot(list(PAPER), list(PAPER.values()), "r^--", label="DistCA Fig. 4b: WLB, 8B, 512K (paper)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("data-parallel ranks")

@@ -85,6 +85,7 @@ void write_checkpoint(const std::string& path, const std::string& config_toml,
     f.set_attr("/trainer", "tokens_seen", state.tokens_seen);
     f.set_attr("/trainer", "next_sequence", state.next_sequence);
     f.set_attr("/trainer", "seed", state.seed);
+    if (!state.run_id.empty()) f.set_attr("/trainer", "run_id", state.run_id);
 
     const int64_t n = int64_t(history.size());
     for (const Column& c : kColumns) {
@@ -98,7 +99,19 @@ void write_checkpoint(const std::string& path, const std::string& config_toml,
         f.write_f64(std::string("/metrics/") + c.name, {n}, v.data());
       }
     }
-  });
+  }, verify_checkpoint);
+}
+
+CheckpointContents verify_checkpoint(const H5File& f) {
+  CheckpointContents c = read_checkpoint_header(f);
+  const TensorTable table = build_llama_table(c.model);
+  std::vector<float> scratch(static_cast<size_t>(table.total()));
+  read_tensors(f, "/params", table, scratch.data());
+  if (c.has_optimizer && c.optimizer_kind == optimizer_name(OptimizerKind::adamw)) {
+    read_tensors(f, "/optim/exp_avg", table, scratch.data());
+    read_tensors(f, "/optim/exp_avg_sq", table, scratch.data());
+  }
+  return c;
 }
 
 CheckpointContents read_checkpoint_header(const H5File& f) {
@@ -119,6 +132,7 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   c.state.tokens_seen = need_int(f, "/trainer", "tokens_seen");
   c.state.next_sequence = need_int(f, "/trainer", "next_sequence");
   c.state.seed = need_int(f, "/trainer", "seed");
+  c.state.run_id = f.attr_string("/trainer", "run_id").value_or(std::string());
   if (c.state.step < 0 || c.state.next_sequence < 0)
     throw std::runtime_error(f.path() + ": /trainer@step or @next_sequence is negative");
 
@@ -181,10 +195,10 @@ std::string latest_checkpoint(const std::string& dir) {
   for (auto p = files.rbegin(); p != files.rend(); ++p) {
     try {
       H5File f = H5File::open_read(*p);
-      read_checkpoint_header(f);
+      verify_checkpoint(f);
       return *p;
     } catch (const std::exception& e) {
-      log_warn(std::string("skipping unreadable checkpoint: ") + e.what());
+      log_warn("train.resume = auto: skipping " + *p + ", it does not verify: " + e.what());
     }
   }
   return "";

@@ -66,6 +66,7 @@ struct TrainerState {
   int64_t tokens_seen = 0;    // tokens consumed so far
   int64_t next_sequence = 0;  // index of the next sequence of the data stream
   int64_t seed = 0;
+  std::string run_id;         // the run that wrote it (src/run_folder.h; "" in old files)
 };
 
 struct CheckpointContents {
@@ -87,6 +88,11 @@ void write_checkpoint(const std::string& path, const std::string& config_toml,
 // without loading tensors. Throws one line naming the file and the problem.
 CheckpointContents read_checkpoint_header(const H5File& file);
 
+// The header and every tensor (parameters, optimizer moments) read back with its shape,
+// dtype and checksum checked: what a checkpoint must pass before it is renamed into
+// place, and before resume picks it. Throws one line naming the file and the problem.
+CheckpointContents verify_checkpoint(const H5File& file);
+
 // Loads parameters (and, if `optimizer` is given and the file has moments of the same
 // kind, the optimizer state), verifying shapes, dtypes and checksums.
 void load_checkpoint_tensors(const H5File& file, LlamaModel& model, Optimizer* optimizer);
@@ -94,8 +100,8 @@ void load_checkpoint_tensors(const H5File& file, LlamaModel& model, Optimizer* o
 // The step_*.h5 files of dir, oldest first (names sort by step); empty if no dir.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 
-// Newest readable step_*.h5 in dir ("" if none); unreadable newer files are skipped
-// with a warning.
+// Newest step_*.h5 in dir that fully verifies (verify_checkpoint; "" if none); newer
+// files that do not are skipped with a warning saying which and why.
 std::string latest_checkpoint(const std::string& dir);
 
 }  // namespace lct

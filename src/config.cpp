@@ -223,7 +223,8 @@ std::vector<ConfigKey> make_keys() {
   // [checkpoint]
   k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
   k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
-  k.push_back(int_key("checkpoint.keep", "keep the newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
+  k.push_back(int_key("checkpoint.keep", "keep this run's newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
+  k.push_back(bool_key("checkpoint.overwrite", "let a fresh run replace another run's checkpoints and metrics in checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.overwrite; }));
   // [trace]
   k.push_back(str_key("trace.path", "write a Chrome trace-event JSON timeline of every rank's phases and waits here (\"\" = off)", [](Config& c) -> auto& { return c.trace.path; }));
   return k;

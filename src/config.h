@@ -62,6 +62,7 @@ struct CheckpointConfig {
   std::string dir = "runs/default";
   int64_t every = 50;  // 0 = only at the end
   int64_t keep = 3;
+  bool overwrite = false;  // a fresh run may replace another run's files in dir
 };
 
 struct Config {

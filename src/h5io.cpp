@@ -1,6 +1,13 @@
 #include "src/h5io.h"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace lct {
@@ -44,6 +51,32 @@ H5File H5File::create(const std::string& path) {
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) throw h5_error(path, "cannot create HDF5 file");
   return H5File(id, path);
+}
+
+H5File H5File::create_in_memory(const std::string& name) {
+  Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  // grow in 4 MiB steps, never write a backing file
+  if (fapl.id < 0 || H5Pset_fapl_core(fapl.id, size_t(4) << 20, false) < 0)
+    throw h5_error(name, "cannot set up an in-memory HDF5 file");
+  const hid_t id = H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id);
+  if (id < 0) throw h5_error(name, "cannot create an in-memory HDF5 file");
+  return H5File(id, name);
+}
+
+std::vector<char> H5File::image() const {
+  if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) throw h5_error(path_, "cannot flush the HDF5 file");
+  const ssize_t size = H5Fget_file_image(id_, nullptr, 0);
+  if (size < 0) throw h5_error(path_, "cannot take the HDF5 file image");
+  std::vector<char> bytes(static_cast<size_t>(size));
+  if (H5Fget_file_image(id_, bytes.data(), bytes.size()) != size)
+    throw h5_error(path_, "cannot take the HDF5 file image");
+  return bytes;
+}
+
+void H5File::close_checked() {
+  const hid_t id = id_;
+  id_ = -1;
+  if (id >= 0 && H5Fclose(id) < 0) throw h5_error(path_, "closing the HDF5 file failed");
 }
 
 H5File H5File::open_read(const std::string& path) {
@@ -308,6 +341,104 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
   if (H5Aread(a.id, mt.id, s.data()) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
+}
+
+std::string free_space_text(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB free on ", double(st.f_bavail) * double(st.f_frsize) / 1048576.0);
+  return buf + dir.string();
+}
+
+namespace {
+// Writes bytes to path (created or truncated) and fsyncs it; throws one line naming the
+// cause (and the free space when the disk is full).
+void write_file_synced(const std::string& path, const char* data, size_t size) {
+  const auto fail = [&](const char* what, int err) {
+    std::string msg = path + ": " + what + ": " + std::strerror(err);
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(path) + ")";
+    return std::runtime_error(msg);
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw fail("cannot create", errno);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw fail("writing failed", err);
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw fail("fsync failed", err);
+  }
+  if (::close(fd) != 0) throw fail("closing failed", errno);
+}
+
+// A rename is durable once the folder holding it is synced.
+void sync_folder(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(dir.string() + ": cannot open the folder to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(dir.string() + ": fsync of the folder failed: " + std::strerror(err));
+}
+
+void rename_into_place(const std::string& tmp, const std::string& path) {
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  sync_folder(path);
+}
+}  // namespace
+
+void write_h5_atomically(const std::string& path, const std::function<void(H5File&)>& fill,
+                         const std::function<void(const H5File&)>& verify) {
+  const std::string tmp = path + ".tmp";
+  try {
+    std::vector<char> bytes;
+    {
+      H5File f = H5File::create_in_memory(path);
+      fill(f);
+      bytes = f.image();
+      f.close_checked();
+    }
+    write_file_synced(tmp, bytes.data(), bytes.size());
+    std::error_code ec;
+    const auto on_disk = std::filesystem::file_size(tmp, ec);
+    if (ec || on_disk != bytes.size())
+      throw std::runtime_error(tmp + ": " + std::to_string(on_disk) + " bytes on disk, " +
+                               std::to_string(bytes.size()) + " written");
+    {
+      H5File check = H5File::open_read(tmp);
+      if (verify) verify(check);
+      check.close_checked();
+    }
+    rename_into_place(tmp, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  try {
+    write_file_synced(tmp, text.data(), text.size());
+    rename_into_place(tmp, path);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
 }
 
 }  // namespace lct

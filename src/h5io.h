@@ -7,6 +7,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,12 @@ class H5File {
   static H5File create(const std::string& path);     // truncates
   static H5File open_read(const std::string& path);  // read-only
   static H5File open_rw(const std::string& path);    // read-write (tests, repairs)
+  // A file that lives in memory only (see write_h5_atomically); `name` names it in errors.
+  static H5File create_in_memory(const std::string& name);
+  // The whole file as bytes (flushed first), e.g. of an in-memory file.
+  std::vector<char> image() const;
+  // Closes and reports whether HDF5 closed the file cleanly (the destructor cannot).
+  void close_checked();
   void remove(const std::string& object);             // unlink a dataset or group
   H5File(H5File&& o) noexcept : id_(o.id_), path_(std::move(o.path_)) { o.id_ = -1; }
   H5File& operator=(H5File&&) = delete;
@@ -66,34 +73,22 @@ class H5File {
 // checksum stored in checkpoints (attribute `checksum` on each tensor dataset).
 std::string checksum_text(const void* data, size_t bytes);
 
-// Write to `path + ".tmp"` via `fill`, flush and close, then rename over `path`, so a
-// crash never leaves a partial file where a good one was.
-template <typename Fill>
-void write_h5_atomically(const std::string& path, Fill fill);
+// Durable, atomic write of an HDF5 file. The file is built in memory (HDF5's core
+// driver: HDF5 itself never touches the disk, so a full disk cannot leave it in a state
+// that crashes its shutdown), then written with checked POSIX calls to `path + ".tmp"`,
+// fsynced, reopened from disk and checked by `verify` (size, and whatever the caller
+// checks: checksums of every tensor), renamed over `path`, and the folder fsynced. On
+// any failure the temporary file is removed, `path` and every other file are left as
+// they were, and one line says what failed (naming the free space when the disk is
+// full).
+void write_h5_atomically(const std::string& path, const std::function<void(H5File&)>& fill,
+                         const std::function<void(const H5File&)>& verify = {});
 
-}  // namespace lct
+// Writes `text` to `path` the same way (temporary file, checked writes, fsync, rename,
+// fsync of the folder).
+void write_text_atomically(const std::string& path, const std::string& text);
 
-#include <cstdio>
-#include <filesystem>
+// "12.3 MiB free on /dir" for error messages about a failed write.
+std::string free_space_text(const std::string& path);
 
-namespace lct {
-template <typename Fill>
-void write_h5_atomically(const std::string& path, Fill fill) {
-  const std::string tmp = path + ".tmp";
-  try {
-    H5File f = H5File::create(tmp);
-    fill(f);
-    H5Fflush(f.id(), H5F_SCOPE_GLOBAL);
-    f.close();
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
-  }
-}
 }  // namespace lct

@@ -20,6 +20,7 @@
 #include "src/h5io.h"
 #include "src/log.h"
 #include "src/params_io.h"
+#include "src/run_folder.h"
 
 namespace lct {
 namespace fs = std::filesystem;
@@ -180,7 +181,8 @@ void Trainer::resume_from(const std::string& path) {
     if (shape_key)
       throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
                                " in the checkpoint but " + d.b + " in this run");
-    if (d.key != "train.resume" && d.key != "train.steps" && d.key != "train.log_every")
+    if (d.key != "train.resume" && d.key != "train.steps" && d.key != "train.log_every" &&
+        d.key != "checkpoint.overwrite")
       log_warn("resuming with " + d.key + " = " + d.b + " (checkpoint had " + d.a + ")");
   }
   if (c.state.step > config_.train.steps)
@@ -197,6 +199,7 @@ void Trainer::resume_from(const std::string& path) {
   optimizer_.set_step_count(optimizer.step_count());
   state_ = c.state;
   state_.seed = config_.train.seed;
+  resumed_ = true;
   history_ = c.history;
 }
 
@@ -345,11 +348,13 @@ std::string Trainer::save_checkpoint() {
   }
   if (grid_.is_root()) {
     fs::create_directories(config_.checkpoint.dir);
-    write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
-    // keep the newest checkpoint.keep files
-    const std::vector<std::string> existing = list_checkpoints(config_.checkpoint.dir);
-    for (size_t i = 0; i + size_t(config_.checkpoint.keep) < existing.size(); ++i)
-      fs::remove(existing[i]);
+    try {
+      write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("checkpoint of step " + std::to_string(state_.step) +
+                               " not written (earlier checkpoints are untouched): " + e.what());
+    }
+    rotate_checkpoints(config_.checkpoint.dir, state_.run_id, config_.checkpoint.keep, path);
   }
   barrier(grid_.world());  // written before anyone goes on
   return path;
@@ -382,6 +387,27 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
   out << "}\n";
 }
 }  // namespace
+
+// Every rank checks the folder (read-only: the same verdict everywhere), then rank 0
+// takes it: see src/run_folder.h.
+void Trainer::claim_run_folder() {
+  const std::string& dir = config_.checkpoint.dir;
+  const RunFolderContents contents = survey_run_folder(dir);
+  // a checkpoint from before run ids continues the folder's run
+  if (resumed_ && state_.run_id.empty() && contents.owner) state_.run_id = contents.owner->run_id;
+  check_run_folder(dir, contents, state_.run_id, resumed_, config_.checkpoint.overwrite);
+  barrier(grid_.world());
+  if (grid_.is_root()) {
+    RunIdentity identity = new_run_identity(config_to_toml(config_), config_.train.seed);
+    if (!state_.run_id.empty()) identity.run_id = state_.run_id;
+    state_.run_id = identity.run_id;
+    const int64_t removed = take_run_folder(dir, contents, identity, config_.checkpoint.overwrite);
+    if (config_.checkpoint.overwrite && !contents.empty())
+      log_info("checkpoint.overwrite: %s now belongs to run %s (%lld checkpoint(s) of the previous run removed)",
+               dir.c_str(), identity.run_id.c_str(), (long long)removed);
+  }
+  barrier(grid_.world());
+}
 
 // metrics.jsonl always equals the run's history: on resume it is rewritten from the
 // checkpoint's rows (dropping lines of steps after the checkpoint), then appended.
@@ -456,7 +482,7 @@ int Trainer::run() {
     log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
              (long long)state_.tokens_seen, (long long)state_.next_sequence);
 
-  if (grid_.is_root()) fs::create_directories(config_.checkpoint.dir);
+  claim_run_folder();
   open_metrics_file();
 
   // The timeline (trace.path): recorded while this guard lives, written at the end.

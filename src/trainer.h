@@ -71,6 +71,7 @@ class Trainer {
   // Write the full checkpoint for the current step to checkpoint.dir (rank 0 writes,
   // the others wait); returns its path.
   std::string save_checkpoint();
+  void claim_run_folder();
 
  private:
   void open_metrics_file();
@@ -92,6 +93,7 @@ class Trainer {
   CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
   PipelineExecutor executor_;
   TrainerState state_;
+  bool resumed_ = false;  // state_ came from a checkpoint
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
   CpSplit cp_split_;

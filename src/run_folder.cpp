@@ -1,0 +1,134 @@
+#include "src/run_folder.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+#include "src/checkpoint.h"
+#include "src/config.h"
+#include "src/h5io.h"
+#include "src/log.h"
+
+namespace fs = std::filesystem;
+
+namespace lct {
+namespace {
+constexpr const char* kRunFile = "run.toml";
+
+std::string run_file(const std::string& dir) { return (fs::path(dir) / kRunFile).string(); }
+
+std::optional<RunIdentity> read_run_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  try {
+    const toml::table t = toml::parse_file(path);
+    RunIdentity id;
+    id.run_id = t["run_id"].value_or(std::string());
+    id.config_hash = t["config_hash"].value_or(std::string());
+    id.seed = t["seed"].value_or(int64_t(0));
+    id.started = t["started"].value_or(std::string());
+    if (id.run_id.empty()) return std::nullopt;
+    return id;
+  } catch (const std::exception&) {
+    return std::nullopt;  // unreadable: the folder still counts as taken (see empty())
+  }
+}
+
+std::string describe(const RunFolderContents& c) {
+  std::string s;
+  if (c.owner) s = "run " + c.owner->run_id + " started " + c.owner->started;
+  if (!c.checkpoints.empty())
+    s += (s.empty() ? "" : ", ") + std::to_string(c.checkpoints.size()) + " checkpoint(s), newest " +
+         fs::path(c.checkpoints.back()).filename().string();
+  else if (c.has_metrics)
+    s += (s.empty() ? "" : ", ") + std::string("a metrics.jsonl");
+  return s;
+}
+}  // namespace
+
+RunIdentity new_run_identity(const std::string& config_toml, int64_t seed) {
+  RunIdentity id;
+  std::random_device rd;
+  const uint64_t r = (uint64_t(rd()) << 32) ^ uint64_t(rd()) ^
+                     uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  id.run_id = hex;
+  id.config_hash = checksum_text(config_toml.data(), config_toml.size());
+  id.seed = seed;
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  id.started = when;
+  return id;
+}
+
+RunFolderContents survey_run_folder(const std::string& dir) {
+  RunFolderContents c;
+  c.checkpoints = list_checkpoints(dir);
+  std::error_code ec;
+  c.has_metrics = fs::exists(fs::path(dir) / "metrics.jsonl", ec);
+  c.owner = read_run_file(run_file(dir));
+  if (!c.owner && fs::exists(run_file(dir), ec)) c.owner = RunIdentity{"(unreadable run.toml)", "", 0, "?"};
+  return c;
+}
+
+void check_run_folder(const std::string& dir, const RunFolderContents& contents,
+                      const std::string& run_id, bool resumed, bool overwrite) {
+  if (overwrite || contents.empty()) return;
+  if (!resumed)
+    throw ConfigError("checkpoint.dir '" + dir + "' already holds a run (" + describe(contents) +
+                      "): continue it with --train.resume auto, or replace it with "
+                      "--checkpoint.overwrite true");
+  if (contents.owner && contents.owner->run_id != run_id)
+    throw ConfigError("checkpoint.dir '" + dir + "' belongs to another run (" + describe(contents) +
+                      ") than the resumed checkpoint's (run " + run_id +
+                      "): resume into another folder, or replace it with --checkpoint.overwrite true");
+}
+
+int64_t take_run_folder(const std::string& dir, const RunFolderContents& contents,
+                        const RunIdentity& identity, bool overwrite) {
+  fs::create_directories(dir);
+  int64_t removed = 0;
+  if (overwrite && !contents.empty()) {
+    // only files of the same run survive an overwrite (a resumed run keeps its own)
+    for (const std::string& p : contents.checkpoints)
+      if (checkpoint_run_id(p) != identity.run_id) removed += fs::remove(p) ? 1 : 0;
+    std::error_code ec;
+    if (!contents.owner || contents.owner->run_id != identity.run_id)
+      fs::remove(fs::path(dir) / "metrics.jsonl", ec);
+  }
+  write_text_atomically(run_file(dir), "# lct: the run that owns this folder (see checkpoint.overwrite)\n"
+                                       "run_id = \"" + identity.run_id + "\"\nconfig_hash = \"" +
+                                       identity.config_hash + "\"\nseed = " + std::to_string(identity.seed) +
+                                       "\nstarted = \"" + identity.started + "\"\n");
+  return removed;
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  try {
+    const H5File f = H5File::open_read(path);
+    return f.attr_string("/trainer", "run_id").value_or(std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+void rotate_checkpoints(const std::string& dir, const std::string& run_id, int64_t keep,
+                        const std::string& just_written) {
+  std::vector<std::string> mine;  // oldest first (names sort by step)
+  for (const std::string& p : list_checkpoints(dir))
+    if (p != just_written && !run_id.empty() && checkpoint_run_id(p) == run_id) mine.push_back(p);
+  // the one just written counts as the newest kept
+  for (size_t i = 0; i + size_t(std::max<int64_t>(keep - 1, 0)) < mine.size(); ++i) {
+    std::error_code ec;
+    fs::remove(mine[i], ec);
+    if (ec) log_warn("checkpoint.keep: cannot remove " + mine[i] + ": " + ec.message());
+  }
+}
+
+}  // namespace lct

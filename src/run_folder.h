@@ -1,0 +1,59 @@
+// Who owns checkpoint.dir. A run writes its identity (run id, config hash, seed, start
+// time) to <dir>/run.toml before anything else and stamps every checkpoint with the run
+// id (/trainer@run_id), so that
+//   - a fresh run refuses a folder that holds another run's files (checkpoints,
+//     metrics.jsonl, run.toml) unless checkpoint.overwrite = true, which removes them
+//     first (resume continues the folder's own run instead);
+//   - rotation (checkpoint.keep) only ever deletes this run's checkpoints, oldest first,
+//     and never the one just written; files it cannot read are never touched.
+// Checkpoints written before run ids existed have none: resuming from one adopts the
+// folder's identity (or starts a new one).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lct {
+
+struct RunIdentity {
+  std::string run_id;       // 16 hex digits
+  std::string config_hash;  // fnv1a64 of the run's resolved config
+  int64_t seed = 0;
+  std::string started;      // UTC, ISO 8601
+};
+
+// A fresh identity (random run id, the current time).
+RunIdentity new_run_identity(const std::string& config_toml, int64_t seed);
+
+// What a folder holds before a run writes to it.
+struct RunFolderContents {
+  std::vector<std::string> checkpoints;  // step_*.h5, oldest first
+  bool has_metrics = false;
+  std::optional<RunIdentity> owner;       // from run.toml (nullopt: none or unreadable)
+  bool empty() const { return checkpoints.empty() && !has_metrics && !owner; }
+};
+RunFolderContents survey_run_folder(const std::string& dir);
+
+// Throws ConfigError (one line naming the folder, its owner and the way out) when a run
+// with `run_id` may not write to the folder: a fresh run (resumed = false) into a
+// non-empty folder, or a resumed run into a folder that another run owns, unless
+// `overwrite`. Read-only, so every rank reaches the same verdict.
+void check_run_folder(const std::string& dir, const RunFolderContents& contents,
+                      const std::string& run_id, bool resumed, bool overwrite);
+
+// Takes the folder (one rank): with `overwrite` removes the other run's checkpoints,
+// metrics.jsonl and run.toml first; then writes run.toml durably. Returns what it removed.
+int64_t take_run_folder(const std::string& dir, const RunFolderContents& contents,
+                        const RunIdentity& identity, bool overwrite);
+
+// The run id stamped in a checkpoint ("" when it has none or cannot be read).
+std::string checkpoint_run_id(const std::string& path);
+
+// Deletes this run's oldest checkpoints in dir until `keep` of them remain, never
+// `just_written` nor a file of another run or one that cannot be read.
+void rotate_checkpoints(const std::string& dir, const std::string& run_id, int64_t keep,
+                        const std::string& just_written);
+
+}  // namespace lct

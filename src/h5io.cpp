@@ -348,8 +348,12 @@ std::string free_space_text(const std::string& path) {
   if (dir.empty()) dir = ".";
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
+  const double bytes = double(st.f_bavail) * double(st.f_frsize);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f MiB free on ", double(st.f_bavail) * double(st.f_frsize) / 1048576.0);
+  if (bytes < 1048576.0)
+    std::snprintf(buf, sizeof buf, "%.0f KiB free on ", bytes / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB free on ", bytes / 1048576.0);
   return buf + dir.string();
 }
 

@@ -17,6 +17,7 @@
 #include "src/inspect.h"
 #include "src/checkpoint.h"
 #include "src/log.h"
+#include "src/paths.h"
 #include "src/trainer.h"
 #include "parallel/process_grid.h"
 
@@ -252,6 +253,14 @@ int run_command(int argc, char** argv, int rank, int world) {
   try {
     if (*train) {
       const Config config = resolve_config(config_file, overrides);
+      try {  // every rank reaches the same verdict: a ConfigError ends them all cleanly
+        refuse_aliasing({{"trace.path", config.trace.path}},
+                        {{"--config", config_file}, {"data.path", config.data.path},
+                         {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
+                         {"attention.cad_profile", config.cad_profile}});
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(e.what());
+      }
       // Every layout rule is checked on every rank before any work (same inputs, same
       // verdict), so an invalid layout ends all ranks cleanly.
       Layout layout;
@@ -282,6 +291,10 @@ int run_command(int argc, char** argv, int rank, int world) {
       return run_bench(config, bench_options);
     } else if (*simulate) {
       const Config config = resolve_config(simulate_config_file, simulate_overrides);
+      refuse_aliasing({{"--calibration-out", simulate_options.calibration_out}, {"trace.path", config.trace.path}},
+                      {{"--config", simulate_config_file}, {"--calibration", simulate_options.calibration},
+                       {"--profile", simulate_options.profile}, {"attention.cad_profile", config.cad_profile},
+                       {"data.path", config.data.path}});
       return run_simulate(config, simulate_options);
     } else if (*inspect) {
       if (inspect_compare != (inspect_files.size() == 2) || inspect_files.size() > 2)
@@ -290,6 +303,8 @@ int run_command(int argc, char** argv, int rank, int world) {
       return inspect_compare ? compare_files(inspect_files[0], inspect_files[1], inspect_json)
                              : inspect_file(inspect_files[0], inspect_json);
     } else if (*eval) {
+      refuse_aliasing({{"--grads-out", grads_out}, {"--per-position-out", eval_options.per_position_out}},
+                      {{"--checkpoint", checkpoint}, {"--batch-file", batch_file}});
       configure_threads(eval_threads);
       eval_options.grads_out = grads_out;
       if (!eval_attention.empty()) {
@@ -317,6 +332,7 @@ int run_command(int argc, char** argv, int rank, int world) {
                       : (" | per-position loss -> " + eval_options.per_position_out).c_str());
     } else if (*make_batch) {
       const Config config = resolve_config(batch_config_file, batch_overrides);
+      refuse_aliasing({{"--out", batch_out}}, {{"--config", batch_config_file}, {"data.path", config.data.path}});
       write_batch_from_config(config, batch_first, batch_sequences, batch_out);
       std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", batch_out.c_str(),
                   (long long)batch_sequences, (long long)config.data.seq_len, (long long)batch_first);

@@ -1,0 +1,17 @@
+// Output paths never alias inputs: a command refuses, before writing anything, an output
+// that is the same file as one of its inputs (compared by file identity, so links and
+// different spellings of one path count) or the same path as another output.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lct {
+
+// (what, path) pairs, e.g. {"--grads-out", "g.h5"}; empty paths are skipped. Throws
+// std::invalid_argument naming both.
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;
+void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs);
+
+}  // namespace lct

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Checkpoints are never lost and outputs never destroy inputs (issue 14, findings 1-5):
+#   1. disk full at each checkpoint of a run: exit 1 with one line naming the free
+#      space, no crash, no file under a final name that fails to verify, every earlier
+#      checkpoint still verifies (a small tmpfs as root, else RLIMIT_FSIZE);
+#   2. rotation never deletes the checkpoint just written, nor files it cannot read;
+#   3. a fresh run refuses a folder holding another run's checkpoints (untouched, metrics
+#      not appended) unless --checkpoint.overwrite true;
+#   4. --train.resume auto skips a newest checkpoint whose tensor checksum fails, saying
+#      so, and resumes from the newest one that verifies;
+#   5. eval outputs equal to an input (by file identity) are refused.
+set -uo pipefail
+LCT=$1
+work=$(mktemp -d)
+cleanup() {
+  if mountpoint -q "$work/small" 2>/dev/null; then umount "$work/small"; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+section=0
+begin() { section=$failures; }
+ok() { if [[ $failures -eq $section ]]; then echo "ok   $*"; fi; }  # only when the section had no failure
+verifies() { "$LCT" inspect "$1" > /dev/null 2>&1; }
+args=(--model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_layers 2
+      --data.seq_len 128 --train.threads 1 --train.warmup_steps 2)
+
+# --- 1. disk full at each checkpoint -------------------------------------------------
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir sizing > /dev/null || fail "sizing run"
+size_kib=$(( ($(stat -c %s sizing/step_00000002.h5) + 1023) / 1024 ))
+limit_mode=""
+mkdir small
+if [[ $(id -u) -eq 0 && -z ${LCT_TEST_FSIZE:-} ]] && mount -t tmpfs -o size=64k tmpfs small 2>/dev/null; then
+  umount small; limit_mode=tmpfs
+else
+  limit_mode=fsize
+fi
+# (RLIMIT_FSIZE limits each file, and every checkpoint has about the same size, so
+# without root only the first checkpoint can be made to fail)
+ks="0 1 2 3"
+[[ $limit_mode == fsize ]] && ks="0"
+for k in $ks; do
+  begin
+  # room for k checkpoints (plus metrics, run.toml, slack), not for the (k+1)-th
+  room=$(( k * size_kib + size_kib / 2 + 16 ))
+  rm -rf small/* 2>/dev/null
+  if [[ $limit_mode == tmpfs ]]; then
+    mount -t tmpfs -o size=${room}k tmpfs small || { fail "mount"; break; }
+    dir=small/run
+    "$LCT" train "${args[@]}" --train.steps 10 --checkpoint.every 2 --checkpoint.keep 10 \
+      --checkpoint.dir "$dir" > "full_$k.log" 2>&1
+    rc=$?
+  else
+    # without root: the file-size limit makes a checkpoint write fail with EFBIG
+    dir=small/run
+    (trap '' XFSZ; ulimit -f $(( k * size_kib + size_kib / 2 )); exec "$LCT" train "${args[@]}" \
+      --train.steps 10 --checkpoint.every 2 --checkpoint.keep 10 --checkpoint.dir "$dir") \
+      > "full_$k.log" 2>&1
+    rc=$?
+  fi
+  [[ $rc -eq 1 ]] || fail "disk full before checkpoint $((k + 1)): exit $rc (want 1)"
+  errors=$(grep -c "lct: error" "full_$k.log")
+  [[ $errors -eq 1 ]] || fail "disk full: $errors error lines"
+  grep -q "checkpoint of step $(( 2 * (k + 1) )) not written (earlier checkpoints are untouched)" "full_$k.log" \
+    || { fail "disk full: no clear line for step $(( 2 * (k + 1) ))"; cat "full_$k.log"; }
+  grep -q "free on" "full_$k.log" || fail "disk full: the line does not name the free space"
+  n=0
+  for f in "$dir"/step_*.h5; do
+    [[ -e $f ]] || continue
+    n=$((n + 1))
+    verifies "$f" || fail "disk full: $f does not verify"
+  done
+  [[ $n -eq $k ]] || fail "disk full: $n checkpoints kept, want $k"
+  ls "$dir"/*.tmp > /dev/null 2>&1 && fail "disk full: a temporary file was left behind"
+  ok "disk full ($limit_mode) at checkpoint $((k + 1)): exit 1, $(grep "lct: error" "full_$k.log" | sed 's/.*: No space/No space/;s/.*: File too large/File too large/'), $n earlier checkpoint(s) verify"
+  if [[ $limit_mode == tmpfs ]]; then umount small; fi
+done
+
+# --- 2. rotation keeps the checkpoint just written -----------------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 4 --checkpoint.every 2 --checkpoint.keep 2 --checkpoint.dir rot > /dev/null \
+  || fail "rotation run"
+head -c 4096 /dev/urandom > rot/step_00000099.h5  # a crashed run's leftover, newer by name
+"$LCT" train "${args[@]}" --train.steps 8 --checkpoint.every 2 --checkpoint.keep 2 --checkpoint.dir rot \
+  --train.resume auto > rot.log 2>&1 || { fail "rotation resume"; cat rot.log; }
+[[ -f rot/step_00000008.h5 ]] && verifies rot/step_00000008.h5 || fail "rotation deleted the checkpoint just written"
+[[ -f rot/step_00000006.h5 && ! -e rot/step_00000004.h5 && ! -e rot/step_00000002.h5 ]] \
+  || fail "rotation kept the wrong files: $(ls rot)"
+[[ -f rot/step_00000099.h5 ]] || fail "rotation deleted a file it cannot read"
+grep -q "skipping rot/step_00000099.h5" rot.log || fail "resume did not say it skipped the unreadable file"
+ok "rotation: keeps step 6 and the just-written step 8, leaves the unreadable step_00000099.h5"
+
+# --- 3. a fresh run refuses another run's folder --------------------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir owned > /dev/null || fail "owner run"
+sum_before=$(md5sum owned/step_00000002.h5 owned/metrics.jsonl owned/run.toml)
+err=$("$LCT" train "${args[@]}" --train.steps 3 --train.seed 7 --checkpoint.dir owned 2>&1 >/dev/null)
+rc=$?
+[[ $rc -eq 1 && $err == *"checkpoint.dir 'owned' already holds a run"*"--checkpoint.overwrite true"* ]] \
+  || fail "fresh run into another run's folder: exit $rc, '$err'"
+[[ "$(md5sum owned/step_00000002.h5 owned/metrics.jsonl owned/run.toml)" == "$sum_before" ]] \
+  || fail "the refused run changed the folder"
+"$LCT" train "${args[@]}" --train.steps 3 --train.seed 7 --checkpoint.dir owned --checkpoint.overwrite true \
+  > over.log 2>&1 || fail "overwrite run"
+[[ ! -e owned/step_00000002.h5 && -f owned/step_00000003.h5 && $(wc -l < owned/metrics.jsonl) -eq 3 ]] \
+  || fail "overwrite: $(ls owned), $(wc -l < owned/metrics.jsonl) metrics lines"
+grep -q "1 checkpoint(s) of the previous run removed" over.log || fail "overwrite did not say what it removed"
+ok "run folder: refused without --checkpoint.overwrite (files untouched), replaced with it"
+
+# --- 4. resume skips a newest checkpoint that does not verify ------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 4 --checkpoint.every 2 --checkpoint.keep 5 --checkpoint.dir bad > /dev/null \
+  || fail "resume source run"
+/usr/bin/python3 - <<'PY'
+import h5py
+with h5py.File("bad/step_00000004.h5", "r+") as f:  # one weight changed, checksum not
+    d = f["params/model/norm/weight"]
+    d[0] = d[0] + 1.0
+PY
+"$LCT" train "${args[@]}" --train.steps 6 --checkpoint.every 2 --checkpoint.keep 5 --checkpoint.dir bad \
+  --train.resume auto > bad.log 2>&1 || { fail "resume past a corrupt checkpoint"; cat bad.log; }
+grep -q "skipping bad/step_00000004.h5, it does not verify: .*is corrupt (checksum" bad.log \
+  || fail "resume did not name the skipped checkpoint and why"
+grep -q "resumed at step 2\|resuming from bad/step_00000002.h5\|step     3/6" bad.log || fail "resume did not continue from step 2"
+ok "resume auto: skipped the corrupt step 4, resumed from step 2"
+
+# --- 5. outputs never alias inputs ----------------------------------------------------
+begin
+"$LCT" make-batch --data.seq_len 128 --out batch.h5 > /dev/null || fail "make-batch"
+ckpt=owned/step_00000003.h5
+cp "$ckpt" before.h5
+ln -s "$ckpt" alias.h5
+for case in "--grads-out $ckpt" "--per-position-out $ckpt" "--grads-out alias.h5" "--grads-out ./owned/../$ckpt" \
+            "--per-position-out batch.h5" "--grads-out g.h5 --per-position-out ./g.h5"; do
+  err=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 $case 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"same file"* ]] || fail "eval $case: exit $rc, '$err'"
+done
+cmp -s before.h5 "$ckpt" || fail "an aliased eval output changed the checkpoint"
+err=$("$LCT" make-batch --data.source text --data.path batch.h5 --out batch.h5 2>&1 >/dev/null)
+[[ $? -eq 1 && $err == *"same file as data.path"* ]] || fail "make-batch --out = data.path: '$err'"
+ok "eval and make-batch refuse outputs that are their inputs (links and other spellings too)"
+
+if [[ $failures -ne 0 ]]; then echo "durability: $failures failures"; exit 1; fi
+echo "durability: all passed"

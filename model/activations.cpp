@@ -20,7 +20,13 @@ int ActivationTable::id(const std::string& name) const {
 
 void ActivationSlot::reset(const ActivationTable& table, int64_t T) {
   const size_t need = size_t(table.floats_per_token() * T);
-  if (data_.size() < need) data_.resize(need);  // grow-only
+  if (data_.size() < need) {
+    // grow-only; the contents are forgotten anyway, so the old buffer goes first (no
+    // old + new peak), and 1/64 headroom absorbs the few tokens by which context-parallel
+    // shards vary from step to step
+    std::vector<float>().swap(data_);
+    data_.resize(need + size_t(table.floats_per_token()) * size_t(std::max<int64_t>(16, T / 64)));
+  }
   offsets_.resize(table.specs().size());
   for (size_t i = 0; i < offsets_.size(); ++i) offsets_[i] = table.specs()[i].offset;
   tokens_ = T;

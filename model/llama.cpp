@@ -141,6 +141,7 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   // dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I, plus logit rows
   const int64_t logit_rows = std::min<int64_t>(T, kLogitRows);
+  std::vector<float>().swap(scratch_);  // free first: no old + new peak
   scratch_.assign(size_t(T * (C + 2 * qdim + 2 * kvdim + 3 * I) + logit_rows * c.vocab_size), 0.0f);
   float* p = scratch_.data();
   auto take = [&](int64_t n) {
@@ -168,6 +169,7 @@ void LlamaModel::ensure_lane_scratch(int64_t T) {
   if (T <= lane_scratch_tokens_) return;
   const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
                 kvdim = config_.num_key_value_heads * config_.head_dim();
+  std::vector<float>().swap(lane_scratch_);  // free first: no old + new peak
   lane_scratch_.assign(size_t(T * (2 * qdim + 2 * kvdim)), 0.0f);
   float* p = lane_scratch_.data();
   d_lane1_.dattn = p, p += T * qdim;

@@ -145,6 +145,13 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   }
 
   const int64_t n = c.state.step;
+  // one metrics row per step: checked against a stored dataset before anything is sized
+  // by @step (a crafted step = 1e15 must not allocate 1e15 rows)
+  const std::string rows = std::string("/metrics/") + kColumns[0].name;
+  if (!f.exists(rows)) throw std::runtime_error(f.path() + ": missing dataset " + rows);
+  if (const std::vector<int64_t> shape = f.shape(rows); shape.size() != 1 || shape[0] != n)
+    throw std::runtime_error(f.path() + ": " + rows + " has " + (shape.empty() ? std::string("no") : std::to_string(shape[0])) +
+                             " rows but /trainer@step is " + std::to_string(n));
   c.history.assign(size_t(n), StepRecord{});
   for (const Column& col : kColumns) {
     const std::string ds = std::string("/metrics/") + col.name;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "src/h5io.h"
+#include "src/memory_budget.h"
 #include "src/config.h"
 #include "src/params_io.h"
 #include "src/trainer.h"
@@ -58,6 +59,13 @@ LlamaModel load_model(const std::string& checkpoint_path,
     const std::string err = config.validate();
     if (!err.empty()) throw std::invalid_argument(err);
   }
+  // parameters and gradients of the model the file describes, before allocating them
+  const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
+  const MemoryAvailable available = available_memory(1);
+  if (bytes > available.bytes)
+    throw std::runtime_error(checkpoint_path + ": its /model attributes describe a model of " +
+                             bytes_text(bytes) + " (parameters and gradients), more than the " +
+                             bytes_text(available.bytes) + " available (" + available.limit + ")");
   LlamaModel model(config);
   read_tensors(f, "/params", model.table(), model.params.data());
   return model;

@@ -1,4 +1,5 @@
 #include "src/h5io.h"
+#include "src/memory_budget.h"
 
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -219,8 +220,13 @@ namespace {
 template <typename T>
 std::vector<T> read_as(const H5File& f, const std::string& dataset, hid_t mem_type) {
   const std::vector<int64_t> shp = f.shape(dataset);
-  int64_t n = 1;
-  for (int64_t d : shp) n *= d;
+  double n_checked = 1;
+  for (int64_t d : shp) n_checked *= double(d);
+  // a crafted shape must end in one line, not in bad_alloc
+  if (n_checked * sizeof(T) > available_memory(1).bytes)
+    throw h5_error(f.path(), dataset + " claims " + std::to_string(int64_t(n_checked)) + " elements (" +
+                                 bytes_text(n_checked * sizeof(T)) + "), more than the memory available");
+  const int64_t n = int64_t(n_checked);
   std::vector<T> out(static_cast<size_t>(n));
   Handle d{H5Dopen2(f.id(), dataset.c_str(), H5P_DEFAULT), H5Dclose};
   Handle t{H5Dget_type(d.id), H5Tclose};

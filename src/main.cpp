@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "src/bench.h"
@@ -17,8 +18,11 @@
 #include "src/inspect.h"
 #include "src/checkpoint.h"
 #include "src/log.h"
+#include "src/memory_budget.h"
 #include "src/paths.h"
 #include "src/trainer.h"
+#include "src/run_objects.h"
+#include "parallel/collectives.h"
 #include "parallel/process_grid.h"
 
 using namespace lct;
@@ -42,6 +46,35 @@ CLI::Validator at_least(double bound, bool strict) {
 }
 const CLI::Validator kPositive = at_least(0, true);
 const CLI::Validator kNonNegative = at_least(0, false);
+
+// Every rank's verdict, combined: true when it holds on every rank.
+bool all_ranks_agree(bool ok, const ProcessGrid& grid) {
+  if (grid.world_size() <= 1) return ok;
+  double failed = ok ? 0 : 1;
+  allreduce_sum(&failed, 1, grid.world(), nullptr);
+  return failed == 0;
+}
+
+// lct train --dry-run: the layout, the step and the memory estimate, nothing run.
+void print_dry_run(const Config& c, const Layout& layout, const MemoryEstimate& e, const MemoryAvailable& a) {
+  const LlamaConfig mc = model_config(c);
+  std::printf("lct train --dry-run: nothing is allocated, run or written\n");
+  std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
+              mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
+              (long long)mc.intermediate_size, (long long)mc.vocab_size,
+              double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
+  std::printf("layout: %d rank(s) = dp %d x pp %d x cp %d, attention placement %s, pipeline schedule %s\n",
+              layout.dp * layout.pp * layout.cp, layout.dp, layout.pp, layout.cp, c.attention_placement.c_str(),
+              c.parallel.pp_schedule.c_str());
+  std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
+              "optimizer %s; checkpoints in %s every %lld steps\n",
+              (long long)c.train.micro_batches, (long long)c.data.seq_len,
+              (long long)(c.train.micro_batches * c.data.seq_len * layout.dp), (long long)c.train.steps,
+              c.train.optimizer.c_str(), c.checkpoint.dir.c_str(), (long long)c.checkpoint.every);
+  std::printf("%s\n", describe_estimate(e, a).c_str());
+  const std::string verdict = check_memory_budget(e, a);
+  std::printf("%s\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
+}
 
 // Every config key as --section.key on a subcommand, collected into overrides.
 void add_config_options(CLI::App* app, std::string& config_file,
@@ -98,6 +131,9 @@ int run_command(int argc, char** argv, int rank, int world) {
   CLI::App* train = app.add_subcommand("train", "train a model (keys: section.key, see --help)");
   std::string config_file;
   std::map<std::string, std::string> overrides;
+  bool dry_run = false;
+  train->add_flag("--dry-run", dry_run,
+                  "print the plan and the memory estimate per rank against the memory available, then exit");
   add_config_options(train, config_file, overrides);
 
   // ---- bench ----------------------------------------------------------------
@@ -272,6 +308,21 @@ int run_command(int argc, char** argv, int rank, int world) {
       if (!layout_error.empty()) throw ConfigError(layout_error);
       configure_threads(config.train.threads);
       const ProcessGrid grid = mpi_active() ? ProcessGrid(layout) : ProcessGrid();
+      // the memory budget, before anything is allocated or written; every rank must
+      // agree (a rank's MemAvailable moves), so one that does not fit stops them all
+      const MemoryEstimate estimate = estimate_rank_memory(config, layout);
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+      const MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
+      const std::string memory_error = check_memory_budget(estimate, available);
+      if (dry_run) {
+        if (rank == 0) print_dry_run(config, layout, estimate, available);
+        if (!memory_error.empty()) throw ConfigError(memory_error);
+        return 0;
+      }
+      if (!all_ranks_agree(memory_error.empty(), grid)) {
+        if (!memory_error.empty()) throw ConfigError(memory_error);
+        throw ConfigError("not enough memory on another rank (see its estimate with lct train --dry-run)");
+      }
       Trainer trainer(config, grid);
       if (config.train.resume == "auto") {
         const std::string latest = latest_checkpoint(config.checkpoint.dir);

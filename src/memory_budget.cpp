@@ -1,0 +1,186 @@
+#include "src/memory_budget.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "model/llama.h"
+#include "parallel/pipeline_schedule.h"
+#include "src/run_objects.h"
+
+namespace fs = std::filesystem;
+
+namespace lct {
+namespace {
+
+// A /proc/self/status or /proc/meminfo field in bytes (-1 if absent).
+double proc_kib_field(const char* file, const char* field) {
+  std::ifstream in(file);
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) * 1024.0;
+  return -1;
+}
+
+// The first line of a cgroup file as a number (-1 if absent or "max").
+double cgroup_value(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max") return -1;
+  try {
+    return std::stod(text);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Most activation slots one stage holds at once, from the schedule's own action list.
+int peak_slots(PipelineSchedule schedule, int pp, int stage, int m) {
+  int held = 0, peak = 0;
+  for (const PipeAction& a : pipeline_actions(schedule, pp, stage, m)) {
+    if (a.micro_batch < 0) continue;  // tick dummies: counted separately
+    if (a.op == PipeOp::forward) peak = std::max(peak, ++held);
+    if (a.op == PipeOp::backward) --held;
+  }
+  return std::max(peak, 1);
+}
+
+double corpus_bytes(const Config& c) {
+  if (c.data.source != "text" && c.data.source != "tokens") return 0;
+  std::error_code ec;
+  if (fs::is_regular_file(c.data.path, ec)) return double(fs::file_size(c.data.path, ec));
+  double total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(c.data.path, ec))
+    if (e.is_regular_file(ec)) total += double(e.file_size(ec));
+  return total;
+}
+}  // namespace
+
+std::string bytes_text(double bytes) {
+  char buf[48];
+  if (bytes >= double(int64_t(1) << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) {
+  const LlamaConfig mc = model_config(config);
+  const double f = sizeof(float);
+  const double C = double(mc.hidden_size), I = double(mc.intermediate_size), V = double(mc.vocab_size);
+  const double H = double(mc.num_attention_heads), hd = double(mc.head_dim());
+  const double qdim = H * hd, kvdim = double(mc.num_key_value_heads) * hd;
+  const double params = double(build_llama_table(mc).total());
+  const bool cad = config.attention_placement == "cad" && layout.dp * layout.pp * layout.cp > 1;
+  const int lanes = cad && config.cad_pingpong ? 2 : 1;
+  const int m = int(std::min<int64_t>(config.train.micro_batches, std::numeric_limits<int>::max()));
+  const double T = std::ceil(double(config.data.seq_len) / layout.cp);  // tokens per rank and slot
+
+  MemoryEstimate e;
+  e.weights = 2 * params * f;
+  e.optimizer = config.train.optimizer == "adamw" ? 2 * params * f : 0;
+
+  // activations: the stage holding the most (stage 0 holds the most slots, the last one
+  // the head's rows)
+  std::vector<StageSpec> stages;
+  const std::string err = split_pipeline_stages(mc.num_hidden_layers, layout.pp, config.parallel.pp_layers, stages);
+  if (!err.empty()) throw ConfigError(err);
+  const PipelineSchedule schedule = cad && layout.pp > 1 ? PipelineSchedule::ticks
+                                                         : parse_pipeline_schedule(config.parallel.pp_schedule);
+  const double per_layer = 4 * C + 2 * qdim + 2 * kvdim + H + 2 + 3 * I;  // model/llama.cpp's table
+  for (int s = 0; s < layout.pp; ++s) {
+    const StageSpec& st = stages[size_t(s)];
+    const double per_token = per_layer * st.num_layers() + 2 * C + (st.has_head ? C + 1 : 0);
+    int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
+    if (schedule == PipelineSchedule::ticks && layout.pp > 1) slots += 1;  // the dummies' own
+    // ping-pong: two slots per micro-batch, whose halves differ by at most the longest
+    // document (data/nano_batches.h), so together they hold T + min(T, longest) / 2 tokens
+    const double tokens =
+        lanes == 2 ? T + std::min(T, double(config.data.max_doc_len)) / 2 : T;
+    const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
+    if (bytes > e.activations) e.activations = bytes, e.slots = slots * lanes;
+  }
+  e.tokens_per_slot = int64_t(T);
+
+  double rope_rows = std::max(double(config.data.seq_len), double(config.data.max_doc_len));
+  if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
+  e.scratch = (T * (C + 2 * qdim + 2 * kvdim + 3 * I) + std::min(T, 512.0) * V +
+               (lanes == 2 ? T * (2 * qdim + 2 * kvdim) : 0) + rope_rows * hd) * f;
+  if (layout.cp > 1 && !cad) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
+  if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
+  // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
+  e.data = double(m) * T * 13 + corpus_bytes(config);
+  // rank 0 builds the checkpoint in memory (HDF5's copy and the image), then verifies it
+  e.checkpoint = 2 * (params + (config.train.optimizer == "adamw" ? 2 * params : 0)) * f + params * f;
+  e.process = proc_kib_field("/proc/self/status", "VmRSS");
+  if (e.process < 0) e.process = 0;
+  return e;
+}
+
+MemoryAvailable available_memory(int ranks_on_host) {
+  MemoryAvailable a;
+  a.bytes = std::numeric_limits<double>::infinity();
+  const auto consider = [&](double bytes, const std::string& what) {
+    if (bytes >= 0 && bytes < a.bytes) a.bytes = bytes, a.limit = what;
+  };
+  const double rss = std::max(0.0, proc_kib_field("/proc/self/status", "VmRSS"));
+  const int n = std::max(1, ranks_on_host);
+  const double avail = proc_kib_field("/proc/meminfo", "MemAvailable");
+  // this rank's share, plus what it holds already (the estimate includes it)
+  if (avail >= 0)
+    consider(avail / n + rss, "MemAvailable " + bytes_text(avail) + (n > 1 ? " / " + std::to_string(n) + " ranks" : ""));
+  // cgroup v2, else v1
+  double limit = cgroup_value("/sys/fs/cgroup/memory.max"), used = cgroup_value("/sys/fs/cgroup/memory.current");
+  if (limit < 0) {
+    limit = cgroup_value("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    used = cgroup_value("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    if (limit > 1e18) limit = -1;  // v1's "unlimited"
+  }
+  if (limit >= 0 && used >= 0)
+    consider(std::max(0.0, limit - used) / n + rss, "the cgroup's memory limit " + bytes_text(limit));
+  rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    const double vm = std::max(0.0, proc_kib_field("/proc/self/status", "VmSize"));
+    consider(double(rl.rlim_cur) - vm + rss, "RLIMIT_AS (ulimit -v) " + bytes_text(double(rl.rlim_cur)));
+  }
+  return a;
+}
+
+std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a) {
+  std::ostringstream o;
+  o << "memory per rank (estimate, largest rank): " << bytes_text(e.total()) << " of "
+    << (std::isfinite(a.bytes) ? bytes_text(a.bytes) + " available (" + a.limit + ")" : std::string("unknown"))
+    << "\n  weights + gradients " << bytes_text(e.weights) << " | optimizer " << bytes_text(e.optimizer)
+    << " | activations " << bytes_text(e.activations) << " (" << e.slots << " slot(s) x " << e.tokens_per_slot
+    << " tokens)\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
+    << " | data " << bytes_text(e.data) << " | checkpoint image (rank 0) " << bytes_text(e.checkpoint)
+    << " | process " << bytes_text(e.process);
+  return o.str();
+}
+
+std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& a) {
+  if (!(e.total() > a.bytes)) return "";
+  // the three largest parts, largest first
+  std::vector<std::pair<double, std::string>> parts = {
+      {e.weights + e.optimizer, "weights, gradients and optimizer"}, {e.activations, "activations"},
+      {e.scratch, "scratch and RoPE table"}, {e.attention, "attention buffers"},
+      {e.data, "micro-batches and corpus"}, {e.checkpoint, "checkpoint image"}, {e.process, "process"}};
+  std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::string largest;
+  for (size_t i = 0; i < 3; ++i) largest += (i ? ", " : "") + parts[i].second + " " + bytes_text(parts[i].first);
+  return "not enough memory: a rank needs about " + bytes_text(e.total()) + " (" + largest + ") but " +
+         bytes_text(a.bytes) + " is available (" + a.limit +
+         "); reduce data.seq_len, train.micro_batches or the model, or add ranks (lct train --dry-run shows the estimate)";
+}
+
+}  // namespace lct

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The memory budget (issue 14, finding 9): lct train --dry-run's estimate per rank is
+# within 20% of the measured peak RSS of the largest rank (one process, dp = 2, pp = 2,
+# cp = 2, CAD); impossible sizes (sequence length, micro-batches, DCA chunk size, an
+# address-space limit, crafted checkpoint attributes) are refused with one line before
+# anything is written, with exit code 1.
+set -uo pipefail
+LCT=$1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+MPIRUN="mpirun --oversubscribe --bind-to none"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# estimate (MiB) from --dry-run; measured: the largest rank's peak RSS (KiB, /usr/bin/time)
+check() {  # label ranks args...
+  local label=$1 np=$2
+  shift 2
+  local launch=()
+  [[ $np -gt 1 ]] && launch=($MPIRUN -np "$np")
+  local est
+  est=$("${launch[@]}" "$LCT" train --dry-run "$@" | grep -m1 "memory per rank" |
+        sed -E 's/.*largest rank\): ([0-9.]+) (MiB|GiB).*/\1 \2/' |
+        awk '{print ($2 == "GiB") ? $1 * 1024 : $1}')
+  "${launch[@]}" /usr/bin/time -f "peak %M" "$LCT" train "$@" --checkpoint.dir "run_$label" > "$label.log" 2>&1 \
+    || { fail "$label: the run failed"; tail -3 "$label.log"; return; }
+  local peak
+  peak=$(grep -E "^peak [0-9]+$" "$label.log" | awk '{print $2}' | sort -n | tail -1)
+  /usr/bin/python3 - "$label" "$est" "$peak" <<'PY' || failures=$((failures + 1))
+import sys
+label, est, peak_kib = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+peak = peak_kib / 1024
+err = est / peak - 1
+ok = abs(err) <= 0.20
+print(f"{'ok  ' if ok else 'FAIL'} memory estimate {label}: {est:.0f} MiB estimated, {peak:.0f} MiB measured ({100 * err:+.1f}%)")
+sys.exit(0 if ok else 1)
+PY
+}
+common=(--train.steps 2 --train.threads 1 --checkpoint.every 0)
+check "one_process_16k" 1 "${common[@]}" --data.seq_len 16384
+check "dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.dp 2
+check "pp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4
+check "cp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2
+check "cad_dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad
+
+refused() {  # message args...
+  local want=$1
+  shift
+  local err rc
+  err=$("$LCT" train "$@" --checkpoint.dir refused 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 1 || $err != *"$want"* || $(printf '%s\n' "$err" | grep -c .) -ne 1 ]]; then
+    fail "train $*: exit $rc, '$err'"
+  elif [[ -e refused ]]; then
+    fail "train $*: refused, but it created its folder"
+  else
+    echo "ok   refused before writing: $*"
+  fi
+}
+refused "not enough memory: a rank needs about" --data.seq_len 4194304
+refused "(micro-batches and corpus" --train.micro_batches 1000000000
+refused "(scratch and RoPE table" --attention.kernel dca --attention.dca_chunk_size 1000000000
+# an address-space limit (ulimit -v, in KiB) below what the default run needs
+err=$( (ulimit -v 400000; exec "$LCT" train --data.seq_len 16384 --checkpoint.dir refused) 2>&1 >/dev/null)
+[[ $err == *"not enough memory"*"RLIMIT_AS (ulimit -v)"* && ! -e refused ]] || fail "RLIMIT_AS: '$err'"
+[[ $err == *"RLIMIT_AS"* ]] && echo "ok   refused under ulimit -v: names RLIMIT_AS"
+out=$("$LCT" train --dry-run --data.seq_len 4096 --checkpoint.dir refused)
+[[ $? -eq 0 && $out == *"fits: yes"* && ! -e refused ]] || fail "--dry-run: '$out'"
+echo "ok   --dry-run prints the plan and writes nothing"
+
+# crafted checkpoint attributes: one line, no bad_alloc
+"$LCT" train --model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1 \
+  --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64 --train.steps 1 \
+  --checkpoint.dir ck > /dev/null || fail "tiny run"
+cp ck/step_00000001.h5 step.h5
+cp ck/step_00000001.h5 vocab.h5
+/usr/bin/python3 - <<'PY'
+import h5py
+with h5py.File("step.h5", "r+") as f:
+    f["trainer"].attrs["step"] = 10**15
+with h5py.File("vocab.h5", "r+") as f:
+    f["model"].attrs["vocab_size"] = 2**40
+PY
+for c in "inspect step.h5|/trainer@step is 1000000000000000" \
+         "train --train.resume step.h5 --checkpoint.dir r2|/trainer@step is 1000000000000000" \
+         "inspect vocab.h5|vocab_size, hidden_size and intermediate_size must be <= 2^31"; do
+  args=${c%%|*} want=${c#*|}
+  err=$("$LCT" $args 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"$want"* && $err != *bad_alloc* ]] && echo "ok   $args: $want" || fail "$args: exit $rc, '$err'"
+done
+
+if [[ $failures -ne 0 ]]; then echo "memory_budget: $failures failures"; exit 1; fi
+echo "memory_budget: all passed"

@@ -18,6 +18,8 @@ std::string LlamaConfig::validate() const {
   constexpr int64_t kMaxDim = int64_t(1) << 31;
   if (vocab_size > kMaxDim || hidden_size > kMaxDim || intermediate_size > kMaxDim)
     return "model.vocab_size, hidden_size and intermediate_size must be <= 2^31";
+  if (num_hidden_layers > 65536 || num_attention_heads > 65536)  // the tables list each one
+    return "model.num_hidden_layers and num_attention_heads must be <= 65536";
   if (hidden_size % num_attention_heads != 0)
     return "model.hidden_size (" + std::to_string(hidden_size) +
            ") must be divisible by model.num_attention_heads (" +

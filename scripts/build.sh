@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Configure and build lct (Release, -O3 -march=native) into build/.
+# Configure and build lct (Release, -O3 -march=native) into build/, or with --sanitize
+# an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1) into build-sanitize/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
-cmake --build build -j"${LCT_BUILD_JOBS:-2}" >> build.log 2>&1 || { tail -50 build.log; exit 1; }
-echo "build: ok (build/lct)"
+dir=build
+flags=(-DCMAKE_BUILD_TYPE=Release)
+if [[ ${1:-} == --sanitize ]]; then
+  dir=build-sanitize
+  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DLCT_SANITIZE=ON)
+elif [[ $# -gt 0 ]]; then
+  echo "build.sh: unknown option '$1' (expected --sanitize)" >&2
+  exit 1
+fi
+cmake -S . -B "$dir" "${flags[@]}" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+cmake --build "$dir" -j"${LCT_BUILD_JOBS:-2}" >> "$dir.log" 2>&1 || { tail -50 "$dir.log"; exit 1; }
+echo "build: ok ($dir/lct)"

@@ -105,6 +105,18 @@ void write_checkpoint(const std::string& path, const std::string& config_toml,
 CheckpointContents verify_checkpoint(const H5File& f) {
   CheckpointContents c = read_checkpoint_header(f);
   const TensorTable table = build_llama_table(c.model);
+  // every tensor's shape first: /model attributes that disagree with the stored tensors
+  // end here, before a buffer is sized from them
+  std::vector<std::string> roots = {"/params"};
+  if (c.has_optimizer && c.optimizer_kind == optimizer_name(OptimizerKind::adamw))
+    roots.insert(roots.end(), {"/optim/exp_avg", "/optim/exp_avg_sq"});
+  for (const std::string& root : roots)
+    for (const TensorSpec& t : table.specs()) {
+      const std::string ds = root + "/" + hf_name_to_path(t.name);
+      if (!f.exists(ds)) throw std::runtime_error(f.path() + ": missing tensor " + ds);
+      if (f.shape(ds) != t.shape)
+        throw std::runtime_error(f.path() + ": tensor " + ds + " does not have the shape /model describes");
+    }
   std::vector<float> scratch(static_cast<size_t>(table.total()));
   read_tensors(f, "/params", table, scratch.data());
   if (c.has_optimizer && c.optimizer_kind == optimizer_name(OptimizerKind::adamw)) {

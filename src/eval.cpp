@@ -14,7 +14,12 @@
 namespace lct {
 
 PackedBatch read_batch_file(const std::string& path, int64_t vocab_size) {
-  H5File f = H5File::open_read(path);
+  const H5File f = H5File::open_read(path);
+  return read_batch(f, vocab_size);
+}
+
+PackedBatch read_batch(const H5File& f, int64_t vocab_size) {
+  const std::string& path = f.path();
   for (const char* ds : {"/tokens", "/cu_seqlens"})
     if (!f.exists(ds)) throw std::runtime_error(path + ": missing dataset " + std::string(ds + 1));
   for (const char* ds : {"/tokens", "/cu_seqlens", "/answer_mask"})  // exactly: 7.9 is no offset

@@ -15,6 +15,8 @@ namespace lct {
 // validates them (boundaries, token range, 0/1 mask) and derives targets/positions.
 // Throws with one line.
 PackedBatch read_batch_file(const std::string& path, int64_t vocab_size);
+class H5File;
+PackedBatch read_batch(const H5File& file, int64_t vocab_size);  // the same, from an open file
 
 // Loads params (and /model config) from a checkpoint or parameter file. The optional
 // hook may change the attention settings (kernel, DCA keys) before the model is built:

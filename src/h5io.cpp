@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace lct {
@@ -54,6 +56,51 @@ H5File H5File::create(const std::string& path) {
   return H5File(id, path);
 }
 
+namespace {
+// lct's files carry a 512-byte HDF5 user block (which HDF5 skips and h5py reads through)
+// holding a checksum of everything after it: a file that was truncated or had a bit
+// flipped is refused before HDF5 parses it (HDF5 1.10 can overrun its buffers on
+// corrupt metadata). Layout: "lct-hdf5-checksum 1\n<bytes after the block>\n<fnv1a64>\n".
+constexpr size_t kUserBlock = 512;
+constexpr const char kUserBlockMagic[] = "lct-hdf5-checksum 1\n";
+
+// Prepends the block to a file image (HDF5 finds the superblock at offset 512 and reads
+// every address relative to it).
+std::vector<char> sealed(const std::vector<char>& image) {
+  const std::string text = std::string(kUserBlockMagic) + std::to_string(image.size()) + "\n" +
+                           checksum_text(image.data(), image.size()) + "\n";
+  std::vector<char> out(kUserBlock + image.size(), '\0');
+  std::copy(text.begin(), text.end(), out.begin());
+  std::copy(image.begin(), image.end(), out.begin() + kUserBlock);
+  return out;
+}
+
+// Checks a sealed image (a no-op for files without lct's user block, e.g. from h5py).
+void check_user_block(const char* data, size_t size, const std::string& name) {
+  const size_t magic = sizeof(kUserBlockMagic) - 1;
+  if (size < magic || std::memcmp(data, kUserBlockMagic, magic) != 0) return;
+  const std::string head(data, std::min(size, kUserBlock));
+  size_t pos = magic;
+  const size_t nl = head.find('\n', pos), nl2 = nl == std::string::npos ? nl : head.find('\n', nl + 1);
+  if (nl2 == std::string::npos) throw h5_error(name, "corrupt lct file header");
+  const std::string length = head.substr(pos, nl - pos), sum = head.substr(nl + 1, nl2 - nl - 1);
+  if (size < kUserBlock || length != std::to_string(size - kUserBlock))
+    throw h5_error(name, "the file has " + std::to_string(size) + " bytes, its header says " + length +
+                             " + " + std::to_string(kUserBlock) + " (truncated?)");
+  if (checksum_text(data + kUserBlock, size - kUserBlock) != sum)
+    throw h5_error(name, "the file's checksum does not match (corrupt)");
+}
+
+void check_user_block_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof(kUserBlockMagic) - 1] = {};
+  if (!in.read(magic, sizeof magic) || std::memcmp(magic, kUserBlockMagic, sizeof magic) != 0) return;
+  in.seekg(0);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_user_block(bytes.data(), bytes.size(), path);
+}
+}  // namespace
+
 H5File H5File::create_in_memory(const std::string& name) {
   Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
   // grow in 4 MiB steps, never write a backing file
@@ -64,6 +111,17 @@ H5File H5File::create_in_memory(const std::string& name) {
   return H5File(id, name);
 }
 
+H5File H5File::open_image(const std::vector<char>& image, const std::string& name) {
+  check_user_block(image.data(), image.size(), name);
+  Handle fapl{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  if (fapl.id < 0 || H5Pset_fapl_core(fapl.id, size_t(1) << 20, false) < 0 ||
+      H5Pset_file_image(fapl.id, const_cast<char*>(image.data()), image.size()) < 0)
+    throw h5_error(name, "cannot set up an in-memory HDF5 file");
+  const hid_t id = H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.id);
+  if (id < 0) throw h5_error(name, "not a readable HDF5 file (truncated or corrupt?)");
+  return H5File(id, name);
+}
+
 std::vector<char> H5File::image() const {
   if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) throw h5_error(path_, "cannot flush the HDF5 file");
   const ssize_t size = H5Fget_file_image(id_, nullptr, 0);
@@ -71,7 +129,7 @@ std::vector<char> H5File::image() const {
   std::vector<char> bytes(static_cast<size_t>(size));
   if (H5Fget_file_image(id_, bytes.data(), bytes.size()) != size)
     throw h5_error(path_, "cannot take the HDF5 file image");
-  return bytes;
+  return sealed(bytes);
 }
 
 void H5File::close_checked() {
@@ -82,12 +140,24 @@ void H5File::close_checked() {
 
 H5File H5File::open_read(const std::string& path) {
   if (!std::filesystem::exists(path)) throw h5_error(path, "no such file");
+  check_user_block_of(path);
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) throw h5_error(path, "not a readable HDF5 file (truncated or corrupt?)");
   return H5File(id, path);
 }
 
 H5File H5File::open_rw(const std::string& path) {
+  // a file changed in place is no longer the file its checksum describes: drop the seal
+  // (the file stays a valid HDF5 file with a user block, checked as any unsealed file)
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    char magic[sizeof(kUserBlockMagic) - 1] = {};
+    if (io.read(magic, sizeof magic) && std::memcmp(magic, kUserBlockMagic, sizeof magic) == 0) {
+      io.seekp(0);
+      const std::string unsealed(sizeof magic, ' ');
+      io.write(unsealed.data(), std::streamsize(unsealed.size()));
+    }
+  }
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   if (id < 0) throw h5_error(path, "cannot open HDF5 file for writing");
   return H5File(id, path);

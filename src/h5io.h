@@ -18,10 +18,16 @@ class H5File {
  public:
   static H5File create(const std::string& path);     // truncates
   static H5File open_read(const std::string& path);  // read-only
-  static H5File open_rw(const std::string& path);    // read-write (tests, repairs)
+  static H5File open_rw(const std::string& path);    // read-write (tests, repairs); unseals
   // A file that lives in memory only (see write_h5_atomically); `name` names it in errors.
   static H5File create_in_memory(const std::string& name);
-  // The whole file as bytes (flushed first), e.g. of an in-memory file.
+  // Read-only view of a file image held in memory (e.g. bytes to validate before they
+  // reach the disk; the fuzz tests); the image is copied.
+  static H5File open_image(const std::vector<char>& image, const std::string& name);
+  // The whole file as bytes (flushed first), e.g. of an in-memory file, behind lct's
+  // 512-byte user block: a checksum of the rest that open_read and open_image verify
+  // before HDF5 parses anything (HDF5 1.10 can overrun its buffers on corrupt metadata;
+  // HDF5 and h5py read such files as any file with a user block).
   std::vector<char> image() const;
   // Closes and reports whether HDF5 closed the file cleanly (the destructor cannot).
   void close_checked();

@@ -146,11 +146,41 @@ class DamagedCheckpoint : public CheckpointTest {
 TEST_F(DamagedCheckpoint, TruncatedFile) {
   const std::string p = copy("truncated.h5");
   fs::resize_file(p, fs::file_size(p) / 2);
+  expect_load_error(p, "its header says");  // the file's own length, before HDF5 parses it
+}
+
+TEST_F(DamagedCheckpoint, TruncatedUnsealedFile) {
+  const std::string p = copy("truncated_unsealed.h5");
+  H5File::open_rw(p).close();  // an ordinary HDF5 file from here on
+  fs::resize_file(p, fs::file_size(p) / 2);
   expect_load_error(p, "not a readable HDF5 file");
+}
+
+TEST_F(DamagedCheckpoint, FlippedByteAnywhere) {
+  // lct's files carry a checksum of the whole file: any flipped byte is caught before
+  // HDF5 reads the file
+  const std::string p = copy("flipped_any.h5");
+  const auto size = fs::file_size(p);
+  for (const auto at : {size_t(600), size_t(size / 2), size_t(size - 1)}) {
+    std::fstream file(p, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(std::streamoff(at));
+    char byte;
+    file.read(&byte, 1);
+    byte ^= 0x01;
+    file.seekp(std::streamoff(at));
+    file.write(&byte, 1);
+    file.close();
+    expect_load_error(p, "the file's checksum does not match (corrupt)");
+    std::fstream undo(p, std::ios::in | std::ios::out | std::ios::binary);
+    undo.seekp(std::streamoff(at));
+    byte ^= 0x01;
+    undo.write(&byte, 1);
+  }
 }
 
 TEST_F(DamagedCheckpoint, FlippedByteInTensor) {
   const std::string p = copy("flipped.h5");
+  H5File::open_rw(p).close();  // unsealed: the per-tensor checksum is what catches it
   haddr_t offset;
   {
     H5File f = H5File::open_read(p);

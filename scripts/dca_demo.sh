@@ -32,7 +32,8 @@ echo "== 1. train a causal model on ${TRAIN_LEN}-token sequences ($STEPS steps)"
 "$LCT" train --data.source text --data.path "$CORPUS" --data.separator $'\n\n' \
   --data.seq_len "$TRAIN_LEN" --train.micro_batches 4 --train.steps "$STEPS" \
   --train.warmup_steps 20 --train.lr 0.002 --checkpoint.dir "$OUT/train" \
-  --checkpoint.every "$STEPS" --checkpoint.keep 1 --train.log_every 50 | grep -E "^(step|done)"
+  --checkpoint.every "$STEPS" --checkpoint.keep 1 --checkpoint.overwrite true --train.log_every 50 \
+  | grep -E "^(step|done)"
 CKPT=$(ls "$OUT"/train/step_*.h5 | tail -1)
 
 echo "== 2. $EVAL_SEQUENCES evaluation sequences of $EVAL_LEN tokens (whole files as documents)"

@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-exec ./build/lct train --config configs/default.toml "$@"
+# (a rerun starts over in runs/default: --checkpoint.overwrite; pass --train.resume auto
+# to continue instead)
+exec ./build/lct train --config configs/default.toml --checkpoint.overwrite true "$@"

@@ -84,7 +84,8 @@ def mpi_train(ranks, args, quick, config, out_dir):
                OMP_WAIT_POLICY="PASSIVE")
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks), LCT, "train",
            "--config", config] + quick_model(quick, args) + [
-           "--train.threads", "1", "--checkpoint.every", "0", "--checkpoint.dir", out_dir] + args
+           "--train.threads", "1", "--checkpoint.every", "0", "--checkpoint.dir", out_dir,
+           "--checkpoint.overwrite", "true"] + args  # a rerun of the experiment replaces its runs
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")

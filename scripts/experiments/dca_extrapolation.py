@@ -24,7 +24,8 @@ CORPUS = "/usr/share/common-licenses"
 
 
 def train(a, out_dir, args):
-    common.lct(["train", "--checkpoint.dir", out_dir, "--checkpoint.keep", "1", "--train.log_every", "100"] + args,
+    common.lct(["train", "--checkpoint.dir", out_dir, "--checkpoint.overwrite", "true", "--checkpoint.keep", "1",
+                "--train.log_every", "100"] + args,
                a.quick, a.config)
     return sorted(glob.glob(os.path.join(out_dir, "step_*.h5")))[-1]
 

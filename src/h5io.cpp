@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 namespace lct {
@@ -64,40 +63,78 @@ namespace {
 constexpr size_t kUserBlock = 512;
 constexpr const char kUserBlockMagic[] = "lct-hdf5-checksum 1\n";
 
-// Prepends the block to a file image (HDF5 finds the superblock at offset 512 and reads
-// every address relative to it).
-std::vector<char> sealed(const std::vector<char>& image) {
-  const std::string text = std::string(kUserBlockMagic) + std::to_string(image.size()) + "\n" +
-                           checksum_text(image.data(), image.size()) + "\n";
-  std::vector<char> out(kUserBlock + image.size(), '\0');
-  std::copy(text.begin(), text.end(), out.begin());
-  std::copy(image.begin(), image.end(), out.begin() + kUserBlock);
-  return out;
+constexpr size_t kMagicSize = sizeof(kUserBlockMagic) - 1;
+bool is_sealed(const char* data, size_t size) {
+  return size >= kMagicSize && std::memcmp(data, kUserBlockMagic, kMagicSize) == 0;
+}
+
+// FNV-1a 64 (checksum_text's), continued from `h` over more bytes.
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = kFnvOffset) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+std::string fnv_text(uint64_t h) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Writes the block in front of an image that starts kUserBlock bytes into `file` (HDF5
+// finds the superblock at offset 512 and reads every address relative to it).
+void seal(std::vector<char>& file) {
+  const size_t body = file.size() - kUserBlock;
+  const std::string text = std::string(kUserBlockMagic) + std::to_string(body) + "\n" +
+                           fnv_text(fnv1a64(file.data() + kUserBlock, body)) + "\n";
+  std::fill(file.begin(), file.begin() + kUserBlock, '\0');
+  std::copy(text.begin(), text.end(), file.begin());
+}
+
+// The length and checksum a sealed file's block records.
+struct Seal {
+  std::string length, sum;
+};
+Seal read_seal(const char* head, size_t size, const std::string& name) {
+  const std::string text(head, std::min(size, kUserBlock));
+  const size_t nl = text.find('\n', kMagicSize), nl2 = nl == std::string::npos ? nl : text.find('\n', nl + 1);
+  if (nl2 == std::string::npos) throw h5_error(name, "corrupt lct file header");
+  return {text.substr(kMagicSize, nl - kMagicSize), text.substr(nl + 1, nl2 - nl - 1)};
+}
+
+// Checks a file of `size` bytes whose body (after the block) hashes to `body_hash`
+// against its seal.
+void check_seal(const Seal& seal, size_t size, uint64_t body_hash, const std::string& name) {
+  if (size < kUserBlock || seal.length != std::to_string(size - kUserBlock))
+    throw h5_error(name, "the file has " + std::to_string(size) + " bytes, its header says " + seal.length +
+                             " + " + std::to_string(kUserBlock) + " (truncated?)");
+  if (fnv_text(body_hash) != seal.sum) throw h5_error(name, "the file's checksum does not match (corrupt)");
 }
 
 // Checks a sealed image (a no-op for files without lct's user block, e.g. from h5py).
 void check_user_block(const char* data, size_t size, const std::string& name) {
-  const size_t magic = sizeof(kUserBlockMagic) - 1;
-  if (size < magic || std::memcmp(data, kUserBlockMagic, magic) != 0) return;
-  const std::string head(data, std::min(size, kUserBlock));
-  size_t pos = magic;
-  const size_t nl = head.find('\n', pos), nl2 = nl == std::string::npos ? nl : head.find('\n', nl + 1);
-  if (nl2 == std::string::npos) throw h5_error(name, "corrupt lct file header");
-  const std::string length = head.substr(pos, nl - pos), sum = head.substr(nl + 1, nl2 - nl - 1);
-  if (size < kUserBlock || length != std::to_string(size - kUserBlock))
-    throw h5_error(name, "the file has " + std::to_string(size) + " bytes, its header says " + length +
-                             " + " + std::to_string(kUserBlock) + " (truncated?)");
-  if (checksum_text(data + kUserBlock, size - kUserBlock) != sum)
-    throw h5_error(name, "the file's checksum does not match (corrupt)");
+  if (!is_sealed(data, size)) return;
+  const Seal s = read_seal(data, size, name);
+  check_seal(s, size, size < kUserBlock ? 0 : fnv1a64(data + kUserBlock, size - kUserBlock), name);
 }
 
+// The same for a file on disk, read in 1 MiB pieces (never a second copy of the file).
 void check_user_block_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  char magic[sizeof(kUserBlockMagic) - 1] = {};
-  if (!in.read(magic, sizeof magic) || std::memcmp(magic, kUserBlockMagic, sizeof magic) != 0) return;
-  in.seekg(0);
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check_user_block(bytes.data(), bytes.size(), path);
+  char head[kUserBlock] = {};
+  in.read(head, kUserBlock);
+  const size_t got = size_t(in.gcount());
+  if (!is_sealed(head, got)) return;
+  const Seal s = read_seal(head, got, path);
+  uint64_t h = kFnvOffset;
+  size_t size = got;
+  std::vector<char> piece(size_t(1) << 20);
+  while (in) {
+    in.read(piece.data(), std::streamsize(piece.size()));
+    h = fnv1a64(piece.data(), size_t(in.gcount()), h);
+    size += size_t(in.gcount());
+  }
+  check_seal(s, size, h, path);
 }
 }  // namespace
 
@@ -126,10 +163,11 @@ std::vector<char> H5File::image() const {
   if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) throw h5_error(path_, "cannot flush the HDF5 file");
   const ssize_t size = H5Fget_file_image(id_, nullptr, 0);
   if (size < 0) throw h5_error(path_, "cannot take the HDF5 file image");
-  std::vector<char> bytes(static_cast<size_t>(size));
-  if (H5Fget_file_image(id_, bytes.data(), bytes.size()) != size)
+  std::vector<char> file(kUserBlock + static_cast<size_t>(size));  // the image goes behind the block
+  if (H5Fget_file_image(id_, file.data() + kUserBlock, size_t(size)) != size)
     throw h5_error(path_, "cannot take the HDF5 file image");
-  return sealed(bytes);
+  seal(file);
+  return file;
 }
 
 void H5File::close_checked() {
@@ -151,10 +189,10 @@ H5File H5File::open_rw(const std::string& path) {
   // (the file stays a valid HDF5 file with a user block, checked as any unsealed file)
   {
     std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-    char magic[sizeof(kUserBlockMagic) - 1] = {};
-    if (io.read(magic, sizeof magic) && std::memcmp(magic, kUserBlockMagic, sizeof magic) == 0) {
+    char magic[kMagicSize] = {};
+    if (io.read(magic, kMagicSize) && is_sealed(magic, kMagicSize)) {
       io.seekp(0);
-      const std::string unsealed(sizeof magic, ' ');
+      const std::string unsealed(kMagicSize, ' ');
       io.write(unsealed.data(), std::streamsize(unsealed.size()));
     }
   }
@@ -267,14 +305,7 @@ std::string H5File::dtype(const std::string& ds) const {
   }
 }
 
-std::string checksum_text(const void* data, size_t bytes) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
+std::string checksum_text(const void* data, size_t bytes) { return fnv_text(fnv1a64(data, bytes)); }
 
 void H5File::write_f32(const std::string& ds, const std::vector<int64_t>& shape, const float* data) {
   write_raw(ds, shape, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, data);
@@ -493,12 +524,8 @@ void write_h5_atomically(const std::string& path, const std::function<void(H5Fil
       f.close_checked();
     }
     write_file_synced(tmp, bytes.data(), bytes.size());
-    std::error_code ec;
-    const auto on_disk = std::filesystem::file_size(tmp, ec);
-    if (ec || on_disk != bytes.size())
-      throw std::runtime_error(tmp + ": " + std::to_string(on_disk) + " bytes on disk, " +
-                               std::to_string(bytes.size()) + " written");
     {
+      // open_read checks the size and checksum the seal records, then HDF5 reads it
       H5File check = H5File::open_read(tmp);
       if (verify) verify(check);
       check.close_checked();

@@ -90,23 +90,26 @@ void check_run_folder(const std::string& dir, const RunFolderContents& contents,
                       "): resume into another folder, or replace it with --checkpoint.overwrite true");
 }
 
-int64_t take_run_folder(const std::string& dir, const RunFolderContents& contents,
-                        const RunIdentity& identity, bool overwrite) {
+TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& contents,
+                               const RunIdentity& identity, bool overwrite) {
   fs::create_directories(dir);
-  int64_t removed = 0;
-  if (overwrite && !contents.empty()) {
-    // only files of the same run survive an overwrite (a resumed run keeps its own)
-    for (const std::string& p : contents.checkpoints)
-      if (checkpoint_run_id(p) != identity.run_id) removed += fs::remove(p) ? 1 : 0;
+  TakenRunFolder taken;
+  // each checkpoint's run id, read once (the file is checksummed to read it)
+  for (const std::string& p : contents.checkpoints) {
+    if (checkpoint_run_id(p) == identity.run_id)
+      taken.own_checkpoints.push_back(p);
+    else if (overwrite)  // only files of the same run survive an overwrite
+      taken.removed += fs::remove(p) ? 1 : 0;
+  }
+  if (overwrite && (!contents.owner || contents.owner->run_id != identity.run_id)) {
     std::error_code ec;
-    if (!contents.owner || contents.owner->run_id != identity.run_id)
-      fs::remove(fs::path(dir) / "metrics.jsonl", ec);
+    fs::remove(fs::path(dir) / "metrics.jsonl", ec);
   }
   write_text_atomically(run_file(dir), "# lct: the run that owns this folder (see checkpoint.overwrite)\n"
                                        "run_id = \"" + identity.run_id + "\"\nconfig_hash = \"" +
                                        identity.config_hash + "\"\nseed = " + std::to_string(identity.seed) +
                                        "\nstarted = \"" + identity.started + "\"\n");
-  return removed;
+  return taken;
 }
 
 std::string checkpoint_run_id(const std::string& path) {
@@ -118,17 +121,17 @@ std::string checkpoint_run_id(const std::string& path) {
   }
 }
 
-void rotate_checkpoints(const std::string& dir, const std::string& run_id, int64_t keep,
-                        const std::string& just_written) {
-  std::vector<std::string> mine;  // oldest first (names sort by step)
-  for (const std::string& p : list_checkpoints(dir))
-    if (p != just_written && !run_id.empty() && checkpoint_run_id(p) == run_id) mine.push_back(p);
+void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::string& just_written) {
+  own.erase(std::remove(own.begin(), own.end(), just_written), own.end());  // rewritten: now the newest
   // the one just written counts as the newest kept
-  for (size_t i = 0; i + size_t(std::max<int64_t>(keep - 1, 0)) < mine.size(); ++i) {
+  const size_t older = size_t(std::max<int64_t>(keep - 1, 0));
+  while (own.size() > older) {
     std::error_code ec;
-    fs::remove(mine[i], ec);
-    if (ec) log_warn("checkpoint.keep: cannot remove " + mine[i] + ": " + ec.message());
+    fs::remove(own.front(), ec);
+    if (ec) log_warn("checkpoint.keep: cannot remove " + own.front() + ": " + ec.message());
+    own.erase(own.begin());
   }
+  own.push_back(just_written);
 }
 
 }  // namespace lct

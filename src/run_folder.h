@@ -44,16 +44,23 @@ void check_run_folder(const std::string& dir, const RunFolderContents& contents,
                       const std::string& run_id, bool resumed, bool overwrite);
 
 // Takes the folder (one rank): with `overwrite` removes the other run's checkpoints,
-// metrics.jsonl and run.toml first; then writes run.toml durably. Returns what it removed.
-int64_t take_run_folder(const std::string& dir, const RunFolderContents& contents,
-                        const RunIdentity& identity, bool overwrite);
+// metrics.jsonl and run.toml first; then writes run.toml durably. Returns this run's
+// checkpoints already in the folder (oldest first), for rotation, and how many files of
+// another run it removed.
+struct TakenRunFolder {
+  std::vector<std::string> own_checkpoints;
+  int64_t removed = 0;
+};
+TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& contents,
+                               const RunIdentity& identity, bool overwrite);
 
 // The run id stamped in a checkpoint ("" when it has none or cannot be read).
 std::string checkpoint_run_id(const std::string& path);
 
-// Deletes this run's oldest checkpoints in dir until `keep` of them remain, never
-// `just_written` nor a file of another run or one that cannot be read.
-void rotate_checkpoints(const std::string& dir, const std::string& run_id, int64_t keep,
-                        const std::string& just_written);
+// `own`: this run's checkpoints, oldest first (from take_run_folder, kept up to date
+// here). Adds `just_written` as the newest and deletes the oldest others until `keep`
+// remain; never `just_written`, and never a file of another run or one that cannot be
+// read (they are not in `own`).
+void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::string& just_written);
 
 }  // namespace lct

@@ -354,7 +354,7 @@ std::string Trainer::save_checkpoint() {
       throw std::runtime_error("checkpoint of step " + std::to_string(state_.step) +
                                " not written (earlier checkpoints are untouched): " + e.what());
     }
-    rotate_checkpoints(config_.checkpoint.dir, state_.run_id, config_.checkpoint.keep, path);
+    rotate_checkpoints(own_checkpoints_, config_.checkpoint.keep, path);
   }
   barrier(grid_.world());  // written before anyone goes on
   return path;
@@ -401,10 +401,11 @@ void Trainer::claim_run_folder() {
     RunIdentity identity = new_run_identity(config_to_toml(config_), config_.train.seed);
     if (!state_.run_id.empty()) identity.run_id = state_.run_id;
     state_.run_id = identity.run_id;
-    const int64_t removed = take_run_folder(dir, contents, identity, config_.checkpoint.overwrite);
+    TakenRunFolder taken = take_run_folder(dir, contents, identity, config_.checkpoint.overwrite);
+    own_checkpoints_ = std::move(taken.own_checkpoints);
     if (config_.checkpoint.overwrite && !contents.empty())
       log_info("checkpoint.overwrite: %s now belongs to run %s (%lld checkpoint(s) of the previous run removed)",
-               dir.c_str(), identity.run_id.c_str(), (long long)removed);
+               dir.c_str(), identity.run_id.c_str(), (long long)taken.removed);
   }
   barrier(grid_.world());
 }

@@ -94,6 +94,7 @@ class Trainer {
   PipelineExecutor executor_;
   TrainerState state_;
   bool resumed_ = false;  // state_ came from a checkpoint
+  std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
   CpSplit cp_split_;

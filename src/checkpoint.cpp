@@ -118,11 +118,7 @@ CheckpointContents verify_checkpoint(const H5File& f) {
         throw std::runtime_error(f.path() + ": tensor " + ds + " does not have the shape /model describes");
     }
   std::vector<float> scratch(static_cast<size_t>(table.total()));
-  read_tensors(f, "/params", table, scratch.data());
-  if (c.has_optimizer && c.optimizer_kind == optimizer_name(OptimizerKind::adamw)) {
-    read_tensors(f, "/optim/exp_avg", table, scratch.data());
-    read_tensors(f, "/optim/exp_avg_sq", table, scratch.data());
-  }
+  for (const std::string& root : roots) read_tensors(f, root, table, scratch.data());
   return c;
 }
 

@@ -45,7 +45,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
   lm_head_offset_ =
       config_.tie_word_embeddings ? embed_offset_ : table_.get("lm_head.weight").offset;
   final_norm_offset_ = table_.get("model.norm.weight").offset;
-  build_activation_table();
+  ActivationIds ids;
+  acts_table_ = activation_table(config_, stage_, &ids);
+  ids_ = std::move(ids.layers);
+  x_out_ = ids.x_out, rstd_final_ = ids.rstd_final, h_final_ = ids.h_final, dx_ = ids.dx;
 }
 
 // What one micro-batch saves between forward and backward, per token (C hidden,
@@ -55,12 +58,13 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
 // then the stage output x_out C (the last layer's output: sent to the next stage, or
 // the final norm's input), rstd_final 1 and h_final C on the last stage, and dx C, the
 // residual-stream gradient (received from the next stage, sent to the previous one).
-void LlamaModel::build_activation_table() {
-  const LlamaConfig& c = config_;
+ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSpec& stage,
+                                             ActivationIds* ids) {
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  ActivationTable& t = acts_table_;
-  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+  ActivationTable t;
+  ActivationIds out;
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerIds i;
     i.x_in = t.add(p + "x_in", C);
@@ -77,14 +81,33 @@ void LlamaModel::build_activation_table() {
     i.gate = t.add(p + "gate", I);
     i.up = t.add(p + "up", I);
     i.act = t.add(p + "act", I);
-    ids_.push_back(i);
+    out.layers.push_back(i);
   }
-  x_out_ = t.add("x_out", C);
-  if (stage_.has_head) {
-    rstd_final_ = t.add("rstd_final", 1);
-    h_final_ = t.add("h_final", C);
+  out.x_out = t.add("x_out", C);
+  if (stage.has_head) {
+    out.rstd_final = t.add("rstd_final", 1);
+    out.h_final = t.add("h_final", C);
   }
-  dx_ = t.add("dx", C);
+  out.dx = t.add("dx", C);
+  if (ids) *ids = std::move(out);
+  return t;
+}
+
+int64_t LlamaModel::activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage) {
+  return activation_table(config, stage, nullptr).floats_per_token();
+}
+
+// dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I per token, plus the
+// LM head's logit rows (processed kLogitRows at a time)
+int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T) {
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  return T * (c.hidden_size + 2 * qdim + 2 * kvdim + 3 * c.intermediate_size) +
+         std::min<int64_t>(T, kLogitRows) * c.vocab_size;
+}
+
+// dattn, dq (qdim each), dk, dv (kvdim each) per token
+int64_t LlamaModel::lane_scratch_floats(const LlamaConfig& c, int64_t T) {
+  return T * (2 * c.num_attention_heads * c.head_dim() + 2 * c.num_key_value_heads * c.head_dim());
 }
 
 void LlamaModel::zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
@@ -139,10 +162,8 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   if (T <= scratch_tokens_) return;
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  // dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I, plus logit rows
-  const int64_t logit_rows = std::min<int64_t>(T, kLogitRows);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
-  scratch_.assign(size_t(T * (C + 2 * qdim + 2 * kvdim + 3 * I) + logit_rows * c.vocab_size), 0.0f);
+  scratch_.assign(size_t(scratch_floats(c, T)), 0.0f);
   float* p = scratch_.data();
   auto take = [&](int64_t n) {
     float* r = p;
@@ -170,7 +191,7 @@ void LlamaModel::ensure_lane_scratch(int64_t T) {
   const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
                 kvdim = config_.num_key_value_heads * config_.head_dim();
   std::vector<float>().swap(lane_scratch_);  // free first: no old + new peak
-  lane_scratch_.assign(size_t(T * (2 * qdim + 2 * kvdim)), 0.0f);
+  lane_scratch_.assign(size_t(lane_scratch_floats(config_, T)), 0.0f);
   float* p = lane_scratch_.data();
   d_lane1_.dattn = p, p += T * qdim;
   d_lane1_.dq = p, p += T * qdim;

@@ -126,6 +126,12 @@ class LlamaModel {
 
   // Activation memory: peak slots in use times slot bytes, plus backward scratch.
   int64_t activation_bytes() const;
+  // The same sizes without building a model (memory budgets, src/memory_budget.h):
+  // floats per token a stage saves between forward and backward (a slot holds T of
+  // them), of the backward scratch for T tokens, and of lane 1's own scratch (ping-pong).
+  static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage);
+  static int64_t scratch_floats(const LlamaConfig& config, int64_t T);
+  static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
   SlotPool& slot_pool() { return pool_; }
 
  private:
@@ -135,6 +141,13 @@ class LlamaModel {
   struct LayerIds {  // activation ids of one layer (saved by forward for backward)
     int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act;
   };
+  struct ActivationIds {
+    std::vector<LayerIds> layers;  // per layer of the stage
+    int x_out = -1, rstd_final = -1, h_final = -1, dx = -1;
+  };
+  // A stage's activation table (see llama.cpp) and, when asked, its tensors' ids.
+  static ActivationTable activation_table(const LlamaConfig& config, const StageSpec& stage,
+                                          ActivationIds* ids);
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
   LayerActivations layer_activations(int l, ActivationSlot& s);
   AttentionInput attention_input(int l, const ActivationSlot& s, bool backward) const;
@@ -145,7 +158,6 @@ class LlamaModel {
   void attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
   LayerShape layer_shape(const ActivationSlot& s) const;
-  void build_activation_table();
   void ensure_scratch(int64_t T, int64_t max_position);
   void ensure_lane_scratch(int64_t T);
   void phase_done() {

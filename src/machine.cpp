@@ -44,13 +44,16 @@ std::string blas_capability_warning() {
          "for full speed";
 }
 
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
+double proc_kib_field(const char* file, const char* field) {
+  std::ifstream in(file);
   std::string line;
+  const std::string key = std::string(field) + ":";
   while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) * 1024.0;
   return -1;
 }
+
+int64_t peak_rss_bytes() { return int64_t(proc_kib_field("/proc/self/status", "VmHWM")); }
 
 void reset_peak_rss() {
   std::ofstream("/proc/self/clear_refs") << "5";  // resets VmHWM to the current RSS

@@ -14,6 +14,10 @@ std::string blas_description();
 // AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
 std::string blas_capability_warning();
 
+// A "Name:   <n> kB" field of a /proc file (/proc/self/status, /proc/meminfo) in bytes;
+// -1 when absent.
+double proc_kib_field(const char* file, const char* field);
+
 // Peak resident memory of this process since start or the last reset_peak_rss() (Linux
 // VmHWM), in bytes; -1 when unknown.
 int64_t peak_rss_bytes();

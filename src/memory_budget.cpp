@@ -14,22 +14,13 @@
 
 #include "model/llama.h"
 #include "parallel/pipeline_schedule.h"
+#include "src/machine.h"
 #include "src/run_objects.h"
 
 namespace fs = std::filesystem;
 
 namespace lct {
 namespace {
-
-// A /proc/self/status or /proc/meminfo field in bytes (-1 if absent).
-double proc_kib_field(const char* file, const char* field) {
-  std::ifstream in(file);
-  std::string line;
-  const std::string key = std::string(field) + ":";
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::stod(line.substr(key.size())) * 1024.0;
-  return -1;
-}
 
 // The first line of a cgroup file as a number (-1 if absent or "max").
 double cgroup_value(const std::string& path) {
@@ -77,9 +68,8 @@ std::string bytes_text(double bytes) {
 MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) {
   const LlamaConfig mc = model_config(config);
   const double f = sizeof(float);
-  const double C = double(mc.hidden_size), I = double(mc.intermediate_size), V = double(mc.vocab_size);
-  const double H = double(mc.num_attention_heads), hd = double(mc.head_dim());
-  const double qdim = H * hd, kvdim = double(mc.num_key_value_heads) * hd;
+  const double hd = double(mc.head_dim());
+  const double qdim = double(mc.num_attention_heads) * hd, kvdim = double(mc.num_key_value_heads) * hd;
   const double params = double(build_llama_table(mc).total());
   const bool cad = config.attention_placement == "cad" && layout.dp * layout.pp * layout.cp > 1;
   const int lanes = cad && config.cad_pingpong ? 2 : 1;
@@ -97,10 +87,8 @@ MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) 
   if (!err.empty()) throw ConfigError(err);
   const PipelineSchedule schedule = cad && layout.pp > 1 ? PipelineSchedule::ticks
                                                          : parse_pipeline_schedule(config.parallel.pp_schedule);
-  const double per_layer = 4 * C + 2 * qdim + 2 * kvdim + H + 2 + 3 * I;  // model/llama.cpp's table
   for (int s = 0; s < layout.pp; ++s) {
-    const StageSpec& st = stages[size_t(s)];
-    const double per_token = per_layer * st.num_layers() + 2 * C + (st.has_head ? C + 1 : 0);
+    const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)]));
     int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
     if (schedule == PipelineSchedule::ticks && layout.pp > 1) slots += 1;  // the dummies' own
     // ping-pong: two slots per micro-batch, whose halves differ by at most the longest
@@ -114,8 +102,8 @@ MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) 
 
   double rope_rows = std::max(double(config.data.seq_len), double(config.data.max_doc_len));
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
-  e.scratch = (T * (C + 2 * qdim + 2 * kvdim + 3 * I) + std::min(T, 512.0) * V +
-               (lanes == 2 ? T * (2 * qdim + 2 * kvdim) : 0) + rope_rows * hd) * f;
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T))) +
+               (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   if (layout.cp > 1 && !cad) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory

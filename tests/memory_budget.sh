@@ -14,20 +14,27 @@ cd "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# estimate (MiB) from --dry-run; measured: the largest rank's peak RSS (KiB, /usr/bin/time)
+# estimate (MiB) from --dry-run; measured: the largest rank's peak RSS (KiB), which
+# /usr/bin/time writes to a file per rank (not through mpirun's output forwarding, which
+# can drop or merge a rank's last stderr line on a loaded machine)
 check() {  # label ranks args...
   local label=$1 np=$2
   shift 2
   local launch=()
   [[ $np -gt 1 ]] && launch=($MPIRUN -np "$np")
+  "${launch[@]}" "$LCT" train --dry-run "$@" > "$label.dry.log" 2>&1 \
+    || { fail "$label: --dry-run failed"; tail -3 "$label.dry.log"; return; }
   local est
-  est=$("${launch[@]}" "$LCT" train --dry-run "$@" | grep -m1 "memory per rank" |
+  est=$(grep -m1 "memory per rank" "$label.dry.log" |
         sed -E 's/.*largest rank\): ([0-9.]+) (MiB|GiB).*/\1 \2/' |
         awk '{print ($2 == "GiB") ? $1 * 1024 : $1}')
-  "${launch[@]}" /usr/bin/time -f "peak %M" "$LCT" train "$@" --checkpoint.dir "run_$label" > "$label.log" 2>&1 \
+  [[ -n $est ]] || { fail "$label: no estimate in the --dry-run output"; cat "$label.dry.log"; return; }
+  "${launch[@]}" sh -c 'exec /usr/bin/time -f "peak %M" -o "peak.$0.${OMPI_COMM_WORLD_RANK:-0}" "$@"' \
+    "$label" "$LCT" train "$@" --checkpoint.dir "run_$label" > "$label.log" 2>&1 \
     || { fail "$label: the run failed"; tail -3 "$label.log"; return; }
   local peak
-  peak=$(grep -E "^peak [0-9]+$" "$label.log" | awk '{print $2}' | sort -n | tail -1)
+  peak=$(cat "peak.$label".* 2>/dev/null | grep -E "^peak [0-9]+$" | awk '{print $2}' | sort -n | tail -1)
+  [[ -n $peak ]] || { fail "$label: no peak RSS from /usr/bin/time"; ls peak.* ; return; }
   /usr/bin/python3 - "$label" "$est" "$peak" <<'PY' || failures=$((failures + 1))
 import sys
 label, est, peak_kib = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])

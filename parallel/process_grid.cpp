@@ -63,6 +63,16 @@ int world_rank_of(const Layout& l, const GridCoordinates& c) {
   return c.cp_rank + l.cp * (c.dp_rank + l.dp * c.pp_rank);
 }
 
+std::string layout_name(const Layout& l) {
+  return "dp " + std::to_string(l.dp) + " x pp " + std::to_string(l.pp) + " x cp " + std::to_string(l.cp);
+}
+
+std::string rank_name(const Layout& l, int world_rank) {
+  const GridCoordinates c = grid_coordinates(l, world_rank);
+  return "rank " + std::to_string(world_rank) + " (dp " + std::to_string(c.dp_rank) + ", pp " +
+         std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ")";
+}
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
          std::getenv("PMI_RANK");

@@ -39,6 +39,9 @@ struct GridCoordinates {
 };
 GridCoordinates grid_coordinates(const Layout& layout, int world_rank);
 int world_rank_of(const Layout& layout, const GridCoordinates& c);
+// "dp 2 x pp 1 x cp 2", and "rank 3 (dp 1, pp 0, cp 1)" (logs, timelines, simulate).
+std::string layout_name(const Layout& layout);
+std::string rank_name(const Layout& layout, int world_rank);
 
 // MPI lifetime: initialises MPI only when the process was started by an MPI launcher
 // (mpirun/srun set OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK).

@@ -41,9 +41,7 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
 
   std::vector<TraceProcess> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
-    const GridCoordinates c = grid_coordinates(grid.layout(), r);
-    ranks[size_t(r)].name = "rank " + std::to_string(r) + " (dp " + std::to_string(c.dp_rank) + ", pp " +
-                            std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ")";
+    ranks[size_t(r)].name = rank_name(grid.layout(), r);
     std::istringstream lines(std::string(all.data() + displs[size_t(r)], size_t(counts[size_t(r)])));
     TraceEvent e;
     int track = 0;

@@ -450,18 +450,23 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
   return s;
 }
 
+namespace {
+// The folder a file is (to be) written in.
+std::filesystem::path folder_of(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+}  // namespace
+
 std::string free_space_text(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path dir = folder_of(path);
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
   const double bytes = double(st.f_bavail) * double(st.f_frsize);
-  char buf[64];
-  if (bytes < 1048576.0)
-    std::snprintf(buf, sizeof buf, "%.0f KiB free on ", bytes / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f MiB free on ", bytes / 1048576.0);
-  return buf + dir.string();
+  // a full disk has less than a MiB left: say how much in KiB
+  char kib[32];
+  std::snprintf(kib, sizeof kib, "%.0f KiB", bytes / 1024.0);
+  return (bytes < 1048576.0 ? std::string(kib) : bytes_text(bytes)) + " free on " + dir.string();
 }
 
 namespace {
@@ -496,8 +501,7 @@ void write_file_synced(const std::string& path, const char* data, size_t size) {
 
 // A rename is durable once the folder holding it is synced.
 void sync_folder(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path dir = folder_of(path);
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(dir.string() + ": cannot open the folder to sync it: " + std::strerror(errno));
   const int rc = ::fsync(fd), err = errno;

@@ -63,8 +63,8 @@ void print_dry_run(const Config& c, const Layout& layout, const MemoryEstimate& 
               mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
               (long long)mc.intermediate_size, (long long)mc.vocab_size,
               double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
-  std::printf("layout: %d rank(s) = dp %d x pp %d x cp %d, attention placement %s, pipeline schedule %s\n",
-              layout.dp * layout.pp * layout.cp, layout.dp, layout.pp, layout.cp, c.attention_placement.c_str(),
+  std::printf("layout: %d rank(s) = %s, attention placement %s, pipeline schedule %s\n",
+              layout.dp * layout.pp * layout.cp, layout_name(layout).c_str(), c.attention_placement.c_str(),
               c.parallel.pp_schedule.c_str());
   std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
               "optimizer %s; checkpoints in %s every %lld steps\n",

@@ -48,6 +48,16 @@ std::string describe(const RunFolderContents& c) {
     s += (s.empty() ? "" : ", ") + std::string("a metrics.jsonl");
   return s;
 }
+
+// The run id stamped in a checkpoint ("" when it has none or cannot be read).
+std::string checkpoint_run_id(const std::string& path) {
+  try {
+    const H5File f = H5File::open_read(path);
+    return f.attr_string("/trainer", "run_id").value_or(std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
 }  // namespace
 
 RunIdentity new_run_identity(const std::string& config_toml, int64_t seed) {
@@ -110,15 +120,6 @@ TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& 
                                        identity.config_hash + "\"\nseed = " + std::to_string(identity.seed) +
                                        "\nstarted = \"" + identity.started + "\"\n");
   return taken;
-}
-
-std::string checkpoint_run_id(const std::string& path) {
-  try {
-    const H5File f = H5File::open_read(path);
-    return f.attr_string("/trainer", "run_id").value_or(std::string());
-  } catch (const std::exception&) {
-    return "";
-  }
 }
 
 void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::string& just_written) {

@@ -54,9 +54,6 @@ struct TakenRunFolder {
 TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& contents,
                                const RunIdentity& identity, bool overwrite);
 
-// The run id stamped in a checkpoint ("" when it has none or cannot be read).
-std::string checkpoint_run_id(const std::string& path);
-
 // `own`: this run's checkpoints, oldest first (from take_run_folder, kept up to date
 // here). Adds `just_written` as the newest and deletes the oldest others until `keep`
 // remain; never `just_written`, and never a file of another run or one that cannot be

@@ -180,11 +180,7 @@ class SimTimeline {
   }
   void write(const Layout& layout) {
     if (!on()) return;
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      const GridCoordinates c = grid_coordinates(layout, int(r));
-      ranks_[r].name = "rank " + std::to_string(r) + " (dp " + std::to_string(c.dp_rank) + ", pp " +
-                       std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ", simulated)";
-    }
+    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].name = rank_name(layout, int(r)) + " simulated";
     write_trace_json(path_, ranks_, "trace.path");
   }
 
@@ -338,7 +334,7 @@ class CadLayerCost {
       std::vector<double> bytes(static_cast<size_t>(n), 0.0);
       for (int r = 0; r < n; ++r)
         linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
-      std::map<std::pair<int, int64_t>, int64_t> prefix;  // (server, origin doc) -> longest prefix
+      std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
       for (const CaTask& t : plan.tasks) {
         const double c = attn_(t.q_begin, t.q_len);
         work[size_t(g)][size_t(t.server)] += c;
@@ -352,14 +348,14 @@ class CadLayerCost {
                                                   (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
         bytes[size_t(t.origin)] += q;
         bytes[size_t(t.server)] += q;
-        int64_t& pre = prefix[{t.server, int64_t(t.origin) * 1000003 + t.doc}];
+        int64_t& pre = prefix[{t.server, t.origin, t.doc}];
         pre = std::max<int64_t>(pre, t.kv_len());
       }
       for (const auto& [key, rows] : prefix) {
         // K, V there twice (forward, backward) and dK, dV back
         const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
-        bytes[size_t(key.first)] += kv;
-        bytes[size_t(key.second / 1000003)] += kv;
+        bytes[size_t(std::get<0>(key))] += kv;  // the server
+        bytes[size_t(std::get<1>(key))] += kv;  // the query's holder
       }
       for (int r = 0; r < n; ++r) {
         comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth_ + (n > 1 ? 4 * latency_ : 0);
@@ -434,6 +430,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   per_stage.optimizer = cal.optimizer / pp;
   const double optimizer = per_stage.optimizer;
   const PipelineSchedule schedule = parse_pipeline_schedule(config.parallel.pp_schedule);
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
@@ -473,7 +470,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
           head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
           head = std::max(head, head_c[size_t(c)]);
           p.tokens += l.num_tokens();
-          for (int s = 0; s < pp; ++s) pairs[size_t(s * dp * cp + d * cp + c)] += double(l.attention_pairs());
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
         }
         for (int s = 0; s < pp; ++s) {
           const double layers = double(stages[size_t(s)].num_layers());
@@ -483,7 +480,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
           for (size_t c = 0; c < P; ++c) {
             own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
             own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
-            p.compute[size_t(s * dp * cp + d * cp) + c] += own_f[size_t(s)][m][c] + own_b[size_t(s)][m][c];
+            p.compute[size_t(rank_of(s, d, int(c)))] += own_f[size_t(s)][m][c] + own_b[size_t(s)][m][c];
           }
           p.bytes_per_rank += ring_bytes * layers * double(cp) / double(n);
         }
@@ -503,7 +500,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
       const auto run = [&](int s, const char* name, double begin, double group,
                            const std::vector<double>& own) {
         for (int c = 0; c < cp; ++c) {
-          const int rank = s * dp * cp + d * cp + c;
+          const int rank = rank_of(s, d, c);
           timeline.compute(rank, name, begin, begin + own[size_t(c)]);
           timeline.wait(rank, "context-parallel ring", begin + own[size_t(c)], begin + group);
         }
@@ -522,7 +519,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
               if (it == ready.end()) break;  // not sent yet
               if (it->second > c) {
                 for (int k = 0; k < cp; ++k)
-                  timeline.wait(s * dp * cp + d * cp + k,
+                  timeline.wait(rank_of(s, d, k),
                                 act.op == PipeOp::recv_forward ? "pipeline receive (activations)"
                                                                : "pipeline receive (gradients)",
                                 c, it->second);
@@ -547,7 +544,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
         if (next[size_t(s)] != lists[size_t(s)].size())
           throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
         replica = std::max(replica, clock[size_t(s)]);
-        for (int c = 0; c < cp; ++c) finish[size_t(s * dp * cp + d * cp + c)] = clock[size_t(s)];
+        for (int c = 0; c < cp; ++c) finish[size_t(rank_of(s, d, c))] = clock[size_t(s)];
         // activations out and gradients back, one direction at each end stage
         const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
         for (const PackedBatch& b : seqs)
@@ -568,10 +565,9 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
     }
     timeline.end_step(p.seconds);
   }
-  const std::string desc = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp);
   std::string placement = cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split) : "colocated";
   if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
-  report(config, o, desc, placement,
+  report(config, o, layout_name(layout), placement,
          per_stage, profile.has_value(), threads, steps, bubble_sum);
   timeline.write(layout);
   return 0;
@@ -605,7 +601,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Lay
   const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
   Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
   per_stage.optimizer = cal.optimizer / pp;
-  const auto rank_of = [&](int s, int d, int c) { return (s * dp + d) * cp + c; };
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
@@ -644,7 +640,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Lay
         double head_max = 0, message = 0;
         for (int r = 0; r < n; ++r) {
           const double tokens = double(tick[size_t(r)].num_tokens());
-          const int s = r / (dp * cp);
+          const int s = grid_coordinates(layout, r).pp_rank;
           if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
           head_max = std::max(head_max, head[size_t(r)]);
           if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
@@ -679,8 +675,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Lay
     }
     timeline.end_step(p.seconds);
   }
-  report(config, o,
-         "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp),
+  report(config, o, layout_name(layout),
          cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
          profile.has_value(), threads, steps, 0.0);
   timeline.write(layout);
@@ -749,11 +744,13 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
     p.compute.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
+    std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank
     for (int r = 0; r < n; ++r)
       for (const LocalBatch& b : local[size_t(r)]) {
         p.tokens += b.num_tokens();
         pairs[size_t(r)] += double(b.attention_pairs());
         const double begin = p.compute[size_t(r)];
+        head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         if (cad) continue;
         double t = cal.linear_per_token_layer * double(b.num_tokens());
@@ -778,14 +775,8 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
         p.bytes_per_rank += layer.bytes * layers / double(n);
       }
     }
-    double slowest = 0;
-    for (double c : p.compute) slowest = std::max(slowest, c);
-    double head_max = 0;
-    std::vector<double> head(static_cast<size_t>(n), 0.0);
-    for (int r = 0; r < n; ++r) {
-      for (const LocalBatch& b : local[size_t(r)]) head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
-      head_max = std::max(head_max, head[size_t(r)]);
-    }
+    const double slowest = *std::max_element(p.compute.begin(), p.compute.end());
+    const double head_max = *std::max_element(head.begin(), head.end());
     const double work_end = cad ? sync + head_max : slowest;
     p.seconds = work_end + allreduce + cal.optimizer;
     p.pairs_before = max_over_mean(pairs);
@@ -802,7 +793,7 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
 
   const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
                                     : packing ? "colocated + packing" : "colocated";
-  report(config, o, cp > 1 ? "dp " + std::to_string(dp) + " x pp 1 x cp " + std::to_string(cp) : "dp " + std::to_string(n),
+  report(config, o, cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
          placement, cal, profile.has_value(), threads, steps, 0.0);
   timeline.write(layout);
   return 0;

@@ -429,9 +429,9 @@ int Trainer::run() {
   log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
            omp_get_max_threads(), source_->describe().c_str());
   if (grid_.world_size() > 1)
-    log_info("MPI: %d ranks = dp %d x pp %d x cp %d (rank = cp + cp x (dp + dp x pp)); gradient "
+    log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
              "buckets: %zu (>= %lld elements each), overlap %s",
-             grid_.world_size(), layout.dp, layout.pp, layout.cp, reducer_.buckets().size(),
+             grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
              (long long)config_.parallel.bucket_size,
              config_.parallel.overlap_grad_reduce ? "on" : "off");
   if (layout.pp > 1) {

@@ -71,9 +71,10 @@ class Trainer {
   // Write the full checkpoint for the current step to checkpoint.dir (rank 0 writes,
   // the others wait); returns its path.
   std::string save_checkpoint();
-  void claim_run_folder();
 
  private:
+  // Checks checkpoint.dir on every rank, then rank 0 takes it for this run (run()).
+  void claim_run_folder();
   void open_metrics_file();
   void log_header() const;
   static const ProcessGrid& single_process_grid();

@@ -67,6 +67,12 @@ Bytes mutate_bytes(const Bytes& in, std::mt19937_64& rng) {
   return b;
 }
 
+// A whole file's bytes.
+Bytes file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 int64_t extreme_int(std::mt19937_64& rng) {
   const int64_t picks[] = {0, -1, 1, 2, 3, 7, 255, 256, 65536, int64_t(1) << 31, (int64_t(1) << 31) - 1,
                            (int64_t(1) << 32) + 1, int64_t(1) << 40, int64_t(1e15),
@@ -201,8 +207,7 @@ TEST(Fuzz, CheckpointsVerifyOrFailCleanly) {
   {
     const std::string path = testing::TempDir() + "fuzz_base.h5";
     write_checkpoint(path, config_to_toml(config), model, optimizer, state, history);
-    std::ifstream in(path, std::ios::binary);
-    base.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    base = file_bytes(path);
     std::remove(path.c_str());
   }
   ASSERT_GT(base.size(), 1000u);
@@ -242,8 +247,7 @@ TEST(Fuzz, CheckpointsVerifyOrFailCleanly) {
           w.remove(rng() % 2 ? "/metrics/loss" : "/params/model/embed_tokens/weight");
         }
       }
-      std::ifstream in(path, std::ios::binary);
-      image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      image = file_bytes(path);
       std::remove(path.c_str());
     }
     const bool loaded = loads_cleanly(

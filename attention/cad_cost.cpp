@@ -1,11 +1,10 @@
 #include "attention/cad_cost.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
-
-#include "attention/core_attention.h"
 
 namespace lct {
 namespace {
@@ -104,6 +103,61 @@ CaCostModel CaCostModel::parse(const std::string& text, const std::string& origi
     fail("needs one seconds_per_pair line per q_grid entry");
   if (m.heads < 1 || m.kv_heads < 1 || m.head_dim < 1 || m.kernel.empty())
     fail("kernel, heads, kv_heads and head_dim are required");
+  return m;
+}
+
+bool CaCostModel::same_setup(const CaCostModel& o) const {
+  return cpu == o.cpu && blas == o.blas && kernel == o.kernel && threads == o.threads &&
+         heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim;
+}
+
+CaCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu,
+                               const std::string& blas, int threads, int64_t pairs_per_cell,
+                               int repeats) {
+  using Clock = std::chrono::steady_clock;
+  CaCostModel m;
+  m.cpu = cpu;
+  m.blas = blas;
+  m.threads = threads;
+  m.kernel = attention_kernel_name(p.kernel);
+  m.heads = p.num_heads;
+  m.kv_heads = p.num_kv_heads;
+  m.head_dim = p.head_dim;
+  m.q_grid = {16, 64, 256, 1024, 4096};
+  m.kv_grid = {16, 64, 256, 1024, 4096};  // beyond: per-pair time flat (clamped)
+  const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
+  // inputs of unit scale (the values do not change the kernel's time)
+  const auto fill = [](std::vector<float>& v, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (float& f : v) x = x * 1664525u + 1013904223u, f = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 23);
+  };
+  for (int64_t q : m.q_grid)
+    for (int64_t kv_grid : m.kv_grid) {
+      const int64_t kv = std::max(kv_grid, q);
+      const AttentionTask one{0, 0, int32_t(q), int32_t(kv), int32_t(kv - q), 0, int32_t(kv)};
+      const int64_t pairs = task_pairs(one);
+      const int64_t n = std::clamp<int64_t>(pairs_per_cell / pairs, 1, 65536 / q);
+      std::vector<AttentionTask> tasks;
+      for (int64_t i = 0; i < n; ++i) {
+        AttentionTask t = one;
+        t.q_row = i * q;
+        tasks.push_back(t);
+      }
+      std::vector<float> qs(size_t(n * q * qd)), out(qs.size()), dout(qs.size()), dq(qs.size()),
+          lse(size_t(n * q * p.num_heads)), ks(size_t(kv * kvd)), vs(ks.size()), dk(ks.size()),
+          dv(ks.size());
+      fill(qs, 1), fill(dout, 2), fill(ks, 3), fill(vs, 4);
+      double best = 1e300;
+      for (int rep = 0; rep < repeats; ++rep) {
+        const auto t0 = Clock::now();
+        attention_forward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data());
+        attention_backward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data(),
+                           dout.data(), dq.data(), dk.data(), dv.data());
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      m.seconds_per_pair.push_back(best / double(n * pairs));
+    }
+  attention_release_workspace();
   return m;
 }
 

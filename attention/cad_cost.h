@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/core_attention.h"
+
 namespace lct {
 
 struct CaCostModel {
@@ -28,6 +30,19 @@ struct CaCostModel {
   std::string to_text() const;
   // Throws std::invalid_argument with one line naming `origin` and the problem.
   static CaCostModel parse(const std::string& text, const std::string& origin);
+  // Measured for the same attention (kernel and shape) on the same machine (cpu, BLAS)
+  // with the same threads: the fields that say where its times hold.
+  bool same_setup(const CaCostModel& other) const;
 };
+
+// Measures the cost model of `params` with the calling thread's OpenMP threads
+// (cpu and blas only label it): forward + backward of tasks of q query rows ending a
+// kv-row prefix on a (q, kv) grid; cells with kv < q are measured at kv = q. Each cell
+// runs enough identical tasks (own query rows, shared key rows) for about `pairs`
+// attention pairs, best of `repeats`: about 5 s on one core for a model of 4 heads of
+// dimension 64 with the defaults.
+CaCostModel measure_cost_model(const AttentionParams& params, const std::string& cpu,
+                               const std::string& blas, int threads, int64_t pairs = int64_t(1) << 20,
+                               int repeats = 2);
 
 }  // namespace lct

@@ -28,13 +28,14 @@ run() {  # label ranks length [extra args]; prints the outcome, returns lct's ex
       --parallel.dp 1 --parallel.cp "$np" --train.steps "$STEPS" --checkpoint.every 0 \
       --checkpoint.dir "$work/$label" "$@") > "$work/$label.log" 2>&1 || rc=$?
   if [ "$rc" = 0 ]; then
-    python3 - "$work/$label" "$label" "$len" "$np" <<'PY'
-import json, sys
+    PYTHONPATH=bench python3 - "$work/$label" "$label" "$len" "$np" <<'PY'
+import sys
+from throughput import load, wall_clock
 d, label, length, np = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-m = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+m = load(d)
 print(f"  {label:<12} {np} rank(s), {length:>6} tokens per sequence: trained {len(m)} steps, "
       f"peak RSS per rank {max(x['peak_rss_bytes'] for x in m) / 2**20:.0f} MiB, "
-      f"{m[-1]['tokens_per_s']:.0f} tok/s")
+      f"{wall_clock(m, warmup=0)['tokens_per_s']:.0f} tok/s by wall clock over all steps, no warm-up")
 PY
   else
     echo "  $label: $np rank(s), $len tokens per sequence: FAILED (exit $rc): $(grep -m1 'lct: error' "$work/$label.log" || tail -1 "$work/$label.log")"

@@ -3,8 +3,8 @@
 # tokens/s of one rank against cp = N (N ranks, 1 thread each) with the ring and the
 # all-gather exchange, on sequences that are one document of --length tokens (the case
 # context parallelism exists for). The three layouts alternate for --rounds rounds;
-# each round's speedup is the ratio of adjacent runs' median tokens/s (steps after the
-# first), and the figure is the median over rounds. Also reported, from lct's metrics:
+# each round's speedup is the ratio of adjacent runs' wall-clock throughput (total tokens
+# over total time of the steps after the first), and the figure is the median over rounds. Also reported, from lct's metrics:
 # the exposed and hidden fraction of the step spent in the exchange, bytes sent per
 # rank, and each layout's peak resident memory per rank (largest rank) against one
 # rank's. Then the attention-pair imbalance of the zigzag and contiguous splits on the
@@ -39,19 +39,20 @@ for r in $(seq "$ROUNDS"); do
 done
 grep -m1 "lct train |" "$work/r1_one.log"
 grep -m1 "context parallel:" "$work/r1_ring.log"
-python3 - "$work" "$ROUNDS" "$RANKS" <<'PY'
-import json, statistics, sys
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$RANKS" <<'PY'
+import statistics, sys
+from throughput import load, wall_clock
 work, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def load(d):
-    return [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
 med = statistics.median
+tps = lambda d: wall_clock(load(d), warmup=1)["tokens_per_s"]  # total tokens / total time, steps 2..
+print("  throughput = total tokens / total wall-clock time of steps 2.. of each run")
 print(f"  {'round':>5} {'one tok/s':>10} {'ring tok/s':>10} {'speedup':>8} {'allgather':>10} {'speedup':>8}")
 sp = {"ring": [], "allgather": []}
 for r in range(1, rounds + 1):
-    one = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_one")[1:])
+    one = tps(f"{work}/r{r}_one")
     row = [f"{r:>7} {one:>10.0f}"]
     for m in ("ring", "allgather"):
-        t = med(x["tokens_per_s"] for x in load(f"{work}/r{r}_{m}")[1:])
+        t = tps(f"{work}/r{r}_{m}")
         sp[m].append(t / one)
         row.append(f"{t:>10.0f} {t / one:>7.2f}x")
     print(" ".join(row))
@@ -59,7 +60,7 @@ one_rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"
 for m in ("ring", "allgather"):
     xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")[1:]]
     rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}"))
-    print(f"  cp={n} {m:>9}: median speedup {med(sp[m]):.2f}x | exchange exposed "
+    print(f"  cp={n} {m:>9}: speedup {med(sp[m]):.2f}x (rounds {min(sp[m]):.2f}-{max(sp[m]):.2f}) | exchange exposed "
           f"{100 * med(x['exchange_exposed_fraction'] for x in xs):.1f}% hidden "
           f"{100 * med(x['exchange_hidden_fraction'] for x in xs):.1f}% of the step | "
           f"{med(x['exchange_bytes_sent'] for x in xs) / 2**20:.1f} MiB sent per rank and step | "

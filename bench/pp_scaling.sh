@@ -3,7 +3,7 @@
 # tokens/s of one rank (pp = 1) against pp = N stages (N ranks, 1 thread each) with the
 # same micro-batches per step, on fixed-length documents (equal micro-batch times, the
 # case the bubble formula describes). The layouts alternate for --rounds rounds; each
-# round's speedup is the ratio of the adjacent runs' median tokens/s (steps after the
+# round's speedup is the ratio of the adjacent runs' wall-clock throughput (total tokens over total time of the steps after the
 # first two), and the figure is the median over rounds. Also reported: the measured
 # bubble (worst stage, lct's metrics) next to (pp-1)/(m+pp-1), and stage 0's peak
 # activation bytes under 1F1B and GPipe (1F1B holds pp micro-batches, GPipe all m).
@@ -36,23 +36,27 @@ done
 run "$STAGES" "$work/gpipe" 2 --parallel.pp_schedule gpipe "$@"
 grep -m1 "lct train |" "$work/r1_pp1.log"
 grep -m1 "pipeline:" "$work/r1_ppN.log"
-python3 - "$work" "$ROUNDS" "$STAGES" "$MICRO_BATCHES" <<'PY'
-import json, statistics, sys
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$STAGES" "$MICRO_BATCHES" <<'PY'
+import statistics, sys
+import throughput
 work, rounds, pp, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 def load(d, skip=2):
-    return [json.loads(l) for l in open(f"{d}/metrics.jsonl")][skip:]
+    return throughput.load(d)[skip:]
+def tps(d):  # wall clock: total tokens over total time of steps 3..
+    return throughput.wall_clock(throughput.load(d))["tokens_per_s"]
 ratios, bubbles = [], []
+print("  throughput = total tokens / total wall-clock time of steps 3.. of each run")
 print(f"  {'round':>5} {'pp=1 tok/s':>11} {'pp=%d tok/s' % pp:>11} {'speedup':>8} {'bubble':>7} {'theory':>7}")
 for r in range(1, rounds + 1):
     a, b = load(f"{work}/r{r}_pp1"), load(f"{work}/r{r}_ppN")
-    ta = statistics.median(x["tokens_per_s"] for x in a)
-    tb = statistics.median(x["tokens_per_s"] for x in b)
+    ta, tb = tps(f"{work}/r{r}_pp1"), tps(f"{work}/r{r}_ppN")
     bub = statistics.median(x["bubble_fraction"] for x in b)
     theory = b[0]["bubble_theoretical"]
     ratios.append(tb / ta)
     bubbles.append(bub)
     print(f"  {r:>5} {ta:>11.0f} {tb:>11.0f} {tb / ta:>7.2f}x {100 * bub:>6.1f}% {100 * theory:>6.1f}%")
-print(f"  median speedup pp={pp} / pp=1: {statistics.median(ratios):.2f}x (ideal with the bubble: "
+print(f"  speedup pp={pp} / pp=1 by wall clock: {statistics.median(ratios):.2f}x (rounds "
+      f"{min(ratios):.2f}-{max(ratios):.2f}; ideal with the bubble: "
       f"{pp * (1 - theory):.2f}x); median bubble {100 * statistics.median(bubbles):.1f}% vs theory {100 * theory:.1f}%")
 one = load(f"{work}/r1_ppN", 0)[-1]["stage_activation_bytes"]
 gp = load(f"{work}/gpipe", 0)[-1]["stage_activation_bytes"]

@@ -2,8 +2,8 @@
 # lct simulate against measured runs on this machine, in one script run: dp = 1 and
 # dp = N colocated, with packing, CAD with and without ping-pong, pp = N (1F1B, 4
 # micro-batches) and cp = N (the config's split and exchange) (one rank per core,
-# one thread each), medians over --rounds alternating rounds of --steps steps (the
-# first two dropped), next to what `lct simulate` predicts for the same config from a
+# one thread each), wall-clock throughput (total tokens over total time of the steps
+# after the first two) as the median over --rounds alternating rounds, next to what `lct simulate` predicts for the same config from a
 # single-process calibration. Then the simulated straggler trend: idle and compute
 # max/mean of colocated data parallelism and of CAD from 2 to 64 ranks.
 #
@@ -57,15 +57,16 @@ for n in 2 4 8 16 32 64; do
   done
   sweep="$sweep $n"
 done
-python3 - "$work" "$ROUNDS" "$LAYOUTS" "$sweep" <<'PY'
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$LAYOUTS" "$sweep" <<'PY'
 import json, statistics, sys
+from throughput import wall_clock
 work, rounds, layouts, sweep = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 med = statistics.median
 print(f"  {'layout':<11} {'measured tok/s':>14} {'simulated':>10} {'error':>7} {'idle meas.':>10} {'idle sim.':>9} {'bubble meas.':>12} {'sim.':>6}")
 for l in layouts:
     runs = [[json.loads(x) for x in open(f"{work}/r{r}_{l}/metrics.jsonl")] for r in range(1, rounds + 1)]
+    meas = med(wall_clock(run)["tokens_per_s"] for run in runs)  # by wall clock, steps 3..
     runs = [run[2:] or run for run in runs]  # the first two steps warm up
-    meas = med(med(x["tokens_per_s"] for x in run) for run in runs)
     idle = med(x.get("idle_fraction", 0) for run in runs for x in run)
     sim = json.load(open(f"{work}/sim_{l}.json"))
     err = sim["tokens_per_s"] / meas - 1

@@ -19,6 +19,34 @@ void barrier(MPI_Comm comm) {
   if (comm != MPI_COMM_NULL) MPI_Barrier(comm);
 }
 
+bool all_ranks_on_one_host(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return true;
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int here = 0, all = 0;
+  MPI_Comm_size(node, &here);
+  MPI_Comm_size(comm, &all);
+  MPI_Comm_free(&node);
+  int one = here == all ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &one, 1, MPI_INT, MPI_MIN, comm);
+  return one == 1;
+}
+
+void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return;
+  std::vector<int64_t> sizes;
+  for (const std::string& s : strings) sizes.push_back(int64_t(s.size()));
+  int64_t n = int64_t(sizes.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  sizes.resize(size_t(n));
+  MPI_Bcast(sizes.data(), int(n), MPI_INT64_T, 0, comm);
+  strings.resize(size_t(n));
+  for (size_t i = 0; i < size_t(n); ++i) {
+    strings[i].resize(size_t(sizes[i]));
+    if (sizes[i] > 0) MPI_Bcast(strings[i].data(), int(sizes[i]), MPI_CHAR, 0, comm);
+  }
+}
+
 StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mine,
                                 double step_seconds) {
   const Layout& layout = grid.layout();

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/attention_placement.h"
@@ -16,6 +17,10 @@ namespace lct {
 // to *comm_seconds.
 void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds);
 void barrier(MPI_Comm comm);  // no-op for MPI_COMM_NULL
+// Whether every rank of comm shares one node's memory (one host). Collective.
+bool all_ranks_on_one_host(MPI_Comm comm);
+// Rank 0's strings on every rank of comm (no-op for MPI_COMM_NULL). Collective.
+void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm);
 // Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 8 MiB to
 // the next and receives from the previous, three times; the slowest rank's median time
 // counts. Collective. The placements turn bytes sent into the transfer time they hide.

@@ -23,6 +23,7 @@
 #include "data/context_shards.h"
 #include "src/flops.h"
 #include "src/log.h"
+#include "src/machine.h"
 #include "src/trainer.h"
 
 namespace lct {
@@ -34,11 +35,14 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
+// Every figure is work over wall-clock time: the total work of the measured runs over
+// their total time. A run repeats the same work, so that is the work of one run over
+// the mean of the runs' times (never a median, which would drop the slow runs).
+double mean(const std::vector<double>& v) {
   if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double s = 0;
+  for (double x : v) s += x;
+  return s / double(v.size());
 }
 
 // Runs `once` (which returns one or more timings) until `repeats` timed runs are
@@ -61,17 +65,6 @@ std::vector<double> column(const std::vector<std::vector<double>>& runs, size_t 
   return c;
 }
 
-// ---- machine -------------------------------------------------------------------
-
-std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
-
 // ---- ceilings ------------------------------------------------------------------
 
 double sgemm_gflops(const BenchOptions& o, int64_t n) {
@@ -83,7 +76,7 @@ double sgemm_gflops(const BenchOptions& o, int64_t n) {
                 int(n), b.data(), int(n), 0.0f, c.data(), int(n));
     return std::vector<double>{seconds_since(t0)};
   });
-  return 2.0 * double(n) * n * n / median(column(runs, 0)) / 1e9;
+  return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
 }
 
 volatile double g_fma_sink = 0.0;
@@ -136,8 +129,9 @@ double fma_loop(int64_t iterations) {
 
 double fma_peak_gflops(const BenchOptions& o) {
   fma_loop(1 << 22);  // wake the cores
-  const auto runs = repeat_timed(o, [] { return std::vector<double>{fma_loop(1 << 25)}; });
-  return median(column(runs, 0));
+  // each run does the same FLOPs, so FLOPs over total time is the rates' harmonic mean
+  const auto runs = repeat_timed(o, [] { return std::vector<double>{1.0 / fma_loop(1 << 25)}; });
+  return 1.0 / mean(column(runs, 0));
 }
 
 // ---- attention -----------------------------------------------------------------
@@ -183,14 +177,14 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
   r.documents = int64_t(cu.size()) - 1;
   r.pairs = attended_pairs(tasks);
   r.runs = int(runs.size());
-  r.fwd_s = median(column(runs, 0));
-  r.bwd_s = median(column(runs, 1));
+  r.fwd_s = mean(column(runs, 0));
+  r.bwd_s = mean(column(runs, 1));
   std::vector<double> sum;
   for (const auto& run : runs) sum.push_back(run[0] + run[1]);
   const double fwd_flops = 4.0 * p.num_heads * p.head_dim * double(r.pairs);
   r.fwd_gflops = fwd_flops / r.fwd_s / 1e9;
   r.bwd_gflops = 2.5 * fwd_flops / r.bwd_s / 1e9;
-  r.total_gflops = 3.5 * fwd_flops / median(sum) / 1e9;
+  r.total_gflops = 3.5 * fwd_flops / mean(sum) / 1e9;
   return r;
 }
 
@@ -227,15 +221,16 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L) {
   r.seq_len = L;
   {
     Trainer trainer(config_at_length(base, L));
-    std::vector<double> ms, tps, gf;
     const auto runs = repeat_timed(o, [&] {
       const StepRecord s = trainer.train_step();
-      return std::vector<double>{s.ms, s.tokens_per_s, s.gflops};
+      return std::vector<double>{s.ms, double(s.tokens), s.gflops * s.ms};  // GFLOP/s x ms
     });
     r.runs = int(runs.size());
-    r.ms = median(column(runs, 0));
-    r.tokens_per_s = median(column(runs, 1));
-    r.gflops = median(column(runs, 2));
+    // total tokens (FLOPs) over the total time of the measured steps
+    const double ms = mean(column(runs, 0));
+    r.ms = ms;
+    r.tokens_per_s = mean(column(runs, 1)) / (ms / 1e3);
+    r.gflops = mean(column(runs, 2)) / ms;
     r.activation_bytes = trainer.model().activation_bytes();
     r.documents = int64_t(first_sequence_documents(base, L).size()) - 1;
     r.peak_rss = peak_rss_bytes();
@@ -252,54 +247,6 @@ std::string json_escape(const std::string& s) {
     out += c;
   }
   return out;
-}
-
-// The CAD cost profile (attention/cad_cost.h): seconds per attention pair of forward +
-// backward of tasks of q query rows ending a kv-row prefix, on a (q, kv) grid; cells
-// with kv < q are measured at kv = q. Each figure runs enough identical tasks (own
-// query rows, shared key rows) for about 2M pairs, best of three.
-CaCostModel measure_profile(const AttentionParams& p, const std::string& cpu) {
-  CaCostModel m;
-  m.cpu = cpu;
-  m.blas = blas_description();
-  m.threads = omp_get_max_threads();
-  m.kernel = attention_kernel_name(p.kernel);
-  m.heads = p.num_heads;
-  m.kv_heads = p.num_kv_heads;
-  m.head_dim = p.head_dim;
-  m.q_grid = {16, 64, 256, 1024, 4096};
-  m.kv_grid = {16, 64, 256, 1024, 4096, 16384};
-  const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
-  for (int64_t q : m.q_grid)
-    for (int64_t kv_grid : m.kv_grid) {
-      const int64_t kv = std::max(kv_grid, q);
-      const AttentionTask one{0, 0, int32_t(q), int32_t(kv), int32_t(kv - q), 0, int32_t(kv)};
-      const int64_t pairs = task_pairs(one);
-      const int64_t n = std::clamp<int64_t>((int64_t(1) << 21) / pairs, 1, 65536 / q);
-      std::vector<AttentionTask> tasks;
-      for (int64_t i = 0; i < n; ++i) {
-        AttentionTask t = one;
-        t.q_row = i * q;
-        tasks.push_back(t);
-      }
-      std::vector<float> qs(size_t(n * q * qd)), out(qs.size()), dout(qs.size()), dq(qs.size()),
-          lse(size_t(n * q * p.num_heads)), ks(size_t(kv * kvd)), vs(ks.size()), dk(ks.size()),
-          dv(ks.size());
-      for (size_t i = 0; i < qs.size(); ++i)
-        qs[i] = float(normal_at(2, 0, i)), dout[i] = float(normal_at(2, 3, i));
-      for (size_t i = 0; i < ks.size(); ++i) ks[i] = float(normal_at(2, 1, i)), vs[i] = float(normal_at(2, 2, i));
-      double best = 1e300;
-      for (int rep = 0; rep < 3; ++rep) {
-        const auto t0 = Clock::now();
-        attention_forward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data());
-        attention_backward(p, tasks, qs.data(), ks.data(), vs.data(), out.data(), lse.data(),
-                           dout.data(), dq.data(), dk.data(), dv.data());
-        best = std::min(best, seconds_since(t0));
-      }
-      m.seconds_per_pair.push_back(best / double(n * pairs));
-    }
-  attention_release_workspace();
-  return m;
 }
 
 // Per-rank attention pairs (data/context_shards.h) of each split over a stream's
@@ -419,7 +366,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
   say("lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
       omp_get_max_threads(), openblas_get_num_threads(), blas_description().c_str());
   if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
-  say("medians of up to %d runs per figure (%.0f s budget each)\n", o.repeats, o.budget_seconds);
+  say("each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
 
   double sgemm = 0, fma = 0;
   const int64_t sgemm_n = 2048;
@@ -493,7 +440,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
 
   if (wants(o, "profile")) {
     const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? dca_ap : ap;
-    const CaCostModel m = measure_profile(pp, cpu);
+    const CaCostModel m = measure_cost_model(pp, cpu, blas_description(), omp_get_max_threads());
     say("\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
         "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
     say("  %6s", "q \\ kv");

@@ -157,9 +157,12 @@ std::vector<ConfigKey> make_keys() {
                         if (t != "colocated" && t != "cad")
                           throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
                       }));
-  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean attention pairs", [](Config& c) -> auto& { return c.cad_tolerance; }));
-  k.push_back(bool_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches whose attention traffic and token-linear compute overlap (DistCA ping-pong)", [](Config& c) -> auto& { return c.cad_pingpong; }));
-  k.push_back(str_key("attention.cad_profile", "CAD: cost model written by lct bench --sections profile --profile-out (\"\" = balance attention pairs)", [](Config& c) -> auto& { return c.cad_profile; }));
+  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.cad_tolerance; }));
+  k.push_back(bool_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); off by default: measured slower on one host, where the exchange is about 1% of a step", [](Config& c) -> auto& { return c.cad_pingpong; }));
+  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; },
+                      [](const std::string& t) {
+                        if (t.empty()) throw ConfigError("must be auto, pairs or a cost model file");
+                      }));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));

@@ -70,8 +70,8 @@ struct Config {
   std::string attention_kernel = "causal";
   std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
   double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
-  bool cad_pingpong = true;                        // CAD: two overlapped nano-batches
-  std::string cad_profile;                         // CAD: cost model file ("" = pairs)
+  bool cad_pingpong = false;                       // CAD: two overlapped nano-batches
+  std::string cad_profile = "auto";                // CAD: cost model (src/cad_profile.h)
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

@@ -78,11 +78,23 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The q-th percentile (0-100), linear between order statistics (bench/throughput.py's).
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double k = double(v.size() - 1) * q / 100.0;
+  const size_t lo = size_t(k), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (k - double(lo));
+}
+
 // A run's summary from its metrics history.
 struct RunSummary {
   int64_t steps = 0, window = 0;
   double first_loss = NAN, last_loss = NAN, head_loss = NAN, tail_loss = NAN;
+  // by wall clock over the window: total tokens (FLOPs) over total step time, the mean
+  // step time, and per-step tokens/s percentiles beside them
   double tokens_per_s = NAN, gflops = NAN, ms = NAN;
+  double tokens_per_s_p10 = NAN, tokens_per_s_p50 = NAN, tokens_per_s_p90 = NAN;
   double compute_max_over_mean = NAN, idle_fraction = NAN;  // straggler figures
   double bubble_fraction = NAN, bubble_theoretical = NAN;   // pipeline (0 without)
   double peak_activation_bytes = NAN;
@@ -101,10 +113,14 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
   for (size_t i = 0; i < k; ++i) head += h[i].loss, tail += h[h.size() - 1 - i].loss;
   s.head_loss = head / double(k);
   s.tail_loss = tail / double(k);
-  // throughput: median over the last 20 steps (step 1 excluded when there are more)
+  // the window: the last 20 steps (step 1, the warm-up, excluded when there are more)
   const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
-  std::vector<double> tps, gf, ms, cm, idle, bubble, theory, act, pairs, exposed, rss, served, bytes;
+  std::vector<double> tps, cm, idle, bubble, theory, act, pairs, exposed, rss, served, bytes;
+  double tokens = 0, flop = 0, seconds = 0;
   for (size_t i = begin; i < h.size(); ++i) {
+    tokens += double(h[i].tokens);
+    flop += h[i].gflops * h[i].ms;  // GFLOP/s x ms: each step's FLOPs (x 1e-6)
+    seconds += h[i].ms / 1e3;
     served.push_back(h[i].attention_pairs_served_max_over_mean);
     bytes.push_back(h[i].exchange_bytes_sent);
     pairs.push_back(h[i].attention_pairs_max_over_mean);
@@ -114,15 +130,16 @@ RunSummary summarize(const std::vector<StepRecord>& h) {
     theory.push_back(h[i].bubble_theoretical);
     act.push_back(double(h[i].peak_activation_bytes));
     tps.push_back(h[i].tokens_per_s);
-    gf.push_back(h[i].gflops);
-    ms.push_back(h[i].ms);
     cm.push_back(h[i].compute_max_over_mean);
     idle.push_back(h[i].idle_fraction);
   }
   s.window = int64_t(tps.size());
-  s.tokens_per_s = median(tps);
-  s.gflops = median(gf);
-  s.ms = median(ms);
+  s.tokens_per_s = tokens / seconds;
+  s.gflops = flop / 1e3 / seconds;
+  s.ms = 1e3 * seconds / double(s.window);
+  s.tokens_per_s_p10 = percentile(tps, 10);
+  s.tokens_per_s_p50 = percentile(tps, 50);
+  s.tokens_per_s_p90 = percentile(tps, 90);
   s.compute_max_over_mean = median(cm);
   s.idle_fraction = median(idle);
   s.bubble_fraction = median(bubble);
@@ -243,8 +260,11 @@ std::string summary_json(const RunSummary& s) {
   return "{\"steps\":" + std::to_string(s.steps) + ",\"first_loss\":" + json_number(s.first_loss) +
          ",\"last_loss\":" + json_number(s.last_loss) + ",\"head_loss\":" + json_number(s.head_loss) +
          ",\"tail_loss\":" + json_number(s.tail_loss) + ",\"window\":" + std::to_string(s.window) +
-         ",\"median_tokens_per_s\":" + json_number(s.tokens_per_s) +
-         ",\"median_gflops\":" + json_number(s.gflops) + ",\"median_ms\":" + json_number(s.ms) +
+         ",\"tokens_per_s\":" + json_number(s.tokens_per_s) + ",\"gflops\":" + json_number(s.gflops) +
+         ",\"ms_per_step\":" + json_number(s.ms) +
+         ",\"tokens_per_s_p10\":" + json_number(s.tokens_per_s_p10) +
+         ",\"tokens_per_s_p50\":" + json_number(s.tokens_per_s_p50) +
+         ",\"tokens_per_s_p90\":" + json_number(s.tokens_per_s_p90) +
          ",\"median_compute_max_over_mean\":" + json_number(s.compute_max_over_mean) +
          ",\"median_idle_fraction\":" + json_number(s.idle_fraction) +
          ",\"median_bubble_fraction\":" + json_number(s.bubble_fraction) +
@@ -265,10 +285,11 @@ void print_summary(const RunSummary& s) {
   std::printf("metrics: %lld steps | loss %.4f -> %.4f (mean of first 10%% %.4f, last 10%% %.4f, %s)\n",
               (long long)s.steps, s.first_loss, s.last_loss, s.head_loss, s.tail_loss,
               s.tail_loss < s.head_loss ? "falling" : "not falling");
-  std::printf("throughput: median over last %lld steps: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step | "
-              "compute max/mean %.3f | idle %.1f%%\n",
-              (long long)s.window, s.tokens_per_s, s.gflops, s.ms, s.compute_max_over_mean,
-              100 * s.idle_fraction);
+  std::printf("throughput: last %lld steps by wall clock: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step "
+              "(per-step tok/s p10/p50/p90 %.0f/%.0f/%.0f) | median compute max/mean %.3f | "
+              "idle %.1f%%\n",
+              (long long)s.window, s.tokens_per_s, s.gflops, s.ms, s.tokens_per_s_p10,
+              s.tokens_per_s_p50, s.tokens_per_s_p90, s.compute_max_over_mean, 100 * s.idle_fraction);
   if (s.bubble_theoretical > 0)
     std::printf("pipeline: median bubble %.1f%% (theory %.1f%%) | peak activations %.1f MiB\n",
                 100 * s.bubble_fraction, 100 * s.bubble_theoretical,
@@ -395,10 +416,11 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
   row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
   row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));
-  row("median tokens/s", num(sa.tokens_per_s, "%.0f"), num(sb.tokens_per_s, "%.0f"),
+  row("tokens/s (wall clock)", num(sa.tokens_per_s, "%.0f"), num(sb.tokens_per_s, "%.0f"),
       ratio(sa.tokens_per_s, sb.tokens_per_s));
-  row("median GFLOP/s", num(sa.gflops, "%.1f"), num(sb.gflops, "%.1f"), ratio(sa.gflops, sb.gflops));
-  row("median ms/step", num(sa.ms, "%.1f"), num(sb.ms, "%.1f"), ratio(sa.ms, sb.ms));
+  row("GFLOP/s (wall clock)", num(sa.gflops, "%.1f"), num(sb.gflops, "%.1f"), ratio(sa.gflops, sb.gflops));
+  row("mean ms/step", num(sa.ms, "%.1f"), num(sb.ms, "%.1f"), ratio(sa.ms, sb.ms));
+  row("per-step tok/s p50", num(sa.tokens_per_s_p50, "%.0f"), num(sb.tokens_per_s_p50, "%.0f"));
   row("median compute max/mean", num(sa.compute_max_over_mean, "%.3f"),
       num(sb.compute_max_over_mean, "%.3f"));
   row("median idle", num(100 * sa.idle_fraction, "%.1f%%"), num(100 * sb.idle_fraction, "%.1f%%"));

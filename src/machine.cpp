@@ -23,6 +23,14 @@ int configure_threads(int64_t threads) {
   return n;
 }
 
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
 std::string blas_description() {
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   return std::string("OpenBLAS ") + openblas_get_corename() +

@@ -10,6 +10,7 @@ namespace lct {
 // divided by the MPI ranks on its node. Returns the count used.
 int configure_threads(int64_t threads);
 std::string blas_description();
+std::string cpu_model_name();  // /proc/cpuinfo's model name
 // Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
 // AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
 std::string blas_capability_warning();

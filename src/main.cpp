@@ -12,6 +12,7 @@
 #include <map>
 
 #include "src/bench.h"
+#include "src/cad_profile.h"
 #include "src/simulate.h"
 #include "src/config.h"
 #include "src/eval.h"
@@ -293,7 +294,7 @@ int run_command(int argc, char** argv, int rank, int world) {
         refuse_aliasing({{"trace.path", config.trace.path}},
                         {{"--config", config_file}, {"data.path", config.data.path},
                          {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
-                         {"attention.cad_profile", config.cad_profile}});
+                         {"attention.cad_profile", cad_profile_file(config.cad_profile)}});
       } catch (const std::invalid_argument& e) {
         throw ConfigError(e.what());
       }
@@ -344,7 +345,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       const Config config = resolve_config(simulate_config_file, simulate_overrides);
       refuse_aliasing({{"--calibration-out", simulate_options.calibration_out}, {"trace.path", config.trace.path}},
                       {{"--config", simulate_config_file}, {"--calibration", simulate_options.calibration},
-                       {"--profile", simulate_options.profile}, {"attention.cad_profile", config.cad_profile},
+                       {"--profile", simulate_options.profile}, {"attention.cad_profile", cad_profile_file(config.cad_profile)},
                        {"data.path", config.data.path}});
       return run_simulate(config, simulate_options);
     } else if (*inspect) {

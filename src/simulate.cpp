@@ -19,6 +19,7 @@
 #include "data/balance.h"
 #include "data/context_shards.h"
 #include "data/nano_batches.h"
+#include "src/cad_profile.h"
 #include "data/packing.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
@@ -201,22 +202,15 @@ double max_over_mean(const std::vector<double>& v) {
   return mean > 0 ? mx / mean : 1.0;
 }
 
-// --profile, refused when measured for another attention shape or kernel (as training
-// refuses attention.cad_profile)
+// --profile, or attention.cad_profile as training resolves it (src/cad_profile.h): the
+// same cost model the run's planner would balance with
 std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
-  if (o.profile.empty()) return std::nullopt;
-  std::ifstream in(o.profile);
-  if (!in) throw std::invalid_argument("lct simulate: cannot open profile '" + o.profile + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  CaCostModel p = CaCostModel::parse(text.str(), o.profile);
-  if (p.kernel != attention_kernel_name(m.attention_kernel) || p.heads != m.num_attention_heads ||
-      p.kv_heads != m.num_key_value_heads || p.head_dim != int(m.head_dim()))
-    throw std::invalid_argument("lct simulate: profile '" + o.profile + "' was measured for " +
-                                p.kernel + " attention with heads " + std::to_string(p.heads) + "/" +
-                                std::to_string(p.kv_heads) + ", head dim " + std::to_string(p.head_dim) +
-                                ", not this model's");
-  return p;
+  if (o.profile.empty() || o.tflops > 0) return std::nullopt;
+  try {
+    return resolve_cad_cost(o.profile, m).model;
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument(std::string("lct simulate: ") + e.what());
+  }
 }
 
 // Means over the simulated steps, printed (or one JSON object).

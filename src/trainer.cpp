@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "parallel/trace_writer.h"
+#include "src/cad_profile.h"
 #include "src/flops.h"
 #include "src/h5io.h"
 #include "src/log.h"
@@ -62,35 +63,21 @@ const ProcessGrid& Trainer::single_process_grid() {
 Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
 
 namespace {
-// The CAD cost model named by attention.cad_profile: refused when measured for another
-// model shape or kernel, used with a warning when from another machine or thread count.
-std::optional<CaCostModel> load_cad_profile(const Config& c, const LlamaConfig& m) {
-  if (c.cad_profile.empty()) return std::nullopt;
-  std::ifstream in(c.cad_profile);
-  if (!in) throw ConfigError("attention.cad_profile: cannot open '" + c.cad_profile + "'");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CaCostModel p;
-  try {
-    p = CaCostModel::parse(text, c.cad_profile);
-  } catch (const std::invalid_argument& e) {
-    throw ConfigError(std::string("attention.cad_profile: ") + e.what());
+// The CAD cost model (src/cad_profile.h), resolved on rank 0 and shared, so that every
+// rank plans with the same one; an error there stops every rank with its message.
+CadCostChoice shared_cad_cost(const Config& c, const LlamaConfig& m, const ProcessGrid& grid) {
+  std::vector<std::string> shared(3);  // error, cost model text, description
+  if (grid.is_root()) {
+    try {
+      const CadCostChoice choice = resolve_cad_cost(c.cad_profile, m);
+      shared = {"", choice.text, choice.description};
+    } catch (const std::exception& e) {
+      shared = {e.what(), "", ""};
+    }
   }
-  const std::string kernel = attention_kernel_name(m.attention_kernel);
-  if (p.heads != m.num_attention_heads || p.kv_heads != m.num_key_value_heads ||
-      p.head_dim != int(m.head_dim()) || p.kernel != kernel)
-    throw ConfigError("attention.cad_profile '" + c.cad_profile + "' was measured for " + p.kernel +
-                      " attention with heads " + std::to_string(p.heads) + "/" +
-                      std::to_string(p.kv_heads) + ", head dim " + std::to_string(p.head_dim) +
-                      ", but this model runs " + kernel + " with heads " +
-                      std::to_string(m.num_attention_heads) + "/" +
-                      std::to_string(m.num_key_value_heads) + ", head dim " +
-                      std::to_string(m.head_dim()) + "; measure it again (lct bench --sections profile)");
-  if (p.blas != blas_description() || p.threads != omp_get_max_threads())
-    log_warn("attention.cad_profile '" + c.cad_profile + "' was measured with " + p.blas + ", " +
-             std::to_string(p.threads) + " threads on " + p.cpu + "; this run uses " +
-             blas_description() + ", " + std::to_string(omp_get_max_threads()) +
-             " threads: its times may not fit this machine");
-  return p;
+  broadcast_strings(shared, grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL);
+  if (!shared[0].empty()) throw ConfigError(shared[0]);
+  return cad_cost_from_text(shared[1], shared[2]);
 }
 
 std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
@@ -146,9 +133,10 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
       if (s.num_layers() != stages_[0].num_layers())
         throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
                           "number of layers on every stage (parallel.pp_layers)");
-    std::optional<CaCostModel> cost = load_cad_profile(config, model_.config());
     if (grid.world_size() > 1) {
-      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost));
+      CadCostChoice cost = shared_cad_cost(config, model_.config(), grid);
+      cad_cost_description_ = cost.description;
+      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost.model));
       cad_attention_ = cad.get();
       placement_ = std::move(cad);
     } else {
@@ -452,11 +440,15 @@ int Trainer::run() {
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s, "
              "%s, probed point-to-point bandwidth %.2f GB/s",
              grid_.world_size(), config_.cad_tolerance,
-             config_.cad_profile.empty() ? "attention pairs"
-                                         : ("measured kernel time (" + config_.cad_profile + ")").c_str(),
+             cad_cost_description_.c_str(),
              pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
                                                  : "one exchange at a time (no ping-pong)",
              cad_attention_->probe_bandwidth() / 1e9);
+  if (cad_attention_ && pingpong_lanes(config_, grid_) == 2 && all_ranks_on_one_host(grid_.world()))
+    log_warn("attention.cad_pingpong = true on one host: the exchange is cheap here, and the two "
+             "nano-batches (whole documents, so often of unequal size) make the ranks wait for each "
+             "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
+             "(bench/cad_scaling.sh, docs in README 'Core attention disaggregation')");
   if (layout.cp > 1 && cp_attention_)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",

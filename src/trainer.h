@@ -92,6 +92,7 @@ class Trainer {
   std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
   ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
   CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
+  std::string cad_cost_description_;                  // what its planner balances (log)
   PipelineExecutor executor_;
   TrainerState state_;
   bool resumed_ = false;  // state_ came from a checkpoint

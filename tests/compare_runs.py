@@ -2,7 +2,28 @@
 newest checkpoints. Usage: compare_runs.py LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]
 
 Exit 0 when every loss agrees within LOSS_RTOL (relative, default 1e-6) and every
-parameter within PARAM_RTOL of the tensor's largest magnitude (default 1e-5)."""
+parameter within PARAM_RTOL of the tensor's largest magnitude (default 1e-5).
+
+Where the defaults come from. Two layouts of one run compute the same sums in another
+order (a weight gradient sums over the tokens of every rank and micro-batch; attention
+sums over key rows in other blocks), so float32 results differ by rounding alone. With
+unit roundoff u = 2^-24 = 6.0e-8, a sum of n terms reordered changes by at most about
+n * u of the sum of the terms' magnitudes; the tests' sums are over one sequence's
+128-256 rows at a time before they are added up, so n * u is 7.6e-6 to 1.5e-5 in the
+worst case and sqrt(n) * u = 0.7e-6 to 1e-6 for random rounding.
+  - Loss (1e-6): the loss is a mean of per-token terms of similar size, so its relative
+    difference is of the order sqrt(n) * u plus what earlier steps' parameter
+    differences add (first-order in them, below 1e-6 while they stay below 1e-5).
+  - Parameters under SGD (1e-5): p_T = p_0 - sum_t lr_t g_t is linear in the
+    gradients, so a gradient element off by e * (its terms' magnitudes) moves the
+    parameter by lr_t * e * that; the tests' lr (0.3 falling to 0.03) keeps each
+    update below the tensor's largest magnitude, so ten steps stay within the n * u
+    bound relative to that largest magnitude, 1e-5.
+  - AdamW is compared only between layouts that compute the same sums in the same order
+    (tolerance 0): its update m / (sqrt(v) + eps) with eps = 1e-8 divides a near-zero
+    gradient element by its own magnitude, so a last-bit difference of such an element
+    becomes a difference of up to lr in the parameter, which no bound of rounding
+    alone can contain."""
 import glob
 import json
 import sys

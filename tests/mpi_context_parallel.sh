@@ -3,18 +3,17 @@
 #   - cp = 2 and cp = 4, ring and all-gather exchange, zigzag and contiguous splits,
 #     causal and DCA attention, on the `pretrain` length mix (many 1-token documents and
 #     documents shorter than 2 cp) and on documents spanning the whole sequence; and
-#     dp = 2 x cp = 2 and pp = 2 x cp = 2: 10 steps, losses within 1e-6 relative,
-#     parameters within 1e-5;
-#   - the same with AdamW at its default eps (see below);
+#     dp = 2 x cp = 2 and pp = 2 x cp = 2: 10 SGD steps, losses and parameters within
+#     compare_runs.py's float32 bounds of the single process;
 #   - a checkpoint written under cp = 2 resumes under cp = 1 and the reverse;
 #   - invalid settings: one error line, clean exit; a killed rank ends the job.
 #
-# Optimizer: the exactness matrix trains with SGD. Context parallelism reorders every
-# weight gradient's sum over tokens (a rank's rows are chunks of many documents), and
-# AdamW with eps = 1e-8 turns float32 last-bit differences of near-zero gradient
-# elements into parameter differences of 1e-5 to 7e-5 of a tensor's largest value
-# (measured; one SGD step of lr 1 differs by <= 6e-8). SGD shows the layout itself is
-# exact to the target; the AdamW runs are checked at 1e-4.
+# Optimizer: SGD, whose parameters are linear in the gradients. Context parallelism
+# reorders every weight gradient's sum over tokens (a rank's rows are chunks of many
+# documents) and merges attention over key blocks in another order, so no run of another
+# layout computes the same sums in the same order; AdamW (eps 1e-8) would turn their
+# last-bit differences in near-zero gradient elements into parameter differences no
+# rounding bound contains (compare_runs.py), so it is not compared here.
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -70,16 +69,6 @@ MB=4 train pp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.pp
   --parallel.cp 2 --parallel.cp_comm allgather --model.tie_word_embeddings true
 MB=4 train ref_m4_tied 0 10 $SGD --attention.kernel dca --model.tie_word_embeddings true
 compare "pp=2 x cp=2 allgather dca tied" pp2cp2 ref_m4_tied
-
-# AdamW (default eps 1e-8): the same computation, optimizer-amplified rounding
-for kernel in causal dca; do
-  train "adam_ref_$kernel" 0 10 --attention.kernel "$kernel"
-  for comm in ring allgather; do
-    train "adam_cp2_${comm}_$kernel" 2 10 --attention.kernel "$kernel" --parallel.dp 1 \
-      --parallel.cp 2 --parallel.cp_comm "$comm"
-    compare "AdamW cp=2 $comm $kernel" "adam_cp2_${comm}_$kernel" "adam_ref_$kernel" 1e-6 1e-4
-  done
-done
 
 # checkpoints move between cp = 2 and cp = 1 (step 5 of 10)
 train ck_cp2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --checkpoint.every 5

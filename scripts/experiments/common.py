@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from throughput import wall_clock  # noqa: E402  (the one throughput figure: tokens / wall-clock time)
 LCT = os.environ.get("LCT", os.path.join(ROOT, "build", "lct"))
 # a model small enough for --quick runs in the test suite
 QUICK_MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "128",

@@ -32,8 +32,9 @@ def main():
         tps = {}
         for p, extra in PLACEMENTS.items():
             m = common.mpi_train(2, ["--train.steps", "4" if a.quick else "10"] + data + extra, a.quick,
-                                 a.config, os.path.join(a.out, f"run_{mix}_{p}"))[2:]
-            tps[p] = statistics.median(x["tokens_per_s"] for x in m)
+                                 a.config, os.path.join(a.out, f"run_{mix}_{p}"))
+            tps[p] = common.wall_clock(m)["tokens_per_s"]  # steps 3..: total tokens / total time
+            m = m[2:]
             rows.append({"source": "measured", "mix": mix, "ranks": 2, "seq_len": int(seq_measured),
                          "placement": p, "tokens_per_s": tps[p],
                          "idle_percent": 100 * statistics.median(x["idle_fraction"] for x in m)})

@@ -1,0 +1,44 @@
+// Which cost model the CAD planner balances with (attention.cad_profile):
+//   "auto"   (default) this machine's measured kernel time: a cached cost model for the
+//            model's attention (kernel, heads, KV heads, head dim), this CPU, BLAS and
+//            thread count, measured at start when there is none or the cached one was
+//            measured for something else, and cached then;
+//   "pairs"  attention pairs (no measurement: the cost of a pair is the same everywhere);
+//   a path   a cost model written by `lct bench --sections profile --profile-out`.
+// Per-pair time varies several-fold with a task's shape (small tasks pay tile padding
+// and per-task overhead), so balancing pairs leaves time unbalanced; hence "auto".
+//
+// The cache: $LCT_CACHE_DIR, else $XDG_CACHE_HOME/lct, else $HOME/.cache/lct; one text
+// file per setup (cad_profile-<kernel>-h<H>-kv<KV>-d<hd>-t<threads>-<machine hash>.txt),
+// written atomically. A cached file is used only when it parses and its recorded CPU,
+// BLAS, threads, kernel and shape equal this run's; otherwise it is measured again and
+// replaced. Without a writable cache the model is measured and used uncached.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attention/cad_cost.h"
+#include "model/llama_config.h"
+
+namespace lct {
+
+struct CadCostChoice {
+  std::optional<CaCostModel> model;  // none: balance attention pairs
+  std::string text;                  // the model as text ("" for pairs), to share over ranks
+  std::string description;           // for the log: what is balanced and where it came from
+};
+
+// The file attention.cad_profile names ("" for auto and pairs).
+inline std::string cad_profile_file(const std::string& setting) {
+  return setting == "auto" || setting == "pairs" ? "" : setting;
+}
+
+// Resolves attention.cad_profile for the model `m` on this process (threads: the
+// OpenMP threads the run uses). May measure (a few seconds) for "auto".
+// Throws ConfigError naming the key for an unreadable or mismatched file.
+CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m);
+// The same choice on another rank, from resolve_cad_cost's text and description.
+CadCostChoice cad_cost_from_text(const std::string& text, const std::string& description);
+
+}  // namespace lct

@@ -5,13 +5,13 @@
 # unequal attention work). Layouts (--layouts, a space-separated list):
 #   colocated   dp = N, attention where the tokens are (the straggler baseline)
 #   packing     dp = N, the WLB-LLM packing baseline (parallel.dp_balance = packing)
-#   cad         dp = N, CAD with ping-pong nano-batches (the default)
-#   cad_single  dp = N, CAD one exchange at a time (attention.cad_pingpong = false)
+#   cad         dp = N, CAD with its defaults (one exchange at a time, measured cost model)
+#   cad_pingpong  dp = N, CAD with ping-pong nano-batches (attention.cad_pingpong = true)
 #   cp          cp = N, per-document context parallelism (zigzag, ring), colocated
 #   pp_1f1b     pp = N, colocated, 1F1B, --micro-batches per step
 #   pp_cad      pp = N, CAD: same-phase ticks whose dummies serve attention
-#   pp_cad_single  the same without ping-pong
-# Default: colocated packing cad cad_single cp. The layouts alternate for --rounds
+#   pp_cad_pingpong  the same with ping-pong
+# Default: colocated packing cad cad_pingpong cp. The layouts alternate for --rounds
 # rounds; each round's speedups are ratios to that round's dp = 1 run, by wall clock
 # (bench/throughput.py: total tokens over total time of the steps after the first two),
 # and the figures are the median and the range over rounds, with the per-step tokens/s
@@ -31,7 +31,7 @@ CONFIG=configs/default.toml
 STEPS=20
 ROUNDS=5
 RANKS=$(nproc)
-LAYOUTS="colocated packing cad cad_single cp"
+LAYOUTS="colocated packing cad cad_pingpong cp"
 MICRO_BATCHES=4
 PER_STEP=0
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
@@ -43,11 +43,11 @@ layout_args() {  # the lct train arguments of a layout
     colocated) echo "" ;;
     packing) echo "--parallel.dp_balance packing" ;;
     cad) echo "--attention.placement cad" ;;
-    cad_single) echo "--attention.placement cad --attention.cad_pingpong false" ;;
+    cad_pingpong) echo "--attention.placement cad --attention.cad_pingpong true" ;;
     cp) echo "--parallel.dp 1 --parallel.cp $RANKS" ;;
     pp_1f1b) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES" ;;
     pp_cad) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad" ;;
-    pp_cad_single) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad --attention.cad_pingpong false" ;;
+    pp_cad_pingpong) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad --attention.cad_pingpong true" ;;
     *) echo "cad_scaling: unknown layout '$1'" >&2; exit 1 ;;
   esac
 }

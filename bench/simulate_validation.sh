@@ -24,11 +24,11 @@ declare -A ARGS=(
   [colocated]=""
   [packing]="--parallel.dp_balance packing"
   [cad]="--attention.placement cad"
-  [cad_single]="--attention.placement cad --attention.cad_pingpong false"
+  [cad_pingpong]="--attention.placement cad --attention.cad_pingpong true"
   [pp]="--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches 4"
   [cp]="--parallel.dp 1 --parallel.cp $RANKS"
 )
-LAYOUTS="dp1 colocated packing cad cad_single pp cp"
+LAYOUTS="dp1 colocated packing cad cad_pingpong pp cp"
 echo "simulator validation | config $CONFIG | $ROUNDS rounds x $STEPS steps | $RANKS ranks, 1 thread each"
 for r in $(seq "$ROUNDS"); do
   for l in $LAYOUTS; do

@@ -28,17 +28,27 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   const auto cost = [&](int64_t q0, int64_t rows) {
     return o.cost ? o.cost->seconds(rows, q0 + rows) : double(prefix_pairs(q0, q0 + rows));
   };
+  // a server's load: its other work plus its tasks' cost at its speed
+  const bool uneven = o.cost && (!o.base_seconds.empty() || !o.speed.empty());
+  if (uneven && ((!o.base_seconds.empty() && int(o.base_seconds.size()) != n) ||
+                 (!o.speed.empty() && int(o.speed.size()) != n)))
+    throw std::invalid_argument("plan_core_attention: base_seconds and speed need one entry per server");
+  const auto speed = [&](int s) { return uneven && !o.speed.empty() ? o.speed[size_t(s)] : 1.0; };
   CaPlan plan;
   std::vector<double> load(size_t(n), 0.0);
+  for (int s = 0; uneven && !o.base_seconds.empty() && s < n; ++s) load[size_t(s)] = o.base_seconds[size_t(s)];
   plan.pairs_before.assign(size_t(n), 0);
+  double attention = 0;
   for (const CaDocument& d : docs) {
     if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
     if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
     plan.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.pos + d.len);
-    load[size_t(d.origin)] += cost(d.pos, d.len);
+    const double c = speed(d.origin) * cost(d.pos, d.len);
+    load[size_t(d.origin)] += c;
+    attention += c;
   }
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / n;
-  const double slack = o.tolerance * mean;
+  const double slack = o.tolerance * attention / n;  // a fraction of the mean attention
   // each piece keeps the middle [pos + a, pos + L - a) on its origin (L its rows); moves
   // take rows from its ends
   std::vector<int64_t> a(docs.size(), 0);
@@ -53,7 +63,8 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
       const int64_t L = d.len, P = d.pos, rows = L - 2 * a[i];
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
       const double remaining = cost(P + a[i], rows);
-      const double wanted = std::min({remaining, surplus, cap});
+      // in the cost model's units: the origin's surplus and dst's room at their speeds
+      const double wanted = std::min({remaining, surplus / speed(d.origin), cap / speed(dst)});
       Candidate c;
       c.doc = i;
       if (wanted >= remaining) {
@@ -98,8 +109,8 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
       ai += c.m;
     }
     const int64_t left = L - 2 * ai;
-    load[size_t(d.origin)] -= before - (left > 0 ? cost(P + ai, left) : 0.0);
-    load[size_t(dst)] += c.load;
+    load[size_t(d.origin)] -= speed(d.origin) * (before - (left > 0 ? cost(P + ai, left) : 0.0));
+    load[size_t(dst)] += speed(dst) * c.load;
     plan.bytes_moved += c.bytes;
   };
 

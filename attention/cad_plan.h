@@ -49,13 +49,19 @@ struct CaPlanOptions {
   // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
   // attention pairs.
   const CaCostModel* cost = nullptr;
+  // Servers of unequal speed (with a cost model; empty: all equal, nothing else to do):
+  // per server, the seconds it spends on other work of the same group (its token-linear
+  // layers), and how much slower than the cost model its kernels run (1 = as measured).
+  // The planner then balances base + speed x cost instead of cost alone.
+  std::vector<double> base_seconds, speed;
 };
 
 struct CaPlan {
   std::vector<CaTask> tasks;        // every query row of every document exactly once
   std::vector<int64_t> pairs_before;  // per server: its own documents' pairs
   std::vector<int64_t> pairs_after;   // per server: the pairs of the tasks it runs
-  std::vector<double> load_after;     // per server: the planner's cost of its tasks
+  std::vector<double> load_after;     // per server: the planner's cost of its tasks (no
+                                      // base or speed: the cost model's own units)
   int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
 };
 

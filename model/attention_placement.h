@@ -82,6 +82,10 @@ class AttentionPlacement {
   // other pipeline stages serve each other), so a stage with nothing to compute in a
   // pipeline tick still runs a dummy micro-batch through its layers.
   virtual bool needs_every_rank() const { return false; }
+  // After every step, on every rank: this rank's compute seconds (the step less its
+  // waits) and the tokens it held. A placement that plans by time learns the ranks'
+  // speeds from it (collective for such a placement).
+  virtual void observe_step(double /*compute_seconds*/, int64_t /*tokens*/) {}
 
  protected:
   PlacementStats stats_;

@@ -14,8 +14,9 @@ namespace {
 int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
 }  // namespace
 
-CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost)
-    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)) {
+CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost,
+                           bool rank_speeds)
+    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("CAD needs a communicator");
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
@@ -35,8 +36,34 @@ CadAttention::Lane& CadAttention::lane_at(int lane) {
 
 void CadAttention::reset_stats() {
   stats_ = {};
+  modelled_seconds_ = 0;
   pairs_before_.assign(size_t(size_), 0);
   pairs_after_.assign(size_t(size_), 0);
+}
+
+void CadAttention::observe_step(double compute_seconds, int64_t tokens) {
+  if (!rank_speeds_) return;
+  const double mine[3] = {compute_seconds, double(tokens), modelled_seconds_};
+  std::vector<double> all(size_t(3 * size_));
+  MPI_Allgather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, comm_);
+  // compute_r = f_r (l t_r + P_r) with mean f = 1: l from the sums, then each f_r
+  double c = 0, t = 0, m = 0;
+  for (int r = 0; r < size_; ++r) c += all[size_t(3 * r)], t += all[size_t(3 * r + 1)], m += all[size_t(3 * r + 2)];
+  const double l = t > 0 ? (c - m) / t : 0;
+  if (!(l > 0)) return;  // nothing to learn from (no tokens, or the model over-predicts)
+  std::vector<double> f(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    const double expected = l * all[size_t(3 * r + 1)] + all[size_t(3 * r + 2)];
+    f[size_t(r)] = expected > 0 ? all[size_t(3 * r)] / expected : 1.0;
+  }
+  // smoothed (half the last step's figure), so one disturbed step moves the plan little
+  if (speed_.empty()) {
+    speed_ = f;
+    linear_per_token_ = l;
+  } else {
+    for (int r = 0; r < size_; ++r) speed_[size_t(r)] = 0.5 * speed_[size_t(r)] + 0.5 * f[size_t(r)];
+    linear_per_token_ = 0.5 * linear_per_token_ + 0.5 * l;
+  }
 }
 
 void CadAttention::make_plan(const AttentionInput& in, bool counted) {
@@ -77,6 +104,12 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   o.q_bytes_per_row = (2 * qd + prm.num_heads) * int64_t(sizeof(float));  // Q there, O + LSE back
   o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
   o.cost = cost_ ? &*cost_ : nullptr;
+  if (rank_speeds_ && !speed_.empty()) {  // every rank has the same speeds: the same plan
+    o.speed = speed_;
+    o.base_seconds.assign(size_t(size_), 0.0);
+    for (const CaDocument& d : p.docs)
+      o.base_seconds[size_t(d.origin)] += speed_[size_t(d.origin)] * linear_per_token_ * d.len;
+  }
   p.plan = plan_core_attention(p.docs, size_, o);
   route(p);
   for (int s = 0; counted && s < size_; ++s) {
@@ -460,6 +493,7 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
   const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
   stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
+  modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
   L.reply = {{qd, H}, {}};
   start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});
 }

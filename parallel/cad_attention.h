@@ -62,7 +62,11 @@ namespace lct {
 class CadAttention final : public AttentionPlacement {
  public:
   // cost: a measured cost model (attention/cad_cost.h), or none to balance pairs.
-  CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt);
+  // rank_speeds (with a cost model): plan each group by time on ranks of unequal speed,
+  // learnt from every step (observe_step): rank r's load is its token-linear time plus
+  // its tasks' modelled time, both scaled by its measured speed.
+  CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt,
+               bool rank_speeds = false);
 
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override;
@@ -80,6 +84,11 @@ class CadAttention final : public AttentionPlacement {
   void backward_finish(int lane) override { finish_lane(lane_at(lane)); }
   void progress() override;
   bool needs_every_rank() const override { return true; }
+  // Collective: every rank's compute seconds, tokens and modelled attention seconds of
+  // the step give each rank's speed (one slowness factor f_r for all its compute, with
+  // a token-linear cost per token shared by all ranks), smoothed over steps.
+  void observe_step(double compute_seconds, int64_t tokens) override;
+  const std::vector<double>& rank_speeds() const { return speed_; }  // empty until learnt
   void reset_stats() override;
   // hidden_seconds: bytes sent over the probed bandwidth, less the exposed wait
   PlacementStats stats() const override;
@@ -177,6 +186,10 @@ class CadAttention final : public AttentionPlacement {
   double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by group (AttentionInput::group) of the step
   std::vector<int64_t> pairs_before_, pairs_after_;
+  bool rank_speeds_ = false;
+  double modelled_seconds_ = 0;       // this rank's tasks' cost-model seconds, this step
+  std::vector<double> speed_;         // [rank] slowness factor (1 = the mean), once learnt
+  double linear_per_token_ = 0;       // token-linear seconds per token at speed 1
   Lane lanes_[2];
 };
 

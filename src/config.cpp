@@ -159,6 +159,7 @@ std::vector<ConfigKey> make_keys() {
                       }));
   k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.cad_tolerance; }));
   k.push_back(bool_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); off by default: measured slower on one host, where the exchange is about 1% of a step", [](Config& c) -> auto& { return c.cad_pingpong; }));
+  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.cad_rank_speeds; }));
   k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; },
                       [](const std::string& t) {
                         if (t.empty()) throw ConfigError("must be auto, pairs or a cost model file");

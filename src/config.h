@@ -72,6 +72,7 @@ struct Config {
   double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
   bool cad_pingpong = false;                       // CAD: two overlapped nano-batches
   std::string cad_profile = "auto";                // CAD: cost model (src/cad_profile.h)
+  bool cad_rank_speeds = true;                     // CAD: plan by each rank's measured speed
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

@@ -136,7 +136,8 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     if (grid.world_size() > 1) {
       CadCostChoice cost = shared_cad_cost(config, model_.config(), grid);
       cad_cost_description_ = cost.description;
-      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost.model));
+      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost.model),
+                                                config.cad_rank_speeds);
       cad_attention_ = cad.get();
       placement_ = std::move(cad);
     } else {
@@ -290,6 +291,9 @@ StepRecord Trainer::train_step() {
   mine.exchange_hidden_seconds = cp.hidden_seconds;
   mine.peak_rss_bytes = peak_rss_bytes();
   const StepFigures fig = gather_step_figures(grid_, mine, step_s);
+  int64_t my_tokens = 0;
+  for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
+  placement_->observe_step(mine.compute_seconds, my_tokens);
   r.compute_max_over_mean = fig.compute_max_over_mean;
   r.idle_fraction = fig.idle_fraction;
   r.attention_pairs_max_over_mean = fig.attention_pairs_max_over_mean;
@@ -437,10 +441,12 @@ int Trainer::run() {
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
   if (cad_attention_)
-    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s, "
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
              "%s, probed point-to-point bandwidth %.2f GB/s",
              grid_.world_size(), config_.cad_tolerance,
              cad_cost_description_.c_str(),
+             config_.cad_rank_speeds && cad_cost_description_ != "attention pairs"
+                 ? " and each rank's measured speed" : "",
              pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
                                                  : "one exchange at a time (no ping-pong)",
              cad_attention_->probe_bandwidth() / 1e9);

@@ -210,5 +210,40 @@ TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
     }
 }
 
+// Ranks of unequal speed: each server's whole time (its other work plus its tasks'
+// modelled time, both at its speed) ends within the tolerance of the mean attention
+// time of the others'; a slower server serves less, one with more other work too.
+TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
+  const CaCostModel m = small_model();
+  for (int n : {2, 4})
+    for (uint32_t seed = 1; seed <= 10; ++seed) {
+      const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 13 + uint32_t(n));
+      CaPlanOptions o;
+      o.cost = &m;
+      const CaPlan equal = plan_core_attention(docs, n, o);
+      o.speed.assign(size_t(n), 1.0);
+      o.speed[0] = 1.2;  // rank 0 runs 20% slower
+      o.base_seconds.assign(size_t(n), 0.0);
+      double attention = 0;
+      for (int s = 0; s < n; ++s) attention += equal.load_after[size_t(s)];
+      const double linear = attention / n;  // token-linear work as large as the attention
+      for (int s = 0; s < n; ++s) o.base_seconds[size_t(s)] = o.speed[size_t(s)] * linear;
+      const CaPlan plan = plan_core_attention(docs, n, o);
+      check_plan(docs, n, plan);
+      double mx = 0, mn = 1e300, sum_attention = 0;
+      for (int s = 0; s < n; ++s) {
+        const double whole = o.base_seconds[size_t(s)] + o.speed[size_t(s)] * plan.load_after[size_t(s)];
+        mx = std::max(mx, whole), mn = std::min(mn, whole);
+        sum_attention += o.speed[size_t(s)] * plan.load_after[size_t(s)];
+      }
+      EXPECT_LE(mx - mn, 2 * 0.1 * sum_attention / n + 1e-12) << "n " << n << " seed " << seed;
+      EXPECT_LT(plan.load_after[0], equal.load_after[0]) << "n " << n << " seed " << seed;
+    }
+  CaPlanOptions bad;
+  bad.cost = &m;
+  bad.speed = {1.0};
+  EXPECT_THROW(plan_core_attention(random_tick(2, 64, 1), 2, bad), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace lct

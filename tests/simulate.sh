@@ -14,15 +14,19 @@ sim() { "$LCT" simulate $MODEL --steps 6 --calibration-steps 2 --json "$@"; }
 one=$(sim --ranks 1)
 col=$(sim --ranks 2)
 pack=$(sim --ranks 2 --parallel.dp_balance packing)
-cad=$(sim --ranks 2 --attention.placement cad)
-cad_again=$(sim --ranks 2 --attention.placement cad)
-single=$(sim --ranks 2 --attention.placement cad --attention.cad_pingpong false)
-cad4=$(sim --ranks 4 --attention.placement cad --train.micro_batches 2)
+# (pairs: the planner's balance is then checkable in pairs; the default, measured time,
+# is predicted once below)
+cad=$(sim --ranks 2 --attention.placement cad --attention.cad_pingpong true --attention.cad_profile pairs)
+cad_again=$(sim --ranks 2 --attention.placement cad --attention.cad_pingpong true --attention.cad_profile pairs)
+single=$(sim --ranks 2 --attention.placement cad --attention.cad_profile pairs)
+cad4=$(sim --ranks 4 --attention.placement cad --train.micro_batches 2 --attention.cad_profile pairs)
+cad_time=$(sim --ranks 2 --attention.placement cad)
 pp=$(sim --ranks 2 --parallel.pp 2 --train.micro_batches 4)
 cp=$(sim --ranks 2 --parallel.cp 2)
-/usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" "$pp" "$cp" <<'PY'
+/usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" "$pp" "$cp" "$cad_time" <<'PY'
 import json, sys
-one, col, pack, cad, again, single, cad4, pp, cp = (json.loads(a) for a in sys.argv[1:])
+one, col, pack, cad, again, single, cad4, pp, cp, cad_time = (json.loads(a) for a in sys.argv[1:])
+assert cad_time["tokens_per_s"] > 0 and cad_time["exchange_bytes_per_rank"] >= 0, cad_time
 # a 1F1B pipeline of 2 stages and 4 micro-batches idles at least (pp-1)/(m+pp-1) = 20%
 # (more here: the tiny model's last stage also runs the loss over a large vocabulary)
 assert 0.15 < pp["bubble_fraction"] < 0.6 and col["bubble_fraction"] == 0, (pp, col)
@@ -55,7 +59,7 @@ expect_error() {  # message args...
 expect_error "--tflops replaces the calibration" --ranks 2 --tflops 100 --calibration-out x.txt
 expect_error "parallel.pp = 3 must divide model.num_hidden_layers = 2" --ranks 3 --parallel.pp 3
 expect_error "parallel.dp x parallel.pp x parallel.cp = 4 x 1 x 1 = 4" --ranks 2 --parallel.dp 4
-expect_error "cannot open profile 'missing.txt'" --ranks 2 --profile missing.txt
+expect_error "attention.cad_profile: cannot open 'missing.txt'" --ranks 2 --profile missing.txt
 # every layout and placement: pipeline ticks under CAD, CAD with context parallelism,
 # pipeline x context parallelism; each prediction's timeline is valid trace-event JSON
 # whose idle matches the predicted idle

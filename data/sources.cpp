@@ -1,10 +1,5 @@
 #include "data/sources.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "data/files.h"
 #include "data/rng.h"
 
 namespace lct {
@@ -138,9 +134,7 @@ class TextSource final : public DocumentSource {
       files.push_back(path);
     }
     for (const fs::path& f : files) {
-      std::ifstream in(f, std::ios::binary);
-      if (!in) throw std::runtime_error("data.path: cannot read '" + f.string() + "'");
-      std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::string content = read_regular_file(f.string(), "data.path");
       if (separator.empty()) {
         add_document(content);
       } else {
@@ -207,24 +201,12 @@ class TokenSource final : public DocumentSource {
     if (dtype == "uint16") width_ = 2;
     else if (dtype == "uint32") width_ = 4;
     else throw std::invalid_argument("data.token_dtype must be uint16 or uint32, got '" + dtype + "'");
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw std::runtime_error("data.path '" + path + "': cannot open (" + std::strerror(errno) + ")");
-    struct stat st {};
-    ::fstat(fd, &st);
-    size_ = size_t(st.st_size);
-    if (size_ % width_ != 0) {
-      ::close(fd);
+    // read whole (no mmap: a file truncated while mapped would kill the run with SIGBUS)
+    data_ = read_regular_file(path, "data.path");
+    size_ = data_.size();
+    if (size_ % width_ != 0)
       throw std::runtime_error("data.path '" + path + "': size " + std::to_string(size_) +
                                " is not a multiple of " + std::to_string(width_) + " (" + dtype + ")");
-    }
-    if (size_ > 0) {
-      map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (map_ == MAP_FAILED) {
-        ::close(fd);
-        throw std::runtime_error("data.path '" + path + "': mmap failed");
-      }
-    }
-    ::close(fd);
     const int64_t n = int64_t(size_ / width_);
     int64_t start = 0;
     for (int64_t t = 0; t <= n; ++t) {
@@ -239,9 +221,6 @@ class TokenSource final : public DocumentSource {
       throw std::runtime_error("data.path '" + path + "': no non-empty documents (" +
                                std::to_string(n) + " tokens)");
     order_ = EpochOrder(int64_t(ranges_.size()), seed);
-  }
-  ~TokenSource() override {
-    if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
   }
 
   int64_t longest_document() const override {
@@ -269,16 +248,16 @@ class TokenSource final : public DocumentSource {
   uint32_t token(int64_t t) const {
     if (width_ == 2) {
       uint16_t x;
-      std::memcpy(&x, static_cast<const char*>(map_) + t * 2, 2);
+      std::memcpy(&x, data_.data() + t * 2, 2);
       return x;
     }
     uint32_t x;
-    std::memcpy(&x, static_cast<const char*>(map_) + t * 4, 4);
+    std::memcpy(&x, data_.data() + t * 4, 4);
     return x;
   }
   std::string path_;
   size_t width_ = 2, size_ = 0;
-  void* map_ = nullptr;
+  std::string data_;  // the file's bytes
   std::vector<std::pair<int64_t, int64_t>> ranges_;
   int64_t max_token_ = 0;
   EpochOrder order_;

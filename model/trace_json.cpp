@@ -1,5 +1,7 @@
 #include "model/trace_json.h"
 
+#include "data/files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +21,7 @@ const char* track_name(TraceTrack track) {
 
 void write_trace_json(const std::string& path, const std::vector<TraceProcess>& ranks,
                       const std::string& what) {
+  require_replaceable_output(path, what);
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp);
   if (!out) throw std::runtime_error(what + ": cannot write '" + tmp + "'");

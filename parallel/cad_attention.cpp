@@ -37,6 +37,7 @@ CadAttention::Lane& CadAttention::lane_at(int lane) {
 void CadAttention::reset_stats() {
   stats_ = {};
   modelled_seconds_ = 0;
+  plans_counted_ = layers_ = 0;
   pairs_before_.assign(size_t(size_), 0);
   pairs_after_.assign(size_t(size_), 0);
 }
@@ -54,8 +55,11 @@ void CadAttention::observe_step(double compute_seconds, int64_t tokens) {
   std::vector<double> f(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
     const double expected = l * all[size_t(3 * r + 1)] + all[size_t(3 * r + 2)];
-    f[size_t(r)] = expected > 0 ? all[size_t(3 * r)] / expected : 1.0;
+    // within [1/2, 2]: a disturbed step (a rank descheduled, a page-fault storm) must not
+    // hand a rank all or none of the attention
+    f[size_t(r)] = expected > 0 ? std::clamp(all[size_t(3 * r)] / expected, 0.5, 2.0) : 1.0;
   }
+  if (plans_counted_ > 0) layers_per_plan_ = std::max(1.0, double(layers_) / double(plans_counted_));
   // smoothed (half the last step's figure), so one disturbed step moves the plan little
   if (speed_.empty()) {
     speed_ = f;
@@ -105,13 +109,17 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
   o.cost = cost_ ? &*cost_ : nullptr;
   if (rank_speeds_ && !speed_.empty()) {  // every rank has the same speeds: the same plan
+    // one plan serves every layer of the stage: its base is one layer's share of the
+    // token-linear time, to set against one layer's attention cost
     o.speed = speed_;
     o.base_seconds.assign(size_t(size_), 0.0);
     for (const CaDocument& d : p.docs)
-      o.base_seconds[size_t(d.origin)] += speed_[size_t(d.origin)] * linear_per_token_ * d.len;
+      o.base_seconds[size_t(d.origin)] +=
+          speed_[size_t(d.origin)] * linear_per_token_ * d.len / layers_per_plan_;
   }
   p.plan = plan_core_attention(p.docs, size_, o);
   route(p);
+  if (counted) ++plans_counted_;
   for (int s = 0; counted && s < size_; ++s) {
     pairs_before_[size_t(s)] += p.plan.pairs_before[size_t(s)];
     pairs_after_[size_t(s)] += p.plan.pairs_after[size_t(s)];
@@ -494,6 +502,7 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
   stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
   modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
+  ++layers_;
   L.reply = {{qd, H}, {}};
   start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});
 }

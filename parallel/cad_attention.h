@@ -188,6 +188,8 @@ class CadAttention final : public AttentionPlacement {
   std::vector<int64_t> pairs_before_, pairs_after_;
   bool rank_speeds_ = false;
   double modelled_seconds_ = 0;       // this rank's tasks' cost-model seconds, this step
+  int64_t plans_counted_ = 0, layers_ = 0;  // this step's forward plans and layers run with them
+  double layers_per_plan_ = 1;        // how many layers one plan serves (base per plan)
   std::vector<double> speed_;         // [rank] slowness factor (1 = the mean), once learnt
   double linear_per_token_ = 0;       // token-linear seconds per token at speed 1
   Lane lanes_[2];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "parallel/mpi_util.h"
@@ -32,6 +33,25 @@ bool all_ranks_on_one_host(MPI_Comm comm) {
   return one == 1;
 }
 
+std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return {mine};
+  int rank = 0, n = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &n);
+  int count = mpi_count(int64_t(mine.size()), "a rank's text");
+  std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  int64_t total = 0;
+  for (int r = 0; rank == 0 && r < n; ++r)
+    displs[size_t(r)] = mpi_count(total, "the ranks' texts"), total += counts[size_t(r)];
+  std::vector<char> all(static_cast<size_t>(total));
+  MPI_Gatherv(mine.data(), count, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0, comm);
+  std::vector<std::string> out;
+  for (int r = 0; rank == 0 && r < n; ++r)
+    out.emplace_back(all.data() + displs[size_t(r)], size_t(counts[size_t(r)]));
+  return out;
+}
+
 void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return;
   std::vector<int64_t> sizes;
@@ -45,6 +65,15 @@ void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm) {
     strings[i].resize(size_t(sizes[i]));
     if (sizes[i] > 0) MPI_Bcast(strings[i].data(), int(sizes[i]), MPI_CHAR, 0, comm);
   }
+}
+
+void barrier_sleeping(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return;
+  MPI_Request request;
+  MPI_Ibarrier(comm, &request);
+  int done = 0;
+  while (MPI_Test(&request, &done, MPI_STATUS_IGNORE), !done)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mine,

@@ -17,8 +17,14 @@ namespace lct {
 // to *comm_seconds.
 void allreduce_sum(double* values, int count, MPI_Comm comm, double* comm_seconds);
 void barrier(MPI_Comm comm);  // no-op for MPI_COMM_NULL
+// A barrier that waits asleep (a nonblocking barrier tested every millisecond), for
+// ranks that wait long while one rank measures: a blocking MPI wait spins on its core.
+void barrier_sleeping(MPI_Comm comm);
 // Whether every rank of comm shares one node's memory (one host). Collective.
 bool all_ranks_on_one_host(MPI_Comm comm);
+// Every rank's string, on rank 0 (in rank order; other ranks get an empty list).
+// Collective.
+std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm);
 // Rank 0's strings on every rank of comm (no-op for MPI_COMM_NULL). Collective.
 void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm);
 // Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 8 MiB to

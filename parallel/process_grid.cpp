@@ -22,9 +22,11 @@ std::string resolve_layout(const LayoutRequest& r, int world_size, int num_layer
     }
   }
   if (inferred > 1) return "only one of parallel.dp/pp/cp may be -1 (infer); got " + factors;
+  // products are checked: 2^63 / 7 x 7 must not wrap around to a small layout
   int64_t known = 1;
   for (int64_t v : {r.dp, r.pp, r.cp})
-    if (v > 0) known *= v;
+    if (v > 0 && __builtin_mul_overflow(known, v, &known))
+      return "parallel.dp x parallel.pp x parallel.cp overflows (" + factors + ")";
   int64_t dp = r.dp, pp = r.pp, cp = r.cp;
   if (inferred == 1) {
     if (world_size % known != 0)
@@ -34,11 +36,14 @@ std::string resolve_layout(const LayoutRequest& r, int world_size, int num_layer
     const int64_t v = world_size / known;
     (dp == -1 ? dp : pp == -1 ? pp : cp) = v;
   }
-  if (dp * pp * cp != world_size)
+  int64_t product = 0;
+  if (__builtin_mul_overflow(dp, pp, &product) || __builtin_mul_overflow(product, cp, &product))
+    return "parallel.dp x parallel.pp x parallel.cp overflows (" + factors + ")";
+  if (product != world_size)
     return "parallel.dp x parallel.pp x parallel.cp = " + text(dp) + " x " + text(pp) + " x " +
-           text(cp) + " = " + text(dp * pp * cp) + " but the MPI world has " + text(world_size) +
+           text(cp) + " = " + text(product) + " but the MPI world has " + text(world_size) +
            " rank" + (world_size == 1 ? "" : "s") + " (launch with mpirun -np " +
-           text(dp * pp * cp) + ", or set one degree to -1)";
+           text(product) + ", or set one degree to -1)";
   std::vector<StageSpec> stages;
   if (std::string e = split_pipeline_stages(num_layers, int(pp), r.pp_layers, stages); !e.empty())
     return e;

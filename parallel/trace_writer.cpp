@@ -1,5 +1,7 @@
 #include "parallel/trace_writer.h"
 
+#include "parallel/collectives.h"
+
 #include <mpi.h>
 
 #include <sstream>
@@ -12,7 +14,7 @@
 namespace lct {
 
 Trace start_aligned_trace(const ProcessGrid& grid) {
-  MPI_Barrier(grid.world());
+  barrier(grid.world());  // a single process without mpirun has no world to wait for
   return Trace(TraceClock::now());
 }
 
@@ -31,12 +33,18 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
   const int n = grid.world_size(), rank = grid.world_rank();
   int count = mpi_count(int64_t(text.size()), "a rank's trace");
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
-  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, grid.world());
-  int64_t total = 0;
-  for (int r = 0; r < n; ++r) displs[size_t(r)] = mpi_count(total, "the job's trace"), total += counts[size_t(r)];
-  std::vector<char> all(rank == 0 ? static_cast<size_t>(total) : 0);
-  MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0,
-              grid.world());
+  std::vector<char> all;
+  if (grid.world() == MPI_COMM_NULL) {  // one process without mpirun
+    counts[0] = count;
+    all.assign(text.begin(), text.end());
+  } else {
+    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, grid.world());
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) displs[size_t(r)] = mpi_count(total, "the job's trace"), total += counts[size_t(r)];
+    all.resize(rank == 0 ? static_cast<size_t>(total) : 0);
+    MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0,
+                grid.world());
+  }
   if (rank != 0) return;
 
   std::vector<TraceProcess> ranks(static_cast<size_t>(n));

@@ -22,6 +22,7 @@
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/flops.h"
+#include "src/h5io.h"
 #include "src/log.h"
 #include "src/machine.h"
 #include "src/trainer.h"
@@ -452,13 +453,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
       say("\n");
     }
     if (!o.profile_out.empty()) {
-      const std::string tmp = o.profile_out + ".tmp";
-      {
-        std::ofstream f(tmp);
-        f << m.to_text();
-        if (!f) throw std::runtime_error("cannot write profile '" + tmp + "'");
-      }
-      std::filesystem::rename(tmp, o.profile_out);
+      write_text_atomically(o.profile_out, m.to_text());
       say("  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
     }
   }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <sstream>
 
+#include "data/files.h"
 #include "model/ops.h"
 #include "src/config.h"
 #include "src/h5io.h"
@@ -21,12 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+std::string read_text(const std::string& path) {  // "" when absent or unreadable
+  try {
+    return read_regular_file(path, "attention.cad_profile");
+  } catch (const std::runtime_error&) {
+    return {};
+  }
 }
 
 std::string cache_dir() {
@@ -93,8 +94,13 @@ CadCostChoice from_model(CaCostModel m, std::string description) {
 }
 
 CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
-  const std::string text = read_text(path);
-  if (text.empty()) throw ConfigError("attention.cad_profile: cannot open '" + path + "'");
+  std::string text;
+  try {  // a FIFO or device is refused, never read
+    text = read_regular_file(path, "attention.cad_profile");
+  } catch (const std::runtime_error& e) {
+    const bool missing = !std::filesystem::exists(path);
+    throw ConfigError(missing ? "attention.cad_profile: cannot open '" + path + "'" : std::string(e.what()));
+  }
   CaCostModel p;
   try {
     p = CaCostModel::parse(text, path);
@@ -121,7 +127,7 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
 }  // namespace
 
 CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m) {
-  if (setting == "pairs") return {std::nullopt, "", "attention pairs"};
+  if (setting == "pairs" || setting.empty()) return {std::nullopt, "", "attention pairs"};
   if (setting != "auto") return from_file(setting, m);
   const CaCostModel setup = this_setup(m);
   const std::string dir = cache_dir();

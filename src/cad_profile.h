@@ -4,6 +4,7 @@
 //            thread count, measured at start when there is none or the cached one was
 //            measured for something else, and cached then;
 //   "pairs"  attention pairs (no measurement: the cost of a pair is the same everywhere);
+//            "" too, which configs written before "auto" hold;
 //   a path   a cost model written by `lct bench --sections profile --profile-out`.
 // Per-pair time varies several-fold with a task's shape (small tasks pay tile padding
 // and per-task overhead), so balancing pairs leaves time unbalanced; hence "auto".
@@ -31,7 +32,7 @@ struct CadCostChoice {
 
 // The file attention.cad_profile names ("" for auto and pairs).
 inline std::string cad_profile_file(const std::string& setting) {
-  return setting == "auto" || setting == "pairs" ? "" : setting;
+  return setting == "auto" || setting == "pairs" ? "" : setting;  // ("" is pairs too)
 }
 
 // Resolves attention.cad_profile for the model `m` on this process (threads: the

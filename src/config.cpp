@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "data/doc_lengths.h"
+#include "data/files.h"
 #include "src/log.h"
 #include "model/optimizer.h"
 #include "data/context_shards.h"
@@ -107,11 +108,24 @@ ConfigKey int_list_key(std::string name, std::string help, Field field) {
           [field, name](Config& c, const std::string& t) { field(c) = parse_int_list(name, t); }};
 }
 
+// Numbers are used in float32 (the optimizer, init, RoPE and DCA scales), so each must
+// be one: finite, at most FLT_MAX in magnitude, and zero or at least the smallest
+// normal float (1e-50 would silently become 0 or a denormal there).
+double parse_float32(const std::string& key, const std::string& text) {
+  const double v = parse_number(key, text);
+  if (std::abs(v) > double(std::numeric_limits<float>::max()))
+    throw ConfigError(key + " = " + text + " does not fit float32 (|x| <= 3.4e38), in which it is used");
+  if (v != 0 && std::abs(v) < double(std::numeric_limits<float>::min()))
+    throw ConfigError(key + " = " + text + " is below float32's smallest normal number (1.2e-38), "
+                      "in which it is used");
+  return v;
+}
+
 template <typename Field>
 ConfigKey num_key(std::string name, std::string help, Field field) {
   return {name, KeyType::number, std::move(help),
           [field](const Config& c) { return number_text(field(const_cast<Config&>(c))); },
-          [field, name](Config& c, const std::string& t) { field(c) = parse_number(name, t); }};
+          [field, name](Config& c, const std::string& t) { field(c) = parse_float32(name, t); }};
 }
 template <typename Field>
 ConfigKey bool_key(std::string name, std::string help, Field field) {
@@ -159,11 +173,8 @@ std::vector<ConfigKey> make_keys() {
                       }));
   k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.cad_tolerance; }));
   k.push_back(bool_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); off by default: measured slower on one host, where the exchange is about 1% of a step", [](Config& c) -> auto& { return c.cad_pingpong; }));
-  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.cad_rank_speeds; }));
-  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; },
-                      [](const std::string& t) {
-                        if (t.empty()) throw ConfigError("must be auto, pairs or a cost model file");
-                      }));
+  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.cad_rank_speeds; }));
+  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; }));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
@@ -248,9 +259,12 @@ const ConfigKey* find_config_key(const std::string& name) {
 }
 
 void apply_toml_file(Config& config, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config file '" + path + "': cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = read_regular_file(path, "config file");
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  }
   apply_toml_text(config, text, path);
 }
 
@@ -346,10 +360,18 @@ void validate_config(const Config& c) {
   if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
   if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
     throw ConfigError("train.min_lr must be in [0, train.lr]");
-  if (!(c.train.beta1 >= 0 && c.train.beta1 < 1)) throw ConfigError("train.beta1 must be in [0, 1)");
-  if (!(c.train.beta2 >= 0 && c.train.beta2 < 1)) throw ConfigError("train.beta2 must be in [0, 1)");
+  // the optimizer divides by 1 - beta^t in float32: beta must stay below 1 there
+  if (!(c.train.beta1 >= 0 && float(c.train.beta1) < 1.0f))
+    throw ConfigError("train.beta1 must be in [0, 1) as a float32 (1 - beta1 > 0), got " + number_text(c.train.beta1));
+  if (!(c.train.beta2 >= 0 && float(c.train.beta2) < 1.0f))
+    throw ConfigError("train.beta2 must be in [0, 1) as a float32 (1 - beta2 > 0), got " + number_text(c.train.beta2));
   if (!(c.train.eps > 0)) throw ConfigError("train.eps must be > 0");
   if (c.train.weight_decay < 0) throw ConfigError("train.weight_decay must be >= 0");
+  // decoupled decay multiplies every weight by 1 - lr x weight_decay each step: at or
+  // beyond 1 the weights flip sign and grow without bound
+  if (c.train.optimizer == "adamw" && c.train.lr * c.train.weight_decay >= 1)
+    throw ConfigError("train.lr x train.weight_decay = " + number_text(c.train.lr * c.train.weight_decay) +
+                      " must be < 1 (AdamW multiplies the weights by 1 - lr x weight_decay every step)");
   if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
   if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
   if (c.attention_kernel == "dca" && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)

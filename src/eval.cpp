@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 
 #include "src/h5io.h"
@@ -114,19 +115,14 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
       sum[k] += token_loss[size_t(t)];
       count[k] += 1;
     }
-    const std::string tmp = options.per_position_out + ".tmp";
-    {
-      std::ofstream out(tmp);
-      if (!out) throw std::runtime_error("cannot write '" + options.per_position_out + "'");
-      out << "position_begin,position_end,targets,mean_loss\n";
-      out.precision(8);
-      for (size_t k = 0; k < sum.size(); ++k)
-        if (count[k] > 0)
-          out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << ","
-              << sum[k] / double(count[k]) << "\n";
-      if (!out) throw std::runtime_error("cannot write '" + options.per_position_out + "'");
-    }
-    std::filesystem::rename(tmp, options.per_position_out);
+    std::ostringstream out;
+    out << "position_begin,position_end,targets,mean_loss\n";
+    out.precision(8);
+    for (size_t k = 0; k < sum.size(); ++k)
+      if (count[k] > 0)
+        out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << ","
+            << sum[k] / double(count[k]) << "\n";
+    write_text_atomically(options.per_position_out, out.str());
   }
   if (want_grads) {
     write_h5_atomically(grads_out, [&](H5File& f) {

@@ -1,7 +1,9 @@
 #include "src/h5io.h"
+#include "data/files.h"
 #include "src/memory_budget.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -178,6 +180,7 @@ void H5File::close_checked() {
 
 H5File H5File::open_read(const std::string& path) {
   if (!std::filesystem::exists(path)) throw h5_error(path, "no such file");
+  require_regular_file(path, "HDF5 file");  // a FIFO or device would block or never end below
   check_user_block_of(path);
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) throw h5_error(path, "not a readable HDF5 file (truncated or corrupt?)");
@@ -518,6 +521,7 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
 
 void write_h5_atomically(const std::string& path, const std::function<void(H5File&)>& fill,
                          const std::function<void(const H5File&)>& verify) {
+  require_replaceable_output(path, "output");
   const std::string tmp = path + ".tmp";
   try {
     std::vector<char> bytes;
@@ -542,6 +546,7 @@ void write_h5_atomically(const std::string& path, const std::function<void(H5Fil
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) {
+  require_replaceable_output(path, "output");
   const std::string tmp = path + ".tmp";
   try {
     write_file_synced(tmp, text.data(), text.size());

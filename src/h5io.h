@@ -91,7 +91,8 @@ void write_h5_atomically(const std::string& path, const std::function<void(H5Fil
                          const std::function<void(const H5File&)>& verify = {});
 
 // Writes `text` to `path` the same way (temporary file, checked writes, fsync, rename,
-// fsync of the folder).
+// fsync of the folder). Both writers refuse a `path` that exists and is not a regular
+// file (a symlink, device, FIFO, socket or folder), before writing anything.
 void write_text_atomically(const std::string& path, const std::string& text);
 
 // "12.3 MiB free on /dir" for error messages about a failed write.

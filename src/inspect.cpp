@@ -47,6 +47,7 @@ struct TensorStats {
   std::string dtype;
   double mean = 0, std = 0, max_abs = 0, norm = 0;
   std::string checksum;  // "ok", "CORRUPT", "absent"
+  bool finite = true;    // no inf or NaN
 };
 
 TensorStats tensor_stats(const H5File& f, const std::string& ds, const std::string& name) {
@@ -57,6 +58,7 @@ TensorStats tensor_stats(const H5File& f, const std::string& ds, const std::stri
   const std::vector<float> v = f.read_f32(ds);
   double sum = 0, sq = 0;
   for (float x : v) {
+    if (!std::isfinite(x)) t.finite = false;
     sum += x;
     sq += double(x) * x;
     t.max_abs = std::max(t.max_abs, double(std::abs(x)));
@@ -162,8 +164,9 @@ struct FileReport {
   Config config;              // parsed /config when present
   bool has_config = false;
   std::vector<TensorStats> params, optim;
-  int corrupt = 0, checked = 0;
+  int corrupt = 0, checked = 0, non_finite = 0;
   RunSummary summary;
+  bool failed() const { return corrupt > 0 || non_finite > 0; }
 };
 
 FileReport read_report(const std::string& path, bool with_tensors) {
@@ -185,6 +188,8 @@ FileReport read_report(const std::string& path, bool with_tensors) {
   }
   if (!with_tensors) return r;
   const TensorTable table = build_llama_table(r.model);
+  // a checkpoint's or a parameter file's /params, or an `lct eval --grads-out` file's /grads
+  const std::string root = !f.exists("/params") && f.exists("/grads") ? "/grads" : "/params";
   for (const TensorSpec& s : table.specs()) {
     const std::string p = hf_name_to_path(s.name);
     auto add = [&](std::vector<TensorStats>& out, const std::string& ds, const std::string& label) {
@@ -199,8 +204,9 @@ FileReport read_report(const std::string& path, bool with_tensors) {
       out.push_back(tensor_stats(f, ds, label));
       if (out.back().checksum != "absent") ++r.checked;
       if (out.back().checksum == "CORRUPT") ++r.corrupt;
+      if (!out.back().finite) ++r.non_finite;
     };
-    add(r.params, "/params/" + p, s.name);
+    add(r.params, root + "/" + p, root == "/grads" ? "grad." + s.name : s.name);
     if (f.exists("/optim/exp_avg")) {
       add(r.optim, "/optim/exp_avg/" + p, "exp_avg." + s.name);
       add(r.optim, "/optim/exp_avg_sq/" + p, "exp_avg_sq." + s.name);
@@ -337,10 +343,10 @@ int inspect_file(const std::string& path, bool json) {
            ",\"metrics\":" + summary_json(r.summary);
     if (r.has_config) o += ",\"config\":" + json_string(config_to_toml(r.config));
     o += ",\"checksums\":{\"checked\":" + std::to_string(r.checked) +
-         ",\"failed\":" + std::to_string(r.corrupt) + "}";
+         ",\"failed\":" + std::to_string(r.corrupt) + ",\"non_finite\":" + std::to_string(r.non_finite) + "}";
     o += ",\"tensors\":" + tensors_json(r.params) + ",\"optimizer_tensors\":" + tensors_json(r.optim) + "}";
     std::printf("%s\n", o.c_str());
-    return r.corrupt ? 2 : 0;
+    return r.failed() ? 2 : 0;
   }
 
   std::printf("file: %s\n", path.c_str());
@@ -366,16 +372,17 @@ int inspect_file(const std::string& path, bool json) {
   }
   std::printf("checksums: %d checked, %d failed%s\n", r.checked, r.corrupt,
               r.checked == 0 ? " (file has no checksums)" : "");
+  if (r.non_finite > 0) std::printf("NON-FINITE: %d tensors hold inf or NaN\n", r.non_finite);
   std::printf("\n%-52s %-14s %-8s %11s %11s %11s %11s %s\n", "tensor", "shape", "dtype", "mean",
               "std", "max|x|", "norm", "checksum");
   for (const auto* list : {&r.params, &r.optim})
     for (const TensorStats& t : *list)
       std::printf("%-52s %-14s %-8s %11.4e %11.4e %11.4e %11.4e %s\n", t.name.c_str(),
                   shape_text(t.shape).c_str(), t.dtype.c_str(), t.mean, t.std, t.max_abs, t.norm,
-                  t.checksum.c_str());
+                  (t.checksum + (t.finite ? "" : " NON-FINITE")).c_str());
   std::printf("\n");
   if (r.is_checkpoint) print_summary(r.summary);
-  return r.corrupt ? 2 : 0;
+  return r.failed() ? 2 : 0;
 }
 
 int compare_files(const std::string& a, const std::string& b, bool json) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 
 #include "src/bench.h"
 #include "src/cad_profile.h"
@@ -22,6 +23,7 @@
 #include "src/memory_budget.h"
 #include "src/paths.h"
 #include "src/trainer.h"
+#include "src/rank_agreement.h"
 #include "src/run_objects.h"
 #include "parallel/collectives.h"
 #include "parallel/process_grid.h"
@@ -138,6 +140,9 @@ int run_command(int argc, char** argv, int rank, int world) {
   add_config_options(train, config_file, overrides);
 
   // ---- bench ----------------------------------------------------------------
+  // sequence lengths: token rows and positions are int32 inside the kernels, and 16M
+  // tokens already need tens of GiB
+  const CLI::Range kLength(int64_t(1), int64_t(1) << 24);
   CLI::App* bench = app.add_subcommand(
       "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
   std::string bench_config_file;
@@ -146,12 +151,12 @@ int run_command(int argc, char** argv, int rank, int world) {
   bench->add_option("--attention-lengths", bench_options.attention_lengths,
                     "sequence lengths for the attention kernel")
       ->delimiter(',')
-      ->check(kPositive)
+      ->check(kLength)
       ->capture_default_str();
   bench->add_option("--step-lengths", bench_options.step_lengths,
                     "sequence lengths for full training steps")
       ->delimiter(',')
-      ->check(kPositive)
+      ->check(kLength)
       ->capture_default_str();
   bench->add_option("--sections", bench_options.sections, "what to measure")
       ->delimiter(',')
@@ -278,35 +283,67 @@ int run_command(int argc, char** argv, int rank, int world) {
   inspect->add_flag("--compare", inspect_compare, "compare two runs side by side (A.h5 B.h5)");
   inspect->add_flag("--json", inspect_json, "machine-readable output");
 
+  std::string parse_error;
+  bool help = false;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help exits 0; every parse error is one line (rank 0; every rank parses the same
-    // line) and exit code 1, like every other bad input
-    const int code = rank == 0 ? app.exit(e) : e.get_exit_code();
-    return code == 0 ? 0 : 1;
+    // --help exits 0; every parse error is one line and exit code 1, like every other bad
+    // input. Under MPI the ranks first agree (one may have been started with other
+    // arguments): the first error is printed once, by rank 0, and every rank exits 1.
+    if (world <= 1) {
+      const int code = rank == 0 ? app.exit(e) : e.get_exit_code();
+      return code == 0 ? 0 : 1;
+    }
+    help = e.get_exit_code() == 0;
+    if (help && rank == 0) app.exit(e);
+    if (!help) parse_error = std::string(e.what()) + " (see --help)";
+  }
+  if (world > 1) {
+    try {
+      std::string command = help ? "--help" : "(none)";
+      if (!help && !app.get_subcommands().empty()) command = app.get_subcommands().front()->get_name();
+      agree_across_ranks(parse_error, "command = " + command + "\n", world);
+    } catch (const ConfigError& e) {
+      if (rank == 0) std::fprintf(stderr, "lct: error: %s\n", e.what());
+      return 1;
+    }
+    if (help) return 0;
   }
 
   try {
     if (*train) {
-      const Config config = resolve_config(config_file, overrides);
-      try {  // every rank reaches the same verdict: a ConfigError ends them all cleanly
-        refuse_aliasing({{"trace.path", config.trace.path}},
-                        {{"--config", config_file}, {"data.path", config.data.path},
-                         {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
-                         {"attention.cad_profile", cad_profile_file(config.cad_profile)}});
-      } catch (const std::invalid_argument& e) {
-        throw ConfigError(e.what());
-      }
-      // Every layout rule is checked on every rank before any work (same inputs, same
-      // verdict), so an invalid layout ends all ranks cleanly.
+      // Every rank resolves its config and checks it and the layout, then all ranks agree
+      // on the verdict and on the config itself (src/rank_agreement.h), before any work.
+      Config config;
       Layout layout;
-      const std::string layout_error =
-          resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp,
-                          config.parallel.pp_layers},
-                         world,
-                         config.model.num_hidden_layers, config.data.seq_len, layout);
-      if (!layout_error.empty()) throw ConfigError(layout_error);
+      std::string error, latest;
+      try {
+        config = resolve_config(config_file, overrides);
+        try {
+          refuse_run_folder_file("trace.path", config.trace.path, config.checkpoint.dir);
+          refuse_aliasing({{"trace.path", config.trace.path}},
+                          {{"--config", config_file}, {"data.path", config.data.path},
+                           {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
+                           {"attention.cad_profile", cad_profile_file(config.cad_profile)}});
+        } catch (const std::invalid_argument& e) {
+          throw ConfigError(e.what());
+        }
+        const std::string layout_error =
+            resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp,
+                            config.parallel.pp_layers},
+                           world,
+                           config.model.num_hidden_layers, config.data.seq_len, layout);
+        if (!layout_error.empty()) throw ConfigError(layout_error);
+        if (config.train.resume == "auto") latest = latest_checkpoint(config.checkpoint.dir);
+      } catch (const ConfigError& e) {
+        error = e.what();
+      }
+      agree_across_ranks(error,
+                         error.empty() ? training_inputs_text(config, latest) +
+                                             "dry run = " + (dry_run ? "true" : "false") + "\n"
+                                       : "",
+                         world);
       configure_threads(config.train.threads);
       const ProcessGrid grid = mpi_active() ? ProcessGrid(layout) : ProcessGrid();
       // the memory budget, before anything is allocated or written; every rank must
@@ -326,7 +363,6 @@ int run_command(int argc, char** argv, int rank, int world) {
       }
       Trainer trainer(config, grid);
       if (config.train.resume == "auto") {
-        const std::string latest = latest_checkpoint(config.checkpoint.dir);
         if (latest.empty())
           log_info("train.resume = auto: no checkpoint in %s, starting fresh",
                    config.checkpoint.dir.c_str());

@@ -26,4 +26,21 @@ void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs) {
   }
 }
 
+void refuse_run_folder_file(const std::string& what, const std::string& path, const std::string& dir) {
+  if (path.empty() || dir.empty()) return;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
+  const bool same_dir = fs::exists(p.parent_path(), ec) && fs::exists(d, ec)
+                            ? fs::equivalent(p.parent_path(), d, ec)
+                            : p.parent_path() == d;
+  if (!same_dir) return;
+  const std::string name = p.filename().string();
+  const bool checkpoint = name.rfind("step_", 0) == 0 &&
+                          (name.ends_with(".h5") || name.ends_with(".h5.tmp") || name.ends_with(".tmp"));
+  if (checkpoint || name == "metrics.jsonl" || name == "run.toml")
+    throw std::invalid_argument(what + " '" + path + "' is a file the run writes in checkpoint.dir '" +
+                                dir + "' (checkpoints, metrics.jsonl, run.toml): choose another path");
+}
+
 }  // namespace lct

@@ -1,8 +1,13 @@
 #include "src/run_folder.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -133,6 +138,42 @@ void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::
     own.erase(own.begin());
   }
   own.push_back(just_written);
+}
+
+RunFolderLock::RunFolderLock(const std::string& dir) {
+  fs::create_directories(dir);
+  const std::string path = (fs::path(dir) / "run.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw ConfigError("checkpoint.dir: cannot open the lock file '" + path + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    std::string holder = n > 0 ? std::string(pid, size_t(n)) : "unknown";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + holder +
+                      "): two runs writing one folder would overwrite each other's checkpoints");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    // the pid is only for the message a second run prints; the lock itself holds
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.ends_with(".tmp") && e.is_regular_file(ec))
+      removed += fs::remove(e.path(), ec) ? 1 : 0;
+  }
+  return removed;
 }
 
 }  // namespace lct

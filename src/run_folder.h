@@ -60,4 +60,22 @@ TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& 
 // read (they are not in `own`).
 void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::string& just_written);
 
+// One writer per run folder: an advisory lock (flock) on <dir>/run.lock, held while the
+// returned object lives (the folder is created if missing). A folder another live
+// process holds is refused at once with ConfigError naming that process's pid.
+class RunFolderLock {
+ public:
+  explicit RunFolderLock(const std::string& dir);
+  ~RunFolderLock();
+  RunFolderLock(const RunFolderLock&) = delete;
+  RunFolderLock& operator=(const RunFolderLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Temporaries of interrupted checkpoint writes (step_*.tmp) left in `dir` by a run that
+// died mid-write: removed (call while holding the lock). Returns how many.
+int remove_stale_temporaries(const std::string& dir);
+
 }  // namespace lct

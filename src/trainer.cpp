@@ -75,7 +75,10 @@ CadCostChoice shared_cad_cost(const Config& c, const LlamaConfig& m, const Proce
       shared = {e.what(), "", ""};
     }
   }
-  broadcast_strings(shared, grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL);
+  // the other ranks wait asleep: a spinning wait would share the cores being measured
+  const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
+  barrier_sleeping(world);
+  broadcast_strings(shared, world);
   if (!shared[0].empty()) throw ConfigError(shared[0]);
   return cad_cost_from_text(shared[1], shared[2]);
 }
@@ -136,8 +139,10 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
     if (grid.world_size() > 1) {
       CadCostChoice cost = shared_cad_cost(config, model_.config(), grid);
       cad_cost_description_ = cost.description;
+      // rank speeds need one plan per micro-batch and layer (ping-pong plans each
+      // lane alone, and its lanes' token-linear work is split by whole documents)
       auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost.model),
-                                                config.cad_rank_speeds);
+                                                config.cad_rank_speeds && pingpong_lanes(config, grid) == 1);
       cad_attention_ = cad.get();
       placement_ = std::move(cad);
     } else {
@@ -339,6 +344,15 @@ std::string Trainer::save_checkpoint() {
     gather_to_first_stage(grid_.pp(), grid_.layout().pp, grid_.coords().pp_rank, by_stage, arenas);
   }
   if (grid_.is_root()) {
+    // never a checkpoint of non-finite weights: the run stops, the earlier ones stay
+    for (const TensorSpec& t : model_.table().specs()) {
+      const float* x = model_.params.data() + t.offset;
+      for (int64_t i = 0; i < t.numel; ++i)
+        if (!std::isfinite(x[i]))
+          throw std::runtime_error("step " + std::to_string(state_.step) + ": parameter " + t.name +
+                                   " is not finite; checkpoint not written (earlier checkpoints are "
+                                   "untouched); lower train.lr or check the data");
+    }
     fs::create_directories(config_.checkpoint.dir);
     try {
       write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
@@ -384,10 +398,34 @@ void write_metrics_line(std::ostream& out, const StepRecord& r) {
 // takes it: see src/run_folder.h.
 void Trainer::claim_run_folder() {
   const std::string& dir = config_.checkpoint.dir;
+  // one writer: rank 0 locks the folder for the whole run (a second run is refused at
+  // once, on every rank), then clears temporaries of writes a dead run left behind
+  std::vector<std::string> refused(1);
+  if (grid_.is_root()) {
+    try {
+      folder_lock_ = std::make_unique<RunFolderLock>(dir);
+      if (const int n = remove_stale_temporaries(dir); n > 0)
+        log_info("%s: removed %d temporary file(s) of an interrupted checkpoint write", dir.c_str(), n);
+    } catch (const std::exception& e) {  // (a folder that cannot be created, too)
+      refused[0] = std::string(e.what());
+    }
+  }
+  broadcast_strings(refused, grid_.world());
+  if (!refused[0].empty()) throw ConfigError(refused[0]);
   const RunFolderContents contents = survey_run_folder(dir);
   // a checkpoint from before run ids continues the folder's run
   if (resumed_ && state_.run_id.empty() && contents.owner) state_.run_id = contents.owner->run_id;
-  check_run_folder(dir, contents, state_.run_id, resumed_, config_.checkpoint.overwrite);
+  // --train.resume auto on a run that died before its first checkpoint: the folder is
+  // that run's (run.toml, maybe metrics) with nothing to resume from, so it starts
+  // afresh as the same run
+  const bool restart = !resumed_ && config_.train.resume == "auto" && contents.checkpoints.empty() &&
+                       contents.owner.has_value();
+  if (restart) {
+    state_.run_id = contents.owner->run_id;
+    log_info("resume auto: %s holds run %s but no checkpoint yet; starting it afresh", dir.c_str(),
+             state_.run_id.c_str());
+  }
+  check_run_folder(dir, contents, state_.run_id, resumed_ || restart, config_.checkpoint.overwrite);
   barrier(grid_.world());
   if (grid_.is_root()) {
     RunIdentity identity = new_run_identity(config_to_toml(config_), config_.train.seed);
@@ -445,7 +483,8 @@ int Trainer::run() {
              "%s, probed point-to-point bandwidth %.2f GB/s",
              grid_.world_size(), config_.cad_tolerance,
              cad_cost_description_.c_str(),
-             config_.cad_rank_speeds && cad_cost_description_ != "attention pairs"
+             config_.cad_rank_speeds && cad_cost_description_ != "attention pairs" &&
+                     pingpong_lanes(config_, grid_) == 1
                  ? " and each rank's measured speed" : "",
              pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
                                                  : "one exchange at a time (no ping-pong)",

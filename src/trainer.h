@@ -23,6 +23,7 @@
 #include "src/checkpoint.h"
 #include "src/config.h"
 #include "src/machine.h"
+#include "src/run_folder.h"
 #include "src/run_objects.h"
 
 namespace lct {
@@ -93,6 +94,7 @@ class Trainer {
   ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
   CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
   std::string cad_cost_description_;                  // what its planner balances (log)
+  std::unique_ptr<RunFolderLock> folder_lock_;        // rank 0: this run's folder, locked
   PipelineExecutor executor_;
   TrainerState state_;
   bool resumed_ = false;  // state_ came from a checkpoint

@@ -130,6 +130,58 @@ expect_error "--sequences: must be > 0, got 0 (see --help)" make-batch --sequenc
 expect_error "--threads: must be >= 0, got -1 (see --help)" eval --threads -1 --checkpoint a.h5 --batch-file b.h5
 expect_error "--bandwidth: must be > 0, got -1 (see --help)" simulate --bandwidth -1
 expect_error "The following argument was not expected: --bogus" train --bogus
+# values are checked in the type they are used in (float32), and the optimizer's
+# arithmetic with them (issue 22, causes 3-5)
+expect_error "train.lr = 1e39 does not fit float32" train --train.lr 1e39
+expect_error "train.weight_decay = 1e39 does not fit float32" train --train.weight_decay 1e39
+expect_error "train.eps = 1e-50 is below float32's smallest normal number" train --train.eps 1e-50
+expect_error "train.beta2 must be in [0, 1) as a float32" train --train.beta2 0.99999999999
+expect_error "model.init_std = 1e39 does not fit float32" train --model.init_std 1e39
+expect_error "attention.dca_mscale = 1e39 does not fit float32" train --attention.dca_mscale 1e39
+expect_error "train.lr x train.weight_decay = 2.0 must be < 1" train --train.lr 2 --train.weight_decay 1
+# a run's own files are no place for its timeline (cause 8)
+expect_error "trace.path 'ck/step_00000001.h5' is a file the run writes in checkpoint.dir 'ck'" \
+  train --checkpoint.dir ck --train.resume auto --trace.path ck/step_00000001.h5
+expect_error "trace.path './ck/metrics.jsonl' is a file the run writes" \
+  train --checkpoint.dir ck --trace.path ./ck/metrics.jsonl
+# lengths and degrees are range-checked before they are narrowed or multiplied (14, 15)
+expect_error "--attention-lengths: Value 4294967297 not in range" bench --attention-lengths 4294967297
+expect_error "parallel.dp x parallel.pp x parallel.cp overflows (parallel.dp = 7905747460161236407, parallel.pp = 7" \
+  train --parallel.dp 7905747460161236407 --parallel.pp 7
+
+# inputs must be regular files: a FIFO would block forever, /dev/zero never end (cause 6)
+mkfifo fifo
+expect_error "config file 'fifo': not a regular file (a FIFO)" train --config fifo
+expect_error "data.path 'fifo': not a regular file (a FIFO)" train --data.source tokens --data.path fifo
+expect_error "data.path '/dev/zero': not a regular file (a character device)" \
+  train --data.source tokens --data.path /dev/zero
+expect_error "HDF5 file 'fifo': not a regular file (a FIFO)" inspect fifo
+expect_error "HDF5 file 'fifo': not a regular file (a FIFO)" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file fifo
+# outputs never replace what is not a regular file (cause 7): a device, a FIFO, a link
+"$LCT" make-batch --data.seq_len 64 --out real_batch.h5 > /dev/null || { echo "FAIL: make-batch"; failures=$((failures + 1)); }
+ln -s real_batch.h5 link_batch.h5
+expect_error "output '/dev/null' is a character device, not a regular file" make-batch --data.seq_len 64 --out /dev/null
+expect_error "output 'fifo' is a FIFO, not a regular file" make-batch --data.seq_len 64 --out fifo
+expect_error "output 'link_batch.h5' is a symbolic link, not a regular file" \
+  make-batch --data.seq_len 64 --out link_batch.h5
+expect_error "output '/dev/null' is a character device" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file real_batch.h5 --per-position-out /dev/null
+[[ -c /dev/null && -p fifo && -L link_batch.h5 ]] || { echo "FAIL: an output replaced a device, FIFO or link"; failures=$((failures + 1)); }
+# a token file truncated while a run reads it: read whole at the start, no SIGBUS (11)
+/usr/bin/python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<199H', *range(1, 200)) * 4000)" > shrink.bin
+"$LCT" train --model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1 \
+  --data.source tokens --data.token_dtype uint16 --data.path shrink.bin --data.seq_len 64 \
+  --train.steps 40 --checkpoint.dir shrink_run > shrink.log 2>&1 &
+shrinker=$!
+for _ in $(seq 200); do grep -q "step" shrink.log 2>/dev/null && break; sleep 0.05; done
+: > shrink.bin
+wait $shrinker || { echo "FAIL: a run whose token file was truncated died"; cat shrink.log; failures=$((failures + 1)); }
+# lct inspect reads lct eval's gradient files (cause 12)
+"$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file real_batch.h5 --grads-out grads.h5 > /dev/null \
+  || { echo "FAIL: eval --grads-out"; failures=$((failures + 1)); }
+"$LCT" inspect grads.h5 > grads_inspect.txt 2>&1 || { echo "FAIL: inspect of a grads file"; cat grads_inspect.txt; failures=$((failures + 1)); }
+grep -q "grad.model.embed_tokens.weight" grads_inspect.txt || { echo "FAIL: inspect shows no gradients"; failures=$((failures + 1)); }
 
 if ls ck/*.tmp >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 

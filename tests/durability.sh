@@ -8,7 +8,11 @@
 #      not appended) unless --checkpoint.overwrite true;
 #   4. --train.resume auto skips a newest checkpoint whose tensor checksum fails, saying
 #      so, and resumes from the newest one that verifies;
-#   5. eval outputs equal to an input (by file identity) are refused.
+#   5. eval outputs equal to an input (by file identity) are refused;
+#   6. a run that died before its first checkpoint (run.toml and metrics, no checkpoint)
+#      continues with --train.resume auto as the same run, afresh;
+#   7. one writer per folder: a second run on a folder another run is writing is refused
+#      at once, naming the holder's pid; temporaries a killed run left are removed.
 set -uo pipefail
 LCT=$1
 work=$(mktemp -d)
@@ -142,6 +146,37 @@ cmp -s before.h5 "$ckpt" || fail "an aliased eval output changed the checkpoint"
 err=$("$LCT" make-batch --data.source text --data.path batch.h5 --out batch.h5 2>&1 >/dev/null)
 [[ $? -eq 1 && $err == *"same file as data.path"* ]] || fail "make-batch --out = data.path: '$err'"
 ok "eval and make-batch refuse outputs that are their inputs (links and other spellings too)"
+
+# --- 6. resume auto before any checkpoint ---------------------------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir died > /dev/null 2>&1 || fail "died: first run"
+rm died/step_*.h5  # as if killed before its first checkpoint: run.toml and metrics stay
+run_id=$(grep run_id died/run.toml)
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir died --train.resume auto > died.log 2>&1 \
+  || { fail "resume auto on a run without checkpoints"; cat died.log; }
+grep -q "holds run .* but no checkpoint yet; starting it afresh" died.log || fail "died: no message"
+[[ $(grep run_id died/run.toml) == "$run_id" ]] || fail "died: the run's identity changed"
+[[ -f died/step_00000002.h5 && $(wc -l < died/metrics.jsonl) -eq 2 ]] || fail "died: checkpoint or metrics"
+ok "resume auto continues a run that died before its first checkpoint, as the same run"
+
+# --- 7. one writer per folder --------------------------------------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 100000 --checkpoint.every 0 --checkpoint.dir busy > busy.log 2>&1 &
+holder=$!
+for _ in $(seq 200); do [[ -s busy/metrics.jsonl ]] && break; sleep 0.05; done
+start=$(date +%s)
+err=$("$LCT" train "${args[@]}" --train.steps 5 --checkpoint.dir busy --train.resume auto 2>&1 >/dev/null)
+rc=$?
+[[ $rc -eq 1 && $err == *"checkpoint.dir 'busy' is in use by another lct run (pid $holder)"* ]] \
+  || fail "second writer: exit $rc, '$err'"
+(( $(date +%s) - start < 10 )) || fail "second writer: not refused at once"
+kill -9 $holder; wait $holder 2>/dev/null
+echo partial > busy/step_00000007.h5.tmp  # what a run killed mid-write leaves
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir busy --checkpoint.overwrite true > busy2.log 2>&1 \
+  || { fail "after the holder died"; cat busy2.log; }
+grep -q "removed 1 temporary file(s) of an interrupted checkpoint write" busy2.log || fail "stale .tmp not reported"
+[[ ! -e busy/step_00000007.h5.tmp ]] || fail "stale .tmp kept"
+ok "a folder has one writer (a second run is refused naming the holder's pid); stale temporaries removed"
 
 if [[ $failures -ne 0 ]]; then echo "durability: $failures failures"; exit 1; fi
 echo "durability: all passed"

@@ -7,7 +7,9 @@
 #     ranks is the same sum whatever the bucket boundaries or the overlap);
 #   - a checkpoint written under dp = 2 resumes under dp = 1 and vice versa;
 #   - invalid layouts give one clear error and a clean exit on every rank, never a hang;
-#   - killing one rank mid-run ends the whole job with a message within seconds.
+#   - killing one rank mid-run ends the whole job with a message within seconds;
+#   - ranks started with different settings (MPMD) stop together within seconds, with one
+#     line naming the first differing key, or the one rank's error.
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -58,6 +60,32 @@ train x12 0 4 10 $SGD --checkpoint.every 5
 mkdir -p x12b && cp x12/step_00000005.h5 x12b/
 train x12b 2 2 10 $SGD --train.resume auto
 compare "resume dp=1 checkpoint under dp=2" x12b dp1
+
+# ranks that disagree (an MPMD launch: each rank its own arguments) stop together: one
+# line, exit non-zero, within 30 s, for any key, an invalid value or an unknown option
+# on one rank only
+expect_mpmd_error() {  # message, rank 1's arguments (MODEL and --train.steps 3 unless given)
+  local msg=$1 second=$2 out rc=0 start
+  start=$(date +%s)
+  out=$(timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$LCT" train $MODEL --train.steps 3 \
+        --checkpoint.dir mpmd : -np 1 "$LCT" train $second --checkpoint.dir mpmd 2>&1) || rc=$?
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ] || (( $(date +%s) - start > 30 )); then
+    echo "$out"; echo "FAIL: MPMD '$msg': rc=$rc after $(( $(date +%s) - start )) s"; exit 1
+  fi
+  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: MPMD: missing '$msg'"; exit 1; }
+  [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: MPMD '$msg': not one line"; exit 1; }
+  echo "ok   MPMD: $(echo "$out" | grep "lct: error")"
+}
+expect_mpmd_error "ranks disagree: train.seed = 1234 on rank 0 but 7 on rank 1" "$MODEL --train.steps 3 --train.seed 7"
+expect_mpmd_error "ranks disagree: data.seq_len = 256 on rank 0 but 128 on rank 1" \
+  "${MODEL/data.seq_len 256/data.seq_len 128} --train.steps 3"
+expect_mpmd_error "ranks disagree: model.hidden_size = 64 on rank 0 but 32 on rank 1" \
+  "${MODEL/hidden_size 64/hidden_size 32} --train.steps 3"
+expect_mpmd_error "ranks disagree: train.steps = 3 on rank 0 but 4 on rank 1" "$MODEL --train.steps 4"
+expect_mpmd_error "rank 1 of 2: train.lr must be > 0" "$MODEL --train.steps 3 --train.lr -1"
+expect_mpmd_error "rank 1 of 2: The following argument was not expected: --bogus" "$MODEL --train.steps 3 --bogus"
+expect_mpmd_error "ranks disagree: command = train on rank 0 but --help on rank 1" "--help"
+[ ! -e mpmd ] || { echo "FAIL: a refused MPMD run created its folder"; exit 1; }
 
 # invalid layouts: one message (from rank 0), non-zero exit, quickly
 expect_layout_error 2 "= 3 but the MPI world has 2 ranks" --parallel.dp 3

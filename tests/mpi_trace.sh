@@ -2,7 +2,9 @@
 # Timelines (trace.path): a dp = 2 CAD run (ping-pong) and a pp = 2 run write Chrome
 # trace-event JSON that check_trace.py validates against the run's metrics (valid
 # events, named ranks and tracks, no overlapping spans per track, idle from the trace
-# equal to the logged idle); a path that cannot be written is refused before training.
+# equal to the logged idle); a path that cannot be written is refused before training;
+# one process started without mpirun writes its timeline too (it used to call MPI before
+# MPI was initialised and abort).
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -11,7 +13,8 @@ MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_la
   --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
   --data.max_doc_len 256 --train.threads 1"
 
-run_train cad 2 --train.steps 6 --attention.placement cad --train.micro_batches 2 --trace.path cad/trace.json
+run_train cad 2 --train.steps 6 --attention.placement cad --attention.cad_pingpong true \
+  --train.micro_batches 2 --trace.path cad/trace.json
 grep -q "timeline: cad/trace.json" cad.log
 /usr/bin/python3 "$HERE/check_trace.py" cad/trace.json cad/metrics.jsonl 2
 grep -q '"CAD all-to-all"' cad/trace.json
@@ -19,5 +22,7 @@ run_train pp 2 --train.steps 6 --parallel.pp 2 --train.micro_batches 4 --trace.p
 /usr/bin/python3 "$HERE/check_trace.py" pp/trace.json pp/metrics.jsonl 2
 grep -q '"pipeline receive"' pp/trace.json
 [ ! -e pp/trace.json.tmp ] || { echo "FAIL: temporary trace file left behind"; exit 1; }
+run_train alone 0 --train.steps 3 --trace.path alone/trace.json
+/usr/bin/python3 "$HERE/check_trace.py" alone/trace.json alone/metrics.jsonl 1
 expect_layout_error 2 "trace.path: cannot write 'cad.log/t.json.tmp'" --trace.path cad.log/t.json
 echo "mpi_trace: all passed"

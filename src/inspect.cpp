@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <limits>
 #include <sstream>
 #include <vector>
 
+#include "data/files.h"
 #include "src/checkpoint.h"
 #include "src/config.h"
+#include "src/eval.h"
 #include "src/params_io.h"
 
 namespace lct {
@@ -304,7 +308,78 @@ void print_summary(const RunSummary& s) {
 
 }  // namespace
 
+// A batch file (lct make-batch; tokens, cu_seqlens[, answer_mask]): its documents.
+int inspect_batch(const std::string& path, bool json) {
+  const PackedBatch b = read_batch_file(path, std::numeric_limits<int32_t>::max());
+  std::vector<int64_t> len;
+  for (int64_t d = 0; d < b.num_docs(); ++d) len.push_back(b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)]);
+  std::sort(len.begin(), len.end());
+  int64_t answers = 0;
+  int32_t max_token = 0;
+  for (uint8_t a : b.answer_mask) answers += a;
+  for (int32_t t : b.tokens) max_token = std::max(max_token, t);
+  const int64_t longest = len.empty() ? 0 : len.back(), median_len = len.empty() ? 0 : len[len.size() / 2];
+  if (json) {
+    std::printf("{\"file\":%s,\"format\":\"batch\",\"tokens\":%lld,\"documents\":%lld,\"targets\":%lld,"
+                "\"longest_document\":%lld,\"median_document\":%lld,\"max_token\":%d,\"answers\":%lld}\n",
+                json_string(path).c_str(), (long long)b.num_tokens(), (long long)b.num_docs(),
+                (long long)b.num_targets(), (long long)longest, (long long)median_len, max_token,
+                (long long)answers);
+    return 0;
+  }
+  std::printf("file: %s\nformat: batch (lct make-batch)\n", path.c_str());
+  std::printf("tokens %lld | documents %lld (longest %lld, median %lld) | targets %lld | largest token id %d%s\n",
+              (long long)b.num_tokens(), (long long)b.num_docs(), (long long)longest, (long long)median_len,
+              (long long)b.num_targets(), max_token,
+              b.answer_mask.empty() ? "" : (" | answers " + std::to_string(answers)).c_str());
+  return 0;
+}
+
+// A per-position loss file (lct eval --per-position-out): its bins.
+int inspect_per_position(const std::string& path, bool json) {
+  std::istringstream in(read_regular_file(path, "inspect"));
+  std::string line;
+  std::getline(in, line);
+  int64_t bins = 0, targets = 0, last_end = 0;
+  double lo = INFINITY, hi = -INFINITY, weighted = 0;
+  while (std::getline(in, line)) {
+    long long b = 0, e = 0, n = 0;
+    double loss = 0;
+    if (std::sscanf(line.c_str(), "%lld,%lld,%lld,%lf", &b, &e, &n, &loss) != 4)
+      throw std::runtime_error(path + ": not a per-position loss row: '" + line + "'");
+    ++bins, targets += n, last_end = e, weighted += loss * double(n);
+    lo = std::min(lo, loss), hi = std::max(hi, loss);
+  }
+  const double mean = targets > 0 ? weighted / double(targets) : NAN;
+  if (json) {
+    std::printf("{\"file\":%s,\"format\":\"per_position\",\"bins\":%lld,\"positions\":%lld,"
+                "\"targets\":%lld,\"mean_loss\":%s,\"min_bin_loss\":%s,\"max_bin_loss\":%s}\n",
+                json_string(path).c_str(), (long long)bins, (long long)last_end, (long long)targets,
+                json_number(mean).c_str(), json_number(lo).c_str(), json_number(hi).c_str());
+    return 0;
+  }
+  std::printf("file: %s\nformat: per-position loss (lct eval --per-position-out)\n", path.c_str());
+  std::printf("%lld bins over positions 0-%lld | %lld targets | mean loss %.4f (bins %.4f to %.4f)\n",
+              (long long)bins, (long long)last_end, (long long)targets, mean, lo, hi);
+  return 0;
+}
+
+const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss";
+
 int inspect_file(const std::string& path, bool json) {
+  {  // every file lct writes: checkpoints, parameter and gradient files, batches, CSVs
+    require_regular_file(path, "inspect");
+    char buf[64] = {};
+    std::ifstream peek(path, std::ios::binary);
+    peek.read(buf, sizeof buf);
+    const std::string head(buf, size_t(peek.gcount()));
+    if (head.rfind(kPerPositionHeader, 0) == 0) return inspect_per_position(path, json);
+    H5File f = H5File::open_read(path);
+    if (f.exists("/tokens") && f.exists("/cu_seqlens") && !f.exists("/params")) {
+      f.close_checked();
+      return inspect_batch(path, json);
+    }
+  }
   const FileReport r = read_report(path, true);
   const int64_t num_params = [&] {
     int64_t n = 0;

@@ -321,7 +321,10 @@ int run_command(int argc, char** argv, int rank, int world) {
       try {
         config = resolve_config(config_file, overrides);
         try {
+          // the run rewrites its folder's files: none may be an output or an input
           refuse_run_folder_file("trace.path", config.trace.path, config.checkpoint.dir);
+          refuse_run_folder_file("--config", config_file, config.checkpoint.dir);
+          refuse_run_folder_file("data.path", config.data.path, config.checkpoint.dir);
           refuse_aliasing({{"trace.path", config.trace.path}},
                           {{"--config", config_file}, {"data.path", config.data.path},
                            {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},

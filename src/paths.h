@@ -13,9 +13,9 @@ namespace lct {
 // std::invalid_argument naming both.
 using NamedPaths = std::vector<std::pair<std::string, std::string>>;
 void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs);
-// An output of a run (trace.path) may not be a file the run writes in its checkpoint
-// folder `dir` (step_*.h5 and their temporaries, metrics.jsonl, run.toml). Throws
-// std::invalid_argument naming both.
+// A run's other outputs (trace.path) and its inputs (--config, data.path) may not be a
+// file the run writes in its checkpoint folder `dir` (step_*.h5 and their temporaries,
+// metrics.jsonl, run.toml). Throws std::invalid_argument naming both.
 void refuse_run_folder_file(const std::string& what, const std::string& path, const std::string& dir);
 
 }  // namespace lct

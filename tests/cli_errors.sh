@@ -144,6 +144,9 @@ expect_error "trace.path 'ck/step_00000001.h5' is a file the run writes in check
   train --checkpoint.dir ck --train.resume auto --trace.path ck/step_00000001.h5
 expect_error "trace.path './ck/metrics.jsonl' is a file the run writes" \
   train --checkpoint.dir ck --trace.path ./ck/metrics.jsonl
+mkdir -p cfgdir && printf '[checkpoint]\ndir = "cfgdir"\n' > cfgdir/run.toml
+expect_error "--config 'cfgdir/run.toml' is a file the run writes in checkpoint.dir 'cfgdir'" \
+  train --config cfgdir/run.toml
 # lengths and degrees are range-checked before they are narrowed or multiplied (14, 15)
 expect_error "--attention-lengths: Value 4294967297 not in range" bench --attention-lengths 4294967297
 expect_error "parallel.dp x parallel.pp x parallel.cp overflows (parallel.dp = 7905747460161236407, parallel.pp = 7" \
@@ -155,7 +158,7 @@ expect_error "config file 'fifo': not a regular file (a FIFO)" train --config fi
 expect_error "data.path 'fifo': not a regular file (a FIFO)" train --data.source tokens --data.path fifo
 expect_error "data.path '/dev/zero': not a regular file (a character device)" \
   train --data.source tokens --data.path /dev/zero
-expect_error "HDF5 file 'fifo': not a regular file (a FIFO)" inspect fifo
+expect_error "inspect 'fifo': not a regular file (a FIFO)" inspect fifo
 expect_error "HDF5 file 'fifo': not a regular file (a FIFO)" \
   eval --checkpoint ck/step_00000001.h5 --batch-file fifo
 # outputs never replace what is not a regular file (cause 7): a device, a FIFO, a link
@@ -182,6 +185,15 @@ wait $shrinker || { echo "FAIL: a run whose token file was truncated died"; cat 
   || { echo "FAIL: eval --grads-out"; failures=$((failures + 1)); }
 "$LCT" inspect grads.h5 > grads_inspect.txt 2>&1 || { echo "FAIL: inspect of a grads file"; cat grads_inspect.txt; failures=$((failures + 1)); }
 grep -q "grad.model.embed_tokens.weight" grads_inspect.txt || { echo "FAIL: inspect shows no gradients"; failures=$((failures + 1)); }
+# ... and every other file lct writes: batches and per-position loss files
+"$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file real_batch.h5 --per-position-out pos.csv > /dev/null \
+  || { echo "FAIL: eval --per-position-out"; failures=$((failures + 1)); }
+for f in real_batch.h5 pos.csv; do
+  "$LCT" inspect "$f" > "$f.txt" 2>&1 && "$LCT" inspect "$f" --json | /usr/bin/python3 -c "import json, sys; json.load(sys.stdin)" \
+    || { echo "FAIL: inspect $f"; cat "$f.txt"; failures=$((failures + 1)); }
+done
+grep -q "format: batch" real_batch.h5.txt && grep -q "format: per-position loss" pos.csv.txt \
+  || { echo "FAIL: inspect of a batch or per-position file"; failures=$((failures + 1)); }
 
 if ls ck/*.tmp >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 

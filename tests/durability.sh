@@ -12,7 +12,9 @@
 #   6. a run that died before its first checkpoint (run.toml and metrics, no checkpoint)
 #      continues with --train.resume auto as the same run, afresh;
 #   7. one writer per folder: a second run on a folder another run is writing is refused
-#      at once, naming the holder's pid; temporaries a killed run left are removed.
+#      at once, naming the holder's pid; temporaries a killed run left are removed;
+#   8. a checkpoint rewritten by h5repack (same datasets, another layout) is read: inspect
+#      passes it and a run resumes from it.
 set -uo pipefail
 LCT=$1
 work=$(mktemp -d)
@@ -177,6 +179,16 @@ echo partial > busy/step_00000007.h5.tmp  # what a run killed mid-write leaves
 grep -q "removed 1 temporary file(s) of an interrupted checkpoint write" busy2.log || fail "stale .tmp not reported"
 [[ ! -e busy/step_00000007.h5.tmp ]] || fail "stale .tmp kept"
 ok "a folder has one writer (a second run is refused naming the holder's pid); stale temporaries removed"
+
+# --- 8. a checkpoint rewritten by standard tools --------------------------------------
+begin
+"$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir repack_src > /dev/null 2>&1 || fail "repack: train"
+h5repack repack_src/step_00000002.h5 repacked.h5 || fail "h5repack"
+"$LCT" inspect repacked.h5 > repacked.txt 2>&1 || { fail "inspect of an h5repack'd checkpoint"; cat repacked.txt; }
+"$LCT" train "${args[@]}" --train.steps 3 --checkpoint.dir repack_resume --train.resume repacked.h5 \
+  > repack_resume.log 2>&1 || { fail "resume from an h5repack'd checkpoint"; cat repack_resume.log; }
+grep -q "resumed at step 2" repack_resume.log || fail "repack: not resumed at step 2"
+ok "a checkpoint rewritten by h5repack is inspected and resumed (every dataset verified)"
 
 if [[ $failures -ne 0 ]]; then echo "durability: $failures failures"; exit 1; fi
 echo "durability: all passed"

@@ -23,15 +23,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
   for (const TensorSpec& s : table_.specs()) num_params_ += s.numel;
   params.assign(size_t(table_.total()), 0.0f);
   grads.assign(size_t(table_.total()), 0.0f);
-  attn_params_.kernel = config_.attention_kernel;
-  attn_params_.num_heads = config_.num_attention_heads;
-  attn_params_.num_kv_heads = config_.num_key_value_heads;
-  attn_params_.head_dim = int(config_.head_dim());
-  attn_params_.scale = float(1.0 / std::sqrt(double(config_.head_dim())));
-  attn_params_.dca.chunk_size = int32_t(config_.dca_chunk_size);
-  attn_params_.dca.local_size = int32_t(config_.dca_local_size);
-  attn_params_.dca.mscale = float(config_.dca_mscale);
-  attn_params_.dca.mscale_original_length = int32_t(config_.dca_mscale_original_length);
+  attn_params_ = attention_params_of(config_);
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto at = [&](const char* n) { return table_.get(p + n).offset; };

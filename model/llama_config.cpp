@@ -92,4 +92,18 @@ int64_t matmul_params_per_token(const LlamaConfig& c) {
   return per_layer * c.num_hidden_layers + c.vocab_size * C;
 }
 
+AttentionParams attention_params_of(const LlamaConfig& c) {
+  AttentionParams p;
+  p.kernel = c.attention_kernel;
+  p.num_heads = c.num_attention_heads;
+  p.num_kv_heads = c.num_key_value_heads;
+  p.head_dim = int(c.head_dim());
+  p.scale = float(1.0 / std::sqrt(double(c.head_dim())));
+  p.dca.chunk_size = int32_t(c.dca_chunk_size);
+  p.dca.local_size = int32_t(c.dca_local_size);
+  p.dca.mscale = float(c.dca_mscale);
+  p.dca.mscale_original_length = int32_t(c.dca_mscale_original_length);
+  return p;
+}
+
 }  // namespace lct

@@ -36,6 +36,10 @@ struct LlamaConfig {
 
 TensorTable build_llama_table(const LlamaConfig& config);
 
+// Core attention's parameters for this model: kernel, heads, head dim, scale and the DCA
+// settings (the DCA RoPE table is the caller's: rope_cos/sin/positions stay unset).
+AttentionParams attention_params_of(const LlamaConfig& config);
+
 // Deterministic init: every element is a pure function of (seed, tensor name, index).
 void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint64_t seed,
                        float* params);

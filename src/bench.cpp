@@ -335,22 +335,13 @@ bool wants(const BenchOptions& o, const char* section) {
 
 int run_bench(const Config& config, const BenchOptions& o) {
   const LlamaConfig model = model_config(config);
-  AttentionParams ap;
-  ap.kernel = model.attention_kernel;
-  ap.num_heads = model.num_attention_heads;
-  ap.num_kv_heads = model.num_key_value_heads;
-  ap.head_dim = int(model.head_dim());
-  ap.scale = float(1.0 / std::sqrt(double(ap.head_dim)));
+  AttentionParams ap = attention_params_of(model);
   // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
   // RoPE table covering positions 0..C
   const RopeTable dca_rope =
       build_rope_table(model.dca_chunk_size + 1, model.head_dim(), model.rope_theta);
   AttentionParams dca_ap = ap;
   dca_ap.kernel = AttentionKernel::dca;
-  dca_ap.dca.chunk_size = int32_t(model.dca_chunk_size);
-  dca_ap.dca.local_size = int32_t(model.dca_local_size);
-  dca_ap.dca.mscale = float(model.dca_mscale);
-  dca_ap.dca.mscale_original_length = int32_t(model.dca_mscale_original_length);
   dca_ap.dca.rope_cos = dca_rope.cos.data();
   dca_ap.dca.rope_sin = dca_rope.sin.data();
   dca_ap.dca.rope_positions = dca_rope.max_positions;

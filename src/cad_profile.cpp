@@ -59,16 +59,7 @@ std::string cache_file(const CaCostModel& s) {
 }
 
 CaCostModel measure(const LlamaConfig& m, const CaCostModel& setup) {
-  AttentionParams p;
-  p.kernel = m.attention_kernel;
-  p.num_heads = m.num_attention_heads;
-  p.num_kv_heads = m.num_key_value_heads;
-  p.head_dim = int(m.head_dim());
-  p.scale = float(1.0 / std::sqrt(double(p.head_dim)));
-  p.dca.chunk_size = int32_t(m.dca_chunk_size);
-  p.dca.local_size = int32_t(m.dca_local_size);
-  p.dca.mscale = float(m.dca_mscale);
-  p.dca.mscale_original_length = int32_t(m.dca_mscale_original_length);
+  AttentionParams p = attention_params_of(m);
   // DCA's keys rotate by remapped positions, all below the chunk size
   const RopeTable rope = build_rope_table(m.dca_chunk_size + 1, m.head_dim(), m.rope_theta);
   p.dca.rope_cos = rope.cos.data();

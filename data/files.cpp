@@ -32,11 +32,11 @@ int open_checked(const std::string& path, const std::string& what, struct stat& 
     throw fail(std::string("not a regular file (") + kind_of(st.st_mode) + ")");
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) throw fail(std::string("cannot open (") + std::strerror(errno) + ")");
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const bool stat_ok = S_ISREG(st.st_mode) || st.st_mode != 0;
+  const bool stat_failed = ::fstat(fd, &st) != 0;
+  if (stat_failed || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw fail(stat_ok ? std::string("not a regular file (") + kind_of(st.st_mode) + ")"
-                       : std::string("cannot stat"));
+    throw fail(stat_failed ? std::string("cannot stat")
+                           : std::string("not a regular file (") + kind_of(st.st_mode) + ")");
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;

@@ -6,9 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "data/files.h"
 #include "model/ops.h"

@@ -21,7 +21,7 @@ std::pair<size_t, double> locate(const std::vector<int64_t>& grid, int64_t x) {
 
 double CaCostModel::seconds(int64_t q_len, int64_t kv_len) const {
   if (q_len <= 0) return 0.0;
-  const int64_t pairs = task_pairs({0, 0, int32_t(q_len), int32_t(kv_len),
+  const int64_t pairs = attention_pairs(AttentionTask{0, 0, int32_t(q_len), int32_t(kv_len),
                                     int32_t(kv_len - q_len), 0, int32_t(kv_len)});
   const auto [qi, qw] = locate(q_grid, q_len);
   const auto [ki, kw] = locate(kv_grid, kv_len);
@@ -135,7 +135,7 @@ CaCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu,
     for (int64_t kv_grid : m.kv_grid) {
       const int64_t kv = std::max(kv_grid, q);
       const AttentionTask one{0, 0, int32_t(q), int32_t(kv), int32_t(kv - q), 0, int32_t(kv)};
-      const int64_t pairs = task_pairs(one);
+      const int64_t pairs = attention_pairs(one);
       const int64_t n = std::clamp<int64_t>(pairs_per_cell / pairs, 1, 65536 / q);
       std::vector<AttentionTask> tasks;
       for (int64_t i = 0; i < n; ++i) {

@@ -21,7 +21,17 @@ struct Candidate {
 };
 }  // namespace
 
-CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaPlanOptions& o) {
+CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const CaCostModel* cost) {
+  const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
+  CaPlanOptions o;
+  o.tolerance = tolerance;
+  o.q_bytes_per_row = (2 * qd + p.num_heads) * int64_t(sizeof(float));  // Q there, O + LSE back
+  o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+  o.cost = cost;
+  return o;
+}
+
+CaPlan plan_core_attention(const std::vector<CaPiece>& docs, int n, const CaPlanOptions& o) {
   if (n < 1) throw std::invalid_argument("plan_core_attention: needs at least one server");
   if (!(o.tolerance > 0)) throw std::invalid_argument("plan_core_attention: tolerance must be > 0");
   // cost of query rows [q0, q0 + rows) of a document against their causal prefixes
@@ -39,7 +49,7 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   for (int s = 0; uneven && !o.base_seconds.empty() && s < n; ++s) load[size_t(s)] = o.base_seconds[size_t(s)];
   plan.pairs_before.assign(size_t(n), 0);
   double attention = 0;
-  for (const CaDocument& d : docs) {
+  for (const CaPiece& d : docs) {
     if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
     if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
     plan.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.pos + d.len);
@@ -58,7 +68,7 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   const auto choose = [&](int dst, int src, double cap, Candidate& best) {
     double best_e = -1;
     for (size_t i = 0; i < docs.size(); ++i) {
-      const CaDocument& d = docs[i];
+      const CaPiece& d = docs[i];
       const double surplus = load[size_t(d.origin)] - mean;
       const int64_t L = d.len, P = d.pos, rows = L - 2 * a[i];
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
@@ -94,7 +104,7 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
     return best_e >= 0;
   };
   const auto apply = [&](int dst, const Candidate& c) {
-    const CaDocument& d = docs[c.doc];
+    const CaPiece& d = docs[c.doc];
     int64_t& ai = a[c.doc];
     const int64_t L = d.len, P = d.pos;
     // the origin keeps the rest of the middle; with a measured cost, a split costs more
@@ -136,7 +146,7 @@ CaPlan plan_core_attention(const std::vector<CaDocument>& docs, int n, const CaP
   }
   // what was not moved runs where it is
   for (size_t i = 0; i < docs.size(); ++i) {
-    const CaDocument& d = docs[i];
+    const CaPiece& d = docs[i];
     const int64_t rows = d.len - 2 * a[i];
     if (rows > 0)
       plan.tasks.push_back({d.origin, d.origin, d.doc, int32_t(d.pos + a[i]), int32_t(rows)});

@@ -3,7 +3,7 @@
 // the same plan from the same small metadata.
 //
 // A CA-task is a run of query rows of one document together with the keys of its whole
-// causal prefix [0, q_end). Its cost is its attention pairs (task_pairs). Every rank is
+// causal prefix [0, q_end). Its cost is its attention pairs (attention_pairs). Every rank is
 // an attention server, for its own documents first. The planner balances pairs over
 // servers with the paper's communication-aware greedy: the most deficient server takes
 // work from surplus servers, choosing the candidate with the most work per byte moved,
@@ -19,12 +19,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/core_attention.h"
+
 namespace lct {
 
 // One document of a tick on the rank that holds its tokens, or, with context
 // parallelism, one piece of it: in-document rows [pos, pos + len), whose keys are the
 // document's prefix [0, pos + len) (held by several ranks; the placement moves them).
-struct CaDocument {
+struct CaPiece {
   int32_t origin = 0;  // rank holding these tokens (and their token-linear layers)
   int32_t doc = 0;     // index among the origin's documents (pieces)
   int32_t row = 0;     // first row in the origin's local arrays
@@ -56,6 +58,13 @@ struct CaPlanOptions {
   std::vector<double> base_seconds, speed;
 };
 
+// The options of every CAD plan of a model: the bytes a moved row costs follow from its
+// attention shape (fp32 Q there, O and LSE back; K and V of moved prefixes), the rest
+// from the run (attention.cad_tolerance and the cost model, or pairs when null). The
+// trainer, the simulator and lct bench all plan with these.
+CaPlanOptions ca_plan_options(const AttentionParams& params, double tolerance,
+                              const CaCostModel* cost);
+
 struct CaPlan {
   std::vector<CaTask> tasks;        // every query row of every document exactly once
   std::vector<int64_t> pairs_before;  // per server: its own documents' pairs
@@ -65,7 +74,7 @@ struct CaPlan {
   int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
 };
 
-CaPlan plan_core_attention(const std::vector<CaDocument>& documents, int servers,
+CaPlan plan_core_attention(const std::vector<CaPiece>& documents, int servers,
                            const CaPlanOptions& options);
 
 }  // namespace lct

@@ -41,7 +41,7 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
   }
 }
 
-int64_t task_pairs(const AttentionTask& t) {
+int64_t attention_pairs(const AttentionTask& t) {
   // query row i sees min(kv_len, max(0, a + i)) keys, a = q_pos - kv_pos + 1: rows
   // [0, i0) see none, rows [i0, i1) see a + i, rows [i1, q_len) see all kv_len
   const int64_t a = int64_t(t.q_pos) - t.kv_pos + 1;
@@ -50,9 +50,9 @@ int64_t task_pairs(const AttentionTask& t) {
   return (i1 - i0) * (2 * a + i0 + i1 - 1) / 2 + (t.q_len - i1) * int64_t(t.kv_len);
 }
 
-int64_t attended_pairs(std::span<const AttentionTask> tasks) {
+int64_t attention_pairs(std::span<const AttentionTask> tasks) {
   int64_t pairs = 0;
-  for (const AttentionTask& t : tasks) pairs += task_pairs(t);
+  for (const AttentionTask& t : tasks) pairs += attention_pairs(t);
   return pairs;
 }
 

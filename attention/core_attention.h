@@ -98,8 +98,8 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
 // FLOPs (forward = 4 * H * hd * pairs, FlashAttention / Megatron causal-aware
 // convention), packing and balance figures all count it. A whole document of L tokens
 // has L (L + 1) / 2 pairs.
-int64_t task_pairs(const AttentionTask& task);
-int64_t attended_pairs(std::span<const AttentionTask> tasks);  // sum of task_pairs
+int64_t attention_pairs(const AttentionTask& task);
+int64_t attention_pairs(std::span<const AttentionTask> tasks);  // sum of attention_pairs
 
 // Forward: writes O and LSE for every query row named by a task (rows not named by
 // any task are untouched). A query row with no visible key gets O = 0, LSE = -inf.

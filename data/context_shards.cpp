@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "attention/core_attention.h"
-
 namespace lct {
 
 CpSplit parse_cp_split(const std::string& name) {
@@ -15,17 +13,6 @@ CpSplit parse_cp_split(const std::string& name) {
 }
 
 const char* cp_split_name(CpSplit s) { return s == CpSplit::zigzag ? "zigzag" : "contiguous"; }
-
-int64_t LocalBatch::num_targets() const {
-  return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
-}
-
-int64_t LocalBatch::attention_pairs() const {
-  int64_t pairs = 0;
-  for (const DocPiece& p : pieces)
-    pairs += task_pairs({p.row, 0, p.len, p.pos + p.len, p.pos, 0, p.doc_len});
-  return pairs;
-}
 
 namespace {
 // Copies the rows of `pieces` (in order) out of the whole sequence.

@@ -31,8 +31,8 @@ void ActivationSlot::reset(const ActivationTable& table, int64_t T) {
   for (size_t i = 0; i < offsets_.size(); ++i) offsets_[i] = table.specs()[i].offset;
   tokens_ = T;
   batch = nullptr;
-  group = -1;
-  backward_group = -1;
+  round = -1;
+  backward_round = -1;
 }
 
 ActivationSlot& SlotPool::acquire() {
@@ -50,8 +50,8 @@ ActivationSlot& SlotPool::acquire() {
 
 void SlotPool::release(ActivationSlot& slot) {
   slot.batch = nullptr;
-  slot.group = -1;
-  slot.backward_group = -1;
+  slot.round = -1;
+  slot.backward_round = -1;
   free_.push_back(&slot);
   --in_use_;
 }

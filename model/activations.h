@@ -50,10 +50,10 @@ class ActivationSlot {
   // The micro-batch this slot holds (owned by the caller, alive while the slot is used),
   // its attention tasks and, for DCA, each key's RoPE position.
   const LocalBatch* batch = nullptr;
-  // The placement's group (AttentionInput::group) of its forward, and of its backward
-  // when that runs in a different group (pipeline ticks; -1: the forward's).
-  int group = -1;
-  int backward_group = -1;
+  // The placement's round (AttentionInput::round) of its forward, and of its backward
+  // when that runs in a different round (pipeline ticks; -1: the forward's).
+  int round = -1;
+  int backward_round = -1;
   int lane = 0;  // ping-pong: nano-batch 0 or 1 of its micro-batch (own backward scratch)
   std::vector<AttentionTask> tasks;
   std::vector<int32_t> key_positions;

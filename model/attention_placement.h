@@ -20,11 +20,12 @@ struct AttentionInput {
   std::span<const AttentionTask> tasks;  // local pieces against their own rows
   const LocalBatch& batch;
   // Work that runs together on every rank (a micro-batch, a nano-batch or a pipeline
-  // tick), named the same on all of them: placements that plan (CAD) plan per group.
-  int group = 0;
-  // The stage's first attention of the group: forward's first layer, or, when the group
+  // tick), named the same on all of them: a round. Placements that plan (CAD) plan per
+  // round. (A "group" is always a set of ranks, e.g. a context-parallel group.)
+  int round = 0;
+  // The stage's first attention of the round: forward's first layer, or, when the round
   // is a backward pipeline tick (a new set of micro-batches), backward's last layer.
-  bool starts_group = false;
+  bool starts_round = false;
   int lane = 0;              // ping-pong: which of the two nano-batches in flight (0, 1)
 };
 
@@ -92,11 +93,11 @@ class AttentionPlacement {
 };
 
 // Colocated attention: every task runs on the rank that holds its tokens.
-class LocalAttention final : public AttentionPlacement {
+class ColocatedAttention final : public AttentionPlacement {
  public:
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override {
-    stats_.pairs_served += double(attended_pairs(in.tasks));
+    stats_.pairs_served += double(attention_pairs(in.tasks));
     attention_forward(in.params, in.tasks, q, k, v, out, lse);
   }
   void backward(const AttentionInput& in, const float* q, const float* k, const float* v,

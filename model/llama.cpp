@@ -203,7 +203,7 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
   return d;
 }
 
-void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int group, int lane) {
+void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, int lane) {
   const int64_t T = batch.num_tokens();
   if (lane != 0 && lane != 1) throw std::invalid_argument("a slot's lane is 0 or 1");
   // (empty: the second nano-batch of a one-document micro-batch, or a pipeline tick's
@@ -214,7 +214,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int group, 
   if (lane == 1) ensure_lane_scratch(T);
   s.reset(acts_table_, T);
   s.batch = &batch;
-  s.group = group;
+  s.round = round;
   s.lane = lane;
   s.tasks.clear();  // every piece against its own rows (what colocated attention runs)
   for (const DocPiece& p : batch.pieces)
@@ -226,10 +226,10 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int group, 
   }
 }
 
-ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int group, int lane) {
+ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int round, int lane) {
   ActivationSlot& s = pool_.acquire();
   try {
-    prepare(s, batch, group, lane);
+    prepare(s, batch, round, lane);
   } catch (...) {
     pool_.release(s);
     throw;
@@ -258,9 +258,9 @@ void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
 }
 
 AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool backward) const {
-  if (!backward) return {attn_params_, s.tasks, *s.batch, s.group, l == stage_.first_layer, s.lane};
-  if (s.backward_group < 0) return {attn_params_, s.tasks, *s.batch, s.group, false, s.lane};
-  return {attn_params_, s.tasks, *s.batch, s.backward_group, l == stage_.end_layer - 1, s.lane};
+  if (!backward) return {attn_params_, s.tasks, *s.batch, s.round, l == stage_.first_layer, s.lane};
+  if (s.backward_round < 0) return {attn_params_, s.tasks, *s.batch, s.round, false, s.lane};
+  return {attn_params_, s.tasks, *s.batch, s.backward_round, l == stage_.end_layer - 1, s.lane};
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
@@ -473,9 +473,9 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
     throw std::logic_error("forward_backward needs the whole model (use the pipeline executor)");
   whole_sequence(batch, whole_);
   ActivationSlot& s = begin(whole_, 0);
-  stage_forward(s, local_attention_);
+  stage_forward(s, colocated_attention_);
   const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss);
-  if (backward) stage_backward(s, local_attention_);
+  if (backward) stage_backward(s, colocated_attention_);
   end(s);
   return stats;
 }

@@ -69,12 +69,12 @@ class LlamaModel {
   // ---- phases ------------------------------------------------------------------
   // A slot for one micro-batch (this rank's LocalBatch, which must outlive it), sized
   // and with its local attention tasks and DCA key positions; end() returns it.
-  // group names its work to the placement (AttentionInput::group); lane 1 is the
+  // round names its work to the placement (AttentionInput::round); lane 1 is the
   // second nano-batch of a ping-pong pair. The batch may be empty (zero tokens): the
   // slot then only takes part in the placement's exchanges.
-  ActivationSlot& begin(const LocalBatch& batch, int group, int lane = 0);
+  ActivationSlot& begin(const LocalBatch& batch, int round, int lane = 0);
   // The same on a slot the caller owns (outside the pool: a pipeline tick's dummy).
-  void prepare(ActivationSlot& s, const LocalBatch& batch, int group, int lane = 0);
+  void prepare(ActivationSlot& s, const LocalBatch& batch, int round, int lane = 0);
   void end(ActivationSlot& slot) { pool_.release(slot); }
   float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
@@ -180,7 +180,7 @@ class LlamaModel {
   std::vector<LayerIds> ids_;  // per layer of the stage
   int x_out_ = -1, rstd_final_ = -1, h_final_ = -1, dx_ = -1;
   SlotPool pool_;
-  LocalAttention local_attention_;
+  ColocatedAttention colocated_attention_;
   LocalBatch whole_;  // forward_backward's micro-batch as one rank's batch (reused)
 
   // backward scratch, shared by all slots (grow-only, sized by the largest T seen)

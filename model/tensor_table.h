@@ -1,7 +1,7 @@
 // One table of named tensors describes the model's parameters. The same table drives
-// initialisation, checkpoint I/O (HDF5 paths), the gradient norm, the optimizer (and
-// later gradient sync and pipeline stages): parameters, gradients and optimizer moments
-// are each one contiguous arena with identical offsets.
+// initialisation, checkpoint I/O (HDF5 paths), the gradient norm, the optimizer, the
+// gradient reduction buckets and the pipeline stages' owned ranges: parameters,
+// gradients and optimizer moments are each one contiguous arena with identical offsets.
 #pragma once
 
 #include <cstdint>

@@ -38,8 +38,6 @@ void CadAttention::reset_stats() {
   stats_ = {};
   modelled_seconds_ = 0;
   plans_counted_ = layers_ = 0;
-  pairs_before_.assign(size_t(size_), 0);
-  pairs_after_.assign(size_t(size_), 0);
 }
 
 void CadAttention::observe_step(double compute_seconds, int64_t tokens) {
@@ -101,30 +99,20 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
       p.gdoc.push_back(it->second);
     }
   }
-  const AttentionParams& prm = in.params;
-  const int64_t qd = int64_t(prm.num_heads) * prm.head_dim, kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
-  CaPlanOptions o;
-  o.tolerance = tolerance_;
-  o.q_bytes_per_row = (2 * qd + prm.num_heads) * int64_t(sizeof(float));  // Q there, O + LSE back
-  o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
-  o.cost = cost_ ? &*cost_ : nullptr;
+  CaPlanOptions o = ca_plan_options(in.params, tolerance_, cost_ ? &*cost_ : nullptr);
   if (rank_speeds_ && !speed_.empty()) {  // every rank has the same speeds: the same plan
     // one plan serves every layer of the stage: its base is one layer's share of the
     // token-linear time, to set against one layer's attention cost
     o.speed = speed_;
     o.base_seconds.assign(size_t(size_), 0.0);
-    for (const CaDocument& d : p.docs)
+    for (const CaPiece& d : p.docs)
       o.base_seconds[size_t(d.origin)] +=
           speed_[size_t(d.origin)] * linear_per_token_ * d.len / layers_per_plan_;
   }
   p.plan = plan_core_attention(p.docs, size_, o);
   route(p);
   if (counted) ++plans_counted_;
-  for (int s = 0; counted && s < size_; ++s) {
-    pairs_before_[size_t(s)] += p.plan.pairs_before[size_t(s)];
-    pairs_after_[size_t(s)] += p.plan.pairs_after[size_t(s)];
-  }
-  plans_[in.group] = std::move(p);
+  plans_[in.round] = std::move(p);
 }
 
 void CadAttention::route(Plan& p) const {
@@ -163,7 +151,7 @@ void CadAttention::route(Plan& p) const {
     }
     for (const auto& [g, P] : need[size_t(s)])
       for (const auto& [holder, i] : pieces[size_t(g)]) {
-        const CaDocument& d = p.docs[i];
+        const CaPiece& d = p.docs[i];
         if (holder != h || d.pos >= P) continue;
         const int32_t len = std::min(d.len, P - d.pos);
         f.kv.push_back({g, d.row, d.pos, len});
@@ -191,7 +179,7 @@ void CadAttention::route(Plan& p) const {
     return AttentionTask{q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, p.doc_len[size_t(p.gdoc[piece_of(t)])]};
   };
   const auto local_row = [&](const CaTask& t) {
-    const CaDocument& d = p.docs[piece_of(t)];
+    const CaPiece& d = p.docs[piece_of(t)];
     return int64_t(d.row) + (t.q_begin - d.pos);
   };
   for (const CaTask& t : p.plan.tasks) {
@@ -214,6 +202,14 @@ void CadAttention::route(Plan& p) const {
   }
 }
 
+CadAttention::Request CadAttention::request_of(const std::vector<float*>& a, bool backward) {
+  return backward ? Request{a[0], a[1], a[2], a[3]} : Request{a[0]};
+}
+
+CadAttention::Reply CadAttention::reply_of(const std::vector<float*>& a, bool backward) {
+  return backward ? Reply{nullptr, nullptr, a[0], a[1], a[2]} : Reply{a[0], a[1]};
+}
+
 int64_t CadAttention::message_floats(const Flow& f, const Widths& w) const {
   int64_t n = 0;
   for (int64_t x : w.q) n += f.q_rows * x;
@@ -229,8 +225,8 @@ std::vector<float*> CadAttention::arrays_of(float* base, const Flow& f, const Wi
 }
 
 const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
-  const auto it = plans_.find(in.group);
-  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this group");
+  const auto it = plans_.find(in.round);
+  if (it == plans_.end()) throw std::logic_error("CAD: no plan for this round");
   return it->second;
 }
 
@@ -295,7 +291,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
       const CaTask& t = p.plan.tasks[size_t(i)];
-      const CaDocument& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+      const CaPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
       const int64_t src = d.row + (t.q_begin - d.pos);
       for (size_t x = 0; x < q_arrays.size(); ++x) {
         const int64_t wd = q_arrays[x].width;
@@ -305,7 +301,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
       q_row += t.q_len;
     }
     int64_t kv_row = 0;
-    for (const Segment& g : f.kv) {
+    for (const KvPiece& g : f.kv) {
       for (size_t x = 0; x < kv_arrays.size(); ++x) {
         const int64_t wd = kv_arrays[x].width;
         std::copy(kv_arrays[x].data + int64_t(g.row) * wd, kv_arrays[x].data + (g.row + g.len) * wd,
@@ -322,12 +318,12 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
 void CadAttention::run_own(Lane& L, int part, int parts) {
   const std::vector<AttentionTask>& own = L.plan->own_local;
   int64_t total = 0;
-  for (const AttentionTask& t : own) total += task_pairs(t);
+  for (const AttentionTask& t : own) total += attention_pairs(t);
   int64_t seen = 0;
   size_t begin = own.size(), end = own.size();
   for (size_t i = 0; i < own.size(); ++i) {
     const int64_t before = seen;
-    seen += task_pairs(own[i]);
+    seen += attention_pairs(own[i]);
     // task i belongs to the part its first pair falls in
     const int at = total > 0 ? int((before * parts) / total) : 0;
     if (at == part && begin == own.size()) begin = i;
@@ -362,19 +358,19 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
   // segments that came with the requests
   const size_t ws = size_t(p.ws_rows * kvd);
   if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
-  const auto place = [&](const Segment& g, const float* k, const float* v, int64_t src_row) {
+  const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row) {
     const int64_t at = p.ws_row.at(g.gdoc) + g.pos;
     std::copy(k + src_row * kvd, k + (src_row + g.len) * kvd, L.ws_k.data() + at * kvd);
     std::copy(v + src_row * kvd, v + (src_row + g.len) * kvd, L.ws_v.data() + at * kvd);
   };
-  for (const Segment& g : p.own_kv) place(g, L.k, L.v, g.row);
+  for (const KvPiece& g : p.own_kv) place(g, L.k, L.v, g.row);
   std::vector<std::vector<float*>> msg(static_cast<size_t>(size_));
   int64_t in_at = 0;
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
     msg[size_t(o)] = arrays_of(L.recv.data() + in_at, p.in[size_t(o)], L.in);
     int64_t row = 0;
-    for (const Segment& g : p.in[size_t(o)].kv) {
+    for (const KvPiece& g : p.in[size_t(o)].kv) {
       place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
       row += g.len;
     }
@@ -413,12 +409,12 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     else if (o == rank_)
       attention_forward(prm, tasks, L.q, wk, wv, L.out, L.lse);
     else if (L.backward) {
-      const std::vector<float*>& x = msg[size_t(o)];
-      attention_backward(prm, tasks, x[0], wk, wv, x[1], x[3], x[2], reply[size_t(o)][0],
+      const Request x = request_of(msg[size_t(o)], true);
+      attention_backward(prm, tasks, x.q, wk, wv, x.out, x.lse, x.dout, reply_of(reply[size_t(o)], true).dq,
                          L.ws_dk.data(), L.ws_dv.data());
     } else {
-      const std::vector<float*>& x = msg[size_t(o)];
-      attention_forward(prm, tasks, x[0], wk, wv, reply[size_t(o)][0], reply[size_t(o)][1]);
+      const Reply r = reply_of(reply[size_t(o)], false);
+      attention_forward(prm, tasks, request_of(msg[size_t(o)], false).q, wk, wv, r.out, r.lse);
     }
     progress();
   }
@@ -426,10 +422,11 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     for (int o = 0; o < size_; ++o) {
       if (o == rank_) continue;
       int64_t row = 0;
-      for (const Segment& g : p.in[size_t(o)].kv) {
+      const Reply r = reply_of(reply[size_t(o)], true);
+      for (const KvPiece& g : p.in[size_t(o)].kv) {
         const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
-        std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, reply[size_t(o)][1] + row * kvd);
-        std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, reply[size_t(o)][2] + row * kvd);
+        std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, r.dk + row * kvd);
+        std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, r.dv + row * kvd);
         row += g.len;
       }
     }
@@ -444,14 +441,14 @@ void CadAttention::finish_lane(Lane& L) {
   const int64_t H = L.params->num_heads, qd = H * L.params->head_dim,
                 kvd = int64_t(L.params->num_kv_heads) * L.params->head_dim;
   const auto local_row = [&](const CaTask& t) {
-    const CaDocument& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+    const CaPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
     return int64_t(d.row) + (t.q_begin - d.pos);
   };
   const auto add = [](float* dst, const float* src, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   };
   if (L.backward)  // key gradients of own rows from this rank's own workspace tasks first
-    for (const Segment& g : p.own_kv) {
+    for (const KvPiece& g : p.own_kv) {
       const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
       add(L.dk + int64_t(g.row) * kvd, L.ws_dk.data() + at, n);
       add(L.dv + int64_t(g.row) * kvd, L.ws_dv.data() + at, n);
@@ -461,25 +458,25 @@ void CadAttention::finish_lane(Lane& L) {
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
     const Flow& f = p.out[size_t(s)];
-    const std::vector<float*> y = arrays_of(L.back_recv.data() + at, f, L.reply);
+    const Reply y = reply_of(arrays_of(L.back_recv.data() + at, f, L.reply), L.backward);
     at += L.reply_recv_counts[size_t(s)];
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
       const CaTask& t = p.plan.tasks[size_t(i)];
       const int64_t dst = local_row(t);
       if (L.backward) {
-        add(L.dq + dst * qd, y[0] + q_row * qd, t.q_len * qd);
+        add(L.dq + dst * qd, y.dq + q_row * qd, t.q_len * qd);
       } else {
-        std::copy(y[0] + q_row * qd, y[0] + (q_row + t.q_len) * qd, L.out + dst * qd);
-        std::copy(y[1] + q_row * H, y[1] + (q_row + t.q_len) * H, L.lse + dst * H);
+        std::copy(y.out + q_row * qd, y.out + (q_row + t.q_len) * qd, L.out + dst * qd);
+        std::copy(y.lse + q_row * H, y.lse + (q_row + t.q_len) * H, L.lse + dst * H);
       }
       q_row += t.q_len;
     }
     if (!L.backward) continue;
     int64_t row = 0;
-    for (const Segment& g : f.kv) {
-      add(L.dk + int64_t(g.row) * kvd, y[1] + row * kvd, int64_t(g.len) * kvd);
-      add(L.dv + int64_t(g.row) * kvd, y[2] + row * kvd, int64_t(g.len) * kvd);
+    for (const KvPiece& g : f.kv) {
+      add(L.dk + int64_t(g.row) * kvd, y.dk + row * kvd, int64_t(g.len) * kvd);
+      add(L.dv + int64_t(g.row) * kvd, y.dv + row * kvd, int64_t(g.len) * kvd);
       row += g.len;
     }
   }
@@ -491,7 +488,7 @@ void CadAttention::finish_lane(Lane& L) {
 // Q rows and K/V prefixes go to the servers, O and LSE come back from them.
 void CadAttention::forward_start(const AttentionInput& in, const float* q, const float* k,
                                  const float* v, float* out, float* lse) {
-  if (in.starts_group) make_plan(in, true);  // every rank is at its stage's first layer
+  if (in.starts_round) make_plan(in, true);  // every rank is at its stage's first layer
   Lane& L = lane_at(in.lane);
   if (L.plan) throw std::logic_error("CAD: lane started twice");
   L.plan = &plan_of(in);
@@ -503,8 +500,8 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
   stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
   modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
   ++layers_;
-  L.reply = {{qd, H}, {}};
-  start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});
+  L.reply = {{qd, H}, {}};                                // Reply: O, LSE
+  start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});          // Request: Q; then K, V
 }
 
 // Servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
@@ -513,7 +510,7 @@ void CadAttention::backward_start(const AttentionInput& in, const float* q, cons
                                   const float* v, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv) {
   // a backward pipeline tick (its own set of micro-batches): every stage at its last layer
-  if (in.starts_group) make_plan(in, false);
+  if (in.starts_round) make_plan(in, false);
   Lane& L = lane_at(in.lane);
   if (L.plan) throw std::logic_error("CAD: lane started twice");
   L.plan = &plan_of(in);
@@ -523,8 +520,9 @@ void CadAttention::backward_start(const AttentionInput& in, const float* q, cons
   L.dq = dq, L.dk = dk, L.dv = dv;
   const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
-  L.reply = {{qd}, {kvd, kvd}};
-  start_lane(L, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}}, {{k, kvd}, {v, kvd}});
+  L.reply = {{qd}, {kvd, kvd}};  // Reply: dQ; dK, dV
+  start_lane(L, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}},  // Request: Q, O, dO, LSE
+             {{k, kvd}, {v, kvd}});                          // then K, V
 }
 
 // Without ping-pong: the first half of this rank's own tasks runs while the requests

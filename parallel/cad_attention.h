@@ -1,7 +1,7 @@
 // Core attention disaggregation (DistCA): every rank is an in-place attention server.
 //
-// Per group (a micro-batch, a ping-pong nano-batch, or a pipeline tick: the same work on
-// every rank), at its first attention (forward's first layer; a backward tick's last
+// Per round (AttentionInput::round: a micro-batch, a ping-pong nano-batch, or a pipeline
+// tick: the same work on every rank), at its first attention (forward's first layer; a backward tick's last
 // layer), the ranks all-gather their pieces of documents (six integers each: row,
 // length, position, document length, document, first rank of the context-parallel
 // group; two collectives) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
@@ -31,15 +31,15 @@
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.
 //
-// This placement needs every rank of the job at the same layer of the same group: data
+// This placement needs every rank of the job at the same layer of the same round: data
 // parallelism (dp ranks are in lockstep) and pipeline parallelism with same-phase ticks
 // (parallel/pipeline_schedule.h: every stage runs a forward, or a backward, of some
 // micro-batch or of a dummy with no tokens in every tick, and has as many layers; a
-// backward tick groups other micro-batches than its forward ticks did, so it plans
+// backward tick holds other micro-batches than its forward ticks did, so it plans
 // again at the stage's last layer). With context parallelism a rank holds pieces of
 // documents: each piece is planned like a document whose keys are the document's prefix,
-// held by several ranks of its group, so a server assembles every key prefix it needs
-// in a workspace from the segments each holder sends (and sends their key gradients
+// held by several ranks of its context-parallel group, so a server assembles every key prefix it needs
+// in a workspace from the key pieces each holder sends (and sends their key gradients
 // back to the same holders).
 #pragma once
 
@@ -62,7 +62,7 @@ namespace lct {
 class CadAttention final : public AttentionPlacement {
  public:
   // cost: a measured cost model (attention/cad_cost.h), or none to balance pairs.
-  // rank_speeds (with a cost model): plan each group by time on ranks of unequal speed,
+  // rank_speeds (with a cost model): plan each round by time on ranks of unequal speed,
   // learnt from every step (observe_step): rank r's load is its token-linear time plus
   // its tasks' modelled time, both scaled by its measured speed.
   CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt,
@@ -93,15 +93,11 @@ class CadAttention final : public AttentionPlacement {
   // hidden_seconds: bytes sent over the probed bandwidth, less the exposed wait
   PlacementStats stats() const override;
   double probe_bandwidth() const { return bytes_per_second_; }  // bytes/s, point to point
-  // Attention pairs per server of this step's forward plans (summed over groups):
-  // before planning (each rank's own documents) and after.
-  const std::vector<int64_t>& pairs_before() const { return pairs_before_; }
-  const std::vector<int64_t>& pairs_after() const { return pairs_after_; }
 
  private:
   // Key rows of one document moving from a holder to a server: the holder's local rows
   // [row, row + len), in-document positions [pos, pos + len).
-  struct Segment {
+  struct KvPiece {
     int32_t gdoc = 0, row = 0, pos = 0, len = 0;
   };
   // What one rank sends another for a plan (origin/holder -> server; replies go back
@@ -109,12 +105,12 @@ class CadAttention final : public AttentionPlacement {
   // rows of its pieces of every document the server needs keys of, by (document, pos).
   struct Flow {
     std::vector<int32_t> tasks;  // indices into plan.tasks
-    std::vector<Segment> kv;
+    std::vector<KvPiece> kv;
     int64_t q_rows = 0, kv_rows = 0;
   };
   struct Plan {
     CaPlan plan;
-    std::vector<CaDocument> docs;   // every rank's pieces (origin, index, row, len, pos)
+    std::vector<CaPiece> docs;   // every rank's pieces (origin, index, row, len, pos)
     std::vector<size_t> first_doc;  // index in docs of each rank's first piece
     std::vector<int32_t> gdoc;      // per docs entry: its document, numbered over the job
     std::vector<int32_t> doc_len;   // per document: tokens of the whole document
@@ -125,16 +121,26 @@ class CadAttention final : public AttentionPlacement {
     // segments (own_kv: its own rows).
     std::map<int32_t, int64_t> ws_row;  // document -> first workspace row
     int64_t ws_rows = 0;
-    std::vector<Segment> own_kv;
+    std::vector<KvPiece> own_kv;
     std::vector<AttentionTask> own_local;  // own tasks whose whole prefix is one local run
     std::vector<AttentionTask> own_ws;     // own tasks reading keys from the workspace
     std::vector<std::vector<AttentionTask>> served;  // [origin]: queries in its message
   };
+  // A message's arrays by name, in start_lane's order. Requests: forward Q (then K, V);
+  // backward Q, O, dO, LSE (then K, V). Replies: forward O, LSE; backward dQ, dK, dV.
+  struct Request {
+    float *q = nullptr, *out = nullptr, *dout = nullptr, *lse = nullptr;
+  };
+  struct Reply {
+    float *out = nullptr, *lse = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  };
+  static Request request_of(const std::vector<float*>& arrays, bool backward);
+  static Reply reply_of(const std::vector<float*>& arrays, bool backward);
   // An exchange carries per-query-row arrays, then per-key-row arrays (widths in floats).
   struct Widths {
     std::vector<int64_t> q, kv;
   };
-  // One group's layer in flight: its plan, arrays and buffers.
+  // One round's layer in flight: its plan, arrays and buffers.
   struct Lane {
     const Plan* plan = nullptr;
     const AttentionParams* params = nullptr;
@@ -184,8 +190,7 @@ class CadAttention final : public AttentionPlacement {
   std::optional<CaCostModel> cost_;
   int rank_ = 0, size_ = 1;
   double bytes_per_second_ = 1;
-  std::map<int, Plan> plans_;  // by group (AttentionInput::group) of the step
-  std::vector<int64_t> pairs_before_, pairs_after_;
+  std::map<int, Plan> plans_;  // by round (AttentionInput::round) of the step
   bool rank_speeds_ = false;
   double modelled_seconds_ = 0;       // this rank's tasks' cost-model seconds, this step
   int64_t plans_counted_ = 0, layers_ = 0;  // this step's forward plans and layers run with them

@@ -19,15 +19,6 @@ int64_t rows_of(const std::vector<DocPiece>& pieces) {
 int64_t kv_width(const AttentionParams& p) { return int64_t(p.num_kv_heads) * p.head_dim; }
 }  // namespace
 
-CpComm parse_cp_comm(const std::string& name) {
-  if (name == "allgather") return CpComm::allgather;
-  if (name == "ring") return CpComm::ring;
-  throw std::invalid_argument("unknown context-parallel exchange '" + name +
-                              "' (expected allgather or ring)");
-}
-
-const char* cp_comm_name(CpComm c) { return c == CpComm::ring ? "ring" : "allgather"; }
-
 ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm method)
     : comm_(cp_comm), method_(method) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("context parallelism needs a cp communicator");
@@ -38,16 +29,6 @@ ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm meth
 
 PlacementStats ContextParallelAttention::stats() const {
   return with_hidden_estimate(stats_, bytes_per_second_);
-}
-
-int64_t ContextParallelAttention::buffer_bytes() const {
-  int64_t n = 0;
-  for (const std::vector<float>* b : {&gathered_, &ks_, &vs_, &dks_, &dvs_, &reduced_, &block_k_[0],
-                                      &block_k_[1], &block_v_[0], &block_v_[1], &part_out_,
-                                      &part_lse_, &acc_k_[0], &acc_k_[1], &acc_v_[0], &acc_v_[1],
-                                      &acc_in_k_, &acc_in_v_})
-    n += int64_t(b->capacity());
-  return n * int64_t(sizeof(float));
 }
 
 void ContextParallelAttention::forward(const AttentionInput& in, const float* q, const float* k,

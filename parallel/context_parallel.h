@@ -29,12 +29,9 @@
 #include <vector>
 
 #include "model/attention_placement.h"
+#include "parallel/layout.h"
 
 namespace lct {
-
-enum class CpComm { allgather, ring };
-CpComm parse_cp_comm(const std::string& name);  // throws on unknown
-const char* cp_comm_name(CpComm comm);
 
 class ContextParallelAttention final : public AttentionPlacement {
  public:
@@ -48,8 +45,6 @@ class ContextParallelAttention final : public AttentionPlacement {
 
   PlacementStats stats() const override;
   void reset_stats() override { stats_ = {}; }
-  // Bytes of the placement's own buffers (gathered K/V, ring blocks, accumulators).
-  int64_t buffer_bytes() const;
   double probe_bandwidth() const { return bytes_per_second_; }  // bytes/s, point to point
 
  private:

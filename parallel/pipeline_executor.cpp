@@ -80,7 +80,7 @@ void PipelineExecutor::run_dummy(const PipeAction& a, AttentionPlacement& placem
   ActivationSlot* slots[2] = {nullptr, nullptr};
   for (int i = 0; i < lanes_; ++i) {
     model_.prepare(dummy_slots_[i], dummy_, lanes_ * a.tick + i, i);
-    dummy_slots_[i].backward_group = lanes_ * a.tick + i;
+    dummy_slots_[i].backward_round = lanes_ * a.tick + i;
     slots[i] = &dummy_slots_[i];
   }
   if (a.op == PipeOp::forward)
@@ -171,7 +171,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
       case PipeOp::forward: {
         if (!f.slots[0]) acquire(batches, a.micro_batch);
         if (a.tick >= 0)  // CAD plans the tick over all stages
-          for (int i = 0; i < lanes_; ++i) f.slots[i]->group = lanes_ * a.tick + i;
+          for (int i = 0; i < lanes_; ++i) f.slots[i]->round = lanes_ * a.tick + i;
         stage_forward(f.slots, placement);
         // the last stage computes the loss and its gradient (into the slot's dx) with the
         // forward: 1F1B and ticks run this micro-batch's backward next anyway, and GPipe
@@ -205,7 +205,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
           model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
         }
         if (a.tick >= 0)  // a backward tick is planned anew
-          for (int i = 0; i < lanes_; ++i) f.slots[i]->backward_group = lanes_ * a.tick + i;
+          for (int i = 0; i < lanes_; ++i) f.slots[i]->backward_round = lanes_ * a.tick + i;
         stage_backward(f.slots, placement);
         model_.grads_final_hook = nullptr;
         if (stage_ == 0) f.done = true;  // nothing to send back

@@ -17,7 +17,7 @@
 // The ticks schedule (for CAD) runs its dummy actions on an empty micro-batch in the
 // executor's own slots (not the pool's), which computes nothing and only takes part in
 // the placement's per-layer exchanges (skipped when the placement does not need every
-// rank); each slot is named to the placement by its tick (AttentionInput::group).
+// rank); each slot is named to the placement by its tick (AttentionInput::round).
 //
 // With pp = 1 the same executor runs the plain gradient-accumulation loop
 // (forward, backward per micro-batch), so every layout uses one code path.
@@ -65,8 +65,6 @@ class PipelineExecutor {
   PipelineStepStats run(const std::vector<LocalBatch>& batches, float grad_scale,
                         GradReducer& reducer, AttentionPlacement& placement, MPI_Comm tied_comm,
                         const ArenaRange& tied_range);
-
-  const std::vector<PipeAction>& actions() const { return actions_; }
 
  private:
   struct InFlight {  // one micro-batch: a slot and its messages per lane (nano-batch)

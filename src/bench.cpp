@@ -176,7 +176,7 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
   r.kernel = attention_kernel_name(p.kernel);
   r.tokens = T;
   r.documents = int64_t(cu.size()) - 1;
-  r.pairs = attended_pairs(tasks);
+  r.pairs = attention_pairs(tasks);
   r.runs = int(runs.size());
   r.fwd_s = mean(column(runs, 0));
   r.bwd_s = mean(column(runs, 1));
@@ -290,21 +290,16 @@ struct CadBalanceRow {
   double before = 0, after = 0, worst_after = 0, mib_per_layer = 0;
 };
 
-std::vector<CadBalanceRow> cad_balance(const Config& config, const BenchOptions& o) {
+std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
-  const LlamaConfig m = model_config(config);
-  CaPlanOptions opt;
-  opt.tolerance = config.cad_tolerance;
-  const int64_t qd = m.num_attention_heads * m.head_dim(), kvd = m.num_key_value_heads * m.head_dim();
-  opt.q_bytes_per_row = (2 * qd + m.num_attention_heads) * int64_t(sizeof(float));
-  opt.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+  const CaPlanOptions opt = ca_plan_options(plan.attention, plan.cad.tolerance, nullptr);
   std::vector<CadBalanceRow> rows;
   for (int64_t n : o.cad_ranks) {
     CadBalanceRow r{n, 0, 0, 0, 0};
     const int64_t ticks = std::max<int64_t>(1, o.balance_sequences / n);
     for (int64_t tick = 0; tick < ticks; ++tick) {
-      std::vector<CaDocument> docs;
+      std::vector<CaPiece> docs;
       for (int64_t rank = 0; rank < n; ++rank) {
         const PackedBatch b = packer.sequence(tick * n + rank);
         for (int64_t d = 0; d < b.num_docs(); ++d)
@@ -334,8 +329,9 @@ bool wants(const BenchOptions& o, const char* section) {
 }  // namespace
 
 int run_bench(const Config& config, const BenchOptions& o) {
-  const LlamaConfig model = model_config(config);
-  AttentionParams ap = attention_params_of(model);
+  const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
+  const LlamaConfig& model = plan.model;
+  AttentionParams ap = plan.attention;
   // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
   // RoPE table covering positions 0..C
   const RopeTable dca_rope =
@@ -455,7 +451,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "documents, tolerance %.3g): attention pairs max/mean per rank\n",
         (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
     say("  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
-    cad_rows = cad_balance(config, o);
+    cad_rows = cad_balance(config, plan, o);
     for (const CadBalanceRow& r : cad_rows)
       say("  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
           r.worst_after, r.mib_per_layer);

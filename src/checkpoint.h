@@ -6,19 +6,17 @@
 //   /params/<hf path>      float32 tensors at global shape, @checksum each
 //   /optim                 @kind ("adamw" | "sgd") @step_count
 //   /optim/exp_avg/<hf path>, /optim/exp_avg_sq/<hf path>   AdamW moments, @checksum
-//   /trainer               @step @tokens_seen @next_sequence @seed
+//   /trainer               @step @tokens_seen @next_sequence @seed @run_id
 //                          (all randomness is counter-based: a pure function of the
 //                          seed and the sequence/element index, so the seed and the
-//                          data position are the complete RNG state)
-//   /metrics/<column>      one row per step so far: step, loss, lr, grad_norm, ms,
-//                          tokens, targets, tokens_per_s, gflops, answers, answers_correct,
-//                          compute_max_over_mean, idle_fraction (data parallelism),
-//                          bubble_fraction, bubble_theoretical, peak_activation_bytes
-//                          (pipeline), attention_pairs_max_over_mean, exchange_bytes_sent,
-//                          exchange_exposed_fraction, exchange_hidden_fraction, peak_rss_bytes
-//                          (context parallelism); the later columns are optional when reading
+//                          data position are the complete RNG state; @run_id names the
+//                          run that owns the folder, src/run_folder.h)
+//   /metrics/<column>      one row per step so far, one dataset per column of kColumns
+//                          (src/checkpoint.cpp); columns added after the first format are
+//                          optional when reading
 //
-// Files are written to <name>.tmp, flushed, and renamed into place.
+// Files are built in memory, written to <name>.tmp, sealed with their length and
+// checksum, fsync'd and renamed into place (write_h5_atomically, src/h5io.h).
 #pragma once
 
 #include <cstdint>

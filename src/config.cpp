@@ -15,7 +15,7 @@
 #include "src/log.h"
 #include "model/optimizer.h"
 #include "data/context_shards.h"
-#include "parallel/context_parallel.h"
+#include "parallel/layout.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace lct {

@@ -1,5 +1,6 @@
-// lct: command line entry point.
-//   lct train [--config FILE] [--section.key VALUE ...]
+// lct: command line entry point (every command's flags: lct COMMAND --help).
+//   lct train [--config FILE] [--section.key VALUE ...] [--dry-run]
+//   lct simulate [--config FILE] [--section.key VALUE ...] --ranks N [--tflops T ...]
 //   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5] [--per-position-out P.csv]
 //            [--attention.kernel dca --attention.dca_chunk_size C ...]
 //   lct make-batch [--config FILE] [--section.key VALUE ...] --out B.h5 [--sequences N]
@@ -23,6 +24,7 @@
 #include "src/memory_budget.h"
 #include "src/paths.h"
 #include "src/trainer.h"
+#include "src/train/run_plan.h"
 #include "src/rank_agreement.h"
 #include "src/run_objects.h"
 #include "parallel/collectives.h"
@@ -59,21 +61,19 @@ bool all_ranks_agree(bool ok, const ProcessGrid& grid) {
 }
 
 // lct train --dry-run: the layout, the step and the memory estimate, nothing run.
-void print_dry_run(const Config& c, const Layout& layout, const MemoryEstimate& e, const MemoryAvailable& a) {
-  const LlamaConfig mc = model_config(c);
+void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
+  const LlamaConfig& mc = plan.model;
   std::printf("lct train --dry-run: nothing is allocated, run or written\n");
   std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
               mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
               (long long)mc.intermediate_size, (long long)mc.vocab_size,
               double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
-  std::printf("layout: %d rank(s) = %s, attention placement %s, pipeline schedule %s\n",
-              layout.dp * layout.pp * layout.cp, layout_name(layout).c_str(), c.attention_placement.c_str(),
-              c.parallel.pp_schedule.c_str());
+  std::printf("layout: %s\n", describe_run_plan(plan).c_str());
   std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
               "optimizer %s; checkpoints in %s every %lld steps\n",
-              (long long)c.train.micro_batches, (long long)c.data.seq_len,
-              (long long)(c.train.micro_batches * c.data.seq_len * layout.dp), (long long)c.train.steps,
-              c.train.optimizer.c_str(), c.checkpoint.dir.c_str(), (long long)c.checkpoint.every);
+              (long long)plan.micro_batches, (long long)plan.seq_len, (long long)plan.tokens_per_step(),
+              (long long)c.train.steps, optimizer_name(plan.optimizer.kind), c.checkpoint.dir.c_str(),
+              (long long)c.checkpoint.every);
   std::printf("%s\n", describe_estimate(e, a).c_str());
   const std::string verdict = check_memory_budget(e, a);
   std::printf("%s\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
@@ -316,7 +316,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       // Every rank resolves its config and checks it and the layout, then all ranks agree
       // on the verdict and on the config itself (src/rank_agreement.h), before any work.
       Config config;
-      Layout layout;
+      RunPlan plan;
       std::string error, latest;
       try {
         config = resolve_config(config_file, overrides);
@@ -332,12 +332,7 @@ int run_command(int argc, char** argv, int rank, int world) {
         } catch (const std::invalid_argument& e) {
           throw ConfigError(e.what());
         }
-        const std::string layout_error =
-            resolve_layout({config.parallel.dp, config.parallel.pp, config.parallel.cp,
-                            config.parallel.pp_layers},
-                           world,
-                           config.model.num_hidden_layers, config.data.seq_len, layout);
-        if (!layout_error.empty()) throw ConfigError(layout_error);
+        plan = make_run_plan(config, world);
         if (config.train.resume == "auto") latest = latest_checkpoint(config.checkpoint.dir);
       } catch (const ConfigError& e) {
         error = e.what();
@@ -348,15 +343,15 @@ int run_command(int argc, char** argv, int rank, int world) {
                                        : "",
                          world);
       configure_threads(config.train.threads);
-      const ProcessGrid grid = mpi_active() ? ProcessGrid(layout) : ProcessGrid();
+      const ProcessGrid grid = mpi_active() ? ProcessGrid(plan.layout) : ProcessGrid();
       // the memory budget, before anything is allocated or written; every rank must
       // agree (a rank's MemAvailable moves), so one that does not fit stops them all
-      const MemoryEstimate estimate = estimate_rank_memory(config, layout);
+      const MemoryEstimate estimate = estimate_rank_memory(config, plan);
       const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
       const MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
       const std::string memory_error = check_memory_budget(estimate, available);
       if (dry_run) {
-        if (rank == 0) print_dry_run(config, layout, estimate, available);
+        if (rank == 0) print_dry_run(config, plan, estimate, available);
         if (!memory_error.empty()) throw ConfigError(memory_error);
         return 0;
       }
@@ -364,7 +359,7 @@ int run_command(int argc, char** argv, int rank, int world) {
         if (!memory_error.empty()) throw ConfigError(memory_error);
         throw ConfigError("not enough memory on another rank (see its estimate with lct train --dry-run)");
       }
-      Trainer trainer(config, grid);
+      Trainer trainer(config, plan, grid);
       if (config.train.resume == "auto") {
         if (latest.empty())
           log_info("train.resume = auto: no checkpoint in %s, starting fresh",

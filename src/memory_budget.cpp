@@ -65,28 +65,26 @@ std::string bytes_text(double bytes) {
   return buf;
 }
 
-MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) {
-  const LlamaConfig mc = model_config(config);
+MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
   const double f = sizeof(float);
   const double hd = double(mc.head_dim());
   const double qdim = double(mc.num_attention_heads) * hd, kvdim = double(mc.num_key_value_heads) * hd;
   const double params = double(build_llama_table(mc).total());
-  const bool cad = config.attention_placement == "cad" && layout.dp * layout.pp * layout.cp > 1;
-  const int lanes = cad && config.cad_pingpong ? 2 : 1;
-  const int m = int(std::min<int64_t>(config.train.micro_batches, std::numeric_limits<int>::max()));
-  const double T = std::ceil(double(config.data.seq_len) / layout.cp);  // tokens per rank and slot
+  const bool cad = plan.placement == Placement::cad;
+  const int lanes = plan.lanes;
+  const int m = int(std::min<int64_t>(plan.micro_batches, std::numeric_limits<int>::max()));
+  const double T = std::ceil(double(plan.seq_len) / layout.cp);  // tokens per rank and slot
 
   MemoryEstimate e;
   e.weights = 2 * params * f;
-  e.optimizer = config.train.optimizer == "adamw" ? 2 * params * f : 0;
+  e.optimizer = plan.optimizer.kind == OptimizerKind::adamw ? 2 * params * f : 0;
 
   // activations: the stage holding the most (stage 0 holds the most slots, the last one
   // the head's rows)
-  std::vector<StageSpec> stages;
-  const std::string err = split_pipeline_stages(mc.num_hidden_layers, layout.pp, config.parallel.pp_layers, stages);
-  if (!err.empty()) throw ConfigError(err);
-  const PipelineSchedule schedule = cad && layout.pp > 1 ? PipelineSchedule::ticks
-                                                         : parse_pipeline_schedule(config.parallel.pp_schedule);
+  const std::vector<StageSpec>& stages = plan.stages;
+  const PipelineSchedule schedule = plan.schedule;
   for (int s = 0; s < layout.pp; ++s) {
     const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)]));
     int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
@@ -104,12 +102,12 @@ MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout) 
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T))) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
-  if (layout.cp > 1 && !cad) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
+  if (plan.placement == Placement::context_parallel) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
   e.data = double(m) * T * 13 + corpus_bytes(config);
   // rank 0 builds the checkpoint in memory (HDF5's copy and the image), then verifies it
-  e.checkpoint = 2 * (params + (config.train.optimizer == "adamw" ? 2 * params : 0)) * f + params * f;
+  e.checkpoint = 2 * (params + (plan.optimizer.kind == OptimizerKind::adamw ? 2 * params : 0)) * f + params * f;
   e.process = proc_kib_field("/proc/self/status", "VmRSS");
   if (e.process < 0) e.process = 0;
   return e;

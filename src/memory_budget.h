@@ -22,8 +22,8 @@
 #include <cstdint>
 #include <string>
 
-#include "parallel/process_grid.h"
 #include "src/config.h"
+#include "src/train/run_plan.h"
 
 namespace lct {
 
@@ -38,7 +38,7 @@ struct MemoryEstimate {
 };
 
 // The largest rank's estimate (rank 0 carries the checkpoint image).
-MemoryEstimate estimate_rank_memory(const Config& config, const Layout& layout);
+MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan);
 
 struct MemoryAvailable {
   double bytes = 0;      // for one rank

@@ -27,9 +27,10 @@
 #include "model/trace_json.h"
 #include "src/flops.h"
 #include "parallel/pipeline_schedule.h"
-#include "parallel/process_grid.h"
+#include "parallel/layout.h"
 #include "src/machine.h"
 #include "src/run_objects.h"
+#include "src/train/run_plan.h"
 
 namespace lct {
 namespace {
@@ -117,7 +118,7 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
       if (k > 0) {
         optimizer_s += std::chrono::duration<double>(TraceClock::now() - t0).count();
         c.tokens += b.num_tokens();
-        c.pairs += attended_pairs(tasks_for_documents(b.cu_seqlens));
+        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens));
       }
     }
   } catch (...) {
@@ -151,7 +152,7 @@ struct AttentionCost {
     if (q <= 0) return 0;
     if (profile) return profile->seconds(q, q0 + q) * scale;  // the task's measured time
     return cal.attention_per_pair_layer *
-           double(task_pairs({0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0}));
+           double(attention_pairs(AttentionTask{0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0}));
   }
 };
 
@@ -284,16 +285,13 @@ struct CadLayer {
 
 class CadLayerCost {
  public:
-  CadLayerCost(const Config& config, const LlamaConfig& mc, const Calibration& cal, const AttentionCost& attn,
+  CadLayerCost(const RunPlan& plan, const Calibration& cal, const AttentionCost& attn,
                const std::optional<CaCostModel>& profile, double bandwidth, double latency)
-      : mc_(mc), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
-        lanes_(config.cad_pingpong ? 2 : 1) {
-    qd_ = mc.num_attention_heads * mc.head_dim();
-    kvd_ = mc.num_key_value_heads * mc.head_dim();
-    po_.tolerance = config.cad_tolerance;
-    po_.q_bytes_per_row = (2 * qd_ + mc.num_attention_heads) * int64_t(sizeof(float));
-    po_.kv_bytes_per_row = 2 * kvd_ * int64_t(sizeof(float));
-    po_.cost = profile ? &*profile : nullptr;
+      : mc_(plan.model), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
+        lanes_(plan.lanes) {
+    qd_ = mc_.num_attention_heads * mc_.head_dim();
+    kvd_ = mc_.num_key_value_heads * mc_.head_dim();
+    po_ = ca_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
   }
   int lanes() const { return lanes_; }
 
@@ -315,7 +313,7 @@ class CadLayerCost {
     std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
         own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_));
     for (int g = 0; g < lanes_; ++g) {
-      std::vector<CaDocument> docs;
+      std::vector<CaPiece> docs;
       for (int r = 0; r < n; ++r) {
         int32_t i = 0;
         for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos});
@@ -332,7 +330,7 @@ class CadLayerCost {
       for (const CaTask& t : plan.tasks) {
         const double c = attn_(t.q_begin, t.q_len);
         work[size_t(g)][size_t(t.server)] += c;
-        served[size_t(t.server)] += double(task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
+        served[size_t(t.server)] += double(attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
         if (t.server == t.origin) {
           own[size_t(g)][size_t(t.server)] += c;
           continue;
@@ -406,24 +404,23 @@ double allreduce_tail_seconds(const Config& config, const LlamaConfig& mc, int s
 //       T / cp x hidden floats over the bandwidth, and what a stage waits on a receive
 //       is its bubble.
 // The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
-int simulate_model_parallel(const Config& config, const SimulateOptions& o, const Layout& layout,
-                            const LlamaConfig& mc, const std::optional<CaCostModel>& profile,
-                            int threads, const Calibration& cal) {
+int simulate_model_parallel(const Config& config, const SimulateOptions& o, const RunPlan& plan,
+                            const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
-  const int64_t mb = config.train.micro_batches;
+  const int64_t mb = plan.micro_batches;
   const int64_t kvd = mc.num_key_value_heads * mc.head_dim();
-  std::vector<StageSpec> stages;
-  const std::string err = split_pipeline_stages(mc.num_hidden_layers, pp, config.parallel.pp_layers, stages);
-  if (!err.empty()) throw std::invalid_argument("lct simulate: " + err);
+  const std::vector<StageSpec>& stages = plan.stages;
   const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
-  const CpSplit split = parse_cp_split(config.parallel.cp_split);
+  const CpSplit split = plan.cp_split;
   // a stage updates only its own parameters: about 1/pp of the optimizer step
   Calibration per_stage = cal;
   per_stage.optimizer = cal.optimizer / pp;
   const double optimizer = per_stage.optimizer;
-  const PipelineSchedule schedule = parse_pipeline_schedule(config.parallel.pp_schedule);
+  const PipelineSchedule schedule = plan.schedule;
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
@@ -437,9 +434,27 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
     std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
     double slowest = 0, bubble = 0;
+    // the step's global batch, as the trainer takes it: replica d trains sequences
+    // d * mb + m, or with packing the whole batch re-packed over the replicas by work
+    std::vector<PackedBatch> global;
+    for (int64_t i = 0; i < dp * mb; ++i) global.push_back(packer.sequence(step * dp * mb + i));
     for (int d = 0; d < dp; ++d) {
-      std::vector<PackedBatch> seqs;
-      for (int64_t m = 0; m < mb; ++m) seqs.push_back(packer.sequence((step * dp + d) * mb + m));
+      // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
+      std::vector<std::vector<LocalBatch>> pieces(static_cast<size_t>(mb));
+      std::vector<double> seq_tokens(static_cast<size_t>(mb), 0.0);
+      const std::vector<LocalBatch> packed =
+          plan.balance == DpBalance::packing
+              ? pack_for_balance(global, dp, int(mb), d, [&mc](int64_t L) { return forward_flops(mc, L, L * (L + 1) / 2); })
+              : std::vector<LocalBatch>{};
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch& b = global[size_t(d * mb + m)];
+        for (int c = 0; c < cp; ++c) {
+          pieces[size_t(m)].push_back(!packed.empty() ? packed[size_t(m)]
+                                      : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split)
+                                                      : whole_sequence(b));
+          seq_tokens[size_t(m)] += double(pieces[size_t(m)].back().num_tokens());
+        }
+      }
       double replica = 0;
       // per stage and micro-batch: the group's forward and backward seconds (the slowest
       // piece's, with the ring's exposed part), and each piece's own compute
@@ -448,15 +463,14 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
       std::vector<std::vector<std::vector<double>>> own_f(S, std::vector<std::vector<double>>(M, std::vector<double>(P))),
           own_b = own_f;
       for (size_t m = 0; m < M; ++m) {
-        const PackedBatch& b = seqs[m];
         // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
         const double ring_bytes =
-            3.0 * double(cp - 1) * double(b.num_tokens()) / cp * 2.0 * double(kvd) * sizeof(float);
+            3.0 * double(cp - 1) * seq_tokens[m] / cp * 2.0 * double(kvd) * sizeof(float);
         const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
         double layer = 0, head = 0;
         std::vector<double> busy(P), head_c(P);
         for (int c = 0; c < cp; ++c) {
-          const LocalBatch l = cp > 1 ? shard_sequence(b, cp, c, split) : whole_sequence(b);
+          const LocalBatch& l = pieces[m][size_t(c)];
           double a = 0;
           for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
           busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
@@ -487,7 +501,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
       std::vector<double> clock(S, 0.0), wait(S, 0.0);
       std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
       const auto message = [&](int m) {
-        return double(seqs[size_t(m)].num_tokens()) / cp * double(mc.hidden_size) * sizeof(float) / bandwidth +
+        return seq_tokens[size_t(m)] / cp * double(mc.hidden_size) * sizeof(float) / bandwidth +
                latency;
       };
       // a stage's compute of one action: each piece's own part, then the wait for the group
@@ -541,9 +555,8 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
         for (int c = 0; c < cp; ++c) finish[size_t(rank_of(s, d, c))] = clock[size_t(s)];
         // activations out and gradients back, one direction at each end stage
         const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
-        for (const PackedBatch& b : seqs)
-          p.bytes_per_rank += double(directions) * double(b.num_tokens()) * double(mc.hidden_size) *
-                              sizeof(float) / double(n);
+        for (const double t : seq_tokens)
+          p.bytes_per_rank += double(directions) * t * double(mc.hidden_size) * sizeof(float) / double(n);
       }
       if (pp > 1)
         for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
@@ -576,22 +589,18 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
 // a backward tick two thirds. The last stage's forward tick adds its embedding + loss;
 // after each tick the stages' activations (gradients) travel to the next (previous)
 // stage, exposed. With cp > 1 every rank holds its piece of the sequences.
-int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Layout& layout,
-                       const LlamaConfig& mc, const std::optional<CaCostModel>& profile, int threads,
-                       const Calibration& cal) {
+int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const RunPlan& plan,
+                       const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
-  const int64_t mb = config.train.micro_batches;
-  std::vector<StageSpec> stages;
-  const std::string err = split_pipeline_stages(mc.num_hidden_layers, pp, config.parallel.pp_layers, stages);
-  if (!err.empty()) throw std::invalid_argument("lct simulate: " + err);
-  for (const StageSpec& st : stages)
-    if (st.num_layers() != stages[0].num_layers())
-      throw std::invalid_argument("lct simulate: CAD with pipeline parallelism needs stages of equal layers");
+  const int64_t mb = plan.micro_batches;
+  const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
   const double stage_layers = double(stages[0].num_layers());
-  const CpSplit split = parse_cp_split(config.parallel.cp_split);
-  const CadLayerCost cad_layer(config, mc, cal, attn, profile, bandwidth, latency);
+  const CpSplit split = plan.cp_split;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
   const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
   Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
   per_stage.optimizer = cal.optimizer / pp;
@@ -685,35 +694,31 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
   // than attention inside a step, which made every prediction that much too fast)
   if (o.profile.empty()) o.profile = cad_profile_file(config.cad_profile);
   if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
-  const ParallelConfig& par = config.parallel;
-  const LlamaConfig mc = model_config(config);
-  Layout layout;
-  const std::string layout_error =
-      resolve_layout({par.dp, par.pp, par.cp, par.pp_layers}, o.ranks, mc.num_hidden_layers,
-                     config.data.seq_len, layout);
-  if (!layout_error.empty()) throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + layout_error);
-  const bool cad = config.attention_placement == "cad" && o.ranks > 1;
-  if (par.dp_balance == "packing" && (config.attention_placement == "cad" || layout.cp > 1))
-    throw std::invalid_argument("lct simulate: parallel.dp_balance = packing is a baseline for colocated "
-                                "attention without context parallelism (as in lct train)");
-  if (par.dp_balance == "packing" && layout.pp > 1)
-    throw std::invalid_argument("lct simulate: packing with pipeline parallelism is not simulated yet");
+  RunPlan plan;
+  try {
+    plan = make_run_plan(config, o.ranks);  // the layouts lct train accepts, and no others
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + e.what());
+  }
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const bool cad = plan.placement == Placement::cad;
   const std::optional<CaCostModel> profile = load_profile(o, mc);
   const int threads = o.tflops > 0 ? 0 : configure_threads(config.train.threads);
   const Calibration cal = calibrate(config, o);
-  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, layout, mc, profile, threads, cal);
+  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, plan, profile, threads, cal);
   if (!cad && (layout.pp > 1 || layout.cp > 1))
-    return simulate_model_parallel(config, o, layout, mc, profile, threads, cal);
+    return simulate_model_parallel(config, o, plan, profile, threads, cal);
   // data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
   // d * cp + c holds piece c of replica d's sequences
   const int n = o.ranks, cp = layout.cp, dp = layout.dp;
-  const CpSplit split = parse_cp_split(config.parallel.cp_split);
+  const CpSplit split = plan.cp_split;
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const double layers = double(mc.num_hidden_layers);
-  const int64_t mb = config.train.micro_batches;
-  const bool packing = config.parallel.dp_balance == "packing" && n > 1;
-  const CadLayerCost cad_layer(config, mc, cal, attn, profile, bandwidth, latency);
+  const int64_t mb = plan.micro_batches;
+  const bool packing = plan.balance == DpBalance::packing;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
   const int lanes = cad ? cad_layer.lanes() : 1;
   const double allreduce = allreduce_tail_seconds(config, mc, 1, n, bandwidth, latency);
 

@@ -62,14 +62,17 @@ const ProcessGrid& Trainer::single_process_grid() {
 
 Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
 
+Trainer::Trainer(const Config& config, const ProcessGrid& grid)
+    : Trainer(config, make_run_plan(config, grid.world_size()), grid) {}
+
 namespace {
 // The CAD cost model (src/cad_profile.h), resolved on rank 0 and shared, so that every
 // rank plans with the same one; an error there stops every rank with its message.
-CadCostChoice shared_cad_cost(const Config& c, const LlamaConfig& m, const ProcessGrid& grid) {
+CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
   std::vector<std::string> shared(3);  // error, cost model text, description
   if (grid.is_root()) {
     try {
-      const CadCostChoice choice = resolve_cad_cost(c.cad_profile, m);
+      const CadCostChoice choice = resolve_cad_cost(setting, m);
       shared = {"", choice.text, choice.description};
     } catch (const std::exception& e) {
       shared = {e.what(), "", ""};
@@ -83,78 +86,44 @@ CadCostChoice shared_cad_cost(const Config& c, const LlamaConfig& m, const Proce
   return cad_cost_from_text(shared[1], shared[2]);
 }
 
-std::vector<StageSpec> pipeline_stages(const Config& c, int pp) {
-  std::vector<StageSpec> stages;
-  const std::string e =
-      split_pipeline_stages(c.model.num_hidden_layers, pp, c.parallel.pp_layers, stages);
-  if (!e.empty()) throw ConfigError(e);
-  return stages;
-}
-
-// CAD under pipeline parallelism runs same-phase ticks, so that every stage is at the
-// same layer of some micro-batch (or a dummy) whenever attention is exchanged.
-PipelineSchedule pipeline_schedule(const Config& c, const ProcessGrid& grid) {
-  const PipelineSchedule chosen = parse_pipeline_schedule(c.parallel.pp_schedule);
-  return c.attention_placement == "cad" && grid.layout().pp > 1 && grid.world_size() > 1
-             ? PipelineSchedule::ticks
-             : chosen;
-}
-
-// Ping-pong nano-batches are a CAD feature (colocated attention has no traffic to hide)
-// and need more than one rank to exchange with.
-int pingpong_lanes(const Config& c, const ProcessGrid& grid) {
-  return c.attention_placement == "cad" && c.cad_pingpong && grid.world_size() > 1 ? 2 : 1;
-}
-
 }  // namespace
 
-Trainer::Trainer(const Config& config, const ProcessGrid& grid)
+Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid)
     : config_(config),
+      plan_(plan),
       grid_(grid),
       source_(make_document_source(config)),
       packer_(checked_source(source_, config), config.data.seq_len),
-      stages_(pipeline_stages(config, grid.layout().pp)),
-      model_(model_config(config), stages_[size_t(grid.coords().pp_rank)]),
+      model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
       owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
       counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),
       tied_(tied_embedding_range(model_.table(), model_.config(), model_.stage())),
-      opt_config_(optimizer_config(config)),
-      optimizer_(opt_config_, model_.table()),
+      optimizer_(plan.optimizer, model_.table()),
       reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
                config.parallel.overlap_grad_reduce),
-      executor_(model_, grid.pp(), grid.layout().pp, grid.coords().pp_rank,
-                pipeline_schedule(config, grid), pingpong_lanes(config, grid)) {
-  cp_split_ = parse_cp_split(config.parallel.cp_split);
-  if (config.parallel.dp_balance == "packing") {
-    if (grid.layout().cp > 1 || config.attention_placement == "cad")
-      throw ConfigError("parallel.dp_balance = packing is a baseline for colocated attention "
-                        "without context parallelism (parallel.cp = 1, attention.placement = colocated)");
-    balance_by_packing_ = grid.layout().dp > 1;
-  }
-  if (config.attention_placement == "cad") {
-    for (const StageSpec& s : stages_)
-      if (s.num_layers() != stages_[0].num_layers())
-        throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
-                          "number of layers on every stage (parallel.pp_layers)");
-    if (grid.world_size() > 1) {
-      CadCostChoice cost = shared_cad_cost(config, model_.config(), grid);
+      executor_(model_, grid.pp(), plan.layout.pp, grid.coords().pp_rank, plan.schedule, plan.lanes) {
+  if (plan.world != grid.world_size() || plan.layout.dp != grid.layout().dp ||
+      plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
+    throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
+  switch (plan.placement) {
+    case Placement::cad: {
+      CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);
       cad_cost_description_ = cost.description;
-      // rank speeds need one plan per micro-batch and layer (ping-pong plans each
-      // lane alone, and its lanes' token-linear work is split by whole documents)
-      auto cad = std::make_unique<CadAttention>(grid.world(), config.cad_tolerance, std::move(cost.model),
-                                                config.cad_rank_speeds && pingpong_lanes(config, grid) == 1);
+      auto cad = std::make_unique<CadAttention>(grid.world(), plan.cad.tolerance, std::move(cost.model),
+                                                plan.cad.rank_speeds);
       cad_attention_ = cad.get();
       placement_ = std::move(cad);
-    } else {
-      placement_ = std::make_unique<LocalAttention>();  // one rank: nothing to balance
+      break;
     }
-  } else if (grid.layout().cp > 1) {
-    auto cp = std::make_unique<ContextParallelAttention>(grid.cp(),
-                                                         parse_cp_comm(config.parallel.cp_comm));
-    cp_attention_ = cp.get();
-    placement_ = std::move(cp);
-  } else {
-    placement_ = std::make_unique<LocalAttention>();
+    case Placement::context_parallel: {
+      auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm);
+      cp_attention_ = cp.get();
+      placement_ = std::move(cp);
+      break;
+    }
+    case Placement::colocated:
+      placement_ = std::make_unique<ColocatedAttention>();
+      break;
   }
   optimizer_.set_owned_ranges(owned_);
   init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
@@ -185,7 +154,7 @@ void Trainer::resume_from(const std::string& path) {
   // Load into copies first so a failure leaves this trainer untouched. Checkpoints are
   // layout-free: every rank reads the whole file and uses its stage's part.
   LlamaModel model(model_.config());
-  Optimizer optimizer(opt_config_, model.table());
+  Optimizer optimizer(plan_.optimizer, model.table());
   load_checkpoint_tensors(f, model, &optimizer);
   model_.params = std::move(model.params);
   optimizer_.exp_avg() = std::move(optimizer.exp_avg());
@@ -208,7 +177,7 @@ StepRecord Trainer::train_step() {
   // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
   // every pipeline stage of the replica packs the same ones, and each context-parallel
   // rank keeps its share of every sequence.
-  if (balance_by_packing_) {
+  if (plan_.balance == DpBalance::packing) {
     // the whole global batch, re-packed by work over the dp ranks (data/balance.h)
     std::vector<PackedBatch> global;
     for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
@@ -222,7 +191,7 @@ StepRecord Trainer::train_step() {
     for (int64_t m = 0; m < mb; ++m) {
       const PackedBatch packed = packer_.sequence(first + m);
       if (layout.cp > 1)
-        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, cp_split_);
+        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, plan_.cp_split);
       else
         whole_sequence(packed, local_[size_t(m)]);
     }
@@ -267,10 +236,10 @@ StepRecord Trainer::train_step() {
     throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
                              std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) +
                              "); lower train.lr or check the data");
-  const double clip = opt_config_.grad_clip > 0 && r.grad_norm > opt_config_.grad_clip
-                          ? opt_config_.grad_clip / r.grad_norm
+  const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
+                          ? plan_.optimizer.grad_clip / r.grad_norm
                           : 1.0;
-  r.lr = learning_rate(opt_config_, step);
+  r.lr = learning_rate(plan_.optimizer, step);
   {
     const ScopedSpan span("optimizer");
     optimizer_.step(model_.params, model_.grads, r.lr, clip);
@@ -336,7 +305,7 @@ std::string Trainer::save_checkpoint() {
   // stage of dp replica 0) collects the other stages' parts and writes one file.
   if (grid_.coords().dp_rank == 0 && grid_.coords().cp_rank == 0) {
     std::vector<std::vector<ArenaRange>> by_stage;
-    for (const StageSpec& s : stages_)
+    for (const StageSpec& s : plan_.stages)
       by_stage.push_back(owned_ranges(model_.table(), model_.config(), s));
     std::vector<float*> arenas = {model_.params.data()};
     if (!optimizer_.exp_avg().empty())
@@ -455,7 +424,7 @@ void Trainer::open_metrics_file() {
 int Trainer::run() {
   const LlamaConfig& mc = model_.config();
   const Layout& layout = grid_.layout();
-  const int64_t tokens_per_step = config_.data.seq_len * config_.train.micro_batches * layout.dp;
+  const int64_t tokens_per_step = plan_.tokens_per_step();
   log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
            omp_get_max_threads(), source_->describe().c_str());
   if (grid_.world_size() > 1)
@@ -466,30 +435,27 @@ int Trainer::run() {
              config_.parallel.overlap_grad_reduce ? "on" : "off");
   if (layout.pp > 1) {
     std::string split;
-    for (const StageSpec& s : stages_)
+    for (const StageSpec& s : plan_.stages)
       split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
                std::to_string(s.end_layer - 1);
     log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
              "bubble (pp-1)/(m+pp-1) = %.1f%%",
-             layout.pp, split.c_str(), pipeline_schedule_name(pipeline_schedule(config_, grid_)),
+             layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
              (long long)config_.train.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
   }
-  if (balance_by_packing_)
+  if (plan_.balance == DpBalance::packing)
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
   if (cad_attention_)
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
              "%s, probed point-to-point bandwidth %.2f GB/s",
-             grid_.world_size(), config_.cad_tolerance,
+             grid_.world_size(), plan_.cad.tolerance,
              cad_cost_description_.c_str(),
-             config_.cad_rank_speeds && cad_cost_description_ != "attention pairs" &&
-                     pingpong_lanes(config_, grid_) == 1
-                 ? " and each rank's measured speed" : "",
-             pingpong_lanes(config_, grid_) == 2 ? "ping-pong nano-batches"
-                                                 : "one exchange at a time (no ping-pong)",
+             plan_.cad.rank_speeds ? " and each rank's measured speed" : "",
+             plan_.lanes == 2 ? "ping-pong nano-batches" : "one exchange at a time (no ping-pong)",
              cad_attention_->probe_bandwidth() / 1e9);
-  if (cad_attention_ && pingpong_lanes(config_, grid_) == 2 && all_ranks_on_one_host(grid_.world()))
+  if (cad_attention_ && plan_.lanes == 2 && all_ranks_on_one_host(grid_.world()))
     log_warn("attention.cad_pingpong = true on one host: the exchange is cheap here, and the two "
              "nano-batches (whole documents, so often of unequal size) make the ranks wait for each "
              "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
@@ -497,12 +463,12 @@ int Trainer::run() {
   if (layout.cp > 1 && cp_attention_)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
              "point-to-point bandwidth %.2f GB/s",
-             layout.cp, config_.parallel.cp_split.c_str(), config_.parallel.cp_comm.c_str(),
+             layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
              cp_attention_->probe_bandwidth() / 1e9);
   else if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
              "pieces like documents (parallel.cp_comm is not used)",
-             layout.cp, config_.parallel.cp_split.c_str());
+             layout.cp, cp_split_name(plan_.cp_split));
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",
@@ -513,7 +479,7 @@ int Trainer::run() {
   log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,
-           optimizer_name(opt_config_.kind), opt_config_.lr);
+           optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
   if (state_.step > 0)

@@ -25,6 +25,7 @@
 #include "src/machine.h"
 #include "src/run_folder.h"
 #include "src/run_objects.h"
+#include "src/train/run_plan.h"
 
 namespace lct {
 
@@ -53,7 +54,9 @@ extern std::atomic<int> g_stop_signal;
 class Trainer {
  public:
   explicit Trainer(const Config& config);  // single process
-  Trainer(const Config& config, const ProcessGrid& grid);
+  Trainer(const Config& config, const ProcessGrid& grid);  // plans for the grid's ranks
+  // The plan must be the config's on this grid (make_run_plan(config, grid.world_size())).
+  Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid);
 
   // Continue from a checkpoint: validates its format and that the model matches this
   // run's [model]/[attention] (other differences are warnings), then restores params,
@@ -80,14 +83,13 @@ class Trainer {
   void log_header() const;
   static const ProcessGrid& single_process_grid();
   Config config_;
+  RunPlan plan_;  // every decision of this run (src/train/run_plan.h)
   const ProcessGrid& grid_;
   std::unique_ptr<DocumentSource> source_;
   SequencePacker packer_;
-  std::vector<StageSpec> stages_;  // every pipeline stage (one without pp)
   LlamaModel model_;               // this rank's stage
   std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)
   ArenaRange tied_;                          // its tied embedding copy, if any
-  OptimizerConfig opt_config_;
   Optimizer optimizer_;
   GradReducer reducer_;
   std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
@@ -101,8 +103,6 @@ class Trainer {
   std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
-  CpSplit cp_split_;
-  bool balance_by_packing_ = false;  // parallel.dp_balance = packing with dp > 1
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
   std::ofstream metrics_;
 };

@@ -236,7 +236,7 @@ TEST(Attention, FutureKeysNeverChangeEarlierOutputs) {
 
 TEST(Attention, AttendedPairsCountsCausalArea) {
   const std::vector<int32_t> cu = {0, 1, 5, 105};
-  EXPECT_EQ(attended_pairs(tasks_for_documents(cu)), 1 + 4 * 5 / 2 + 100 * 101 / 2);
+  EXPECT_EQ(attention_pairs(tasks_for_documents(cu)), 1 + 4 * 5 / 2 + 100 * 101 / 2);
   // the closed form equals counting row by row for shards with any key range
   for (int32_t q_pos : {0, 3, 17, 40})
     for (int32_t q_len : {1, 5, 23})
@@ -246,7 +246,7 @@ TEST(Attention, AttendedPairsCountsCausalArea) {
           int64_t counted = 0;
           for (int32_t i = 0; i < q_len; ++i)
             for (int32_t j = 0; j < kv_len; ++j) counted += kv_pos + j <= q_pos + i;
-          ASSERT_EQ(task_pairs(t), counted) << q_pos << " " << q_len << " " << kv_pos << " " << kv_len;
+          ASSERT_EQ(attention_pairs(t), counted) << q_pos << " " << q_len << " " << kv_pos << " " << kv_len;
         }
 }
 

@@ -14,9 +14,9 @@ namespace lct {
 namespace {
 
 // n servers, each with `tokens` tokens of documents of random lengths (heavy tail).
-std::vector<CaDocument> random_tick(int n, int32_t tokens, uint32_t seed) {
+std::vector<CaPiece> random_tick(int n, int32_t tokens, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<CaDocument> docs;
+  std::vector<CaPiece> docs;
   for (int s = 0; s < n; ++s) {
     int32_t row = 0, doc = 0;
     while (row < tokens) {
@@ -31,13 +31,13 @@ std::vector<CaDocument> random_tick(int n, int32_t tokens, uint32_t seed) {
 }
 
 int64_t pairs_of(const CaTask& t) {
-  return task_pairs({0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0});
+  return attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0});
 }
 
-void check_plan(const std::vector<CaDocument>& docs, int n, const CaPlan& plan) {
+void check_plan(const std::vector<CaPiece>& docs, int n, const CaPlan& plan) {
   std::map<std::pair<int32_t, int32_t>, std::vector<int>> owners;  // (origin, doc) -> row count
   std::map<std::pair<int32_t, int32_t>, int32_t> first;               // (origin, doc) -> pos
-  for (const CaDocument& d : docs) {
+  for (const CaPiece& d : docs) {
     owners[{d.origin, d.doc}].assign(size_t(d.len), 0);
     first[{d.origin, d.doc}] = d.pos;
   }
@@ -68,7 +68,7 @@ TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
   for (int n : {2, 3, 4, 8, 16})
     for (uint32_t seed = 1; seed <= 20; ++seed)
       for (double tol : {0.05, 0.1, 0.2}) {
-        const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 31 + uint32_t(n));
+        const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 31 + uint32_t(n));
         CaPlanOptions o;
         o.tolerance = tol;
         o.q_bytes_per_row = 3 * 256;
@@ -95,7 +95,7 @@ TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
 TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
   for (int n : {2, 4, 8})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      std::vector<CaDocument> docs;
+      std::vector<CaPiece> docs;
       std::vector<int32_t> rows(static_cast<size_t>(n), 0), count(static_cast<size_t>(n), 0);
       std::mt19937 rng(seed);
       for (int d = 0; d < 6 * n; ++d) {
@@ -112,7 +112,7 @@ TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
       const CaPlan plan = plan_core_attention(docs, n, o);
       check_plan(docs, n, plan);
       for (const CaTask& t : plan.tasks) {
-        const CaDocument& d = *std::find_if(docs.begin(), docs.end(), [&](const CaDocument& x) {
+        const CaPiece& d = *std::find_if(docs.begin(), docs.end(), [&](const CaPiece& x) {
           return x.origin == t.origin && x.doc == t.doc;
         });
         ASSERT_GE(t.q_begin, d.pos);
@@ -124,7 +124,7 @@ TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
 }
 
 TEST(CadPlan, ABalancedBatchMovesNothing) {
-  std::vector<CaDocument> docs;
+  std::vector<CaPiece> docs;
   for (int s = 0; s < 4; ++s)
     for (int d = 0; d < 3; ++d) docs.push_back({s, d, d * 100, 100});
   const CaPlan plan = plan_core_attention(docs, 4, {});
@@ -135,7 +135,7 @@ TEST(CadPlan, ABalancedBatchMovesNothing) {
 
 TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
   // server 0: one 2048-token document; server 1: 2048 one-token documents
-  std::vector<CaDocument> docs = {{0, 0, 0, 2048}};
+  std::vector<CaPiece> docs = {{0, 0, 0, 2048}};
   for (int i = 0; i < 2048; ++i) docs.push_back({1, i, i, 1});
   const CaPlan plan = plan_core_attention(docs, 2, {});
   check_plan(docs, 2, plan);
@@ -199,7 +199,7 @@ TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
   const CaCostModel m = small_model();
   for (int n : {2, 4, 8})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 7 + uint32_t(n));
+      const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 7 + uint32_t(n));
       CaPlanOptions o;
       o.cost = &m;
       const CaPlan plan = plan_core_attention(docs, n, o);
@@ -217,7 +217,7 @@ TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
   const CaCostModel m = small_model();
   for (int n : {2, 4})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      const std::vector<CaDocument> docs = random_tick(n, 2048, seed * 13 + uint32_t(n));
+      const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 13 + uint32_t(n));
       CaPlanOptions o;
       o.cost = &m;
       const CaPlan equal = plan_core_attention(docs, n, o);

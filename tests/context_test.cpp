@@ -71,7 +71,7 @@ TEST(ContextShards, EveryTokenOwnedOnceWithItsPositionTargetAndMask) {
         }
         for (size_t t = 0; t < owners.size(); ++t) ASSERT_EQ(owners[t], 1) << "token " << t;
         EXPECT_EQ(targets, b.num_targets());  // counted once per sequence, not cp times
-        EXPECT_EQ(pairs, attended_pairs(tasks_for_documents(b.cu_seqlens)));
+        EXPECT_EQ(pairs, attention_pairs(tasks_for_documents(b.cu_seqlens)));
       }
 }
 
@@ -131,7 +131,7 @@ TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {
   EXPECT_EQ(l.pieces[2].row, 4);
   EXPECT_EQ(l.pieces[2].len, 60);
   EXPECT_EQ(l.tokens, b.tokens);
-  EXPECT_EQ(l.attention_pairs(), attended_pairs(tasks_for_documents(b.cu_seqlens)));
+  EXPECT_EQ(l.attention_pairs(), attention_pairs(tasks_for_documents(b.cu_seqlens)));
 }
 
 // Ping-pong halves: every document in exactly one half, whole and in its original order,

@@ -1,0 +1,45 @@
+// What one rank trains of a packed sequence, under every layout: a LocalBatch holds some
+// runs of tokens ("pieces", DocPiece) of the sequence's documents, with each token's
+// target and in-document position taken from the whole sequence *before* it is split, so
+// a piece at the end of a rank's rows still predicts the next token of its document.
+// Without context parallelism it is the whole sequence, one piece per document
+// (whole_sequence); with it, the rank's share (data/context_shards.h); with
+// parallel.dp_balance = packing, documents re-packed by work (data/balance.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lct {
+
+// A run of one document's tokens held by one rank.
+struct DocPiece {
+  int32_t doc = 0;      // index of the document in the packed sequence
+  int32_t doc_len = 0;  // tokens in the whole document
+  int32_t pos = 0;      // in-document offset of the first token
+  int32_t len = 0;      // tokens
+  int32_t row = 0;      // first row in the holder's local arrays
+  int32_t seq_row() const { return doc_start + pos; }  // first row in the whole sequence
+  int32_t doc_start = 0;  // row of the document's first token in the whole sequence
+};
+
+struct LocalBatch {
+  std::vector<int32_t> tokens;       // [T_local]
+  std::vector<int32_t> targets;      // [T_local] next token of the document, or -1
+  std::vector<int32_t> positions;    // [T_local] in-document offsets
+  std::vector<uint8_t> answer_mask;  // [T_local] (may be empty)
+  std::vector<DocPiece> pieces;      // this rank's pieces, in local row order
+  // Every rank's pieces of the same sequence (cp entries; one without context
+  // parallelism), and which of them this is: what context-parallel placements need.
+  std::vector<std::vector<DocPiece>> group_pieces;
+  int cp_rank = 0;
+  int64_t sequence_tokens = 0;       // T of the whole sequence
+
+  int64_t num_tokens() const { return int64_t(tokens.size()); }
+  int64_t num_targets() const;
+  // Attention work of this rank's queries: every piece against its causal key prefix
+  // (attention_pairs of core_attention.h); summed over a group, the sequence's pairs.
+  int64_t attention_pairs() const;
+};
+
+}  // namespace lct

@@ -1,0 +1,87 @@
+#include "src/train/run_plan.h"
+
+#include "src/run_objects.h"
+
+namespace lct {
+
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::colocated: return "colocated";
+    case Placement::context_parallel: return "context-parallel";
+    case Placement::cad: return "cad";
+  }
+  return "?";
+}
+
+RunPlan make_run_plan(const Config& c, int world) {
+  RunPlan p;
+  p.world = world;
+  p.model = model_config(c);
+  p.attention = attention_params_of(p.model);
+  p.optimizer = optimizer_config(c);
+  p.seq_len = c.data.seq_len;
+  p.micro_batches = c.train.micro_batches;
+  p.cp_split = parse_cp_split(c.parallel.cp_split);
+  p.cp_comm = parse_cp_comm(c.parallel.cp_comm);
+
+  const ParallelConfig& par = c.parallel;
+  if (const std::string e = resolve_layout({par.dp, par.pp, par.cp, par.pp_layers}, world,
+                                           p.model.num_hidden_layers, c.data.seq_len, p.layout);
+      !e.empty())
+    throw ConfigError(e);
+  if (const std::string e =
+          split_pipeline_stages(p.model.num_hidden_layers, p.layout.pp, par.pp_layers, p.stages);
+      !e.empty())
+    throw ConfigError(e);
+
+  const bool cad = c.attention_placement == "cad" && world > 1;
+  p.placement = cad ? Placement::cad
+                : p.layout.cp > 1 ? Placement::context_parallel
+                                  : Placement::colocated;
+
+  p.schedule = parse_pipeline_schedule(par.pp_schedule);
+  if (cad && p.pipelined()) {
+    for (const StageSpec& s : p.stages)
+      if (s.num_layers() != p.stages[0].num_layers())
+        throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
+                          "number of layers on every stage (parallel.pp_layers)");
+    if (p.schedule != PipelineSchedule::ticks)
+      p.schedule_reason = std::string("CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = ") +
+                          par.pp_schedule + " is not used)";
+    p.schedule = PipelineSchedule::ticks;
+  }
+
+  p.lanes = cad && c.cad_pingpong ? 2 : 1;
+
+  if (par.dp_balance == "packing") {
+    if (p.layout.cp > 1 || c.attention_placement == "cad")
+      throw ConfigError("parallel.dp_balance = packing is a baseline for colocated attention "
+                        "without context parallelism (parallel.cp = 1, attention.placement = colocated)");
+    p.balance = p.layout.dp > 1 ? DpBalance::packing : DpBalance::none;
+  }
+
+  p.cad.tolerance = c.cad_tolerance;
+  p.cad.profile = c.cad_profile;
+  // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
+  // and a cost model in seconds to set them against (pairs have no time)
+  p.cad.rank_speeds = cad && c.cad_rank_speeds && p.lanes == 1 && c.cad_profile != "pairs" &&
+                      !c.cad_profile.empty();
+  return p;
+}
+
+std::string describe_run_plan(const RunPlan& p) {
+  std::string s = std::to_string(p.world) + " rank(s) = " + layout_name(p.layout) + ", attention placement " +
+                  placement_name(p.placement);
+  if (p.placement == Placement::cad)
+    s += p.lanes == 2 ? " (ping-pong nano-batches)" : " (one exchange at a time)";
+  if (p.placement == Placement::context_parallel)
+    s += std::string(" (") + cp_split_name(p.cp_split) + ", " + cp_comm_name(p.cp_comm) + ")";
+  if (p.balance == DpBalance::packing) s += ", data-parallel balance packing";
+  if (p.pipelined()) {
+    s += std::string(", pipeline schedule ") + pipeline_schedule_name(p.schedule);
+    if (!p.schedule_reason.empty()) s += ": " + p.schedule_reason;
+  }
+  return s;
+}
+
+}  // namespace lct

@@ -1,0 +1,82 @@
+// The run plan: every decision a configuration implies for a run on N ranks, made once,
+// by one pure function (no MPI, nothing allocated), and consumed by the trainer, the
+// memory budget, `lct train --dry-run`, `lct simulate` and `lct bench`. None of them
+// re-derives a layout, a schedule, the lanes or the placement from the config.
+//
+// Cross-field rules, all here (each refusal is one line naming the keys):
+//   layout      dp x pp x cp = N (one degree may be -1), stages from parallel.pp_layers,
+//               data.seq_len a multiple of 2 cp (parallel/layout.h)
+//   placement   what runs: CAD needs more than one rank (one rank runs colocated);
+//               context parallelism without CAD runs the cp exchange
+//   schedule    CAD with pp > 1 runs same-phase ticks whatever parallel.pp_schedule says
+//               (every rank must be at the same layer when attention is exchanged),
+//               and needs the same number of layers on every stage
+//   lanes       2 (ping-pong nano-batches) only for CAD on more than one rank
+//   balance     parallel.dp_balance = packing is a colocated baseline: refused with CAD
+//               or cp > 1, and a no-op with dp = 1
+//   rank speeds CAD learns rank speeds only with one lane (ping-pong plans each lane
+//               alone) and a measured cost model (not with attention.cad_profile = pairs)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/core_attention.h"
+#include "data/context_shards.h"
+#include "model/llama_config.h"
+#include "model/optimizer.h"
+#include "model/stage.h"
+#include "parallel/layout.h"
+#include "parallel/pipeline_schedule.h"
+#include "src/config.h"
+
+namespace lct {
+
+// Where core attention runs.
+enum class Placement {
+  colocated,         // with its tokens, on the rank that holds them
+  context_parallel,  // the cp group exchanges keys and values (parallel.cp_comm)
+  cad,               // disaggregated over every rank (parallel/cad_attention.h)
+};
+const char* placement_name(Placement placement);
+
+enum class DpBalance { none, packing };
+
+struct CadSettings {
+  double tolerance = 0.1;   // attention.cad_tolerance
+  std::string profile;      // attention.cad_profile as given (src/cad_profile.h resolves it)
+  bool rank_speeds = false; // learn each rank's speed (only where it applies, see above)
+};
+
+struct RunPlan {
+  int world = 1;                   // ranks
+  Layout layout;                   // dp x pp x cp
+  std::vector<StageSpec> stages;   // every pipeline stage's layers (one without pp)
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // the schedule that runs
+  std::string schedule_reason;     // why it is not parallel.pp_schedule ("" when it is)
+  int lanes = 1;                   // nano-batches per micro-batch (2 = ping-pong)
+  Placement placement = Placement::colocated;
+  DpBalance balance = DpBalance::none;  // packing only when it does something (dp > 1)
+  CpSplit cp_split = CpSplit::zigzag;
+  CpComm cp_comm = CpComm::ring;
+  LlamaConfig model;               // [model] with the [attention] kernel and DCA keys
+  AttentionParams attention;       // what every attention call of this model gets
+  CadSettings cad;                 // with placement == cad
+  OptimizerConfig optimizer;
+  int64_t seq_len = 0, micro_batches = 1;
+
+  bool pipelined() const { return layout.pp > 1; }
+  // tokens of one optimizer step over all data-parallel replicas
+  int64_t tokens_per_step() const { return seq_len * micro_batches * layout.dp; }
+};
+
+// The plan of `config` on `world` ranks; throws ConfigError (one line) when a rule above
+// refuses it. `config` must already have passed validate_config.
+RunPlan make_run_plan(const Config& config, int world);
+
+// "dp 2 x pp 1 x cp 1, placement cad (one exchange at a time), pipeline schedule 1f1b":
+// the layout line that --dry-run prints and the log starts with.
+std::string describe_run_plan(const RunPlan& plan);
+
+}  // namespace lct

@@ -1,0 +1,107 @@
+// The run plan (src/train/run_plan.h): every cross-field rule of a run, decided once and
+// without MPI.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "src/config.h"
+#include "src/train/run_plan.h"
+
+namespace lct {
+namespace {
+
+Config config_with(const std::map<std::string, std::string>& overrides) {
+  Config c;
+  apply_overrides(c, overrides);
+  validate_config(c);
+  return c;
+}
+
+std::string refusal(const Config& c, int world) {
+  try {
+    make_run_plan(c, world);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunPlan, DefaultsOnOneAndTwoRanks) {
+  const RunPlan one = make_run_plan(Config{}, 1);
+  EXPECT_EQ(one.layout.dp, 1);
+  EXPECT_EQ(one.placement, Placement::colocated);
+  EXPECT_EQ(one.lanes, 1);
+  EXPECT_EQ(one.schedule, PipelineSchedule::one_f_one_b);
+  EXPECT_EQ(one.stages.size(), 1u);
+  EXPECT_EQ(one.tokens_per_step(), Config{}.data.seq_len);
+  const RunPlan two = make_run_plan(Config{}, 2);
+  EXPECT_EQ(two.layout.dp, 2);  // parallel.dp = -1: inferred
+  EXPECT_EQ(two.tokens_per_step(), 2 * Config{}.data.seq_len);
+}
+
+TEST(RunPlan, CadWithPipelineRunsTicksWhateverTheConfigSays) {
+  for (const char* schedule : {"1f1b", "gpipe", "ticks"}) {
+    const RunPlan p = make_run_plan(
+        config_with({{"attention.placement", "cad"}, {"parallel.pp", "2"}, {"parallel.pp_schedule", schedule}}), 2);
+    EXPECT_EQ(p.placement, Placement::cad);
+    EXPECT_EQ(p.schedule, PipelineSchedule::ticks) << schedule;
+    EXPECT_EQ(p.schedule_reason.empty(), std::string(schedule) == "ticks") << schedule;
+    EXPECT_NE(describe_run_plan(p).find("pipeline schedule ticks"), std::string::npos) << describe_run_plan(p);
+  }
+  // colocated keeps the configured schedule
+  const RunPlan p = make_run_plan(config_with({{"parallel.pp", "2"}, {"parallel.pp_schedule", "gpipe"}}), 2);
+  EXPECT_EQ(p.schedule, PipelineSchedule::gpipe);
+  EXPECT_TRUE(p.schedule_reason.empty());
+}
+
+TEST(RunPlan, PlacementAndLanes) {
+  // CAD on one rank has nobody to balance with: it runs colocated, one lane
+  const RunPlan one = make_run_plan(config_with({{"attention.placement", "cad"}, {"attention.cad_pingpong", "true"}}), 1);
+  EXPECT_EQ(one.placement, Placement::colocated);
+  EXPECT_EQ(one.lanes, 1);
+  const RunPlan pingpong =
+      make_run_plan(config_with({{"attention.placement", "cad"}, {"attention.cad_pingpong", "true"}}), 2);
+  EXPECT_EQ(pingpong.placement, Placement::cad);
+  EXPECT_EQ(pingpong.lanes, 2);
+  EXPECT_FALSE(pingpong.cad.rank_speeds);  // ping-pong plans each lane alone
+  const RunPlan cad = make_run_plan(config_with({{"attention.placement", "cad"}}), 2);
+  EXPECT_EQ(cad.lanes, 1);
+  EXPECT_TRUE(cad.cad.rank_speeds);  // auto cost model, one lane
+  EXPECT_FALSE(make_run_plan(config_with({{"attention.placement", "cad"}, {"attention.cad_profile", "pairs"}}), 2)
+                   .cad.rank_speeds);  // pairs have no seconds to set speeds against
+  // ping-pong is a CAD feature: colocated attention has no traffic to hide
+  EXPECT_EQ(make_run_plan(config_with({{"attention.cad_pingpong", "true"}}), 2).lanes, 1);
+  const RunPlan cp = make_run_plan(config_with({{"parallel.cp", "2"}, {"parallel.cp_comm", "allgather"}}), 2);
+  EXPECT_EQ(cp.placement, Placement::context_parallel);
+  EXPECT_EQ(cp.cp_comm, CpComm::allgather);
+  EXPECT_EQ(make_run_plan(config_with({{"parallel.cp", "2"}, {"attention.placement", "cad"}}), 2).placement,
+            Placement::cad);  // CAD plans the cp pieces like documents
+}
+
+TEST(RunPlan, Balance) {
+  EXPECT_EQ(make_run_plan(config_with({{"parallel.dp_balance", "packing"}}), 2).balance, DpBalance::packing);
+  EXPECT_EQ(make_run_plan(config_with({{"parallel.dp_balance", "packing"}}), 1).balance, DpBalance::none);
+  EXPECT_EQ(make_run_plan(config_with({{"parallel.dp_balance", "packing"}, {"parallel.pp", "2"}}), 4).balance,
+            DpBalance::packing);
+}
+
+TEST(RunPlan, Refusals) {
+  EXPECT_NE(refusal(config_with({{"parallel.dp", "2"}}), 3).find("MPI world has 3 ranks"), std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.dp_balance", "packing"}, {"attention.placement", "cad"}}), 2)
+                .find("parallel.dp_balance = packing"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.dp_balance", "packing"}, {"parallel.cp", "2"}}), 2)
+                .find("parallel.dp_balance = packing"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"attention.placement", "cad"}, {"parallel.pp", "2"}, {"parallel.pp_layers", "[1, 3]"}}), 2)
+                .find("same number of layers on every stage"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.cp", "2"}, {"data.seq_len", "2046"}}), 2).find("multiple of 2 x parallel.cp"),
+            std::string::npos);
+  // unequal stages are fine without CAD
+  EXPECT_EQ(refusal(config_with({{"parallel.pp", "2"}, {"parallel.pp_layers", "[1, 3]"}}), 2), "");
+}
+
+}  // namespace
+}  // namespace lct

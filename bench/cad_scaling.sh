@@ -9,8 +9,10 @@
 #   cad_pingpong  dp = N, CAD with ping-pong nano-batches (attention.cad_pingpong = true)
 #   cp          cp = N, per-document context parallelism (zigzag, ring), colocated
 #   pp_1f1b     pp = N, colocated, 1F1B, --micro-batches per step
-#   pp_cad      pp = N, CAD: same-phase ticks whose dummies serve attention
-#   pp_cad_pingpong  the same with ping-pong
+#   pp_cad      pp = N, CAD with its defaults: same-phase ticks whose dummies serve
+#               attention (ping-pong on: attention.cad_pingpong = auto)
+#   pp_cad_pingpong  the same with ping-pong set explicitly
+#   pp_cad_one_exchange  the same without ping-pong (attention.cad_pingpong = false)
 # Default: colocated packing cad cad_pingpong cp. The layouts alternate for --rounds
 # rounds; each round's speedups are ratios to that round's dp = 1 run, by wall clock
 # (bench/throughput.py: total tokens over total time of the steps after the first two),
@@ -48,6 +50,7 @@ layout_args() {  # the lct train arguments of a layout
     pp_1f1b) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES" ;;
     pp_cad) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad" ;;
     pp_cad_pingpong) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad --attention.cad_pingpong true" ;;
+    pp_cad_one_exchange) echo "--parallel.dp 1 --parallel.pp $RANKS --train.micro_batches $MICRO_BATCHES --attention.placement cad --attention.cad_pingpong false" ;;
     *) echo "cad_scaling: unknown layout '$1'" >&2; exit 1 ;;
   esac
 }

@@ -126,7 +126,7 @@ class LlamaModel {
 
   // Activation memory: peak slots in use times slot bytes, plus backward scratch.
   int64_t activation_bytes() const;
-  // The same sizes without building a model (memory budgets, src/memory_budget.h):
+  // The same sizes without building a model (memory budgets, src/train/memory_budget.h):
   // floats per token a stage saves between forward and backward (a slot holds T of
   // them), of the backward scratch for T tokens, and of lane 1's own scratch (ping-pong).
   static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage);

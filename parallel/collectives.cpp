@@ -76,50 +76,13 @@ void barrier_sleeping(MPI_Comm comm) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mine,
-                                double step_seconds) {
-  const Layout& layout = grid.layout();
-  const int n = grid.world_size();
-  StepFigures f;
-  f.stage_bubble.assign(size_t(layout.pp), 0.0);
-  f.stage_activation_bytes.assign(size_t(layout.pp), 0);
-  constexpr int kValues = 10;
-  const double values[kValues] = {mine.compute_seconds, mine.comm_seconds, mine.bubble,
-                                  double(mine.activation_bytes), mine.attention_pairs,
-                                  mine.exchange_bytes_sent, mine.exchange_exposed_seconds,
-                                  mine.exchange_hidden_seconds, double(mine.peak_rss_bytes),
-                                  mine.attention_pairs_served};
-  std::vector<double> all(size_t(kValues * n));
-  if (n == 1)
-    std::copy(values, values + kValues, all.begin());
-  else
-    MPI_Allgather(values, kValues, MPI_DOUBLE, all.data(), kValues, MPI_DOUBLE, grid.world());
-  double max_compute = 0, sum_compute = 0, sum_idle = 0, max_pairs = 0, sum_pairs = 0;
-  double max_served = 0, sum_served = 0;
-  const double step = std::max(step_seconds, 1e-9);
-  for (int k = 0; k < n; ++k) {
-    const double* v = &all[size_t(kValues * k)];
-    max_compute = std::max(max_compute, v[0]);
-    sum_compute += v[0];
-    sum_idle += v[1] / step;
-    const size_t s = size_t(grid_coordinates(layout, k).pp_rank);
-    f.stage_bubble[s] = std::max(f.stage_bubble[s], v[2]);
-    f.stage_activation_bytes[s] = std::max(f.stage_activation_bytes[s], int64_t(v[3]));
-    max_pairs = std::max(max_pairs, v[4]);
-    sum_pairs += v[4];
-    f.exchange_bytes_sent += v[5] / n;
-    f.exchange_exposed_fraction += v[6] / step / n;
-    f.exchange_hidden_fraction += v[7] / step / n;
-    f.peak_rss_bytes = std::max(f.peak_rss_bytes, int64_t(v[8]));
-    max_served = std::max(max_served, v[9]);
-    sum_served += v[9];
-  }
-  f.attention_pairs_max_over_mean = sum_pairs > 0 ? max_pairs / (sum_pairs / n) : 1.0;
-  f.attention_pairs_served_max_over_mean = sum_served > 0 ? max_served / (sum_served / n) : 1.0;
-  if (n == 1) return f;  // compute / idle figures are for several ranks
-  f.compute_max_over_mean = max_compute / std::max(sum_compute / n, 1e-12);
-  f.idle_fraction = sum_idle / n;
-  return f;
+std::vector<double> allgather_rows(const std::vector<double>& mine, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return mine;
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  std::vector<double> all(mine.size() * size_t(n));
+  MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE, comm);
+  return all;
 }
 
 double probe_ring_bandwidth(MPI_Comm comm) {

@@ -35,33 +35,9 @@ double probe_ring_bandwidth(MPI_Comm comm);
 // at that bandwidth, less the part it was seen waiting for (PlacementStats, >= 0).
 PlacementStats with_hidden_estimate(PlacementStats stats, double bytes_per_second);
 
-// One rank's figures of a step.
-struct RankStepTimes {
-  double compute_seconds = 0;  // step minus time inside MPI calls
-  double comm_seconds = 0;     // time inside MPI calls
-  double bubble = 0;           // pipeline: blocked on receives over the schedule's time
-  int64_t activation_bytes = 0;  // peak activation slots x slot bytes
-  double attention_pairs = 0;    // attention work of this rank's queries
-  double attention_pairs_served = 0;  // attention work this rank computed (its placement)
-  double exchange_bytes_sent = 0;      // context-parallel exchange, this step
-  double exchange_exposed_seconds = 0, exchange_hidden_seconds = 0;
-  int64_t peak_rss_bytes = 0;
-};
-
-// Over all ranks of the grid: slowest compute over mean compute, mean fraction of the
-// step spent in communication, and per pipeline stage the worst bubble and activation
-// peak. One all-gather over the world (none in a single process).
-struct StepFigures {
-  double compute_max_over_mean = 1.0, idle_fraction = 0.0;
-  double attention_pairs_max_over_mean = 1.0;  // over ranks
-  double attention_pairs_served_max_over_mean = 1.0;
-  double exchange_bytes_sent = 0;                    // mean over ranks
-  double exchange_exposed_fraction = 0, exchange_hidden_fraction = 0;  // mean over ranks, of the step
-  int64_t peak_rss_bytes = 0;                  // max over ranks
-  std::vector<double> stage_bubble;            // [pp]
-  std::vector<int64_t> stage_activation_bytes;  // [pp]
-};
-StepFigures gather_step_figures(const ProcessGrid& grid, const RankStepTimes& mine,
-                                double step_seconds);
+// Every rank's row of doubles (all rows of the same width), rank-major, on every rank:
+// the step's per-rank figures (src/metrics/step_metrics.h reduces them). One
+// MPI_Allgather; without MPI (comm == MPI_COMM_NULL) just this rank's row.
+std::vector<double> allgather_rows(const std::vector<double>& mine, MPI_Comm comm);
 
 }  // namespace lct

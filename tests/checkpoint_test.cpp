@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "src/checkpoint.h"
-#include "src/trainer.h"
+#include "src/io/checkpoint.h"
+#include "src/train/trainer.h"
 
 namespace lct {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <vector>
 
-#include "src/config.h"
+#include "src/config/config.h"
 #include "tests/test_util.h"
 
 namespace lct {

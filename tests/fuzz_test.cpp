@@ -21,12 +21,12 @@
 
 #include "model/llama.h"
 #include "model/optimizer.h"
-#include "src/checkpoint.h"
-#include "src/config.h"
-#include "src/eval.h"
-#include "src/h5io.h"
-#include "src/params_io.h"
-#include "src/run_objects.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/cli/eval.h"
+#include "src/io/h5io.h"
+#include "src/io/params_io.h"
+#include "src/train/run_objects.h"
 
 namespace lct {
 namespace {

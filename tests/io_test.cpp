@@ -3,9 +3,9 @@
 
 #include <filesystem>
 
-#include "src/eval.h"
-#include "src/h5io.h"
-#include "src/params_io.h"
+#include "src/cli/eval.h"
+#include "src/io/h5io.h"
+#include "src/io/params_io.h"
 #include "tests/test_util.h"
 
 namespace lct {

@@ -8,7 +8,7 @@
 #include "data/nano_batches.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
-#include "src/trainer.h"
+#include "src/train/trainer.h"
 #include "tests/test_util.h"
 
 namespace lct {

@@ -8,7 +8,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-# CAD's measured cost model is cached here, not in the user's cache (src/cad_profile.h)
+# CAD's measured cost model is cached here, not in the user's cache (src/train/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 
 # compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters

@@ -52,7 +52,7 @@ for kernel in causal dca; do
   compare "AdamW dp=2 x pp=2 $kernel vs dp=2" "adam_dp2pp2_$kernel" "adam_dp2_$kernel" 0 0
 done
 grep -q "pipeline: 4 stages (layers 0-0, 1-1, 2-2, 3-3), schedule 1f1b" pp4_causal_tied_false_m8.log
-grep -q "bubble .* (theory 27.3%)" pp4_causal_tied_false_m8.log   # (4-1)/(8+4-1)
+grep -q "bubble .* | theory 27.3%" pp4_causal_tied_false_m8.log   # (4-1)/(8+4-1)
 grep -q '"bubble_theoretical"' pp2_causal_tied_false_m4/metrics.jsonl
 h5ls pp2_causal_tied_false_m4/step_00000010.h5/metrics | grep -q bubble_fraction
 

@@ -78,12 +78,14 @@ done
 # 2. --dry-run prints the schedule that runs
 out=$($MPIRUN -np 2 "$LCT" train --dry-run $MODEL --checkpoint.dir dry --attention.placement cad \
       --parallel.pp 2 --parallel.pp_schedule 1f1b 2>&1) || fail "dry run failed: $out"
-echo "$out" | grep -q "attention placement cad (one exchange at a time), pipeline schedule ticks: CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = 1f1b is not used)" \
-  || fail "--dry-run does not print the ticks schedule that CAD with pp = 2 runs: $out"
+echo "$out" | grep -q "attention placement cad (ping-pong nano-batches; attention.cad_pingpong = auto: on under pipeline ticks), pipeline schedule ticks: CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = 1f1b is not used)" \
+  || fail "--dry-run does not print the ticks schedule and the lanes that CAD with pp = 2 runs: $out"
 run_train ran 2 --train.steps 1 --attention.placement cad --attention.cad_profile pairs --parallel.pp 2 \
   --parallel.pp_schedule 1f1b
 grep -q "schedule ticks" ran.log || fail "the run's log does not name the ticks schedule"
-echo "ok   --dry-run and the run both name the ticks schedule under CAD with pp = 2"
+grep -q "ping-pong nano-batches (attention.cad_pingpong = auto: on under pipeline ticks)" ran.log \
+  || fail "the run's log does not name the lanes"
+echo "ok   --dry-run and the run both name the ticks schedule and the ping-pong lanes under CAD with pp = 2"
 
 [ "$failed" = 0 ] && echo "run plan: all checks passed"
 exit "$failed"

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "src/config.h"
+#include "src/config/config.h"
 #include "src/train/run_plan.h"
 
 namespace lct {
@@ -66,7 +66,15 @@ TEST(RunPlan, PlacementAndLanes) {
   EXPECT_EQ(pingpong.lanes, 2);
   EXPECT_FALSE(pingpong.cad.rank_speeds);  // ping-pong plans each lane alone
   const RunPlan cad = make_run_plan(config_with({{"attention.placement", "cad"}}), 2);
-  EXPECT_EQ(cad.lanes, 1);
+  EXPECT_EQ(cad.lanes, 1);  // attention.cad_pingpong = auto: off without pipeline parallelism
+  EXPECT_FALSE(cad.lanes_reason.empty());
+  // auto: on under pipeline ticks; an explicit setting wins either way
+  EXPECT_EQ(make_run_plan(config_with({{"attention.placement", "cad"}, {"parallel.pp", "2"}}), 2).lanes, 2);
+  EXPECT_EQ(make_run_plan(config_with({{"attention.placement", "cad"}, {"parallel.pp", "2"},
+                                       {"attention.cad_pingpong", "false"}}), 2).lanes, 1);
+  const RunPlan off = make_run_plan(config_with({{"attention.placement", "cad"}, {"attention.cad_pingpong", "false"}}), 2);
+  EXPECT_EQ(off.lanes, 1);
+  EXPECT_TRUE(off.lanes_reason.empty());
   EXPECT_TRUE(cad.cad.rank_speeds);  // auto cost model, one lane
   EXPECT_FALSE(make_run_plan(config_with({{"attention.placement", "cad"}, {"attention.cad_profile", "pairs"}}), 2)
                    .cad.rank_speeds);  // pairs have no seconds to set speeds against

@@ -1,6 +1,6 @@
 #include "src/train/run_plan.h"
 
-#include "src/run_objects.h"
+#include "src/train/run_objects.h"
 
 namespace lct {
 
@@ -51,7 +51,16 @@ RunPlan make_run_plan(const Config& c, int world) {
     p.schedule = PipelineSchedule::ticks;
   }
 
-  p.lanes = cad && c.cad_pingpong ? 2 : 1;
+  // ping-pong: measured (bench/cad_scaling.sh) slower than one exchange at a time with
+  // data parallelism on one host, and faster under pipeline ticks, where the second
+  // lane gives the stage that would wait in the exchange other work to serve
+  if (cad && c.cad_pingpong == "auto") {
+    p.lanes = p.pipelined() ? 2 : 1;
+    p.lanes_reason = p.pipelined() ? "attention.cad_pingpong = auto: on under pipeline ticks"
+                                   : "attention.cad_pingpong = auto: off without pipeline parallelism";
+  } else {
+    p.lanes = cad && c.cad_pingpong == "true" ? 2 : 1;
+  }
 
   if (par.dp_balance == "packing") {
     if (p.layout.cp > 1 || c.attention_placement == "cad")
@@ -72,8 +81,10 @@ RunPlan make_run_plan(const Config& c, int world) {
 std::string describe_run_plan(const RunPlan& p) {
   std::string s = std::to_string(p.world) + " rank(s) = " + layout_name(p.layout) + ", attention placement " +
                   placement_name(p.placement);
-  if (p.placement == Placement::cad)
-    s += p.lanes == 2 ? " (ping-pong nano-batches)" : " (one exchange at a time)";
+  if (p.placement == Placement::cad) {
+    s += p.lanes == 2 ? " (ping-pong nano-batches" : " (one exchange at a time";
+    s += p.lanes_reason.empty() ? ")" : "; " + p.lanes_reason + ")";
+  }
   if (p.placement == Placement::context_parallel)
     s += std::string(" (") + cp_split_name(p.cp_split) + ", " + cp_comm_name(p.cp_comm) + ")";
   if (p.balance == DpBalance::packing) s += ", data-parallel balance packing";

@@ -11,7 +11,8 @@
 //   schedule    CAD with pp > 1 runs same-phase ticks whatever parallel.pp_schedule says
 //               (every rank must be at the same layer when attention is exchanged),
 //               and needs the same number of layers on every stage
-//   lanes       2 (ping-pong nano-batches) only for CAD on more than one rank
+//   lanes       2 (ping-pong nano-batches) only for CAD on more than one rank; with
+//               attention.cad_pingpong = auto, exactly under pipeline parallelism
 //   balance     parallel.dp_balance = packing is a colocated baseline: refused with CAD
 //               or cp > 1, and a no-op with dp = 1
 //   rank speeds CAD learns rank speeds only with one lane (ping-pong plans each lane
@@ -29,7 +30,7 @@
 #include "model/stage.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_schedule.h"
-#include "src/config.h"
+#include "src/config/config.h"
 
 namespace lct {
 
@@ -45,7 +46,7 @@ enum class DpBalance { none, packing };
 
 struct CadSettings {
   double tolerance = 0.1;   // attention.cad_tolerance
-  std::string profile;      // attention.cad_profile as given (src/cad_profile.h resolves it)
+  std::string profile;      // attention.cad_profile as given (src/train/cad_profile.h resolves it)
   bool rank_speeds = false; // learn each rank's speed (only where it applies, see above)
 };
 
@@ -56,6 +57,7 @@ struct RunPlan {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // the schedule that runs
   std::string schedule_reason;     // why it is not parallel.pp_schedule ("" when it is)
   int lanes = 1;                   // nano-batches per micro-batch (2 = ping-pong)
+  std::string lanes_reason;        // how attention.cad_pingpong = auto decided ("" otherwise)
   Placement placement = Placement::colocated;
   DpBalance balance = DpBalance::none;  // packing only when it does something (dp > 1)
   CpSplit cp_split = CpSplit::zigzag;

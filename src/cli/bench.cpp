@@ -1,0 +1,572 @@
+#include "src/cli/bench.h"
+#include "src/cli/command.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <malloc.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "attention/core_attention.h"
+#include "data/rng.h"
+#include "model/ops.h"
+#include "attention/cad_cost.h"
+#include "attention/cad_plan.h"
+#include "data/context_shards.h"
+#include "src/train/flops.h"
+#include "src/io/h5io.h"
+#include "src/util/log.h"
+#include "src/util/machine.h"
+#include "src/train/trainer.h"
+
+namespace lct {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Every figure is work over wall-clock time: the total work of the measured runs over
+// their total time. A run repeats the same work, so that is the work of one run over
+// the mean of the runs' times (never a median, which would drop the slow runs).
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / double(v.size());
+}
+
+// Runs `once` (which returns one or more timings) until `repeats` timed runs are
+// collected or the budget is used up. A first warm-up run is discarded unless it
+// alone took a quarter of the budget (long shapes, where warm-up effects vanish).
+std::vector<std::vector<double>> repeat_timed(const BenchOptions& o,
+                                              const std::function<std::vector<double>()>& once) {
+  std::vector<std::vector<double>> runs;
+  const auto t0 = Clock::now();
+  const std::vector<double> warm = once();
+  if (seconds_since(t0) > o.budget_seconds / 4) runs.push_back(warm);
+  while (int(runs.size()) < o.repeats && (runs.empty() || seconds_since(t0) < o.budget_seconds))
+    runs.push_back(once());
+  return runs;
+}
+
+std::vector<double> column(const std::vector<std::vector<double>>& runs, size_t i) {
+  std::vector<double> c;
+  for (const auto& r : runs) c.push_back(r[i]);
+  return c;
+}
+
+// ---- ceilings ------------------------------------------------------------------
+
+double sgemm_gflops(const BenchOptions& o, int64_t n) {
+  std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
+  for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = float(i % 7) * 0.1f, b[size_t(i)] = float(i % 5) * 0.1f;
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(n), int(n), 1.0f, a.data(),
+                int(n), b.data(), int(n), 0.0f, c.data(), int(n));
+    return std::vector<double>{seconds_since(t0)};
+  });
+  return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
+}
+
+volatile double g_fma_sink = 0.0;
+
+// Independent FMA chains per thread, enough of them to hide the FMA latency: the
+// machine's float32 multiply-add peak for the vector width this binary targets.
+double fma_loop(int64_t iterations) {
+#if defined(__AVX512F__)
+  using Vec = __m512;
+  constexpr int kLanes = 16;
+  auto set1 = [](float x) { return _mm512_set1_ps(x); };
+  auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
+  auto lane0 = [](Vec v) {  // (GCC 12's cast/extract intrinsics warn spuriously)
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, v);
+    return lanes[0];
+  };
+#elif defined(__AVX2__) && defined(__FMA__)
+  using Vec = __m256;
+  constexpr int kLanes = 8;
+  auto set1 = [](float x) { return _mm256_set1_ps(x); };
+  auto fma = [](Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); };
+  auto lane0 = [](Vec v) { return _mm256_cvtss_f32(v); };
+#else
+  using Vec = float;
+  constexpr int kLanes = 1;
+  auto set1 = [](float x) { return x; };
+  auto fma = [](Vec a, Vec b, Vec c) { return a * b + c; };
+  auto lane0 = [](Vec v) { return v; };
+#endif
+  constexpr int kChains = 12;
+  double total = 0.0;
+  const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : total)
+  {
+    Vec acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = set1(1.0f + 0.001f * float(c));
+    const Vec mul = set1(0.999999f), add = set1(1e-7f);
+    for (int64_t i = 0; i < iterations; ++i)
+      for (int c = 0; c < kChains; ++c) acc[c] = fma(acc[c], mul, add);
+    float sink = 0.0f;
+    for (int c = 0; c < kChains; ++c) sink += lane0(acc[c]);
+    total += sink * 1e-30;  // keeps the chains alive
+  }
+  const double s = seconds_since(t0);
+  g_fma_sink = total;  // the chains' results are used, so the loop cannot be dropped
+  const double flops = 2.0 * kLanes * kChains * double(iterations) * omp_get_max_threads();
+  return flops / s / 1e9;
+}
+
+double fma_peak_gflops(const BenchOptions& o) {
+  fma_loop(1 << 22);  // wake the cores
+  // each run does the same FLOPs, so FLOPs over total time is the rates' harmonic mean
+  const auto runs = repeat_timed(o, [] { return std::vector<double>{1.0 / fma_loop(1 << 25)}; });
+  return 1.0 / mean(column(runs, 0));
+}
+
+// ---- attention -----------------------------------------------------------------
+
+struct AttentionRow {
+  std::string layout, kernel;
+  double time_vs_causal = 0;  // DCA rows: (fwd+bwd time) / causal's on the same input
+  int64_t tokens = 0, documents = 0, pairs = 0;
+  double fwd_s = 0, bwd_s = 0, fwd_gflops = 0, bwd_gflops = 0, total_gflops = 0;
+  int runs = 0;
+};
+
+AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
+                             const std::string& layout, std::span<const int32_t> cu) {
+  const std::vector<AttentionTask> tasks = tasks_for_documents(cu);
+  const int64_t T = cu.back(), qn = T * p.num_heads * p.head_dim,
+                kn = T * p.num_kv_heads * p.head_dim;
+  const size_t qs = size_t(qn), ks = size_t(kn);
+  std::vector<float> q(qs), k(ks), v(ks), out(qs), lse(size_t(T) * p.num_heads), dout(qs),
+      dq(qs), dk(ks), dv(ks);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < qn; ++i) {
+    q[size_t(i)] = float(normal_at(1, 0, uint64_t(i)));
+    dout[size_t(i)] = float(normal_at(1, 3, uint64_t(i)));
+    if (i < kn) {
+      k[size_t(i)] = float(normal_at(1, 1, uint64_t(i)));
+      v[size_t(i)] = float(normal_at(1, 2, uint64_t(i)));
+    }
+  }
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    attention_forward(p, tasks, q.data(), k.data(), v.data(), out.data(), lse.data());
+    const double fwd = seconds_since(t0);
+    const auto t1 = Clock::now();
+    attention_backward(p, tasks, q.data(), k.data(), v.data(), out.data(), lse.data(),
+                       dout.data(), dq.data(), dk.data(), dv.data());
+    return std::vector<double>{fwd, seconds_since(t1)};
+  });
+  AttentionRow r;
+  r.layout = layout;
+  r.kernel = attention_kernel_name(p.kernel);
+  r.tokens = T;
+  r.documents = int64_t(cu.size()) - 1;
+  r.pairs = attention_pairs(tasks);
+  r.runs = int(runs.size());
+  r.fwd_s = mean(column(runs, 0));
+  r.bwd_s = mean(column(runs, 1));
+  std::vector<double> sum;
+  for (const auto& run : runs) sum.push_back(run[0] + run[1]);
+  const double fwd_flops = 4.0 * p.num_heads * p.head_dim * double(r.pairs);
+  r.fwd_gflops = fwd_flops / r.fwd_s / 1e9;
+  r.bwd_gflops = 2.5 * fwd_flops / r.bwd_s / 1e9;
+  r.total_gflops = 3.5 * fwd_flops / mean(sum) / 1e9;
+  return r;
+}
+
+// ---- training step -------------------------------------------------------------
+
+struct StepRow {
+  int64_t seq_len = 0, documents = 0;
+  double ms = 0, tokens_per_s = 0, gflops = 0;
+  int64_t peak_rss = 0, activation_bytes = 0;
+  int runs = 0;
+};
+
+Config config_at_length(const Config& base, int64_t L) {
+  Config c = base;
+  c.data.seq_len = L;
+  c.data.max_doc_len = L;
+  c.train.micro_batches = 1;
+  c.train.steps = 1 << 20;  // the schedule is irrelevant; keep lr in warmup
+  return c;
+}
+
+// Document boundaries of the first packed sequence of length L from the config's data.
+std::vector<int32_t> first_sequence_documents(const Config& base, int64_t L) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config_at_length(base, L));
+  SequencePacker packer(*source, L);
+  return packer.sequence(0).cu_seqlens;
+}
+
+StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L) {
+  attention_release_workspace();
+  malloc_trim(0);
+  reset_peak_rss();
+  StepRow r;
+  r.seq_len = L;
+  {
+    Trainer trainer(config_at_length(base, L));
+    const auto runs = repeat_timed(o, [&] {
+      const StepRecord s = trainer.train_step();
+      return std::vector<double>{s.ms, double(s.tokens), s.gflops * s.ms};  // GFLOP/s x ms
+    });
+    r.runs = int(runs.size());
+    // total tokens (FLOPs) over the total time of the measured steps
+    const double ms = mean(column(runs, 0));
+    r.ms = ms;
+    r.tokens_per_s = mean(column(runs, 1)) / (ms / 1e3);
+    r.gflops = mean(column(runs, 2)) / ms;
+    r.activation_bytes = trainer.model().activation_bytes();
+    r.documents = int64_t(first_sequence_documents(base, L).size()) - 1;
+    r.peak_rss = peak_rss_bytes();
+  }
+  attention_release_workspace();
+  malloc_trim(0);
+  return r;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Per-rank attention pairs (data/context_shards.h) of each split over a stream's
+// sequences: max/mean per sequence, averaged, and the worst sequence's.
+struct BalanceRow {
+  int64_t cp = 0;
+  std::string split;
+  double mean_max_over_mean = 0, worst_max_over_mean = 0;
+};
+
+std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<PackedBatch> sequences;
+  for (int64_t k = 0; k < o.balance_sequences; ++k) sequences.push_back(packer.sequence(k));
+  std::vector<BalanceRow> rows;
+  for (int64_t cp : o.cp_degrees)
+    for (CpSplit split : {CpSplit::zigzag, CpSplit::contiguous}) {
+      BalanceRow r{cp, cp_split_name(split), 0, 0};
+      for (const PackedBatch& b : sequences) {
+        double max_pairs = 0, sum_pairs = 0;
+        for (int64_t rank = 0; rank < cp; ++rank) {
+          const double p = double(shard_sequence(b, int(cp), int(rank), split).attention_pairs());
+          max_pairs = std::max(max_pairs, p);
+          sum_pairs += p;
+        }
+        const double ratio = max_pairs / (sum_pairs / double(cp));
+        r.mean_max_over_mean += ratio / double(sequences.size());
+        r.worst_max_over_mean = std::max(r.worst_max_over_mean, ratio);
+      }
+      rows.push_back(r);
+    }
+  return rows;
+}
+
+// The CAD planner alone on the stream: dp ranks each holding one sequence per tick,
+// attention pairs max/mean before and after planning, and bytes moved per layer.
+struct CadBalanceRow {
+  int64_t ranks = 0;
+  double before = 0, after = 0, worst_after = 0, mib_per_layer = 0;
+};
+
+std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  const CaPlanOptions opt = ca_plan_options(plan.attention, plan.cad.tolerance, nullptr);
+  std::vector<CadBalanceRow> rows;
+  for (int64_t n : o.cad_ranks) {
+    CadBalanceRow r{n, 0, 0, 0, 0};
+    const int64_t ticks = std::max<int64_t>(1, o.balance_sequences / n);
+    for (int64_t tick = 0; tick < ticks; ++tick) {
+      std::vector<CaPiece> docs;
+      for (int64_t rank = 0; rank < n; ++rank) {
+        const PackedBatch b = packer.sequence(tick * n + rank);
+        for (int64_t d = 0; d < b.num_docs(); ++d)
+          docs.push_back({int32_t(rank), int32_t(d), b.cu_seqlens[size_t(d)],
+                          b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)]});
+      }
+      const CaPlan plan = plan_core_attention(docs, int(n), opt);
+      const auto ratio = [](const std::vector<int64_t>& v) {
+        double mx = 0, sum = 0;
+        for (int64_t x : v) mx = std::max(mx, double(x)), sum += double(x);
+        return mx / (sum / double(v.size()));
+      };
+      r.before += ratio(plan.pairs_before) / double(ticks);
+      r.after += ratio(plan.pairs_after) / double(ticks);
+      r.worst_after = std::max(r.worst_after, ratio(plan.pairs_after));
+      r.mib_per_layer += double(plan.bytes_moved) / 1048576.0 / double(ticks);
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+bool wants(const BenchOptions& o, const char* section) {
+  return std::find(o.sections.begin(), o.sections.end(), section) != o.sections.end();
+}
+
+}  // namespace
+
+int run_bench(const Config& config, const BenchOptions& o) {
+  const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
+  const LlamaConfig& model = plan.model;
+  AttentionParams ap = plan.attention;
+  // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
+  // RoPE table covering positions 0..C
+  const RopeTable dca_rope =
+      build_rope_table(model.dca_chunk_size + 1, model.head_dim(), model.rope_theta);
+  AttentionParams dca_ap = ap;
+  dca_ap.kernel = AttentionKernel::dca;
+  dca_ap.dca.rope_cos = dca_rope.cos.data();
+  dca_ap.dca.rope_sin = dca_rope.sin.data();
+  dca_ap.dca.rope_positions = dca_rope.max_positions;
+  ap.kernel = AttentionKernel::causal;
+
+  const int threads = omp_get_max_threads();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const std::string cpu = cpu_model_name();
+  const std::string blas_warning = blas_capability_warning();
+  const auto say = [&](const char* fmt, auto... args) {
+    if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
+  };
+
+  say("lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
+      omp_get_max_threads(), openblas_get_num_threads(), blas_description().c_str());
+  if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
+  say("each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
+
+  double sgemm = 0, fma = 0;
+  const int64_t sgemm_n = 2048;
+  if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) {
+    sgemm = sgemm_gflops(o, sgemm_n);
+    fma = fma_peak_gflops(o);
+    say("\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
+        (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+  }
+
+  std::vector<AttentionRow> attention_rows;
+  if (wants(o, "attention")) {
+    say("\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
+        "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
+        ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
+        dca_ap.dca.chunk_len());
+    say("  %-8s %-7s %7s %5s %9s %9s %9s %9s %9s %9s %5s\n", "layout", "kernel", "tokens", "docs",
+        "fwd", "bwd", "fwd+bwd", "xSGEMM", "f+b ms", "t/causal", "runs");
+    for (int64_t L : o.attention_lengths) {
+      const std::vector<int32_t> one_doc = {0, int32_t(L)};
+      const std::vector<int32_t> packed = first_sequence_documents(config, L);
+      for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
+        double causal_s = 0;
+        for (const AttentionParams* params : {&ap, &dca_ap}) {
+          AttentionRow r = bench_attention(o, *params, layout, cu);
+          if (params == &ap) causal_s = r.fwd_s + r.bwd_s;
+          else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s;
+          attention_rows.push_back(r);
+          char ratio[16] = "";
+          if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
+          say("  %-8s %-7s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %9s %5d\n", r.layout.c_str(),
+              r.kernel.c_str(), (long long)r.tokens, (long long)r.documents, r.fwd_gflops,
+              r.bwd_gflops, r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s),
+              ratio, r.runs);
+        }
+      }
+      attention_release_workspace();
+    }
+  }
+
+  std::vector<StepRow> step_rows;
+  if (wants(o, "step")) {
+    say("\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+        "documents | model GFLOP/s (src/train/flops.h), MFU vs SGEMM and vs FMA\n",
+        model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
+        model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
+        (long long)model.vocab_size, config.data.doc_lengths.c_str());
+    say("  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
+        "GFLOP/s", "xSGEMM", "xFMA", "peak MiB", "acts MiB", "runs");
+    for (int64_t L : o.step_lengths) {
+      const StepRow r = bench_step(o, config, L);
+      step_rows.push_back(r);
+      say("  %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", (long long)r.seq_len,
+          (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / sgemm, r.gflops / fma,
+          double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0, r.runs);
+    }
+  }
+
+  std::vector<BalanceRow> balance_rows;
+  if (wants(o, "cp_balance")) {
+    say("\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
+        "%lld tokens (%s documents)\n",
+        (long long)o.balance_sequences, (long long)config.data.seq_len,
+        config.data.doc_lengths.c_str());
+    say("  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
+    balance_rows = cp_balance(config, o);
+    for (const BalanceRow& r : balance_rows)
+      say("  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
+          r.worst_max_over_mean);
+  }
+
+  if (wants(o, "profile")) {
+    const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? dca_ap : ap;
+    const CaCostModel m = measure_cost_model(pp, cpu, blas_description(), omp_get_max_threads());
+    say("\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
+        "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
+    say("  %6s", "q \\ kv");
+    for (int64_t kv : m.kv_grid) say(" %8lld", (long long)kv);
+    say("\n");
+    for (size_t i = 0; i < m.q_grid.size(); ++i) {
+      say("  %6lld", (long long)m.q_grid[i]);
+      for (size_t j = 0; j < m.kv_grid.size(); ++j) say(" %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
+      say("\n");
+    }
+    if (!o.profile_out.empty()) {
+      write_text_atomically(o.profile_out, m.to_text());
+      say("  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
+    }
+  }
+
+  std::vector<CadBalanceRow> cad_rows;
+  if (wants(o, "cad_balance")) {
+    say("\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
+        "documents, tolerance %.3g): attention pairs max/mean per rank\n",
+        (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
+    say("  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
+    cad_rows = cad_balance(config, plan, o);
+    for (const CadBalanceRow& r : cad_rows)
+      say("  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
+          r.worst_after, r.mib_per_layer);
+  }
+
+  if (o.json) {
+    std::ostringstream j;
+    j.precision(6);
+    j << "{\"machine\":{\"cpu\":\"" << json_escape(cpu) << "\",\"threads\":" << threads
+      << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
+      << openblas_get_corename() << "\",\"openblas_coretype_env\":"
+      << (coretype ? "\"" + json_escape(coretype) + "\"" : std::string("null"))
+      << ",\"blas_warning\":\"" << json_escape(blas_warning) << "\"}";
+    j << ",\"ceilings\":{\"sgemm_n\":" << sgemm_n << ",\"sgemm_gflops\":" << sgemm
+      << ",\"fma_gflops\":" << fma << "}";
+    j << ",\"attention\":{\"dca_chunk_size\":" << dca_ap.dca.chunk_size
+      << ",\"dca_local_size\":" << dca_ap.dca.local_size << ",\"heads\":" << ap.num_heads << ",\"kv_heads\":" << ap.num_kv_heads
+      << ",\"head_dim\":" << ap.head_dim << ",\"rows\":[";
+    for (size_t i = 0; i < attention_rows.size(); ++i) {
+      const AttentionRow& r = attention_rows[i];
+      j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
+        << "\",\"tokens\":" << r.tokens
+        << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
+        << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
+        << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
+        << ",\"fwd_bwd_gflops\":" << r.total_gflops
+        << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / sgemm;
+      if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
+      j << ",\"runs\":" << r.runs << "}";
+    }
+    j << "]},\"step\":[";
+    for (size_t i = 0; i < step_rows.size(); ++i) {
+      const StepRow& r = step_rows[i];
+      j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
+        << ",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
+        << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / sgemm
+        << ",\"mfu_vs_fma\":" << r.gflops / fma << ",\"peak_rss_bytes\":" << r.peak_rss
+        << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
+    }
+    j << "],\"cp_balance\":[";
+    for (size_t i = 0; i < balance_rows.size(); ++i) {
+      const BalanceRow& r = balance_rows[i];
+      j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
+        << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
+        << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
+    }
+    j << "],\"cad_balance\":[";
+    for (size_t i = 0; i < cad_rows.size(); ++i) {
+      const CadBalanceRow& r = cad_rows[i];
+      j << (i ? "," : "") << "{\"ranks\":" << r.ranks << ",\"colocated_max_over_mean\":" << r.before
+        << ",\"cad_max_over_mean\":" << r.after << ",\"cad_worst_max_over_mean\":" << r.worst_after
+        << ",\"mib_moved_per_layer\":" << r.mib_per_layer << "}";
+    }
+    j << "]}";
+    std::printf("%s\n", j.str().c_str());
+  }
+  return 0;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+Command add_bench_command(CLI::App& lct) {
+  struct Options {
+    ConfigOptions config;
+    BenchOptions bench;
+  };
+  auto o = std::make_shared<Options>();
+  // sequence lengths: token rows and positions are int32 inside the kernels, and 16M
+  // tokens already need tens of GiB
+  const CLI::Range length(int64_t(1), int64_t(1) << 24);
+  CLI::App* bench = lct.add_subcommand(
+      "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
+  BenchOptions& b = o->bench;
+  bench->add_option("--attention-lengths", b.attention_lengths, "sequence lengths for the attention kernel")
+      ->delimiter(',')
+      ->check(length)
+      ->capture_default_str();
+  bench->add_option("--step-lengths", b.step_lengths, "sequence lengths for full training steps")
+      ->delimiter(',')
+      ->check(length)
+      ->capture_default_str();
+  bench->add_option("--sections", b.sections, "what to measure")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance", "cad_balance", "profile"}))
+      ->capture_default_str();
+  bench->add_option("--cp-degrees", b.cp_degrees, "context-parallel degrees for the cp_balance section")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1024)))
+      ->capture_default_str();
+  bench->add_option("--cad-ranks", b.cad_ranks, "data-parallel rank counts for the cad_balance section")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(4096)))
+      ->capture_default_str();
+  bench->add_option("--balance-sequences", b.balance_sequences,
+                    "sequences of the stream for the cp_balance and cad_balance sections")
+      ->check(CLI::Range(int64_t(1), int64_t(100000)))
+      ->capture_default_str();
+  bench->add_option("--profile-out", b.profile_out,
+                    "profile section: write the CAD cost model here (for attention.cad_profile)");
+  bench->add_option("--repeats", b.repeats, "timed runs per figure, after a discarded warm-up run (the figure: their total work over total time)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  bench->add_option("--budget", b.budget_seconds, "seconds after which a figure stops repeating (at least one run)")
+      ->check(positive())
+      ->capture_default_str();
+  bench->add_flag("--json", b.json, "print one JSON document instead of tables");
+  add_config_options(bench, o->config);
+  return {bench, [o] {
+            const Config config = resolve_config(o->config);
+            configure_threads(config.train.threads);
+            return run_bench(config, o->bench);
+          }};
+}
+
+}  // namespace lct

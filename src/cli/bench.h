@@ -1,0 +1,43 @@
+// lct bench: single-process throughput against ceilings measured in the same run.
+//
+// Sections (all in one process, medians of repeated runs):
+//   machine    CPU, cores used, OpenBLAS core and OPENBLAS_CORETYPE, thread counts
+//   ceilings   SGEMM GFLOP/s on a large square product; FMA-loop peak GFLOP/s
+//   attention  core attention forward / backward / forward+backward GFLOP/s for one
+//              document and for a packed batch drawn from data.doc_lengths, at each
+//              length, with the ratio to the same-run SGEMM figure, for the causal
+//              kernel and for DCA ([attention] dca_* keys) with DCA's time relative
+//              to causal on the same input. FlashAttention
+//              convention: forward 4*H*hd*pairs (= 2*H*hd*sum L_i(L_i+1) for whole
+//              documents), backward 2.5x forward.
+//   step       full training steps of the configured model (one packed sequence of
+//              each length): tokens/s, model GFLOP/s (src/train/flops.h convention), MFU
+//              against both ceilings, and peak resident memory of the step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/config/config.h"
+
+namespace lct {
+
+struct BenchOptions {
+  std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
+  std::vector<int64_t> step_lengths{4096, 16384, 65536};
+  std::vector<std::string> sections{"ceilings", "attention", "step"};
+  // cp_balance section: attention-pair imbalance of the context-parallel splits over
+  // the configured stream (no timing)
+  std::vector<int64_t> cp_degrees{2, 4, 8};
+  int64_t balance_sequences = 64;
+  std::vector<int64_t> cad_ranks{2, 4, 8, 16};  // cad_balance section: data-parallel ranks
+  std::string profile_out;  // profile section: where to write the CAD cost model
+  int repeats = 5;              // timed runs per figure (total work over total time)
+  double budget_seconds = 30;   // stop repeating a measurement once it used this long
+  bool json = false;
+};
+
+int run_bench(const Config& config, const BenchOptions& options);
+
+}  // namespace lct

@@ -1,0 +1,44 @@
+// lct's commands: each file of src/cli/ adds one subcommand to the CLI11 app (its
+// options, stored with it) and returns how to run it; src/main.cpp only parses and
+// dispatches. Shared here: the config options every config-taking command has, and the
+// numeric validators with one-line messages.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "src/config/config.h"
+
+namespace lct {
+
+struct Command {
+  CLI::App* app = nullptr;     // the subcommand
+  std::function<int()> run;    // its exit code; throws ConfigError or another exception
+};
+
+// rank and world: this process's MPI rank and the world size (1 without mpirun).
+Command add_train_command(CLI::App& lct, int rank, int world);
+Command add_bench_command(CLI::App& lct);
+Command add_simulate_command(CLI::App& lct);
+Command add_eval_command(CLI::App& lct);
+Command add_make_batch_command(CLI::App& lct);
+Command add_inspect_command(CLI::App& lct);
+
+// --config FILE and every config key as --section.key, collected into `overrides`.
+struct ConfigOptions {
+  std::string file;
+  std::map<std::string, std::string> overrides;
+};
+void add_config_options(CLI::App* command, ConfigOptions& options);
+// Defaults, then the file, then the overrides; validated (throws ConfigError).
+Config resolve_config(const ConfigOptions& options);
+
+// Lower bounds for numeric options, in place of CLI11's PositiveNumber/NonNegativeNumber
+// (whose messages print the largest double, 309 digits): "--x: must be > 0, got 0".
+const CLI::Validator& positive();
+const CLI::Validator& non_negative();
+
+}  // namespace lct

@@ -1,0 +1,203 @@
+#include "src/cli/eval.h"
+#include "src/cli/command.h"
+#include "src/io/paths.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include "src/io/h5io.h"
+#include "src/train/memory_budget.h"
+#include "src/config/config.h"
+#include "src/io/params_io.h"
+#include "src/train/trainer.h"
+
+namespace lct {
+
+PackedBatch read_batch_file(const std::string& path, int64_t vocab_size) {
+  const H5File f = H5File::open_read(path);
+  return read_batch(f, vocab_size);
+}
+
+PackedBatch read_batch(const H5File& f, int64_t vocab_size) {
+  const std::string& path = f.path();
+  for (const char* ds : {"/tokens", "/cu_seqlens"})
+    if (!f.exists(ds)) throw std::runtime_error(path + ": missing dataset " + std::string(ds + 1));
+  for (const char* ds : {"/tokens", "/cu_seqlens", "/answer_mask"})  // exactly: 7.9 is no offset
+    if (f.exists(ds) && f.dtype(ds) != "int32")
+      throw std::runtime_error(path + ": " + std::string(ds + 1) + " must be int32, not " + f.dtype(ds));
+  PackedBatch b;
+  b.tokens = f.read_i32("/tokens");
+  b.cu_seqlens = f.read_i32("/cu_seqlens");
+  if (f.shape("/tokens").size() != 1 || f.shape("/cu_seqlens").size() != 1)
+    throw std::runtime_error(path + ": tokens and cu_seqlens must be 1-D");
+  if (b.tokens.empty()) throw std::runtime_error(path + ": tokens is empty");
+  const std::string err = check_cu_seqlens(b.cu_seqlens, b.num_tokens());
+  if (!err.empty()) throw std::runtime_error(path + ": " + err);
+  for (size_t t = 0; t < b.tokens.size(); ++t)
+    if (b.tokens[t] < 0 || b.tokens[t] >= vocab_size)
+      throw std::runtime_error(path + ": tokens[" + std::to_string(t) + "] = " +
+                               std::to_string(b.tokens[t]) + " is outside the vocabulary [0, " +
+                               std::to_string(vocab_size) + ")");
+  derive_targets_and_positions(b);
+  if (f.exists("/answer_mask")) {  // optional: synthetic retrieval answers (make-batch)
+    const std::vector<int32_t> mask = f.read_i32("/answer_mask");
+    if (f.shape("/answer_mask").size() != 1 || mask.size() != b.tokens.size())
+      throw std::runtime_error(path + ": answer_mask must be 1-D with one entry per token (" +
+                               std::to_string(b.tokens.size()) + ")");
+    b.answer_mask.assign(mask.size(), 0);
+    for (size_t t = 0; t < mask.size(); ++t) {
+      if (mask[t] != 0 && mask[t] != 1)
+        throw std::runtime_error(path + ": answer_mask[" + std::to_string(t) + "] = " +
+                                 std::to_string(mask[t]) + " (must be 0 or 1)");
+      b.answer_mask[t] = uint8_t(mask[t] == 1 && b.targets[t] >= 0);
+    }
+  }
+  return b;
+}
+
+LlamaModel load_model(const std::string& checkpoint_path,
+                      const std::function<void(LlamaConfig&)>& adjust) {
+  H5File f = H5File::open_read(checkpoint_path);
+  LlamaConfig config = read_model_attrs(f);
+  if (adjust) {
+    adjust(config);
+    const std::string err = config.validate();
+    if (!err.empty()) throw std::invalid_argument(err);
+  }
+  // parameters and gradients of the model the file describes, before allocating them
+  const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
+  const MemoryAvailable available = available_memory(1);
+  if (bytes > available.bytes)
+    throw std::runtime_error(checkpoint_path + ": its /model attributes describe a model of " +
+                             bytes_text(bytes) + " (parameters and gradients), more than the " +
+                             bytes_text(available.bytes) + " available (" + available.limit + ")");
+  LlamaModel model(config);
+  read_tensors(f, "/params", model.table(), model.params.data());
+  return model;
+}
+
+EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
+                    const EvalOptions& options) {
+  const std::string& grads_out = options.grads_out;
+  LlamaModel model = load_model(checkpoint_path, options.adjust_model);
+  const PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
+  const int64_t targets = batch.num_targets();
+  if (targets == 0)
+    throw std::runtime_error(batch_path + ": no targets (every document has a single token)");
+  const bool want_grads = !grads_out.empty();
+  model.zero_grads();
+  std::vector<double> token_loss(size_t(batch.num_tokens()), 0.0);
+  const CrossEntropyStats s =
+      model.forward_backward(batch, 1.0f / float(targets), want_grads, token_loss.data());
+  EvalResult r;
+  r.loss = s.loss_sum / double(targets);
+  r.targets = targets;
+  r.tokens = batch.num_tokens();
+  r.documents = batch.num_docs();
+  r.answers = s.answers;
+  r.answers_correct = s.answers_correct;
+  const LlamaConfig& mc = model.config();
+  r.attention = attention_kernel_name(mc.attention_kernel);
+  if (mc.attention_kernel == AttentionKernel::dca)
+    r.attention += " (C " + std::to_string(mc.dca_chunk_size) + ", w " +
+                   std::to_string(mc.dca_local_size) + ")";
+
+  if (!options.per_position_out.empty()) {
+    // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))
+    const int64_t bin = options.position_bin;
+    std::vector<double> sum;
+    std::vector<int64_t> count;
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      if (batch.targets[size_t(t)] < 0) continue;
+      const size_t k = size_t(batch.positions[size_t(t)] / bin);
+      if (k >= sum.size()) sum.resize(k + 1, 0.0), count.resize(k + 1, 0);
+      sum[k] += token_loss[size_t(t)];
+      count[k] += 1;
+    }
+    std::ostringstream out;
+    out << "position_begin,position_end,targets,mean_loss\n";
+    out.precision(8);
+    for (size_t k = 0; k < sum.size(); ++k)
+      if (count[k] > 0)
+        out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << ","
+            << sum[k] / double(count[k]) << "\n";
+    write_text_atomically(options.per_position_out, out.str());
+  }
+  if (want_grads) {
+    write_h5_atomically(grads_out, [&](H5File& f) {
+      f.set_attr("/", "loss", r.loss);
+      f.set_attr("/", "targets", r.targets);
+      write_model_attrs(f, model.config());
+      write_tensors(f, "/grads", model.table(), model.grads.data());
+    });
+  }
+  return r;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+Command add_eval_command(CLI::App& lct) {
+  struct Options {
+    std::string checkpoint, batch_file;
+    int64_t threads = 0;
+    EvalOptions eval;
+    std::map<std::string, std::string> attention;  // --attention.* overrides
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* eval = lct.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
+  eval->add_option("--checkpoint", o->checkpoint, "parameter or checkpoint file (.h5)")->required();
+  eval->add_option("--batch-file", o->batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")->required();
+  eval->add_option("--grads-out", o->eval.grads_out, "write /grads/... and @loss to this HDF5 file");
+  eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(non_negative());
+  eval->add_option("--per-position-out", o->eval.per_position_out,
+                   "write mean loss per in-document position bin (CSV)");
+  eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
+      ->check(positive())
+      ->capture_default_str();
+  // Attention overrides: core attention has no weights, so a checkpoint trained with one
+  // kernel can be evaluated with another (e.g. causal-trained, evaluated with DCA).
+  for (const ConfigKey& k : config_keys()) {
+    if (k.name.rfind("attention.", 0) != 0) continue;
+    eval->add_option_function<std::string>(
+            "--" + k.name, [o, name = k.name](const std::string& v) { o->attention[name] = v; },
+            k.help + " (overrides the checkpoint)")
+        ->group("[attention] overrides");
+  }
+  return {eval, [o] {
+            refuse_aliasing({{"--grads-out", o->eval.grads_out}, {"--per-position-out", o->eval.per_position_out}},
+                            {{"--checkpoint", o->checkpoint}, {"--batch-file", o->batch_file}});
+            configure_threads(o->threads);
+            EvalOptions options = o->eval;
+            if (!o->attention.empty()) {
+              // the checkpoint's model as a config, with the [attention] keys applied through
+              // the same parser and errors as `lct train`
+              options.adjust_model = [o](LlamaConfig& m) {
+                Config c;
+                c.model = m;
+                c.attention_kernel = attention_kernel_name(m.attention_kernel);
+                apply_overrides(c, o->attention);
+                m = model_config(c);
+              };
+            }
+            const EvalResult r = run_eval(o->checkpoint, o->batch_file, options);
+            char recall[96] = "";
+            if (r.answers > 0)
+              std::snprintf(recall, sizeof recall, " | recall %.4f (%lld of %lld answers)",
+                            double(r.answers_correct) / double(r.answers), (long long)r.answers_correct,
+                            (long long)r.answers);
+            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s\n", r.loss,
+                        (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
+                        r.attention.c_str(), options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),
+                        options.per_position_out.empty()
+                            ? ""
+                            : (" | per-position loss -> " + options.per_position_out).c_str());
+            return 0;
+          }};
+}
+
+}  // namespace lct

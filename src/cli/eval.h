@@ -1,0 +1,49 @@
+// `lct eval`: loss (and optionally every parameter gradient) of a parameter file on an
+// explicit packed batch — the hook for comparing lct with any other implementation.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "data/packing.h"
+#include "model/llama.h"
+
+namespace lct {
+
+// Reads datasets `tokens` int32 [T] and `cu_seqlens` int32 [n+1], and the optional
+// `answer_mask` int32 [T] (1 where the next token is a synthetic retrieval answer);
+// validates them (boundaries, token range, 0/1 mask) and derives targets/positions.
+// Throws with one line.
+PackedBatch read_batch_file(const std::string& path, int64_t vocab_size);
+class H5File;
+PackedBatch read_batch(const H5File& file, int64_t vocab_size);  // the same, from an open file
+
+// Loads params (and /model config) from a checkpoint or parameter file. The optional
+// hook may change the attention settings (kernel, DCA keys) before the model is built:
+// core attention has no weights, so any checkpoint can be evaluated under DCA.
+LlamaModel load_model(const std::string& checkpoint_path,
+                      const std::function<void(LlamaConfig&)>& adjust = {});
+
+struct EvalOptions {
+  std::string grads_out;          // write /grads/<hf path> and @loss here
+  std::string per_position_out;   // write mean loss per in-document position bin (CSV)
+  int64_t position_bin = 64;      // bin width for per_position_out
+  std::function<void(LlamaConfig&)> adjust_model;  // attention overrides
+};
+
+struct EvalResult {
+  double loss = 0;
+  int64_t targets = 0, tokens = 0, documents = 0;
+  int64_t answers = 0, answers_correct = 0;  // retrieval answers (batches with answer_mask)
+  std::string attention;  // kernel (and DCA settings) used
+};
+
+// Mean loss over the batch's targets, plus the optional outputs of EvalOptions.
+EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
+                    const EvalOptions& options);
+
+// Writes sequences [first, first + count) of the configured data stream (one packed
+// sequence of data.seq_len tokens each) to a batch file for `lct eval`, with the
+// answer mask when the source has retrieval answers (synthetic).
+
+}  // namespace lct

@@ -1,0 +1,525 @@
+#include "src/cli/inspect.h"
+#include "src/cli/command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <vector>
+
+#include "data/files.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/cli/eval.h"
+#include "src/io/params_io.h"
+
+namespace lct {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.10g", v);
+  return b;
+}
+
+struct TensorStats {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  double mean = 0, std = 0, max_abs = 0, norm = 0;
+  std::string checksum;  // "ok", "CORRUPT", "absent"
+  bool finite = true;    // no inf or NaN
+};
+
+TensorStats tensor_stats(const H5File& f, const std::string& ds, const std::string& name) {
+  TensorStats t;
+  t.name = name;
+  t.shape = f.shape(ds);
+  t.dtype = f.dtype(ds);
+  const std::vector<float> v = f.read_f32(ds);
+  double sum = 0, sq = 0;
+  for (float x : v) {
+    if (!std::isfinite(x)) t.finite = false;
+    sum += x;
+    sq += double(x) * x;
+    t.max_abs = std::max(t.max_abs, double(std::abs(x)));
+  }
+  const double n = std::max<double>(1, double(v.size()));
+  t.mean = sum / n;
+  t.std = std::sqrt(std::max(0.0, sq / n - t.mean * t.mean));
+  t.norm = std::sqrt(sq);
+  const auto stored = f.attr_string(ds, "checksum");
+  if (!stored) t.checksum = "absent";
+  else t.checksum = checksum_text(v.data(), v.size() * sizeof(float)) == *stored ? "ok" : "CORRUPT";
+  return t;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The q-th percentile (0-100), linear between order statistics (bench/throughput.py's).
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double k = double(v.size() - 1) * q / 100.0;
+  const size_t lo = size_t(k), hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (k - double(lo));
+}
+
+// A run's summary from its metrics history: the loss, then every field of the step
+// metrics schema (src/metrics/step_metrics.h) summarised over the window as the schema
+// says (rates by wall clock: total over total time), with per-step tokens/s percentiles
+// beside the throughput.
+struct RunSummary {
+  int64_t steps = 0, window = 0;
+  double first_loss = NAN, last_loss = NAN, head_loss = NAN, tail_loss = NAN;
+  double tokens_per_s_p10 = NAN, tokens_per_s_p50 = NAN, tokens_per_s_p90 = NAN;
+  std::map<std::string, double> value;  // by schema name, for fields with a summary
+  double operator[](const std::string& name) const {
+    const auto it = value.find(name);
+    return it == value.end() ? NAN : it->second;
+  }
+};
+
+RunSummary summarize(const std::vector<StepRecord>& h) {
+  RunSummary s;
+  s.steps = int64_t(h.size());
+  if (h.empty()) return s;
+  s.first_loss = h.front().loss;
+  s.last_loss = h.back().loss;
+  const size_t k = std::max<size_t>(1, h.size() / 10);  // first and last 10% of steps
+  double head = 0, tail = 0;
+  for (size_t i = 0; i < k; ++i) head += h[i].loss, tail += h[h.size() - 1 - i].loss;
+  s.head_loss = head / double(k);
+  s.tail_loss = tail / double(k);
+  // the window: the last 20 steps (step 1, the warm-up, excluded when there are more)
+  const size_t begin = h.size() > 1 ? std::max<size_t>(1, h.size() > 20 ? h.size() - 20 : 1) : 0;
+  const std::vector<StepRecord> w(h.begin() + std::ptrdiff_t(begin), h.end());
+  s.window = int64_t(w.size());
+  double seconds = 0;
+  std::vector<double> tps;
+  for (const StepRecord& r : w) seconds += r.ms / 1e3, tps.push_back(r.tokens_per_s);
+  for (const StepMetric& m : step_metrics()) {
+    std::vector<double> v;
+    double weighted = 0;
+    for (const StepRecord& r : w) v.push_back(m.get(r)), weighted += m.get(r) * r.ms / 1e3;
+    switch (m.summary) {
+      case Summary::none: break;
+      case Summary::median: s.value[m.name] = median(v); break;
+      case Summary::mean: s.value[m.name] = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); break;
+      // a per-step rate times the step's time is its work: total work over total time
+      case Summary::rate: s.value[m.name] = weighted / seconds; break;
+    }
+  }
+  s.tokens_per_s_p10 = percentile(tps, 10);
+  s.tokens_per_s_p50 = percentile(tps, 50);
+  s.tokens_per_s_p90 = percentile(tps, 90);
+  return s;
+}
+
+struct FileReport {
+  std::string path, format;
+  int64_t format_version = 0;
+  bool is_checkpoint = false;
+  LlamaConfig model;
+  CheckpointContents header;  // valid when is_checkpoint
+  Config config;              // parsed /config when present
+  bool has_config = false;
+  std::vector<TensorStats> params, optim;
+  int corrupt = 0, checked = 0, non_finite = 0;
+  RunSummary summary;
+  bool failed() const { return corrupt > 0 || non_finite > 0; }
+};
+
+FileReport read_report(const std::string& path, bool with_tensors) {
+  FileReport r;
+  r.path = path;
+  H5File f = H5File::open_read(path);
+  r.format = f.attr_string("/", "format").value_or("(none)");
+  r.format_version = f.attr_int("/", "format_version").value_or(0);
+  r.model = read_model_attrs(f);
+  if (r.format == kCheckpointFormat) {
+    r.is_checkpoint = true;
+    r.header = read_checkpoint_header(f);
+    apply_toml_text(r.config, r.header.config_toml, path + ":/config");
+    r.has_config = true;
+    r.summary = summarize(r.header.history);
+  } else if (f.exists("/config")) {
+    apply_toml_text(r.config, f.read_string("/config"), path + ":/config");
+    r.has_config = true;
+  }
+  if (!with_tensors) return r;
+  const TensorTable table = build_llama_table(r.model);
+  // a checkpoint's or a parameter file's /params, or an `lct eval --grads-out` file's /grads
+  const std::string root = !f.exists("/params") && f.exists("/grads") ? "/grads" : "/params";
+  for (const TensorSpec& s : table.specs()) {
+    const std::string p = hf_name_to_path(s.name);
+    auto add = [&](std::vector<TensorStats>& out, const std::string& ds, const std::string& label) {
+      if (!f.exists(ds)) {
+        TensorStats t;
+        t.name = label;
+        t.checksum = "MISSING";
+        ++r.corrupt;
+        out.push_back(t);
+        return;
+      }
+      out.push_back(tensor_stats(f, ds, label));
+      if (out.back().checksum != "absent") ++r.checked;
+      if (out.back().checksum == "CORRUPT") ++r.corrupt;
+      if (!out.back().finite) ++r.non_finite;
+    };
+    add(r.params, root + "/" + p, root == "/grads" ? "grad." + s.name : s.name);
+    if (f.exists("/optim/exp_avg")) {
+      add(r.optim, "/optim/exp_avg/" + p, "exp_avg." + s.name);
+      add(r.optim, "/optim/exp_avg_sq/" + p, "exp_avg_sq." + s.name);
+    }
+  }
+  return r;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// "causal", or "dca (C 2048, w 256[, mscale 1.2][, yarn length 4096])"
+std::string attention_text(const LlamaConfig& m) {
+  std::string t = attention_kernel_name(m.attention_kernel);
+  if (m.attention_kernel != AttentionKernel::dca) return t;
+  char b[160];
+  std::snprintf(b, sizeof b, " (C %lld, w %lld", (long long)m.dca_chunk_size,
+                (long long)m.dca_local_size);
+  t += b;
+  if (m.dca_mscale != 1.0) std::snprintf(b, sizeof b, ", mscale %g", m.dca_mscale), t += b;
+  if (m.dca_mscale_original_length > 0)
+    std::snprintf(b, sizeof b, ", yarn length %lld", (long long)m.dca_mscale_original_length),
+        t += b;
+  return t + ")";
+}
+
+std::string model_line(const LlamaConfig& m) {
+  char b[256];
+  std::snprintf(b, sizeof b,
+                "%d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
+                "rope_theta %g, %s, attention %s",
+                m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
+                m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
+                (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
+                attention_text(m).c_str());
+  return b;
+}
+
+std::string tensors_json(const std::vector<TensorStats>& ts) {
+  std::string o = "[";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorStats& t = ts[i];
+    std::string shape = "[";
+    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    o += (i ? "," : "") + std::string("{\"name\":") + json_string(t.name) + ",\"shape\":" + shape +
+         "],\"dtype\":" + json_string(t.dtype) + ",\"mean\":" + json_number(t.mean) +
+         ",\"std\":" + json_number(t.std) + ",\"max_abs\":" + json_number(t.max_abs) +
+         ",\"norm\":" + json_number(t.norm) + ",\"checksum\":" + json_string(t.checksum) + "}";
+  }
+  return o + "]";
+}
+
+std::string summary_json(const RunSummary& s) {
+  std::string o = "{\"steps\":" + std::to_string(s.steps) + ",\"first_loss\":" + json_number(s.first_loss) +
+                  ",\"last_loss\":" + json_number(s.last_loss) + ",\"head_loss\":" + json_number(s.head_loss) +
+                  ",\"tail_loss\":" + json_number(s.tail_loss) + ",\"window\":" + std::to_string(s.window) +
+                  ",\"tokens_per_s_p10\":" + json_number(s.tokens_per_s_p10) +
+                  ",\"tokens_per_s_p50\":" + json_number(s.tokens_per_s_p50) +
+                  ",\"tokens_per_s_p90\":" + json_number(s.tokens_per_s_p90);
+  for (const StepMetric& m : step_metrics())
+    if (m.summary != Summary::none) o += ",\"" + m.name + "\":" + json_number(s[m.name]);
+  return o + "}";
+}
+
+void print_summary(const RunSummary& s) {
+  if (s.steps == 0) {
+    std::printf("metrics: none\n");
+    return;
+  }
+  std::printf("metrics: %lld steps | loss %.4f -> %.4f (mean of first 10%% %.4f, last 10%% %.4f, %s)\n",
+              (long long)s.steps, s.first_loss, s.last_loss, s.head_loss, s.tail_loss,
+              s.tail_loss < s.head_loss ? "falling" : "not falling");
+  std::printf("throughput: last %lld steps by wall clock: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step "
+              "(per-step tok/s p10/p50/p90 %.0f/%.0f/%.0f)\n",
+              (long long)s.window, s["tokens_per_s"], s["gflops"], s["ms"], s.tokens_per_s_p10,
+              s.tokens_per_s_p50, s.tokens_per_s_p90);
+  std::string rest;  // every other summarised field: its median step
+  for (const StepMetric& m : step_metrics()) {
+    if (m.summary != Summary::median) continue;
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s %.4g", m.name.c_str(), s[m.name]);
+    rest += (rest.empty() ? "" : " | ") + std::string(buf);
+  }
+  std::printf("median step: %s\n", rest.c_str());
+}
+
+}  // namespace
+
+std::string metrics_summary_json(const std::vector<StepRecord>& history) {
+  return summary_json(summarize(history));
+}
+
+// A batch file (lct make-batch; tokens, cu_seqlens[, answer_mask]): its documents.
+int inspect_batch(const std::string& path, bool json) {
+  const PackedBatch b = read_batch_file(path, std::numeric_limits<int32_t>::max());
+  std::vector<int64_t> len;
+  for (int64_t d = 0; d < b.num_docs(); ++d) len.push_back(b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)]);
+  std::sort(len.begin(), len.end());
+  int64_t answers = 0;
+  int32_t max_token = 0;
+  for (uint8_t a : b.answer_mask) answers += a;
+  for (int32_t t : b.tokens) max_token = std::max(max_token, t);
+  const int64_t longest = len.empty() ? 0 : len.back(), median_len = len.empty() ? 0 : len[len.size() / 2];
+  if (json) {
+    std::printf("{\"file\":%s,\"format\":\"batch\",\"tokens\":%lld,\"documents\":%lld,\"targets\":%lld,"
+                "\"longest_document\":%lld,\"median_document\":%lld,\"max_token\":%d,\"answers\":%lld}\n",
+                json_string(path).c_str(), (long long)b.num_tokens(), (long long)b.num_docs(),
+                (long long)b.num_targets(), (long long)longest, (long long)median_len, max_token,
+                (long long)answers);
+    return 0;
+  }
+  std::printf("file: %s\nformat: batch (lct make-batch)\n", path.c_str());
+  std::printf("tokens %lld | documents %lld (longest %lld, median %lld) | targets %lld | largest token id %d%s\n",
+              (long long)b.num_tokens(), (long long)b.num_docs(), (long long)longest, (long long)median_len,
+              (long long)b.num_targets(), max_token,
+              b.answer_mask.empty() ? "" : (" | answers " + std::to_string(answers)).c_str());
+  return 0;
+}
+
+// A per-position loss file (lct eval --per-position-out): its bins.
+int inspect_per_position(const std::string& path, bool json) {
+  std::istringstream in(read_regular_file(path, "inspect"));
+  std::string line;
+  std::getline(in, line);
+  int64_t bins = 0, targets = 0, last_end = 0;
+  double lo = INFINITY, hi = -INFINITY, weighted = 0;
+  while (std::getline(in, line)) {
+    long long b = 0, e = 0, n = 0;
+    double loss = 0;
+    if (std::sscanf(line.c_str(), "%lld,%lld,%lld,%lf", &b, &e, &n, &loss) != 4)
+      throw std::runtime_error(path + ": not a per-position loss row: '" + line + "'");
+    ++bins, targets += n, last_end = e, weighted += loss * double(n);
+    lo = std::min(lo, loss), hi = std::max(hi, loss);
+  }
+  const double mean = targets > 0 ? weighted / double(targets) : NAN;
+  if (json) {
+    std::printf("{\"file\":%s,\"format\":\"per_position\",\"bins\":%lld,\"positions\":%lld,"
+                "\"targets\":%lld,\"mean_loss\":%s,\"min_bin_loss\":%s,\"max_bin_loss\":%s}\n",
+                json_string(path).c_str(), (long long)bins, (long long)last_end, (long long)targets,
+                json_number(mean).c_str(), json_number(lo).c_str(), json_number(hi).c_str());
+    return 0;
+  }
+  std::printf("file: %s\nformat: per-position loss (lct eval --per-position-out)\n", path.c_str());
+  std::printf("%lld bins over positions 0-%lld | %lld targets | mean loss %.4f (bins %.4f to %.4f)\n",
+              (long long)bins, (long long)last_end, (long long)targets, mean, lo, hi);
+  return 0;
+}
+
+const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss";
+
+int inspect_file(const std::string& path, bool json) {
+  {  // every file lct writes: checkpoints, parameter and gradient files, batches, CSVs
+    require_regular_file(path, "inspect");
+    char buf[64] = {};
+    std::ifstream peek(path, std::ios::binary);
+    peek.read(buf, sizeof buf);
+    const std::string head(buf, size_t(peek.gcount()));
+    if (head.rfind(kPerPositionHeader, 0) == 0) return inspect_per_position(path, json);
+    H5File f = H5File::open_read(path);
+    if (f.exists("/tokens") && f.exists("/cu_seqlens") && !f.exists("/params")) {
+      f.close_checked();
+      return inspect_batch(path, json);
+    }
+  }
+  const FileReport r = read_report(path, true);
+  const int64_t num_params = [&] {
+    int64_t n = 0;
+    const TensorTable table = build_llama_table(r.model);  // keep alive over the loop
+    for (const TensorSpec& s : table.specs()) n += s.numel;
+    return n;
+  }();
+  if (json) {
+    std::string o = "{\"file\":" + json_string(path) + ",\"format\":" + json_string(r.format) +
+                    ",\"format_version\":" + std::to_string(r.format_version) +
+                    ",\"model\":{\"vocab_size\":" + std::to_string(r.model.vocab_size) +
+                    ",\"hidden_size\":" + std::to_string(r.model.hidden_size) +
+                    ",\"intermediate_size\":" + std::to_string(r.model.intermediate_size) +
+                    ",\"num_hidden_layers\":" + std::to_string(r.model.num_hidden_layers) +
+                    ",\"num_attention_heads\":" + std::to_string(r.model.num_attention_heads) +
+                    ",\"num_key_value_heads\":" + std::to_string(r.model.num_key_value_heads) +
+                    ",\"rope_theta\":" + json_number(r.model.rope_theta) +
+                    ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
+                    ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
+                    ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +
+                    (r.model.attention_kernel == AttentionKernel::dca
+                         ? ",\"dca_chunk_size\":" + std::to_string(r.model.dca_chunk_size) +
+                               ",\"dca_local_size\":" + std::to_string(r.model.dca_local_size) +
+                               ",\"dca_mscale\":" + json_number(r.model.dca_mscale) +
+                               ",\"dca_mscale_original_length\":" +
+                               std::to_string(r.model.dca_mscale_original_length)
+                         : std::string()) +
+                    ",\"num_params\":" + std::to_string(num_params) + "}";
+    if (r.is_checkpoint)
+      o += ",\"step\":" + std::to_string(r.header.state.step) +
+           ",\"tokens_seen\":" + std::to_string(r.header.state.tokens_seen) +
+           ",\"next_sequence\":" + std::to_string(r.header.state.next_sequence) +
+           ",\"optimizer\":{\"kind\":" + json_string(r.header.optimizer_kind) +
+           ",\"step_count\":" + std::to_string(r.header.optimizer_step) +
+           ",\"moments\":" + (r.optim.empty() ? "false" : "true") + "}" +
+           ",\"metrics\":" + summary_json(r.summary);
+    if (r.has_config) o += ",\"config\":" + json_string(config_to_toml(r.config));
+    o += ",\"checksums\":{\"checked\":" + std::to_string(r.checked) +
+         ",\"failed\":" + std::to_string(r.corrupt) + ",\"non_finite\":" + std::to_string(r.non_finite) + "}";
+    o += ",\"tensors\":" + tensors_json(r.params) + ",\"optimizer_tensors\":" + tensors_json(r.optim) + "}";
+    std::printf("%s\n", o.c_str());
+    return r.failed() ? 2 : 0;
+  }
+
+  std::printf("file: %s\n", path.c_str());
+  std::printf("format: %s v%lld\n", r.format.c_str(), (long long)r.format_version);
+  std::printf("model: %s; %.3fM params\n", model_line(r.model).c_str(), double(num_params) / 1e6);
+  if (r.has_config) {
+    const Config& c = r.config;
+    std::printf("data: %s%s, seq_len %lld, doc_lengths %s (max %lld) | train: %s lr %g, %lld steps x %lld "
+                "micro-batches, seed %lld\n",
+                c.data.source.c_str(), c.data.path.empty() ? "" : (" '" + c.data.path + "'").c_str(),
+                (long long)c.data.seq_len, c.data.doc_lengths.c_str(), (long long)c.data.max_doc_len,
+                c.train.optimizer.c_str(), c.train.lr, (long long)c.train.steps,
+                (long long)c.train.micro_batches, (long long)c.train.seed);
+  }
+  if (r.is_checkpoint) {
+    std::printf("progress: step %lld, %lld tokens seen, next sequence %lld\n",
+                (long long)r.header.state.step, (long long)r.header.state.tokens_seen,
+                (long long)r.header.state.next_sequence);
+    std::printf("optimizer: %s, step count %lld, moments %s\n", r.header.optimizer_kind.c_str(),
+                (long long)r.header.optimizer_step, r.optim.empty() ? "absent" : "present");
+  } else {
+    std::printf("optimizer: absent (parameters only)\n");
+  }
+  std::printf("checksums: %d checked, %d failed%s\n", r.checked, r.corrupt,
+              r.checked == 0 ? " (file has no checksums)" : "");
+  if (r.non_finite > 0) std::printf("NON-FINITE: %d tensors hold inf or NaN\n", r.non_finite);
+  std::printf("\n%-52s %-14s %-8s %11s %11s %11s %11s %s\n", "tensor", "shape", "dtype", "mean",
+              "std", "max|x|", "norm", "checksum");
+  for (const auto* list : {&r.params, &r.optim})
+    for (const TensorStats& t : *list)
+      std::printf("%-52s %-14s %-8s %11.4e %11.4e %11.4e %11.4e %s\n", t.name.c_str(),
+                  shape_text(t.shape).c_str(), t.dtype.c_str(), t.mean, t.std, t.max_abs, t.norm,
+                  (t.checksum + (t.finite ? "" : " NON-FINITE")).c_str());
+  std::printf("\n");
+  if (r.is_checkpoint) print_summary(r.summary);
+  return r.failed() ? 2 : 0;
+}
+
+int compare_files(const std::string& a, const std::string& b, bool json) {
+  const FileReport ra = read_report(a, false), rb = read_report(b, false);
+  std::vector<ConfigDifference> diffs;
+  if (ra.has_config && rb.has_config) diffs = config_differences(ra.config, rb.config);
+  const RunSummary& sa = ra.summary;
+  const RunSummary& sb = rb.summary;
+  if (json) {
+    std::string o = "{\"a\":{\"file\":" + json_string(a) + ",\"step\":" +
+                    std::to_string(ra.header.state.step) + ",\"metrics\":" + summary_json(sa) +
+                    "},\"b\":{\"file\":" + json_string(b) + ",\"step\":" +
+                    std::to_string(rb.header.state.step) + ",\"metrics\":" + summary_json(sb) +
+                    "},\"tokens_per_s_ratio_b_over_a\":" + json_number(sb["tokens_per_s"] / sa["tokens_per_s"]) +
+                    ",\"config_differences\":[";
+    for (size_t i = 0; i < diffs.size(); ++i)
+      o += (i ? "," : "") + std::string("{\"key\":") + json_string(diffs[i].key) +
+           ",\"a\":" + json_string(diffs[i].a) + ",\"b\":" + json_string(diffs[i].b) + "}";
+    std::printf("%s]}\n", o.c_str());
+    return 0;
+  }
+  auto row = [](const char* label, const std::string& x, const std::string& y, const std::string& note = "") {
+    std::printf("%-46s %-22s %-22s %s\n", label, x.c_str(), y.c_str(), note.c_str());
+  };
+  auto num = [](double v, const char* fmt) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  auto ratio = [](double x, double y) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "B/A %.3fx", y / x);
+    return std::string(buf);
+  };
+  std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
+  row("", "A", "B");
+  row("attention", attention_text(ra.model), attention_text(rb.model));
+  row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
+  row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
+  row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));
+  row("tokens/s (wall clock)", num(sa["tokens_per_s"], "%.0f"), num(sb["tokens_per_s"], "%.0f"),
+      ratio(sa["tokens_per_s"], sb["tokens_per_s"]));
+  row("per-step tok/s p50", num(sa.tokens_per_s_p50, "%.0f"), num(sb.tokens_per_s_p50, "%.0f"));
+  for (const StepMetric& m : step_metrics()) {  // every other summarised field, as the schema says
+    if (m.summary == Summary::none || m.name == "tokens_per_s") continue;
+    const char* how = m.summary == Summary::rate ? " (wall clock)" : m.summary == Summary::mean ? " (mean)" : " (median)";
+    const std::string label = m.name + how;
+    row(label.c_str(), num(sa[m.name], "%.4g"), num(sb[m.name], "%.4g"), ratio(sa[m.name], sb[m.name]));
+  }
+  std::printf("\nconfig differences (%zu):\n", diffs.size());
+  for (const ConfigDifference& d : diffs)
+    std::printf("  %-28s A = %-18s B = %s\n", d.key.c_str(), d.a.c_str(), d.b.c_str());
+  if (diffs.empty()) std::printf("  none\n");
+  return 0;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+Command add_inspect_command(CLI::App& lct) {
+  struct Options {
+    std::vector<std::string> files;
+    bool json = false, compare = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* inspect = lct.add_subcommand("inspect", "show a checkpoint, or compare two runs");
+  inspect->add_option("files", o->files, "checkpoint file (two with --compare)")->required();
+  inspect->add_flag("--compare", o->compare, "compare two runs side by side (A.h5 B.h5)");
+  inspect->add_flag("--json", o->json, "machine-readable output");
+  return {inspect, [o] {
+            if (o->compare != (o->files.size() == 2) || o->files.size() > 2)
+              throw std::invalid_argument(o->compare ? "inspect --compare needs exactly two files"
+                                                     : "inspect takes one file (use --compare A B for two)");
+            return o->compare ? compare_files(o->files[0], o->files[1], o->json) : inspect_file(o->files[0], o->json);
+          }};
+}
+
+}  // namespace lct

@@ -1,0 +1,82 @@
+// lct make-batch: packed sequences of the configured data stream into a batch file
+// (what lct eval reads).
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+
+#include "data/packing.h"
+#include "src/cli/command.h"
+#include "src/io/h5io.h"
+#include "src/io/paths.h"
+#include "src/train/run_objects.h"
+
+namespace lct {
+namespace {
+
+void write_batch_from_config(const Config& config, int64_t first, int64_t count,
+                             const std::string& path) {
+  // the stream addresses token k * seq_len of sequence k, and a batch file's offsets are
+  // int32: both checked before anything is generated
+  const int64_t seq_len = config.data.seq_len;
+  if (first < 0 || count < 1 || first > std::numeric_limits<int64_t>::max() / seq_len - count)
+    throw std::invalid_argument("make-batch: --first " + std::to_string(first) + " + --sequences " +
+                                std::to_string(count) + " is beyond the stream's addressable range (" +
+                                std::to_string(std::numeric_limits<int64_t>::max() / seq_len) +
+                                " sequences of " + std::to_string(seq_len) + " tokens)");
+  if (count > std::numeric_limits<int32_t>::max() / seq_len)
+    throw std::invalid_argument("make-batch: --sequences " + std::to_string(count) + " x data.seq_len " +
+                                std::to_string(seq_len) + " tokens exceeds a batch file's int32 offsets");
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<int32_t> tokens, cu{0}, answer_mask;
+  for (int64_t k = first; k < first + count; ++k) {
+    const PackedBatch b = packer.sequence(k);
+    const int32_t base = int32_t(tokens.size());
+    tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
+    if (source->has_answers())
+      for (size_t t = 0; t < b.tokens.size(); ++t)
+        answer_mask.push_back(b.answer_mask.empty() ? 0 : int32_t(b.answer_mask[t]));
+    for (size_t d = 1; d < b.cu_seqlens.size(); ++d) cu.push_back(base + b.cu_seqlens[d]);
+  }
+  write_h5_atomically(path, [&](H5File& f) {
+    f.write_i32("/tokens", {int64_t(tokens.size())}, tokens.data());
+    f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
+    if (!answer_mask.empty())
+      f.write_i32("/answer_mask", {int64_t(answer_mask.size())}, answer_mask.data());
+    f.set_attr("/", "source", source->describe());
+    f.set_attr("/", "first_sequence", first);
+    f.set_attr("/", "seq_len", config.data.seq_len);
+  });
+}
+
+}  // namespace
+
+Command add_make_batch_command(CLI::App& lct) {
+  struct Options {
+    ConfigOptions config;
+    std::string out;
+    int64_t sequences = 1, first = 0;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* make_batch = lct.add_subcommand(
+      "make-batch", "write packed sequences of the configured data stream to a batch file");
+  make_batch->add_option("--out", o->out, "batch file to write (tokens, cu_seqlens)")->required();
+  make_batch->add_option("--sequences", o->sequences, "number of sequences of data.seq_len tokens")
+      ->check(positive())
+      ->capture_default_str();
+  make_batch->add_option("--first", o->first, "index of the first sequence in the stream")
+      ->check(non_negative())
+      ->capture_default_str();
+  add_config_options(make_batch, o->config);
+  return {make_batch, [o] {
+            const Config config = resolve_config(o->config);
+            refuse_aliasing({{"--out", o->out}}, {{"--config", o->config.file}, {"data.path", config.data.path}});
+            write_batch_from_config(config, o->first, o->sequences, o->out);
+            std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", o->out.c_str(),
+                        (long long)o->sequences, (long long)config.data.seq_len, (long long)o->first);
+            return 0;
+          }};
+}
+
+}  // namespace lct

@@ -1,0 +1,861 @@
+#include "src/cli/simulate.h"
+#include "src/cli/command.h"
+#include "src/io/paths.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention/cad_cost.h"
+#include "attention/cad_plan.h"
+#include "data/balance.h"
+#include "data/context_shards.h"
+#include "data/nano_batches.h"
+#include "src/train/cad_profile.h"
+#include "data/packing.h"
+#include "model/llama.h"
+#include "model/optimizer.h"
+#include "model/trace.h"
+#include "model/trace_json.h"
+#include "src/train/flops.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/layout.h"
+#include "src/util/machine.h"
+#include "src/train/run_objects.h"
+#include "src/train/run_plan.h"
+
+namespace lct {
+namespace {
+
+// Seconds of this machine's phases, from single-process steps (see simulate.h).
+struct Calibration {
+  double linear_per_token_layer = 0;  // before + after attention, forward + backward
+  double head_per_token = 0;          // embedding and loss, forward + backward
+  double attention_per_pair_layer = 0;
+  double optimizer = 0;               // one step
+  int64_t tokens = 0, pairs = 0;      // what was timed
+};
+
+Calibration measure_calibration(const Config& config, const SimulateOptions& o);
+
+// The costs of src/train/flops.h's convention (a step is 3 x forward) at the given throughput.
+Calibration analytic_calibration(const LlamaConfig& mc, const SimulateOptions& o) {
+  const double linear = o.tflops * 1e12;
+  const double attention = (o.attention_tflops > 0 ? o.attention_tflops : o.tflops) * 1e12;
+  const double C = double(mc.hidden_size), layers = double(mc.num_hidden_layers);
+  const double head_params = double(mc.vocab_size) * C;
+  const double layer_params = (double(matmul_params_per_token(mc)) - head_params) / layers;
+  Calibration c;
+  c.linear_per_token_layer = 3.0 * 2.0 * layer_params / linear;
+  c.head_per_token = 3.0 * 2.0 * head_params / linear;
+  c.attention_per_pair_layer =
+      3.0 * 4.0 * double(mc.num_attention_heads) * double(mc.head_dim()) / attention;
+  return c;
+}
+
+// The costs: timed here, or read from --calibration (one line: linear_per_token_layer
+// head_per_token attention_per_pair_layer optimizer tokens pairs, in seconds); written to
+// --calibration-out when asked. The scales apply to read costs too.
+Calibration calibrate(const Config& config, const SimulateOptions& o) {
+  Calibration c;
+  if (o.tflops > 0) {
+    if (!o.calibration.empty() || !o.calibration_out.empty())
+      throw std::invalid_argument("lct simulate: --tflops replaces the calibration (drop --calibration and "
+                                  "--calibration-out)");
+    c = analytic_calibration(model_config(config), o);
+  } else if (o.calibration.empty()) {
+    c = measure_calibration(config, o);  // unscaled
+  } else {
+    std::ifstream in(o.calibration);
+    std::string key;
+    if (!(in >> key >> c.linear_per_token_layer >> c.head_per_token >> c.attention_per_pair_layer >>
+          c.optimizer >> c.tokens >> c.pairs) ||
+        key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0))
+      throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
+                                  "' is not a calibration written by --calibration-out");
+  }
+  if (!o.calibration_out.empty()) {  // as measured: the scales apply when it is used
+    std::ofstream out(o.calibration_out);
+    out.precision(10);
+    out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
+        << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << '\n';
+    if (!out) throw std::invalid_argument("lct simulate: cannot write '" + o.calibration_out + "'");
+  }
+  c.linear_per_token_layer *= o.linear_scale;  // token-linear work: layers, head, optimizer
+  c.head_per_token *= o.linear_scale;
+  c.optimizer *= o.linear_scale;
+  c.attention_per_pair_layer *= o.attention_scale;
+  return c;
+}
+
+Calibration measure_calibration(const Config& config, const SimulateOptions& o) {
+  const LlamaConfig mc = model_config(config);
+  LlamaModel model(mc);
+  init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());
+  Optimizer optimizer(optimizer_config(config), model.table());
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  Trace trace(TraceClock::now());
+  Trace::activate(&trace);
+  Calibration c;
+  double optimizer_s = 0;
+  try {
+    for (int64_t k = 0; k <= o.calibration_steps; ++k) {
+      if (k == 1) trace.clear();  // the first step warms up (allocations)
+      const PackedBatch b = packer.sequence(k);
+      model.zero_grads();
+      model.forward_backward(b, 1.0f / float(std::max<int64_t>(1, b.num_targets())), true);
+      const auto t0 = TraceClock::now();
+      optimizer.step(model.params, model.grads, 1e-6, 1.0);
+      if (k > 0) {
+        optimizer_s += std::chrono::duration<double>(TraceClock::now() - t0).count();
+        c.tokens += b.num_tokens();
+        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens));
+      }
+    }
+  } catch (...) {
+    Trace::activate(nullptr);
+    throw;
+  }
+  Trace::activate(nullptr);
+  std::map<std::string, double> seconds;
+  for (const TraceSpan& s : trace.spans())
+    seconds[s.name] += std::chrono::duration<double>(s.end - s.begin).count();
+  const double layers = double(mc.num_hidden_layers);
+  c.linear_per_token_layer = (seconds["before attention"] + seconds["after attention"] +
+                              seconds["before attention backward"] +
+                              seconds["after attention backward"]) /
+                             (double(c.tokens) * layers);
+  c.head_per_token = (seconds["embedding"] + seconds["embedding backward"] + seconds["loss"]) /
+                     double(c.tokens);
+  c.attention_per_pair_layer = (seconds["attention"] + seconds["attention backward"]) /
+                               (double(std::max<int64_t>(1, c.pairs)) * layers);
+  c.optimizer = optimizer_s / double(o.calibration_steps);
+  return c;
+}
+
+// Attention seconds (forward + backward, one layer) of query rows [q0, q0 + q) of a
+// document against their causal prefix.
+struct AttentionCost {
+  const Calibration& cal;
+  const std::optional<CaCostModel>& profile;
+  double scale;
+  double operator()(int64_t q0, int64_t q) const {
+    if (q <= 0) return 0;
+    if (profile) return profile->seconds(q, q0 + q) * scale;  // the task's measured time
+    return cal.attention_per_pair_layer *
+           double(attention_pairs(AttentionTask{0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0}));
+  }
+};
+
+struct StepPrediction {
+  double seconds = 0;
+  std::vector<double> compute;  // per rank
+  double pairs_before = 1, pairs_after = 1;  // max/mean over ranks
+  double bytes_per_rank = 0;    // exchanged per step (CAD)
+  int64_t tokens = 0;
+};
+
+// The predicted timeline (trace.path): every rank's compute and wait spans of each
+// simulated step, steps laid end to end, in the training timeline's format
+// (model/trace_json.h), so a prediction and a measured run open side by side. Times are
+// seconds from the step's start; a rank's compute spans sum to its predicted compute
+// and its wait spans to the rest of the step (the idle figure).
+class SimTimeline {
+ public:
+  SimTimeline(const std::string& path, int ranks) : path_(path), ranks_(static_cast<size_t>(ranks)) {}
+  bool on() const { return !path_.empty(); }
+  void compute(int r, const char* name, double begin, double end) { add(r, TraceTrack::compute, name, begin, end); }
+  void wait(int r, const char* name, double begin, double end) { add(r, TraceTrack::wait, name, begin, end); }
+  void end_step(double seconds) {
+    for (size_t r = 0; r < ranks_.size(); ++r) add(int(r), TraceTrack::step, "step", 0.0, seconds);
+    origin_ += seconds;
+    ++step_;
+  }
+  void write(const Layout& layout) {
+    if (!on()) return;
+    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r].name = rank_name(layout, int(r)) + " simulated";
+    write_trace_json(path_, ranks_, "trace.path");
+  }
+
+ private:
+  void add(int r, TraceTrack track, const char* name, double begin, double end) {
+    if (!on() || !(end > begin)) return;
+    ranks_[size_t(r)].events.push_back({track, 1e6 * (origin_ + begin), 1e6 * (origin_ + end), step_ + 1, name});
+  }
+  std::string path_;
+  std::vector<TraceProcess> ranks_;
+  double origin_ = 0;
+  int64_t step_ = 0;
+};
+
+double max_over_mean(const std::vector<double>& v) {
+  const double mx = *std::max_element(v.begin(), v.end());
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  return mean > 0 ? mx / mean : 1.0;
+}
+
+// --profile, or attention.cad_profile as training resolves it (src/train/cad_profile.h): the
+// same cost model the run's planner would balance with
+std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
+  if (o.profile.empty() || o.tflops > 0) return std::nullopt;
+  try {
+    return resolve_cad_cost(o.profile, m).model;
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument(std::string("lct simulate: ") + e.what());
+  }
+}
+
+// Means over the simulated steps, printed (or one JSON object).
+void report(const Config& config, const SimulateOptions& o, const std::string& layout,
+            const std::string& placement, const Calibration& cal, bool profile, int threads,
+            const std::vector<StepPrediction>& steps, double bubble) {
+  const int n = o.ranks;
+  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0;
+  for (const StepPrediction& p : steps) {
+    seconds += p.seconds;
+    tokens += double(p.tokens);
+    cmm += max_over_mean(p.compute) / double(steps.size());
+    double busy = 0;
+    for (double c : p.compute) busy += (c + cal.optimizer) / p.seconds / double(n);
+    idle += (1.0 - busy) / double(steps.size());
+    before += p.pairs_before / double(steps.size());
+    after += p.pairs_after / double(steps.size());
+    bytes += p.bytes_per_rank / double(steps.size());
+  }
+  const double step_s = seconds / double(steps.size());
+  if (o.json) {
+    std::printf("{\"ranks\":%d,\"layout\":\"%s\",\"placement\":\"%s\",\"step_seconds\":%.6g,"
+                "\"tokens_per_s\":%.6g,\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
+                "\"bubble_fraction\":%.6g,\"attention_pairs_max_over_mean\":%.6g,"
+                "\"attention_pairs_served_max_over_mean\":%.6g,\"exchange_bytes_per_rank\":%.6g,"
+                "\"calibration\":{\"linear_per_token_layer\":%.6g,\"head_per_token\":%.6g,"
+                "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d}}\n",
+                n, layout.c_str(), placement.c_str(), step_s, tokens / seconds, cmm, idle, bubble,
+                before, after, bytes, cal.linear_per_token_layer, cal.head_per_token,
+                cal.attention_per_pair_layer, cal.optimizer, threads);
+    return;
+  }
+  std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
+              blas_description().c_str(), n, layout.c_str(), placement.c_str(), (long long)o.steps,
+              (long long)config.train.micro_batches, (long long)config.data.seq_len);
+  char source[96];
+  if (o.tflops > 0)
+    std::snprintf(source, sizeof source, "analytic at %.4g TFLOP/s (attention %.4g)", o.tflops,
+                  o.attention_tflops > 0 ? o.attention_tflops : o.tflops);
+  else
+    std::snprintf(source, sizeof source, "calibrated at %d thread(s) on %lld tokens", threads,
+                  (long long)cal.tokens);
+  std::printf("%s: linear %.4g ns/token/layer, embedding + loss "
+              "%.4g ns/token, attention %.4g ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
+              "latency %.1f us\n",
+              source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
+              1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
+              1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
+  std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
+              "attention pairs max/mean %.3f -> %.3f",
+              1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
+  if (bubble > 0) std::printf(" | bubble %.1f%%", 100 * bubble);
+  if (bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
+  std::printf("\n");
+}
+
+// CAD's cost of one decoder layer (forward + backward) over every rank's batch (possibly
+// empty: a pipeline tick's dummy): lct's planner over the documents (or, with
+// ping-pong, over each nano-batch), its tasks charged to their servers; a rank's layer
+// time is its linear work + the attention it serves + its exchange not hidden (behind
+// its own tasks, or with ping-pong behind the other nano-batch's linear layers), and the
+// layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
+// K, V (twice) and dK, dV of the longest prefix a server needs of each document, charged
+// to the server and to the query's holder (with cp the prefix has several holders: an
+// approximation).
+struct CadLayer {
+  double seconds = 0;
+  std::vector<double> busy;  // per rank: linear + attention served
+  double bytes = 0;          // sent, summed over the ranks
+};
+
+class CadLayerCost {
+ public:
+  CadLayerCost(const RunPlan& plan, const Calibration& cal, const AttentionCost& attn,
+               const std::optional<CaCostModel>& profile, double bandwidth, double latency)
+      : mc_(plan.model), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
+        lanes_(plan.lanes) {
+    qd_ = mc_.num_attention_heads * mc_.head_dim();
+    kvd_ = mc_.num_key_value_heads * mc_.head_dim();
+    po_ = ca_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
+  }
+  int lanes() const { return lanes_; }
+
+  // `served` (per rank) accumulates the attention pairs each rank computes.
+  CadLayer cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const {
+    const int n = int(batches.size());
+    // the groups: the batches themselves, or their two nano-batches
+    std::vector<std::vector<LocalBatch>> groups(static_cast<size_t>(lanes_));
+    for (const LocalBatch& b : batches) {
+      if (lanes_ == 2) {
+        const std::array<LocalBatch, 2> h = split_nano_batches(b);
+        groups[0].push_back(h[0]);
+        groups[1].push_back(h[1]);
+      } else {
+        groups[0].push_back(b);
+      }
+    }
+    CadLayer out;
+    std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
+        own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_));
+    for (int g = 0; g < lanes_; ++g) {
+      std::vector<CaPiece> docs;
+      for (int r = 0; r < n; ++r) {
+        int32_t i = 0;
+        for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos});
+      }
+      const CaPlan plan = plan_core_attention(docs, n, po_);
+      linear[size_t(g)].assign(size_t(n), 0.0);
+      work[size_t(g)].assign(size_t(n), 0.0);
+      own[size_t(g)].assign(size_t(n), 0.0);
+      comm[size_t(g)].assign(size_t(n), 0.0);
+      std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+      for (int r = 0; r < n; ++r)
+        linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
+      std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
+      for (const CaTask& t : plan.tasks) {
+        const double c = attn_(t.q_begin, t.q_len);
+        work[size_t(g)][size_t(t.server)] += c;
+        served[size_t(t.server)] += double(attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
+        if (t.server == t.origin) {
+          own[size_t(g)][size_t(t.server)] += c;
+          continue;
+        }
+        // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
+        const double q = double(t.q_len) * double((2 * qd_ + mc_.num_attention_heads) +
+                                                  (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
+        bytes[size_t(t.origin)] += q;
+        bytes[size_t(t.server)] += q;
+        int64_t& pre = prefix[{t.server, t.origin, t.doc}];
+        pre = std::max<int64_t>(pre, t.kv_len());
+      }
+      for (const auto& [key, rows] : prefix) {
+        // K, V there twice (forward, backward) and dK, dV back
+        const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
+        bytes[size_t(std::get<0>(key))] += kv;  // the server
+        bytes[size_t(std::get<1>(key))] += kv;  // the query's holder
+      }
+      for (int r = 0; r < n; ++r) {
+        comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth_ + (n > 1 ? 4 * latency_ : 0);
+        out.bytes += bytes[size_t(r)] / 2.0;
+      }
+    }
+    out.busy.assign(size_t(n), 0.0);
+    for (int r = 0; r < n; ++r) {
+      double t = 0;
+      for (int g = 0; g < lanes_; ++g) {
+        const double hide = lanes_ == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
+        t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
+             std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
+        out.busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
+      }
+      out.seconds = std::max(out.seconds, t);
+    }
+    return out;
+  }
+
+ private:
+  const LlamaConfig& mc_;
+  const Calibration& cal_;
+  const AttentionCost& attn_;
+  double bandwidth_, latency_;
+  int lanes_;
+  int64_t qd_ = 0, kvd_ = 0;
+  CaPlanOptions po_;
+};
+
+// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
+// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
+// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
+double allreduce_tail_seconds(const Config& config, const LlamaConfig& mc, int stages, int reducers,
+                              double bandwidth, double latency) {
+  if (reducers <= 1) return 0.0;
+  const double grad_bytes = double(build_llama_table(mc).total()) * sizeof(float) / stages;
+  const double tail = config.parallel.overlap_grad_reduce
+                          ? std::min(grad_bytes, double(config.parallel.bucket_size) * sizeof(float))
+                          : grad_bytes;
+  return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
+}
+
+// Pipeline (colocated, the configured schedule) and/or context parallelism (the
+// configured split, ring), with data parallelism around them. Per micro-batch of a
+// replica and stage:
+//   cp  every layer waits for the ring: layer time = max over the group of linear(T_r)
+//       + attention of r's pieces against their prefixes + the ring transfers (K, V
+//       blocks forward; K, V and dK, dV accumulators backward) not hidden behind r's
+//       attention (without cp: the whole sequence's linear + attention);
+//   pp  a stage's forward costs a third and its backward two thirds of its layers' time
+//       (the last stage's forward also runs the loss); the stages' action lists
+//       (parallel/pipeline_schedule.h) run against each other with messages of
+//       T / cp x hidden floats over the bandwidth, and what a stage waits on a receive
+//       is its bubble.
+// The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
+int simulate_model_parallel(const Config& config, const SimulateOptions& o, const RunPlan& plan,
+                            const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = plan.micro_batches;
+  const int64_t kvd = mc.num_key_value_heads * mc.head_dim();
+  const std::vector<StageSpec>& stages = plan.stages;
+  const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
+  const CpSplit split = plan.cp_split;
+  // a stage updates only its own parameters: about 1/pp of the optimizer step
+  Calibration per_stage = cal;
+  per_stage.optimizer = cal.optimizer / pp;
+  const double optimizer = per_stage.optimizer;
+  const PipelineSchedule schedule = plan.schedule;
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
+  double bubble_sum = 0;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0);
+    std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
+    double slowest = 0, bubble = 0;
+    // the step's global batch, as the trainer takes it: replica d trains sequences
+    // d * mb + m, or with packing the whole batch re-packed over the replicas by work
+    std::vector<PackedBatch> global;
+    for (int64_t i = 0; i < dp * mb; ++i) global.push_back(packer.sequence(step * dp * mb + i));
+    for (int d = 0; d < dp; ++d) {
+      // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
+      std::vector<std::vector<LocalBatch>> pieces(static_cast<size_t>(mb));
+      std::vector<double> seq_tokens(static_cast<size_t>(mb), 0.0);
+      const std::vector<LocalBatch> packed =
+          plan.balance == DpBalance::packing
+              ? pack_for_balance(global, dp, int(mb), d, [&mc](int64_t L) { return forward_flops(mc, L, L * (L + 1) / 2); })
+              : std::vector<LocalBatch>{};
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch& b = global[size_t(d * mb + m)];
+        for (int c = 0; c < cp; ++c) {
+          pieces[size_t(m)].push_back(!packed.empty() ? packed[size_t(m)]
+                                      : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split)
+                                                      : whole_sequence(b));
+          seq_tokens[size_t(m)] += double(pieces[size_t(m)].back().num_tokens());
+        }
+      }
+      double replica = 0;
+      // per stage and micro-batch: the group's forward and backward seconds (the slowest
+      // piece's, with the ring's exposed part), and each piece's own compute
+      const size_t S = size_t(pp), M = size_t(mb), P = size_t(cp);
+      std::vector<std::vector<double>> fwd(S, std::vector<double>(M)), bwd(S, std::vector<double>(M));
+      std::vector<std::vector<std::vector<double>>> own_f(S, std::vector<std::vector<double>>(M, std::vector<double>(P))),
+          own_b = own_f;
+      for (size_t m = 0; m < M; ++m) {
+        // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
+        const double ring_bytes =
+            3.0 * double(cp - 1) * seq_tokens[m] / cp * 2.0 * double(kvd) * sizeof(float);
+        const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
+        double layer = 0, head = 0;
+        std::vector<double> busy(P), head_c(P);
+        for (int c = 0; c < cp; ++c) {
+          const LocalBatch& l = pieces[m][size_t(c)];
+          double a = 0;
+          for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
+          busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
+          layer = std::max(layer, busy[size_t(c)] + std::max(0.0, ring - a));
+          head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
+          head = std::max(head, head_c[size_t(c)]);
+          p.tokens += l.num_tokens();
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
+        }
+        for (int s = 0; s < pp; ++s) {
+          const double layers = double(stages[size_t(s)].num_layers());
+          const bool last = s == pp - 1;
+          fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
+          bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
+          for (size_t c = 0; c < P; ++c) {
+            own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
+            own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
+            p.compute[size_t(rank_of(s, d, int(c)))] += own_f[size_t(s)][m][c] + own_b[size_t(s)][m][c];
+          }
+          p.bytes_per_rank += ring_bytes * layers * double(cp) / double(n);
+        }
+      }
+      // the stages' action lists against each other, with message times (each rank of a
+      // stage sends its T / cp rows to its peer of the next stage)
+      std::vector<std::vector<PipeAction>> lists;
+      for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, int(mb)));
+      std::vector<size_t> next(S, 0);
+      std::vector<double> clock(S, 0.0), wait(S, 0.0);
+      std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
+      const auto message = [&](int m) {
+        return seq_tokens[size_t(m)] / cp * double(mc.hidden_size) * sizeof(float) / bandwidth +
+               latency;
+      };
+      // a stage's compute of one action: each piece's own part, then the wait for the group
+      const auto run = [&](int s, const char* name, double begin, double group,
+                           const std::vector<double>& own) {
+        for (int c = 0; c < cp; ++c) {
+          const int rank = rank_of(s, d, c);
+          timeline.compute(rank, name, begin, begin + own[size_t(c)]);
+          timeline.wait(rank, "context-parallel ring", begin + own[size_t(c)], begin + group);
+        }
+      };
+      bool progressed = true;
+      while (progressed) {
+        progressed = false;
+        for (int s = 0; s < pp; ++s)
+          while (next[size_t(s)] < lists[size_t(s)].size()) {
+            const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
+            double& c = clock[size_t(s)];
+            const size_t m = size_t(act.micro_batch);
+            if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
+            } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+              const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
+              if (it == ready.end()) break;  // not sent yet
+              if (it->second > c) {
+                for (int k = 0; k < cp; ++k)
+                  timeline.wait(rank_of(s, d, k),
+                                act.op == PipeOp::recv_forward ? "pipeline receive (activations)"
+                                                               : "pipeline receive (gradients)",
+                                c, it->second);
+                wait[size_t(s)] += it->second - c, c = it->second;
+              }
+            } else if (act.op == PipeOp::forward) {
+              run(s, "stage forward", c, fwd[size_t(s)][m], own_f[size_t(s)][m]);
+              c += fwd[size_t(s)][m];
+            } else if (act.op == PipeOp::backward) {
+              run(s, "stage backward", c, bwd[size_t(s)][m], own_b[size_t(s)][m]);
+              c += bwd[size_t(s)][m];
+            } else if (act.op == PipeOp::send_forward) {
+              ready[{s + 1, true, act.micro_batch}] = c + message(act.micro_batch);
+            } else {
+              ready[{s - 1, false, act.micro_batch}] = c + message(act.micro_batch);
+            }
+            ++next[size_t(s)];
+            progressed = true;
+          }
+      }
+      for (int s = 0; s < pp; ++s) {
+        if (next[size_t(s)] != lists[size_t(s)].size())
+          throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
+        replica = std::max(replica, clock[size_t(s)]);
+        for (int c = 0; c < cp; ++c) finish[size_t(rank_of(s, d, c))] = clock[size_t(s)];
+        // activations out and gradients back, one direction at each end stage
+        const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
+        for (const double t : seq_tokens)
+          p.bytes_per_rank += double(directions) * t * double(mc.hidden_size) * sizeof(float) / double(n);
+      }
+      if (pp > 1)
+        for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
+      slowest = std::max(slowest, replica);
+    }
+    p.seconds = slowest + allreduce + optimizer;
+    p.pairs_before = p.pairs_after = max_over_mean(pairs);
+    bubble_sum += bubble / double(o.steps);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + allreduce);
+      timeline.compute(r, "optimizer", slowest + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+  std::string placement = cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split) : "colocated";
+  if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
+  report(config, o, layout_name(layout), placement,
+         per_stage, profile.has_value(), threads, steps, bubble_sum);
+  timeline.write(layout);
+  return 0;
+}
+
+// CAD under pipeline parallelism, as lct trains it: same-phase ticks
+// (parallel/pipeline_schedule.h). In forward tick k stage s runs micro-batch k - s of
+// its replica, in backward tick k micro-batch k - (pp - 1 - s); out of range it runs a
+// dummy that only serves attention. All ranks of all stages serve one plan per tick
+// (CadLayerCost over every rank's batch, empty for dummies), so each of the stage's
+// layers ends with the slowest rank; a forward tick costs a third of the layer cost,
+// a backward tick two thirds. The last stage's forward tick adds its embedding + loss;
+// after each tick the stages' activations (gradients) travel to the next (previous)
+// stage, exposed. With cp > 1 every rank holds its piece of the sequences.
+int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const RunPlan& plan,
+                       const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = plan.micro_batches;
+  const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
+  const double stage_layers = double(stages[0].num_layers());
+  const CpSplit split = plan.cp_split;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
+  const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
+  Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
+  per_stage.optimizer = cal.optimizer / pp;
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
+  for (int64_t step = 0; step < o.steps; ++step) {
+    // batches[d][m][c]: replica d's micro-batch m, piece c
+    std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    for (int d = 0; d < dp; ++d)
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch b = packer.sequence((step * dp + d) * mb + m);
+        batches[size_t(d)].emplace_back();
+        for (int c = 0; c < cp; ++c) {
+          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split) : whole_sequence(b));
+          const LocalBatch& l = batches[size_t(d)].back().back();
+          p.tokens += l.num_tokens();
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
+        }
+      }
+    double t = 0;  // the tick's start
+    for (const bool forward : {true, false})
+      for (int64_t k = 0; k < mb + pp - 1; ++k) {
+        std::vector<LocalBatch> tick(static_cast<size_t>(n));  // empty: a dummy
+        for (int s = 0; s < pp; ++s) {
+          const int64_t m = forward ? k - s : k - (pp - 1 - s);
+          if (m < 0 || m >= mb) continue;
+          for (int d = 0; d < dp; ++d)
+            for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
+        }
+        const CadLayer cost = cad_layer.cost(tick, served);
+        const double w = forward ? 1.0 / 3.0 : 2.0 / 3.0, layer = w * cost.seconds;
+        std::vector<double> head(static_cast<size_t>(n), 0.0);
+        double head_max = 0, message = 0;
+        for (int r = 0; r < n; ++r) {
+          const double tokens = double(tick[size_t(r)].num_tokens());
+          const int s = grid_coordinates(layout, r).pp_rank;
+          if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
+          head_max = std::max(head_max, head[size_t(r)]);
+          if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
+            const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
+            message = std::max(message, bytes / bandwidth + latency);
+            p.bytes_per_rank += bytes / double(n);
+          }
+          p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
+          for (int64_t l = 0; l < stages[0].num_layers() && timeline.on(); ++l) {
+            const double t0 = t + double(l) * layer;
+            timeline.compute(r, forward ? "tick forward layer (linear + attention served)"
+                                        : "tick backward layer (linear + attention served)",
+                             t0, t0 + w * cost.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + w * cost.busy[size_t(r)], t0 + layer);
+          }
+        }
+        p.bytes_per_rank += stage_layers * w * cost.bytes / double(n);
+        const double body = stage_layers * layer;
+        for (int r = 0; r < n && timeline.on(); ++r) {
+          timeline.compute(r, "embedding + loss", t + body, t + body + head[size_t(r)]);
+          timeline.wait(r, "pipeline send/receive", t + body + head[size_t(r)], t + body + head_max + message);
+        }
+        t += body + head_max + message;
+      }
+    p.seconds = t + allreduce + per_stage.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", t, t + allreduce);
+      timeline.compute(r, "optimizer", t + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+  report(config, o, layout_name(layout),
+         cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
+         profile.has_value(), threads, steps, 0.0);
+  timeline.write(layout);
+  return 0;
+}
+
+}  // namespace
+
+int run_simulate(const Config& config, const SimulateOptions& options) {
+  SimulateOptions o = options;
+  // a cost model file, as training would balance with it; not "auto": the calibration
+  // run times attention in place (an isolated kernel profile is 15-20% faster per pair
+  // than attention inside a step, which made every prediction that much too fast)
+  if (o.profile.empty()) o.profile = cad_profile_file(config.cad_profile);
+  if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
+  RunPlan plan;
+  try {
+    plan = make_run_plan(config, o.ranks);  // the layouts lct train accepts, and no others
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + e.what());
+  }
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const bool cad = plan.placement == Placement::cad;
+  const std::optional<CaCostModel> profile = load_profile(o, mc);
+  const int threads = o.tflops > 0 ? 0 : configure_threads(config.train.threads);
+  const Calibration cal = calibrate(config, o);
+  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, plan, profile, threads, cal);
+  if (!cad && (layout.pp > 1 || layout.cp > 1))
+    return simulate_model_parallel(config, o, plan, profile, threads, cal);
+  // data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
+  // d * cp + c holds piece c of replica d's sequences
+  const int n = o.ranks, cp = layout.cp, dp = layout.dp;
+  const CpSplit split = plan.cp_split;
+  const AttentionCost attn{cal, profile, o.attention_scale};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const double layers = double(mc.num_hidden_layers);
+  const int64_t mb = plan.micro_batches;
+  const bool packing = plan.balance == DpBalance::packing;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
+  const int lanes = cad ? cad_layer.lanes() : 1;
+  const double allreduce = allreduce_tail_seconds(config, mc, 1, n, bandwidth, latency);
+
+  const std::unique_ptr<DocumentSource> source = make_document_source(config);
+  SequencePacker packer(*source, config.data.seq_len);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(config.trace.path, n);
+  for (int64_t step = 0; step < o.steps; ++step) {
+    // every rank's micro-batches of this step, as the trainer packs them
+    std::vector<std::vector<LocalBatch>> local(static_cast<size_t>(n));
+    std::vector<PackedBatch> global;
+    for (int64_t s = 0; s < dp * mb; ++s) global.push_back(packer.sequence(step * dp * mb + s));
+    for (int r = 0; r < n; ++r) {
+      if (packing)
+        local[size_t(r)] = pack_for_balance(global, n, int(mb), r, [&mc](int64_t L) {
+          return forward_flops(mc, L, L * (L + 1) / 2);
+        });
+      else
+        for (int64_t m = 0; m < mb; ++m) {
+          const PackedBatch& b = global[size_t((r / cp) * mb + m)];
+          local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, split) : whole_sequence(b));
+        }
+    }
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    double sync = 0;  // CAD: time of the per-layer synchronised part
+    std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank
+    for (int r = 0; r < n; ++r)
+      for (const LocalBatch& b : local[size_t(r)]) {
+        p.tokens += b.num_tokens();
+        pairs[size_t(r)] += double(b.attention_pairs());
+        const double begin = p.compute[size_t(r)];
+        head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+        p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+        if (cad) continue;
+        double t = cal.linear_per_token_layer * double(b.num_tokens());
+        for (const DocPiece& d : b.pieces) t += attn(d.pos, d.len);
+        p.compute[size_t(r)] += layers * t;
+        timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
+        served[size_t(r)] += double(b.attention_pairs());
+      }
+    if (cad) {
+      for (int64_t m = 0; m < mb; ++m) {
+        std::vector<LocalBatch> micro;
+        for (int r = 0; r < n; ++r) micro.push_back(local[size_t(r)][size_t(m)]);
+        const CadLayer layer = cad_layer.cost(micro, served);
+        for (int r = 0; r < n && timeline.on(); ++r)  // every layer ends when the slowest rank's does
+          for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+            const double t0 = sync + double(l) * layer.seconds;
+            timeline.compute(r, "layer (linear + attention served)", t0, t0 + layer.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
+          }
+        sync += layers * layer.seconds;
+        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+        p.bytes_per_rank += layer.bytes * layers / double(n);
+      }
+    }
+    const double slowest = *std::max_element(p.compute.begin(), p.compute.end());
+    const double head_max = *std::max_element(head.begin(), head.end());
+    const double work_end = cad ? sync + head_max : slowest;
+    p.seconds = work_end + allreduce + cal.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      if (cad) timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
+      timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],
+                    work_end + allreduce);
+      timeline.compute(r, "optimizer", work_end + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+
+  const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
+                                    : packing ? "colocated + packing" : "colocated";
+  report(config, o, cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
+         placement, cal, profile.has_value(), threads, steps, 0.0);
+  timeline.write(layout);
+  return 0;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+Command add_simulate_command(CLI::App& lct) {
+  struct Options {
+    ConfigOptions config;
+    SimulateOptions simulate;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* simulate = lct.add_subcommand(
+      "simulate", "predict training steps on N ranks (every layout lct train runs) from costs calibrated here");
+  SimulateOptions& s = o->simulate;
+  simulate->add_option("--ranks", s.ranks, "ranks (dp x pp x cp)")->check(CLI::Range(1, 65536))->capture_default_str();
+  simulate->add_option("--steps", s.steps, "steps simulated (mean reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  simulate->add_option("--calibration-steps", s.calibration_steps, "single-process steps timed for the costs")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  simulate->add_option("--profile", s.profile,
+                       "attention time per task from a CAD profile (lct bench --sections profile)");
+  simulate->add_option("--bandwidth", s.bandwidth_gbps, "point-to-point GB/s")->check(positive())->capture_default_str();
+  simulate->add_option("--latency", s.latency_us, "point-to-point latency, us")
+      ->check(non_negative())
+      ->capture_default_str();
+  simulate->add_option("--tflops", s.tflops,
+                       "analytic costs at this TFLOP/s per rank instead of timing here (e.g. 990 for H200)")
+      ->check(positive());
+  simulate->add_option("--attention-tflops", s.attention_tflops,
+                       "with --tflops: core attention's TFLOP/s (default: the same)")
+      ->check(positive());
+  simulate->add_option("--linear-scale", s.linear_scale, "multiply the calibrated token-linear costs (another machine)")
+      ->check(positive())
+      ->capture_default_str();
+  simulate->add_option("--attention-scale", s.attention_scale, "multiply the calibrated attention costs")
+      ->check(positive())
+      ->capture_default_str();
+  simulate->add_option("--calibration", s.calibration, "reuse the costs written by an earlier --calibration-out");
+  simulate->add_option("--calibration-out", s.calibration_out, "write this run's calibrated costs to a file");
+  simulate->add_flag("--json", s.json, "print one JSON object");
+  add_config_options(simulate, o->config);
+  return {simulate, [o] {
+            const Config config = resolve_config(o->config);
+            const SimulateOptions& s = o->simulate;
+            refuse_aliasing({{"--calibration-out", s.calibration_out}, {"trace.path", config.trace.path}},
+                            {{"--config", o->config.file},
+                             {"--calibration", s.calibration},
+                             {"--profile", s.profile},
+                             {"attention.cad_profile", cad_profile_file(config.cad_profile)},
+                             {"data.path", config.data.path}});
+            return run_simulate(config, s);
+          }};
+}
+
+}  // namespace lct

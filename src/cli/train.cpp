@@ -1,0 +1,130 @@
+// lct train: start-up (config, run plan, rank agreement, memory budget), --dry-run, and
+// the training run itself (src/train/trainer.h).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "parallel/collectives.h"
+#include "parallel/process_grid.h"
+#include "src/cli/command.h"
+#include "src/io/checkpoint.h"
+#include "src/io/paths.h"
+#include "src/train/cad_profile.h"
+#include "src/train/memory_budget.h"
+#include "src/train/rank_agreement.h"
+#include "src/train/run_plan.h"
+#include "src/train/trainer.h"
+#include "src/util/log.h"
+
+namespace lct {
+namespace {
+
+struct TrainOptions {
+  ConfigOptions config;
+  bool dry_run = false;
+};
+
+// Every rank's verdict, combined: true when it holds on every rank.
+bool all_ranks_agree(bool ok, const ProcessGrid& grid) {
+  if (grid.world_size() <= 1) return ok;
+  double failed = ok ? 0 : 1;
+  allreduce_sum(&failed, 1, grid.world(), nullptr);
+  return failed == 0;
+}
+
+// The run rewrites its folder's files: none may be an output or an input.
+void refuse_overlapping_files(const Config& config, const std::string& config_file) {
+  try {
+    refuse_run_folder_file("trace.path", config.trace.path, config.checkpoint.dir);
+    refuse_run_folder_file("--config", config_file, config.checkpoint.dir);
+    refuse_run_folder_file("data.path", config.data.path, config.checkpoint.dir);
+    refuse_aliasing({{"trace.path", config.trace.path}},
+                    {{"--config", config_file},
+                     {"data.path", config.data.path},
+                     {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
+                     {"attention.cad_profile", cad_profile_file(config.cad_profile)}});
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+// lct train --dry-run: the plan, the step and the memory estimate, nothing run.
+void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
+  const LlamaConfig& mc = plan.model;
+  std::printf("lct train --dry-run: nothing is allocated, run or written\n");
+  std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
+              mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
+              (long long)mc.intermediate_size, (long long)mc.vocab_size,
+              double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
+  std::printf("layout: %s\n", describe_run_plan(plan).c_str());
+  std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
+              "optimizer %s; checkpoints in %s every %lld steps\n",
+              (long long)plan.micro_batches, (long long)plan.seq_len, (long long)plan.tokens_per_step(),
+              (long long)c.train.steps, optimizer_name(plan.optimizer.kind), c.checkpoint.dir.c_str(),
+              (long long)c.checkpoint.every);
+  std::printf("%s\n", describe_estimate(e, a).c_str());
+  const std::string verdict = check_memory_budget(e, a);
+  std::printf("%s\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
+}
+
+int run_train(const TrainOptions& o, int rank, int world) {
+  // Every rank resolves its config and plan, then all ranks agree on the verdict and on
+  // the config itself (src/train/rank_agreement.h), before any work.
+  Config config;
+  RunPlan plan;
+  std::string error, latest;
+  try {
+    config = resolve_config(o.config);
+    refuse_overlapping_files(config, o.config.file);
+    plan = make_run_plan(config, world);
+    if (config.train.resume == "auto") latest = latest_checkpoint(config.checkpoint.dir);
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  agree_across_ranks(error,
+                     error.empty() ? training_inputs_text(config, latest) + "dry run = " +
+                                         (o.dry_run ? "true" : "false") + "\n"
+                                   : "",
+                     world);
+  configure_threads(config.train.threads);
+  const ProcessGrid grid = mpi_active() ? ProcessGrid(plan.layout) : ProcessGrid();
+  // the memory budget, before anything is allocated or written; every rank must agree
+  // (a rank's MemAvailable moves), so one that does not fit stops them all
+  const MemoryEstimate estimate = estimate_rank_memory(config, plan);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
+  const std::string memory_error = check_memory_budget(estimate, available);
+  if (o.dry_run) {
+    if (rank == 0) print_dry_run(config, plan, estimate, available);
+    if (!memory_error.empty()) throw ConfigError(memory_error);
+    return 0;
+  }
+  if (!all_ranks_agree(memory_error.empty(), grid)) {
+    if (!memory_error.empty()) throw ConfigError(memory_error);
+    throw ConfigError("not enough memory on another rank (see its estimate with lct train --dry-run)");
+  }
+  Trainer trainer(config, plan, grid);
+  if (config.train.resume == "auto") {
+    if (latest.empty())
+      log_info("train.resume = auto: no checkpoint in %s, starting fresh", config.checkpoint.dir.c_str());
+    else
+      trainer.resume_from(latest);
+  } else if (!config.train.resume.empty()) {
+    trainer.resume_from(config.train.resume);
+  }
+  install_stop_signal_handlers();
+  return trainer.run();
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& lct, int rank, int world) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* train = lct.add_subcommand("train", "train a model (keys: section.key, see --help)");
+  train->add_flag("--dry-run", o->dry_run,
+                  "print the plan and the memory estimate per rank against the memory available, then exit");
+  add_config_options(train, o->config);
+  return {train, [o, rank, world] { return run_train(*o, rank, world); }};
+}
+
+}  // namespace lct

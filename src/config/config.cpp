@@ -1,0 +1,428 @@
+#include "src/config/config.h"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "data/doc_lengths.h"
+#include "data/files.h"
+#include "src/util/log.h"
+#include "model/optimizer.h"
+#include "data/context_shards.h"
+#include "parallel/layout.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace lct {
+namespace {
+
+int64_t parse_int(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0)
+    throw ConfigError(key + " must be an integer, got '" + text + "'");
+  return v;
+}
+
+double parse_number(const std::string& key, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
+    throw ConfigError(key + " must be a number, got '" + text + "'");
+  return v;
+}
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  throw ConfigError(key + " must be true or false, got '" + text + "'");
+}
+
+std::string number_text(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  std::string t(buf, res.ptr);
+  if (t.find_first_of(".eEn") == std::string::npos) t += ".0";  // keep it a TOML float
+  return t;
+}
+
+// Registry helpers: bind a key to a field of Config.
+template <typename Field>
+ConfigKey int_key(std::string name, std::string help, Field field, int64_t min_value) {
+  return {name, KeyType::integer, std::move(help),
+          [field](const Config& c) { return std::to_string(int64_t(field(const_cast<Config&>(c)))); },
+          [field, name, min_value](Config& c, const std::string& t) {
+            const int64_t v = parse_int(name, t);
+            if (v < min_value)
+              throw ConfigError(name + " must be >= " + std::to_string(min_value) + ", got " + t);
+            using T = std::remove_reference_t<decltype(field(c))>;
+            // checked before narrowing: 4294967297 must not become a 1-layer model
+            if (v > int64_t(std::numeric_limits<T>::max()))
+              throw ConfigError(name + " must be <= " + std::to_string(std::numeric_limits<T>::max()) +
+                                ", got " + t);
+            field(c) = T(v);
+          }};
+}
+// Integer lists: "[3, 5]" (TOML array, also accepted on the command line) or "3,5".
+std::vector<int64_t> parse_int_list(const std::string& key, const std::string& text) {
+  std::string t = text;
+  if (!t.empty() && t.front() == '[') {
+    if (t.back() != ']') throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    t = t.substr(1, t.size() - 2);
+  }
+  std::vector<int64_t> v;
+  std::stringstream in(t);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) {
+      if (t.find_first_not_of(" \t") == std::string::npos) break;  // "[]"
+      throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    }
+    try {
+      v.push_back(parse_int(key, item.substr(a, b - a + 1)));
+    } catch (const ConfigError&) {
+      throw ConfigError(key + " must be a list of integers like [3, 5], got '" + text + "'");
+    }
+  }
+  return v;
+}
+
+std::string int_list_text(const std::vector<int64_t>& v) {
+  std::string t = "[";
+  for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+  return t + "]";
+}
+
+template <typename Field>
+ConfigKey int_list_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::integer_list, std::move(help),
+          [field](const Config& c) { return int_list_text(field(const_cast<Config&>(c))); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_int_list(name, t); }};
+}
+
+// Numbers are used in float32 (the optimizer, init, RoPE and DCA scales), so each must
+// be one: finite, at most FLT_MAX in magnitude, and zero or at least the smallest
+// normal float (1e-50 would silently become 0 or a denormal there).
+double parse_float32(const std::string& key, const std::string& text) {
+  const double v = parse_number(key, text);
+  if (std::abs(v) > double(std::numeric_limits<float>::max()))
+    throw ConfigError(key + " = " + text + " does not fit float32 (|x| <= 3.4e38), in which it is used");
+  if (v != 0 && std::abs(v) < double(std::numeric_limits<float>::min()))
+    throw ConfigError(key + " = " + text + " is below float32's smallest normal number (1.2e-38), "
+                      "in which it is used");
+  return v;
+}
+
+template <typename Field>
+ConfigKey num_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::number, std::move(help),
+          [field](const Config& c) { return number_text(field(const_cast<Config&>(c))); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_float32(name, t); }};
+}
+template <typename Field>
+ConfigKey bool_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::boolean, std::move(help),
+          [field](const Config& c) { return std::string(field(const_cast<Config&>(c)) ? "true" : "false"); },
+          [field, name](Config& c, const std::string& t) { field(c) = parse_bool(name, t); }};
+}
+template <typename Field>
+ConfigKey bool_or_auto_key(std::string name, std::string help, Field field) {
+  return {name, KeyType::boolean_or_auto, std::move(help),
+          [field](const Config& c) { return field(const_cast<Config&>(c)); },
+          [field, name](Config& c, const std::string& t) {
+            if (t == "auto") field(c) = t;
+            else if (t == "true" || t == "1" || t == "false" || t == "0")
+              field(c) = parse_bool(name, t) ? "true" : "false";
+            else
+              throw ConfigError(name + " must be true, false or auto, got '" + t + "'");
+          }};
+}
+template <typename Field>
+ConfigKey str_key(std::string name, std::string help, Field field,
+                  std::function<void(const std::string&)> check = nullptr) {
+  return {name, KeyType::string, std::move(help),
+          [field](const Config& c) { return field(const_cast<Config&>(c)); },
+          [field, check, name](Config& c, const std::string& t) {
+            if (check) {
+              try {
+                check(t);
+              } catch (const std::exception& e) {
+                throw ConfigError(name + ": " + e.what());
+              }
+            }
+            field(c) = t;
+          }};
+}
+
+std::vector<ConfigKey> make_keys() {
+  std::vector<ConfigKey> k;
+  // [model] (Hugging Face LlamaConfig names)
+  k.push_back(int_key("model.vocab_size", "vocabulary size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1));
+  k.push_back(int_key("model.hidden_size", "model width C", [](Config& c) -> auto& { return c.model.hidden_size; }, 1));
+  k.push_back(int_key("model.intermediate_size", "SwiGLU MLP width", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1));
+  k.push_back(int_key("model.num_hidden_layers", "decoder layers", [](Config& c) -> auto& { return c.model.num_hidden_layers; }, 1));
+  k.push_back(int_key("model.num_attention_heads", "query heads H", [](Config& c) -> auto& { return c.model.num_attention_heads; }, 1));
+  k.push_back(int_key("model.num_key_value_heads", "key/value heads (GQA), divides H", [](Config& c) -> auto& { return c.model.num_key_value_heads; }, 1));
+  k.push_back(num_key("model.rope_theta", "RoPE base", [](Config& c) -> auto& { return c.model.rope_theta; }));
+  k.push_back(num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; }));
+  k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
+  k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
+  // [attention]
+  k.push_back(str_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.attention_kernel; },
+                      [](const std::string& t) { parse_attention_kernel(t); }));
+  k.push_back(str_key("attention.placement", "where core attention runs: colocated | cad (disaggregated over all ranks, DistCA)", [](Config& c) -> auto& { return c.attention_placement; },
+                      [](const std::string& t) {
+                        if (t != "colocated" && t != "cad")
+                          throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
+                      }));
+  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.cad_tolerance; }));
+  k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.cad_pingpong; }));
+  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.cad_rank_speeds; }));
+  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; }));
+  k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
+  k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
+  k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
+  k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
+  // [data]
+  k.push_back(str_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
+                      [](const std::string& t) {
+                        if (t != "synthetic" && t != "text" && t != "tokens")
+                          throw std::invalid_argument("expected synthetic, text or tokens, got '" + t + "'");
+                      }));
+  k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
+  k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
+  k.push_back(str_key("data.doc_lengths", std::string("synthetic length distribution: ") + doc_length_dist_choices(),
+                      [](Config& c) -> auto& { return c.data.doc_lengths; },
+                      [](const std::string& t) { parse_doc_length_dist(t); }));
+  k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
+  k.push_back(int_key("data.min_doc_len", "synthetic: shortest document", [](Config& c) -> auto& { return c.data.min_doc_len; }, 1));
+  k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
+  k.push_back(str_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
+                      [](const std::string& t) {
+                        if (t != "uint16" && t != "uint32")
+                          throw std::invalid_argument("expected uint16 or uint32, got '" + t + "'");
+                      }));
+  k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
+  // [train]
+  k.push_back(int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1));
+  k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
+  k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
+  k.push_back(str_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
+                      [](const std::string& t) { parse_optimizer(t); }));
+  k.push_back(num_key("train.lr", "peak learning rate", [](Config& c) -> auto& { return c.train.lr; }));
+  k.push_back(num_key("train.min_lr", "cosine schedule floor", [](Config& c) -> auto& { return c.train.min_lr; }));
+  k.push_back(int_key("train.warmup_steps", "linear warm-up steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, 0));
+  k.push_back(num_key("train.beta1", "AdamW beta1", [](Config& c) -> auto& { return c.train.beta1; }));
+  k.push_back(num_key("train.beta2", "AdamW beta2", [](Config& c) -> auto& { return c.train.beta2; }));
+  k.push_back(num_key("train.eps", "AdamW epsilon", [](Config& c) -> auto& { return c.train.eps; }));
+  k.push_back(num_key("train.weight_decay", "AdamW decoupled weight decay (matrices only)", [](Config& c) -> auto& { return c.train.weight_decay; }));
+  k.push_back(num_key("train.grad_clip", "clip gradients to this global L2 norm (0 = off)", [](Config& c) -> auto& { return c.train.grad_clip; }));
+  k.push_back(int_key("train.threads", "threads for BLAS and kernels (0 = all cores)", [](Config& c) -> auto& { return c.train.threads; }, 0));
+  k.push_back(int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1));
+  k.push_back(str_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
+                      [](Config& c) -> auto& { return c.train.resume; }));
+  // [parallel]
+  k.push_back(int_key("parallel.dp", "data-parallel degree (-1 = world size / (pp x cp))", [](Config& c) -> auto& { return c.parallel.dp; }, -1));
+  k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
+  k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
+  k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
+  k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
+                      [](const std::string& t) { parse_pipeline_schedule(t); }));
+  k.push_back(str_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
+                      [](const std::string& t) { parse_cp_split(t); }));
+  k.push_back(str_key("parallel.cp_comm", "context-parallel exchange: ring | allgather", [](Config& c) -> auto& { return c.parallel.cp_comm; },
+                      [](const std::string& t) { parse_cp_comm(t); }));
+  k.push_back(str_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
+                      [](const std::string& t) {
+                        if (t != "none" && t != "packing")
+                          throw std::invalid_argument("expected none or packing, got '" + t + "'");
+                      }));
+  k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
+  k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
+  // [checkpoint]
+  k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
+  k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
+  k.push_back(int_key("checkpoint.keep", "keep this run's newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
+  k.push_back(bool_key("checkpoint.overwrite", "let a fresh run replace another run's checkpoints and metrics in checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.overwrite; }));
+  // [trace]
+  k.push_back(str_key("trace.path", "write a Chrome trace-event JSON timeline of every rank's phases and waits here (\"\" = off)", [](Config& c) -> auto& { return c.trace.path; }));
+  return k;
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_keys();
+  return keys;
+}
+
+const ConfigKey* find_config_key(const std::string& name) {
+  for (const ConfigKey& k : config_keys())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+void apply_toml_file(Config& config, const std::string& path) {
+  std::string text;
+  try {
+    text = read_regular_file(path, "config file");
+  } catch (const std::runtime_error& e) {
+    throw ConfigError(e.what());
+  }
+  apply_toml_text(config, text, path);
+}
+
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b) {
+  std::vector<ConfigDifference> d;
+  for (const ConfigKey& k : config_keys())
+    if (k.get(a) != k.get(b)) d.push_back({k.name, k.get(a), k.get(b)});
+  return d;
+}
+
+void apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin.line << ":" << e.source().begin.column;
+    throw ConfigError("config file '" + origin + "':" + where.str() + ": " +
+                      std::string(e.description()));
+  }
+  for (auto&& [section, node] : root) {
+    const std::string sec(section.str());
+    const toml::table* table = node.as_table();
+    if (!table)
+      throw ConfigError("config file '" + origin + "': '" + sec +
+                        "' must be a section ([" + sec + "]), not a value");
+    for (auto&& [key, value] : *table) {
+      const std::string name = sec + "." + std::string(key.str());
+      const ConfigKey* k = find_config_key(name);
+      if (!k) throw ConfigError("config file '" + origin + "': unknown key '" + name + "'");
+      std::string text;
+      switch (k->type) {
+        case KeyType::integer:
+          if (!value.is_integer())
+            throw ConfigError("config file '" + origin + "': " + name + " must be an integer");
+          text = std::to_string(value.as_integer()->get());
+          break;
+        case KeyType::number:
+          if (!value.is_number())
+            throw ConfigError("config file '" + origin + "': " + name + " must be a number");
+          text = number_text(value.value<double>().value());
+          break;
+        case KeyType::boolean:
+          if (!value.is_boolean())
+            throw ConfigError("config file '" + origin + "': " + name + " must be true or false");
+          text = value.as_boolean()->get() ? "true" : "false";
+          break;
+        case KeyType::boolean_or_auto:
+          if (value.is_boolean())
+            text = value.as_boolean()->get() ? "true" : "false";
+          else if (value.is_string() && value.as_string()->get() == "auto")
+            text = "auto";
+          else
+            throw ConfigError("config file '" + origin + "': " + name + " must be true, false or \"auto\"");
+          break;
+        case KeyType::string:
+          if (!value.is_string())
+            throw ConfigError("config file '" + origin + "': " + name + " must be a string");
+          text = value.as_string()->get();
+          break;
+        case KeyType::integer_list: {
+          const toml::array* arr = value.as_array();
+          if (!arr) throw ConfigError("config file '" + origin + "': " + name + " must be a list of integers");
+          std::vector<int64_t> v;
+          for (const toml::node& e : *arr) {
+            if (!e.is_integer())
+              throw ConfigError("config file '" + origin + "': " + name + " must be a list of integers");
+            v.push_back(e.as_integer()->get());
+          }
+          text = int_list_text(v);
+          break;
+        }
+      }
+      try {
+        k->set(config, text);
+      } catch (const ConfigError& e) {
+        throw ConfigError("config file '" + origin + "': " + e.what());
+      }
+    }
+  }
+}
+
+void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides) {
+  for (const auto& [name, text] : overrides) {
+    const ConfigKey* k = find_config_key(name);
+    if (!k) throw ConfigError("unknown key '" + name + "'");
+    k->set(config, text);
+  }
+}
+
+void validate_config(const Config& c) {
+  const std::string model_error = c.model.validate();
+  if (!model_error.empty()) throw ConfigError(model_error);
+  if (c.data.source != "synthetic" && c.data.path.empty())
+    throw ConfigError("data.path is required when data.source = " + c.data.source);
+  if (c.data.min_doc_len > c.data.max_doc_len)
+    throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
+                      ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
+  if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
+  if (!(c.cad_tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
+  if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
+  if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
+    throw ConfigError("train.min_lr must be in [0, train.lr]");
+  // the optimizer divides by 1 - beta^t in float32: beta must stay below 1 there
+  if (!(c.train.beta1 >= 0 && float(c.train.beta1) < 1.0f))
+    throw ConfigError("train.beta1 must be in [0, 1) as a float32 (1 - beta1 > 0), got " + number_text(c.train.beta1));
+  if (!(c.train.beta2 >= 0 && float(c.train.beta2) < 1.0f))
+    throw ConfigError("train.beta2 must be in [0, 1) as a float32 (1 - beta2 > 0), got " + number_text(c.train.beta2));
+  if (!(c.train.eps > 0)) throw ConfigError("train.eps must be > 0");
+  if (c.train.weight_decay < 0) throw ConfigError("train.weight_decay must be >= 0");
+  // decoupled decay multiplies every weight by 1 - lr x weight_decay each step: at or
+  // beyond 1 the weights flip sign and grow without bound
+  if (c.train.optimizer == "adamw" && c.train.lr * c.train.weight_decay >= 1)
+    throw ConfigError("train.lr x train.weight_decay = " + number_text(c.train.lr * c.train.weight_decay) +
+                      " must be < 1 (AdamW multiplies the weights by 1 - lr x weight_decay every step)");
+  if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
+  if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
+  if (c.attention_kernel == "dca" && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)
+    log_warn("attention.dca_chunk_size - attention.dca_local_size (the chunk length " +
+             std::to_string(c.model.dca_chunk_size - c.model.dca_local_size) +
+             ") is not above attention.dca_local_size (" + std::to_string(c.model.dca_local_size) +
+             "): DCA's successive part then never keeps exact distances beyond the chunk");
+}
+
+std::string config_to_toml(const Config& config) {
+  std::ostringstream out;
+  std::string section;
+  for (const ConfigKey& k : config_keys()) {
+    const size_t dot = k.name.find('.');
+    const std::string sec = k.name.substr(0, dot), key = k.name.substr(dot + 1);
+    if (sec != section) {
+      out << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
+      section = sec;
+    }
+    const std::string v = k.get(config);
+    if (k.type == KeyType::string || (k.type == KeyType::boolean_or_auto && v == "auto")) {
+      toml::table t;
+      t.insert("v", v);
+      std::ostringstream q;
+      q << t;  // "v = '...'" with correct TOML quoting
+      out << key << q.str().substr(1) << "\n";
+    } else {
+      out << key << " = " << v << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace lct

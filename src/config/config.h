@@ -1,0 +1,118 @@
+// The run configuration: one struct per TOML section, one registry of keys.
+// Precedence: command line (--section.key VALUE) > config file > built-in defaults.
+// The built-in defaults equal configs/default.toml (a test checks this).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace lct {
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | text | tokens
+  std::string path;                  // text file/folder or token file
+  int64_t seq_len = 2048;            // tokens per micro-batch (one packed sequence)
+  std::string doc_lengths = "pretrain";
+  int64_t max_doc_len = 2048;
+  int64_t min_doc_len = 1;
+  std::string separator;             // text: document separator ("" = one document per file)
+  std::string token_dtype = "uint16";
+  int64_t separator_id = 0;          // tokens: document-separator id
+};
+
+struct TrainConfig {
+  int64_t steps = 150;
+  int64_t seed = 1234;
+  int64_t micro_batches = 1;
+  std::string optimizer = "adamw";
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int64_t threads = 0;  // 0 = all cores
+  int64_t log_every = 1;
+  std::string resume;   // "" = fresh run, "auto" = newest checkpoint in checkpoint.dir, or a path
+};
+
+struct ParallelConfig {
+  // Degrees of the MPI process grid (parallel/process_grid.h); -1 = infer from the
+  // world size. Their product must equal the number of MPI ranks.
+  int64_t dp = -1, pp = 1, cp = 1;
+  std::vector<int64_t> pp_layers;    // layers per pipeline stage (empty = even split)
+  std::string pp_schedule = "1f1b";  // 1f1b | gpipe (parallel/pipeline_schedule.h)
+  std::string cp_split = "zigzag";   // zigzag | contiguous (data/context_shards.h)
+  std::string cp_comm = "ring";      // ring | allgather (parallel/context_parallel.h)
+  std::string dp_balance = "none";   // none | packing (data/balance.h)
+  int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
+  bool overlap_grad_reduce = true;   // start bucket reductions during backward
+};
+
+struct TraceConfig {
+  std::string path;  // "" = no timeline
+};
+
+struct CheckpointConfig {
+  std::string dir = "runs/default";
+  int64_t every = 50;  // 0 = only at the end
+  int64_t keep = 3;
+  bool overwrite = false;  // a fresh run may replace another run's files in dir
+};
+
+struct Config {
+  LlamaConfig model;
+  std::string attention_kernel = "causal";
+  std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
+  double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
+  std::string cad_pingpong = "auto";               // CAD: two overlapped nano-batches (auto | true | false)
+  std::string cad_profile = "auto";                // CAD: cost model (src/train/cad_profile.h)
+  bool cad_rank_speeds = true;                     // CAD: plan by each rank's measured speed
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  TraceConfig trace;
+};
+
+// boolean_or_auto: true, false or "auto" (the run plan decides; src/train/run_plan.h).
+enum class KeyType { integer, number, boolean, boolean_or_auto, string, integer_list };
+
+struct ConfigKey {
+  std::string name;  // section.key
+  KeyType type;
+  std::string help;
+  std::function<std::string(const Config&)> get;           // value as text
+  std::function<void(Config&, const std::string&)> set;     // parses, throws ConfigError
+};
+
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const std::vector<ConfigKey>& config_keys();
+const ConfigKey* find_config_key(const std::string& name);
+
+// Applies a TOML file onto config. Unknown sections/keys and wrong types are errors
+// naming the file and the key.
+void apply_toml_file(Config& config, const std::string& path);
+// Same, from TOML text (origin names it in errors, e.g. a checkpoint's /config).
+void apply_toml_text(Config& config, const std::string& text, const std::string& origin);
+// Applies "section.key" -> text overrides (from the command line).
+void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
+// Cross-field validation; throws ConfigError naming the key.
+void validate_config(const Config& config);
+struct ConfigDifference {
+  std::string key, a, b;
+};
+// Keys whose values differ between two configs, in registry order.
+std::vector<ConfigDifference> config_differences(const Config& a, const Config& b);
+// The resolved configuration as TOML text (what checkpoints and logs record).
+std::string config_to_toml(const Config& config);
+
+}  // namespace lct

@@ -1,0 +1,27 @@
+// The HDF5 tensor layout shared by parameter files, checkpoints and gradient dumps:
+//   /model                 group; attributes with Hugging Face LlamaConfig names plus
+//                          attention_kernel
+//   /params/<hf path>      one float32 dataset per parameter at its global shape, e.g.
+//                          /params/model/layers/0/self_attn/q_proj/weight  [out, in]
+//   /grads/<hf path>       same layout, in gradient files written by `lct eval`
+#pragma once
+
+#include <string>
+
+#include "model/llama.h"
+#include "src/io/h5io.h"
+
+namespace lct {
+
+void write_model_attrs(H5File& file, const LlamaConfig& config);
+// Reads /model attributes; throws naming the file and the missing/invalid attribute.
+LlamaConfig read_model_attrs(const H5File& file);
+
+// root is "/params" or "/grads"; one dataset per tensor of the table.
+void write_tensors(H5File& file, const std::string& root, const TensorTable& table,
+                   const float* arena);
+// Checks every tensor is present with the table's shape; throws naming the tensor.
+void read_tensors(const H5File& file, const std::string& root, const TensorTable& table,
+                  float* arena);
+
+}  // namespace lct

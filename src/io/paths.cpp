@@ -1,0 +1,46 @@
+#include "src/io/paths.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace lct {
+
+void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs) {
+  const auto same_file = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;
+    return fs::weakly_canonical(fs::absolute(a), ec) == fs::weakly_canonical(fs::absolute(b), ec);  // not written yet
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [what, path] = outputs[i];
+    if (path.empty()) continue;
+    for (const auto& [in_what, in_path] : inputs)
+      if (!in_path.empty() && same_file(path, in_path))
+        throw std::invalid_argument(what + " '" + path + "' is the same file as " + in_what + " '" +
+                                    in_path + "': writing it would destroy an input");
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
+        throw std::invalid_argument(what + " and " + outputs[j].first + " are the same file '" + path + "'");
+  }
+}
+
+void refuse_run_folder_file(const std::string& what, const std::string& path, const std::string& dir) {
+  if (path.empty() || dir.empty()) return;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), ec);
+  const bool same_dir = fs::exists(p.parent_path(), ec) && fs::exists(d, ec)
+                            ? fs::equivalent(p.parent_path(), d, ec)
+                            : p.parent_path() == d;
+  if (!same_dir) return;
+  const std::string name = p.filename().string();
+  const bool checkpoint = name.rfind("step_", 0) == 0 &&
+                          (name.ends_with(".h5") || name.ends_with(".h5.tmp") || name.ends_with(".tmp"));
+  if (checkpoint || name == "metrics.jsonl" || name == "run.toml")
+    throw std::invalid_argument(what + " '" + path + "' is a file the run writes in checkpoint.dir '" +
+                                dir + "' (checkpoints, metrics.jsonl, run.toml): choose another path");
+}
+
+}  // namespace lct

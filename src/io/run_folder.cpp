@@ -1,0 +1,179 @@
+#include "src/io/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/io/h5io.h"
+#include "src/util/log.h"
+
+namespace fs = std::filesystem;
+
+namespace lct {
+namespace {
+constexpr const char* kRunFile = "run.toml";
+
+std::string run_file(const std::string& dir) { return (fs::path(dir) / kRunFile).string(); }
+
+std::optional<RunIdentity> read_run_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  try {
+    const toml::table t = toml::parse_file(path);
+    RunIdentity id;
+    id.run_id = t["run_id"].value_or(std::string());
+    id.config_hash = t["config_hash"].value_or(std::string());
+    id.seed = t["seed"].value_or(int64_t(0));
+    id.started = t["started"].value_or(std::string());
+    if (id.run_id.empty()) return std::nullopt;
+    return id;
+  } catch (const std::exception&) {
+    return std::nullopt;  // unreadable: the folder still counts as taken (see empty())
+  }
+}
+
+std::string describe(const RunFolderContents& c) {
+  std::string s;
+  if (c.owner) s = "run " + c.owner->run_id + " started " + c.owner->started;
+  if (!c.checkpoints.empty())
+    s += (s.empty() ? "" : ", ") + std::to_string(c.checkpoints.size()) + " checkpoint(s), newest " +
+         fs::path(c.checkpoints.back()).filename().string();
+  else if (c.has_metrics)
+    s += (s.empty() ? "" : ", ") + std::string("a metrics.jsonl");
+  return s;
+}
+
+// The run id stamped in a checkpoint ("" when it has none or cannot be read).
+std::string checkpoint_run_id(const std::string& path) {
+  try {
+    const H5File f = H5File::open_read(path);
+    return f.attr_string("/trainer", "run_id").value_or(std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+}  // namespace
+
+RunIdentity new_run_identity(const std::string& config_toml, int64_t seed) {
+  RunIdentity id;
+  std::random_device rd;
+  const uint64_t r = (uint64_t(rd()) << 32) ^ uint64_t(rd()) ^
+                     uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
+  id.run_id = hex;
+  id.config_hash = checksum_text(config_toml.data(), config_toml.size());
+  id.seed = seed;
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  id.started = when;
+  return id;
+}
+
+RunFolderContents survey_run_folder(const std::string& dir) {
+  RunFolderContents c;
+  c.checkpoints = list_checkpoints(dir);
+  std::error_code ec;
+  c.has_metrics = fs::exists(fs::path(dir) / "metrics.jsonl", ec);
+  c.owner = read_run_file(run_file(dir));
+  if (!c.owner && fs::exists(run_file(dir), ec)) c.owner = RunIdentity{"(unreadable run.toml)", "", 0, "?"};
+  return c;
+}
+
+void check_run_folder(const std::string& dir, const RunFolderContents& contents,
+                      const std::string& run_id, bool resumed, bool overwrite) {
+  if (overwrite || contents.empty()) return;
+  if (!resumed)
+    throw ConfigError("checkpoint.dir '" + dir + "' already holds a run (" + describe(contents) +
+                      "): continue it with --train.resume auto, or replace it with "
+                      "--checkpoint.overwrite true");
+  if (contents.owner && contents.owner->run_id != run_id)
+    throw ConfigError("checkpoint.dir '" + dir + "' belongs to another run (" + describe(contents) +
+                      ") than the resumed checkpoint's (run " + run_id +
+                      "): resume into another folder, or replace it with --checkpoint.overwrite true");
+}
+
+TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& contents,
+                               const RunIdentity& identity, bool overwrite) {
+  fs::create_directories(dir);
+  TakenRunFolder taken;
+  // each checkpoint's run id, read once (the file is checksummed to read it)
+  for (const std::string& p : contents.checkpoints) {
+    if (checkpoint_run_id(p) == identity.run_id)
+      taken.own_checkpoints.push_back(p);
+    else if (overwrite)  // only files of the same run survive an overwrite
+      taken.removed += fs::remove(p) ? 1 : 0;
+  }
+  if (overwrite && (!contents.owner || contents.owner->run_id != identity.run_id)) {
+    std::error_code ec;
+    fs::remove(fs::path(dir) / "metrics.jsonl", ec);
+  }
+  write_text_atomically(run_file(dir), "# lct: the run that owns this folder (see checkpoint.overwrite)\n"
+                                       "run_id = \"" + identity.run_id + "\"\nconfig_hash = \"" +
+                                       identity.config_hash + "\"\nseed = " + std::to_string(identity.seed) +
+                                       "\nstarted = \"" + identity.started + "\"\n");
+  return taken;
+}
+
+void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::string& just_written) {
+  own.erase(std::remove(own.begin(), own.end(), just_written), own.end());  // rewritten: now the newest
+  // the one just written counts as the newest kept
+  const size_t older = size_t(std::max<int64_t>(keep - 1, 0));
+  while (own.size() > older) {
+    std::error_code ec;
+    fs::remove(own.front(), ec);
+    if (ec) log_warn("checkpoint.keep: cannot remove " + own.front() + ": " + ec.message());
+    own.erase(own.begin());
+  }
+  own.push_back(just_written);
+}
+
+RunFolderLock::RunFolderLock(const std::string& dir) {
+  fs::create_directories(dir);
+  const std::string path = (fs::path(dir) / "run.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw ConfigError("checkpoint.dir: cannot open the lock file '" + path + "': " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    std::string holder = n > 0 ? std::string(pid, size_t(n)) : "unknown";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + holder +
+                      "): two runs writing one folder would overwrite each other's checkpoints");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
+    // the pid is only for the message a second run prints; the lock itself holds
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+int remove_stale_temporaries(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.ends_with(".tmp") && e.is_regular_file(ec))
+      removed += fs::remove(e.path(), ec) ? 1 : 0;
+  }
+  return removed;
+}
+
+}  // namespace lct

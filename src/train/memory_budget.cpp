@@ -1,0 +1,120 @@
+#include "src/train/memory_budget.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "model/llama.h"
+#include "parallel/pipeline_schedule.h"
+#include "src/util/machine.h"
+#include "src/train/run_objects.h"
+
+namespace fs = std::filesystem;
+
+namespace lct {
+namespace {
+
+// Most activation slots one stage holds at once, from the schedule's own action list.
+int peak_slots(PipelineSchedule schedule, int pp, int stage, int m) {
+  int held = 0, peak = 0;
+  for (const PipeAction& a : pipeline_actions(schedule, pp, stage, m)) {
+    if (a.micro_batch < 0) continue;  // tick dummies: counted separately
+    if (a.op == PipeOp::forward) peak = std::max(peak, ++held);
+    if (a.op == PipeOp::backward) --held;
+  }
+  return std::max(peak, 1);
+}
+
+double corpus_bytes(const Config& c) {
+  if (c.data.source != "text" && c.data.source != "tokens") return 0;
+  std::error_code ec;
+  if (fs::is_regular_file(c.data.path, ec)) return double(fs::file_size(c.data.path, ec));
+  double total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(c.data.path, ec))
+    if (e.is_regular_file(ec)) total += double(e.file_size(ec));
+  return total;
+}
+}  // namespace
+
+MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const double f = sizeof(float);
+  const double hd = double(mc.head_dim());
+  const double qdim = double(mc.num_attention_heads) * hd, kvdim = double(mc.num_key_value_heads) * hd;
+  const double params = double(build_llama_table(mc).total());
+  const bool cad = plan.placement == Placement::cad;
+  const int lanes = plan.lanes;
+  const int m = int(std::min<int64_t>(plan.micro_batches, std::numeric_limits<int>::max()));
+  const double T = std::ceil(double(plan.seq_len) / layout.cp);  // tokens per rank and slot
+
+  MemoryEstimate e;
+  e.weights = 2 * params * f;
+  e.optimizer = plan.optimizer.kind == OptimizerKind::adamw ? 2 * params * f : 0;
+
+  // activations: the stage holding the most (stage 0 holds the most slots, the last one
+  // the head's rows)
+  const std::vector<StageSpec>& stages = plan.stages;
+  const PipelineSchedule schedule = plan.schedule;
+  for (int s = 0; s < layout.pp; ++s) {
+    const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)]));
+    int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
+    if (schedule == PipelineSchedule::ticks && layout.pp > 1) slots += 1;  // the dummies' own
+    // ping-pong: two slots per micro-batch, whose halves differ by at most the longest
+    // document (data/nano_batches.h), so together they hold T + min(T, longest) / 2 tokens
+    const double tokens =
+        lanes == 2 ? T + std::min(T, double(config.data.max_doc_len)) / 2 : T;
+    const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
+    if (bytes > e.activations) e.activations = bytes, e.slots = slots * lanes;
+  }
+  e.tokens_per_slot = int64_t(T);
+
+  double rope_rows = std::max(double(config.data.seq_len), double(config.data.max_doc_len));
+  if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T))) +
+               (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
+  if (plan.placement == Placement::context_parallel) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
+  if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
+  // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
+  e.data = double(m) * T * 13 + corpus_bytes(config);
+  // rank 0 builds the checkpoint in memory (HDF5's copy and the image), then verifies it
+  e.checkpoint = 2 * (params + (plan.optimizer.kind == OptimizerKind::adamw ? 2 * params : 0)) * f + params * f;
+  e.process = proc_kib_field("/proc/self/status", "VmRSS");
+  if (e.process < 0) e.process = 0;
+  return e;
+}
+
+std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a) {
+  std::ostringstream o;
+  o << "memory per rank (estimate, largest rank): " << bytes_text(e.total()) << " of "
+    << (std::isfinite(a.bytes) ? bytes_text(a.bytes) + " available (" + a.limit + ")" : std::string("unknown"))
+    << "\n  weights + gradients " << bytes_text(e.weights) << " | optimizer " << bytes_text(e.optimizer)
+    << " | activations " << bytes_text(e.activations) << " (" << e.slots << " slot(s) x " << e.tokens_per_slot
+    << " tokens)\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
+    << " | data " << bytes_text(e.data) << " | checkpoint image (rank 0) " << bytes_text(e.checkpoint)
+    << " | process " << bytes_text(e.process);
+  return o.str();
+}
+
+std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& a) {
+  if (!(e.total() > a.bytes)) return "";
+  // the three largest parts, largest first
+  std::vector<std::pair<double, std::string>> parts = {
+      {e.weights + e.optimizer, "weights, gradients and optimizer"}, {e.activations, "activations"},
+      {e.scratch, "scratch and RoPE table"}, {e.attention, "attention buffers"},
+      {e.data, "micro-batches and corpus"}, {e.checkpoint, "checkpoint image"}, {e.process, "process"}};
+  std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::string largest;
+  for (size_t i = 0; i < 3; ++i) largest += (i ? ", " : "") + parts[i].second + " " + bytes_text(parts[i].first);
+  return "not enough memory: a rank needs about " + bytes_text(e.total()) + " (" + largest + ") but " +
+         bytes_text(a.bytes) + " is available (" + a.limit +
+         "); reduce data.seq_len, train.micro_batches or the model, or add ranks (lct train --dry-run shows the estimate)";
+}
+
+}  // namespace lct

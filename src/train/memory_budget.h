@@ -1,0 +1,50 @@
+// A memory budget before allocation: what one rank of a training run will hold, from
+// the config and the layout alone (nothing allocated), against what the machine lets it
+// have. `lct train` refuses a run that does not fit with one line naming both, before
+// it writes anything; `lct train --dry-run` prints the estimate and the plan.
+//
+// Per rank (every rank holds the whole parameter arena; src/train/trainer.h):
+//   weights      parameters + gradients, 4 bytes each
+//   optimizer    AdamW's two moments (SGD: none)
+//   activations  slots in flight x the stage's saved floats per token x tokens per slot
+//                (from the schedule's action list: 1F1B pp - stage, GPipe m, ticks
+//                2 (pp - 1 - stage) + 1 plus the dummies'; ping-pong: two slots per
+//                micro-batch, together T + min(T, longest document) / 2 tokens)
+//   scratch      backward scratch, LM-head logit rows, RoPE table
+//   attention    placement buffers: context-parallel K/V blocks, CAD's exchanged rows
+//   data         the step's packed micro-batches, a text corpus held in memory
+//   checkpoint   rank 0: the checkpoint built in memory, its image and the verify pass
+//   process      what the process holds already (libraries, MPI), measured
+// Available: available_memory (src/util/machine.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "src/config/config.h"
+#include "src/util/machine.h"
+#include "src/train/run_plan.h"
+
+namespace lct {
+
+struct MemoryEstimate {
+  double weights = 0, optimizer = 0, activations = 0, scratch = 0, attention = 0, data = 0,
+         checkpoint = 0, process = 0;  // bytes
+  int slots = 0;                       // activation slots in flight (the largest stage)
+  int64_t tokens_per_slot = 0;
+  double total() const {
+    return weights + optimizer + activations + scratch + attention + data + checkpoint + process;
+  }
+};
+
+// The largest rank's estimate (rank 0 carries the checkpoint image).
+MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan);
+
+// One line per component, for --dry-run.
+std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a);
+
+// "" when the run fits, else the one-line refusal.
+std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& a);
+
+
+}  // namespace lct

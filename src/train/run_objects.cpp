@@ -1,0 +1,41 @@
+#include "src/train/run_objects.h"
+
+namespace lct {
+
+LlamaConfig model_config(const Config& config) {
+  LlamaConfig m = config.model;
+  m.attention_kernel = parse_attention_kernel(config.attention_kernel);
+  return m;
+}
+
+std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
+  const uint64_t seed = uint64_t(c.train.seed);
+  if (c.data.source == "text") return make_text_source(c.data.path, c.data.separator, seed);
+  if (c.data.source == "tokens")
+    return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed);
+  SyntheticOptions o;
+  o.seed = seed;
+  o.vocab_size = c.model.vocab_size;
+  o.lengths.dist = parse_doc_length_dist(c.data.doc_lengths);
+  o.lengths.min_doc_len = c.data.min_doc_len;
+  o.lengths.max_doc_len = c.data.max_doc_len;
+  o.lengths.seed = seed;
+  return make_synthetic_source(o);
+}
+
+OptimizerConfig optimizer_config(const Config& c) {
+  OptimizerConfig o;
+  o.kind = parse_optimizer(c.train.optimizer);
+  o.lr = c.train.lr;
+  o.min_lr = c.train.min_lr;
+  o.warmup_steps = c.train.warmup_steps;
+  o.total_steps = c.train.steps;
+  o.beta1 = c.train.beta1;
+  o.beta2 = c.train.beta2;
+  o.eps = c.train.eps;
+  o.weight_decay = c.train.weight_decay;
+  o.grad_clip = c.train.grad_clip;
+  return o;
+}
+
+}  // namespace lct

@@ -1,0 +1,520 @@
+#include "src/train/trainer.h"
+
+#include <cblas.h>
+#include <signal.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <stdexcept>
+
+#include "parallel/trace_writer.h"
+#include "src/train/cad_profile.h"
+#include "src/train/flops.h"
+#include "src/io/h5io.h"
+#include "src/util/log.h"
+#include "src/io/params_io.h"
+#include "src/io/run_folder.h"
+
+namespace lct {
+namespace fs = std::filesystem;
+
+namespace {
+const DocumentSource& checked_source(const std::unique_ptr<DocumentSource>& source,
+                                     const Config& c) {
+  if (source->vocab_required() > c.model.vocab_size)
+    throw ConfigError("model.vocab_size (" + std::to_string(c.model.vocab_size) +
+                      ") is smaller than the data's vocabulary (" +
+                      std::to_string(source->vocab_required()) + ", " + source->describe() + ")");
+  // a stream of one-token documents has no next token to predict: a loss-0 run is no run
+  if (source->longest_document() < 2)
+    throw ConfigError("data: every document of " + source->describe() +
+                      " is a single token, so there is no target to train on");
+  return *source;
+}
+}  // namespace
+
+std::atomic<int> g_stop_signal{0};
+
+namespace {
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+const ProcessGrid& Trainer::single_process_grid() {
+  static const ProcessGrid grid;
+  return grid;
+}
+
+Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
+
+Trainer::Trainer(const Config& config, const ProcessGrid& grid)
+    : Trainer(config, make_run_plan(config, grid.world_size()), grid) {}
+
+namespace {
+// The CAD cost model (src/train/cad_profile.h), resolved on rank 0 and shared, so that every
+// rank plans with the same one; an error there stops every rank with its message.
+CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
+  std::vector<std::string> shared(3);  // error, cost model text, description
+  if (grid.is_root()) {
+    try {
+      const CadCostChoice choice = resolve_cad_cost(setting, m);
+      shared = {"", choice.text, choice.description};
+    } catch (const std::exception& e) {
+      shared = {e.what(), "", ""};
+    }
+  }
+  // the other ranks wait asleep: a spinning wait would share the cores being measured
+  const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
+  barrier_sleeping(world);
+  broadcast_strings(shared, world);
+  if (!shared[0].empty()) throw ConfigError(shared[0]);
+  return cad_cost_from_text(shared[1], shared[2]);
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid)
+    : config_(config),
+      plan_(plan),
+      grid_(grid),
+      source_(make_document_source(config)),
+      packer_(checked_source(source_, config), config.data.seq_len),
+      model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
+      owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
+      counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),
+      tied_(tied_embedding_range(model_.table(), model_.config(), model_.stage())),
+      optimizer_(plan.optimizer, model_.table()),
+      reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
+               config.parallel.overlap_grad_reduce),
+      executor_(model_, grid.pp(), plan.layout.pp, grid.coords().pp_rank, plan.schedule, plan.lanes) {
+  if (plan.world != grid.world_size() || plan.layout.dp != grid.layout().dp ||
+      plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
+    throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
+  switch (plan.placement) {
+    case Placement::cad: {
+      CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);
+      cad_cost_description_ = cost.description;
+      auto cad = std::make_unique<CadAttention>(grid.world(), plan.cad.tolerance, std::move(cost.model),
+                                                plan.cad.rank_speeds);
+      cad_attention_ = cad.get();
+      placement_ = std::move(cad);
+      break;
+    }
+    case Placement::context_parallel: {
+      auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm);
+      cp_attention_ = cp.get();
+      placement_ = std::move(cp);
+      break;
+    }
+    case Placement::colocated:
+      placement_ = std::make_unique<ColocatedAttention>();
+      break;
+  }
+  optimizer_.set_owned_ranges(owned_);
+  init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
+                    model_.params.data());
+  state_.seed = config.train.seed;
+}
+
+void Trainer::resume_from(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  const CheckpointContents c = read_checkpoint_header(f);
+  Config saved;
+  apply_toml_text(saved, c.config_toml, path + ":/config");
+  for (const ConfigDifference& d : config_differences(saved, config_)) {
+    // the model and its attention kernel must match; where attention runs (placement and
+    // the CAD settings) may change
+    const bool shape_key = (d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0) &&
+                           d.key != "attention.placement" && d.key.rfind("attention.cad_", 0) != 0;
+    if (shape_key)
+      throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
+                               " in the checkpoint but " + d.b + " in this run");
+    if (d.key != "train.resume" && d.key != "train.steps" && d.key != "train.log_every" &&
+        d.key != "checkpoint.overwrite")
+      log_warn("resuming with " + d.key + " = " + d.b + " (checkpoint had " + d.a + ")");
+  }
+  if (c.state.step > config_.train.steps)
+    throw std::runtime_error(path + ": checkpoint is at step " + std::to_string(c.state.step) +
+                             ", beyond train.steps = " + std::to_string(config_.train.steps));
+  // Load into copies first so a failure leaves this trainer untouched. Checkpoints are
+  // layout-free: every rank reads the whole file and uses its stage's part.
+  LlamaModel model(model_.config());
+  Optimizer optimizer(plan_.optimizer, model.table());
+  load_checkpoint_tensors(f, model, &optimizer);
+  model_.params = std::move(model.params);
+  optimizer_.exp_avg() = std::move(optimizer.exp_avg());
+  optimizer_.exp_avg_sq() = std::move(optimizer.exp_avg_sq());
+  optimizer_.set_step_count(optimizer.step_count());
+  state_ = c.state;
+  state_.seed = config_.train.seed;
+  resumed_ = true;
+  history_ = c.history;
+}
+
+StepRecord Trainer::train_step() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const int64_t step = state_.step;  // 0-based index of this step
+  const int64_t mb = config_.train.micro_batches;
+  const Layout& layout = grid_.layout();
+  double comm_s = 0;  // this rank's time inside MPI calls
+
+  // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
+  // every pipeline stage of the replica packs the same ones, and each context-parallel
+  // rank keeps its share of every sequence.
+  if (plan_.balance == DpBalance::packing) {
+    // the whole global batch, re-packed by work over the dp ranks (data/balance.h)
+    std::vector<PackedBatch> global;
+    for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
+    const LlamaConfig& mc = model_.config();
+    local_ = pack_for_balance(global, layout.dp, int(mb), grid_.coords().dp_rank, [&mc](int64_t L) {
+      return forward_flops(mc, L, L * (L + 1) / 2);
+    });
+  } else {
+    const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
+    local_.resize(size_t(mb));
+    for (int64_t m = 0; m < mb; ++m) {
+      const PackedBatch packed = packer_.sequence(first + m);
+      if (layout.cp > 1)
+        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, plan_.cp_split);
+      else
+        whole_sequence(packed, local_[size_t(m)]);
+    }
+  }
+  double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
+  for (const LocalBatch& local : local_) {
+    counts[0] += double(local.num_targets());
+    counts[1] += double(local.num_tokens());
+    counts[2] += double(local.attention_pairs());
+  }
+  const double my_pairs = counts[2];
+  allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
+  const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
+                pairs = int64_t(counts[2]);
+  // Every micro-batch's gradient is scaled by 1 / (global target count), so summing
+  // over micro-batches and ranks gives the gradient of the global mean loss.
+  const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
+
+  model_.zero_grads();
+  placement_->reset_stats();
+  const PipelineStepStats pipe =
+      executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(), tied_);
+  comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
+  const PlacementStats cp = placement_->stats();
+  comm_s += cp.exposed_seconds;
+
+  // Loss and retrieval counts (only the last stage has them), and whether any rank was
+  // asked to stop; over the whole world, so every rank logs the same record.
+  double sums[4] = {pipe.loss.loss_sum, double(pipe.loss.answers),
+                    double(pipe.loss.answers_correct), g_stop_signal.load() != 0 ? 1.0 : 0.0};
+  allreduce_sum(sums, 4, grid_.world(), &comm_s);
+  stop_requested_ = sums[3] > 0;
+
+  StepRecord r;
+  r.step = step + 1;
+  r.loss = targets > 0 ? sums[0] / double(targets) : 0.0;
+  // every rank holds its stage's reduced gradient: sum squares over stages
+  double sq = sum_of_squares(model_.grads, counted_);
+  allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
+  r.grad_norm = std::sqrt(sq);
+  if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
+    throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
+                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) +
+                             "); lower train.lr or check the data");
+  const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
+                          ? plan_.optimizer.grad_clip / r.grad_norm
+                          : 1.0;
+  r.lr = learning_rate(plan_.optimizer, step);
+  {
+    const ScopedSpan span("optimizer");
+    optimizer_.step(model_.params, model_.grads, r.lr, clip);
+  }
+  state_.step += 1;
+  state_.next_sequence += layout.dp * mb;
+  state_.tokens_seen += tokens;
+
+  // Straggler and pipeline figures: every rank's compute and communication time, its
+  // stage's bubble and peak activation bytes.
+  const auto t_end = Clock::now();
+  const double step_s = std::chrono::duration<double>(t_end - t0).count();
+  trace_span("step", TraceTrack::step, t0, t_end, state_.step);
+  // this rank's own value of every figure reduced over ranks (src/metrics/step_metrics.h)
+  StepRecord mine;
+  mine.compute_max_over_mean = step_s - comm_s;  // compute seconds
+  mine.idle_fraction = comm_s / std::max(step_s, 1e-9);
+  mine.bubble_fraction = pipe.bubble_fraction();
+  mine.peak_activation_bytes = pipe.peak_activation_bytes;
+  mine.attention_pairs_max_over_mean = my_pairs;
+  mine.attention_pairs_served_max_over_mean = cp.pairs_served;
+  mine.exchange_bytes_sent = double(cp.bytes_sent);
+  mine.exchange_exposed_fraction = cp.exposed_seconds / std::max(step_s, 1e-9);
+  mine.exchange_hidden_fraction = cp.hidden_seconds / std::max(step_s, 1e-9);
+  mine.peak_rss_bytes = peak_rss_bytes();
+  std::vector<int> stage_of(size_t(grid_.world_size()));
+  for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
+  reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, r);
+  int64_t my_tokens = 0;
+  for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
+  placement_->observe_step(step_s - comm_s, my_tokens);
+  if (layout.pp > 1) r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
+  else r.bubble_fraction = 0;
+
+  r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+  r.tokens = tokens;
+  r.targets = targets;
+  r.tokens_per_s = double(tokens) / (r.ms / 1e3);
+  r.gflops = train_step_flops(model_.config(), tokens, pairs) / (r.ms / 1e3) / 1e9;
+  r.answers = int64_t(sums[1]);
+  r.answers_correct = int64_t(sums[2]);
+  history_.push_back(r);
+  return r;
+}
+
+std::string Trainer::save_checkpoint() {
+  const ScopedSpan span("checkpoint");
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
+  const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
+  // Every rank of a stage holds the same weights and optimizer state; rank 0 (the first
+  // stage of dp replica 0) collects the other stages' parts and writes one file.
+  if (grid_.coords().dp_rank == 0 && grid_.coords().cp_rank == 0) {
+    std::vector<std::vector<ArenaRange>> by_stage;
+    for (const StageSpec& s : plan_.stages)
+      by_stage.push_back(owned_ranges(model_.table(), model_.config(), s));
+    std::vector<float*> arenas = {model_.params.data()};
+    if (!optimizer_.exp_avg().empty())
+      arenas.insert(arenas.end(), {optimizer_.exp_avg().data(), optimizer_.exp_avg_sq().data()});
+    gather_to_first_stage(grid_.pp(), grid_.layout().pp, grid_.coords().pp_rank, by_stage, arenas);
+  }
+  if (grid_.is_root()) {
+    // never a checkpoint of non-finite weights: the run stops, the earlier ones stay
+    for (const TensorSpec& t : model_.table().specs()) {
+      const float* x = model_.params.data() + t.offset;
+      for (int64_t i = 0; i < t.numel; ++i)
+        if (!std::isfinite(x[i]))
+          throw std::runtime_error("step " + std::to_string(state_.step) + ": parameter " + t.name +
+                                   " is not finite; checkpoint not written (earlier checkpoints are "
+                                   "untouched); lower train.lr or check the data");
+    }
+    fs::create_directories(config_.checkpoint.dir);
+    try {
+      write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("checkpoint of step " + std::to_string(state_.step) +
+                               " not written (earlier checkpoints are untouched): " + e.what());
+    }
+    rotate_checkpoints(own_checkpoints_, config_.checkpoint.keep, path);
+  }
+  barrier(grid_.world());  // written before anyone goes on
+  return path;
+}
+
+
+// Every rank checks the folder (read-only: the same verdict everywhere), then rank 0
+// takes it: see src/io/run_folder.h.
+void Trainer::claim_run_folder() {
+  const std::string& dir = config_.checkpoint.dir;
+  // one writer: rank 0 locks the folder for the whole run (a second run is refused at
+  // once, on every rank), then clears temporaries of writes a dead run left behind
+  std::vector<std::string> refused(1);
+  if (grid_.is_root()) {
+    try {
+      folder_lock_ = std::make_unique<RunFolderLock>(dir);
+      if (const int n = remove_stale_temporaries(dir); n > 0)
+        log_info("%s: removed %d temporary file(s) of an interrupted checkpoint write", dir.c_str(), n);
+    } catch (const std::exception& e) {  // (a folder that cannot be created, too)
+      refused[0] = std::string(e.what());
+    }
+  }
+  broadcast_strings(refused, grid_.world());
+  if (!refused[0].empty()) throw ConfigError(refused[0]);
+  const RunFolderContents contents = survey_run_folder(dir);
+  // a checkpoint from before run ids continues the folder's run
+  if (resumed_ && state_.run_id.empty() && contents.owner) state_.run_id = contents.owner->run_id;
+  // --train.resume auto on a run that died before its first checkpoint: the folder is
+  // that run's (run.toml, maybe metrics) with nothing to resume from, so it starts
+  // afresh as the same run
+  const bool restart = !resumed_ && config_.train.resume == "auto" && contents.checkpoints.empty() &&
+                       contents.owner.has_value();
+  if (restart) {
+    state_.run_id = contents.owner->run_id;
+    log_info("resume auto: %s holds run %s but no checkpoint yet; starting it afresh", dir.c_str(),
+             state_.run_id.c_str());
+  }
+  check_run_folder(dir, contents, state_.run_id, resumed_ || restart, config_.checkpoint.overwrite);
+  barrier(grid_.world());
+  if (grid_.is_root()) {
+    RunIdentity identity = new_run_identity(config_to_toml(config_), config_.train.seed);
+    if (!state_.run_id.empty()) identity.run_id = state_.run_id;
+    state_.run_id = identity.run_id;
+    TakenRunFolder taken = take_run_folder(dir, contents, identity, config_.checkpoint.overwrite);
+    own_checkpoints_ = std::move(taken.own_checkpoints);
+    if (config_.checkpoint.overwrite && !contents.empty())
+      log_info("checkpoint.overwrite: %s now belongs to run %s (%lld checkpoint(s) of the previous run removed)",
+               dir.c_str(), identity.run_id.c_str(), (long long)taken.removed);
+  }
+  barrier(grid_.world());
+}
+
+// metrics.jsonl always equals the run's history: on resume it is rewritten from the
+// checkpoint's rows (dropping lines of steps after the checkpoint), then appended.
+void Trainer::open_metrics_file() {
+  if (!grid_.is_root()) return;
+  const std::string path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
+  metrics_.open(path, std::ios::trunc);
+  if (!metrics_) throw std::runtime_error("cannot write metrics file '" + path + "'");
+  metrics_.precision(10);
+  for (const StepRecord& r : history_) write_metrics_json(metrics_, r);
+  metrics_.flush();
+}
+
+int Trainer::run() {
+  const LlamaConfig& mc = model_.config();
+  const Layout& layout = grid_.layout();
+  const int64_t tokens_per_step = plan_.tokens_per_step();
+  log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
+           omp_get_max_threads(), source_->describe().c_str());
+  if (grid_.world_size() > 1)
+    log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
+             "buckets: %zu (>= %lld elements each), overlap %s",
+             grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
+             (long long)config_.parallel.bucket_size,
+             config_.parallel.overlap_grad_reduce ? "on" : "off");
+  if (layout.pp > 1) {
+    std::string split;
+    for (const StageSpec& s : plan_.stages)
+      split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
+               std::to_string(s.end_layer - 1);
+    log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
+             "bubble (pp-1)/(m+pp-1) = %.1f%%",
+             layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
+             (long long)config_.train.micro_batches,
+             100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
+  }
+  if (plan_.balance == DpBalance::packing)
+    log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
+             "by work)", layout.dp);
+  if (cad_attention_)
+    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
+             "%s, probed point-to-point bandwidth %.2f GB/s",
+             grid_.world_size(), plan_.cad.tolerance,
+             cad_cost_description_.c_str(),
+             plan_.cad.rank_speeds ? " and each rank's measured speed" : "",
+             ((plan_.lanes == 2 ? std::string("ping-pong nano-batches") : std::string("one exchange at a time (no ping-pong)")) +
+              (plan_.lanes_reason.empty() ? "" : " (" + plan_.lanes_reason + ")")).c_str(),
+             cad_attention_->probe_bandwidth() / 1e9);
+  if (cad_attention_ && plan_.lanes == 2 && !plan_.pipelined() && all_ranks_on_one_host(grid_.world()))
+    log_warn("attention.cad_pingpong = true on one host: the exchange is cheap here, and the two "
+             "nano-batches (whole documents, so often of unequal size) make the ranks wait for each "
+             "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
+             "(bench/cad_scaling.sh, docs/parallelism.md, 'Core attention disaggregation')");
+  if (layout.cp > 1 && cp_attention_)
+    log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
+             "point-to-point bandwidth %.2f GB/s",
+             layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
+             cp_attention_->probe_bandwidth() / 1e9);
+  else if (layout.cp > 1)
+    log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
+             "pieces like documents (parallel.cp_comm is not used)",
+             layout.cp, cp_split_name(plan_.cp_split));
+  if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
+  log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
+           "%.2fM params, attention %s",
+           mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads,
+           mc.num_key_value_heads, (long long)mc.head_dim(), (long long)mc.intermediate_size,
+           (long long)mc.vocab_size, double(model_.num_params()) / 1e6,
+           attention_kernel_name(mc.attention_kernel));
+  log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
+           (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
+           (long long)config_.data.seq_len, (long long)tokens_per_step,
+           optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
+  log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
+           "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
+  if (state_.step > 0)
+    log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
+             (long long)state_.tokens_seen, (long long)state_.next_sequence);
+
+  claim_run_folder();
+  open_metrics_file();
+
+  // The timeline (trace.path): recorded while this guard lives, written at the end.
+  struct TraceGuard {
+    std::unique_ptr<Trace> trace;
+    ~TraceGuard() { Trace::activate(nullptr); }
+  } timeline;
+  if (!config_.trace.path.empty()) {
+    // fail now, on every rank, not after the run, if rank 0 cannot write the file
+    const std::string tmp = config_.trace.path + ".tmp";
+    double writable = 1;
+    if (grid_.is_root()) {
+      std::error_code ec;
+      const fs::path parent = fs::path(config_.trace.path).parent_path();
+      if (!parent.empty()) fs::create_directories(parent, ec);
+      writable = !ec && std::ofstream(tmp) ? 1 : 0;
+      fs::remove(tmp, ec);
+    }
+    allreduce_sum(&writable, 1, grid_.world(), nullptr);
+    if (writable < double(grid_.world_size()))
+      throw ConfigError("trace.path: cannot write '" + tmp + "'");
+    timeline.trace = std::make_unique<Trace>(start_aligned_trace(grid_));
+    Trace::activate(timeline.trace.get());
+    log_info("timeline: recording every rank's phases and waits for %s", config_.trace.path.c_str());
+  }
+  const auto write_timeline = [&] {
+    if (!timeline.trace) return;
+    Trace::activate(nullptr);
+    write_trace(*timeline.trace, grid_, config_.trace.path);
+    log_info("timeline: %s (%zu spans on this rank; open in https://ui.perfetto.dev)",
+             config_.trace.path.c_str(), timeline.trace->spans().size());
+    timeline.trace.reset();
+  };
+
+  while (state_.step < config_.train.steps) {
+    const StepRecord r = train_step();
+    if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
+      const LogContext context{grid_.world_size(), layout.pp > 1,
+                               cp_attention_ != nullptr || cad_attention_ != nullptr};
+      log_info("step %5lld/%lld | %s", (long long)r.step, (long long)config_.train.steps,
+               step_log_fields(r, context).c_str());
+    }
+    if (grid_.is_root()) {
+      write_metrics_json(metrics_, r);
+      metrics_.flush();
+    }
+    if (stop_requested_) {
+      const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+      log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
+               save_checkpoint().c_str());
+      log_info("resume with: --train.resume auto --checkpoint.dir %s", config_.checkpoint.dir.c_str());
+      write_timeline();
+      return 128 + sig;
+    }
+    if (config_.checkpoint.every > 0 && r.step % config_.checkpoint.every == 0 &&
+        r.step != config_.train.steps)
+      log_info("checkpoint: %s", save_checkpoint().c_str());
+  }
+  log_info("checkpoint: %s", save_checkpoint().c_str());
+  write_timeline();
+  if (!history_.empty())
+    log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
+             history_.front().loss, history_.back().loss,
+             (long long)state_.step, config_.checkpoint.dir.c_str());
+  return 0;
+}
+
+}  // namespace lct

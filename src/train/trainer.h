@@ -1,0 +1,110 @@
+// The training loop: data -> micro-batches -> pipeline schedule (forward/backward) with a
+// global-token-count loss -> clipping -> optimizer -> logs, metrics, checkpoints.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/balance.h"
+#include "data/packing.h"
+#include "data/sources.h"
+#include "model/llama.h"
+#include "model/optimizer.h"
+#include "parallel/cad_attention.h"
+#include "parallel/collectives.h"
+#include "parallel/context_parallel.h"
+#include "parallel/grad_reducer.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/process_grid.h"
+#include "src/io/checkpoint.h"
+#include "src/config/config.h"
+#include "src/util/machine.h"
+#include "src/io/run_folder.h"
+#include "src/train/run_objects.h"
+#include "src/train/run_plan.h"
+
+namespace lct {
+
+// SIGINT/SIGTERM handling: the handler records the signal; the training loop checks it
+// at each step boundary, writes a checkpoint and returns 128 + signal.
+void install_stop_signal_handlers();
+extern std::atomic<int> g_stop_signal;
+
+// One training run on a process grid (a single process by default).
+//
+// Data: step k's global batch is sequences [next, next + dp * micro_batches) of the
+// stream; dp rank r trains sequences next + r * micro_batches + m (with
+// parallel.dp_balance = packing, the global batch's documents re-packed by work), on
+// every pipeline stage alike; a context-parallel rank keeps its shard of each. The loss
+// is normalised by the global target count (one small all-reduce per step), so every
+// layout computes the single-process step on the same batch.
+// Execution: the trainer picks a pipeline schedule and an attention placement and runs
+// the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
+// small collectives) is in parallel/. With pp = 1 the executor is plain gradient
+// accumulation. Each stage reduces the gradients it owns over
+// dp x cp, the grad norm sums squares over stages, and the optimizer updates the
+// stage's own parameters.
+// Checkpoints: every stage's tensors are gathered to rank 0, which writes one
+// layout-free file; every rank loads whole checkpoints, so any checkpoint resumes
+// under any layout. Rank 0 logs and writes metrics.
+class Trainer {
+ public:
+  explicit Trainer(const Config& config);  // single process
+  Trainer(const Config& config, const ProcessGrid& grid);  // plans for the grid's ranks
+  // The plan must be the config's on this grid (make_run_plan(config, grid.world_size())).
+  Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid);
+
+  // Continue from a checkpoint: validates its format and that the model matches this
+  // run's [model]/[attention] (other differences are warnings), then restores params,
+  // optimizer, data position and metrics history. Throws before changing anything.
+  void resume_from(const std::string& path);
+
+  StepRecord train_step();  // runs step number steps_done() + 1
+  // All remaining steps with logging and checkpoints; returns the process exit code
+  // (0, or 128 + signal when stopped by SIGINT/SIGTERM after checkpointing).
+  int run();
+  int64_t steps_done() const { return state_.step; }
+  const TrainerState& state() const { return state_; }
+  const std::vector<StepRecord>& history() const { return history_; }
+  LlamaModel& model() { return model_; }
+  Optimizer& optimizer() { return optimizer_; }
+  // Write the full checkpoint for the current step to checkpoint.dir (rank 0 writes,
+  // the others wait); returns its path.
+  std::string save_checkpoint();
+
+ private:
+  // Checks checkpoint.dir on every rank, then rank 0 takes it for this run (run()).
+  void claim_run_folder();
+  void open_metrics_file();
+  void log_header() const;
+  static const ProcessGrid& single_process_grid();
+  Config config_;
+  RunPlan plan_;  // every decision of this run (src/train/run_plan.h)
+  const ProcessGrid& grid_;
+  std::unique_ptr<DocumentSource> source_;
+  SequencePacker packer_;
+  LlamaModel model_;               // this rank's stage
+  std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)
+  ArenaRange tied_;                          // its tied embedding copy, if any
+  Optimizer optimizer_;
+  GradReducer reducer_;
+  std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
+  ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
+  CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
+  std::string cad_cost_description_;                  // what its planner balances (log)
+  std::unique_ptr<RunFolderLock> folder_lock_;        // rank 0: this run's folder, locked
+  PipelineExecutor executor_;
+  TrainerState state_;
+  bool resumed_ = false;  // state_ came from a checkpoint
+  std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
+  std::vector<StepRecord> history_;
+  std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
+  bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
+  std::ofstream metrics_;
+};
+
+}  // namespace lct

@@ -1,0 +1,39 @@
+// The machine a run uses: OpenMP / OpenBLAS thread counts, what OpenBLAS runs, and the
+// memory a rank may use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lct {
+
+// Sets OpenMP and OpenBLAS thread counts; 0 = the cores available to this process
+// divided by the MPI ranks on its node. Returns the count used.
+int configure_threads(int64_t threads);
+std::string blas_description();
+std::string cpu_model_name();  // /proc/cpuinfo's model name
+// Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
+// AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
+std::string blas_capability_warning();
+
+// A "Name:   <n> kB" field of a /proc file (/proc/self/status, /proc/meminfo) in bytes;
+// -1 when absent.
+double proc_kib_field(const char* file, const char* field);
+
+// What one rank may use: the tightest of MemAvailable (/proc/meminfo) shared by the
+// `ranks_on_host` ranks on this host, the cgroup's memory limit, and RLIMIT_AS less the
+// address space in use (each plus what the process holds already).
+struct MemoryAvailable {
+  double bytes = 0;      // for one rank
+  std::string limit;     // what sets it, e.g. "MemAvailable 20.1 GiB / 2 ranks"
+};
+MemoryAvailable available_memory(int ranks_on_host);
+
+std::string bytes_text(double bytes);  // "1.23 GiB"
+
+// Peak resident memory of this process since start or the last reset_peak_rss() (Linux
+// VmHWM), in bytes; -1 when unknown.
+int64_t peak_rss_bytes();
+void reset_peak_rss();
+
+}  // namespace lct

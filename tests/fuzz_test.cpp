@@ -27,6 +27,7 @@
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
@@ -182,16 +183,7 @@ TEST(Fuzz, BatchFilesLoadOrFailCleanly) {
 }
 
 // ---- checkpoints -------------------------------------------------------------
-LlamaConfig tiny_model() {
-  LlamaConfig c;
-  c.vocab_size = 32;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  return c;
-}
+LlamaConfig tiny_model() { return test::llama_shape(32, 16, 24, 1, 2, 1); }
 
 TEST(Fuzz, CheckpointsVerifyOrFailCleanly) {
   Config config;

@@ -18,14 +18,7 @@ fs::path temp(const std::string& name) {
 }
 
 LlamaConfig small() {
-  LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 16;
-  c.intermediate_size = 20;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return test::llama_shape(13, 16, 20, 2, 4, 2);
 }
 
 void write_params(const std::string& path, LlamaModel& m) {

@@ -16,15 +16,7 @@ namespace {
 using namespace test;
 
 LlamaConfig tiny_config(bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 11;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.tie_word_embeddings = tied;
-  return c;
+  return test::llama_shape(11, 8, 12, 2, 2, 1, tied);
 }
 
 PackedBatch make_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& cu) {

@@ -8,6 +8,7 @@
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_grid.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
@@ -53,13 +54,7 @@ TEST(Layout, RankOrderIsCpFastestThenDpThenPp) {
 }
 
 TEST(GradBuckets, CoverTheArenaExactlyInReverseLayerOrder) {
-  LlamaConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 32;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  const LlamaConfig c = test::llama_shape(50, 32, 40, 3, 4, 2);
   const TensorTable table = build_llama_table(c);
   for (int64_t bucket : {int64_t(1), int64_t(777), int64_t(5000), table.total(), table.total() * 10}) {
     const GradReducer reducer(table, {{0, table.total()}}, MPI_COMM_NULL, bucket, true);

@@ -10,6 +10,7 @@
 
 #include "model/llama.h"
 #include "model/optimizer.h"
+#include "tests/test_util.h"
 
 namespace {
 std::atomic<int64_t> g_new_calls{0};
@@ -27,13 +28,7 @@ namespace lct {
 namespace {
 
 TEST(SteadyStateStep, AllocatesNothingAfterWarmUp) {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  const LlamaConfig c = test::llama_shape(64, 64, 96, 2, 4, 2);
   LlamaModel model(c);
   init_llama_params(model.table(), c, 7, model.params.data());
   OptimizerConfig oc;

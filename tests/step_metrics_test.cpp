@@ -12,6 +12,7 @@
 #include "src/io/checkpoint.h"
 #include "src/metrics/step_metrics.h"
 #include "src/train/run_objects.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
@@ -69,12 +70,7 @@ TEST(StepMetrics, EveryLoggedFieldReachesTheLogLine) {
 TEST(StepMetrics, EveryFieldReachesTheCheckpoint) {
   const fs::path path = fs::temp_directory_path() / ("lct_step_metrics_" + std::to_string(::getpid()) + ".h5");
   Config config;
-  config.model.vocab_size = 64;
-  config.model.hidden_size = 16;
-  config.model.intermediate_size = 24;
-  config.model.num_hidden_layers = 1;
-  config.model.num_attention_heads = 2;
-  config.model.num_key_value_heads = 1;
+  config.model = test::llama_shape(64, 16, 24, 1, 2, 1);
   LlamaModel model(model_config(config));
   Optimizer optimizer(optimizer_config(config), model.table());
   TrainerState state;
@@ -101,16 +97,16 @@ TEST(StepMetrics, ReductionOverRanks) {
   // two ranks on two pipeline stages: each field by its rule
   StepRecord a, b;
   a.compute_max_over_mean = 3, b.compute_max_over_mean = 1;  // compute seconds: max/mean 1.5
-  a.idle_fraction = 0.1, b.idle_fraction = 0.3;              // mean 0.2
+  a.idle_fraction = 0.1, b.idle_fraction = 0.3;              // seconds: mean 0.2 of a 2 s step
   a.bubble_fraction = 0.05, b.bubble_fraction = 0.25;        // max, and per stage
   a.peak_activation_bytes = 7, b.peak_activation_bytes = 9;
   a.peak_rss_bytes = 5, b.peak_rss_bytes = 4;                // max
   std::vector<double> rows = rank_values(a);
   for (double v : rank_values(b)) rows.push_back(v);
   StepRecord r;
-  reduce_over_ranks(rows, {0, 1}, 2, r);
+  reduce_over_ranks(rows, {0, 1}, 2, 2.0, r);
   EXPECT_DOUBLE_EQ(r.compute_max_over_mean, 1.5);
-  EXPECT_DOUBLE_EQ(r.idle_fraction, 0.2);
+  EXPECT_DOUBLE_EQ(r.idle_fraction, 0.1);
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 0.25);
   EXPECT_EQ(r.peak_activation_bytes, 9);
   EXPECT_EQ(r.peak_rss_bytes, 5);
@@ -118,7 +114,7 @@ TEST(StepMetrics, ReductionOverRanks) {
   EXPECT_EQ(r.stage_activation_bytes, (std::vector<int64_t>{7, 9}));
   // one rank: the straggler figures are those of no straggler
   StepRecord one;
-  reduce_over_ranks(rank_values(a), {0}, 1, one);
+  reduce_over_ranks(rank_values(a), {0}, 1, 1.0, one);
   EXPECT_EQ(one.compute_max_over_mean, 1.0);
   EXPECT_EQ(one.idle_fraction, 0.0);
 }

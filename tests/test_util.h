@@ -9,8 +9,23 @@
 #include <vector>
 
 #include "data/rng.h"
+#include "model/llama_config.h"
 
 namespace lct::test {
+
+// A Llama config of the given shape (everything else at its default).
+inline LlamaConfig llama_shape(int64_t vocab, int64_t hidden, int64_t mlp, int layers, int heads, int kv_heads,
+                               bool tied = false) {
+  LlamaConfig c;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = mlp;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.tie_word_embeddings = tied;
+  return c;
+}
 
 inline std::vector<float> random_vector(int64_t n, uint64_t seed, double scale = 1.0) {
   std::vector<float> v(static_cast<size_t>(n));

@@ -329,6 +329,125 @@ bool wants(const BenchOptions& o, const char* section) {
 
 }  // namespace
 
+// Everything one lct bench run measured, for the tables and the JSON document.
+struct BenchResults {
+  std::string cpu, blas_warning;
+  const char* coretype = nullptr;  // OPENBLAS_CORETYPE, if set
+  int threads = 0;
+  int64_t sgemm_n = 2048;
+  double sgemm = 0, fma = 0;
+  AttentionParams causal, dca;  // the attention shapes measured
+  std::vector<AttentionRow> attention;
+  std::vector<StepRow> step;
+  std::vector<BalanceRow> cp_balance;
+  std::vector<CadBalanceRow> cad_balance;
+};
+
+// Prints unless --json.
+template <typename... Args>
+void say(const BenchOptions& o, const char* fmt, Args... args) {
+  if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
+}
+
+// The attention section: causal and DCA on one document and on packed documents.
+void attention_section(const Config& config, const BenchOptions& o, BenchResults& res) {
+  const AttentionParams &ap = res.causal, &dca_ap = res.dca;
+  const double sgemm = res.sgemm;
+  for (int64_t L : o.attention_lengths) {
+    const std::vector<int32_t> one_doc = {0, int32_t(L)};
+    const std::vector<int32_t> packed = first_sequence_documents(config, L);
+    for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
+      double causal_s = 0;
+      for (const AttentionParams* params : {&ap, &dca_ap}) {
+        AttentionRow r = bench_attention(o, *params, layout, cu);
+        if (params == &ap) causal_s = r.fwd_s + r.bwd_s;
+        else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s;
+        res.attention.push_back(r);
+        char ratio[16] = "";
+        if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
+        say(o, "  %-8s %-7s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %9s %5d\n", r.layout.c_str(),
+            r.kernel.c_str(), (long long)r.tokens, (long long)r.documents, r.fwd_gflops,
+            r.bwd_gflops, r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s),
+            ratio, r.runs);
+      }
+    }
+    attention_release_workspace();
+  }
+}
+
+// The profile section: the CAD cost model of this machine (and --profile-out).
+void profile_section(const LlamaConfig& model, const BenchOptions& o, const BenchResults& res) {
+  const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
+  const CaCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
+  say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
+      "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
+  say(o, "  %6s", "q \\ kv");
+  for (int64_t kv : m.kv_grid) say(o, " %8lld", (long long)kv);
+  say(o, "\n");
+  for (size_t i = 0; i < m.q_grid.size(); ++i) {
+    say(o, "  %6lld", (long long)m.q_grid[i]);
+    for (size_t j = 0; j < m.kv_grid.size(); ++j) say(o, " %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
+    say(o, "\n");
+  }
+  if (!o.profile_out.empty()) {
+    write_text_atomically(o.profile_out, m.to_text());
+    say(o, "  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
+  }
+}
+
+// The --json document.
+void print_bench_json(const BenchResults& res) {
+  std::ostringstream j;
+  j.precision(6);
+  j << "{\"machine\":{\"cpu\":\"" << json_escape(res.cpu) << "\",\"threads\":" << res.threads
+    << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
+    << openblas_get_corename() << "\",\"openblas_coretype_env\":"
+    << (res.coretype ? "\"" + json_escape(res.coretype) + "\"" : std::string("null"))
+    << ",\"blas_warning\":\"" << json_escape(res.blas_warning) << "\"}";
+  j << ",\"ceilings\":{\"sgemm_n\":" << res.sgemm_n << ",\"sgemm_gflops\":" << res.sgemm
+    << ",\"fma_gflops\":" << res.fma << "}";
+  j << ",\"attention\":{\"dca_chunk_size\":" << res.dca.dca.chunk_size
+    << ",\"dca_local_size\":" << res.dca.dca.local_size << ",\"heads\":" << res.causal.num_heads << ",\"kv_heads\":" << res.causal.num_kv_heads
+    << ",\"head_dim\":" << res.causal.head_dim << ",\"rows\":[";
+  for (size_t i = 0; i < res.attention.size(); ++i) {
+    const AttentionRow& r = res.attention[i];
+    j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
+      << "\",\"tokens\":" << r.tokens
+      << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
+      << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
+      << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
+      << ",\"fwd_bwd_gflops\":" << r.total_gflops
+      << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / res.sgemm;
+    if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
+    j << ",\"runs\":" << r.runs << "}";
+  }
+  j << "]},\"step\":[";
+  for (size_t i = 0; i < res.step.size(); ++i) {
+    const StepRow& r = res.step[i];
+    j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
+      << ",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
+      << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / res.sgemm
+      << ",\"mfu_vs_fma\":" << r.gflops / res.fma << ",\"peak_rss_bytes\":" << r.peak_rss
+      << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
+  }
+  j << "],\"cp_balance\":[";
+  for (size_t i = 0; i < res.cp_balance.size(); ++i) {
+    const BalanceRow& r = res.cp_balance[i];
+    j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
+      << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
+      << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
+  }
+  j << "],\"cad_balance\":[";
+  for (size_t i = 0; i < res.cad_balance.size(); ++i) {
+    const CadBalanceRow& r = res.cad_balance[i];
+    j << (i ? "," : "") << "{\"ranks\":" << r.ranks << ",\"colocated_max_over_mean\":" << r.before
+      << ",\"cad_max_over_mean\":" << r.after << ",\"cad_worst_max_over_mean\":" << r.worst_after
+      << ",\"mib_moved_per_layer\":" << r.mib_per_layer << "}";
+  }
+  j << "]}";
+  std::printf("%s\n", j.str().c_str());
+}
+
 int run_bench(const Config& config, const BenchOptions& o) {
   const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
   const LlamaConfig& model = plan.model;
@@ -344,171 +463,84 @@ int run_bench(const Config& config, const BenchOptions& o) {
   dca_ap.dca.rope_positions = dca_rope.max_positions;
   ap.kernel = AttentionKernel::causal;
 
-  const int threads = omp_get_max_threads();
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  const std::string cpu = cpu_model_name();
-  const std::string blas_warning = blas_capability_warning();
-  const auto say = [&](const char* fmt, auto... args) {
-    if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
-  };
+  BenchResults res;
+  res.threads = omp_get_max_threads();
+  res.coretype = std::getenv("OPENBLAS_CORETYPE");
+  res.cpu = cpu_model_name();
+  res.blas_warning = blas_capability_warning();
+  res.causal = ap;
+  res.dca = dca_ap;
+  const int threads = res.threads;
+  const std::string& cpu = res.cpu;
+  const std::string& blas_warning = res.blas_warning;
 
-  say("lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
+  say(o, "lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
       omp_get_max_threads(), openblas_get_num_threads(), blas_description().c_str());
   if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
-  say("each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
+  say(o, "each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
 
-  double sgemm = 0, fma = 0;
-  const int64_t sgemm_n = 2048;
+  double &sgemm = res.sgemm, &fma = res.fma;
+  const int64_t sgemm_n = res.sgemm_n;
   if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) {
     sgemm = sgemm_gflops(o, sgemm_n);
     fma = fma_peak_gflops(o);
-    say("\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
+    say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
         (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
   }
 
-  std::vector<AttentionRow> attention_rows;
   if (wants(o, "attention")) {
-    say("\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
+    say(o, "\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
         dca_ap.dca.chunk_len());
-    say("  %-8s %-7s %7s %5s %9s %9s %9s %9s %9s %9s %5s\n", "layout", "kernel", "tokens", "docs",
+    say(o, "  %-8s %-7s %7s %5s %9s %9s %9s %9s %9s %9s %5s\n", "layout", "kernel", "tokens", "docs",
         "fwd", "bwd", "fwd+bwd", "xSGEMM", "f+b ms", "t/causal", "runs");
-    for (int64_t L : o.attention_lengths) {
-      const std::vector<int32_t> one_doc = {0, int32_t(L)};
-      const std::vector<int32_t> packed = first_sequence_documents(config, L);
-      for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
-        double causal_s = 0;
-        for (const AttentionParams* params : {&ap, &dca_ap}) {
-          AttentionRow r = bench_attention(o, *params, layout, cu);
-          if (params == &ap) causal_s = r.fwd_s + r.bwd_s;
-          else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s;
-          attention_rows.push_back(r);
-          char ratio[16] = "";
-          if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
-          say("  %-8s %-7s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %9s %5d\n", r.layout.c_str(),
-              r.kernel.c_str(), (long long)r.tokens, (long long)r.documents, r.fwd_gflops,
-              r.bwd_gflops, r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s),
-              ratio, r.runs);
-        }
-      }
-      attention_release_workspace();
-    }
+    attention_section(config, o, res);
   }
 
-  std::vector<StepRow> step_rows;
   if (wants(o, "step")) {
-    say("\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+    say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
         "documents | model GFLOP/s (src/train/flops.h), MFU vs SGEMM and vs FMA\n",
         model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
         model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
         (long long)model.vocab_size, config.data.doc_lengths.c_str());
-    say("  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
+    say(o, "  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
         "GFLOP/s", "xSGEMM", "xFMA", "peak MiB", "acts MiB", "runs");
     for (int64_t L : o.step_lengths) {
       const StepRow r = bench_step(o, config, L);
-      step_rows.push_back(r);
-      say("  %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", (long long)r.seq_len,
+      res.step.push_back(r);
+      say(o, "  %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", (long long)r.seq_len,
           (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / sgemm, r.gflops / fma,
           double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0, r.runs);
     }
   }
 
-  std::vector<BalanceRow> balance_rows;
   if (wants(o, "cp_balance")) {
-    say("\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
+    say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
         "%lld tokens (%s documents)\n",
         (long long)o.balance_sequences, (long long)config.data.seq_len,
         config.data.doc_lengths.c_str());
-    say("  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
-    balance_rows = cp_balance(config, o);
-    for (const BalanceRow& r : balance_rows)
-      say("  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
+    say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
+    res.cp_balance = cp_balance(config, o);
+    for (const BalanceRow& r : res.cp_balance)
+      say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
           r.worst_max_over_mean);
   }
 
-  if (wants(o, "profile")) {
-    const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? dca_ap : ap;
-    const CaCostModel m = measure_cost_model(pp, cpu, blas_description(), omp_get_max_threads());
-    say("\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
-        "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
-    say("  %6s", "q \\ kv");
-    for (int64_t kv : m.kv_grid) say(" %8lld", (long long)kv);
-    say("\n");
-    for (size_t i = 0; i < m.q_grid.size(); ++i) {
-      say("  %6lld", (long long)m.q_grid[i]);
-      for (size_t j = 0; j < m.kv_grid.size(); ++j) say(" %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
-      say("\n");
-    }
-    if (!o.profile_out.empty()) {
-      write_text_atomically(o.profile_out, m.to_text());
-      say("  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
-    }
-  }
+  if (wants(o, "profile")) profile_section(model, o, res);
 
-  std::vector<CadBalanceRow> cad_rows;
   if (wants(o, "cad_balance")) {
-    say("\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
+    say(o, "\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
         "documents, tolerance %.3g): attention pairs max/mean per rank\n",
         (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
-    say("  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
-    cad_rows = cad_balance(config, plan, o);
-    for (const CadBalanceRow& r : cad_rows)
-      say("  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
+    say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
+    res.cad_balance = cad_balance(config, plan, o);
+    for (const CadBalanceRow& r : res.cad_balance)
+      say(o, "  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
           r.worst_after, r.mib_per_layer);
   }
 
-  if (o.json) {
-    std::ostringstream j;
-    j.precision(6);
-    j << "{\"machine\":{\"cpu\":\"" << json_escape(cpu) << "\",\"threads\":" << threads
-      << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
-      << openblas_get_corename() << "\",\"openblas_coretype_env\":"
-      << (coretype ? "\"" + json_escape(coretype) + "\"" : std::string("null"))
-      << ",\"blas_warning\":\"" << json_escape(blas_warning) << "\"}";
-    j << ",\"ceilings\":{\"sgemm_n\":" << sgemm_n << ",\"sgemm_gflops\":" << sgemm
-      << ",\"fma_gflops\":" << fma << "}";
-    j << ",\"attention\":{\"dca_chunk_size\":" << dca_ap.dca.chunk_size
-      << ",\"dca_local_size\":" << dca_ap.dca.local_size << ",\"heads\":" << ap.num_heads << ",\"kv_heads\":" << ap.num_kv_heads
-      << ",\"head_dim\":" << ap.head_dim << ",\"rows\":[";
-    for (size_t i = 0; i < attention_rows.size(); ++i) {
-      const AttentionRow& r = attention_rows[i];
-      j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
-        << "\",\"tokens\":" << r.tokens
-        << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
-        << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
-        << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
-        << ",\"fwd_bwd_gflops\":" << r.total_gflops
-        << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / sgemm;
-      if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
-      j << ",\"runs\":" << r.runs << "}";
-    }
-    j << "]},\"step\":[";
-    for (size_t i = 0; i < step_rows.size(); ++i) {
-      const StepRow& r = step_rows[i];
-      j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
-        << ",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
-        << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / sgemm
-        << ",\"mfu_vs_fma\":" << r.gflops / fma << ",\"peak_rss_bytes\":" << r.peak_rss
-        << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
-    }
-    j << "],\"cp_balance\":[";
-    for (size_t i = 0; i < balance_rows.size(); ++i) {
-      const BalanceRow& r = balance_rows[i];
-      j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
-        << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
-        << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
-    }
-    j << "],\"cad_balance\":[";
-    for (size_t i = 0; i < cad_rows.size(); ++i) {
-      const CadBalanceRow& r = cad_rows[i];
-      j << (i ? "," : "") << "{\"ranks\":" << r.ranks << ",\"colocated_max_over_mean\":" << r.before
-        << ",\"cad_max_over_mean\":" << r.after << ",\"cad_worst_max_over_mean\":" << r.worst_after
-        << ",\"mib_moved_per_layer\":" << r.mib_per_layer << "}";
-    }
-    j << "]}";
-    std::printf("%s\n", j.str().c_str());
-  }
+  if (o.json) print_bench_json(res);
   return 0;
 }
 

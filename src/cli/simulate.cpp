@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -393,6 +394,101 @@ double allreduce_tail_seconds(const Config& config, const LlamaConfig& mc, int s
   return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
 }
 
+// Replica d's micro-batches of a step's global batch, as the trainer takes them: [m][c],
+// micro-batch m's piece on context-parallel rank c (sequence d * mb + m, split; or with
+// packing the whole batch re-packed over the replicas by work).
+std::vector<std::vector<LocalBatch>> replica_pieces(const RunPlan& plan, const std::vector<PackedBatch>& global,
+                                                    int d) {
+  const int64_t mb = plan.micro_batches;
+  const int dp = plan.layout.dp, cp = plan.layout.cp;
+  const LlamaConfig& mc = plan.model;
+  const std::vector<LocalBatch> packed =
+      plan.balance == DpBalance::packing
+          ? pack_for_balance(global, dp, int(mb), d, [&mc](int64_t L) { return forward_flops(mc, L, L * (L + 1) / 2); })
+          : std::vector<LocalBatch>{};
+  std::vector<std::vector<LocalBatch>> pieces(static_cast<size_t>(mb));
+  for (int64_t m = 0; m < mb; ++m) {
+    const PackedBatch& b = global[size_t(d * mb + m)];
+    for (int c = 0; c < cp; ++c)
+      pieces[size_t(m)].push_back(!packed.empty() ? packed[size_t(m)]
+                                  : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split)
+                                                  : whole_sequence(b));
+  }
+  return pieces;
+}
+
+// Per stage and micro-batch: the stage's forward and backward seconds (its context-
+// parallel group's slowest piece, ring included), and each piece's own compute.
+struct StageCosts {
+  std::vector<std::vector<double>> fwd, bwd;                     // [stage][micro-batch]
+  std::vector<std::vector<std::vector<double>>> own_f, own_b;    // [stage][micro-batch][piece]
+};
+struct StageClocks {
+  std::vector<double> clock, wait;  // per stage: when its last action ends, time blocked
+};
+
+// One replica's pipeline: every stage's action list (parallel/pipeline_schedule.h) run
+// against the others, a receive waiting for its message (message[m]: the transfer time
+// of micro-batch m's activations or gradients). Timeline spans go to the ranks
+// rank_of(stage, piece).
+StageClocks run_stage_lists(PipelineSchedule schedule, int mb, int cp, const StageCosts& t,
+                            const std::vector<double>& message, const std::function<int(int, int)>& rank_of,
+                            SimTimeline& timeline) {
+  const int pp = int(t.fwd.size());
+  std::vector<std::vector<PipeAction>> lists;
+  for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, mb));
+  std::vector<size_t> next(size_t(pp), 0);
+  StageClocks out{std::vector<double>(size_t(pp), 0.0), std::vector<double>(size_t(pp), 0.0)};
+  std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
+  // a stage's compute of one action: each piece's own part, then the wait for the group
+  const auto run = [&](int s, const char* name, double begin, double group, const std::vector<double>& own) {
+    for (int c = 0; c < cp; ++c) {
+      const int rank = rank_of(s, c);
+      timeline.compute(rank, name, begin, begin + own[size_t(c)]);
+      timeline.wait(rank, "context-parallel ring", begin + own[size_t(c)], begin + group);
+    }
+  };
+  bool progressed = true;
+  while (progressed) {
+    progressed = false;
+    for (int s = 0; s < pp; ++s)
+      while (next[size_t(s)] < lists[size_t(s)].size()) {
+        const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
+        double& c = out.clock[size_t(s)];
+        const size_t m = size_t(act.micro_batch);
+        if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
+        } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
+          const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
+          if (it == ready.end()) break;  // not sent yet
+          if (it->second > c) {
+            for (int k = 0; k < cp; ++k)
+              timeline.wait(rank_of(s, k),
+                            act.op == PipeOp::recv_forward ? "pipeline receive (activations)"
+                                                           : "pipeline receive (gradients)",
+                            c, it->second);
+            out.wait[size_t(s)] += it->second - c, c = it->second;
+          }
+        } else if (act.op == PipeOp::forward) {
+          run(s, "stage forward", c, t.fwd[size_t(s)][m], t.own_f[size_t(s)][m]);
+          c += t.fwd[size_t(s)][m];
+        } else if (act.op == PipeOp::backward) {
+          run(s, "stage backward", c, t.bwd[size_t(s)][m], t.own_b[size_t(s)][m]);
+          c += t.bwd[size_t(s)][m];
+        } else if (act.op == PipeOp::send_forward) {
+          ready[{s + 1, true, act.micro_batch}] = c + message[m];
+        } else {
+          ready[{s - 1, false, act.micro_batch}] = c + message[m];
+        }
+        ++next[size_t(s)];
+        progressed = true;
+      }
+  }
+  for (int s = 0; s < pp; ++s)
+    if (next[size_t(s)] != lists[size_t(s)].size())
+      throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
+  return out;
+}
+
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
 // configured split, ring), with data parallelism around them. Per micro-batch of a
 // replica and stage:
@@ -442,20 +538,11 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
     for (int64_t i = 0; i < dp * mb; ++i) global.push_back(packer.sequence(step * dp * mb + i));
     for (int d = 0; d < dp; ++d) {
       // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
-      std::vector<std::vector<LocalBatch>> pieces(static_cast<size_t>(mb));
-      std::vector<double> seq_tokens(static_cast<size_t>(mb), 0.0);
-      const std::vector<LocalBatch> packed =
-          plan.balance == DpBalance::packing
-              ? pack_for_balance(global, dp, int(mb), d, [&mc](int64_t L) { return forward_flops(mc, L, L * (L + 1) / 2); })
-              : std::vector<LocalBatch>{};
-      for (int64_t m = 0; m < mb; ++m) {
-        const PackedBatch& b = global[size_t(d * mb + m)];
-        for (int c = 0; c < cp; ++c) {
-          pieces[size_t(m)].push_back(!packed.empty() ? packed[size_t(m)]
-                                      : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split)
-                                                      : whole_sequence(b));
-          seq_tokens[size_t(m)] += double(pieces[size_t(m)].back().num_tokens());
-        }
+      const std::vector<std::vector<LocalBatch>> pieces = replica_pieces(plan, global, d);
+      std::vector<double> seq_tokens;
+      for (const std::vector<LocalBatch>& m : pieces) {
+        seq_tokens.push_back(0);
+        for (const LocalBatch& l : m) seq_tokens.back() += double(l.num_tokens());
       }
       double replica = 0;
       // per stage and micro-batch: the group's forward and backward seconds (the slowest
@@ -497,62 +584,16 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
       }
       // the stages' action lists against each other, with message times (each rank of a
       // stage sends its T / cp rows to its peer of the next stage)
-      std::vector<std::vector<PipeAction>> lists;
-      for (int s = 0; s < pp; ++s) lists.push_back(pipeline_actions(schedule, pp, s, int(mb)));
-      std::vector<size_t> next(S, 0);
-      std::vector<double> clock(S, 0.0), wait(S, 0.0);
-      std::map<std::tuple<int, bool, int>, double> ready;  // (to stage, forward?, mb) -> arrival
-      const auto message = [&](int m) {
-        return seq_tokens[size_t(m)] / cp * double(mc.hidden_size) * sizeof(float) / bandwidth +
-               latency;
-      };
-      // a stage's compute of one action: each piece's own part, then the wait for the group
-      const auto run = [&](int s, const char* name, double begin, double group,
-                           const std::vector<double>& own) {
-        for (int c = 0; c < cp; ++c) {
-          const int rank = rank_of(s, d, c);
-          timeline.compute(rank, name, begin, begin + own[size_t(c)]);
-          timeline.wait(rank, "context-parallel ring", begin + own[size_t(c)], begin + group);
-        }
-      };
-      bool progressed = true;
-      while (progressed) {
-        progressed = false;
-        for (int s = 0; s < pp; ++s)
-          while (next[size_t(s)] < lists[size_t(s)].size()) {
-            const PipeAction& act = lists[size_t(s)][next[size_t(s)]];
-            double& c = clock[size_t(s)];
-            const size_t m = size_t(act.micro_batch);
-            if (act.micro_batch < 0) {  // a tick's dummy: colocated attention, nothing to do
-            } else if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
-              const auto it = ready.find({s, act.op == PipeOp::recv_forward, act.micro_batch});
-              if (it == ready.end()) break;  // not sent yet
-              if (it->second > c) {
-                for (int k = 0; k < cp; ++k)
-                  timeline.wait(rank_of(s, d, k),
-                                act.op == PipeOp::recv_forward ? "pipeline receive (activations)"
-                                                               : "pipeline receive (gradients)",
-                                c, it->second);
-                wait[size_t(s)] += it->second - c, c = it->second;
-              }
-            } else if (act.op == PipeOp::forward) {
-              run(s, "stage forward", c, fwd[size_t(s)][m], own_f[size_t(s)][m]);
-              c += fwd[size_t(s)][m];
-            } else if (act.op == PipeOp::backward) {
-              run(s, "stage backward", c, bwd[size_t(s)][m], own_b[size_t(s)][m]);
-              c += bwd[size_t(s)][m];
-            } else if (act.op == PipeOp::send_forward) {
-              ready[{s + 1, true, act.micro_batch}] = c + message(act.micro_batch);
-            } else {
-              ready[{s - 1, false, act.micro_batch}] = c + message(act.micro_batch);
-            }
-            ++next[size_t(s)];
-            progressed = true;
-          }
-      }
+      const std::vector<double> message = [&] {
+        std::vector<double> t;
+        for (const double tokens : seq_tokens)
+          t.push_back(tokens / cp * double(mc.hidden_size) * sizeof(float) / bandwidth + latency);
+        return t;
+      }();
+      const StageClocks run = run_stage_lists(schedule, int(mb), cp, {fwd, bwd, own_f, own_b}, message,
+                                              [&](int s, int c) { return rank_of(s, d, c); }, timeline);
+      const std::vector<double>&clock = run.clock, &wait = run.wait;
       for (int s = 0; s < pp; ++s) {
-        if (next[size_t(s)] != lists[size_t(s)].size())
-          throw std::logic_error("lct simulate: pipeline stage " + std::to_string(s) + " stalled");
         replica = std::max(replica, clock[size_t(s)]);
         for (int c = 0; c < cp; ++c) finish[size_t(rank_of(s, d, c))] = clock[size_t(s)];
         // activations out and gradients back, one direction at each end stage

@@ -19,7 +19,7 @@ constexpr double kMiB = 1.0 / 1048576.0;
 // One entry: a double or int64 field of StepRecord.
 template <typename T>
 StepMetric field(std::string name, std::string unit, T StepRecord::*member, OverRanks over, Summary summary,
-                 bool optional, LogWhen when, std::string log, double log_scale = 1.0) {
+                 bool optional, LogWhen when, std::string log, double log_scale = 1.0, bool of_step = false) {
   StepMetric m;
   m.name = std::move(name);
   m.unit = std::move(unit);
@@ -30,6 +30,7 @@ StepMetric field(std::string name, std::string unit, T StepRecord::*member, Over
   m.when = when;
   m.log = std::move(log);
   m.log_scale = log_scale;
+  m.of_step = of_step;
   m.get = [member](const StepRecord& r) { return double(r.*member); };
   m.set = [member](StepRecord& r, double v) { r.*member = T(v); };
   return m;
@@ -53,11 +54,11 @@ std::vector<StepMetric> make_schema() {
       field("answers", "", &StepRecord::answers, O::none, S::none, false, W::never, ""),
       field("answers_correct", "", &StepRecord::answers_correct, O::none, S::none, false, W::never, ""),
       // over the ranks (added with data parallelism); each rank's own value: its compute
-      // seconds, its fraction of the step in communication
+      // seconds, its seconds in communication
       field("compute_max_over_mean", "ratio", &StepRecord::compute_max_over_mean, O::max_over_mean, S::median,
             true, W::ranks, "compute max/mean %.2f"),
       field("idle_fraction", "fraction", &StepRecord::idle_fraction, O::mean, S::median, true, W::ranks,
-            "idle %4.1f%%", 100),
+            "idle %4.1f%%", 100, true),
       // pipeline parallelism: each rank's bubble and peak activation bytes
       field("bubble_fraction", "fraction", &StepRecord::bubble_fraction, O::max, S::median, true, W::pipeline,
             "bubble %4.1f%%", 100),
@@ -66,15 +67,15 @@ std::vector<StepMetric> make_schema() {
       field("peak_activation_bytes", "bytes", &StepRecord::peak_activation_bytes, O::max, S::median, true,
             W::pipeline, "activations %.1f MiB", kMiB),
       // placements (added with context parallelism): each rank's attention pairs (its
-      // queries', and those it computed), exchange bytes and exposed / hidden fractions
+      // queries', and those it computed), exchange bytes and exposed / hidden seconds
       field("attention_pairs_max_over_mean", "ratio", &StepRecord::attention_pairs_max_over_mean,
             O::max_over_mean, S::median, true, W::exchange, "pairs max/mean %.3f"),
       field("exchange_bytes_sent", "bytes", &StepRecord::exchange_bytes_sent, O::mean, S::median, true,
             W::exchange, "%.1f MiB sent/rank", kMiB),
       field("exchange_exposed_fraction", "fraction", &StepRecord::exchange_exposed_fraction, O::mean, S::median,
-            true, W::exchange, "exposed %4.1f%%", 100),
+            true, W::exchange, "exposed %4.1f%%", 100, true),
       field("exchange_hidden_fraction", "fraction", &StepRecord::exchange_hidden_fraction, O::mean, S::median,
-            true, W::exchange, "hidden %4.1f%%", 100),
+            true, W::exchange, "hidden %4.1f%%", 100, true),
       field("attention_pairs_served_max_over_mean", "ratio", &StepRecord::attention_pairs_served_max_over_mean,
             O::max_over_mean, S::median, true, W::exchange, "served pairs max/mean %.3f"),
       field("peak_rss_bytes", "bytes", &StepRecord::peak_rss_bytes, O::max, S::median, true, W::exchange,
@@ -116,7 +117,7 @@ std::vector<double> rank_values(const StepRecord& mine) {
 }
 
 void reduce_over_ranks(const std::vector<double>& rows, const std::vector<int>& stage_of, int stages,
-                       StepRecord& record) {
+                       double step_seconds, StepRecord& record) {
   const size_t ranks = stage_of.size();
   const size_t width = rank_values(record).size();
   if (ranks == 0 || rows.size() != ranks * width) return;
@@ -127,7 +128,7 @@ void reduce_over_ranks(const std::vector<double>& rows, const std::vector<int>& 
     if (m.over == OverRanks::none) continue;
     std::vector<double> v(ranks);
     for (size_t r = 0; r < ranks; ++r) v[r] = rows[r * width + col];
-    m.set(record, reduce(m.over, v));
+    m.set(record, reduce(m.over, v) / (m.of_step ? std::max(step_seconds, 1e-9) : 1.0));
     for (size_t r = 0; r < ranks; ++r) {  // per pipeline stage: its worst rank
       const size_t s = size_t(stage_of[r]);
       if (m.name == "bubble_fraction") record.stage_bubble[s] = std::max(record.stage_bubble[s], v[r]);

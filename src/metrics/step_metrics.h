@@ -79,6 +79,9 @@ struct StepMetric {
   Summary summary = Summary::none;
   bool integer = false;   // int64 in checkpoints
   bool optional = false;  // absent from checkpoints written before it existed
+  // a fraction of the step: each rank sends seconds, and the reduced value is divided by
+  // the step's wall-clock seconds (rank 0's, which the log and metrics.jsonl report)
+  bool of_step = false;
   LogWhen when = LogWhen::never;
   std::string log;         // the log line's printf text for it, e.g. "idle %4.1f%%"
   double log_scale = 1.0;  // the value is multiplied by this in the log (100: percent)
@@ -92,10 +95,11 @@ const StepMetric* find_step_metric(const std::string& name);
 // The fields reduced over ranks (over != none), in schema order: what a rank sends.
 std::vector<double> rank_values(const StepRecord& mine);
 // Reduces every rank's rank_values (rows of `ranks` consecutive values) into `record`;
-// `stage_of[r]` is rank r's pipeline stage (the per-stage bubble and activation bytes).
-// With one rank the straggler figures stay 1 and 0.
+// `stage_of[r]` is rank r's pipeline stage (the per-stage bubble and activation bytes);
+// fields `of_step` are then divided by step_seconds. With one rank the straggler figures
+// stay 1 and 0.
 void reduce_over_ranks(const std::vector<double>& rows, const std::vector<int>& stage_of, int stages,
-                       StepRecord& record);
+                       double step_seconds, StepRecord& record);
 
 // One JSON object on one line (metrics.jsonl): every schema field, the per-stage arrays
 // under pipeline parallelism and retrieval_acc when the step had answers.

@@ -166,17 +166,12 @@ void Trainer::resume_from(const std::string& path) {
   history_ = c.history;
 }
 
-StepRecord Trainer::train_step() {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const int64_t step = state_.step;  // 0-based index of this step
+// This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
+// every pipeline stage of the replica packs the same ones, and each context-parallel
+// rank keeps its share of every sequence.
+void Trainer::take_local_batches() {
   const int64_t mb = config_.train.micro_batches;
   const Layout& layout = grid_.layout();
-  double comm_s = 0;  // this rank's time inside MPI calls
-
-  // This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
-  // every pipeline stage of the replica packs the same ones, and each context-parallel
-  // rank keeps its share of every sequence.
   if (plan_.balance == DpBalance::packing) {
     // the whole global batch, re-packed by work over the dp ranks (data/balance.h)
     std::vector<PackedBatch> global;
@@ -196,6 +191,17 @@ StepRecord Trainer::train_step() {
         whole_sequence(packed, local_[size_t(m)]);
     }
   }
+}
+
+StepRecord Trainer::train_step() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const int64_t step = state_.step;  // 0-based index of this step
+  const int64_t mb = config_.train.micro_batches;
+  const Layout& layout = grid_.layout();
+  double comm_s = 0;  // this rank's time inside MPI calls
+
+  take_local_batches();
   double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
   for (const LocalBatch& local : local_) {
     counts[0] += double(local.num_targets());
@@ -256,18 +262,18 @@ StepRecord Trainer::train_step() {
   // this rank's own value of every figure reduced over ranks (src/metrics/step_metrics.h)
   StepRecord mine;
   mine.compute_max_over_mean = step_s - comm_s;  // compute seconds
-  mine.idle_fraction = comm_s / std::max(step_s, 1e-9);
+  mine.idle_fraction = comm_s;  // seconds: the schema divides by the step's time
   mine.bubble_fraction = pipe.bubble_fraction();
   mine.peak_activation_bytes = pipe.peak_activation_bytes;
   mine.attention_pairs_max_over_mean = my_pairs;
   mine.attention_pairs_served_max_over_mean = cp.pairs_served;
   mine.exchange_bytes_sent = double(cp.bytes_sent);
-  mine.exchange_exposed_fraction = cp.exposed_seconds / std::max(step_s, 1e-9);
-  mine.exchange_hidden_fraction = cp.hidden_seconds / std::max(step_s, 1e-9);
+  mine.exchange_exposed_fraction = cp.exposed_seconds;
+  mine.exchange_hidden_fraction = cp.hidden_seconds;
   mine.peak_rss_bytes = peak_rss_bytes();
   std::vector<int> stage_of(size_t(grid_.world_size()));
   for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
-  reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, r);
+  reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
   int64_t my_tokens = 0;
   for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
   placement_->observe_step(step_s - comm_s, my_tokens);
@@ -383,7 +389,7 @@ void Trainer::open_metrics_file() {
   metrics_.flush();
 }
 
-int Trainer::run() {
+void Trainer::log_header() const {
   const LlamaConfig& mc = model_.config();
   const Layout& layout = grid_.layout();
   const int64_t tokens_per_step = plan_.tokens_per_step();
@@ -448,7 +454,10 @@ int Trainer::run() {
   if (state_.step > 0)
     log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
              (long long)state_.tokens_seen, (long long)state_.next_sequence);
+}
 
+int Trainer::run() {
+  log_header();
   claim_run_folder();
   open_metrics_file();
 
@@ -487,7 +496,7 @@ int Trainer::run() {
   while (state_.step < config_.train.steps) {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
-      const LogContext context{grid_.world_size(), layout.pp > 1,
+      const LogContext context{grid_.world_size(), plan_.pipelined(),
                                cp_attention_ != nullptr || cad_attention_ != nullptr};
       log_info("step %5lld/%lld | %s", (long long)r.step, (long long)config_.train.steps,
                step_log_fields(r, context).c_str());

@@ -79,6 +79,7 @@ class Trainer {
  private:
   // Checks checkpoint.dir on every rank, then rank 0 takes it for this run (run()).
   void claim_run_folder();
+  void take_local_batches();  // this rank's share of the step's micro-batches, into local_
   void open_metrics_file();
   void log_header() const;
   static const ProcessGrid& single_process_grid();

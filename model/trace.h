@@ -1,5 +1,5 @@
 // Timelines (trace.path): the spans one process records while a Trace is active, for
-// Chrome trace-event JSON that Perfetto opens (parallel/trace_writer.h merges the ranks).
+// Chrome trace-event JSON that Perfetto opens (parallel/trace_gather.h merges the ranks).
 //
 // Three tracks per rank: `compute` (the model's phases, the optimizer, checkpoints),
 // `wait` (every interval a rank spends blocked in MPI: pipeline receives and sends,
@@ -71,6 +71,20 @@ class ScopedSpan {
   TraceTrack track_;
   bool on_;
   TraceClock::time_point begin_{};
+};
+
+// A rank's spans as events in microseconds since the trace's epoch, named for the file
+// (src/io/trace_json.h writes them).
+struct TraceEvent {
+  TraceTrack track;
+  double begin_us, end_us;
+  int64_t arg = -1;  // the step (-1: none)
+  std::string name;  // without quotes or backslashes
+};
+
+struct TraceProcess {
+  std::string name;  // e.g. "rank 3 (dp 1, pp 1, cp 0)"
+  std::vector<TraceEvent> events;
 };
 
 }  // namespace lct

@@ -1,5 +1,6 @@
 #include "src/cli/bench.h"
 #include "src/cli/command.h"
+#include "src/io/json.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -242,14 +243,6 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L) {
   return r;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
 
 // Per-rank attention pairs (data/context_shards.h) of each split over a stream's
 // sequences: max/mean per sequence, averaged, and the worst sequence's.
@@ -399,11 +392,11 @@ void profile_section(const LlamaConfig& model, const BenchOptions& o, const Benc
 void print_bench_json(const BenchResults& res) {
   std::ostringstream j;
   j.precision(6);
-  j << "{\"machine\":{\"cpu\":\"" << json_escape(res.cpu) << "\",\"threads\":" << res.threads
+  j << "{\"machine\":{\"cpu\":" << json_string(res.cpu) << ",\"threads\":" << res.threads
     << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
     << openblas_get_corename() << "\",\"openblas_coretype_env\":"
-    << (res.coretype ? "\"" + json_escape(res.coretype) + "\"" : std::string("null"))
-    << ",\"blas_warning\":\"" << json_escape(res.blas_warning) << "\"}";
+    << (res.coretype ? json_string(res.coretype) : std::string("null"))
+    << ",\"blas_warning\":" << json_string(res.blas_warning) << "}";
   j << ",\"ceilings\":{\"sgemm_n\":" << res.sgemm_n << ",\"sgemm_gflops\":" << res.sgemm
     << ",\"fma_gflops\":" << res.fma << "}";
   j << ",\"attention\":{\"dca_chunk_size\":" << res.dca.dca.chunk_size

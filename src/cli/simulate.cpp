@@ -27,7 +27,7 @@
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "model/trace.h"
-#include "model/trace_json.h"
+#include "src/io/trace_json.h"
 #include "src/train/flops.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/layout.h"
@@ -169,7 +169,7 @@ struct StepPrediction {
 
 // The predicted timeline (trace.path): every rank's compute and wait spans of each
 // simulated step, steps laid end to end, in the training timeline's format
-// (model/trace_json.h), so a prediction and a measured run open side by side. Times are
+// (src/io/trace_json.h), so a prediction and a measured run open side by side. Times are
 // seconds from the step's start; a rank's compute spans sum to its predicted compute
 // and its wait spans to the rest of the step (the idle figure).
 class SimTimeline {

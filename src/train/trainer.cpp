@@ -15,7 +15,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include "parallel/trace_writer.h"
+#include "parallel/trace_gather.h"
+#include "src/io/trace_json.h"
 #include "src/train/cad_profile.h"
 #include "src/train/flops.h"
 #include "src/io/h5io.h"
@@ -487,7 +488,8 @@ int Trainer::run() {
   const auto write_timeline = [&] {
     if (!timeline.trace) return;
     Trace::activate(nullptr);
-    write_trace(*timeline.trace, grid_, config_.trace.path);
+    const std::vector<TraceProcess> ranks = gather_trace(*timeline.trace, grid_);
+    if (grid_.is_root()) write_trace_json(config_.trace.path, ranks, "trace.path");
     log_info("timeline: %s (%zu spans on this rank; open in https://ui.perfetto.dev)",
              config_.trace.path.c_str(), timeline.trace->spans().size());
     timeline.trace.reset();

@@ -1,4 +1,4 @@
-#include "model/trace_json.h"
+#include "src/io/trace_json.h"
 
 #include "data/files.h"
 

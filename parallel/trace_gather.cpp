@@ -1,4 +1,4 @@
-#include "parallel/trace_writer.h"
+#include "parallel/trace_gather.h"
 
 #include "parallel/collectives.h"
 
@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/trace_json.h"
 #include "parallel/mpi_util.h"
 
 namespace lct {
@@ -18,7 +17,7 @@ Trace start_aligned_trace(const ProcessGrid& grid) {
   return Trace(TraceClock::now());
 }
 
-void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string& path) {
+std::vector<TraceProcess> gather_trace(const Trace& trace, const ProcessGrid& grid) {
   // this rank's spans as text lines: track begin_us end_us arg name
   std::ostringstream mine;
   mine.precision(15);
@@ -45,7 +44,7 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
     MPI_Gatherv(text.data(), count, MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR, 0,
                 grid.world());
   }
-  if (rank != 0) return;
+  if (rank != 0) return {};
 
   std::vector<TraceProcess> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -60,7 +59,7 @@ void write_trace(const Trace& trace, const ProcessGrid& grid, const std::string&
       ranks[size_t(r)].events.push_back(e);
     }
   }
-  write_trace_json(path, ranks, "trace.path");
+  return ranks;
 }
 
 }  // namespace lct

@@ -9,10 +9,10 @@
 #include <stdexcept>
 
 #include "src/io/h5io.h"
-#include "src/train/memory_budget.h"
 #include "src/config/config.h"
 #include "src/io/params_io.h"
-#include "src/train/trainer.h"
+#include "src/train/run_objects.h"
+#include "src/util/machine.h"
 
 namespace lct {
 

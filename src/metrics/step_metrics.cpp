@@ -119,7 +119,8 @@ std::vector<double> rank_values(const StepRecord& mine) {
 void reduce_over_ranks(const std::vector<double>& rows, const std::vector<int>& stage_of, int stages,
                        double step_seconds, StepRecord& record) {
   const size_t ranks = stage_of.size();
-  const size_t width = rank_values(record).size();
+  const size_t width = size_t(std::count_if(step_metrics().begin(), step_metrics().end(),
+                                            [](const StepMetric& m) { return m.over != OverRanks::none; }));
   if (ranks == 0 || rows.size() != ranks * width) return;
   record.stage_bubble.assign(size_t(stages), 0.0);
   record.stage_activation_bytes.assign(size_t(stages), 0);

@@ -13,12 +13,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "data/context_shards.h"
 #include "data/packing.h"
 
 namespace lct {
+
+// parallel.dp_balance
+enum class DpBalance { none, packing };
+DpBalance parse_dp_balance(const std::string& name);  // throws on unknown
+const char* dp_balance_name(DpBalance balance);
 
 // ranks x micro_batches bins of whole documents; bin (r, m) is rank r's micro-batch m.
 // work(L) is the cost of one document of L tokens. Empty bins are dropped from a rank's

@@ -11,6 +11,25 @@
 #include "data/rng.h"
 
 namespace lct {
+
+DataSource parse_data_source(const std::string& name) {
+  if (name == "synthetic") return DataSource::synthetic;
+  if (name == "text") return DataSource::text;
+  if (name == "tokens") return DataSource::tokens;
+  throw std::invalid_argument("expected synthetic, text or tokens, got '" + name + "'");
+}
+
+const char* data_source_name(DataSource s) {
+  return s == DataSource::text ? "text" : s == DataSource::tokens ? "tokens" : "synthetic";
+}
+
+TokenDtype parse_token_dtype(const std::string& name) {
+  if (name == "uint16") return TokenDtype::uint16;
+  if (name == "uint32") return TokenDtype::uint32;
+  throw std::invalid_argument("expected uint16 or uint32, got '" + name + "'");
+}
+
+const char* token_dtype_name(TokenDtype d) { return d == TokenDtype::uint16 ? "uint16" : "uint32"; }
 namespace fs = std::filesystem;
 
 namespace {
@@ -195,18 +214,16 @@ class TextSource final : public DocumentSource {
 // ---------------------------------------------------------------------------
 class TokenSource final : public DocumentSource {
  public:
-  TokenSource(const std::string& path, const std::string& dtype, int64_t separator_id,
+  TokenSource(const std::string& path, TokenDtype dtype, int64_t separator_id,
               uint64_t seed)
       : path_(path), order_(1, seed) {
-    if (dtype == "uint16") width_ = 2;
-    else if (dtype == "uint32") width_ = 4;
-    else throw std::invalid_argument("data.token_dtype must be uint16 or uint32, got '" + dtype + "'");
+    width_ = dtype == TokenDtype::uint16 ? 2 : 4;
     // read whole (no mmap: a file truncated while mapped would kill the run with SIGBUS)
     data_ = read_regular_file(path, "data.path");
     size_ = data_.size();
     if (size_ % width_ != 0)
       throw std::runtime_error("data.path '" + path + "': size " + std::to_string(size_) +
-                               " is not a multiple of " + std::to_string(width_) + " (" + dtype + ")");
+                               " is not a multiple of " + std::to_string(width_) + " (" + token_dtype_name(dtype) + ")");
     const int64_t n = int64_t(size_ / width_);
     int64_t start = 0;
     for (int64_t t = 0; t <= n; ++t) {
@@ -273,7 +290,7 @@ std::unique_ptr<DocumentSource> make_text_source(const std::string& path,
   return std::make_unique<TextSource>(path, separator, seed);
 }
 std::unique_ptr<DocumentSource> make_token_source(const std::string& path,
-                                                  const std::string& dtype, int64_t separator_id,
+                                                  TokenDtype dtype, int64_t separator_id,
                                                   uint64_t seed) {
   return std::make_unique<TokenSource>(path, dtype, separator_id, seed);
 }

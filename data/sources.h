@@ -12,6 +12,14 @@
 
 namespace lct {
 
+// data.source and data.token_dtype
+enum class DataSource { synthetic, text, tokens };
+DataSource parse_data_source(const std::string& name);  // throws on unknown
+const char* data_source_name(DataSource source);
+enum class TokenDtype { uint16, uint32 };
+TokenDtype parse_token_dtype(const std::string& name);  // throws on unknown
+const char* token_dtype_name(TokenDtype dtype);
+
 class DocumentSource {
  public:
   virtual ~DocumentSource() = default;
@@ -52,7 +60,7 @@ std::unique_ptr<DocumentSource> make_text_source(const std::string& path,
 // Binary token ids (little-endian uint16 or uint32) with a document-separator id; the
 // separator itself is not part of any document. Memory-mapped.
 std::unique_ptr<DocumentSource> make_token_source(const std::string& path,
-                                                  const std::string& dtype,
+                                                  TokenDtype dtype,
                                                   int64_t separator_id, uint64_t seed);
 
 // Synthetic token ids, exposed for tests and the retrieval metric.

@@ -86,4 +86,13 @@ CpComm parse_cp_comm(const std::string& name) {
 
 const char* cp_comm_name(CpComm c) { return c == CpComm::ring ? "ring" : "allgather"; }
 
+const char* placement_name(Placement p) {
+  switch (p) {
+    case Placement::colocated: return "colocated";
+    case Placement::context_parallel: return "context-parallel";
+    case Placement::cad: return "cad";
+  }
+  return "?";
+}
+
 }  // namespace lct

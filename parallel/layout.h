@@ -45,4 +45,13 @@ enum class CpComm { allgather, ring };
 CpComm parse_cp_comm(const std::string& name);  // throws on unknown
 const char* cp_comm_name(CpComm comm);
 
+// Where core attention runs. attention.placement chooses colocated or cad; the run plan
+// (src/train/run_plan.h) turns colocated into context_parallel when parallel.cp > 1.
+enum class Placement {
+  colocated,         // with its tokens, on the rank that holds them
+  context_parallel,  // the cp group exchanges keys and values (parallel.cp_comm)
+  cad,               // disaggregated over every rank (parallel/cad_attention.h)
+};
+const char* placement_name(Placement placement);
+
 }  // namespace lct

@@ -133,6 +133,42 @@ void PipelineExecutor::progress() {
         }
 }
 
+void PipelineExecutor::run_forward(const PipeAction& a, const std::vector<LocalBatch>& batches,
+                                   float grad_scale, AttentionPlacement& placement, CrossEntropyStats& loss) {
+  InFlight& f = flight_[size_t(a.micro_batch)];
+  if (!f.slots[0]) acquire(batches, a.micro_batch);
+  if (a.tick >= 0)  // CAD plans the tick over all stages
+    for (int i = 0; i < lanes_; ++i) f.slots[i]->round = lanes_ * a.tick + i;
+  stage_forward(f.slots, placement);
+  // the last stage computes the loss and its gradient (into the slot's dx) with the
+  // forward: 1F1B and ticks run this micro-batch's backward next anyway, and GPipe
+  // keeps the slot until then, so no logits are ever kept
+  if (stage_ == pp_ - 1)
+    for (int i = 0; i < lanes_; ++i) {
+      const CrossEntropyStats l = model_.head_forward_backward(*f.slots[i], grad_scale, true);
+      loss.loss_sum += l.loss_sum;
+      loss.targets += l.targets;
+      loss.answers += l.answers;
+      loss.answers_correct += l.answers_correct;
+    }
+}
+
+void PipelineExecutor::run_backward(const PipeAction& a, bool last_backward, GradReducer& reducer,
+                                    AttentionPlacement& placement) {
+  InFlight& f = flight_[size_t(a.micro_batch)];
+  // gradients become final during the last micro-batch's backward: reduce them over
+  // data-parallel ranks bucket by bucket as they do
+  if (last_backward && reducer.active()) {
+    reducer.begin(model_.grads.data());
+    model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
+  }
+  if (a.tick >= 0)  // a backward tick is planned anew
+    for (int i = 0; i < lanes_; ++i) f.slots[i]->backward_round = lanes_ * a.tick + i;
+  stage_backward(f.slots, placement);
+  model_.grads_final_hook = nullptr;
+  if (stage_ == 0) f.done = true;  // nothing to send back
+}
+
 PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, float grad_scale,
                                         GradReducer& reducer, AttentionPlacement& placement,
                                         MPI_Comm tied_comm, const ArenaRange& tied_range) {
@@ -151,7 +187,6 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   model_.slot_pool().reset_peak();
   PipelineStepStats st;
   const auto t_start = SteadyClock::now();
-  const bool is_last = stage_ == pp_ - 1;
   model_.between_phases = [this, &placement] {
     progress();
     placement.progress();
@@ -168,24 +203,9 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
         if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
         for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_forward[i]);
         break;
-      case PipeOp::forward: {
-        if (!f.slots[0]) acquire(batches, a.micro_batch);
-        if (a.tick >= 0)  // CAD plans the tick over all stages
-          for (int i = 0; i < lanes_; ++i) f.slots[i]->round = lanes_ * a.tick + i;
-        stage_forward(f.slots, placement);
-        // the last stage computes the loss and its gradient (into the slot's dx) with the
-        // forward: 1F1B and ticks run this micro-batch's backward next anyway, and GPipe
-        // keeps the slot until then, so no logits are ever kept
-        if (is_last)
-          for (int i = 0; i < lanes_; ++i) {
-            const CrossEntropyStats l = model_.head_forward_backward(*f.slots[i], grad_scale, true);
-            st.loss.loss_sum += l.loss_sum;
-            st.loss.targets += l.targets;
-            st.loss.answers += l.answers;
-            st.loss.answers_correct += l.answers_correct;
-          }
+      case PipeOp::forward:
+        run_forward(a, batches, grad_scale, placement, st.loss);
         break;
-      }
       case PipeOp::send_forward:
         for (int i = 0; i < lanes_; ++i)
           MPI_Isend(model_.stage_output(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
@@ -196,21 +216,9 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
         if (!f.backward_posted) post_recv_backward(a.micro_batch);
         for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_backward[i]);
         break;
-      case PipeOp::backward: {
-        // gradients become final during the last micro-batch's backward: reduce them
-        // over data-parallel ranks bucket by bucket as they do
-        const bool last_backward = a.micro_batch == m - 1;
-        if (last_backward && reducer.active()) {
-          reducer.begin(model_.grads.data());
-          model_.grads_final_hook = [&reducer](int64_t offset) { reducer.grads_final_from(offset); };
-        }
-        if (a.tick >= 0)  // a backward tick is planned anew
-          for (int i = 0; i < lanes_; ++i) f.slots[i]->backward_round = lanes_ * a.tick + i;
-        stage_backward(f.slots, placement);
-        model_.grads_final_hook = nullptr;
-        if (stage_ == 0) f.done = true;  // nothing to send back
+      case PipeOp::backward:
+        run_backward(a, a.micro_batch == m - 1, reducer, placement);
         break;
-      }
       case PipeOp::send_backward:
         for (int i = 0; i < lanes_; ++i)
           MPI_Isend(model_.residual_grad(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,

@@ -88,6 +88,11 @@ class PipelineExecutor {
   void release_finished(bool wait);  // free_slot for every finished micro-batch
   int message_count(const ActivationSlot& slot) const;
   void run_dummy(const PipeAction& a, AttentionPlacement& placement);
+  // one forward (and, on the last stage, the loss) / one backward of a micro-batch
+  void run_forward(const PipeAction& a, const std::vector<LocalBatch>& batches, float grad_scale,
+                   AttentionPlacement& placement, CrossEntropyStats& loss);
+  void run_backward(const PipeAction& a, bool last_backward, GradReducer& reducer,
+                    AttentionPlacement& placement);
 
   LlamaModel& model_;
   MPI_Comm comm_;

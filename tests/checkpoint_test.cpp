@@ -43,7 +43,7 @@ class CheckpointTest : public ::testing::Test {
       for (int i = 0; i < 5; ++i)
         std::ofstream(dir / "corpus" / ("doc" + std::to_string(i) + ".txt"))
             << std::string(size_t(20 + 37 * i), char('a' + i)) << " some text " << i;
-      c.data.source = "text";
+      c.data.source = DataSource::text;
       c.data.path = (dir / "corpus").string();
     }
     return c;

@@ -76,7 +76,7 @@ TEST(Config, CrossFieldValidation) {
   c.model.num_key_value_heads = 3;
   EXPECT_NE(error_of([&] { validate_config(c); }).find("model.num_key_value_heads"), std::string::npos);
   c = Config{};
-  c.data.source = "text";
+  c.data.source = DataSource::text;
   EXPECT_NE(error_of([&] { validate_config(c); }).find("data.path is required"), std::string::npos);
   c = Config{};
   c.data.min_doc_len = 5000;

@@ -208,13 +208,13 @@ TEST_F(TextSourceTest, TokenFileSplitsOnSeparatorId) {
   const std::vector<uint32_t> ids = {5, 6, 0, 0, 7, 70000, 8, 0};
   std::ofstream(dir / "t.bin", std::ios::binary)
       .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 4));
-  auto src = make_token_source((dir / "t.bin").string(), "uint32", 0, 2);
+  auto src = make_token_source((dir / "t.bin").string(), TokenDtype::uint32, 0, 2);
   std::multiset<int64_t> lengths = {src->doc_length(0), src->doc_length(1)};
   EXPECT_EQ(lengths, (std::multiset<int64_t>{2, 3}));
   EXPECT_EQ(src->vocab_required(), 70001);
-  EXPECT_THROW(make_token_source((dir / "t.bin").string(), "int8", 0, 2), std::invalid_argument);
+  EXPECT_THROW(parse_token_dtype("int8"), std::invalid_argument);
   std::ofstream(dir / "odd.bin", std::ios::binary) << "abc";
-  EXPECT_THROW(make_token_source((dir / "odd.bin").string(), "uint16", 0, 2), std::runtime_error);
+  EXPECT_THROW(make_token_source((dir / "odd.bin").string(), TokenDtype::uint16, 0, 2), std::runtime_error);
 }
 
 }  // namespace

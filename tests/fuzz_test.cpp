@@ -27,6 +27,7 @@
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
+#include "src/train/run_plan.h"
 #include "tests/test_util.h"
 
 namespace lct {
@@ -116,7 +117,7 @@ TEST(Fuzz, ConfigsLoadOrFailCleanly) {
           Config c;
           apply_toml_text(c, text, "fuzz.toml");
           validate_config(c);
-          (void)model_config(c);
+          (void)make_run_plan(c, 1);
         },
         "config mutation " + std::to_string(i));
     (loaded ? ok : refused) += 1;

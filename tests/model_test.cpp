@@ -259,7 +259,7 @@ TEST(Trainer, LossFallsOnSyntheticData) {
 
 TEST(Trainer, SgdStepMovesAgainstTheGradient) {
   Config c = tiny_run_config();
-  c.train.optimizer = "sgd";
+  c.train.optimizer = OptimizerKind::sgd;
   c.train.grad_clip = 0;
   c.train.warmup_steps = 0;
   c.train.min_lr = c.train.lr;
@@ -288,7 +288,7 @@ TEST(Trainer, TrainsOnTextAndTokenFiles) {
       .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 2));
   for (const std::string source : {"text", "tokens"}) {
     Config c = tiny_run_config();
-    c.data.source = source;
+    c.data.source = parse_data_source(source);
     c.data.path = (dir / (source == "text" ? "" : "t.bin")).string();
     c.model.vocab_size = source == "text" ? 256 : 32;
     c.data.seq_len = 64;

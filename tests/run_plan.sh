@@ -5,7 +5,8 @@
 #      `lct simulate --ranks N` (analytic costs, so nothing is timed), and both must
 #      agree on accept or refuse, with the same message when they refuse;
 #   2. --dry-run prints what training runs: under CAD with pp = 2 the schedule is ticks
-#      whatever parallel.pp_schedule says, and the log of a real run says the same.
+#      whatever parallel.pp_schedule says, and the log of a real run says the same;
+#   3. --dry-run refuses data that training refuses (token ids beyond model.vocab_size).
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"
 MODEL="--model.hidden_size 32 --model.intermediate_size 64 --model.num_attention_heads 4
@@ -86,6 +87,18 @@ grep -q "schedule ticks" ran.log || fail "the run's log does not name the ticks 
 grep -q "ping-pong nano-batches (attention.cad_pingpong = auto: on under pipeline ticks)" ran.log \
   || fail "the run's log does not name the lanes"
 echo "ok   --dry-run and the run both name the ticks schedule and the ping-pong lanes under CAD with pp = 2"
+
+# 3. the data is checked as training checks it
+printf 'the data has bytes beyond 128: \xc3\xa9' > text.txt
+for cmd in "train --dry-run" "train"; do
+  # shellcheck disable=SC2086
+  out=$(timeout 60 "$LCT" $cmd $MODEL --checkpoint.dir vocab_dry --data.source text --data.path text.txt 2>&1)
+  rc=$?
+  [ "$rc" = 1 ] && echo "$out" | grep -q "model.vocab_size (128) is smaller than the data's vocabulary (256" \
+    || fail "lct $cmd does not refuse a vocabulary beyond model.vocab_size (rc $rc): $out"
+done
+[ ! -e vocab_dry ] || fail "a refused run left checkpoint.dir behind"
+echo "ok   --dry-run and train both refuse text data beyond model.vocab_size"
 
 [ "$failed" = 0 ] && echo "run plan: all checks passed"
 exit "$failed"

@@ -71,7 +71,7 @@ TEST(StepMetrics, EveryFieldReachesTheCheckpoint) {
   const fs::path path = fs::temp_directory_path() / ("lct_step_metrics_" + std::to_string(::getpid()) + ".h5");
   Config config;
   config.model = test::llama_shape(64, 16, 24, 1, 2, 1);
-  LlamaModel model(model_config(config));
+  LlamaModel model(config.model);
   Optimizer optimizer(optimizer_config(config), model.table());
   TrainerState state;
   state.step = 1;

@@ -496,7 +496,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "documents | model GFLOP/s (src/train/flops.h), MFU vs SGEMM and vs FMA\n",
         model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
         model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
-        (long long)model.vocab_size, config.data.doc_lengths.c_str());
+        (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
     say(o, "  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
         "GFLOP/s", "xSGEMM", "xFMA", "peak MiB", "acts MiB", "runs");
     for (int64_t L : o.step_lengths) {
@@ -512,7 +512,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
     say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
         "%lld tokens (%s documents)\n",
         (long long)o.balance_sequences, (long long)config.data.seq_len,
-        config.data.doc_lengths.c_str());
+        doc_length_dist_name(config.data.doc_lengths));
     say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
     res.cp_balance = cp_balance(config, o);
     for (const BalanceRow& r : res.cp_balance)
@@ -525,7 +525,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
   if (wants(o, "cad_balance")) {
     say(o, "\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
         "documents, tolerance %.3g): attention pairs max/mean per rank\n",
-        (long long)config.data.seq_len, config.data.doc_lengths.c_str(), config.cad_tolerance);
+        (long long)config.data.seq_len, doc_length_dist_name(config.data.doc_lengths), config.attention.cad.tolerance);
     say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
     res.cad_balance = cad_balance(config, plan, o);
     for (const CadBalanceRow& r : res.cad_balance)

@@ -179,9 +179,8 @@ Command add_eval_command(CLI::App& lct) {
               options.adjust_model = [o](LlamaConfig& m) {
                 Config c;
                 c.model = m;
-                c.attention_kernel = attention_kernel_name(m.attention_kernel);
                 apply_overrides(c, o->attention);
-                m = model_config(c);
+                m = c.model;
               };
             }
             const EvalResult r = run_eval(o->checkpoint, o->batch_file, options);

@@ -390,9 +390,9 @@ int inspect_file(const std::string& path, bool json) {
     const Config& c = r.config;
     std::printf("data: %s%s, seq_len %lld, doc_lengths %s (max %lld) | train: %s lr %g, %lld steps x %lld "
                 "micro-batches, seed %lld\n",
-                c.data.source.c_str(), c.data.path.empty() ? "" : (" '" + c.data.path + "'").c_str(),
-                (long long)c.data.seq_len, c.data.doc_lengths.c_str(), (long long)c.data.max_doc_len,
-                c.train.optimizer.c_str(), c.train.lr, (long long)c.train.steps,
+                data_source_name(c.data.source), c.data.path.empty() ? "" : (" '" + c.data.path + "'").c_str(),
+                (long long)c.data.seq_len, doc_length_dist_name(c.data.doc_lengths), (long long)c.data.max_doc_len,
+                optimizer_name(c.train.optimizer), c.train.lr, (long long)c.train.steps,
                 (long long)c.train.micro_batches, (long long)c.train.seed);
   }
   if (r.is_checkpoint) {

@@ -73,7 +73,7 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
     if (!o.calibration.empty() || !o.calibration_out.empty())
       throw std::invalid_argument("lct simulate: --tflops replaces the calibration (drop --calibration and "
                                   "--calibration-out)");
-    c = analytic_calibration(model_config(config), o);
+    c = analytic_calibration(config.model, o);
   } else if (o.calibration.empty()) {
     c = measure_calibration(config, o);  // unscaled
   } else {
@@ -100,7 +100,7 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
 }
 
 Calibration measure_calibration(const Config& config, const SimulateOptions& o) {
-  const LlamaConfig mc = model_config(config);
+  const LlamaConfig mc = config.model;
   LlamaModel model(mc);
   init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());
   Optimizer optimizer(optimizer_config(config), model.table());
@@ -489,6 +489,58 @@ StageClocks run_stage_lists(PipelineSchedule schedule, int mb, int cp, const Sta
   return out;
 }
 
+// One replica's StageCosts: per stage and micro-batch the group's forward and backward
+// seconds (the slowest piece's, with the ring's exposed part) and each piece's own
+// compute; pieces[m][c] is micro-batch m's piece on context-parallel rank c, holding
+// seq_tokens[m] tokens in all. Adds the replica's tokens, compute and ring bytes to p,
+// and its attention pairs to pairs (per rank_of(stage, piece)).
+StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vector<LocalBatch>>& pieces,
+                               const std::vector<double>& seq_tokens, const AttentionCost& attn,
+                               const Calibration& cal, const SimulateOptions& o,
+                               const std::function<int(int, int)>& rank_of, StepPrediction& p,
+                               std::vector<double>& pairs) {
+  const int pp = plan.layout.pp, cp = plan.layout.cp;
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int64_t kvd = plan.model.num_key_value_heads * plan.model.head_dim();
+  const size_t S = size_t(pp), M = pieces.size(), P = size_t(cp);
+  StageCosts t;
+  t.fwd.assign(S, std::vector<double>(M));
+  t.bwd = t.fwd;
+  t.own_f.assign(S, std::vector<std::vector<double>>(M, std::vector<double>(P)));
+  t.own_b = t.own_f;
+  for (size_t m = 0; m < M; ++m) {
+    // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
+    const double ring_bytes = 3.0 * double(cp - 1) * seq_tokens[m] / cp * 2.0 * double(kvd) * sizeof(float);
+    const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
+    double layer = 0, head = 0;
+    std::vector<double> busy(P), head_c(P);
+    for (int c = 0; c < cp; ++c) {
+      const LocalBatch& l = pieces[m][size_t(c)];
+      double a = 0;
+      for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
+      busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
+      layer = std::max(layer, busy[size_t(c)] + std::max(0.0, ring - a));
+      head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
+      head = std::max(head, head_c[size_t(c)]);
+      p.tokens += l.num_tokens();
+      for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, c))] += double(l.attention_pairs());
+    }
+    for (int s = 0; s < pp; ++s) {
+      const double layers = double(plan.stages[size_t(s)].num_layers());
+      const bool last = s == pp - 1;
+      t.fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
+      t.bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
+      for (size_t c = 0; c < P; ++c) {
+        t.own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
+        t.own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
+        p.compute[size_t(rank_of(s, int(c)))] += t.own_f[size_t(s)][m][c] + t.own_b[size_t(s)][m][c];
+      }
+      p.bytes_per_rank += ring_bytes * layers * double(cp) / double(o.ranks);
+    }
+  }
+  return t;
+}
+
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
 // configured split, ring), with data parallelism around them. Per micro-batch of a
 // replica and stage:
@@ -510,8 +562,6 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
-  const int64_t kvd = mc.num_key_value_heads * mc.head_dim();
-  const std::vector<StageSpec>& stages = plan.stages;
   const double allreduce = allreduce_tail_seconds(config, mc, pp, dp * cp, bandwidth, latency);
   const CpSplit split = plan.cp_split;
   // a stage updates only its own parameters: about 1/pp of the optimizer step
@@ -545,43 +595,8 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
         for (const LocalBatch& l : m) seq_tokens.back() += double(l.num_tokens());
       }
       double replica = 0;
-      // per stage and micro-batch: the group's forward and backward seconds (the slowest
-      // piece's, with the ring's exposed part), and each piece's own compute
-      const size_t S = size_t(pp), M = size_t(mb), P = size_t(cp);
-      std::vector<std::vector<double>> fwd(S, std::vector<double>(M)), bwd(S, std::vector<double>(M));
-      std::vector<std::vector<std::vector<double>>> own_f(S, std::vector<std::vector<double>>(M, std::vector<double>(P))),
-          own_b = own_f;
-      for (size_t m = 0; m < M; ++m) {
-        // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
-        const double ring_bytes =
-            3.0 * double(cp - 1) * seq_tokens[m] / cp * 2.0 * double(kvd) * sizeof(float);
-        const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
-        double layer = 0, head = 0;
-        std::vector<double> busy(P), head_c(P);
-        for (int c = 0; c < cp; ++c) {
-          const LocalBatch& l = pieces[m][size_t(c)];
-          double a = 0;
-          for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
-          busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
-          layer = std::max(layer, busy[size_t(c)] + std::max(0.0, ring - a));
-          head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
-          head = std::max(head, head_c[size_t(c)]);
-          p.tokens += l.num_tokens();
-          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
-        }
-        for (int s = 0; s < pp; ++s) {
-          const double layers = double(stages[size_t(s)].num_layers());
-          const bool last = s == pp - 1;
-          fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
-          bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
-          for (size_t c = 0; c < P; ++c) {
-            own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
-            own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
-            p.compute[size_t(rank_of(s, d, int(c)))] += own_f[size_t(s)][m][c] + own_b[size_t(s)][m][c];
-          }
-          p.bytes_per_rank += ring_bytes * layers * double(cp) / double(n);
-        }
-      }
+      const StageCosts costs = replica_stage_costs(
+          plan, pieces, seq_tokens, attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
       // the stages' action lists against each other, with message times (each rank of a
       // stage sends its T / cp rows to its peer of the next stage)
       const std::vector<double> message = [&] {
@@ -590,7 +605,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
           t.push_back(tokens / cp * double(mc.hidden_size) * sizeof(float) / bandwidth + latency);
         return t;
       }();
-      const StageClocks run = run_stage_lists(schedule, int(mb), cp, {fwd, bwd, own_f, own_b}, message,
+      const StageClocks run = run_stage_lists(schedule, int(mb), cp, costs, message,
                                               [&](int s, int c) { return rank_of(s, d, c); }, timeline);
       const std::vector<double>&clock = run.clock, &wait = run.wait;
       for (int s = 0; s < pp; ++s) {
@@ -730,32 +745,35 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
 
 }  // namespace
 
-int run_simulate(const Config& config, const SimulateOptions& options) {
-  SimulateOptions o = options;
-  // a cost model file, as training would balance with it; not "auto": the calibration
-  // run times attention in place (an isolated kernel profile is 15-20% faster per pair
-  // than attention inside a step, which made every prediction that much too fast)
-  if (o.profile.empty()) o.profile = cad_profile_file(config.cad_profile);
-  if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
-  RunPlan plan;
-  try {
-    plan = make_run_plan(config, o.ranks);  // the layouts lct train accepts, and no others
-  } catch (const ConfigError& e) {
-    throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + e.what());
+// Every rank's micro-batches of a step (without pipeline parallelism), as the trainer
+// packs them: rank d * cp + c holds piece c of replica d's sequences of `global`.
+std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
+                                                         const std::vector<PackedBatch>& global) {
+  const int n = plan.world, cp = plan.layout.cp;
+  const int64_t mb = plan.micro_batches;
+  std::vector<std::vector<LocalBatch>> local(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    if (plan.balance == DpBalance::packing)
+      local[size_t(r)] = pack_for_balance(global, n, int(mb), r, [&plan](int64_t L) {
+        return forward_flops(plan.model, L, L * (L + 1) / 2);
+      });
+    else
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch& b = global[size_t((r / cp) * mb + m)];
+        local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, plan.cp_split) : whole_sequence(b));
+      }
   }
+  return local;
+}
+
+// Data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
+// d * cp + c holds piece c of replica d's sequences.
+int simulate_data_parallel(const Config& config, const SimulateOptions& o, const RunPlan& plan,
+                           const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
-  const std::optional<CaCostModel> profile = load_profile(o, mc);
-  const int threads = o.tflops > 0 ? 0 : configure_threads(config.train.threads);
-  const Calibration cal = calibrate(config, o);
-  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, plan, profile, threads, cal);
-  if (!cad && (layout.pp > 1 || layout.cp > 1))
-    return simulate_model_parallel(config, o, plan, profile, threads, cal);
-  // data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
-  // d * cp + c holds piece c of replica d's sequences
   const int n = o.ranks, cp = layout.cp, dp = layout.dp;
-  const CpSplit split = plan.cp_split;
   const AttentionCost attn{cal, profile, o.attention_scale};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const double layers = double(mc.num_hidden_layers);
@@ -770,21 +788,9 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
   for (int64_t step = 0; step < o.steps; ++step) {
-    // every rank's micro-batches of this step, as the trainer packs them
-    std::vector<std::vector<LocalBatch>> local(static_cast<size_t>(n));
     std::vector<PackedBatch> global;
     for (int64_t s = 0; s < dp * mb; ++s) global.push_back(packer.sequence(step * dp * mb + s));
-    for (int r = 0; r < n; ++r) {
-      if (packing)
-        local[size_t(r)] = pack_for_balance(global, n, int(mb), r, [&mc](int64_t L) {
-          return forward_flops(mc, L, L * (L + 1) / 2);
-        });
-      else
-        for (int64_t m = 0; m < mb; ++m) {
-          const PackedBatch& b = global[size_t((r / cp) * mb + m)];
-          local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, split) : whole_sequence(b));
-        }
-    }
+    const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
@@ -844,6 +850,31 @@ int run_simulate(const Config& config, const SimulateOptions& options) {
   return 0;
 }
 
+int run_simulate(const Config& config, const SimulateOptions& options) {
+  SimulateOptions o = options;
+  // a cost model file, as training would balance with it; not "auto": the calibration
+  // run times attention in place (an isolated kernel profile is 15-20% faster per pair
+  // than attention inside a step, which made every prediction that much too fast)
+  if (o.profile.empty()) o.profile = cad_profile_file(config.attention.cad.profile);
+  if (o.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
+  RunPlan plan;
+  try {
+    plan = make_run_plan(config, o.ranks);  // the layouts lct train accepts, and no others
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument("lct simulate --ranks " + std::to_string(o.ranks) + ": " + e.what());
+  }
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const bool cad = plan.placement == Placement::cad;
+  const std::optional<CaCostModel> profile = load_profile(o, mc);
+  const int threads = o.tflops > 0 ? 0 : configure_threads(config.train.threads);
+  const Calibration cal = calibrate(config, o);
+  if (cad && layout.pp > 1) return simulate_cad_ticks(config, o, plan, profile, threads, cal);
+  if (!cad && (layout.pp > 1 || layout.cp > 1))
+    return simulate_model_parallel(config, o, plan, profile, threads, cal);
+  return simulate_data_parallel(config, o, plan, profile, threads, cal);
+}
+
 }  // namespace lct
 
 namespace lct {
@@ -893,7 +924,7 @@ Command add_simulate_command(CLI::App& lct) {
                             {{"--config", o->config.file},
                              {"--calibration", s.calibration},
                              {"--profile", s.profile},
-                             {"attention.cad_profile", cad_profile_file(config.cad_profile)},
+                             {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)},
                              {"data.path", config.data.path}});
             return run_simulate(config, s);
           }};

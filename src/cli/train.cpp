@@ -12,6 +12,7 @@
 #include "src/train/cad_profile.h"
 #include "src/train/memory_budget.h"
 #include "src/train/rank_agreement.h"
+#include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
 #include "src/train/trainer.h"
 #include "src/util/log.h"
@@ -42,7 +43,7 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
                     {{"--config", config_file},
                      {"data.path", config.data.path},
                      {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
-                     {"attention.cad_profile", cad_profile_file(config.cad_profile)}});
+                     {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}});
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());
   }
@@ -51,7 +52,7 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
 // lct train --dry-run: the plan, the step and the memory estimate, nothing run.
 void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
   const LlamaConfig& mc = plan.model;
-  std::printf("lct train --dry-run: nothing is allocated, run or written\n");
+  std::printf("lct train --dry-run: the data was opened and checked; nothing is trained or written\n");
   std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
               mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
               (long long)mc.intermediate_size, (long long)mc.vocab_size,
@@ -77,6 +78,8 @@ int run_train(const TrainOptions& o, int rank, int world) {
     config = resolve_config(o.config);
     refuse_overlapping_files(config, o.config.file);
     plan = make_run_plan(config, world);
+    // the data as training opens it: --dry-run refuses what training would refuse
+    if (o.dry_run) check_document_source(*make_document_source(config), plan.model);
     if (config.train.resume == "auto") latest = latest_checkpoint(config.checkpoint.dir);
   } catch (const ConfigError& e) {
     error = e.what();

@@ -10,13 +10,8 @@
 #include <limits>
 #include <sstream>
 
-#include "data/doc_lengths.h"
 #include "data/files.h"
 #include "src/util/log.h"
-#include "model/optimizer.h"
-#include "data/context_shards.h"
-#include "parallel/layout.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace lct {
 namespace {
@@ -136,14 +131,36 @@ ConfigKey bool_key(std::string name, std::string help, Field field) {
 template <typename Field>
 ConfigKey bool_or_auto_key(std::string name, std::string help, Field field) {
   return {name, KeyType::boolean_or_auto, std::move(help),
-          [field](const Config& c) { return field(const_cast<Config&>(c)); },
+          [field](const Config& c) -> std::string {
+            const Switch s = field(const_cast<Config&>(c));
+            return s == Switch::automatic ? "auto" : s == Switch::on ? "true" : "false";
+          },
           [field, name](Config& c, const std::string& t) {
-            if (t == "auto") field(c) = t;
+            if (t == "auto") field(c) = Switch::automatic;
             else if (t == "true" || t == "1" || t == "false" || t == "0")
-              field(c) = parse_bool(name, t) ? "true" : "false";
+              field(c) = parse_bool(name, t) ? Switch::on : Switch::off;
             else
               throw ConfigError(name + " must be true, false or auto, got '" + t + "'");
           }};
+}
+// A choice: TOML string, stored as its enum. parse throws std::exception on an unknown
+// name; name_of gives the text back (config_to_toml, --help defaults, differences).
+template <typename Field, typename Parse, typename NameOf>
+ConfigKey choice_key(std::string name, std::string help, Field field, Parse parse, NameOf name_of) {
+  return {name, KeyType::string, std::move(help),
+          [field, name_of](const Config& c) { return std::string(name_of(field(const_cast<Config&>(c)))); },
+          [field, parse, name](Config& c, const std::string& t) {
+            try {
+              field(c) = parse(t);
+            } catch (const std::exception& e) {
+              throw ConfigError(name + ": " + e.what());
+            }
+          }};
+}
+Placement parse_placement(const std::string& t) {
+  if (t == "colocated") return Placement::colocated;
+  if (t == "cad") return Placement::cad;
+  throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
 }
 template <typename Field>
 ConfigKey str_key(std::string name, std::string help, Field field,
@@ -176,47 +193,38 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
   k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
   // [attention]
-  k.push_back(str_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.attention_kernel; },
-                      [](const std::string& t) { parse_attention_kernel(t); }));
-  k.push_back(str_key("attention.placement", "where core attention runs: colocated | cad (disaggregated over all ranks, DistCA)", [](Config& c) -> auto& { return c.attention_placement; },
-                      [](const std::string& t) {
-                        if (t != "colocated" && t != "cad")
-                          throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
-                      }));
-  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.cad_tolerance; }));
-  k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.cad_pingpong; }));
-  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.cad_rank_speeds; }));
-  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.cad_profile; }));
+  k.push_back(choice_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.model.attention_kernel; },
+                         parse_attention_kernel, attention_kernel_name));
+  k.push_back(choice_key("attention.placement", "where core attention runs: colocated | cad (disaggregated over all ranks, DistCA)", [](Config& c) -> auto& { return c.attention.placement; },
+                         parse_placement, placement_name));
+  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.attention.cad.tolerance; }));
+  k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.attention.cad.pingpong; }));
+  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.attention.cad.rank_speeds; }));
+  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.attention.cad.profile; }));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
   k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
   // [data]
-  k.push_back(str_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
-                      [](const std::string& t) {
-                        if (t != "synthetic" && t != "text" && t != "tokens")
-                          throw std::invalid_argument("expected synthetic, text or tokens, got '" + t + "'");
-                      }));
+  k.push_back(choice_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
+                         parse_data_source, data_source_name));
   k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
   k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
-  k.push_back(str_key("data.doc_lengths", std::string("synthetic length distribution: ") + doc_length_dist_choices(),
-                      [](Config& c) -> auto& { return c.data.doc_lengths; },
-                      [](const std::string& t) { parse_doc_length_dist(t); }));
+  k.push_back(choice_key("data.doc_lengths", std::string("synthetic length distribution: ") + doc_length_dist_choices(),
+                         [](Config& c) -> auto& { return c.data.doc_lengths; }, parse_doc_length_dist,
+                         doc_length_dist_name));
   k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
   k.push_back(int_key("data.min_doc_len", "synthetic: shortest document", [](Config& c) -> auto& { return c.data.min_doc_len; }, 1));
   k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
-  k.push_back(str_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
-                      [](const std::string& t) {
-                        if (t != "uint16" && t != "uint32")
-                          throw std::invalid_argument("expected uint16 or uint32, got '" + t + "'");
-                      }));
+  k.push_back(choice_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
+                         parse_token_dtype, token_dtype_name));
   k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
   // [train]
   k.push_back(int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1));
   k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
   k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
-  k.push_back(str_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
-                      [](const std::string& t) { parse_optimizer(t); }));
+  k.push_back(choice_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
+                         parse_optimizer, optimizer_name));
   k.push_back(num_key("train.lr", "peak learning rate", [](Config& c) -> auto& { return c.train.lr; }));
   k.push_back(num_key("train.min_lr", "cosine schedule floor", [](Config& c) -> auto& { return c.train.min_lr; }));
   k.push_back(int_key("train.warmup_steps", "linear warm-up steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, 0));
@@ -234,17 +242,14 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
   k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
   k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
-  k.push_back(str_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
-                      [](const std::string& t) { parse_pipeline_schedule(t); }));
-  k.push_back(str_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
-                      [](const std::string& t) { parse_cp_split(t); }));
-  k.push_back(str_key("parallel.cp_comm", "context-parallel exchange: ring | allgather", [](Config& c) -> auto& { return c.parallel.cp_comm; },
-                      [](const std::string& t) { parse_cp_comm(t); }));
-  k.push_back(str_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
-                      [](const std::string& t) {
-                        if (t != "none" && t != "packing")
-                          throw std::invalid_argument("expected none or packing, got '" + t + "'");
-                      }));
+  k.push_back(choice_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
+                         parse_pipeline_schedule, pipeline_schedule_name));
+  k.push_back(choice_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
+                         parse_cp_split, cp_split_name));
+  k.push_back(choice_key("parallel.cp_comm", "context-parallel exchange: ring | allgather", [](Config& c) -> auto& { return c.parallel.cp_comm; },
+                         parse_cp_comm, cp_comm_name));
+  k.push_back(choice_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
+                         parse_dp_balance, dp_balance_name));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
   // [checkpoint]
@@ -370,13 +375,13 @@ void apply_overrides(Config& config, const std::map<std::string, std::string>& o
 void validate_config(const Config& c) {
   const std::string model_error = c.model.validate();
   if (!model_error.empty()) throw ConfigError(model_error);
-  if (c.data.source != "synthetic" && c.data.path.empty())
-    throw ConfigError("data.path is required when data.source = " + c.data.source);
+  if (c.data.source != DataSource::synthetic && c.data.path.empty())
+    throw ConfigError(std::string("data.path is required when data.source = ") + data_source_name(c.data.source));
   if (c.data.min_doc_len > c.data.max_doc_len)
     throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
                       ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
   if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
-  if (!(c.cad_tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
+  if (!(c.attention.cad.tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
   if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
   if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
     throw ConfigError("train.min_lr must be in [0, train.lr]");
@@ -389,12 +394,12 @@ void validate_config(const Config& c) {
   if (c.train.weight_decay < 0) throw ConfigError("train.weight_decay must be >= 0");
   // decoupled decay multiplies every weight by 1 - lr x weight_decay each step: at or
   // beyond 1 the weights flip sign and grow without bound
-  if (c.train.optimizer == "adamw" && c.train.lr * c.train.weight_decay >= 1)
+  if (c.train.optimizer == OptimizerKind::adamw && c.train.lr * c.train.weight_decay >= 1)
     throw ConfigError("train.lr x train.weight_decay = " + number_text(c.train.lr * c.train.weight_decay) +
                       " must be < 1 (AdamW multiplies the weights by 1 - lr x weight_decay every step)");
   if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
   if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
-  if (c.attention_kernel == "dca" && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)
+  if (c.model.attention_kernel == AttentionKernel::dca && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)
     log_warn("attention.dca_chunk_size - attention.dca_local_size (the chunk length " +
              std::to_string(c.model.dca_chunk_size - c.model.dca_local_size) +
              ") is not above attention.dca_local_size (" + std::to_string(c.model.dca_local_size) +

@@ -1,6 +1,11 @@
 // The run configuration: one struct per TOML section, one registry of keys.
 // Precedence: command line (--section.key VALUE) > config file > built-in defaults.
 // The built-in defaults equal configs/default.toml (a test checks this).
+//
+// Typed: every choice is parsed into its enum here, where the key is read, so nothing
+// below compares a configuration string. Only names stay text: paths, the separator,
+// train.resume ("" | "auto" | a path) and attention.cad_profile (auto | pairs | a file).
+// The run plan (src/train/run_plan.h) turns this into what a run does.
 #pragma once
 
 #include <cstdint>
@@ -9,19 +14,26 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
+#include "data/balance.h"
+#include "data/context_shards.h"
+#include "data/doc_lengths.h"
+#include "data/sources.h"
+#include "model/llama_config.h"
+#include "model/optimizer.h"
+#include "parallel/layout.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace lct {
 
 struct DataConfig {
-  std::string source = "synthetic";  // synthetic | text | tokens
+  DataSource source = DataSource::synthetic;
   std::string path;                  // text file/folder or token file
   int64_t seq_len = 2048;            // tokens per micro-batch (one packed sequence)
-  std::string doc_lengths = "pretrain";
+  DocLengthDist doc_lengths = DocLengthDist::pretrain;
   int64_t max_doc_len = 2048;
   int64_t min_doc_len = 1;
   std::string separator;             // text: document separator ("" = one document per file)
-  std::string token_dtype = "uint16";
+  TokenDtype token_dtype = TokenDtype::uint16;
   int64_t separator_id = 0;          // tokens: document-separator id
 };
 
@@ -29,7 +41,7 @@ struct TrainConfig {
   int64_t steps = 150;
   int64_t seed = 1234;
   int64_t micro_batches = 1;
-  std::string optimizer = "adamw";
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup_steps = 10;
@@ -46,10 +58,10 @@ struct ParallelConfig {
   // world size. Their product must equal the number of MPI ranks.
   int64_t dp = -1, pp = 1, cp = 1;
   std::vector<int64_t> pp_layers;    // layers per pipeline stage (empty = even split)
-  std::string pp_schedule = "1f1b";  // 1f1b | gpipe (parallel/pipeline_schedule.h)
-  std::string cp_split = "zigzag";   // zigzag | contiguous (data/context_shards.h)
-  std::string cp_comm = "ring";      // ring | allgather (parallel/context_parallel.h)
-  std::string dp_balance = "none";   // none | packing (data/balance.h)
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;  // parallel/pipeline_schedule.h
+  CpSplit cp_split = CpSplit::zigzag;                            // data/context_shards.h
+  CpComm cp_comm = CpComm::ring;                                 // parallel/context_parallel.h
+  DpBalance dp_balance = DpBalance::none;                        // data/balance.h
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward
 };
@@ -65,14 +77,28 @@ struct CheckpointConfig {
   bool overwrite = false;  // a fresh run may replace another run's files in dir
 };
 
+// A boolean the run plan may decide ("auto").
+enum class Switch { off, on, automatic };
+
+struct CadConfig {
+  double tolerance = 0.1;                // servers within this x mean cost
+  Switch pingpong = Switch::automatic;   // two overlapped nano-batches
+  std::string profile = "auto";          // cost model: auto | pairs | a file (src/train/cad_profile.h)
+  bool rank_speeds = true;               // plan by each rank's measured speed
+};
+
+// [attention]: where core attention runs. What it computes, attention.kernel and the
+// attention.dca_* keys, belongs to the model (LlamaConfig::attention_kernel and dca_*):
+// it changes the function the weights were trained for, so a checkpoint records it
+// with the model and `inspect` and `eval` read it from there. One field per key.
+struct AttentionConfig {
+  Placement placement = Placement::colocated;  // colocated | cad (never context_parallel)
+  CadConfig cad;
+};
+
 struct Config {
   LlamaConfig model;
-  std::string attention_kernel = "causal";
-  std::string attention_placement = "colocated";  // colocated | cad (parallel/cad_attention.h)
-  double cad_tolerance = 0.1;                      // CAD: servers within this x mean cost
-  std::string cad_pingpong = "auto";               // CAD: two overlapped nano-batches (auto | true | false)
-  std::string cad_profile = "auto";                // CAD: cost model (src/train/cad_profile.h)
-  bool cad_rank_speeds = true;                     // CAD: plan by each rank's measured speed
+  AttentionConfig attention;
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

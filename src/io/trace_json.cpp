@@ -1,11 +1,10 @@
 #include "src/io/trace_json.h"
 
-#include "data/files.h"
-
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "data/files.h"
+#include "src/io/h5io.h"
 
 namespace lct {
 namespace {
@@ -22,9 +21,7 @@ const char* track_name(TraceTrack track) {
 void write_trace_json(const std::string& path, const std::vector<TraceProcess>& ranks,
                       const std::string& what) {
   require_replaceable_output(path, what);
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp);
-  if (!out) throw std::runtime_error(what + ": cannot write '" + tmp + "'");
+  std::ostringstream out;
   out.precision(15);
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   bool first = true;
@@ -53,11 +50,11 @@ void write_trace_json(const std::string& path, const std::vector<TraceProcess>& 
     }
   }
   out << "\n]}\n";
-  out.close();
-  if (!out) throw std::runtime_error(what + ": writing '" + tmp + "' failed");
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(what + ": cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  try {
+    write_text_atomically(path, out.str());  // temporary file, fsync, rename
+  } catch (const std::exception& e) {
+    throw std::runtime_error(what + ": " + e.what());
+  }
 }
 
 }  // namespace lct

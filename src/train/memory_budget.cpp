@@ -32,7 +32,7 @@ int peak_slots(PipelineSchedule schedule, int pp, int stage, int m) {
 }
 
 double corpus_bytes(const Config& c) {
-  if (c.data.source != "text" && c.data.source != "tokens") return 0;
+  if (c.data.source == DataSource::synthetic) return 0;
   std::error_code ec;
   if (fs::is_regular_file(c.data.path, ec)) return double(fs::file_size(c.data.path, ec));
   double total = 0;

@@ -2,30 +2,35 @@
 
 namespace lct {
 
-LlamaConfig model_config(const Config& config) {
-  LlamaConfig m = config.model;
-  m.attention_kernel = parse_attention_kernel(config.attention_kernel);
-  return m;
-}
-
 std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
   const uint64_t seed = uint64_t(c.train.seed);
-  if (c.data.source == "text") return make_text_source(c.data.path, c.data.separator, seed);
-  if (c.data.source == "tokens")
+  if (c.data.source == DataSource::text) return make_text_source(c.data.path, c.data.separator, seed);
+  if (c.data.source == DataSource::tokens)
     return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed);
   SyntheticOptions o;
   o.seed = seed;
   o.vocab_size = c.model.vocab_size;
-  o.lengths.dist = parse_doc_length_dist(c.data.doc_lengths);
+  o.lengths.dist = c.data.doc_lengths;
   o.lengths.min_doc_len = c.data.min_doc_len;
   o.lengths.max_doc_len = c.data.max_doc_len;
   o.lengths.seed = seed;
   return make_synthetic_source(o);
 }
 
+void check_document_source(const DocumentSource& source, const LlamaConfig& model) {
+  if (source.vocab_required() > model.vocab_size)
+    throw ConfigError("model.vocab_size (" + std::to_string(model.vocab_size) +
+                      ") is smaller than the data's vocabulary (" +
+                      std::to_string(source.vocab_required()) + ", " + source.describe() + ")");
+  // a stream of one-token documents has no next token to predict: a loss-0 run is no run
+  if (source.longest_document() < 2)
+    throw ConfigError("data: every document of " + source.describe() +
+                      " is a single token, so there is no target to train on");
+}
+
 OptimizerConfig optimizer_config(const Config& c) {
   OptimizerConfig o;
-  o.kind = parse_optimizer(c.train.optimizer);
+  o.kind = c.train.optimizer;
   o.lr = c.train.lr;
   o.min_lr = c.train.min_lr;
   o.warmup_steps = c.train.warmup_steps;

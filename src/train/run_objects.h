@@ -1,5 +1,5 @@
-// What a run's configuration turns into: the model config, the document stream and
-// the optimizer settings (one place, shared by train, bench, eval and make-batch).
+// What a run's configuration turns into: the document stream and the optimizer
+// settings (one place, shared by the run plan, train, bench, eval and make-batch).
 #pragma once
 
 #include <memory>
@@ -11,8 +11,10 @@
 
 namespace lct {
 
-LlamaConfig model_config(const Config& config);  // [model] plus the [attention] kernel
 std::unique_ptr<DocumentSource> make_document_source(const Config& config);
+// Refuses (ConfigError, one line) data the model cannot train on: ids beyond
+// model.vocab_size, or only one-token documents (no target). Training and --dry-run.
+void check_document_source(const DocumentSource& source, const LlamaConfig& model);
 OptimizerConfig optimizer_config(const Config& config);
 
 }  // namespace lct

@@ -4,25 +4,16 @@
 
 namespace lct {
 
-const char* placement_name(Placement p) {
-  switch (p) {
-    case Placement::colocated: return "colocated";
-    case Placement::context_parallel: return "context-parallel";
-    case Placement::cad: return "cad";
-  }
-  return "?";
-}
-
 RunPlan make_run_plan(const Config& c, int world) {
   RunPlan p;
   p.world = world;
-  p.model = model_config(c);
+  p.model = c.model;
   p.attention = attention_params_of(p.model);
   p.optimizer = optimizer_config(c);
   p.seq_len = c.data.seq_len;
   p.micro_batches = c.train.micro_batches;
-  p.cp_split = parse_cp_split(c.parallel.cp_split);
-  p.cp_comm = parse_cp_comm(c.parallel.cp_comm);
+  p.cp_split = c.parallel.cp_split;
+  p.cp_comm = c.parallel.cp_comm;
 
   const ParallelConfig& par = c.parallel;
   if (const std::string e = resolve_layout({par.dp, par.pp, par.cp, par.pp_layers}, world,
@@ -34,12 +25,13 @@ RunPlan make_run_plan(const Config& c, int world) {
       !e.empty())
     throw ConfigError(e);
 
-  const bool cad = c.attention_placement == "cad" && world > 1;
+  const CadConfig& cc = c.attention.cad;
+  const bool cad = c.attention.placement == Placement::cad && world > 1;
   p.placement = cad ? Placement::cad
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
-  p.schedule = parse_pipeline_schedule(par.pp_schedule);
+  p.schedule = par.pp_schedule;
   if (cad && p.pipelined()) {
     for (const StageSpec& s : p.stages)
       if (s.num_layers() != p.stages[0].num_layers())
@@ -47,34 +39,34 @@ RunPlan make_run_plan(const Config& c, int world) {
                           "number of layers on every stage (parallel.pp_layers)");
     if (p.schedule != PipelineSchedule::ticks)
       p.schedule_reason = std::string("CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = ") +
-                          par.pp_schedule + " is not used)";
+                          pipeline_schedule_name(par.pp_schedule) + " is not used)";
     p.schedule = PipelineSchedule::ticks;
   }
 
   // ping-pong: measured (bench/cad_scaling.sh) slower than one exchange at a time with
   // data parallelism on one host, and faster under pipeline ticks, where the second
   // lane gives the stage that would wait in the exchange other work to serve
-  if (cad && c.cad_pingpong == "auto") {
+  if (cad && cc.pingpong == Switch::automatic) {
     p.lanes = p.pipelined() ? 2 : 1;
     p.lanes_reason = p.pipelined() ? "attention.cad_pingpong = auto: on under pipeline ticks"
                                    : "attention.cad_pingpong = auto: off without pipeline parallelism";
   } else {
-    p.lanes = cad && c.cad_pingpong == "true" ? 2 : 1;
+    p.lanes = cad && cc.pingpong == Switch::on ? 2 : 1;
   }
 
-  if (par.dp_balance == "packing") {
-    if (p.layout.cp > 1 || c.attention_placement == "cad")
+  if (par.dp_balance == DpBalance::packing) {
+    if (p.layout.cp > 1 || c.attention.placement == Placement::cad)
       throw ConfigError("parallel.dp_balance = packing is a baseline for colocated attention "
                         "without context parallelism (parallel.cp = 1, attention.placement = colocated)");
     p.balance = p.layout.dp > 1 ? DpBalance::packing : DpBalance::none;
   }
 
-  p.cad.tolerance = c.cad_tolerance;
-  p.cad.profile = c.cad_profile;
+  p.cad.tolerance = cc.tolerance;
+  p.cad.profile = cc.profile;
   // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
   // and a cost model in seconds to set them against (pairs have no time)
-  p.cad.rank_speeds = cad && c.cad_rank_speeds && p.lanes == 1 && c.cad_profile != "pairs" &&
-                      !c.cad_profile.empty();
+  p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile != "pairs" &&
+                      !cc.profile.empty();
   return p;
 }
 

@@ -34,16 +34,6 @@
 
 namespace lct {
 
-// Where core attention runs.
-enum class Placement {
-  colocated,         // with its tokens, on the rank that holds them
-  context_parallel,  // the cp group exchanges keys and values (parallel.cp_comm)
-  cad,               // disaggregated over every rank (parallel/cad_attention.h)
-};
-const char* placement_name(Placement placement);
-
-enum class DpBalance { none, packing };
-
 struct CadSettings {
   double tolerance = 0.1;   // attention.cad_tolerance
   std::string profile;      // attention.cad_profile as given (src/train/cad_profile.h resolves it)

@@ -27,21 +27,6 @@
 namespace lct {
 namespace fs = std::filesystem;
 
-namespace {
-const DocumentSource& checked_source(const std::unique_ptr<DocumentSource>& source,
-                                     const Config& c) {
-  if (source->vocab_required() > c.model.vocab_size)
-    throw ConfigError("model.vocab_size (" + std::to_string(c.model.vocab_size) +
-                      ") is smaller than the data's vocabulary (" +
-                      std::to_string(source->vocab_required()) + ", " + source->describe() + ")");
-  // a stream of one-token documents has no next token to predict: a loss-0 run is no run
-  if (source->longest_document() < 2)
-    throw ConfigError("data: every document of " + source->describe() +
-                      " is a single token, so there is no target to train on");
-  return *source;
-}
-}  // namespace
-
 std::atomic<int> g_stop_signal{0};
 
 namespace {
@@ -87,6 +72,11 @@ CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, 
   return cad_cost_from_text(shared[1], shared[2]);
 }
 
+const DocumentSource& checked(const DocumentSource& source, const LlamaConfig& model) {
+  check_document_source(source, model);
+  return source;
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid)
@@ -94,7 +84,7 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
       plan_(plan),
       grid_(grid),
       source_(make_document_source(config)),
-      packer_(checked_source(source_, config), config.data.seq_len),
+      packer_(checked(*source_, plan.model), config.data.seq_len),
       model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
       owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
       counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),

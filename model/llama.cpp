@@ -132,6 +132,7 @@ LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {
   sh.hd = c.head_dim();
   sh.eps = float(c.rms_norm_eps);
   sh.dca = c.attention_kernel == AttentionKernel::dca;
+  sh.precision = precision_;
   sh.positions = s.batch->positions.data();
   sh.key_positions = s.key_positions.data();
   sh.rope = &rope_;
@@ -342,13 +343,13 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
   for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
     const int64_t n = std::min(kLogitRows, T - r0);
-    matmul_forward(logits_, h_final + r0 * C, lm_head, n, C, V);
+    matmul_forward(logits_, h_final + r0 * C, lm_head, n, C, V, precision_);
     cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
                                    stats, token_loss ? token_loss + r0 : nullptr);
     if (backward)
       matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_final + r0 * C,
-                      lm_head, n, C, V);
+                      lm_head, n, C, V, precision_);
   }
   if (!backward) return stats;
   float* dx = residual_grad(s);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attention/core_attention.h"
+#include "attention/gemm.h"
 #include "data/context_shards.h"
 #include "data/packing.h"
 #include "model/attention_placement.h"
@@ -54,6 +55,10 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, const StageSpec& stage);
 
   const LlamaConfig& config() const { return config_; }
+  // The linear layers' products (attention/gemm.h); fp32 unless set. Parameters,
+  // gradients and activations stay fp32 in memory either way.
+  void set_precision(Precision precision) { precision_ = precision; }
+  Precision precision() const { return precision_; }
   const StageSpec& stage() const { return stage_; }
   const TensorTable& table() const { return table_; }
   const ActivationTable& activation_table() const { return acts_table_; }
@@ -172,6 +177,7 @@ class LlamaModel {
   TensorTable table_;
   int64_t num_params_ = 0;
   AttentionParams attn_params_;
+  Precision precision_ = Precision::fp32;
   std::vector<LayerOffsets> layer_offsets_;
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   RopeTable rope_;

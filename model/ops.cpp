@@ -16,20 +16,15 @@ constexpr int64_t kReduceChunk = 256;
 }
 
 void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
-                    int64_t out_dim) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(out_dim), int(in_dim), 1.0f,
-              x, int(in_dim), w, int(in_dim), 0.0f, out, int(out_dim));
+                    int64_t out_dim, Precision precision) {
+  gemm(precision, false, true, T, out_dim, in_dim, 1.0f, x, in_dim, w, in_dim, 0.0f, out, out_dim);
 }
 
 void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                     int64_t T, int64_t in_dim, int64_t out_dim) {
+                     int64_t T, int64_t in_dim, int64_t out_dim, Precision precision) {
   // forward was out = x W^T, so dx = dout W and dW = dout^T x
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(T), int(in_dim), int(out_dim),
-                1.0f, dout, int(out_dim), w, int(in_dim), 1.0f, dx, int(in_dim));
-  if (dw)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(out_dim), int(in_dim), int(T), 1.0f,
-                dout, int(out_dim), x, int(in_dim), 1.0f, dw, int(in_dim));
+  if (dx) gemm(precision, false, false, T, in_dim, out_dim, 1.0f, dout, out_dim, w, in_dim, 1.0f, dx, in_dim);
+  if (dw) gemm(precision, true, false, out_dim, in_dim, T, 1.0f, dout, out_dim, x, in_dim, 1.0f, dw, in_dim);
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,

@@ -11,14 +11,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/gemm.h"
+
 namespace lct {
 
-// out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias)
+// out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias), in `precision`
+// (attention/gemm.h: bf16 rounds x and W, sums in fp32)
 void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
-                    int64_t out_dim);
-// dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either)
+                    int64_t out_dim, Precision precision = Precision::fp32);
+// dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either; bf16 rounds
+// dout, W and x; the gradients accumulate in fp32)
 void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                     int64_t T, int64_t in_dim, int64_t out_dim);
+                     int64_t T, int64_t in_dim, int64_t out_dim, Precision precision = Precision::fp32);
 
 // out[T, C] = table[tokens[t], :]
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,

@@ -12,6 +12,7 @@ packages=(
   libcli11-dev                  # command line
   libtomlplusplus-dev           # TOML config files
   libgtest-dev                  # unit tests
+  libdnnl-dev                   # oneDNN: bf16 matmul (train.precision = bf16) on CPUs with bf16 instructions
 )
 if [[ "${1:-}" == "--python" ]]; then
   packages+=(python3 python3-numpy python3-h5py python3-torch python3-matplotlib)

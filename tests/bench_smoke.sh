@@ -18,6 +18,11 @@ m = r["machine"]
 assert m["openblas_core"] and m["threads"] >= 1, m
 c = r["ceilings"]
 assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0, c
+g = r["gemm"]
+assert g["tokens"] == 2048 and len(g["rows"]) == 6 and g["bf16_kernel"], g
+for x in g["rows"]:
+    assert x["fp32_gflops"] > 0 and x["bf16_gflops"] > 0 and x["bf16_fallback_gflops"] > 0, x
+    assert (x["bf16_kernel_gflops"] > 0) == g["bf16_instructions"], x
 rows = r["attention"]["rows"]
 assert [x["tokens"] for x in rows] == [300] * 4 + [700] * 4, rows
 assert [x["layout"] for x in rows] == ["one-doc", "one-doc", "packed", "packed"] * 2, rows

@@ -3,7 +3,11 @@
 # (scripts/reference_llama.py) on loss and every parameter gradient, rtol 1e-5, on
 # packed documents of mixed lengths (including 1-token documents and lengths that
 # straddle the attention tiles), for GQA and MHA, tied and untied heads, and on a
-# checkpoint written by `lct train`.
+# checkpoint written by `lct train`. With --precision bf16 (train.precision: the linear
+# layers' products round their operands to bf16, unit roundoff u = 2^-8, and sum in
+# fp32), every tensor's relative error norm must stay within 5e-2 (about 13 u: a few
+# roundings compound through the layers), and must exceed fp32's 1e-5, so the test
+# fails if bf16 is not applied.
 set -euo pipefail
 LCT=$1
 REF=$2
@@ -22,10 +26,23 @@ check() {  # name checkpoint batch
   tail -1 "$1.compare.txt"
 }
 
+check_bf16() {  # name checkpoint batch
+  "$LCT" eval --precision bf16 --checkpoint "$2" --batch-file "$3" --grads-out "$1.bf16.h5" > "$1.bf16.txt"
+  grep -q "| precision bf16 (" "$1.bf16.txt" || { cat "$1.bf16.txt"; echo "FAIL: $1: eval does not say bf16"; exit 1; }
+  /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 5e-2 > "$1.bf16.compare.txt" \
+    || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16"; exit 1; }
+  if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 1e-5 > /dev/null; then
+    echo "FAIL: $1: bf16 gradients are within fp32's tolerance (is bf16 applied?)"
+    exit 1
+  fi
+  echo "bf16 $1: worst tensor rel $(grep -o 'rel=[0-9.e+-]*' "$1.bf16.compare.txt" | cut -d= -f2 | sort -g | tail -1) (<= 5e-2)"
+}
+
 /usr/bin/python3 "$REF" --make-batch mixed.h5 --vocab-size 61 --lengths 7,1,33,2,129,200,70,1 --seed 3
 /usr/bin/python3 "$REF" --make-checkpoint gqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
   --layers 2 --heads 4 --kv-heads 2 --seed 1
 check gqa gqa.h5 mixed.h5
+check_bf16 gqa gqa.h5 mixed.h5
 /usr/bin/python3 "$REF" --make-checkpoint mqa_tied.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
   --layers 3 --heads 4 --kv-heads 1 --rope-theta 500000 --rms-norm-eps 1e-6 --tie-word-embeddings --seed 2
 check mqa_tied mqa_tied.h5 mixed.h5
@@ -47,6 +64,7 @@ check trained trained/step_00000003.h5 trained_batch.h5
   --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
   --dca-mscale 1.1 --dca-mscale-original-length 16 --seed 3
 check dca dca.h5 long.h5
+check_bf16 dca dca.h5 long.h5
 /usr/bin/python3 "$REF" --make-checkpoint dca_mqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
   --layers 2 --heads 4 --kv-heads 1 --tie-word-embeddings --attention-kernel dca --dca-chunk-size 40 \
   --dca-local-size 8 --seed 6
@@ -57,4 +75,5 @@ check dca_mqa dca_mqa.h5 long.h5
   --attention.kernel dca --attention.dca_chunk_size 30 --attention.dca_local_size 10 \
   --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_dca > train_dca.log
 check trained_dca trained_dca/step_00000003.h5 trained_batch.h5
+check_bf16 trained trained/step_00000003.h5 trained_batch.h5
 echo "reference_gradients: all passed"

@@ -82,6 +82,56 @@ double sgemm_gflops(const BenchOptions& o, int64_t n) {
   return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
 }
 
+// One product shape of the linear layers, in each way lct can run it (GFLOP/s; 0 = not
+// on this CPU): fp32 OpenBLAS; bf16 as the model runs it (rounding passes included);
+// the oneDNN bf16 kernel alone on operands already in bf16 (the bf16 ceiling); and the
+// fallback of CPUs without bf16 instructions (OpenBLAS on rounded operands).
+struct GemmRow {
+  std::string name;
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0;
+  double fp32 = 0, bf16 = 0, bf16_kernel = 0, bf16_fallback = 0;
+};
+
+GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool tb, int64_t M, int64_t N,
+                 int64_t K) {
+  GemmRow r{name, ta, tb, M, N, K};
+  std::vector<float> a(size_t(M * K)), b(size_t(K * N)), c(size_t(M * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) * 0.1f - 0.3f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) * 0.1f - 0.2f;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const auto rate = [&](const std::function<void()>& run) {
+    const auto runs = repeat_timed(o, [&] {
+      const auto t0 = Clock::now();
+      run();
+      return std::vector<double>{seconds_since(t0)};
+    });
+    return flops / mean(column(runs, 0)) / 1e9;
+  };
+  r.fp32 = rate([&] { gemm(Precision::fp32, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
+  r.bf16 = rate([&] { gemm(Precision::bf16, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
+  r.bf16_fallback = rate([&] {
+    gemm_bf16(Bf16Kernel::rounded_sgemm, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
+  });
+  if (bf16_support().instructions) {
+    std::vector<uint16_t> ab(a.size()), bb(b.size());
+    for (size_t i = 0; i < a.size(); ++i) ab[i] = bf16_bits(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) bb[i] = bf16_bits(b[i]);
+    r.bf16_kernel = rate([&] { gemm_bf16_operands(ta, tb, M, N, K, 1.0f, ab.data(), bb.data(), 0.0f, c.data(), N); });
+  }
+  return r;
+}
+
+// The linear layers' products at T tokens (forward x W^T, backward dx = dout W and
+// dW = dout^T x of the widest layers), and a square product.
+std::vector<GemmRow> gemm_rows(const BenchOptions& o, const LlamaConfig& m, int64_t T) {
+  const int64_t C = m.hidden_size, I = m.intermediate_size;
+  return {gemm_row(o, "fwd x Wup^T", false, true, T, I, C), gemm_row(o, "fwd x Wdown^T", false, true, T, C, I),
+          gemm_row(o, "fwd x Wq^T", false, true, T, C, C), gemm_row(o, "bwd dx = d Wup", false, false, T, C, I),
+          gemm_row(o, "bwd dW = d^T x", true, false, I, C, T), gemm_row(o, "square 2048^3", false, false, 2048, 2048, 2048)};
+}
+
 volatile double g_fma_sink = 0.0;
 
 // Independent FMA chains per thread, enough of them to hide the FMA latency: the
@@ -334,6 +384,8 @@ struct BenchResults {
   std::vector<StepRow> step;
   std::vector<BalanceRow> cp_balance;
   std::vector<CadBalanceRow> cad_balance;
+  std::vector<GemmRow> gemm;
+  int64_t gemm_tokens = 0;
 };
 
 // Prints unless --json.
@@ -399,6 +451,15 @@ void print_bench_json(const BenchResults& res) {
     << ",\"blas_warning\":" << json_string(res.blas_warning) << "}";
   j << ",\"ceilings\":{\"sgemm_n\":" << res.sgemm_n << ",\"sgemm_gflops\":" << res.sgemm
     << ",\"fma_gflops\":" << res.fma << "}";
+  j << ",\"gemm\":{\"tokens\":" << res.gemm_tokens << ",\"bf16_kernel\":" << json_string(bf16_support().kernel)
+    << ",\"bf16_instructions\":" << (bf16_support().instructions ? "true" : "false") << ",\"rows\":[";
+  for (size_t i = 0; i < res.gemm.size(); ++i) {
+    const GemmRow& r = res.gemm[i];
+    j << (i ? "," : "") << "{\"product\":" << json_string(r.name) << ",\"m\":" << r.M << ",\"n\":" << r.N
+      << ",\"k\":" << r.K << ",\"fp32_gflops\":" << r.fp32 << ",\"bf16_gflops\":" << r.bf16
+      << ",\"bf16_kernel_gflops\":" << r.bf16_kernel << ",\"bf16_fallback_gflops\":" << r.bf16_fallback << "}";
+  }
+  j << "]}";
   j << ",\"attention\":{\"dca_chunk_size\":" << res.dca.dca.chunk_size
     << ",\"dca_local_size\":" << res.dca.dca.local_size << ",\"heads\":" << res.causal.num_heads << ",\"kv_heads\":" << res.causal.num_kv_heads
     << ",\"head_dim\":" << res.causal.head_dim << ",\"rows\":[";
@@ -479,6 +540,22 @@ int run_bench(const Config& config, const BenchOptions& o) {
     fma = fma_peak_gflops(o);
     say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
         (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+  }
+
+  if (wants(o, "gemm")) {
+    res.gemm_tokens = config.data.seq_len;
+    say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
+        (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
+        bf16_support().kernel.c_str());
+    say(o, "  %-16s %17s %9s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "bf16", "bf16 kernel",
+        "bf16 fallback", "bf16/fp32");
+    res.gemm = gemm_rows(o, model, res.gemm_tokens);
+    for (const GemmRow& r : res.gemm) {
+      const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
+      say(o, "  %-16s %17s %9.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32, r.bf16,
+          r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-", r.bf16_fallback,
+          r.bf16 / r.fp32);
+    }
   }
 
   if (wants(o, "attention")) {
@@ -563,7 +640,7 @@ Command add_bench_command(CLI::App& lct) {
       ->capture_default_str();
   bench->add_option("--sections", b.sections, "what to measure")
       ->delimiter(',')
-      ->check(CLI::IsMember({"ceilings", "attention", "step", "cp_balance", "cad_balance", "profile"}))
+      ->check(CLI::IsMember({"ceilings", "gemm", "attention", "step", "cp_balance", "cad_balance", "profile"}))
       ->capture_default_str();
   bench->add_option("--cp-degrees", b.cp_degrees, "context-parallel degrees for the cp_balance section")
       ->delimiter(',')

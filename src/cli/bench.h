@@ -26,7 +26,7 @@ namespace lct {
 struct BenchOptions {
   std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
   std::vector<int64_t> step_lengths{4096, 16384, 65536};
-  std::vector<std::string> sections{"ceilings", "attention", "step"};
+  std::vector<std::string> sections{"ceilings", "gemm", "attention", "step"};
   // cp_balance section: attention-pair imbalance of the context-parallel splits over
   // the configured stream (no timing)
   std::vector<int64_t> cp_degrees{2, 4, 8};

@@ -83,6 +83,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
                     const EvalOptions& options) {
   const std::string& grads_out = options.grads_out;
   LlamaModel model = load_model(checkpoint_path, options.adjust_model);
+  model.set_precision(options.precision);
   const PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
   const int64_t targets = batch.num_targets();
   if (targets == 0)
@@ -99,6 +100,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   r.documents = batch.num_docs();
   r.answers = s.answers;
   r.answers_correct = s.answers_correct;
+  r.precision = options.precision == Precision::bf16 ? "bf16 (" + bf16_support().kernel + ")" : "fp32";
   const LlamaConfig& mc = model.config();
   r.attention = attention_kernel_name(mc.attention_kernel);
   if (mc.attention_kernel == AttentionKernel::dca)
@@ -154,6 +156,10 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--batch-file", o->batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")->required();
   eval->add_option("--grads-out", o->eval.grads_out, "write /grads/... and @loss to this HDF5 file");
   eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(non_negative());
+  eval->add_option_function<std::string>(
+          "--precision", [o](const std::string& v) { o->eval.precision = parse_precision(v); },
+          "fp32 | bf16: the linear layers' products, as train.precision (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   eval->add_option("--per-position-out", o->eval.per_position_out,
                    "write mean loss per in-document position bin (CSV)");
   eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
@@ -189,9 +195,11 @@ Command add_eval_command(CLI::App& lct) {
               std::snprintf(recall, sizeof recall, " | recall %.4f (%lld of %lld answers)",
                             double(r.answers_correct) / double(r.answers), (long long)r.answers_correct,
                             (long long)r.answers);
-            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s\n", r.loss,
+            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s\n", r.loss,
                         (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
-                        r.attention.c_str(), options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),
+                        r.attention.c_str(),
+                        options.precision == Precision::fp32 ? "" : (" | precision " + r.precision).c_str(),
+                        options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),
                         options.per_position_out.empty()
                             ? ""
                             : (" | per-position loss -> " + options.per_position_out).c_str());

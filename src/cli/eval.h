@@ -29,6 +29,7 @@ struct EvalOptions {
   std::string per_position_out;   // write mean loss per in-document position bin (CSV)
   int64_t position_bin = 64;      // bin width for per_position_out
   std::function<void(LlamaConfig&)> adjust_model;  // attention overrides
+  Precision precision = Precision::fp32;           // the linear layers' products (train.precision)
 };
 
 struct EvalResult {
@@ -36,6 +37,7 @@ struct EvalResult {
   int64_t targets = 0, tokens = 0, documents = 0;
   int64_t answers = 0, answers_correct = 0;  // retrieval answers (batches with answer_mask)
   std::string attention;  // kernel (and DCA settings) used
+  std::string precision;  // "fp32", or "bf16 (<what runs it>)"
 };
 
 // Mean loss over the batch's targets, plus the optional outputs of EvalOptions.

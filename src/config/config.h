@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/gemm.h"
 #include "data/balance.h"
 #include "data/context_shards.h"
 #include "data/doc_lengths.h"
@@ -42,6 +43,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   int64_t micro_batches = 1;
   OptimizerKind optimizer = OptimizerKind::adamw;
+  Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup_steps = 10;

@@ -56,6 +56,7 @@ struct RunPlan {
   AttentionParams attention;       // what every attention call of this model gets
   CadSettings cad;                 // with placement == cad
   OptimizerConfig optimizer;
+  Precision precision = Precision::fp32;  // the linear layers' products (train.precision)
   int64_t seq_len = 0, micro_batches = 1;
 
   bool pipelined() const { return layout.pp > 1; }

@@ -96,6 +96,7 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
   if (plan.world != grid.world_size() || plan.layout.dp != grid.layout().dp ||
       plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
     throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
+  model_.set_precision(plan.precision);
   switch (plan.placement) {
     case Placement::cad: {
       CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);
@@ -440,6 +441,9 @@ void Trainer::log_header() const {
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
+  if (plan_.precision == Precision::bf16)
+    log_info("precision bf16 (linear layers; attention, norms, loss, weights, gradients and optimizer in "
+             "fp32): %s", bf16_support().note.c_str());
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
   if (state_.step > 0)

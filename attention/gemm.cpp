@@ -1,0 +1,204 @@
+#include "attention/gemm.h"
+
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <tuple>
+#include <vector>
+
+namespace lct {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  throw std::invalid_argument("expected fp32 or bf16, got '" + name + "'");
+}
+
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return uint16_t(u >> 16);
+}
+
+float round_to_bf16(float x) {
+  const uint32_t u = uint32_t(bf16_bits(x)) << 16;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+namespace {
+
+using dnnl::memory;
+
+// rows x cols of a row-major matrix with leading dimension ld, densely into out
+void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* out) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = bf16_bits(src[r * ld + c]);
+}
+void round_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, float* out) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+}
+
+// One oneDNN bf16 matmul per shape (M, N, K, transposes, alpha, beta, ldc), created on
+// first use and reused; operands are dense bf16 copies, the output fp32 in place.
+struct Bf16Matmul {
+  dnnl::matmul primitive;
+  memory a, b, c;
+};
+
+class OneDnnBf16 {
+ public:
+  OneDnnBf16() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+  // The implementation oneDNN picks for a bf16 matmul ("" when it has none, or only its
+  // reference code, which is no bf16 hardware).
+  std::string probe() {
+    try {
+      const memory::desc a({64, 64}, memory::data_type::bf16, {64, 1});
+      const memory::desc c({64, 64}, memory::data_type::f32, {64, 1});
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), engine_);
+      const std::string impl = pd.impl_info_str();
+      return impl.find("ref") != std::string::npos ? "" : impl;
+    } catch (const dnnl::error&) {
+      return "";
+    }
+  }
+
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+           const uint16_t* B, float beta, float* C, int64_t ldc) {
+    const auto key = std::make_tuple(ta, tb, M, N, K, alpha, beta, ldc);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) it = cache_.emplace(key, create(ta, tb, M, N, K, alpha, beta, ldc)).first;
+    Bf16Matmul& m = *it->second;
+    m.a.set_data_handle(const_cast<uint16_t*>(A));
+    m.b.set_data_handle(const_cast<uint16_t*>(B));
+    m.c.set_data_handle(C);
+    m.primitive.execute(stream_, {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}});
+    stream_.wait();
+  }
+
+ private:
+  std::unique_ptr<Bf16Matmul> create(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                     float beta, int64_t ldc) {
+    using dt = memory::data_type;
+    // dense copies: A is M x K stored as (ta ? K x M : M x K), B likewise
+    const memory::desc a({M, K}, dt::bf16, ta ? memory::dims{1, M} : memory::dims{K, 1});
+    const memory::desc b({K, N}, dt::bf16, tb ? memory::dims{1, K} : memory::dims{N, 1});
+    const memory::desc c({M, N}, dt::f32, {ldc, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (beta != 0.0f) {
+      dnnl::post_ops po;
+      po.append_sum(beta);
+      attr.set_post_ops(po);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+    auto m = std::make_unique<Bf16Matmul>();
+    m->primitive = dnnl::matmul(pd);
+    m->a = memory(a, engine_, nullptr);
+    m->b = memory(b, engine_, nullptr);
+    m->c = memory(c, engine_, nullptr);
+    return m;
+  }
+
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, float, float, int64_t>,
+           std::unique_ptr<Bf16Matmul>>
+      cache_;
+};
+
+OneDnnBf16& onednn() {
+  static OneDnnBf16 instance;
+  return instance;
+}
+
+// Scratch for the rounded operands: grown to the largest product, then reused.
+template <typename T>
+T* scratch(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
+
+}  // namespace
+
+const Bf16Support& bf16_support() {
+  static const Bf16Support support = [] {
+    Bf16Support s;
+    const std::string impl = onednn().probe();
+    s.instructions = !impl.empty();
+    if (s.instructions) {
+      s.kernel = "oneDNN bf16 matmul (" + impl + ")";
+      s.note = "bf16 products run on this CPU's bf16 instructions: " + s.kernel;
+    } else {
+      s.kernel = "OpenBLAS SGEMM on bf16-rounded operands";
+      s.note = "this CPU has no bf16 instructions (no AVX512-BF16 or AMX-BF16): bf16 products run as "
+               "fp32 SGEMM on bf16-rounded operands (the same numbers; the rounding pass costs extra, "
+               "nothing is faster than fp32)";
+    }
+    return s;
+  }();
+  return support;
+}
+
+void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  if (precision == Precision::fp32) {
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                int(ldc));
+    return;
+  }
+  gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, ta, tb, M, N, K,
+            alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+                        const uint16_t* B, float beta, float* C, int64_t ldc) {
+  if (!bf16_support().instructions)
+    throw std::runtime_error("bf16 product on oneDNN: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
+  onednn().run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  // stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N)
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  if (K == 0) {  // C = beta C: nothing to round
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), 0, alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+    return;
+  }
+  if (kernel == Bf16Kernel::onednn) {
+    static thread_local std::vector<uint16_t> sa, sb;
+    uint16_t* a = scratch(sa, a_rows * a_cols);
+    uint16_t* b = scratch(sb, b_rows * b_cols);
+    to_bf16(A, a_rows, a_cols, lda, a);
+    to_bf16(B, b_rows, b_cols, ldb, b);
+    gemm_bf16_operands(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
+  } else {
+    static thread_local std::vector<float> sa, sb;
+    float* a = scratch(sa, a_rows * a_cols);
+    float* b = scratch(sb, b_rows * b_cols);
+    round_bf16(A, a_rows, a_cols, lda, a);
+    round_bf16(B, b_rows, b_cols, ldb, b);
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, a, int(a_cols), b, int(b_cols), beta,
+                C, int(ldc));
+  }
+}
+
+}  // namespace lct

@@ -1,0 +1,52 @@
+// Every matrix product of the linear layers: C = alpha op(A) op(B) + beta C, row-major,
+// fp32 in memory, in one of two precisions.
+//
+//   fp32  OpenBLAS SGEMM.
+//   bf16  both operands rounded to bfloat16 (round to nearest even), products summed
+//         in fp32 (mixed precision as Megatron-LM and torchtitan train: fp32 master
+//         weights, bf16 matmul inputs, fp32 accumulation and output). On a CPU with bf16
+//         instructions (AVX512-BF16 or AMX-BF16) the product runs in oneDNN's bf16
+//         matmul (created once per shape and reused); on one without, the rounded
+//         operands go through OpenBLAS SGEMM, which gives the same numbers up to fp32
+//         summation order and costs the conversion on top of the fp32 product
+//         (bf16_support() says which runs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lct {
+
+enum class Precision { fp32, bf16 };
+Precision parse_precision(const std::string& name);  // throws std::invalid_argument
+const char* precision_name(Precision precision);
+
+void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The two ways of a bf16 product, callable by name (tests check both; lct bench times
+// both): gemm(bf16, ...) takes onednn where the CPU has bf16 instructions, else
+// rounded_sgemm. onednn throws std::runtime_error on a CPU without them.
+enum class Bf16Kernel { onednn, rounded_sgemm };
+void gemm_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The oneDNN bf16 product of operands already in bf16 (dense: lda = ta ? M : K, ldb =
+// tb ? K : N), fp32 C: the kernel alone, without rounding passes (lct bench's bf16
+// ceiling). Throws std::runtime_error on a CPU without bf16 instructions.
+void gemm_bf16_operands(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const uint16_t* A, const uint16_t* B, float beta, float* C, int64_t ldc);
+
+// What runs a bf16 product on this CPU.
+struct Bf16Support {
+  bool instructions = false;  // the CPU has AVX512-BF16 or AMX-BF16 and oneDNN uses them
+  std::string kernel;         // "oneDNN bf16 (avx512_core_bf16)" or the fallback's name
+  std::string note;           // one line for the log: what runs and what it costs
+};
+const Bf16Support& bf16_support();
+
+// Rounds to the nearest bfloat16 (ties to even), as a float / as its 16 bits.
+float round_to_bf16(float x);
+uint16_t bf16_bits(float x);
+
+}  // namespace lct

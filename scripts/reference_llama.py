@@ -338,6 +338,35 @@ def positions(cu):
     return torch.cat([torch.arange(e - s, dtype=DT) for s, e in zip(cu[:-1], cu[1:])])
 
 
+# lct's train.precision = bf16, emulated (--bf16-linear): every product of a linear
+# layer, forward and both backward products, takes its operands rounded to bfloat16
+# (through float32, ties to even, as lct rounds its float32 values) and sums them here
+# in float64. lct sums in float32, so the two agree to float32 summation error plus the
+# rare operand that lands on the other side of a bf16 rounding boundary.
+BF16_LINEAR = False
+
+
+def bf16(t):
+    return t.to(torch.float32).to(torch.bfloat16).to(DT)
+
+
+class Bf16Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return bf16(x) @ bf16(w).T
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return bf16(g) @ bf16(w), bf16(g).T @ bf16(x)
+
+
+def linear(x, w):
+    """x (T, I) @ w (O, I)^T, as lct's Linear layers (no bias)."""
+    return Bf16Linear.apply(x, w) if BF16_LINEAR else x @ w.T
+
+
 def forward(cfg, P, tokens, cu):
     """P: {name: float64 tensor}; tokens: (T,) int64 tensor -> logits (T, V)."""
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -348,23 +377,23 @@ def forward(cfg, P, tokens, cu):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)         # (T, C)
-        q = (h @ P[p + "self_attn.q_proj.weight"].T).view(T, H, hd)
-        k = (h @ P[p + "self_attn.k_proj.weight"].T).view(T, KV, hd)
-        v = (h @ P[p + "self_attn.v_proj.weight"].T).view(T, KV, hd)
+        q = linear(h, P[p + "self_attn.q_proj.weight"]).view(T, H, hd)
+        k = linear(h, P[p + "self_attn.k_proj.weight"]).view(T, KV, hd)
+        v = linear(h, P[p + "self_attn.v_proj.weight"]).view(T, KV, hd)
         if cfg["attention_kernel"] == "dca":     # positions come from the relative matrix
             a = dca_attention(cfg, q, k, v, cu)
         else:
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             a = attention(q, k, v, cu)
-        x = x + a @ P[p + "self_attn.o_proj.weight"].T
+        x = x + linear(a, P[p + "self_attn.o_proj.weight"])
         h2 = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate = F.silu(h2 @ P[p + "mlp.gate_proj.weight"].T)          # (T, I)
-        up = h2 @ P[p + "mlp.up_proj.weight"].T                      # (T, I)
-        x = x + (gate * up) @ P[p + "mlp.down_proj.weight"].T        # (T, C)
+        gate = F.silu(linear(h2, P[p + "mlp.gate_proj.weight"]))      # (T, I)
+        up = linear(h2, P[p + "mlp.up_proj.weight"])                  # (T, I)
+        x = x + linear(gate * up, P[p + "mlp.down_proj.weight"])    # (T, C)
     hf = rmsnorm(x, P["model.norm.weight"], eps)
     w_lm = P["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
-    return hf @ w_lm.T                                               # (T, V)
+    return linear(hf, w_lm)                                          # (T, V)
 
 
 def target_positions(cu):
@@ -550,6 +579,8 @@ def parse_args(argv):
     ap.add_argument("--reference-grads", metavar="REF.h5",
                     help="compare --compare against this grads file instead of recomputing")
     ap.add_argument("--rtol", type=float, default=1e-5)
+    ap.add_argument("--bf16-linear", action="store_true",
+                    help="emulate lct's train.precision = bf16 (linear products of bf16-rounded operands)")
     ap.add_argument("--make-batch", metavar="B.h5")
     ap.add_argument("--lengths", help="comma-separated document lengths, e.g. 7,1,33")
     ap.add_argument("--make-checkpoint", metavar="CKPT.h5")
@@ -580,7 +611,9 @@ def require(args, *names):
 
 
 def main(argv=None):
+    global BF16_LINEAR
     args = parse_args(argv)
+    BF16_LINEAR = args.bf16_linear
     torch.set_num_threads(1)
     modes = sum(bool(m) for m in (args.self_test, args.make_batch, args.make_checkpoint))
     if modes > 1:

@@ -80,8 +80,15 @@ TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
       {true, false, 29, 53, 37, 29, 53, 53, 1.0f, 1.0f},    // dW += dout^T x
       {true, true, 17, 21, 300, 17, 300, 25, 0.5f, 0.25f},  // padded C, scaled
       {false, false, 64, 64, 1, 1, 64, 64, 1.0f, 0.0f},
+      {false, true, 443, 24, 24, 24, 24, 24, 1.0f, 0.0f},     // a small model's shapes
+      {false, false, 443, 24, 32, 32, 24, 24, 1.0f, 1.0f},
+      {true, false, 32, 24, 443, 32, 24, 24, 1.0f, 1.0f},
+      {false, true, 443, 61, 24, 24, 24, 61, 1.0f, 0.0f},
   };
   std::mt19937 rng(7);
+  // twice: the second time through, every shape's cached oneDNN primitive meets new data
+  // at the same scratch addresses
+  for (int round = 0; round < 2; ++round)
   for (const Bf16Kernel kernel : kernels)
     for (const Problem& p : problems) {
       const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);

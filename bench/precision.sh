@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# train.precision = bf16 against fp32 on this machine, one process with every core
+# (train.threads 0), in one script run. Two workloads: the config as given (default:
+# 2K-token sequences of the pretrain mix) and one --long-token document per step
+# (default 16K). fp32 and bf16 alternate for --rounds rounds; each round's speedup is
+# the ratio of the two adjacent runs' wall-clock throughput (bench/throughput.py: total
+# tokens over total time of the steps after the first two), and the figure is the
+# median over rounds with their range. Also: the peak activation memory of each (the
+# slot pool's peak, metrics.jsonl), and what runs the bf16 products here.
+#
+#   bash bench/precision.sh [--config configs/default.toml] [--steps 8] [--rounds 3]
+#                           [--long 16384] [extra lct train args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG=configs/default.toml
+STEPS=8
+ROUNDS=3
+LONG=16384
+source bench/common.sh  # LCT, $work, bench_options
+bench_options "steps rounds long" "$@"
+set -- "${BENCH_REST[@]}"
+
+run() {  # name precision [extra args]
+  local dir=$work/$1 precision=$2
+  shift 2
+  "$LCT" train --config "$CONFIG" --train.steps "$STEPS" --train.precision "$precision" \
+    --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+}
+
+LONG_ARGS=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
+echo "precision | config $CONFIG | $ROUNDS rounds x $STEPS steps | one process, all cores"
+lscpu | grep -E "^Model name" | sed 's/  */ /g'
+for r in $(seq "$ROUNDS"); do
+  run "r${r}_mix_fp32" fp32 "$@"
+  run "r${r}_mix_bf16" bf16 "$@"
+  run "r${r}_long_fp32" fp32 "${LONG_ARGS[@]}" "$@"
+  run "r${r}_long_bf16" bf16 "${LONG_ARGS[@]}" "$@"
+done
+grep -m1 "lct train |" "$work/r1_mix_fp32.log"
+grep -m1 "precision bf16" "$work/r1_mix_bf16.log" | sed 's/^.*precision bf16/precision bf16/'
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" <<'PY'
+import statistics, sys
+from throughput import load, measured, wall_clock
+work, rounds = sys.argv[1], int(sys.argv[2])
+print("  throughput = total tokens / total wall-clock time of steps 3.. of each run")
+for load_name, label in (("mix", "config's mix"), ("long", "one long document")):
+    ratios = []
+    print(f"  {label}:")
+    print(f"  {'round':>5} {'fp32 tok/s':>11} {'bf16 tok/s':>11} {'bf16/fp32':>10}")
+    for r in range(1, rounds + 1):
+        a, b = load(f"{work}/r{r}_{load_name}_fp32"), load(f"{work}/r{r}_{load_name}_bf16")
+        ta, tb = wall_clock(a)["tokens_per_s"], wall_clock(b)["tokens_per_s"]
+        ratios.append(tb / ta)
+        print(f"  {r:>5} {ta:>11.0f} {tb:>11.0f} {tb / ta:>9.2f}x")
+    peak = lambda rows: max(x["peak_activation_bytes"] for x in rows) / 2**20
+    a, b = load(f"{work}/r1_{load_name}_fp32"), load(f"{work}/r1_{load_name}_bf16")
+    print(f"  bf16 / fp32 by wall clock: {statistics.median(ratios):.2f}x "
+          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); peak activations "
+          f"fp32 {peak(a):.0f} MiB, bf16 {peak(b):.0f} MiB")
+PY

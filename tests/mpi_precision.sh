@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# train.precision = bf16 (attention/gemm.h) on every layout, and checkpoints that stay
+# precision-free:
+#   - dp = 2, pp = 2, cp = 2 and CAD on 2 ranks, all bf16, match the bf16 single-process
+#     run for 6 SGD steps within the bf16 bounds below;
+#   - a bf16 run is not the fp32 run (its losses differ beyond fp32's bounds);
+#   - an fp32 checkpoint resumes in bf16 and a bf16 checkpoint resumes in fp32.
+#
+# The bounds (loss 2.5e-4, parameters 1.5e-3, instead of fp32's 1e-6 / 1e-5; see
+# compare_runs.py for those): two layouts compute float32 sums in another order, so a
+# value differs by at most about n u = 1.5e-5 of its terms' magnitudes (n <= 256, u =
+# 2^-24). Rounded to bf16 (unit roundoff 2^-8 = 3.9e-3), such a value lands on the other
+# side of a rounding boundary with probability at most 1.5e-5 / 3.9e-3 = 4e-3, and then
+# moves by up to 3.9e-3 of itself; a sum of n such operands moves by about
+# sqrt(4e-3) x 3.9e-3 = 2.5e-4 of its terms' magnitudes. That bounds the loss; the
+# gradients too, and SGD adds them up: six updates, each below the tensor's largest
+# magnitude at the tests' learning rates (compare_runs.py), each off by up to 2.5e-4 of
+# it, give 1.5e-3 for the parameters.
+set -euo pipefail
+LCT=$1
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
+
+MODEL="--model.hidden_size 64 --model.intermediate_size 96 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
+  --data.max_doc_len 256 --train.threads 1 --train.warmup_steps 3
+  --train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
+BF16=(--train.precision bf16)
+SIX=(--train.steps 6)
+BOUND="2.5e-4 1.5e-3"
+
+run_train one 0 "${SIX[@]}" --train.micro_batches 2 "${BF16[@]}"
+grep -q "precision bf16 (linear layers" one.log || { cat one.log; echo "FAIL: the log does not say bf16"; exit 1; }
+run_train one_fp32 0 "${SIX[@]}" --train.micro_batches 2
+if compare "bf16 vs fp32 (must differ)" one one_fp32 > differ.txt; then
+  cat differ.txt
+  echo "FAIL: the bf16 run is within fp32's bounds of the fp32 run"
+  exit 1
+fi
+echo "ok   bf16 differs from fp32 beyond fp32's bounds"
+
+run_train dp2 2 "${SIX[@]}" --train.micro_batches 1 "${BF16[@]}"
+compare "bf16 dp=2 vs one process" dp2 one $BOUND
+run_train pp2 2 "${SIX[@]}" --parallel.pp 2 --train.micro_batches 2 "${BF16[@]}"
+compare "bf16 pp=2 vs one process" pp2 one $BOUND
+run_train cp2 2 "${SIX[@]}" --parallel.cp 2 --train.micro_batches 2 "${BF16[@]}"
+compare "bf16 cp=2 vs one process" cp2 one $BOUND
+run_train cad2 2 "${SIX[@]}" --attention.placement cad --attention.cad_profile pairs --train.micro_batches 1 "${BF16[@]}"
+compare "bf16 CAD dp=2 vs one process" cad2 one $BOUND
+
+# checkpoints are precision-free: resume across precisions, both ways
+run_train fp32_ckpt 0 --train.steps 3 --checkpoint.every 3
+run_train fp32_ckpt 0 "${SIX[@]}" --train.resume fp32_ckpt/step_00000003.h5 "${BF16[@]}"
+grep -q "resuming with train.precision = bf16 (checkpoint had fp32)" fp32_ckpt.log \
+  || { cat fp32_ckpt.log; echo "FAIL: resume in bf16 does not say so"; exit 1; }
+grep -q "resumed at step 3" fp32_ckpt.log || { cat fp32_ckpt.log; echo "FAIL: no resume"; exit 1; }
+run_train bf16_ckpt 0 --train.steps 3 --checkpoint.every 3 "${BF16[@]}"
+run_train bf16_ckpt 0 "${SIX[@]}" --train.resume bf16_ckpt/step_00000003.h5
+grep -q "resuming with train.precision = fp32 (checkpoint had bf16)" bf16_ckpt.log \
+  || { cat bf16_ckpt.log; echo "FAIL: resume in fp32 does not say so"; exit 1; }
+for run in fp32_ckpt bf16_ckpt; do
+  [ "$(wc -l < $run/metrics.jsonl)" = 6 ] || { echo "FAIL: the resumed run $run did not reach step 6"; exit 1; }
+done
+echo "ok   fp32 checkpoints resume in bf16 and bf16 checkpoints in fp32"
+echo "mpi_precision: all checks passed"

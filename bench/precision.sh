@@ -8,16 +8,20 @@
 # median over rounds with their range. Also: the peak activation memory of each (the
 # slot pool's peak, metrics.jsonl), and what runs the bf16 products here.
 #
+# With --quality N (default 0: off) it then trains the config N steps in each precision,
+# same seed, and sets the mean loss of bf16's last 20 steps against fp32's.
+#
 #   bash bench/precision.sh [--config configs/default.toml] [--steps 8] [--rounds 3]
-#                           [--long 16384] [extra lct train args...]
+#                           [--long 16384] [--quality 150] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=configs/default.toml
 STEPS=8
 ROUNDS=3
 LONG=16384
+QUALITY=0
 source bench/common.sh  # LCT, $work, bench_options
-bench_options "steps rounds long" "$@"
+bench_options "steps rounds long quality" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name precision [extra args]
@@ -57,4 +61,21 @@ for load_name, label in (("mix", "config's mix"), ("long", "one long document"))
     print(f"  bf16 / fp32 by wall clock: {statistics.median(ratios):.2f}x "
           f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); peak activations "
           f"fp32 {peak(a):.0f} MiB, bf16 {peak(b):.0f} MiB")
+PY
+
+[ "$QUALITY" -gt 0 ] || exit 0
+for precision in fp32 bf16; do
+  "$LCT" train --config "$CONFIG" --train.steps "$QUALITY" --train.precision "$precision" \
+    --checkpoint.every 0 --checkpoint.dir "$work/q_$precision" "$@" > "$work/q_$precision.log" 2>&1 \
+    || { cat "$work/q_$precision.log"; exit 1; }
+done
+PYTHONPATH=bench python3 - "$work" "$QUALITY" <<'PY'
+import sys
+from throughput import load
+work, steps = sys.argv[1], int(sys.argv[2])
+last = lambda p: [x["loss"] for x in load(f"{work}/q_{p}")][-20:]
+a, b = last("fp32"), last("bf16")
+ma, mb = sum(a) / len(a), sum(b) / len(b)
+print(f"  quality: {steps} steps, mean loss of the last 20: fp32 {ma:.4f}, bf16 {mb:.4f} "
+      f"({100 * (mb - ma) / ma:+.2f} %)")
 PY

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace lct {
@@ -39,16 +40,16 @@ namespace {
 
 using dnnl::memory;
 
-// rows x cols of a row-major matrix with leading dimension ld, densely into out
-void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* out) {
+// rows x cols of a row-major matrix with leading dimension ld, rounded to bf16 densely
+// into out: as bf16 bits (uint16_t) or as the floats they stand for
+template <typename T>
+void rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld, T* out) {
 #pragma omp parallel for schedule(static) if (rows * cols > 65536)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = bf16_bits(src[r * ld + c]);
-}
-void round_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, float* out) {
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+    for (int64_t c = 0; c < cols; ++c) {
+      if constexpr (std::is_same_v<T, uint16_t>) out[r * cols + c] = bf16_bits(src[r * ld + c]);
+      else out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+    }
 }
 
 // One oneDNN bf16 matmul per shape (M, N, K, transposes, alpha, beta, ldc), created on
@@ -187,15 +188,15 @@ void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_
     static thread_local std::vector<uint16_t> sa, sb;
     uint16_t* a = scratch(sa, a_rows * a_cols);
     uint16_t* b = scratch(sb, b_rows * b_cols);
-    to_bf16(A, a_rows, a_cols, lda, a);
-    to_bf16(B, b_rows, b_cols, ldb, b);
+    rounded_copy(A, a_rows, a_cols, lda, a);
+    rounded_copy(B, b_rows, b_cols, ldb, b);
     gemm_bf16_operands(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
   } else {
     static thread_local std::vector<float> sa, sb;
     float* a = scratch(sa, a_rows * a_cols);
     float* b = scratch(sb, b_rows * b_cols);
-    round_bf16(A, a_rows, a_cols, lda, a);
-    round_bf16(B, b_rows, b_cols, ldb, b);
+    rounded_copy(A, a_rows, a_cols, lda, a);
+    rounded_copy(B, b_rows, b_cols, ldb, b);
     cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, a, int(a_cols), b, int(b_cols), beta,
                 C, int(ldc));
   }

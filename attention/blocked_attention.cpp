@@ -10,85 +10,18 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "attention/bf16_tiles.h"
+#include "attention/blocked_attention_tiles.h"
 #include "attention/vector_math.h"
 
 namespace lct {
 namespace {
 
-// Tile sizes. A tile packs G heads x qb query rows into kPackedRows rows, so the
-// block GEMMs have M ~ 128 whatever the GQA ratio; key blocks of 256 rows keep
-// K, V, S/P and dP tiles (about 0.5 MiB at hd = 64) inside a 2 MiB L2.
-constexpr int64_t kPackedRows = 128;
-constexpr int64_t kMinQueryBlock = 16;
-constexpr int64_t kKeyBlock = 256;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-struct Geometry {
-  int64_t H, KV, hd, G, ldq, ldk;
-  int64_t qb;  // query rows per tile (per head)
-  int64_t mp;  // packed rows per tile, G * qb
-  float scale;
-  // DCA: query tiles and key blocks never straddle a chunk boundary (chunk length s),
-  // so every (query tile, key block) pair uses one query rotation.
-  bool dca;
-  int64_t s;
-  const DcaParams* dca_params;
-  explicit Geometry(const AttentionParams& p)
-      : H(p.num_heads), KV(p.num_kv_heads), hd(p.head_dim), G(H / KV), ldq(H * hd),
-        ldk(KV * hd), qb(std::max(kMinQueryBlock, kPackedRows / G)), mp(G * qb),
-        scale(p.scale), dca(p.kernel == AttentionKernel::dca),
-        s(dca ? p.dca.chunk_len() : INT64_MAX), dca_params(&p.dca) {}
-};
-
-// A packed query tile is rotated for keys this many chunks back (0 intra, 1 successive,
-// >= 2 inter; the position comes from dca_query_position_at_distance), or not at all:
-// causal Q arrives rotated.
-constexpr int64_t kNoRotation = -1;
-
-// Logit multiplier of task t: scale, times DCA's per-document temperature.
-inline float logit_scale(const Geometry& geo, const AttentionTask& t) {
-  if (!geo.dca) return geo.scale;
-  const int64_t doc_len = t.doc_len > 0 ? t.doc_len
-                                        : std::max<int64_t>(int64_t(t.q_pos) + t.q_len,
-                                                            int64_t(t.kv_pos) + t.kv_len);
-  return geo.scale * dca_logit_multiplier(doc_len, *geo.dca_params);
-}
-
-// End (task-relative, exclusive) of the query tile starting at row i0.
-inline int64_t query_tile_end(const Geometry& geo, const AttentionTask& t, int64_t i0) {
-  int64_t end = std::min<int64_t>(i0 + geo.qb, t.q_len);
-  if (geo.dca) end = std::min<int64_t>(end, ((t.q_pos + i0) / geo.s + 1) * geo.s - t.q_pos);
-  return end;
-}
-
-// Keys [0, visible_keys(t, i)) of task t are visible to its query row i.
-inline int64_t visible_keys(const AttentionTask& t, int64_t i) {
-  return std::clamp<int64_t>(int64_t(t.q_pos) + i - t.kv_pos + 1, 0, t.kv_len);
-}
-
-// Grow-only, 64-byte aligned float buffer: after the first step of a run the
-// kernel allocates nothing.
-class ScratchBuffer {
- public:
-  float* get(size_t floats) {
-    if (floats > capacity_) {
-      void* p = std::aligned_alloc(64, ((floats * sizeof(float) + 63) / 64) * 64);
-      if (!p) throw std::bad_alloc();
-      data_.reset(static_cast<float*>(p));
-      capacity_ = floats;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
-  size_t capacity_ = 0;
-};
+using namespace blocked;
 
 struct ForwardItem {
   int32_t task;
@@ -112,9 +45,14 @@ struct TaskGroup {
 
 // Per calling thread (the training loop is the only caller today); grow-only.
 struct Workspace {
-  ScratchBuffer tiles;       // per-thread tiles
-  ScratchBuffer row_dot;     // D = rowsum(dO * O), [rows, H]
-  ScratchBuffer private_dq;  // (threads - 1) x [rows, H, hd]
+  Scratch<float> tiles;       // per-thread tiles
+  Scratch<uint16_t> tiles16;  // bf16_native: per-thread bf16 tiles
+  Scratch<uint32_t> tiles32;  // bf16_native: per-thread pair-word tiles
+  Scratch<float> row_dot;     // D = rowsum(dO * O), [rows, H]
+  Scratch<float> private_dq;  // (threads - 1) x [rows, H, hd]
+  Scratch<float> rounded_kv;  // bf16_rounded: K and V rounded to bf16
+  Scratch<uint16_t> key_halves;  // bf16_native: K and V in bf16
+  Scratch<uint32_t> key_words;   // bf16_native: K and V as pair words
   std::vector<ForwardItem> forward_items;
   std::vector<KeyBlockItem> key_items;
   std::vector<int32_t> task_order;
@@ -123,38 +61,29 @@ struct Workspace {
 };
 thread_local Workspace tls_workspace;
 
-// Packs query rows [i0, i0+n) of task t for the G heads of kv head g into
-// dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor and, for DCA,
-// rotated for keys chunk_distance chunks back (HF rotate_half convention).
-inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
-                      int64_t n, const float* src, float factor, float* dst,
-                      int64_t chunk_distance = kNoRotation) {
-  const int64_t half = geo.hd / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* cs = nullptr;
-    const float* sn = nullptr;
-    if (chunk_distance != kNoRotation) {
-      const int64_t p =
-          dca_query_position_at_distance(t.q_pos + i0 + i, chunk_distance, *geo.dca_params);
-      cs = geo.dca_params->rope_cos + p * half;
-      sn = geo.dca_params->rope_sin + p * half;
-    }
-    for (int64_t hh = 0; hh < geo.G; ++hh) {
-      const float* s = src + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * geo.hd;
-      float* d = dst + (hh * n + i) * geo.hd;
-      if (!cs) {
-#pragma omp simd
-        for (int64_t c = 0; c < geo.hd; ++c) d[c] = s[c] * factor;
-        continue;
-      }
-#pragma omp simd
-      for (int64_t c = 0; c < half; ++c) {
-        const float a = s[c], b = s[c + half];
-        d[c] = factor * (a * cs[c] - b * sn[c]);
-        d[c + half] = factor * (b * cs[c] + a * sn[c]);
-      }
-    }
-  }
+Arith arith_of(const AttentionParams& p) {
+  if (p.precision == Precision::fp32) return Arith::fp32;
+  const bool native = p.bf16_instructions && bf16_tiles::available() && p.head_dim % 2 == 0;
+  return native ? Arith::bf16_native : Arith::bf16_rounded;
+}
+
+// Key rows [0, key_rows(tasks)) hold every task's keys.
+int64_t key_rows(std::span<const AttentionTask> tasks) {
+  int64_t rows = 0;
+  for (const AttentionTask& t : tasks)
+    if (t.kv_len > 0) rows = std::max<int64_t>(rows, t.kv_row + t.kv_len);
+  return rows;
+}
+
+// bf16_rounded: K and V rounded to bf16 into the workspace; returns the copies.
+std::pair<const float*, const float*> rounded_keys(const Geometry& geo, const float* k,
+                                                    const float* v, int64_t rows, Workspace& ws) {
+  const int64_t n = rows * geo.ldk;
+  float* rk = ws.rounded_kv.get(size_t(2 * n));
+  float* rv = rk + n;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) rk[i] = round_to_bf16(k[i]), rv[i] = round_to_bf16(v[i]);
+  return {rk, rv};
 }
 
 size_t forward_tile_floats(const Geometry& geo) {
@@ -163,10 +92,21 @@ size_t forward_tile_floats(const Geometry& geo) {
   return ((geo.mp * (4 * geo.hd + kKeyBlock + 2) + 15) / 16) * 16;
 }
 
-void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
-                  int64_t n, const float* q, const float* k, const float* v, float* out,
-                  float* lse, float* tile) {
+// Row stride of the native kernel's bf16 P tile: a leading zero column when the key
+// block starts at an odd row (V pairs start at even rows), a trailing one to even length.
+constexpr int64_t kPStride = kKeyBlock + 2;
+
+size_t forward_tile_halves(const Geometry& geo) {  // native: Qp and P in bf16
+  return ((geo.mp * (geo.hd + kPStride) + 31) / 32) * 32;
+}
+
+void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int64_t g, int64_t i0,
+                  int64_t n, const float* q, const ForwardKeys& keys, float* out, float* lse,
+                  float* tile, uint16_t* tile16) {
   const int64_t hd = geo.hd, M = geo.G * n;
+  const bool native = arith == Arith::bf16_native;
+  uint16_t* qb = tile16;             // native: bf16 Qp [mp, hd]
+  uint16_t* pb = qb + geo.mp * hd;   // native: bf16 P [mp, kPStride]
   float* qp_parts = tile;  // up to three packed query tiles
   float* s = qp_parts + 3 * geo.mp * hd;
   float* acc = s + geo.mp * kKeyBlock;
@@ -177,8 +117,8 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
   std::fill(row_sum, row_sum + M, 0.0f);
   std::fill(acc, acc + M * hd, 0.0f);
 
-  const float* kg = k + t.kv_row * geo.ldk + g * hd;
-  const float* vg = v + t.kv_row * geo.ldk + g * hd;
+  const float* kg = keys.k + t.kv_row * geo.ldk + g * hd;
+  const float* vg = keys.v + t.kv_row * geo.ldk + g * hd;
   const int64_t key_end = visible_keys(t, i0 + n - 1);  // the last row sees the most keys
   const int64_t seen_by_all = visible_keys(t, i0);
 
@@ -208,11 +148,18 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
     if (part.lo >= part.hi) continue;
     float* qp = qp_parts + pi * geo.mp * hd;
     pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance);
+    if (arith == Arith::bf16_rounded) round_rows(qp, M, hd, hd);
+    if (native) bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
     for (int64_t j0 = part.lo; j0 < part.hi; j0 += kKeyBlock) {
       const int64_t m = std::min(kKeyBlock, part.hi - j0);
       // S [M, m] = Qp K_blk^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
-                  int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
+      if (native)
+        bf16_tiles::gemm(M, m, hd / 2, 1.0f, qb, hd,
+                         keys.kt + g * (hd / 2) * keys.kt_ld + t.kv_row + j0, keys.kt_ld, false, s,
+                         kKeyBlock);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
+                    int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
       const bool crosses_diagonal = j0 + m > seen_by_all;
       for (int64_t r = 0; r < M; ++r) {
         float* sr = s + r * kKeyBlock;
@@ -244,8 +191,20 @@ void forward_tile(const Geometry& geo, const AttentionTask& t, int64_t g, int64_
         }
       }
       // acc [M, hd] += P V_blk
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
-                  int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
+      if (native) {
+        const int64_t row0 = t.kv_row + j0, lead = row0 & 1, width = lead + m + ((lead + m) & 1);
+        for (int64_t r = 0; r < M; ++r) {
+          uint16_t* pr = pb + r * kPStride;
+          pr[0] = pr[width - 1] = 0;
+          bf16_tiles::to_bf16(s + r * kKeyBlock, m, 1.0f, pr + lead);
+        }
+        bf16_tiles::gemm(M, hd, width / 2, 1.0f, pb, kPStride,
+                         keys.vp + (g * keys.vp_pairs + (row0 - lead) / 2) * hd, hd, true, acc, hd);
+      } else {
+        if (arith == Arith::bf16_rounded) round_rows(s, M, m, kKeyBlock);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
+                    int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
+      }
     }
   }
 
@@ -303,7 +262,7 @@ int64_t pairs_in_keys(const AttentionTask& t, int64_t c0, int64_t c1) {
   return pairs;
 }
 
-void backward_key_block(const Geometry& geo, std::span<const AttentionTask> tasks,
+void backward_key_block(const Geometry& geo, bool rounded, std::span<const AttentionTask> tasks,
                         const Workspace& ws, const KeyBlockItem& item, const float* q,
                         const float* k, const float* v, const float* lse, const float* dout,
                         const float* row_dot, float* dq, float* dk, float* dv, float* tile) {
@@ -339,6 +298,7 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
           geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
       pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance);
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
+      if (rounded) round_rows(qp, M, hd, hd), round_rows(dop, M, hd, hd);
       for (int64_t r = 0; r < M; ++r) {
         const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
         lse_p[r] = lse[row * geo.H + h];
@@ -358,9 +318,6 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
         for (int64_t c = 0; c < valid; ++c) pr[c] = fast_exp(pr[c] - shift);
         std::fill(pr + valid, pr + mc, 0.0f);
       }
-      // forward was O = P V  ->  dV_blk [mc, hd] += P^T dO
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, p,
-                  int(kKeyBlock), dop, int(hd), 1.0f, dvc, int(geo.ldk));
       // dP [M, mc] = dO V_blk^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, dop,
                   int(hd), vc, int(geo.ldk), 0.0f, ds, int(kKeyBlock));
@@ -372,6 +329,11 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
 #pragma omp simd
         for (int64_t c = 0; c < mc; ++c) dsr[c] = pr[c] * (dsr[c] - d);
       }
+      if (rounded) round_rows(ds, M, mc, kKeyBlock);
+      // forward was O = P V  ->  dV_blk [mc, hd] += P^T dO (after dS, which takes P in fp32)
+      if (rounded) round_rows(p, M, mc, kKeyBlock);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, p,
+                  int(kKeyBlock), dop, int(hd), 1.0f, dvc, int(geo.ldk));
       // S = scale Q K^T -> dK_blk += scale dS^T Q = dS^T Qp
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(mc), int(hd), int(M), 1.0f, ds,
                   int(kKeyBlock), qp, int(hd), 1.0f, dkc, int(geo.ldk));
@@ -385,23 +347,7 @@ void backward_key_block(const Geometry& geo, std::span<const AttentionTask> task
         // DCA: d(rotated q) = scale dS K_blk, then dq += R(p)^T d(rotated q)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(mc), factor,
                     ds, int(kKeyBlock), kc, int(geo.ldk), 0.0f, dqp, int(hd));
-        const int64_t half = hd / 2;
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t p =
-              dca_query_position_at_distance(t.q_pos + i0 + i, chunk_distance, *geo.dca_params);
-          const float* cs = geo.dca_params->rope_cos + p * half;
-          const float* sn = geo.dca_params->rope_sin + p * half;
-          for (int64_t hh = 0; hh < geo.G; ++hh) {
-            const float* src = dqp + (hh * n + i) * hd;
-            float* dst = dq + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * hd;
-#pragma omp simd
-            for (int64_t c = 0; c < half; ++c) {
-              // forward: y_c = x_c cos - x_{c+h} sin ; y_{c+h} = x_{c+h} cos + x_c sin
-              dst[c] += src[c] * cs[c] + src[c + half] * sn[c];
-              dst[c + half] += src[c + half] * cs[c] - src[c] * sn[c];
-            }
-          }
-        }
+        add_rotated_back(geo, t, g, i0, n, chunk_distance, dqp, hd, 1, dq);
       }
     }
   }
@@ -435,16 +381,27 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
     return a.block_start != b.block_start ? a.block_start < b.block_start : a.kv_head < b.kv_head;
   });
 
+  const Arith arith = arith_of(params);
+  ForwardKeys keys;
+  keys.k = k, keys.v = v;
+  const int64_t rows = key_rows(tasks);
+  if (arith == Arith::bf16_rounded) std::tie(keys.k, keys.v) = rounded_keys(geo, k, v, rows, ws);
+  if (arith == Arith::bf16_native)
+    keys = make_bf16_forward_keys(geo, k, v, rows, ws.key_halves, ws.key_words);
+
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
   const size_t per_thread = forward_tile_floats(geo);
+  const size_t per_thread16 = arith == Arith::bf16_native ? forward_tile_halves(geo) : 0;
   float* tiles = ws.tiles.get(per_thread * threads);
+  uint16_t* tiles16 = per_thread16 ? ws.tiles16.get(per_thread16 * threads) : nullptr;
 #pragma omp parallel num_threads(threads)
   {
     float* tile = tiles + per_thread * omp_get_thread_num();
+    uint16_t* tile16 = tiles16 ? tiles16 + per_thread16 * omp_get_thread_num() : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (size_t w = 0; w < items.size(); ++w)
-      forward_tile(geo, tasks[items[w].task], items[w].kv_head, items[w].block_start,
-                   items[w].block_len, q, k, v, out, lse, tile);
+      forward_tile(geo, arith, tasks[items[w].task], items[w].kv_head, items[w].block_start,
+                   items[w].block_len, q, keys, out, lse, tile, tile16);
   }
 }
 
@@ -506,8 +463,18 @@ void blocked_attention_backward(const AttentionParams& params,
   const int64_t dq_floats = rows * geo.ldq;
   float* row_dot = ws.row_dot.get(rows * geo.H);
   float* private_dq = threads > 1 ? ws.private_dq.get(dq_floats * (threads - 1)) : nullptr;
-  const size_t per_thread = backward_tile_floats(geo);
-  float* tiles = ws.tiles.get(per_thread * threads);
+  const Arith arith = arith_of(params);
+  const int64_t krows = key_rows(tasks);
+  if (arith == Arith::bf16_rounded) std::tie(k, v) = rounded_keys(geo, k, v, krows, ws);
+  BackwardKeys keys;
+  Bf16TileSizes sizes{backward_tile_floats(geo), 0, 0};
+  if (arith == Arith::bf16_native) {
+    keys = make_bf16_backward_keys(geo, k, v, krows, ws.key_halves);
+    sizes = bf16_backward_tile_sizes(geo);
+  }
+  float* tiles = ws.tiles.get(sizes.floats * threads);
+  uint16_t* tiles16 = sizes.halves ? ws.tiles16.get(sizes.halves * threads) : nullptr;
+  uint32_t* tiles32 = sizes.words ? ws.tiles32.get(sizes.words * threads) : nullptr;
 
 #pragma omp parallel num_threads(threads)
   {
@@ -532,11 +499,22 @@ void blocked_attention_backward(const AttentionParams& params,
     }
 #pragma omp barrier
 
-    float* tile = tiles + per_thread * tid;
-    for (const KeyBlockItem& item : items)
-      if (item.thread % team == tid)
-        backward_key_block(geo, tasks, ws, item, q, k, v, lse, dout, row_dot, my_dq, dk, dv,
-                           tile);
+    const Bf16Tile tile{tiles + sizes.floats * tid, tiles16 ? tiles16 + sizes.halves * tid : nullptr,
+                        tiles32 ? tiles32 + sizes.words * tid : nullptr};
+    for (const KeyBlockItem& item : items) {
+      if (item.thread % team != tid) continue;
+      if (arith == Arith::bf16_native) {
+        const TaskGroup& group = ws.groups[item.group];
+        backward_key_block_bf16(
+            geo, tasks,
+            std::span<const int32_t>(ws.task_order).subspan(group.first, group.last - group.first),
+            item.kv_head, item.row_begin, item.row_end, keys, q, lse, dout, row_dot, my_dq, dk, dv,
+            tile);
+      } else {
+        backward_key_block(geo, arith == Arith::bf16_rounded, tasks, ws, item, q, k, v, lse, dout,
+                           row_dot, my_dq, dk, dv, tile.f);
+      }
+    }
 #pragma omp barrier
 
     // dq += the other threads' partial dQ, in thread order (deterministic)

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/gemm.h"
+
 namespace lct {
 
 enum class AttentionKernel { causal, dca };
@@ -85,6 +87,13 @@ struct AttentionParams {
   int head_dim = 0;      // hd
   float scale = 0.0f;    // logit multiplier, normally 1/sqrt(hd)
   DcaParams dca;         // used when kernel == dca
+  // bf16: Q, K, V, dO and the probabilities P and dS enter the block products rounded to
+  // bf16; softmax statistics, LSE, D = rowsum(dO * O) and every accumulator stay fp32.
+  Precision precision = Precision::fp32;
+  // bf16 on a CPU with AVX512-BF16: true runs the products in bf16 instructions; false
+  // (and every CPU without them) runs them as fp32 SGEMM on the rounded operands, which
+  // gives the same numbers up to summation order (the tests check both ways).
+  bool bf16_instructions = true;
 };
 
 // One task per document of a packed batch: queries and keys are the whole document.

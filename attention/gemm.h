@@ -41,6 +41,7 @@ void gemm_bf16_operands(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 struct Bf16Support {
   bool instructions = false;  // the CPU has AVX512-BF16 or AMX-BF16 and oneDNN uses them
   std::string kernel;         // "oneDNN bf16 (avx512_core_bf16)" or the fallback's name
+  std::string attention;      // what runs the attention kernel's bf16 tiles
   std::string note;           // one line for the log: what runs and what it costs
 };
 const Bf16Support& bf16_support();

@@ -57,7 +57,10 @@ class LlamaModel {
   const LlamaConfig& config() const { return config_; }
   // The linear layers' products (attention/gemm.h); fp32 unless set. Parameters,
   // gradients and activations stay fp32 in memory either way.
-  void set_precision(Precision precision) { precision_ = precision; }
+  void set_precision(Precision precision) {
+    precision_ = precision;
+    attn_params_.precision = precision;
+  }
   Precision precision() const { return precision_; }
   const StageSpec& stage() const { return stage_; }
   const TensorTable& table() const { return table_; }

@@ -263,6 +263,77 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
+# lct's train.precision = bf16, emulated (--bf16): every product of a linear layer,
+# forward and both backward products, and every block product of core attention take
+# their operands rounded to bfloat16 (through float32, ties to even, as lct rounds its
+# float32 values) and are summed here in float64. lct sums in float32, so the two agree
+# to float32 summation error plus the rare operand that lands on the other side of a
+# bf16 rounding boundary (and, in attention, P rounded against a running maximum where
+# a document spans several key blocks).
+BF16 = False
+
+
+def bf16(t):
+    return t.to(torch.float32).to(torch.bfloat16).to(DT)
+
+
+class Bf16Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return bf16(x) @ bf16(w).T
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return bf16(g) @ bf16(w), bf16(g).T @ bf16(x)
+
+
+def linear(x, w):
+    """x (T, I) @ w (O, I)^T, as lct's Linear layers (no bias)."""
+    return Bf16Linear.apply(x, w) if BF16 else x @ w.T
+
+
+
+class Bf16CoreAttention(torch.autograd.Function):
+    """One document's core attention as lct computes it in bf16. qs: (R, H, L, hd) the
+    query tiles lct packs (logit scale times Q, rotated for each of R key classes),
+    k, v: (H, L, hd) as lct receives them, cls: (L, L) the class of each (query, key)
+    pair, -1 where the key is not visible. Rounded operands: Q, K, V, dO, P (for P V and
+    P^T dO) and dS; softmax statistics and D = rowsum(dO * O) are not rounded."""
+
+    @staticmethod
+    def forward(ctx, qs, k, v, cls):
+        qb, kb, vb = bf16(qs), bf16(k), bf16(v)
+        s = torch.full(qs.shape[1:3] + (k.shape[1],), float("-inf"), dtype=DT)   # (H, L, L)
+        for c in range(qs.shape[0]):
+            s = torch.where(cls == c, qb[c] @ kb.transpose(1, 2), s)
+        m = s.max(dim=-1, keepdim=True).values
+        e = torch.exp(s - m)
+        l = e.sum(dim=-1, keepdim=True)
+        o = (bf16(e) @ vb) / l
+        lse = m + torch.log(l)
+        ctx.save_for_backward(qb, kb, vb, cls, s, lse, o)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        qb, kb, vb, cls, s, lse, o = ctx.saved_tensors
+        dob = bf16(do)
+        p = torch.exp(s - lse)                                  # 0 where masked
+        dv = bf16(p).transpose(1, 2) @ dob
+        dp = dob @ vb.transpose(1, 2)
+        D = (do * o).sum(dim=-1, keepdim=True)
+        ds = bf16(p * (dp - D))
+        dqs = torch.zeros_like(qb)
+        dk = torch.zeros_like(kb)
+        for c in range(qb.shape[0]):
+            dsc = torch.where(cls == c, ds, torch.zeros_like(ds))
+            dqs[c] = dsc @ kb
+            dk = dk + dsc.transpose(1, 2) @ qb[c]
+        return dqs, dk, dv, None
+
+
 def attention(q, k, v, cu):
     # q: (T, H, hd); k, v: (T, KV, hd); cu: document boundaries -> (T, H*hd)
     T, H, hd = q.shape
@@ -273,8 +344,13 @@ def attention(q, k, v, cu):
     for s, e in zip(cu[:-1], cu[1:]):                    # each document on its own
         L = e - s
         qd, kd, vd = (t[s:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
-        scores = qd @ kd.transpose(1, 2) / math.sqrt(hd)            # (H, L, L)
         causal = torch.ones(L, L, dtype=torch.bool).tril()          # key j <= query i
+        if BF16:
+            cls = torch.where(causal, 0, -1)
+            o = Bf16CoreAttention.apply((qd / math.sqrt(hd))[None], kd, vd, cls)
+            outs.append(o.transpose(0, 1).reshape(L, H * hd))
+            continue
+        scores = qd @ kd.transpose(1, 2) / math.sqrt(hd)            # (H, L, L)
         scores = scores.masked_fill(~causal, float("-inf"))
         p = scores.softmax(dim=-1)                                  # (H, L, L)
         outs.append((p @ vd).transpose(0, 1).reshape(L, H * hd))    # (L, H*hd)
@@ -321,6 +397,21 @@ def dca_attention(cfg, q, k, v, cu):
         qd, kd, vd = (t[s0:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
         M = dca_relative_positions(L, C, w)
         causal = torch.ones(L, L, dtype=torch.bool).tril()
+        if BF16:  # as lct: K rotated by its key position, Q by one position per key class
+            sc = C - w
+            i = torch.arange(L, dtype=DT)
+            kpos = i % sc
+            qpos = [i % sc, torch.clamp(i % sc + sc, max=C), torch.full_like(i, min(2 * sc - 1, C))]
+            def rot(x, pos):                                       # x (H, L, hd), pos (L,)
+                cos, sin = rope_cos_sin(pos, hd, theta)             # (L, 1, hd)
+                cos, sin = cos.transpose(0, 1), sin.transpose(0, 1)
+                return x * cos + rotate_half(x) * sin
+            qs = torch.stack([rot(qd, pos) * (mult / math.sqrt(hd)) for pos in qpos])
+            ii, jj = torch.arange(L)[:, None], torch.arange(L)[None, :]
+            cls = torch.where(causal, torch.clamp(ii // sc - jj // sc, max=2), -1)
+            o = Bf16CoreAttention.apply(qs, rot(kd, kpos), vd, cls)
+            outs.append(o.transpose(0, 1).reshape(L, H * hd))
+            continue
         assert int(M[causal].max()) <= C and int(M[causal].min()) >= 0
         scores = torch.zeros(H, L, L, dtype=q.dtype)
         for d in torch.unique(M[causal]).tolist():                  # each distance once
@@ -336,35 +427,6 @@ def dca_attention(cfg, q, k, v, cu):
 def positions(cu):
     # (T,) float64: offset of each token inside its own document
     return torch.cat([torch.arange(e - s, dtype=DT) for s, e in zip(cu[:-1], cu[1:])])
-
-
-# lct's train.precision = bf16, emulated (--bf16-linear): every product of a linear
-# layer, forward and both backward products, takes its operands rounded to bfloat16
-# (through float32, ties to even, as lct rounds its float32 values) and sums them here
-# in float64. lct sums in float32, so the two agree to float32 summation error plus the
-# rare operand that lands on the other side of a bf16 rounding boundary.
-BF16_LINEAR = False
-
-
-def bf16(t):
-    return t.to(torch.float32).to(torch.bfloat16).to(DT)
-
-
-class Bf16Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return bf16(x) @ bf16(w).T
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return bf16(g) @ bf16(w), bf16(g).T @ bf16(x)
-
-
-def linear(x, w):
-    """x (T, I) @ w (O, I)^T, as lct's Linear layers (no bias)."""
-    return Bf16Linear.apply(x, w) if BF16_LINEAR else x @ w.T
 
 
 def forward(cfg, P, tokens, cu):
@@ -579,8 +641,8 @@ def parse_args(argv):
     ap.add_argument("--reference-grads", metavar="REF.h5",
                     help="compare --compare against this grads file instead of recomputing")
     ap.add_argument("--rtol", type=float, default=1e-5)
-    ap.add_argument("--bf16-linear", action="store_true",
-                    help="emulate lct's train.precision = bf16 (linear products of bf16-rounded operands)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="emulate lct's train.precision = bf16 (linear and attention products of bf16-rounded operands)")
     ap.add_argument("--make-batch", metavar="B.h5")
     ap.add_argument("--lengths", help="comma-separated document lengths, e.g. 7,1,33")
     ap.add_argument("--make-checkpoint", metavar="CKPT.h5")
@@ -611,9 +673,9 @@ def require(args, *names):
 
 
 def main(argv=None):
-    global BF16_LINEAR
+    global BF16
     args = parse_args(argv)
-    BF16_LINEAR = args.bf16_linear
+    BF16 = args.bf16
     torch.set_num_threads(1)
     modes = sum(bool(m) for m in (args.self_test, args.make_batch, args.make_checkpoint))
     if modes > 1:

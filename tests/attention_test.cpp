@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "attention/core_attention.h"
 #include "tests/test_util.h"
@@ -22,8 +23,12 @@ struct Problem {
     p.num_kv_heads = KV;
     p.head_dim = hd;
     p.scale = float(1.0 / std::sqrt(double(hd)));
+    p.precision = precision;
+    p.bf16_instructions = bf16_instructions;
     return p;
   }
+  Precision precision = Precision::fp32;
+  bool bf16_instructions = true;
 };
 
 template <typename Real>
@@ -221,6 +226,82 @@ TEST(Attention, TaskSplitDocumentEqualsUnsplit) {
   for (size_t i = 0; i < whole.dq.size(); ++i) EXPECT_NEAR(split.dq[i], whole.dq[i], 1e-5);
   for (size_t i = 0; i < whole.dk.size(); ++i) EXPECT_NEAR(split.dk[i], whole.dk[i], 1e-5);
   for (size_t i = 0; i < whole.dv.size(); ++i) EXPECT_NEAR(split.dv[i], whole.dv[i], 1e-5);
+}
+
+// bf16 (AttentionParams::precision): both ways of computing it (the AVX512-BF16 kernel
+// where the CPU has it, and rounded operands through SGEMM everywhere) against the
+// float64 reference of the unrounded inputs.
+//
+// Tolerance, from the arithmetic: with u = 2^-9 (bf16's unit roundoff) each of Q, K, V,
+// dO, P and dS carries a relative error <= u; a logit s = scale <q, k> is off by at most
+// 2u scale sum|q||k|, i.e. 2u |s| for aligned vectors and ~2u |s| / sqrt(hd) on average for
+// random ones, and P = exp(s - LSE) inherits it as a relative error. Every output is a
+// sum of such terms, so its norm-wise relative error is a small multiple of u: O and LSE
+// pass through three roundings (Q, K; then P or V), the gradients through up to five
+// (the forward's, dO, and dS). Bounds: 4u for O, 8u for the gradients (LSE, whose
+// values are O(1) and errors absolute, 4u too). fp32 arithmetic lies three orders
+// below, so each check also requires an error above 16 * 2^-24 (the bf16 rounding was
+// applied). The two ways differ only by fp32 summation order and the rare bf16
+// rounding of a value sitting at a bf16 tie: they agree to u / 8.
+double norm_error(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void expect_bf16_matches_dense(Problem pr, const std::vector<AttentionTask>* tasks = nullptr) {
+  pr.precision = Precision::fp32;
+  const KernelRun inputs = run_kernel(pr, 100);
+  const Dense<double> ref = dense_attention<double>(pr, inputs.q, inputs.k, inputs.v, inputs.dout);
+  pr.precision = Precision::bf16;
+  const double u = 0x1p-9;
+  std::vector<KernelRun> runs;
+  for (const bool instructions : {false, true}) {
+    pr.bf16_instructions = instructions;
+    const KernelRun r = run_kernel(pr, 100, tasks);
+    const char* way = instructions ? "bf16 (instructions if any)" : "bf16 (rounded SGEMM)";
+    const auto check = [&](const char* name, const std::vector<float>& ours, const std::vector<double>& f64,
+                           double bound) {
+      const double e = norm_error(ours, f64);
+      if (getenv("LCT_SHOW_ERRORS")) std::printf("%s %s %.3g (bound %.3g)\n", way, name, e, bound);
+      EXPECT_LE(e, bound) << way << " " << name;
+      EXPECT_GE(e, 16 * 0x1p-24) << way << " " << name << ": no bf16 rounding?";
+    };
+    check("O", r.o, ref.o, 4 * u);
+    check("LSE", r.lse, ref.lse, 4 * u);
+    check("dQ", r.dq, ref.dq, 8 * u);
+    check("dK", r.dk, ref.dk, 8 * u);
+    check("dV", r.dv, ref.dv, 8 * u);
+    runs.push_back(r);
+  }
+  const auto as_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  const KernelRun &a = runs[0], &b = runs[1];
+  for (auto [x, y, name] : {std::tuple{&a.o, &b.o, "O"}, {&a.dq, &b.dq, "dQ"}, {&a.dk, &b.dk, "dK"}, {&a.dv, &b.dv, "dV"}})
+    EXPECT_LE(norm_error(*x, as_double(*y)), u / 8) << "the two ways of bf16 differ in " << name;
+}
+
+TEST(Attention, Bf16OneDocumentMatchesDenseReference) { expect_bf16_matches_dense({2, 2, 64, {0, 700}}); }
+
+TEST(Attention, Bf16PackedGqaDocumentsAtOddRows) {
+  // documents starting at odd rows (the native kernel pairs V rows from even rows),
+  // lengths straddling tiles, GQA 4:1 and 2:1, odd packed tile heights
+  expect_bf16_matches_dense({4, 1, 32, {0, 1, 64, 129, 130, 261, 262, 400, 401, 402, 659}});
+  expect_bf16_matches_dense({4, 2, 16, {0, 37, 150, 151, 451}});
+}
+
+TEST(Attention, Bf16TaskSplitsAndSharedKeys) {
+  const Problem pr{4, 2, 32, {0, 301}};
+  std::vector<AttentionTask> tasks;
+  int32_t start = 0;
+  for (int32_t len : {1, 90, 121, 89}) {  // query shards with their key prefixes
+    AttentionTask t;
+    t.q_row = t.q_pos = start;
+    t.q_len = len;
+    t.kv_len = start + len;
+    tasks.push_back(t);
+    start += len;
+  }
+  expect_bf16_matches_dense(pr, &tasks);
 }
 
 TEST(Attention, FutureKeysNeverChangeEarlierOutputs) {

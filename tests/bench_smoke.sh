@@ -18,15 +18,19 @@ m = r["machine"]
 assert m["openblas_core"] and m["threads"] >= 1, m
 c = r["ceilings"]
 assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0, c
+assert (c["bf16_gemm_gflops"] > 0) == r["gemm"]["bf16_instructions"], c
+assert c["bf16_dot_gflops"] >= 0, c
 g = r["gemm"]
 assert g["tokens"] == 2048 and len(g["rows"]) == 6 and g["bf16_kernel"], g
 for x in g["rows"]:
     assert x["fp32_gflops"] > 0 and x["bf16_gflops"] > 0 and x["bf16_fallback_gflops"] > 0, x
     assert (x["bf16_kernel_gflops"] > 0) == g["bf16_instructions"], x
 rows = r["attention"]["rows"]
-assert [x["tokens"] for x in rows] == [300] * 4 + [700] * 4, rows
-assert [x["layout"] for x in rows] == ["one-doc", "one-doc", "packed", "packed"] * 2, rows
-assert [x["kernel"] for x in rows] == ["causal", "dca"] * 4, rows
+assert [x["tokens"] for x in rows] == [300] * 8 + [700] * 8, rows
+assert [x["layout"] for x in rows] == ["one-doc"] * 4 + ["packed"] * 4 + ["one-doc"] * 4 + ["packed"] * 4, rows
+assert [x["kernel"] for x in rows] == ["causal", "causal", "dca", "dca"] * 4, rows
+assert [x["precision"] for x in rows] == ["fp32", "bf16"] * 8, rows
+assert all(x["fwd_bwd_vs_ceiling"] > 0 for x in rows), rows
 assert all(x["time_vs_causal"] > 0 for x in rows if x["kernel"] == "dca"), rows
 for x in rows:
     assert x["fwd_gflops"] > 0 and x["bwd_gflops"] > 0 and x["runs"] >= 1, x

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "attention/core_attention.h"
 #include "tests/test_util.h"
@@ -21,6 +22,8 @@ struct DcaProblem {
   std::vector<int32_t> cu;  // document boundaries
   int C, w;                 // chunk_size, local_size
   float mscale = 1.0f;
+  Precision precision = Precision::fp32;
+  bool bf16_instructions = true;
   int64_t T() const { return cu.back(); }
   int s() const { return C - w; }
 };
@@ -77,6 +80,8 @@ AttentionParams dca_params(const DcaProblem& pr, const Tables& tables) {
   p.dca.rope_cos = tables.cos.data();
   p.dca.rope_sin = tables.sin.data();
   p.dca.rope_positions = tables.positions;
+  p.precision = pr.precision;
+  p.bf16_instructions = pr.bf16_instructions;
   return p;
 }
 
@@ -279,6 +284,47 @@ TEST(Dca, ChunksLongerThanTilesMatchDenseReference) {
 
 TEST(Dca, GqaRatiosMatchDenseReference) {
   for (int kv : {8, 4, 2, 1}) expect_matches_dense({8, kv, 8, {0, 90, 150}, 20, 5});
+}
+
+// bf16 DCA, both ways (see Attention.Bf16* in attention_test.cpp for the tolerance:
+// norm-wise 4u for O and LSE, 8u for the gradients, u = 2^-9, and above fp32's error).
+double norm_error(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void expect_bf16_matches_dense(DcaProblem pr) {
+  DcaRun r = make_inputs(pr, 11);
+  run_kernel(pr, r);
+  const Dense d = dense_reference(pr, r);
+  const double u = 0x1p-9;
+  pr.precision = Precision::bf16;
+  std::vector<DcaRun> runs;
+  for (const bool instructions : {false, true}) {
+    pr.bf16_instructions = instructions;
+    run_kernel(pr, r);
+    const char* way = instructions ? "bf16 (instructions if any)" : "bf16 (rounded SGEMM)";
+    for (auto [x, ref, name, bound] :
+         {std::tuple{&r.o, &d.o, "O", 4 * u}, {&r.lse, &d.lse, "LSE", 4 * u}, {&r.dq, &d.dq, "dQ", 8 * u},
+          {&r.dk, &d.dk, "dK", 8 * u}, {&r.dv, &d.dv, "dV", 8 * u}}) {
+      const double e = norm_error(*x, *ref);
+      if (getenv("LCT_SHOW_ERRORS")) std::printf("%s %s %.3g (bound %.3g)\n", way, name, e, bound);
+      EXPECT_LE(e, bound) << way << " " << name;
+      EXPECT_GE(e, 16 * 0x1p-24) << way << " " << name << ": no bf16 rounding?";
+    }
+    runs.push_back(r);
+  }
+  const auto as_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  EXPECT_LE(norm_error(runs[0].o, as_double(runs[1].o)), u / 8);
+  EXPECT_LE(norm_error(runs[0].dq, as_double(runs[1].dq)), u / 8);
+  EXPECT_LE(norm_error(runs[0].dk, as_double(runs[1].dk)), u / 8);
+}
+
+TEST(Dca, Bf16PackedDocumentsMatchDenseReference) {
+  // chunks cutting tiles and blocks at odd rows, GQA, three-part query tiles
+  expect_bf16_matches_dense({4, 2, 16, {0, 100, 101, 138, 409}, 24, 7});
+  expect_bf16_matches_dense({2, 1, 32, {0, 600}, 200, 13});
 }
 
 TEST(Dca, TemperatureMultipliesLogits) {

@@ -10,11 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "attention/bf16_tiles.h"
 #include "attention/gemm.h"
 
 namespace lct {
@@ -129,6 +131,86 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
     EXPECT_THROW(gemm_bf16(Bf16Kernel::onednn, false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
                            D.data(), 1),
                  std::runtime_error);
+}
+
+// The attention kernel's AVX512-BF16 microkernel (attention/bf16_tiles.h): C = alpha A B
+// (+ C) with A bf16 rows starting at any element and B as pair words, every register
+// block shape and tail, against the float64 sum of the same bf16 values (gamma_K bound
+// as above), and the packs against their definitions.
+TEST(Bf16Tiles, MicrokernelIsFp32SumOfBf16Products) {
+  if (!bf16_tiles::available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::mt19937 rng(11);
+  struct Shape {
+    int64_t M, N, kp, offset;
+    bool accumulate;
+    float alpha;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1, 0, false, 1.0f},    {6, 64, 32, 0, false, 1.0f},
+                                     {7, 65, 33, 1, true, 0.5f},   {13, 17, 3, 1, true, 1.0f},
+                                     {128, 256, 32, 0, false, 1.0f}, {256, 64, 64, 1, true, 0.125f},
+                                     {64, 127, 129, 1, false, 2.0f}, {5, 48, 16, 0, true, 1.0f}};
+  for (const Shape& sh : shapes) {
+    const int64_t K = 2 * sh.kp, lda = K + 3, ldb = sh.N + 5, ldc = sh.N + 7;
+    std::vector<uint16_t> A(size_t(sh.M * lda + 2));
+    std::vector<float> Bf = random_matrix(K * ldb, rng), C0 = random_matrix(sh.M * ldc, rng);
+    for (uint16_t& a : A) a = bf16_bits(std::normal_distribution<float>(0, 1)(rng));
+    std::vector<uint16_t> Bh(Bf.size());
+    for (size_t i = 0; i < Bf.size(); ++i) Bh[i] = bf16_bits(Bf[i]);
+    std::vector<uint32_t> B(size_t(sh.kp * ldb));
+    bf16_tiles::interleave_rows(Bh.data(), K, sh.N, ldb, B.data(), ldb);
+    std::vector<uint32_t> Bfrom_float(B.size());
+    bf16_tiles::interleave_rows(Bf.data(), K, sh.N, ldb, Bfrom_float.data(), ldb);
+    for (int64_t k = 0; k < sh.kp; ++k)
+      for (int64_t j = 0; j < sh.N; ++j) {
+        const uint32_t w = B[size_t(k * ldb + j)];
+        ASSERT_EQ(w, uint32_t(Bh[size_t(2 * k * ldb + j)]) | uint32_t(Bh[size_t((2 * k + 1) * ldb + j)]) << 16);
+        ASSERT_EQ(Bfrom_float[size_t(k * ldb + j)], w);
+      }
+    std::vector<float> C = C0;
+    const uint16_t* a0 = A.data() + sh.offset;
+    bf16_tiles::gemm(sh.M, sh.N, sh.kp, sh.alpha, a0, lda, B.data(), ldb, sh.accumulate, C.data(), ldc);
+    const auto value = [](uint16_t bits) {
+      const uint32_t u = uint32_t(bits) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return double(f);
+    };
+    const double u = 0x1p-24, gamma = double(K + 2) * u / (1 - double(K + 2) * u);
+    for (int64_t i = 0; i < sh.M; ++i) {
+      for (int64_t j = 0; j < sh.N; ++j) {
+        double sum = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double x = value(a0[i * lda + k]) * value(Bh[size_t(k * ldb + j)]);
+          sum += x, mag += std::abs(x);
+        }
+        const double c0 = C0[size_t(i * ldc + j)];
+        const double ref = sh.alpha * sum + (sh.accumulate ? c0 : 0.0);
+        const double bound = gamma * (std::abs(sh.alpha) * mag + std::abs(c0)) + 1e-30;
+        ASSERT_LE(std::abs(C[size_t(i * ldc + j)] - ref), bound) << "M " << sh.M << " N " << sh.N << " i " << i << " j " << j;
+      }
+      for (int64_t j = sh.N; j < ldc; ++j) ASSERT_EQ(C[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
+    }
+  }
+}
+
+TEST(Bf16Tiles, PacksMatchTheirDefinitions) {
+  if (!bf16_tiles::available()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::mt19937 rng(5);
+  const int64_t rows = 37, cols = 70, lds = 75;
+  const std::vector<float> x = random_matrix(rows * lds, rng);
+  std::vector<uint16_t> h(x.size());
+  bf16_tiles::to_bf16(x.data(), int64_t(x.size()), 0.5f, h.data());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(h[i], bf16_bits(x[i] * 0.5f)) << i;
+  std::vector<uint32_t> t(size_t(cols / 2 * rows));
+  bf16_tiles::transpose_pairs(h.data(), rows, cols, lds, t.data(), rows);
+  for (int64_t j = 0; j < rows; ++j)
+    for (int64_t k = 0; k < cols / 2; ++k)
+      ASSERT_EQ(t[size_t(k * rows + j)],
+                uint32_t(h[size_t(j * lds + 2 * k)]) | uint32_t(h[size_t(j * lds + 2 * k + 1)]) << 16);
+  std::vector<uint32_t> w(size_t((rows + 1) / 2 * cols));
+  bf16_tiles::interleave_rows(h.data(), rows, cols, lds, w.data(), cols);
+  for (int64_t j = 0; j < cols; ++j)  // the odd last row pairs with zero
+    ASSERT_EQ(w[size_t((rows / 2) * cols + j)], uint32_t(h[size_t((rows - 1) * lds + j)]));
 }
 
 TEST(Gemm, PrecisionNames) {

@@ -6,18 +6,22 @@
 # checkpoint written by `lct train`.
 #
 # bf16 (lct eval --precision bf16, i.e. train.precision = bf16: every linear layer's
-# products round their operands to bf16, unit roundoff u = 2^-8, and sum in fp32):
-#   - against the reference emulating exactly that arithmetic (--bf16-linear: the same
-#     products of bf16-rounded operands, summed in float64), every tensor within 1e-2,
-#     on every checkpoint. A product computed otherwise (an operand left unrounded, a
-#     wrong transpose) moves these gradients by the bf16 error itself, 3e-2 to 2e-1 on
-#     the random-weight checkpoints; float32 sums against float64, and the few operands
-#     they put on the other side of a bf16 rounding boundary, stay an order below that.
-#     And the plain float64 reference at fp32's 1e-5 must fail: bf16 is really applied.
+# products and every block product of core attention round their operands to bf16,
+# unit roundoff u = 2^-8, and sum in fp32):
+#   - against the reference emulating that arithmetic (--bf16: the same products of
+#     bf16-rounded operands, summed in float64), on every checkpoint: every tensor within
+#     2e-2, and at most half as far from lct as the plain float64 reference is (the
+#     emulation must explain most of bf16's deviation). They cannot agree to fp32's
+#     1e-5: lct's float32 values upstream of each rounding differ from float64 in the
+#     last bits, which now and then puts an operand on the other side of a bf16 rounding
+#     boundary (a 2^-8 change), and the random-weight checkpoints (std about 1) amplify
+#     that through the layers to 0.3-1.2 % (their bf16 error against float64 is 3-18 %).
+#     A product computed otherwise (an operand left unrounded, a wrong transpose) moves
+#     gradients by the bf16 error itself. And the plain float64 reference at fp32's
+#     1e-5 must fail: bf16 is really applied.
 #   - against the plain float64 reference, every tensor within 5e-2 on the checkpoints
 #     that lct trains from its own init (weights of std 0.02, causal and DCA, packed
-#     documents). The random-weight checkpoints above (std about 1) amplify the operand
-#     rounding through the layers to 3-18 % and are not held to that.
+#     documents).
 set -euo pipefail
 LCT=$1
 REF=$2
@@ -41,16 +45,20 @@ bf16_eval() {  # name checkpoint batch
   grep -q "| precision bf16 (" "$1.bf16.txt" || { cat "$1.bf16.txt"; echo "FAIL: $1: eval does not say bf16"; exit 1; }
 }
 worst_rel() { grep -o 'rel=[0-9.e+-]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
-check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic, 1e-2
+check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
   bf16_eval "$@"
-  /usr/bin/python3 "$REF" --bf16-linear --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 1e-2 \
+  /usr/bin/python3 "$REF" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 2e-2 \
     > "$1.bf16.compare.txt" || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16 against the emulated reference"; exit 1; }
   if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 1e-5 > "$1.fp64.txt"; then
     echo "FAIL: $1: bf16 gradients are within fp32's tolerance of float64 (is bf16 applied?)"
     exit 1
   fi
-  echo "bf16 $1: worst tensor $(worst_rel "$1.bf16.compare.txt") against emulated bf16 (<= 1e-2)," \
-       "$(worst_rel "$1.fp64.txt") against float64"
+  local emulated fp64
+  emulated=$(worst_rel "$1.bf16.compare.txt")
+  fp64=$(worst_rel "$1.fp64.txt")
+  awk -v e="$emulated" -v f="$fp64" 'BEGIN { exit !(e <= f / 2) }' \
+    || { echo "FAIL: $1: bf16 is $emulated from the emulation, not half its $fp64 from float64"; exit 1; }
+  echo "bf16 $1: worst tensor $emulated against emulated bf16 (<= 2e-2 and <= half of), $fp64 against float64"
 }
 check_bf16_fp64() {  # name checkpoint batch: lct-initialised weights, float64 within 5e-2
   bf16_eval "$@"
@@ -100,4 +108,5 @@ check trained_dca trained_dca/step_00000003.h5 trained_batch.h5
 check_bf16_fp64 trained trained/step_00000003.h5 trained_batch.h5
 check_bf16_fp64 trained_dca trained_dca/step_00000003.h5 trained_batch.h5
 check_bf16 trained_emulated trained/step_00000003.h5 trained_batch.h5
+check_bf16 trained_dca_emulated trained_dca/step_00000003.h5 trained_batch.h5
 echo "reference_gradients: all passed"

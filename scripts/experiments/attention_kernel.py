@@ -21,7 +21,7 @@ def main():
     tokens = "1024" if a.quick else "16384"
     rows = []
     for mix in MIXES:
-        text = common.lct(["bench", "--json", "--sections", "ceilings", "attention", "--attention-lengths", tokens,
+        text = common.lct(["bench", "--json", "--sections", "ceilings", "attention", "--attention-lengths", tokens, "--attention-precisions", "fp32",
                            "--repeats", "1" if a.quick else "3", "--budget", "2" if a.quick else "20",
                            "--data.doc_lengths", mix, "--data.max_doc_len", tokens, "--data.seq_len", tokens],
                           a.quick, a.config)

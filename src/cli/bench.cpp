@@ -1,4 +1,5 @@
 #include "src/cli/bench.h"
+#include "src/cli/bench_loops.h"
 #include "src/cli/command.h"
 #include "src/io/json.h"
 
@@ -132,52 +133,25 @@ std::vector<GemmRow> gemm_rows(const BenchOptions& o, const LlamaConfig& m, int6
           gemm_row(o, "bwd dW = d^T x", true, false, I, C, T), gemm_row(o, "square 2048^3", false, false, 2048, 2048, 2048)};
 }
 
-volatile double g_fma_sink = 0.0;
+// oneDNN's bf16 matmul alone on n^3 operands already in bf16 (0 on a CPU without bf16
+// instructions): the bf16 GEMM ceiling.
+double bf16_gemm_gflops(const BenchOptions& o, int64_t n) {
+  if (!bf16_support().instructions) return 0.0;
+  std::vector<uint16_t> a(size_t(n * n)), b(size_t(n * n));
+  std::vector<float> c(size_t(n * n));
+  for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = bf16_bits(float(i % 7) * 0.1f), b[size_t(i)] = bf16_bits(float(i % 5) * 0.1f);
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    gemm_bf16_operands(false, false, n, n, n, 1.0f, a.data(), b.data(), 0.0f, c.data(), n);
+    return std::vector<double>{seconds_since(t0)};
+  });
+  return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
+}
 
-// Independent FMA chains per thread, enough of them to hide the FMA latency: the
-// machine's float32 multiply-add peak for the vector width this binary targets.
-double fma_loop(int64_t iterations) {
-#if defined(__AVX512F__)
-  using Vec = __m512;
-  constexpr int kLanes = 16;
-  auto set1 = [](float x) { return _mm512_set1_ps(x); };
-  auto fma = [](Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); };
-  auto lane0 = [](Vec v) {  // (GCC 12's cast/extract intrinsics warn spuriously)
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    return lanes[0];
-  };
-#elif defined(__AVX2__) && defined(__FMA__)
-  using Vec = __m256;
-  constexpr int kLanes = 8;
-  auto set1 = [](float x) { return _mm256_set1_ps(x); };
-  auto fma = [](Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); };
-  auto lane0 = [](Vec v) { return _mm256_cvtss_f32(v); };
-#else
-  using Vec = float;
-  constexpr int kLanes = 1;
-  auto set1 = [](float x) { return x; };
-  auto fma = [](Vec a, Vec b, Vec c) { return a * b + c; };
-  auto lane0 = [](Vec v) { return v; };
-#endif
-  constexpr int kChains = 12;
-  double total = 0.0;
-  const auto t0 = Clock::now();
-#pragma omp parallel reduction(+ : total)
-  {
-    Vec acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = set1(1.0f + 0.001f * float(c));
-    const Vec mul = set1(0.999999f), add = set1(1e-7f);
-    for (int64_t i = 0; i < iterations; ++i)
-      for (int c = 0; c < kChains; ++c) acc[c] = fma(acc[c], mul, add);
-    float sink = 0.0f;
-    for (int c = 0; c < kChains; ++c) sink += lane0(acc[c]);
-    total += sink * 1e-30;  // keeps the chains alive
-  }
-  const double s = seconds_since(t0);
-  g_fma_sink = total;  // the chains' results are used, so the loop cannot be dropped
-  const double flops = 2.0 * kLanes * kChains * double(iterations) * omp_get_max_threads();
-  return flops / s / 1e9;
+double bf16_dot_peak_gflops(const BenchOptions& o) {
+  if (bf16_dot_loop(1 << 22) == 0.0) return 0.0;  // (also wakes the cores)
+  const auto runs = repeat_timed(o, [] { return std::vector<double>{1.0 / bf16_dot_loop(1 << 25)}; });
+  return 1.0 / mean(column(runs, 0));
 }
 
 double fma_peak_gflops(const BenchOptions& o) {
@@ -190,7 +164,8 @@ double fma_peak_gflops(const BenchOptions& o) {
 // ---- attention -----------------------------------------------------------------
 
 struct AttentionRow {
-  std::string layout, kernel;
+  std::string layout, kernel, precision;
+  double ceiling = 0;         // GFLOP/s of this precision's GEMM ceiling (SGEMM or bf16 GEMM)
   double time_vs_causal = 0;  // DCA rows: (fwd+bwd time) / causal's on the same input
   int64_t tokens = 0, documents = 0, pairs = 0;
   double fwd_s = 0, bwd_s = 0, fwd_gflops = 0, bwd_gflops = 0, total_gflops = 0;
@@ -226,6 +201,7 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
   AttentionRow r;
   r.layout = layout;
   r.kernel = attention_kernel_name(p.kernel);
+  r.precision = precision_name(p.precision);
   r.tokens = T;
   r.documents = int64_t(cu.size()) - 1;
   r.pairs = attention_pairs(tasks);
@@ -379,6 +355,7 @@ struct BenchResults {
   int threads = 0;
   int64_t sgemm_n = 2048;
   double sgemm = 0, fma = 0;
+  double bf16_gemm = 0, bf16_dot = 0;  // 0: this CPU has no bf16 instructions
   AttentionParams causal, dca;  // the attention shapes measured
   std::vector<AttentionRow> attention;
   std::vector<StepRow> step;
@@ -394,26 +371,33 @@ void say(const BenchOptions& o, const char* fmt, Args... args) {
   if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
 }
 
-// The attention section: causal and DCA on one document and on packed documents.
+// The attention section: causal and DCA, in each precision, on one document and on
+// packed documents. Each row is set against its precision's GEMM ceiling (bf16 on a CPU
+// without bf16 instructions: SGEMM, what it runs on).
 void attention_section(const Config& config, const BenchOptions& o, BenchResults& res) {
-  const AttentionParams &ap = res.causal, &dca_ap = res.dca;
-  const double sgemm = res.sgemm;
+  std::vector<Precision> precisions;
+  for (const std::string& name : o.attention_precisions) precisions.push_back(parse_precision(name));
   for (int64_t L : o.attention_lengths) {
     const std::vector<int32_t> one_doc = {0, int32_t(L)};
     const std::vector<int32_t> packed = first_sequence_documents(config, L);
     for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
-      double causal_s = 0;
-      for (const AttentionParams* params : {&ap, &dca_ap}) {
-        AttentionRow r = bench_attention(o, *params, layout, cu);
-        if (params == &ap) causal_s = r.fwd_s + r.bwd_s;
-        else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s;
-        res.attention.push_back(r);
-        char ratio[16] = "";
-        if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
-        say(o, "  %-8s %-7s %7lld %5lld %9.1f %9.1f %9.1f %9.2f %9.1f %9s %5d\n", r.layout.c_str(),
-            r.kernel.c_str(), (long long)r.tokens, (long long)r.documents, r.fwd_gflops,
-            r.bwd_gflops, r.total_gflops, r.total_gflops / sgemm, 1e3 * (r.fwd_s + r.bwd_s),
-            ratio, r.runs);
+      std::vector<double> causal_s(precisions.size(), 0.0);
+      for (const AttentionParams* base : {&res.causal, &res.dca}) {
+        for (size_t pi = 0; pi < precisions.size(); ++pi) {
+          AttentionParams params = *base;
+          params.precision = precisions[pi];
+          AttentionRow r = bench_attention(o, params, layout, cu);
+          r.ceiling = params.precision == Precision::bf16 && res.bf16_gemm > 0 ? res.bf16_gemm : res.sgemm;
+          if (base == &res.causal) causal_s[pi] = r.fwd_s + r.bwd_s;
+          else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s[pi];
+          res.attention.push_back(r);
+          char ratio[16] = "";
+          if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
+          say(o, "  %-8s %-7s %-5s %7lld %5lld %9.1f %9.1f %9.1f %7.2f %9.1f %9s %5d\n", r.layout.c_str(),
+              r.kernel.c_str(), r.precision.c_str(), (long long)r.tokens, (long long)r.documents,
+              r.fwd_gflops, r.bwd_gflops, r.total_gflops, r.total_gflops / r.ceiling,
+              1e3 * (r.fwd_s + r.bwd_s), ratio, r.runs);
+        }
       }
     }
     attention_release_workspace();
@@ -450,7 +434,8 @@ void print_bench_json(const BenchResults& res) {
     << (res.coretype ? json_string(res.coretype) : std::string("null"))
     << ",\"blas_warning\":" << json_string(res.blas_warning) << "}";
   j << ",\"ceilings\":{\"sgemm_n\":" << res.sgemm_n << ",\"sgemm_gflops\":" << res.sgemm
-    << ",\"fma_gflops\":" << res.fma << "}";
+    << ",\"fma_gflops\":" << res.fma << ",\"bf16_gemm_gflops\":" << res.bf16_gemm
+    << ",\"bf16_dot_gflops\":" << res.bf16_dot << "}";
   j << ",\"gemm\":{\"tokens\":" << res.gemm_tokens << ",\"bf16_kernel\":" << json_string(bf16_support().kernel)
     << ",\"bf16_instructions\":" << (bf16_support().instructions ? "true" : "false") << ",\"rows\":[";
   for (size_t i = 0; i < res.gemm.size(); ++i) {
@@ -466,12 +451,13 @@ void print_bench_json(const BenchResults& res) {
   for (size_t i = 0; i < res.attention.size(); ++i) {
     const AttentionRow& r = res.attention[i];
     j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
-      << "\",\"tokens\":" << r.tokens
+      << "\",\"precision\":\"" << r.precision << "\",\"tokens\":" << r.tokens
       << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
       << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
       << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
       << ",\"fwd_bwd_gflops\":" << r.total_gflops
-      << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / res.sgemm;
+      << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / res.sgemm
+      << ",\"fwd_bwd_vs_ceiling\":" << r.total_gflops / r.ceiling;
     if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
     j << ",\"runs\":" << r.runs << "}";
   }
@@ -540,6 +526,14 @@ int run_bench(const Config& config, const BenchOptions& o) {
     fma = fma_peak_gflops(o);
     say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
         (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+    res.bf16_gemm = bf16_gemm_gflops(o, sgemm_n);
+    res.bf16_dot = bf16_dot_peak_gflops(o);
+    if (res.bf16_gemm > 0 || res.bf16_dot > 0)
+      say(o, "          bf16 GEMM %lld^3 (oneDNN, bf16 operands): %.1f GFLOP/s | bf16 dot loop (VDPBF16PS): %.1f GFLOP/s\n",
+          (long long)sgemm_n, res.bf16_gemm, res.bf16_dot);
+    else
+      say(o, "          bf16: this CPU has no bf16 instructions; bf16 runs as fp32 on rounded operands "
+             "(its ceilings are the fp32 ones)\n");
   }
 
   if (wants(o, "gemm")) {
@@ -563,8 +557,9 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
         dca_ap.dca.chunk_len());
-    say(o, "  %-8s %-7s %7s %5s %9s %9s %9s %9s %9s %9s %5s\n", "layout", "kernel", "tokens", "docs",
-        "fwd", "bwd", "fwd+bwd", "xSGEMM", "f+b ms", "t/causal", "runs");
+    say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32: SGEMM; bf16: bf16 GEMM)\n");
+    say(o, "  %-8s %-7s %-5s %7s %5s %9s %9s %9s %7s %9s %9s %5s\n", "layout", "kernel", "prec", "tokens",
+        "docs", "fwd", "bwd", "fwd+bwd", "xceil", "f+b ms", "t/causal", "runs");
     attention_section(config, o, res);
   }
 
@@ -630,6 +625,9 @@ Command add_bench_command(CLI::App& lct) {
   CLI::App* bench = lct.add_subcommand(
       "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
   BenchOptions& b = o->bench;
+  bench->add_option("--attention-precisions", b.attention_precisions, "precisions of the attention kernel")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->delimiter(',');
   bench->add_option("--attention-lengths", b.attention_lengths, "sequence lengths for the attention kernel")
       ->delimiter(',')
       ->check(length)

@@ -25,6 +25,7 @@ namespace lct {
 
 struct BenchOptions {
   std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
+  std::vector<std::string> attention_precisions{"fp32", "bf16"};  // each kernel in each
   std::vector<int64_t> step_lengths{4096, 16384, 65536};
   std::vector<std::string> sections{"ceilings", "gemm", "attention", "step"};
   // cp_balance section: attention-pair imbalance of the context-parallel splits over

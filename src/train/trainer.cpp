@@ -442,8 +442,8 @@ void Trainer::log_header() const {
            (long long)config_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
   if (plan_.precision == Precision::bf16)
-    log_info("precision bf16 (linear layers; attention, norms, loss, weights, gradients and optimizer in "
-             "fp32): %s", bf16_support().note.c_str());
+    log_info("precision bf16 (linear layers and attention products; softmax statistics, norms, loss, "
+             "weights, gradients and optimizer in fp32): %s", bf16_support().note.c_str());
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
   if (state_.step > 0)

@@ -1,0 +1,187 @@
+// The native bf16 parts of the blocked attention kernel (Arith::bf16_native): the
+// per-call bf16 copies of K and V, and the backward of one key block.
+//
+// The backward computes the transposes of the fp32 kernel's tiles, so that every
+// product has its K dimension where the AVX512-BF16 microkernel wants it (bf16_tiles.h)
+// without transposing a score-sized tile:
+//   S^T  [mc, M]  = K_blk Qp^T          P^T = exp(S^T - LSE)
+//   dV   [mc, hd] += P^T dO
+//   dP^T [mc, M]  = V_blk dO^T          dS^T = P^T (dP^T - D)
+//   dK   [mc, hd] += dS^T Qp
+//   dQp^T [hd, M] = scale K_blk^T dS    (then added to dQ, rotated back for DCA)
+// Only query-tile-sized operands (Qp, dO) are repacked per tile; K and V are converted
+// once per call.
+#include <algorithm>
+
+#include "attention/bf16_tiles.h"
+#include "attention/blocked_attention_tiles.h"
+#include "attention/vector_math.h"
+
+namespace lct::blocked {
+
+ForwardKeys make_bf16_forward_keys(const Geometry& geo, const float* k, const float* v, int64_t rows,
+                                   Scratch<uint16_t>& halves, Scratch<uint32_t>& words) {
+  const int64_t n = rows * geo.ldk, kp = geo.hd / 2, pairs = (rows + 1) / 2;
+  uint16_t* kb = halves.get(size_t(2 * n));
+  uint16_t* vb = kb + n;
+  bf16_tiles::to_bf16(k, n, 1.0f, kb);
+  bf16_tiles::to_bf16(v, n, 1.0f, vb);
+  ForwardKeys keys;
+  keys.kt_ld = rows;
+  keys.vp_pairs = pairs;
+  uint32_t* kt = words.get(size_t(geo.KV * (kp * rows + pairs * geo.hd)));
+  uint32_t* vp = kt + geo.KV * kp * rows;
+  for (int64_t g = 0; g < geo.KV; ++g) {
+    bf16_tiles::transpose_pairs(kb + g * geo.hd, rows, geo.hd, geo.ldk, kt + g * kp * rows, rows);
+    bf16_tiles::interleave_rows(vb + g * geo.hd, rows, geo.hd, geo.ldk, vp + g * pairs * geo.hd,
+                                geo.hd);
+  }
+  keys.kt = kt;
+  keys.vp = vp;
+  return keys;
+}
+
+BackwardKeys make_bf16_backward_keys(const Geometry& geo, const float* k, const float* v,
+                                     int64_t rows, Scratch<uint16_t>& halves) {
+  const int64_t n = rows * geo.ldk, kt_ld = rows + 2;  // a zero pair beyond the last row
+  uint16_t* kb = halves.get(size_t(2 * n + geo.KV * geo.hd * kt_ld));
+  uint16_t* vb = kb + n;
+  uint16_t* kt = vb + n;
+  bf16_tiles::to_bf16(k, n, 1.0f, kb);
+  bf16_tiles::to_bf16(v, n, 1.0f, vb);
+  for (int64_t c = 0; c < geo.ldk; ++c) {  // c = g * hd + d
+    uint16_t* row = kt + c * kt_ld;
+    for (int64_t r = 0; r < rows; ++r) row[r] = kb[r * geo.ldk + c];
+    row[rows] = row[rows + 1] = 0;
+  }
+  return {kb, vb, kt, kt_ld};
+}
+
+namespace {
+
+// Row stride of the bf16 P^T and dS^T tiles: M rounded up to even, with room to spare.
+inline int64_t half_stride(const Geometry& geo) { return geo.mp + 2; }
+inline int64_t pair_rows(int64_t rows) { return rows / 2 + 1; }
+
+}  // namespace
+
+Bf16TileSizes bf16_backward_tile_sizes(const Geometry& geo) {
+  const int64_t mp = geo.mp, hd = geo.hd, kb = kKeyBlock;
+  const auto pad = [](int64_t x) { return size_t((x + 31) / 32 * 32); };
+  return {
+      // S^T/P^T, dP^T/dS^T [kb, mp]; dQp^T [hd, mp]; Qp, dO [mp, hd]; LSE, D [mp]
+      pad(2 * kb * mp + hd * mp + 2 * mp * hd + 2 * mp),
+      // Qp, dO [mp, hd]; P^T, dS^T [kb, mp + 2]
+      pad(2 * mp * hd + 2 * kb * half_stride(geo)),
+      // Qp^T, dO^T words [hd/2, mp]; Qp, dO pairs [mp/2 + 1, hd]; dS^T key pairs [kb/2 + 1, mp]
+      pad(2 * (hd / 2) * mp + 2 * pair_rows(mp) * hd + pair_rows(kb) * mp),
+  };
+}
+
+void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask> tasks,
+                             std::span<const int32_t> order, int64_t g, int64_t row_begin,
+                             int64_t row_end, const BackwardKeys& keys, const float* q,
+                             const float* lse, const float* dout, const float* row_dot,
+                             float* dq, float* dk, float* dv, const Bf16Tile& tile) {
+  const int64_t hd = geo.hd, kp = hd / 2, mp = geo.mp, ldh = half_stride(geo);
+  float* st = tile.f;  // S^T, then P^T   [mc, M] (row stride mp)
+  float* dpt = st + kKeyBlock * mp;  // dP^T, then dS^T
+  float* dqt = dpt + kKeyBlock * mp;  // dQp^T [hd, M]
+  float* qp = dqt + hd * mp;
+  float* dop = qp + mp * hd;
+  float* lse_p = dop + mp * hd;
+  float* dd = lse_p + mp;
+  uint16_t* qb = tile.h;
+  uint16_t* dob = qb + mp * hd;
+  uint16_t* ptb = dob + mp * hd;  // P^T  [mc, ldh]
+  uint16_t* dstb = ptb + kKeyBlock * ldh;  // dS^T [mc, ldh]
+  uint32_t* qt = tile.w;  // Qp^T pair words [kp, mp]
+  uint32_t* dot = qt + kp * mp;
+  uint32_t* qpairs = dot + kp * mp;  // Qp row pairs [pair_rows(M), hd]
+  uint32_t* dopairs = qpairs + pair_rows(mp) * hd;
+  uint32_t* dspairs = dopairs + pair_rows(mp) * hd;  // dS^T key-row pairs [., mp]
+
+  for (const int32_t task : order) {
+    const AttentionTask& t = tasks[task];
+    const int64_t c0 = std::max<int64_t>(row_begin - t.kv_row, 0);
+    const int64_t c1 = std::min<int64_t>(row_end - t.kv_row, t.kv_len);
+    if (c0 >= c1) continue;
+    const int64_t mc = c1 - c0, kr0 = t.kv_row + c0;
+    const uint16_t* kc = keys.k + kr0 * geo.ldk + g * hd;
+    const uint16_t* vc = keys.v + kr0 * geo.ldk + g * hd;
+    const uint16_t* ktc = keys.kt + g * hd * keys.kt_ld + kr0;
+    float* dkc = dk + kr0 * geo.ldk + g * hd;
+    float* dvc = dv + kr0 * geo.ldk + g * hd;
+    const int64_t i_first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 - t.q_pos, 0, t.q_len);
+    const float factor = logit_scale(geo, t);
+    const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;
+
+    for (int64_t i0 = i_first, i1; i0 < t.q_len; i0 = i1) {
+      i1 = query_tile_end(geo, t, i0);
+      const int64_t n = i1 - i0, M = geo.G * n, Mp = M + (M & 1);
+      const int64_t chunk_distance = geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
+      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance);
+      pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
+      bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
+      bf16_tiles::to_bf16(dop, M * hd, 1.0f, dob);
+      bf16_tiles::transpose_pairs(qb, M, hd, hd, qt, mp);
+      bf16_tiles::transpose_pairs(dob, M, hd, hd, dot, mp);
+      bf16_tiles::interleave_rows(qb, M, hd, hd, qpairs, hd);
+      bf16_tiles::interleave_rows(dob, M, hd, hd, dopairs, hd);
+      for (int64_t r = 0; r < M; ++r) {
+        const int64_t row = t.q_row + i0 + r % n, h = g * geo.G + r / n;
+        lse_p[r] = lse[row * geo.H + h];
+        dd[r] = row_dot[row * geo.H + h];
+      }
+
+      // S^T [mc, M] = K_blk Qp^T; P^T = exp(S^T - LSE) where the query sees the key
+      bf16_tiles::gemm(mc, M, kp, 1.0f, kc, geo.ldk, qt, mp, false, st, mp);
+      for (int64_t c = 0; c < mc; ++c) {
+        float* row = st + c * mp;
+        // query i (tile-relative) sees key c iff i >= first
+        const int64_t first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 + c - t.q_pos - i0, 0, n);
+        for (int64_t hh = 0; hh < geo.G; ++hh) {
+          float* seg = row + hh * n;
+          const float* shift = lse_p + hh * n;
+          std::fill(seg, seg + first, 0.0f);
+#pragma omp simd
+          for (int64_t i = first; i < n; ++i)
+            seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+        }
+        uint16_t* pr = ptb + c * ldh;
+        pr[Mp - 1] = 0;
+        bf16_tiles::to_bf16(row, M, 1.0f, pr);
+      }
+      // dV [mc, hd] += P^T dO
+      bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, ptb, ldh, dopairs, hd, true, dvc, geo.ldk);
+      // dP^T [mc, M] = V_blk dO^T; dS^T = P^T (dP^T - D)
+      bf16_tiles::gemm(mc, M, kp, 1.0f, vc, geo.ldk, dot, mp, false, dpt, mp);
+      for (int64_t c = 0; c < mc; ++c) {
+        const float* pr = st + c * mp;
+        float* dr = dpt + c * mp;
+#pragma omp simd
+        for (int64_t r = 0; r < M; ++r) dr[r] = pr[r] * (dr[r] - dd[r]);
+        uint16_t* out = dstb + c * ldh;
+        out[Mp - 1] = 0;
+        bf16_tiles::to_bf16(dr, M, 1.0f, out);
+      }
+      // dK [mc, hd] += dS^T Qp (Qp carries the logit scale)
+      bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, dstb, ldh, qpairs, hd, true, dkc, geo.ldk);
+      // dQp^T [hd, M] = scale K_blk^T dS over key-row pairs (an odd last row pairs with zero)
+      bf16_tiles::interleave_rows(dstb, mc, M, ldh, dspairs, mp);
+      bf16_tiles::gemm(hd, M, (mc + 1) / 2, factor, ktc, keys.kt_ld, dspairs, mp, false, dqt, mp);
+      if (chunk_distance == kNoRotation) {
+        for (int64_t hh = 0; hh < geo.G; ++hh)
+          for (int64_t i = 0; i < n; ++i) {
+            float* dst = dq + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * hd;
+            const float* src = dqt + hh * n + i;
+            for (int64_t d = 0; d < hd; ++d) dst[d] += src[d * mp];
+          }
+      } else {
+        add_rotated_back(geo, t, g, i0, n, chunk_distance, dqt, 1, mp, dq);
+      }
+    }
+  }
+}
+
+}  // namespace lct::blocked

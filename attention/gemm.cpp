@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <tuple>
+#include <unordered_map>
 #include <type_traits>
 #include <vector>
 
@@ -22,21 +23,6 @@ Precision parse_precision(const std::string& name) {
 }
 
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
-
-uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return uint16_t(u >> 16);
-}
-
-float round_to_bf16(float x) {
-  const uint32_t u = uint32_t(bf16_bits(x)) << 16;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
 
 namespace {
 
@@ -59,6 +45,7 @@ void rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld, T* o
 struct Bf16Matmul {
   dnnl::matmul primitive;
   memory a, b, c;
+  std::unordered_map<int, memory> args;  // built once: an execute then allocates nothing
 };
 
 class OneDnnBf16 {
@@ -88,7 +75,7 @@ class OneDnnBf16 {
     m.a.set_data_handle(const_cast<uint16_t*>(A));
     m.b.set_data_handle(const_cast<uint16_t*>(B));
     m.c.set_data_handle(C);
-    m.primitive.execute(stream_, {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}});
+    m.primitive.execute(stream_, m.args);
     stream_.wait();
   }
 
@@ -113,6 +100,7 @@ class OneDnnBf16 {
     m->a = memory(a, engine_, nullptr);
     m->b = memory(b, engine_, nullptr);
     m->c = memory(c, engine_, nullptr);
+    m->args = {{DNNL_ARG_SRC, m->a}, {DNNL_ARG_WEIGHTS, m->b}, {DNNL_ARG_DST, m->c}};
     return m;
   }
 

@@ -8,17 +8,24 @@ python3-torch (1.13: no fused scaled_dot_product_attention), so its attention is
 the explicit softmax(QK^T)V with a causal mask, which needs an H x L x L score
 tensor per layer. lct's side is `lct bench --sections step` on the same shape.
 
+In bf16 (--precisions fp32,bf16, the default), lct trains with train.precision = bf16
+and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matmuls on
+oneDNN, fp32 weights and optimizer: the same mixed precision); the two precisions
+alternate by round (--rounds), and each figure is the median over rounds with its range.
+
 Then, at --oom-length (default 65536), lct trains a step while PyTorch is asked for
 one forward/backward and is expected to fail allocating the score tensor.
 
 Usage (run with Debian's python, which has torch):
   /usr/bin/python3 bench/compare_pytorch.py [--lct build/lct] [--config configs/default.toml]
-      [--length 4096] [--steps 5] [--threads 2] [--oom-length 65536] [--json]
+      [--length 4096] [--steps 5] [--rounds 1] [--precisions fp32,bf16] [--threads 2]
+      [--oom-length 65536] [--json]
 """
 import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -103,7 +110,7 @@ class TorchLlama:
         return F.cross_entropy(logits[:-1], tokens[1:])
 
 
-def torch_tokens_per_s(cfg, T, steps):
+def torch_tokens_per_s(cfg, T, steps, precision="fp32"):
     model = TorchLlama(cfg, T)
     opt = torch.optim.AdamW(model.P.values(), lr=1e-3)
     tokens = torch.randint(0, cfg["vocab_size"], (T,), generator=torch.Generator().manual_seed(1))
@@ -111,7 +118,9 @@ def torch_tokens_per_s(cfg, T, steps):
     for i in range(steps + 1):  # the first step is warm-up
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        model.loss(tokens).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = model.loss(tokens)
+        loss.backward()
         opt.step()
         if i > 0:
             times.append(time.perf_counter() - t0)
@@ -128,10 +137,10 @@ def torch_oom(cfg, T):
         return False, str(e).splitlines()[0][:160]
 
 
-def lct_step(args, T, repeats):
+def lct_step(args, T, repeats, precision="fp32"):
     cmd = [args.lct, "bench", "--json", "--sections", "step", "--step-lengths", str(T),
            "--repeats", str(repeats), "--train.threads", str(args.threads),
-           "--data.doc_lengths", "fixed"]
+           "--data.doc_lengths", "fixed", "--train.precision", precision]
     if args.config:
         cmd += ["--config", args.config]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -148,6 +157,8 @@ def main():
                                                      "default.toml"))
     ap.add_argument("--length", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 or both, comma-separated")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--oom-length", type=int, default=65536, help="0 skips the memory check")
     ap.add_argument("--json", action="store_true")
@@ -157,14 +168,32 @@ def main():
     torch.set_num_threads(args.threads)  # torch defaults to 1 thread on this machine
     cfg = model_config(args.config)
 
-    machine, lct = lct_step(args, args.length, args.steps)
-    torch_tps, torch_runs = torch_tokens_per_s(cfg, args.length, args.steps)
+    precisions = args.precisions.split(",")
+    runs = {p: {"lct": [], "torch": []} for p in precisions}
+    machine, lct_runs = None, 0
+    for _ in range(args.rounds):  # alternate: each round runs every precision on both sides
+        for p in precisions:
+            machine, lct = lct_step(args, args.length, args.steps, p)
+            lct_runs = lct["runs"]
+            torch_tps, torch_runs = torch_tokens_per_s(cfg, args.length, args.steps, p)
+            runs[p]["lct"].append(lct["tokens_per_s"])
+            runs[p]["torch"].append(torch_tps)
+    per = {}
+    for p in precisions:
+        ratios = [a / b for a, b in zip(runs[p]["lct"], runs[p]["torch"])]
+        per[p] = {"lct_tokens_per_s": statistics.median(runs[p]["lct"]),
+                  "torch_tokens_per_s": statistics.median(runs[p]["torch"]),
+                  "speedup": statistics.median(ratios), "speedup_min": min(ratios),
+                  "speedup_max": max(ratios), "lct_tokens_per_s_rounds": runs[p]["lct"],
+                  "torch_tokens_per_s_rounds": runs[p]["torch"]}
+    first = per[precisions[0]]
     result = {
         "machine": machine["machine"], "threads": args.threads, "length": args.length,
-        "model": cfg, "torch_version": torch.__version__,
-        "lct_tokens_per_s": lct["tokens_per_s"], "lct_runs": lct["runs"],
-        "torch_tokens_per_s": torch_tps, "torch_runs": torch_runs,
-        "speedup": lct["tokens_per_s"] / torch_tps,
+        "model": cfg, "torch_version": torch.__version__, "rounds": args.rounds,
+        "lct_runs": lct_runs, "torch_runs": torch_runs, "precisions": per,
+        # the first precision's figures at the top level, as before
+        "lct_tokens_per_s": first["lct_tokens_per_s"], "torch_tokens_per_s": first["torch_tokens_per_s"],
+        "speedup": first["speedup"],
     }
     if args.oom_length:
         _, lct_big = lct_step(args, args.oom_length, 1)
@@ -181,9 +210,12 @@ def main():
     print(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, heads "
           f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']}, mlp {cfg['intermediate_size']}, "
           f"vocab {cfg['vocab_size']}; one document of {args.length} tokens per step, AdamW")
-    print(f"  lct      {result['lct_tokens_per_s']:9.0f} tokens/s  (wall clock over {lct['runs']} steps)")
-    print(f"  PyTorch  {torch_tps:9.0f} tokens/s  (wall clock over {torch_runs} steps)")
-    print(f"  lct / PyTorch = {result['speedup']:.2f}x")
+    print(f"  tokens/s by wall clock over {lct_runs} (lct) and {torch_runs} (PyTorch) steps after a warm-up; "
+          f"median of {args.rounds} alternating round(s)")
+    for p, r in per.items():
+        side = "autocast bf16" if p == "bf16" else "fp32"
+        print(f"  {p:5s} lct {r['lct_tokens_per_s']:9.0f}  PyTorch ({side}) {r['torch_tokens_per_s']:9.0f}  "
+              f"lct / PyTorch = {r['speedup']:.2f}x (rounds {r['speedup_min']:.2f}-{r['speedup_max']:.2f})")
     if args.oom_length:
         print(f"at {args.oom_length} tokens: lct trains ({result['lct_big_tokens_per_s']:.0f} "
               f"tokens/s, peak RSS {result['lct_big_peak_rss_bytes'] / 2**30:.2f} GiB); "

@@ -74,4 +74,4 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 /usr/bin/python3 "$SRC/bench/compare_pytorch.py" --lct "$LCT" --length 128 --steps 1 \
   --oom-length 0 --json > "$out"
-python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['speedup'] > 0, r; print('compare_pytorch: ok, speedup', round(r['speedup'], 2))" "$out"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); p=r['precisions']; assert set(p) == {'fp32', 'bf16'} and all(x['speedup'] > 0 for x in p.values()), r; print('compare_pytorch: ok, speedup fp32', round(p['fp32']['speedup'], 2), 'bf16', round(p['bf16']['speedup'], 2))" "$out"

@@ -27,9 +27,10 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace lct {
 namespace {
 
-TEST(SteadyStateStep, AllocatesNothingAfterWarmUp) {
+void expect_steady_state_allocates_nothing(Precision precision) {
   const LlamaConfig c = test::llama_shape(64, 64, 96, 2, 4, 2);
   LlamaModel model(c);
+  model.set_precision(precision);
   init_llama_params(model.table(), c, 7, model.params.data());
   OptimizerConfig oc;
   Optimizer opt(oc, model.table());
@@ -49,8 +50,16 @@ TEST(SteadyStateStep, AllocatesNothingAfterWarmUp) {
   const int64_t before = g_new_calls.load();
   step();
   step();
-  EXPECT_EQ(g_new_calls.load() - before, 0) << "operator new calls in two steady-state steps";
+  EXPECT_EQ(g_new_calls.load() - before, 0)
+      << "operator new calls in two steady-state " << precision_name(precision) << " steps";
 }
+
+TEST(SteadyStateStep, AllocatesNothingAfterWarmUp) { expect_steady_state_allocates_nothing(Precision::fp32); }
+
+// (bf16 is not held to this: oneDNN 2.6 allocates a few small objects inside every
+// primitive execute, about 7 per linear-layer product, even with primitives and their
+// argument maps created once per shape. lct's own parts of the bf16 step, the rounded
+// operands and the attention kernel's bf16 copies, live in grow-only scratch.)
 
 }  // namespace
 }  // namespace lct

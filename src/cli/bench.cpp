@@ -375,8 +375,8 @@ void say(const BenchOptions& o, const char* fmt, Args... args) {
 // packed documents. Each row is set against its precision's GEMM ceiling (bf16 on a CPU
 // without bf16 instructions: SGEMM, what it runs on).
 void attention_section(const Config& config, const BenchOptions& o, BenchResults& res) {
-  std::vector<Precision> precisions;
-  for (const std::string& name : o.attention_precisions) precisions.push_back(parse_precision(name));
+  // bf16-fallback: bf16 the way a CPU without bf16 instructions runs it (rounded SGEMM)
+  const std::vector<std::string>& precisions = o.attention_precisions;
   for (int64_t L : o.attention_lengths) {
     const std::vector<int32_t> one_doc = {0, int32_t(L)};
     const std::vector<int32_t> packed = first_sequence_documents(config, L);
@@ -385,15 +385,19 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
       for (const AttentionParams* base : {&res.causal, &res.dca}) {
         for (size_t pi = 0; pi < precisions.size(); ++pi) {
           AttentionParams params = *base;
-          params.precision = precisions[pi];
+          const bool fallback = precisions[pi] == "bf16-fallback";
+          params.precision = fallback ? Precision::bf16 : parse_precision(precisions[pi]);
+          params.bf16_instructions = !fallback;
           AttentionRow r = bench_attention(o, params, layout, cu);
-          r.ceiling = params.precision == Precision::bf16 && res.bf16_gemm > 0 ? res.bf16_gemm : res.sgemm;
+          r.precision = precisions[pi];
+          const bool bf16_kernel = params.precision == Precision::bf16 && !fallback && res.bf16_gemm > 0;
+          r.ceiling = bf16_kernel ? res.bf16_gemm : res.sgemm;
           if (base == &res.causal) causal_s[pi] = r.fwd_s + r.bwd_s;
           else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s[pi];
           res.attention.push_back(r);
           char ratio[16] = "";
           if (r.time_vs_causal > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.time_vs_causal);
-          say(o, "  %-8s %-7s %-5s %7lld %5lld %9.1f %9.1f %9.1f %7.2f %9.1f %9s %5d\n", r.layout.c_str(),
+          say(o, "  %-8s %-7s %-13s %7lld %5lld %9.1f %9.1f %9.1f %7.2f %9.1f %9s %5d\n", r.layout.c_str(),
               r.kernel.c_str(), r.precision.c_str(), (long long)r.tokens, (long long)r.documents,
               r.fwd_gflops, r.bwd_gflops, r.total_gflops, r.total_gflops / r.ceiling,
               1e3 * (r.fwd_s + r.bwd_s), ratio, r.runs);
@@ -557,8 +561,8 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
         dca_ap.dca.chunk_len());
-    say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32: SGEMM; bf16: bf16 GEMM)\n");
-    say(o, "  %-8s %-7s %-5s %7s %5s %9s %9s %9s %7s %9s %9s %5s\n", "layout", "kernel", "prec", "tokens",
+    say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32 and bf16-fallback: SGEMM; bf16: bf16 GEMM)\n");
+    say(o, "  %-8s %-7s %-13s %7s %5s %9s %9s %9s %7s %9s %9s %5s\n", "layout", "kernel", "precision", "tokens",
         "docs", "fwd", "bwd", "fwd+bwd", "xceil", "f+b ms", "t/causal", "runs");
     attention_section(config, o, res);
   }
@@ -625,8 +629,9 @@ Command add_bench_command(CLI::App& lct) {
   CLI::App* bench = lct.add_subcommand(
       "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
   BenchOptions& b = o->bench;
-  bench->add_option("--attention-precisions", b.attention_precisions, "precisions of the attention kernel")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  bench->add_option("--attention-precisions", b.attention_precisions,
+                    "precisions of the attention kernel (bf16-fallback: bf16 as CPUs without bf16 instructions run it)")
+      ->check(CLI::IsMember({"fp32", "bf16", "bf16-fallback"}))
       ->delimiter(',');
   bench->add_option("--attention-lengths", b.attention_lengths, "sequence lengths for the attention kernel")
       ->delimiter(',')

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -40,17 +41,18 @@ void rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld, T* o
     }
 }
 
-// One oneDNN bf16 matmul per shape (M, N, K, transposes, alpha, beta, ldc), created on
-// first use and reused; operands are dense bf16 copies, the output fp32 in place.
-struct Bf16Matmul {
+// One oneDNN matmul per shape (operand type, M, N, K, transposes, alpha, beta, leading
+// dimensions), created on first use and reused. bf16: operands are dense bf16 copies;
+// f32: the operands in place. The output is fp32 in place.
+struct OneDnnMatmul {
   dnnl::matmul primitive;
   memory a, b, c;
-  std::unordered_map<int, memory> args;  // built once: an execute then allocates nothing
+  std::unordered_map<int, memory> args;  // built once
 };
 
-class OneDnnBf16 {
+class OneDnn {
  public:
-  OneDnnBf16() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+  OneDnn() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
   // The implementation oneDNN picks for a bf16 matmul ("" when it has none, or only its
   // reference code, which is no bf16 hardware).
@@ -68,25 +70,36 @@ class OneDnnBf16 {
 
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
            const uint16_t* B, float beta, float* C, int64_t ldc) {
-    const auto key = std::make_tuple(ta, tb, M, N, K, alpha, beta, ldc);
+    // dense bf16 copies: lda = ta ? M : K, ldb = tb ? K : N
+    execute(memory::data_type::bf16, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+  }
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    execute(memory::data_type::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+
+ private:
+  void execute(memory::data_type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    const auto key = std::make_tuple(int(type), ta, tb, M, N, K, alpha, beta, lda, ldb, ldc);
     auto it = cache_.find(key);
-    if (it == cache_.end()) it = cache_.emplace(key, create(ta, tb, M, N, K, alpha, beta, ldc)).first;
-    Bf16Matmul& m = *it->second;
-    m.a.set_data_handle(const_cast<uint16_t*>(A));
-    m.b.set_data_handle(const_cast<uint16_t*>(B));
+    if (it == cache_.end())
+      it = cache_.emplace(key, create(type, ta, tb, M, N, K, alpha, beta, lda, ldb, ldc)).first;
+    OneDnnMatmul& m = *it->second;
+    m.a.set_data_handle(const_cast<void*>(A));
+    m.b.set_data_handle(const_cast<void*>(B));
     m.c.set_data_handle(C);
     m.primitive.execute(stream_, m.args);
     stream_.wait();
   }
 
- private:
-  std::unique_ptr<Bf16Matmul> create(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                                     float beta, int64_t ldc) {
-    using dt = memory::data_type;
-    // dense copies: A is M x K stored as (ta ? K x M : M x K), B likewise
-    const memory::desc a({M, K}, dt::bf16, ta ? memory::dims{1, M} : memory::dims{K, 1});
-    const memory::desc b({K, N}, dt::bf16, tb ? memory::dims{1, K} : memory::dims{N, 1});
-    const memory::desc c({M, N}, dt::f32, {ldc, 1});
+  std::unique_ptr<OneDnnMatmul> create(memory::data_type type, bool ta, bool tb, int64_t M, int64_t N,
+                                       int64_t K, float alpha, float beta, int64_t lda, int64_t ldb,
+                                       int64_t ldc) {
+    // A is M x K stored as (ta ? K x M : M x K) with leading dimension lda; B likewise
+    const memory::desc a({M, K}, type, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+    const memory::desc b({K, N}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+    const memory::desc c({M, N}, memory::data_type::f32, {ldc, 1});
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -95,7 +108,7 @@ class OneDnnBf16 {
       attr.set_post_ops(po);
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
-    auto m = std::make_unique<Bf16Matmul>();
+    auto m = std::make_unique<OneDnnMatmul>();
     m->primitive = dnnl::matmul(pd);
     m->a = memory(a, engine_, nullptr);
     m->b = memory(b, engine_, nullptr);
@@ -106,13 +119,13 @@ class OneDnnBf16 {
 
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::map<std::tuple<bool, bool, int64_t, int64_t, int64_t, float, float, int64_t>,
-           std::unique_ptr<Bf16Matmul>>
+  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, float, float, int64_t, int64_t, int64_t>,
+           std::unique_ptr<OneDnnMatmul>>
       cache_;
 };
 
-OneDnnBf16& onednn() {
-  static OneDnnBf16 instance;
+OneDnn& onednn() {
+  static OneDnn instance;
   return instance;
 }
 
@@ -153,12 +166,49 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   if (M == 0 || N == 0) return;
   const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   if (precision == Precision::fp32) {
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                int(ldc));
+    if (fp32_library() == Fp32Library::onednn && K > 0)
+      gemm_fp32_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+      cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+                  int(ldc));
     return;
   }
   gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, ta, tb, M, N, K,
             alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace {
+std::atomic<Fp32Library> g_fp32_library{Fp32Library::openblas};
+}
+
+Fp32Library parse_fp32_library(const std::string& name) {
+  if (name == "auto") return Fp32Library::automatic;
+  if (name == "openblas") return Fp32Library::openblas;
+  if (name == "onednn") return Fp32Library::onednn;
+  throw std::invalid_argument("expected auto, openblas or onednn, got '" + name + "'");
+}
+
+const char* fp32_library_name(Fp32Library library) {
+  switch (library) {
+    case Fp32Library::automatic: return "auto";
+    case Fp32Library::openblas: return "openblas";
+    case Fp32Library::onednn: return "onednn";
+  }
+  return "?";
+}
+
+void set_fp32_library(Fp32Library library) {
+  if (library == Fp32Library::automatic)
+    throw std::invalid_argument("set_fp32_library: auto is resolved by measurement first");
+  g_fp32_library.store(library);
+}
+
+Fp32Library fp32_library() { return g_fp32_library.load(); }
+
+void gemm_fp32_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  onednn().run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,

@@ -1,7 +1,7 @@
 // Every matrix product of the linear layers: C = alpha op(A) op(B) + beta C, row-major,
 // fp32 in memory, in one of two precisions.
 //
-//   fp32  OpenBLAS SGEMM.
+//   fp32  OpenBLAS SGEMM, or oneDNN's f32 matmul where that is faster (below).
 //   bf16  both operands rounded to bfloat16 (round to nearest even), products summed
 //         in fp32 (mixed precision as Megatron-LM and torchtitan train: fp32 master
 //         weights, bf16 matmul inputs, fp32 accumulation and output). On a CPU with bf16
@@ -24,6 +24,19 @@ const char* precision_name(Precision precision);
 
 void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// The library of gemm(fp32, ...) (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
+// matmul (primitives created once per shape), process-wide, OpenBLAS until set. automatic
+// is a setting only (the trainer measures and sets one of the two; src/train/fp32_gemm.h).
+// Both sum in fp32 in their own order, so results differ in the last bits between them.
+enum class Fp32Library { automatic, openblas, onednn };
+Fp32Library parse_fp32_library(const std::string& name);  // auto | openblas | onednn
+const char* fp32_library_name(Fp32Library library);
+void set_fp32_library(Fp32Library library);  // openblas or onednn
+Fp32Library fp32_library();
+// The oneDNN f32 product by name (tests check it, the trainer and lct bench time it).
+void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // The two ways of a bf16 product, callable by name (tests check both; lct bench times
 // both): gemm(bf16, ...) takes onednn where the CPU has bf16 instructions, else

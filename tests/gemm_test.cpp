@@ -213,6 +213,45 @@ TEST(Bf16Tiles, PacksMatchTheirDefinitions) {
     ASSERT_EQ(w[size_t((rows / 2) * cols + j)], uint32_t(h[size_t((rows - 1) * lds + j)]));
 }
 
+// oneDNN's f32 matmul (train.fp32_gemm = onednn): an fp32 product, strided operands in
+// place, against float64 at fp32's summation bound, and gemm(fp32) follows the library.
+TEST(Gemm, OneDnnFp32IsAnFp32ProductAndTheLibraryIsProcessWide) {
+  const std::vector<Problem> problems = {
+      {false, true, 37, 29, 53, 60, 55, 31, 1.0f, 0.0f},    // padded lda, ldb, ldc
+      {false, false, 37, 53, 29, 29, 53, 53, 1.0f, 1.0f},
+      {true, false, 29, 53, 37, 31, 57, 53, 0.5f, 0.25f},
+      {true, true, 17, 21, 300, 17, 300, 25, 1.0f, 1.0f},
+  };
+  std::mt19937 rng(13);
+  for (int round = 0; round < 2; ++round)  // the second time through, cached primitives
+    for (const Problem& p : problems) {
+      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
+      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
+      std::vector<float> C = C0;
+      gemm_fp32_onednn(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(), p.ldc);
+      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0) << "M " << p.M << " K " << p.K;
+      for (int64_t i = 0; i < p.M; ++i)
+        for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], C0[size_t(i * p.ldc + j)]);
+    }
+  const Problem p = problems[0];
+  const std::vector<float> A = random_matrix(p.M * p.lda, rng), B = random_matrix(p.N * p.ldb, rng);
+  std::vector<float> dnn(size_t(p.M * p.ldc)), blas = dnn, via_gemm = dnn;
+  gemm_fp32_onednn(p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, dnn.data(), p.ldc);
+  EXPECT_EQ(fp32_library(), Fp32Library::openblas);  // until set
+  gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, blas.data(), p.ldc);
+  set_fp32_library(Fp32Library::onednn);
+  gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, via_gemm.data(),
+       p.ldc);
+  set_fp32_library(Fp32Library::openblas);
+  EXPECT_EQ(via_gemm, dnn);
+  EXPECT_THROW(set_fp32_library(Fp32Library::automatic), std::invalid_argument);
+  EXPECT_EQ(parse_fp32_library("auto"), Fp32Library::automatic);
+  EXPECT_STREQ(fp32_library_name(parse_fp32_library("onednn")), "onednn");
+  EXPECT_THROW(parse_fp32_library("mkl"), std::invalid_argument);
+}
+
 TEST(Gemm, PrecisionNames) {
   EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
   EXPECT_STREQ(precision_name(parse_precision("fp32")), "fp32");

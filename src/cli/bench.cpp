@@ -25,6 +25,7 @@
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/train/flops.h"
+#include "src/train/fp32_gemm.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
 #include "src/util/machine.h"
@@ -84,14 +85,15 @@ double sgemm_gflops(const BenchOptions& o, int64_t n) {
 }
 
 // One product shape of the linear layers, in each way lct can run it (GFLOP/s; 0 = not
-// on this CPU): fp32 OpenBLAS; bf16 as the model runs it (rounding passes included);
+// on this CPU): fp32 OpenBLAS and oneDNN f32 (train.fp32_gemm); bf16 as the model runs
+// it (rounding passes included);
 // the oneDNN bf16 kernel alone on operands already in bf16 (the bf16 ceiling); and the
 // fallback of CPUs without bf16 instructions (OpenBLAS on rounded operands).
 struct GemmRow {
   std::string name;
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0;
-  double fp32 = 0, bf16 = 0, bf16_kernel = 0, bf16_fallback = 0;
+  double fp32 = 0, fp32_onednn = 0, bf16 = 0, bf16_kernel = 0, bf16_fallback = 0;
 };
 
 GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool tb, int64_t M, int64_t N,
@@ -110,7 +112,9 @@ GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool t
     });
     return flops / mean(column(runs, 0)) / 1e9;
   };
-  r.fp32 = rate([&] { gemm(Precision::fp32, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
+  r.fp32 = rate([&] { cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+                                  int(N), int(K), 1.0f, a.data(), int(lda), b.data(), int(ldb), 0.0f, c.data(), int(N)); });
+  r.fp32_onednn = rate([&] { gemm_fp32_onednn(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
   r.bf16 = rate([&] { gemm(Precision::bf16, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
   r.bf16_fallback = rate([&] {
     gemm_bf16(Bf16Kernel::rounded_sgemm, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
@@ -445,7 +449,8 @@ void print_bench_json(const BenchResults& res) {
   for (size_t i = 0; i < res.gemm.size(); ++i) {
     const GemmRow& r = res.gemm[i];
     j << (i ? "," : "") << "{\"product\":" << json_string(r.name) << ",\"m\":" << r.M << ",\"n\":" << r.N
-      << ",\"k\":" << r.K << ",\"fp32_gflops\":" << r.fp32 << ",\"bf16_gflops\":" << r.bf16
+      << ",\"k\":" << r.K << ",\"fp32_gflops\":" << r.fp32 << ",\"fp32_onednn_gflops\":" << r.fp32_onednn
+      << ",\"bf16_gflops\":" << r.bf16
       << ",\"bf16_kernel_gflops\":" << r.bf16_kernel << ",\"bf16_fallback_gflops\":" << r.bf16_fallback << "}";
   }
   j << "]}";
@@ -545,14 +550,21 @@ int run_bench(const Config& config, const BenchOptions& o) {
     say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
         (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
         bf16_support().kernel.c_str());
-    say(o, "  %-16s %17s %9s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "bf16", "bf16 kernel",
-        "bf16 fallback", "bf16/fp32");
+    say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16/fp32: bf16 over the faster fp32\n");
+    say(o, "  %-16s %17s %9s %10s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
+        "bf16 kernel", "bf16 fallback", "bf16/fp32");
     res.gemm = gemm_rows(o, model, res.gemm_tokens);
     for (const GemmRow& r : res.gemm) {
       const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
-      say(o, "  %-16s %17s %9.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32, r.bf16,
-          r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-", r.bf16_fallback,
-          r.bf16 / r.fp32);
+      say(o, "  %-16s %17s %9.1f %10.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
+          r.fp32_onednn, r.bf16, r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-",
+          r.bf16_fallback, r.bf16 / std::max(r.fp32, r.fp32_onednn));
+    }
+    {
+      const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
+      const bool dnn = rates.onednn >= 1.1 * rates.openblas;
+      say(o, "  train.fp32_gemm = auto here: %s (all the model's linear products: oneDNN f32 %.0f, OpenBLAS %.0f "
+             "GFLOP/s; oneDNN needs a 10%% lead)\n", dnn ? "onednn" : "openblas", rates.onednn, rates.openblas);
     }
   }
 

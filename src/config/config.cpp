@@ -227,6 +227,8 @@ std::vector<ConfigKey> make_keys() {
                          parse_optimizer, optimizer_name));
   k.push_back(choice_key("train.precision", "fp32 | bf16 (linear layers' products in bf16 with fp32 sums; fp32 weights, gradients and optimizer)",
                          [](Config& c) -> auto& { return c.train.precision; }, parse_precision, precision_name));
+  k.push_back(choice_key("train.fp32_gemm", "auto | openblas | onednn: the library of fp32 linear products (auto: the faster here, measured once and cached)",
+                         [](Config& c) -> auto& { return c.train.fp32_gemm; }, parse_fp32_library, fp32_library_name));
   k.push_back(num_key("train.lr", "peak learning rate", [](Config& c) -> auto& { return c.train.lr; }));
   k.push_back(num_key("train.min_lr", "cosine schedule floor", [](Config& c) -> auto& { return c.train.min_lr; }));
   k.push_back(int_key("train.warmup_steps", "linear warm-up steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, 0));

@@ -44,6 +44,7 @@ struct TrainConfig {
   int64_t micro_batches = 1;
   OptimizerKind optimizer = OptimizerKind::adamw;
   Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
+  Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/fp32_gemm.h
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup_steps = 10;

@@ -28,13 +28,6 @@ std::string read_text(const std::string& path) {  // "" when absent or unreadabl
   }
 }
 
-std::string cache_dir() {
-  if (const char* d = std::getenv("LCT_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/lct";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/lct";
-  return {};
-}
-
 // What a cost model measured here and now would record (its times are not filled in).
 CaCostModel this_setup(const LlamaConfig& m) {
   CaCostModel s;
@@ -119,7 +112,7 @@ CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m)
   if (setting == "pairs" || setting.empty()) return {std::nullopt, "", "attention pairs"};
   if (setting != "auto") return from_file(setting, m);
   const CaCostModel setup = this_setup(m);
-  const std::string dir = cache_dir();
+  const std::string dir = cache_folder();
   const std::string path = dir.empty() ? "" : (fs::path(dir) / cache_file(setup)).string();
   if (!path.empty()) {
     const std::optional<CaCostModel> cached = parse_quietly(read_text(path), path);

@@ -18,6 +18,7 @@
 #include "parallel/trace_gather.h"
 #include "src/io/trace_json.h"
 #include "src/train/cad_profile.h"
+#include "src/train/fp32_gemm.h"
 #include "src/train/flops.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
@@ -72,6 +73,26 @@ CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, 
   return cad_cost_from_text(shared[1], shared[2]);
 }
 
+// train.fp32_gemm resolved on rank 0 (which may measure while the others wait asleep)
+// and set on every rank: one library for the whole run.
+std::string shared_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens, const ProcessGrid& grid) {
+  std::vector<std::string> shared(3);  // error, library, description
+  if (grid.is_root()) {
+    try {
+      const Fp32GemmChoice choice = resolve_fp32_gemm(setting, m, tokens);
+      shared = {"", fp32_library_name(choice.library), choice.description};
+    } catch (const std::exception& e) {
+      shared = {std::string("train.fp32_gemm: ") + e.what(), "", ""};
+    }
+  }
+  const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
+  barrier_sleeping(world);
+  broadcast_strings(shared, world);
+  if (!shared[0].empty()) throw ConfigError(shared[0]);
+  set_fp32_library(parse_fp32_library(shared[1]));
+  return shared[2];
+}
+
 const DocumentSource& checked(const DocumentSource& source, const LlamaConfig& model) {
   check_document_source(source, model);
   return source;
@@ -97,6 +118,8 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
       plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
     throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
   model_.set_precision(plan.precision);
+  if (plan.precision == Precision::fp32)
+    fp32_gemm_description_ = shared_fp32_gemm(config.train.fp32_gemm, plan.model, config.data.seq_len, grid);
   switch (plan.placement) {
     case Placement::cad: {
       CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);
@@ -441,6 +464,7 @@ void Trainer::log_header() const {
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
+  if (!fp32_gemm_description_.empty()) log_info("fp32 products: %s", fp32_gemm_description_.c_str());
   if (plan_.precision == Precision::bf16)
     log_info("precision bf16 (linear layers and attention products; softmax statistics, norms, loss, "
              "weights, gradients and optimizer in fp32): %s", bf16_support().note.c_str());

@@ -97,6 +97,7 @@ class Trainer {
   ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
   CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
   std::string cad_cost_description_;                  // what its planner balances (log)
+  std::string fp32_gemm_description_;                 // train.fp32_gemm resolved (log; fp32 runs)
   std::unique_ptr<RunFolderLock> folder_lock_;        // rank 0: this run's folder, locked
   PipelineExecutor executor_;
   TrainerState state_;

@@ -27,6 +27,13 @@ int configure_threads(int64_t threads) {
   return n;
 }
 
+std::string cache_folder() {
+  if (const char* d = std::getenv("LCT_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/lct";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/lct";
+  return {};
+}
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;

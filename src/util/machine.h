@@ -12,6 +12,9 @@ namespace lct {
 int configure_threads(int64_t threads);
 std::string blas_description();
 std::string cpu_model_name();  // /proc/cpuinfo's model name
+// Where lct caches what it measured about this machine: $LCT_CACHE_DIR, else
+// $XDG_CACHE_HOME/lct, else $HOME/.cache/lct; "" when none is set.
+std::string cache_folder();
 // Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
 // AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
 std::string blas_capability_warning();

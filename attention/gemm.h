@@ -68,6 +68,7 @@ inline uint16_t bf16_bits(float x) {
   const uint32_t quiet_nan = (u >> 16) | 0x40u;
   return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
-inline float round_to_bf16(float x) { return std::bit_cast<float>(uint32_t(bf16_bits(x)) << 16); }
+inline float bf16_value(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
+inline float round_to_bf16(float x) { return bf16_value(bf16_bits(x)); }
 
 }  // namespace lct

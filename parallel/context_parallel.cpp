@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
@@ -70,24 +71,45 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
   }
   if (gathered_.size() < size_t(total)) gathered_.resize(size_t(total));
   const int64_t mine = rows_of(in.batch.pieces) * w;
-  float* slot = gathered_.data() + displs_[size_t(rank_)];
-  std::copy(k, k + mine, slot);
-  std::copy(v, v + mine, slot + mine);
+  const bool wire16 = in.params.precision == Precision::bf16;
+  if (wire16 && gathered16_.size() < size_t(total)) gathered16_.resize(size_t(total));
   const auto t0 = SteadyClock::now();
-  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
-                 displs_.data(), MPI_FLOAT, comm_);
+  if (wire16) {
+    uint16_t* slot = gathered16_.data() + displs_[size_t(rank_)];
+    for (int64_t i = 0; i < mine; ++i) slot[i] = bf16_bits(k[i]), slot[mine + i] = bf16_bits(v[i]);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered16_.data(), counts_.data(),
+                   displs_.data(), MPI_UINT16_T, comm_);
+  } else {
+    float* slot = gathered_.data() + displs_[size_t(rank_)];
+    std::copy(k, k + mine, slot);
+    std::copy(v, v + mine, slot + mine);
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
+                   displs_.data(), MPI_FLOAT, comm_);
+  }
   stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
-  stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(sizeof(float));
+  stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(wire16 ? sizeof(uint16_t) : sizeof(float));
 
   const size_t seq = size_t(in.batch.sequence_tokens * w);
   if (ks_.size() < seq) ks_.resize(seq), vs_.resize(seq);
+  const auto put = [&](const auto* src, int64_t from, int64_t n, float* dst) {
+    for (int64_t e = 0; e < n; ++e) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(*src)>, uint16_t>) dst[e] = bf16_value(src[from + e]);
+      else dst[e] = src[from + e];
+    }
+  };
   for (int j = 0; j < size_; ++j) {
     const int64_t rows_j = rows_of(group[size_t(j)]);
-    const float* kb = gathered_.data() + displs_[size_t(j)];
-    const float* vb = kb + rows_j * w;
+    const int64_t at = displs_[size_t(j)];
     for (const DocPiece& p : group[size_t(j)]) {
-      std::copy(kb + p.row * w, kb + (p.row + p.len) * w, ks_.data() + p.seq_row() * w);
-      std::copy(vb + p.row * w, vb + (p.row + p.len) * w, vs_.data() + p.seq_row() * w);
+      float* kd = ks_.data() + p.seq_row() * w;
+      float* vd = vs_.data() + p.seq_row() * w;
+      if (wire16) {
+        put(gathered16_.data(), at + p.row * w, p.len * w, kd);
+        put(gathered16_.data(), at + (rows_j + p.row) * w, p.len * w, vd);
+      } else {
+        put(gathered_.data(), at + p.row * w, p.len * w, kd);
+        put(gathered_.data(), at + (rows_j + p.row) * w, p.len * w, vd);
+      }
     }
   }
   tasks_.clear();
@@ -177,22 +199,56 @@ void ContextParallelAttention::finish_transfers() {
 
 void ContextParallelAttention::begin_transfers() { requests_.clear(); }
 
-// Ring step i: send the block in hand (K, V of n floats each) to the next rank and
+// This rank's own K and V block (n floats each): the kernel reads them in place; in a
+// bf16 run they travel as bf16 copies.
+ContextParallelAttention::Block ContextParallelAttention::own_block(const AttentionInput& in,
+                                                                  const float* k, const float* v,
+                                                                  int64_t n) {
+  bf16_wire_ = in.params.precision == Precision::bf16;
+  if (!bf16_wire_) return {k, v, k, v};
+  if (own_k_.size() < size_t(n)) own_k_.resize(size_t(n)), own_v_.resize(size_t(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < n; ++e) own_k_[size_t(e)] = bf16_bits(k[e]), own_v_[size_t(e)] = bf16_bits(v[e]);
+  return {own_k_.data(), own_v_.data(), k, v};
+}
+
+// The block pass_block(i) received (n elements each), once it has arrived.
+ContextParallelAttention::Block ContextParallelAttention::received_block(int i, int64_t n) {
+  const int b = (i + 1) & 1;
+  if (!bf16_wire_) return {block_k_[b].data(), block_v_[b].data(), block_k_[b].data(), block_v_[b].data()};
+  if (block_k_[b].size() < size_t(n)) block_k_[b].resize(size_t(n)), block_v_[b].resize(size_t(n));
+  float* k = block_k_[b].data();
+  float* v = block_v_[b].data();
+  const uint16_t* wk = wire_k_[b].data();
+  const uint16_t* wv = wire_v_[b].data();
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < n; ++e) k[e] = bf16_value(wk[e]), v[e] = bf16_value(wv[e]);
+  return {wk, wv, k, v};
+}
+
+// Ring step i: send the block in hand (K, V of n elements each) to the next rank and
 // receive the next one (from rank r - i - 1) into the other buffer; tags tag, tag + 1.
-void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const float* cur_k,
-                                          const float* cur_v, int64_t n, int tag) {
+void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const Block& cur, int64_t n,
+                                          int tag) {
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   const int jn = (rank_ - i - 1 + 2 * size_) % size_;
   const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * kv_width(in.params);
-  std::vector<float>& bk = block_k_[(i + 1) & 1];
-  std::vector<float>& bv = block_v_[(i + 1) & 1];
-  if (bk.size() < size_t(n_next)) bk.resize(size_t(n_next)), bv.resize(size_t(n_next));
+  const int b = (i + 1) & 1;
+  void *rk, *rv;
+  if (bf16_wire_) {
+    if (wire_k_[b].size() < size_t(n_next)) wire_k_[b].resize(size_t(n_next)), wire_v_[b].resize(size_t(n_next));
+    rk = wire_k_[b].data(), rv = wire_v_[b].data();
+  } else {
+    if (block_k_[b].size() < size_t(n_next)) block_k_[b].resize(size_t(n_next)), block_v_[b].resize(size_t(n_next));
+    rk = block_k_[b].data(), rv = block_v_[b].data();
+  }
+  const MPI_Datatype type = bf16_wire_ ? MPI_UINT16_T : MPI_FLOAT;
   requests_.resize(4);
-  MPI_Irecv(bk.data(), count_of(n_next), MPI_FLOAT, prev, tag, comm_, &requests_[0]);
-  MPI_Irecv(bv.data(), count_of(n_next), MPI_FLOAT, prev, tag + 1, comm_, &requests_[1]);
-  MPI_Isend(cur_k, count_of(n), MPI_FLOAT, next, tag, comm_, &requests_[2]);
-  MPI_Isend(cur_v, count_of(n), MPI_FLOAT, next, tag + 1, comm_, &requests_[3]);
-  stats_.bytes_sent += 2 * n * int64_t(sizeof(float));
+  MPI_Irecv(rk, count_of(n_next), type, prev, tag, comm_, &requests_[0]);
+  MPI_Irecv(rv, count_of(n_next), type, prev, tag + 1, comm_, &requests_[1]);
+  MPI_Isend(cur.k_wire, count_of(n), type, next, tag, comm_, &requests_[2]);
+  MPI_Isend(cur.v_wire, count_of(n), type, next, tag + 1, comm_, &requests_[3]);
+  stats_.bytes_sent += 2 * n * int64_t(bf16_wire_ ? sizeof(uint16_t) : sizeof(float));
 }
 
 void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
@@ -205,25 +261,25 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
   std::fill(lse, lse + T * H, -INFINITY);
   if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
   if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
-  const float *cur_k = k, *cur_v = v;
+  Block cur = own_block(in, k, v, T * w);
   for (int i = 0; i < size_; ++i) {
     const int j = (rank_ - i + size_) % size_;
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     begin_transfers();
-    if (i + 1 < size_) pass_block(in, i, cur_k, cur_v, n_j, 2 * i);  // the next one travels meanwhile
+    if (i + 1 < size_) pass_block(in, i, cur, n_j, 2 * i);  // the next one travels meanwhile
     ring_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
       std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
-      attention_forward(prm, call, q, cur_k, cur_v, part_out_.data(), part_lse_.data());
+      attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
       progress();
       merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
       progress();
     }
     finish_transfers();
     if (i + 1 < size_) {
-      cur_k = block_k_[(i + 1) & 1].data();
-      cur_v = block_v_[(i + 1) & 1].data();
+      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
+      cur = received_block(i, rows_of(in.batch.group_pieces[size_t(jn)]) * w);
     }
   }
 }
@@ -243,13 +299,13 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
     stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   };
-  const float *cur_k = k, *cur_v = v;
+  Block cur = own_block(in, k, v, rows_of(in.batch.pieces) * w);
   for (int i = 0; i < size_; ++i) {
     const int j = (rank_ - i + size_) % size_;
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     const int b = i & 1;
     begin_transfers();
-    if (i + 1 < size_) pass_block(in, i, cur_k, cur_v, n_j, 4 * i);  // the next one travels meanwhile
+    if (i + 1 < size_) pass_block(in, i, cur, n_j, 4 * i);  // the next one travels meanwhile
     if (i > 0) {  // block j's accumulator, from the ranks that computed on it before
       if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
       requests_.resize(requests_.size() + 2);
@@ -266,7 +322,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     ring_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
-      attention_backward(prm, call, q, cur_k, cur_v, out, lse, dout, dq, ak.data(), av.data());
+      attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
       progress();
     }
     finish_transfers();
@@ -282,8 +338,8 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
     stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
     if (i + 1 < size_) {
-      cur_k = block_k_[(i + 1) & 1].data();
-      cur_v = block_v_[(i + 1) & 1].data();
+      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
+      cur = received_block(i, rows_of(in.batch.group_pieces[size_t(jn)]) * w);
     }
   }
   // this rank's own block comes back with every rank's contribution

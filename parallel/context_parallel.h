@@ -14,6 +14,10 @@
 //              backward the blocks travel again and each block's dK/dV accumulator
 //              follows it, picking up every rank's contribution, back to its owner.
 //
+// In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
+// them to bf16 anyway, so the results are the same and the bytes half. The backward's
+// dK/dV accumulators and sums stay fp32.
+//
 // Positions inside a task are in-document, never shard-local, so DCA is exact too.
 // Hidden exchange time is estimated from a bandwidth probe (PlacementStats).
 // Both are deterministic for a given layout: the ring merges and sums in step order;
@@ -64,8 +68,16 @@ class ContextParallelAttention final : public AttentionPlacement {
   void ring_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
                      const float* out, const float* lse, const float* dout, float* dq,
                      float* dk, float* dv);
-  void pass_block(const AttentionInput& in, int i, const float* cur_k, const float* cur_v,
-                  int64_t n, int tag);
+  // The K and V block in hand at a ring step: as it travels (fp32, or bf16 bits in a
+  // bf16 run) and as the kernel reads it (fp32).
+  struct Block {
+    const void *k_wire, *v_wire;
+    const float *k, *v;
+  };
+  Block own_block(const AttentionInput& in, const float* k, const float* v, int64_t n);
+  Block received_block(int i, int64_t n);  // what pass_block(i) received, after it arrived
+  void pass_block(const AttentionInput& in, int i, const Block& cur, int64_t n, int tag);
+  bool bf16_wire_ = false;  // this call's K and V travel in bf16
   void begin_transfers();
   void progress();
   void finish_transfers();
@@ -79,6 +91,7 @@ class ContextParallelAttention final : public AttentionPlacement {
   std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
   std::vector<float> block_k_[2], block_v_[2], part_out_, part_lse_, acc_k_[2], acc_v_[2],
       acc_in_k_, acc_in_v_;
+  std::vector<uint16_t> wire_k_[2], wire_v_[2], own_k_, own_v_, gathered16_;  // bf16 on the wire
   std::vector<std::vector<AttentionTask>> calls_;
   std::vector<AttentionTask> tasks_;
   std::vector<int> counts_, displs_;

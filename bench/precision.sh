@@ -8,11 +8,14 @@
 # median over rounds with their range. Also: the peak activation memory of each (the
 # slot pool's peak, metrics.jsonl), and what runs the bf16 products here.
 #
-# With --quality N (default 0: off) it then trains the config N steps in each precision,
-# same seed, and sets the mean loss of bf16's last 20 steps against fp32's.
+# With --quality N (default 0: off) it then trains the config N steps in each precision
+# for each of --seeds seeds (default 1; the same seed for both), and sets the mean loss of
+# bf16's last 20 steps against fp32's. Beside them, fp32 on the other fp32 library
+# (train.fp32_gemm openblas vs onednn: fp32 again, only summed in another order) shows
+# how far two runs drift apart from last-bit differences alone.
 #
 #   bash bench/precision.sh [--config configs/default.toml] [--steps 8] [--rounds 3]
-#                           [--long 16384] [--quality 150] [extra lct train args...]
+#                           [--long 16384] [--quality 150] [--seeds 3] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG=configs/default.toml
@@ -20,8 +23,9 @@ STEPS=8
 ROUNDS=3
 LONG=16384
 QUALITY=0
+SEEDS=1
 source bench/common.sh  # LCT, $work, bench_options
-bench_options "steps rounds long quality" "$@"
+bench_options "steps rounds long quality seeds" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name precision [extra args]
@@ -40,6 +44,7 @@ for r in $(seq "$ROUNDS"); do
   run "r${r}_long_fp32" fp32 "${LONG_ARGS[@]}" "$@"
   run "r${r}_long_bf16" bf16 "${LONG_ARGS[@]}" "$@"
 done
+if [ "$ROUNDS" -gt 0 ]; then  # (--rounds 0: the quality runs only)
 grep -m1 "lct train |" "$work/r1_mix_fp32.log"
 grep -m1 "precision bf16" "$work/r1_mix_bf16.log" | sed 's/^.*precision bf16/precision bf16/'
 PYTHONPATH=bench python3 - "$work" "$ROUNDS" <<'PY'
@@ -62,20 +67,35 @@ for load_name, label in (("mix", "config's mix"), ("long", "one long document"))
           f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); peak activations "
           f"fp32 {peak(a):.0f} MiB, bf16 {peak(b):.0f} MiB")
 PY
+fi
 
 [ "$QUALITY" -gt 0 ] || exit 0
-for precision in fp32 bf16; do
-  "$LCT" train --config "$CONFIG" --train.steps "$QUALITY" --train.precision "$precision" \
-    --checkpoint.every 0 --checkpoint.dir "$work/q_$precision" "$@" > "$work/q_$precision.log" 2>&1 \
-    || { cat "$work/q_$precision.log"; exit 1; }
+for seed in $(seq "$SEEDS"); do
+  for run in fp32:auto bf16:auto fp32:openblas fp32:onednn; do
+    precision=${run%:*} library=${run#*:}
+    "$LCT" train --config "$CONFIG" --train.steps "$QUALITY" --train.precision "$precision" \
+      --train.fp32_gemm "$library" --train.seed "$seed" --checkpoint.every 0 \
+      --checkpoint.dir "$work/q${seed}_${precision}_$library" "$@" > "$work/q${seed}_${precision}_$library.log" 2>&1 \
+      || { cat "$work/q${seed}_${precision}_$library.log"; exit 1; }
+  done
 done
-PYTHONPATH=bench python3 - "$work" "$QUALITY" <<'PY'
+PYTHONPATH=bench python3 - "$work" "$QUALITY" "$SEEDS" <<'PY'
 import sys
 from throughput import load
-work, steps = sys.argv[1], int(sys.argv[2])
-last = lambda p: [x["loss"] for x in load(f"{work}/q_{p}")][-20:]
-a, b = last("fp32"), last("bf16")
-ma, mb = sum(a) / len(a), sum(b) / len(b)
-print(f"  quality: {steps} steps, mean loss of the last 20: fp32 {ma:.4f}, bf16 {mb:.4f} "
-      f"({100 * (mb - ma) / ma:+.2f} %)")
+work, steps, seeds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def last20(run):
+    losses = [x["loss"] for x in load(f"{work}/{run}")][-20:]
+    return sum(losses) / len(losses)
+print(f"  quality: {steps} steps, mean loss of the last 20 steps")
+print(f"  {'seed':>4} {'fp32':>8} {'bf16':>8} {'bf16 vs fp32':>13} {'fp32 openblas':>14} {'fp32 onednn':>12} {'fp32 vs fp32':>13}")
+diffs, noise = [], []
+for s in range(1, seeds + 1):
+    a, b = last20(f"q{s}_fp32_auto"), last20(f"q{s}_bf16_auto")
+    o, d = last20(f"q{s}_fp32_openblas"), last20(f"q{s}_fp32_onednn")
+    diffs.append(100 * (b - a) / a)
+    noise.append(100 * (d - o) / o)
+    print(f"  {s:>4} {a:>8.4f} {b:>8.4f} {diffs[-1]:>+12.2f}% {o:>14.4f} {d:>12.4f} {noise[-1]:>+12.2f}%")
+mean = lambda v: sum(v) / len(v)
+print(f"  mean over seeds: bf16 vs fp32 {mean(diffs):+.2f} %, fp32 vs fp32 (library) {mean(noise):+.2f} %; "
+      f"largest |difference| {max(map(abs, diffs)):.2f} % and {max(map(abs, noise)):.2f} %")
 PY

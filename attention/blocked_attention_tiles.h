@@ -169,9 +169,8 @@ inline void add_rotated_back(const Geometry& geo, const AttentionTask& t, int64_
   }
 }
 
-// ---- native bf16 (blocked_attention_bf16.cpp) -------------------------------------
-
-// K and V as the forward products read them.
+// K and V as the forward products read them (the bf16_native fields are made by
+// make_bf16_forward_keys below).
 struct ForwardKeys {
   const float* k = nullptr;  // fp32, bf16_rounded: K and V rows (rounded for the latter)
   const float* v = nullptr;
@@ -180,6 +179,8 @@ struct ForwardKeys {
   const uint32_t* vp = nullptr;  // bf16_native: V row pairs (rows 2p, 2p+1) [KV, vp_pairs, hd]
   int64_t vp_pairs = 0;
 };
+
+// ---- native bf16 (blocked_attention_bf16.cpp) -------------------------------------
 
 // Native forward keys from fp32 K and V rows [0, rows); storage grows in the buffers.
 ForwardKeys make_bf16_forward_keys(const Geometry& geo, const float* k, const float* v, int64_t rows,

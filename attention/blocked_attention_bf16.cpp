@@ -170,15 +170,21 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
       // dQp^T [hd, M] = scale K_blk^T dS over key-row pairs (an odd last row pairs with zero)
       bf16_tiles::interleave_rows(dstb, mc, M, ldh, dspairs, mp);
       bf16_tiles::gemm(hd, M, (mc + 1) / 2, factor, ktc, keys.kt_ld, dspairs, mp, false, dqt, mp);
+      // back to rows [M, hd] (into qp, packed already), so the adds below run along rows
+      for (int64_t d = 0; d < hd; ++d) {
+        const float* src = dqt + d * mp;
+        for (int64_t r = 0; r < M; ++r) qp[r * hd + d] = src[r];
+      }
       if (chunk_distance == kNoRotation) {
         for (int64_t hh = 0; hh < geo.G; ++hh)
           for (int64_t i = 0; i < n; ++i) {
             float* dst = dq + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * hd;
-            const float* src = dqt + hh * n + i;
-            for (int64_t d = 0; d < hd; ++d) dst[d] += src[d * mp];
+            const float* src = qp + (hh * n + i) * hd;
+#pragma omp simd
+            for (int64_t d = 0; d < hd; ++d) dst[d] += src[d];
           }
       } else {
-        add_rotated_back(geo, t, g, i0, n, chunk_distance, dqt, 1, mp, dq);
+        add_rotated_back(geo, t, g, i0, n, chunk_distance, qp, hd, 1, dq);
       }
     }
   }

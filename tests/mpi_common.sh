@@ -32,7 +32,7 @@ expect_layout_error() {
   local out rc=0
   out=$(timeout 60 $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
   if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then echo "$out"; echo "FAIL: expected an error, rc=$rc"; exit 1; fi
-  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  grep -q -- "$msg" <<< "$out" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
   [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: error not reported once"; exit 1; }
   echo "ok   layout error: $msg"
 }

@@ -72,7 +72,7 @@ expect_mpmd_error() {  # message, rank 1's arguments (MODEL and --train.steps 3 
   if [ "$rc" = 0 ] || [ "$rc" = 124 ] || (( $(date +%s) - start > 30 )); then
     echo "$out"; echo "FAIL: MPMD '$msg': rc=$rc after $(( $(date +%s) - start )) s"; exit 1
   fi
-  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: MPMD: missing '$msg'"; exit 1; }
+  grep -q -- "$msg" <<< "$out" || { echo "$out"; echo "FAIL: MPMD: missing '$msg'"; exit 1; }
   [ "$(echo "$out" | grep -c "lct: error")" = 1 ] || { echo "$out"; echo "FAIL: MPMD '$msg': not one line"; exit 1; }
   echo "ok   MPMD: $(echo "$out" | grep "lct: error")"
 }

@@ -14,7 +14,7 @@ MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_la
 /usr/bin/python3 "$SRC/scripts/plot_runs.py" a b/step_00000003.h5 --names lr3e-3,lr1e-2 --out p.png
 [ -s p.png ] && head -c 8 p.png | grep -q PNG || { echo "FAIL: no PNG"; exit 1; }
 out=$(/usr/bin/python3 "$SRC/scripts/plot_runs.py" missing --out q.png 2>&1) && { echo "FAIL: missing run accepted"; exit 1; }
-echo "$out" | grep -q "plot_runs: missing: no such file" || { echo "$out"; exit 1; }
+grep -q "plot_runs: missing: no such file" <<< "$out" || { echo "$out"; exit 1; }
 out=$(/usr/bin/python3 "$SRC/scripts/plot_runs.py" a b --names one --out q.png 2>&1) && { echo "FAIL: bad --names accepted"; exit 1; }
-echo "$out" | grep -q "has 1 names for 2 runs" || { echo "$out"; exit 1; }
+grep -q "has 1 names for 2 runs" <<< "$out" || { echo "$out"; exit 1; }
 echo "plot_runs: all passed"

@@ -79,7 +79,7 @@ done
 # 2. --dry-run prints the schedule that runs
 out=$($MPIRUN -np 2 "$LCT" train --dry-run $MODEL --checkpoint.dir dry --attention.placement cad \
       --parallel.pp 2 --parallel.pp_schedule 1f1b 2>&1) || fail "dry run failed: $out"
-echo "$out" | grep -q "attention placement cad (ping-pong nano-batches; attention.cad_pingpong = auto: on under pipeline ticks), pipeline schedule ticks: CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = 1f1b is not used)" \
+grep -q "attention placement cad (ping-pong nano-batches; attention.cad_pingpong = auto: on under pipeline ticks), pipeline schedule ticks: CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = 1f1b is not used)" <<< "$out" \
   || fail "--dry-run does not print the ticks schedule and the lanes that CAD with pp = 2 runs: $out"
 run_train ran 2 --train.steps 1 --attention.placement cad --attention.cad_profile pairs --parallel.pp 2 \
   --parallel.pp_schedule 1f1b
@@ -94,7 +94,7 @@ for cmd in "train --dry-run" "train"; do
   # shellcheck disable=SC2086
   out=$(timeout 60 "$LCT" $cmd $MODEL --checkpoint.dir vocab_dry --data.source text --data.path text.txt 2>&1)
   rc=$?
-  [ "$rc" = 1 ] && echo "$out" | grep -q "model.vocab_size (128) is smaller than the data's vocabulary (256" \
+  [ "$rc" = 1 ] && grep -q "model.vocab_size (128) is smaller than the data's vocabulary (256" <<< "$out" \
     || fail "lct $cmd does not refuse a vocabulary beyond model.vocab_size (rc $rc): $out"
 done
 [ ! -e vocab_dry ] || fail "a refused run left checkpoint.dir behind"

@@ -53,7 +53,7 @@ expect_error() {  # message args...
   shift
   out=$("$LCT" simulate $MODEL --steps 1 --calibration-steps 1 "$@" 2>&1) || rc=$?
   [ "$rc" = 1 ] || { echo "$out"; echo "FAIL: exit $rc, expected 1"; exit 1; }
-  echo "$out" | grep -q -- "$msg" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  grep -q -- "$msg" <<< "$out" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
   echo "ok   error: $msg"
 }
 expect_error "--tflops replaces the calibration" --ranks 2 --tflops 100 --calibration-out x.txt

@@ -143,15 +143,13 @@ const Bf16Support& bf16_support() {
     Bf16Support s;
     const std::string impl = onednn().probe();
     s.instructions = !impl.empty();
-    const bool tiles = bf16_tiles::available();
+    s.attention = bf16_tiles::available() ? "lct's AVX512-BF16 tile kernel" : "OpenBLAS SGEMM on bf16-rounded tiles";
     if (s.instructions) {
       s.kernel = "oneDNN bf16 matmul (" + impl + ")";
-      s.attention = tiles ? "lct's AVX512-BF16 tile kernel" : "OpenBLAS SGEMM on bf16-rounded tiles";
       s.note = "bf16 products run on this CPU's bf16 instructions: linear layers in " + s.kernel +
                ", attention in " + s.attention;
     } else {
       s.kernel = "OpenBLAS SGEMM on bf16-rounded operands";
-      s.attention = tiles ? "lct's AVX512-BF16 tile kernel" : "OpenBLAS SGEMM on bf16-rounded tiles";
       s.note = "this CPU has no bf16 instructions (no AVX512-BF16 or AMX-BF16): bf16 products run as "
                "fp32 SGEMM on bf16-rounded operands (the same numbers; the rounding pass costs extra, "
                "nothing is faster than fp32)";

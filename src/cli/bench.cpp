@@ -562,9 +562,8 @@ int run_bench(const Config& config, const BenchOptions& o) {
     }
     {
       const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
-      const bool dnn = rates.onednn >= 1.1 * rates.openblas;
       say(o, "  train.fp32_gemm = auto here: %s (all the model's linear products: oneDNN f32 %.0f, OpenBLAS %.0f "
-             "GFLOP/s; oneDNN needs a 10%% lead)\n", dnn ? "onednn" : "openblas", rates.onednn, rates.openblas);
+             "GFLOP/s; oneDNN needs a 10%% lead)\n", fp32_library_name(faster_fp32_library(rates)), rates.onednn, rates.openblas);
     }
   }
 

@@ -94,6 +94,10 @@ Fp32GemmRates measure_fp32_gemm(const LlamaConfig& m, int64_t tokens) {
   return {flops / blas / 1e9, flops / dnn / 1e9};
 }
 
+Fp32Library faster_fp32_library(const Fp32GemmRates& r) {
+  return r.onednn >= 1.1 * r.openblas ? Fp32Library::onednn : Fp32Library::openblas;
+}
+
 Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens) {
   if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
   if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
@@ -113,7 +117,7 @@ Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int6
     }
   }
   const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
-  const Fp32Library library = r.onednn >= 1.1 * r.openblas ? Fp32Library::onednn : Fp32Library::openblas;
+  const Fp32Library library = faster_fp32_library(r);
   std::string where = "measured now, not cached: no cache folder";
   if (!path.empty()) {
     try {

@@ -29,6 +29,8 @@ struct Fp32GemmRates {
   double openblas = 0, onednn = 0;
 };
 Fp32GemmRates measure_fp32_gemm(const LlamaConfig& m, int64_t tokens);
+// auto's rule: oneDNN when it is at least 10 % faster, else OpenBLAS.
+Fp32Library faster_fp32_library(const Fp32GemmRates& rates);
 
 // Resolves the setting on this process (may measure for auto).
 Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens);

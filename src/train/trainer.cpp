@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <stdexcept>
@@ -55,42 +56,43 @@ Trainer::Trainer(const Config& config, const ProcessGrid& grid)
 namespace {
 // The CAD cost model (src/train/cad_profile.h), resolved on rank 0 and shared, so that every
 // rank plans with the same one; an error there stops every rank with its message.
-CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
-  std::vector<std::string> shared(3);  // error, cost model text, description
+// A choice that rank 0 makes (it may measure, while the other ranks wait asleep: a
+// spinning wait would share the cores being measured) and every rank receives: the
+// strings `decide` returns, or one ConfigError on every rank (error_prefix + what()).
+std::vector<std::string> decided_on_root(const ProcessGrid& grid, size_t count, const std::string& error_prefix,
+                                         const std::function<std::vector<std::string>()>& decide) {
+  std::vector<std::string> shared(count + 1);  // error, then decide's strings
   if (grid.is_root()) {
     try {
-      const CadCostChoice choice = resolve_cad_cost(setting, m);
-      shared = {"", choice.text, choice.description};
+      const std::vector<std::string> made = decide();
+      std::copy(made.begin(), made.end(), shared.begin() + 1);
     } catch (const std::exception& e) {
-      shared = {e.what(), "", ""};
+      shared[0] = error_prefix + e.what();
     }
   }
-  // the other ranks wait asleep: a spinning wait would share the cores being measured
   const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
   barrier_sleeping(world);
   broadcast_strings(shared, world);
   if (!shared[0].empty()) throw ConfigError(shared[0]);
-  return cad_cost_from_text(shared[1], shared[2]);
+  return std::vector<std::string>(shared.begin() + 1, shared.end());
 }
 
-// train.fp32_gemm resolved on rank 0 (which may measure while the others wait asleep)
-// and set on every rank: one library for the whole run.
+CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
+  const std::vector<std::string> shared = decided_on_root(grid, 2, "", [&] {
+    const CadCostChoice choice = resolve_cad_cost(setting, m);
+    return std::vector<std::string>{choice.text, choice.description};  // cost model text, description
+  });
+  return cad_cost_from_text(shared[0], shared[1]);
+}
+
+// train.fp32_gemm resolved on rank 0 and set on every rank: one library for the whole run.
 std::string shared_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens, const ProcessGrid& grid) {
-  std::vector<std::string> shared(3);  // error, library, description
-  if (grid.is_root()) {
-    try {
-      const Fp32GemmChoice choice = resolve_fp32_gemm(setting, m, tokens);
-      shared = {"", fp32_library_name(choice.library), choice.description};
-    } catch (const std::exception& e) {
-      shared = {std::string("train.fp32_gemm: ") + e.what(), "", ""};
-    }
-  }
-  const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
-  barrier_sleeping(world);
-  broadcast_strings(shared, world);
-  if (!shared[0].empty()) throw ConfigError(shared[0]);
-  set_fp32_library(parse_fp32_library(shared[1]));
-  return shared[2];
+  const std::vector<std::string> shared = decided_on_root(grid, 2, "train.fp32_gemm: ", [&] {
+    const Fp32GemmChoice choice = resolve_fp32_gemm(setting, m, tokens);
+    return std::vector<std::string>{fp32_library_name(choice.library), choice.description};
+  });
+  set_fp32_library(parse_fp32_library(shared[0]));
+  return shared[1];
 }
 
 const DocumentSource& checked(const DocumentSource& source, const LlamaConfig& model) {

@@ -29,15 +29,19 @@ namespace {
 
 using dnnl::memory;
 
-// rows x cols of a row-major matrix with leading dimension ld, rounded to bf16 densely
-// into out: as bf16 bits (uint16_t) or as the floats they stand for
-template <typename T>
-void rounded_copy(const float* src, int64_t rows, int64_t cols, int64_t ld, T* out) {
+// rows x cols of a row-major matrix with leading dimension ld, densely into out: rounded
+// to bf16 from fp32 (as bits, or as the floats they stand for), or copied / widened
+// from bf16 bits (exact)
+template <typename From, typename To>
+void dense_copy(const From* src, int64_t rows, int64_t cols, int64_t ld, To* out) {
 #pragma omp parallel for schedule(static) if (rows * cols > 65536)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
-      if constexpr (std::is_same_v<T, uint16_t>) out[r * cols + c] = bf16_bits(src[r * ld + c]);
-      else out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+      const From x = src[r * ld + c];
+      if constexpr (std::is_same_v<From, float> && std::is_same_v<To, uint16_t>) out[r * cols + c] = bf16_bits(x);
+      else if constexpr (std::is_same_v<From, float>) out[r * cols + c] = round_to_bf16(x);
+      else if constexpr (std::is_same_v<To, uint16_t>) out[r * cols + c] = x;
+      else out[r * cols + c] = bf16_value(x);
     }
 }
 
@@ -136,6 +140,30 @@ T* scratch(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
+// A stored rows x cols operand (leading dimension ld) as the dense bf16 bits oneDNN
+// takes: itself when it is bf16 and dense, else a copy in buf (rounded from fp32).
+const uint16_t* dense_bf16(Operand x, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t>& buf) {
+  if (x.bf16 && ld == cols) return static_cast<const uint16_t*>(x.data);
+  uint16_t* out = scratch(buf, rows * cols);
+  if (x.bf16) dense_copy(static_cast<const uint16_t*>(x.data), rows, cols, ld, out);
+  else dense_copy(static_cast<const float*>(x.data), rows, cols, ld, out);
+  return out;
+}
+
+// The same as floats for SGEMM: fp32 in place when `round` is off, else the operand's
+// bf16 values (rounded from fp32, or widened from bf16) densely in buf. *ld_out is the
+// leading dimension of the result.
+const float* sgemm_operand(Operand x, bool round, int64_t rows, int64_t cols, int64_t ld,
+                           std::vector<float>& buf, int64_t* ld_out) {
+  *ld_out = ld;
+  if (!x.bf16 && !round) return static_cast<const float*>(x.data);
+  float* out = scratch(buf, rows * cols);
+  if (x.bf16) dense_copy(static_cast<const uint16_t*>(x.data), rows, cols, ld, out);
+  else dense_copy(static_cast<const float*>(x.data), rows, cols, ld, out);
+  *ld_out = cols;
+  return out;
+}
+
 }  // namespace
 
 const Bf16Support& bf16_support() {
@@ -159,20 +187,23 @@ const Bf16Support& bf16_support() {
   return support;
 }
 
-void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
+          int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-  if (precision == Precision::fp32) {
-    if (fp32_library() == Fp32Library::onednn && K > 0)
-      gemm_fp32_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else
-      cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
-                  int(ldc));
+  if (precision == Precision::bf16) {
+    gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, ta, tb, M, N, K,
+              alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, ta, tb, M, N, K,
-            alpha, A, lda, B, ldb, beta, C, ldc);
+  // fp32: bf16 operands are widened (exactly); fp32 ones are used in place
+  static thread_local std::vector<float> sa, sb;
+  const float* a = sgemm_operand(A, false, ta ? K : M, ta ? M : K, lda, sa, &lda);
+  const float* b = sgemm_operand(B, false, tb ? N : K, tb ? K : N, ldb, sb, &ldb);
+  if (fp32_library() == Fp32Library::onednn && K > 0)
+    gemm_fp32_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
+  else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
+                int(K), alpha, a, int(lda), b, int(ldb), beta, C, int(ldc));
 }
 
 namespace {
@@ -216,31 +247,27 @@ void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   onednn().run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
-void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
+               int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   // stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N)
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  if (K == 0) {  // C = beta C: nothing to round
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), 0, alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  if (K == 0) {  // C = beta C: no operand is read
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
   if (kernel == Bf16Kernel::onednn) {
     static thread_local std::vector<uint16_t> sa, sb;
-    uint16_t* a = scratch(sa, a_rows * a_cols);
-    uint16_t* b = scratch(sb, b_rows * b_cols);
-    rounded_copy(A, a_rows, a_cols, lda, a);
-    rounded_copy(B, b_rows, b_cols, ldb, b);
-    gemm_bf16_operands(ta, tb, M, N, K, alpha, a, b, beta, C, ldc);
+    gemm_bf16_operands(ta, tb, M, N, K, alpha, dense_bf16(A, a_rows, a_cols, lda, sa),
+                       dense_bf16(B, b_rows, b_cols, ldb, sb), beta, C, ldc);
   } else {
     static thread_local std::vector<float> sa, sb;
-    float* a = scratch(sa, a_rows * a_cols);
-    float* b = scratch(sb, b_rows * b_cols);
-    rounded_copy(A, a_rows, a_cols, lda, a);
-    rounded_copy(B, b_rows, b_cols, ldb, b);
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, a, int(a_cols), b, int(b_cols), beta,
-                C, int(ldc));
+    int64_t la = 0, lb = 0;
+    const float* a = sgemm_operand(A, true, a_rows, a_cols, lda, sa, &la);
+    const float* b = sgemm_operand(B, true, b_rows, b_cols, ldb, sb, &lb);
+    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, a, int(la), b, int(lb), beta, C, int(ldc));
   }
 }
 

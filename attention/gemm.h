@@ -22,8 +22,19 @@ enum class Precision { fp32, bf16 };
 Precision parse_precision(const std::string& name);  // throws std::invalid_argument
 const char* precision_name(Precision precision);
 
+// A matrix operand in memory: fp32, or bf16 bits already rounded (a bf16 run's saved
+// activations and weight copies). A bf16 product takes bf16 operands as they are, so
+// the rounding pass is paid once, where the values are written; an fp32 product widens
+// them (exactly).
+struct Operand {
+  const void* data = nullptr;
+  bool bf16 = false;
+  Operand(const float* p) : data(p) {}
+  Operand(const uint16_t* p) : data(p), bf16(true) {}
+};
+
 void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // The library of gemm(fp32, ...) (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
 // matmul (primitives created once per shape), process-wide, OpenBLAS until set. automatic
@@ -43,7 +54,7 @@ void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 // rounded_sgemm. onednn throws std::runtime_error on a CPU without them.
 enum class Bf16Kernel { onednn, rounded_sgemm };
 void gemm_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+               Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // The oneDNN bf16 product of operands already in bf16 (dense: lda = ta ? M : K, ldb =
 // tb ? K : N), fp32 C: the kernel alone, without rounding passes (lct bench's bf16

@@ -5,10 +5,10 @@
 
 namespace lct {
 
-int ActivationTable::add(std::string name, int64_t width) {
+int ActivationTable::add(std::string name, int64_t width, Precision storage) {
   if (width <= 0) throw std::invalid_argument("activation '" + name + "' needs a positive width");
-  specs_.push_back({std::move(name), width, per_token_});
-  per_token_ += width;
+  specs_.push_back({std::move(name), width, per_token_, storage});
+  per_token_ += specs_.back().span();
   return int(specs_.size()) - 1;
 }
 
@@ -28,7 +28,11 @@ void ActivationSlot::reset(const ActivationTable& table, int64_t T) {
     data_.resize(need + size_t(table.floats_per_token()) * size_t(std::max<int64_t>(16, T / 64)));
   }
   offsets_.resize(table.specs().size());
-  for (size_t i = 0; i < offsets_.size(); ++i) offsets_[i] = table.specs()[i].offset;
+  bf16_.resize(table.specs().size());
+  for (size_t i = 0; i < offsets_.size(); ++i) {
+    offsets_[i] = table.specs()[i].offset;
+    bf16_[i] = table.specs()[i].storage == Precision::bf16;
+  }
   tokens_ = T;
   batch = nullptr;
   round = -1;

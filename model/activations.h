@@ -1,32 +1,37 @@
 // Activations of one micro-batch (or nano-batch) in flight, laid out by one table.
 //
 // ActivationTable lists the per-token tensors a pipeline stage saves between its
-// forward and its backward, by name and width (floats per token), like TensorTable
-// does for parameters. A slot is one buffer of capacity T tokens in which tensor i
-// occupies [offset_i * T, (offset_i + width_i) * T): every tensor is [T, width],
-// row-major. A stage with several micro-batches in flight (1F1B holds up to
+// forward and its backward, by name, width (values per token) and storage precision
+// (fp32, or bf16 bits for what a bf16 run only feeds to bf16 products), like
+// TensorTable does for parameters. A slot is one buffer of capacity T tokens in which
+// tensor i occupies T * span_i floats from offset_i * T, span_i = width_i for fp32 and
+// ceil(width_i / 2) for bf16: every tensor is [T, width], row-major. A stage with several micro-batches in flight (1F1B holds up to
 // pp - stage, GPipe all m) takes one slot per micro-batch from a SlotPool, which only
 // ever grows, so the steady state allocates nothing.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "attention/core_attention.h"
+#include "attention/gemm.h"
 
 namespace lct {
 
 struct ActivationSpec {
   std::string name;  // e.g. "layers.3.q", "x_out"
-  int64_t width = 0;   // floats per token
-  int64_t offset = 0;  // in floats per token: the tensor starts at offset * T
+  int64_t width = 0;   // values per token
+  int64_t offset = 0;  // in floats per token: the tensor starts at offset * T floats
+  Precision storage = Precision::fp32;
+  int64_t span() const { return storage == Precision::bf16 ? (width + 1) / 2 : width; }  // floats per token
 };
 
 class ActivationTable {
  public:
-  int add(std::string name, int64_t width);  // returns the tensor's id
+  int add(std::string name, int64_t width, Precision storage = Precision::fp32);  // returns the id
   const std::vector<ActivationSpec>& specs() const { return specs_; }
   int id(const std::string& name) const;     // throws if absent
   int64_t floats_per_token() const { return per_token_; }
@@ -43,7 +48,14 @@ class ActivationSlot {
  public:
   // Sizes the buffer for T tokens of `table` (grow-only) and forgets the batch.
   void reset(const ActivationTable& table, int64_t T);
-  float* tensor(int id) { return data_.data() + offsets_[size_t(id)] * tokens_; }
+  float* tensor(int id) {
+    assert(!bf16_[size_t(id)]);
+    return data_.data() + offsets_[size_t(id)] * tokens_;
+  }
+  uint16_t* bf16_tensor(int id) {  // a tensor the table stores as bf16 bits
+    assert(bf16_[size_t(id)]);
+    return reinterpret_cast<uint16_t*>(data_.data() + offsets_[size_t(id)] * tokens_);
+  }
   int64_t tokens() const { return tokens_; }
   int64_t capacity_bytes() const { return int64_t(data_.capacity() * sizeof(float)); }
 
@@ -61,6 +73,7 @@ class ActivationSlot {
  private:
   std::vector<float> data_;
   std::vector<int64_t> offsets_;  // per tensor id, in floats per token
+  std::vector<bool> bf16_;        // per tensor id: stored as bf16 bits
   int64_t tokens_ = 0;
 };
 

@@ -27,26 +27,49 @@ struct LayerShape {
   const RopeTable* rope = nullptr;
 };
 
-struct LayerTensors {  // a layer's weights, or their gradients (same layout)
+struct LayerTensors {  // a layer's fp32 weights, or their gradients (same layout)
   float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
 };
 
+// The weights a layer computes with: fp32 norms, and the products' matrices in fp32 or,
+// in a bf16 run, as the bf16 copies refreshed after each optimizer step.
+struct LayerWeights {
+  const float *attn_norm, *mlp_norm;
+  Operand wq, wk, wv, wo, wgate, wup, wdown;
+};
+
+// A saved activation that only feeds products and elementwise steps: fp32, or in a bf16
+// run bf16 bits (exactly one is set). Rounding it when it is written gives the bits a
+// bf16 product would round it to anyway, once instead of at every product.
+struct SavedRows {
+  float* f32 = nullptr;
+  uint16_t* bf16 = nullptr;
+  Operand operand() const { return bf16 ? Operand(bf16) : Operand(f32); }
+};
+
 struct LayerActivations {  // saved by forward for backward; x_out is the next layer's x_in
-  float *x_in, *rstd1, *h1, *q, *k, *v, *attn, *lse, *x_mid, *rstd2, *h2, *gate, *up, *act,
-      *x_out;
+  float *x_in, *rstd1;
+  SavedRows h1;
+  float *q, *k, *v, *attn, *lse, *x_mid, *rstd2;
+  SavedRows h2, gate, up, act;
+  float* x_out;
 };
 
 struct LayerScratch {  // backward temporaries; dq/dk/dv/dattn meet the placement
   float *dh, *dq, *dk, *dv, *dattn, *dgate, *dup, *dact;
 };
 
-void attn_in_forward(const LayerShape& s, const LayerTensors& w, const LayerActivations& a);
-void attn_out_forward(const LayerShape& s, const LayerTensors& w, const LayerActivations& a);
+// attn_out_forward of a bf16 run uses scratch.dgate and scratch.dup (T x I fp32 each)
+// for the MLP's fp32 gate and up before they are rounded; backward does not keep
+// anything there between phases.
+void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
+void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
+                      const LayerScratch& scratch);
 // dx: dLoss/d(x_out) on entry, dLoss/d(x_mid) on exit; writes scratch.dattn = dLoss/d(attn).
-void attn_out_backward(const LayerShape& s, const LayerTensors& w, const LayerTensors& g,
+void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
                        const LayerActivations& a, const LayerScratch& scratch, float* dx);
 // From scratch.dq/dk/dv (the placement's output): dx becomes dLoss/d(x_in).
-void attn_in_backward(const LayerShape& s, const LayerTensors& w, const LayerTensors& g,
+void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
                       const LayerActivations& a, const LayerScratch& scratch, float* dx);
 
 }  // namespace lct

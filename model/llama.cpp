@@ -37,10 +37,38 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
   lm_head_offset_ =
       config_.tie_word_embeddings ? embed_offset_ : table_.get("lm_head.weight").offset;
   final_norm_offset_ = table_.get("model.norm.weight").offset;
+  build_activation_table();
+}
+
+void LlamaModel::build_activation_table() {
   ActivationIds ids;
-  acts_table_ = activation_table(config_, stage_, &ids);
+  acts_table_ = activation_table(config_, stage_, precision_, &ids);
   ids_ = std::move(ids.layers);
   x_out_ = ids.x_out, rstd_final_ = ids.rstd_final, h_final_ = ids.h_final, dx_ = ids.dx;
+}
+
+void LlamaModel::set_precision(Precision precision) {
+  if (pool_.in_use() > 0) throw std::logic_error("set_precision while activation slots are in use");
+  precision_ = precision;
+  attn_params_.precision = precision;
+  build_activation_table();
+  weight_copies_fresh_ = false;
+  if (precision == Precision::bf16) weight_copies_.assign(params.size(), 0);
+  else std::vector<uint16_t>().swap(weight_copies_);
+}
+
+void LlamaModel::refresh_weight_copies() {
+  if (precision_ != Precision::bf16) return;
+  // the stage's layers (their norms ride along) and the LM head (the embedding, if tied)
+  const ArenaRange layers = layer_range(table_, stage_.first_layer, stage_.end_layer);
+  const int64_t V = config_.vocab_size, C = config_.hidden_size;
+  ArenaRange ranges[2] = {layers, {0, 0}};
+  if (stage_.has_head) ranges[1] = {lm_head_offset_, lm_head_offset_ + V * C};
+  for (const ArenaRange& r : ranges) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = r.begin; i < r.end; ++i) weight_copies_[size_t(i)] = bf16_bits(params[size_t(i)]);
+  }
+  weight_copies_fresh_ = true;
 }
 
 // What one micro-batch saves between forward and backward, per token (C hidden,
@@ -50,8 +78,14 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
 // then the stage output x_out C (the last layer's output: sent to the next stage, or
 // the final norm's input), rstd_final 1 and h_final C on the last stage, and dx C, the
 // residual-stream gradient (received from the next stage, sent to the previous one).
+// In a bf16 run, h1, h2, gate, up, act and h_final are stored as bf16 bits: they feed
+// only products (which round them anyway) and the SwiGLU backward. Everything the
+// backward needs at full precision stays fp32: the residual stream (x_in, x_mid, x_out,
+// dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the kernel reads
+// fp32; it rounds its own operands), and the LSE.
 ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSpec& stage,
-                                             ActivationIds* ids) {
+                                             Precision precision, ActivationIds* ids) {
+  const Precision product_input = precision;  // fp32 runs store everything in fp32
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   ActivationTable t;
@@ -61,7 +95,7 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     LayerIds i;
     i.x_in = t.add(p + "x_in", C);
     i.rstd1 = t.add(p + "rstd1", 1);
-    i.h1 = t.add(p + "h1", C);
+    i.h1 = t.add(p + "h1", C, product_input);
     i.q = t.add(p + "q", qdim);
     i.k = t.add(p + "k", kvdim);
     i.v = t.add(p + "v", kvdim);
@@ -69,24 +103,25 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     i.lse = t.add(p + "lse", H);
     i.x_mid = t.add(p + "x_mid", C);
     i.rstd2 = t.add(p + "rstd2", 1);
-    i.h2 = t.add(p + "h2", C);
-    i.gate = t.add(p + "gate", I);
-    i.up = t.add(p + "up", I);
-    i.act = t.add(p + "act", I);
+    i.h2 = t.add(p + "h2", C, product_input);
+    i.gate = t.add(p + "gate", I, product_input);
+    i.up = t.add(p + "up", I, product_input);
+    i.act = t.add(p + "act", I, product_input);
     out.layers.push_back(i);
   }
   out.x_out = t.add("x_out", C);
   if (stage.has_head) {
     out.rstd_final = t.add("rstd_final", 1);
-    out.h_final = t.add("h_final", C);
+    out.h_final = t.add("h_final", C, product_input);
   }
   out.dx = t.add("dx", C);
   if (ids) *ids = std::move(out);
   return t;
 }
 
-int64_t LlamaModel::activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage) {
-  return activation_table(config, stage, nullptr).floats_per_token();
+int64_t LlamaModel::activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
+                                                Precision precision) {
+  return activation_table(config, stage, precision, nullptr).floats_per_token();
 }
 
 // dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I per token, plus the
@@ -111,14 +146,37 @@ LayerTensors LlamaModel::layer_tensors(std::vector<float>& arena, int l) {
           a + o.mlp_norm,  a + o.wgate, a + o.wup, a + o.wdown};
 }
 
+LayerWeights LlamaModel::layer_weights(int l) const {
+  const LayerOffsets& o = layer_offsets_[size_t(l)];
+  const float* p = params.data();
+  if (precision_ == Precision::fp32)
+    return {p + o.attn_norm, p + o.mlp_norm, p + o.wq, p + o.wk, p + o.wv, p + o.wo, p + o.wgate, p + o.wup,
+            p + o.wdown};
+  if (!weight_copies_fresh_) throw std::logic_error("bf16 run without refresh_weight_copies()");
+  const uint16_t* b = weight_copies_.data();
+  return {p + o.attn_norm, p + o.mlp_norm, b + o.wq, b + o.wk, b + o.wv, b + o.wo, b + o.wgate, b + o.wup,
+          b + o.wdown};
+}
+
+Operand LlamaModel::lm_head_weight() const {
+  if (precision_ == Precision::fp32) return params.data() + lm_head_offset_;
+  if (!weight_copies_fresh_) throw std::logic_error("bf16 run without refresh_weight_copies()");
+  return weight_copies_.data() + lm_head_offset_;
+}
+
+SavedRows LlamaModel::saved_rows(ActivationSlot& s, int id) const {
+  if (acts_table_.specs()[size_t(id)].storage == Precision::bf16) return {nullptr, s.bf16_tensor(id)};
+  return {s.tensor(id), nullptr};
+}
+
 LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s) {
   const LayerIds& i = ids_[size_t(l - stage_.first_layer)];
   float* x_out = l + 1 < stage_.end_layer ? s.tensor(ids_[size_t(l + 1 - stage_.first_layer)].x_in)
                                           : s.tensor(x_out_);
-  return {s.tensor(i.x_in), s.tensor(i.rstd1), s.tensor(i.h1),    s.tensor(i.q),
-          s.tensor(i.k),    s.tensor(i.v),     s.tensor(i.attn),  s.tensor(i.lse),
-          s.tensor(i.x_mid), s.tensor(i.rstd2), s.tensor(i.h2),   s.tensor(i.gate),
-          s.tensor(i.up),   s.tensor(i.act),   x_out};
+  return {s.tensor(i.x_in),    s.tensor(i.rstd1), saved_rows(s, i.h1),   s.tensor(i.q),
+          s.tensor(i.k),       s.tensor(i.v),     s.tensor(i.attn),      s.tensor(i.lse),
+          s.tensor(i.x_mid),   s.tensor(i.rstd2), saved_rows(s, i.h2),   saved_rows(s, i.gate),
+          saved_rows(s, i.up), saved_rows(s, i.act), x_out};
 }
 
 LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {
@@ -255,7 +313,7 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention");
   if (s.tokens() == 0) return;
-  lct::attn_in_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
+  lct::attn_in_forward(layer_shape(s), layer_weights(l), layer_activations(l, s));
 }
 
 AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool backward) const {
@@ -279,13 +337,13 @@ void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlac
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention");
   if (s.tokens() == 0) return;
-  lct::attn_out_forward(layer_shape(s), layer_tensors(params, l), layer_activations(l, s));
+  lct::attn_out_forward(layer_shape(s), layer_weights(l), layer_activations(l, s), scratch_of(s));
 }
 
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention backward");
   if (s.tokens() == 0) return;
-  lct::attn_out_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
+  lct::attn_out_backward(layer_shape(s), layer_weights(l), layer_tensors(grads, l),
                     layer_activations(l, s), scratch_of(s), residual_grad(s));
 }
 
@@ -319,7 +377,7 @@ void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratc
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention backward");
   if (s.tokens() == 0) return;
-  lct::attn_in_backward(layer_shape(s), layer_tensors(params, l), layer_tensors(grads, l),
+  lct::attn_in_backward(layer_shape(s), layer_weights(l), layer_tensors(grads, l),
                    layer_activations(l, s), scratch_of(s), residual_grad(s));
 }
 
@@ -330,10 +388,14 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
   if (!stage_.has_head) throw std::logic_error("head_forward_backward on a stage without the head");
   if (T == 0) return {};  // an empty ping-pong lane
-  const float* lm_head = params.data() + lm_head_offset_;
+  const Operand lm_head = lm_head_weight();
   const float* final_norm = params.data() + final_norm_offset_;
-  float *x_final = s.tensor(x_out_), *h_final = s.tensor(h_final_), *rstd = s.tensor(rstd_final_);
-  rmsnorm_forward(h_final, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
+  float *x_final = s.tensor(x_out_), *rstd = s.tensor(rstd_final_);
+  const SavedRows h = saved_rows(s, h_final_);
+  if (h.bf16) rmsnorm_forward(h.bf16, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
+  else rmsnorm_forward(h.f32, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
+  // rows r0.. of h_final
+  auto h_rows = [&h, C](int64_t r0) { return h.bf16 ? Operand(h.bf16 + r0 * C) : Operand(h.f32 + r0 * C); };
 
   // LM head and loss in row chunks, so logits never take T x V memory. With backward,
   // the head's gradients are produced right here: dh_final = dlogits W, dW += dlogits^T h.
@@ -343,13 +405,13 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
   for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
     const int64_t n = std::min(kLogitRows, T - r0);
-    matmul_forward(logits_, h_final + r0 * C, lm_head, n, C, V, precision_);
+    matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, precision_);
     cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
                                    stats, token_loss ? token_loss + r0 : nullptr);
     if (backward)
-      matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_final + r0 * C,
-                      lm_head, n, C, V, precision_);
+      matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
+                      precision_);
   }
   if (!backward) return stats;
   float* dx = residual_grad(s);
@@ -473,6 +535,7 @@ CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float g
   if (!stage_.has_embedding || !stage_.has_head)
     throw std::logic_error("forward_backward needs the whole model (use the pipeline executor)");
   whole_sequence(batch, whole_);
+  refresh_weight_copies();
   ActivationSlot& s = begin(whole_, 0);
   stage_forward(s, colocated_attention_);
   const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss);

@@ -55,12 +55,12 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, const StageSpec& stage);
 
   const LlamaConfig& config() const { return config_; }
-  // The linear layers' products (attention/gemm.h); fp32 unless set. Parameters,
-  // gradients and activations stay fp32 in memory either way.
-  void set_precision(Precision precision) {
-    precision_ = precision;
-    attn_params_.precision = precision;
-  }
+  // The precision of the products, linear layers and attention (attention/gemm.h); fp32
+  // unless set, and set before the first slot is taken. A bf16 run keeps the fp32
+  // parameters and gradients, computes with bf16 copies of the products' weights
+  // (refresh_weight_copies) and stores the activations that only feed products and
+  // elementwise steps in bf16 (activation_table).
+  void set_precision(Precision precision);
   Precision precision() const { return precision_; }
   const StageSpec& stage() const { return stage_; }
   const TensorTable& table() const { return table_; }
@@ -71,6 +71,10 @@ class LlamaModel {
   std::vector<float> grads;   // same layout
 
   void zero_grads();
+  // bf16 runs: rounds the products' weights of this stage into their bf16 copies. Call it
+  // after every change of params (the trainer does, before each step);
+  // forward_backward() calls it itself.
+  void refresh_weight_copies();
   float* param(const std::string& name) { return params.data() + table_.get(name).offset; }
   float* grad(const std::string& name) { return grads.data() + table_.get(name).offset; }
 
@@ -137,7 +141,8 @@ class LlamaModel {
   // The same sizes without building a model (memory budgets, src/train/memory_budget.h):
   // floats per token a stage saves between forward and backward (a slot holds T of
   // them), of the backward scratch for T tokens, and of lane 1's own scratch (ping-pong).
-  static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage);
+  static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
+                                             Precision precision);
   static int64_t scratch_floats(const LlamaConfig& config, int64_t T);
   static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
   SlotPool& slot_pool() { return pool_; }
@@ -155,8 +160,12 @@ class LlamaModel {
   };
   // A stage's activation table (see llama.cpp) and, when asked, its tensors' ids.
   static ActivationTable activation_table(const LlamaConfig& config, const StageSpec& stage,
-                                          ActivationIds* ids);
+                                          Precision precision, ActivationIds* ids);
+  void build_activation_table();
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
+  LayerWeights layer_weights(int l) const;
+  Operand lm_head_weight() const;
+  SavedRows saved_rows(ActivationSlot& s, int id) const;
   LayerActivations layer_activations(int l, ActivationSlot& s);
   AttentionInput attention_input(int l, const ActivationSlot& s, bool backward) const;
   // Backward scratch of a slot: shared, except what lives across a split-phase attention
@@ -182,6 +191,8 @@ class LlamaModel {
   AttentionParams attn_params_;
   Precision precision_ = Precision::fp32;
   std::vector<LayerOffsets> layer_offsets_;
+  std::vector<uint16_t> weight_copies_;  // bf16 runs: the products' weights, params' layout
+  bool weight_copies_fresh_ = false;      // refreshed since set_precision
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   RopeTable rope_;
 

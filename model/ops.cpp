@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "attention/vector_math.h"
@@ -15,16 +16,27 @@ namespace {
 constexpr int64_t kReduceChunk = 256;
 }
 
-void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
-                    int64_t out_dim, Precision precision) {
+void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
+                    Precision precision) {
   gemm(precision, false, true, T, out_dim, in_dim, 1.0f, x, in_dim, w, in_dim, 0.0f, out, out_dim);
 }
 
-void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                     int64_t T, int64_t in_dim, int64_t out_dim, Precision precision) {
-  // forward was out = x W^T, so dx = dout W and dW = dout^T x
-  if (dx) gemm(precision, false, false, T, in_dim, out_dim, 1.0f, dout, out_dim, w, in_dim, 1.0f, dx, in_dim);
-  if (dw) gemm(precision, true, false, out_dim, in_dim, T, 1.0f, dout, out_dim, x, in_dim, 1.0f, dw, in_dim);
+void matmul_backward(float* dx, float* dw, const float* dout, Operand x, Operand w, int64_t T,
+                     int64_t in_dim, int64_t out_dim, Precision precision) {
+  // forward was out = x W^T, so dx = dout W and dW = dout^T x. In bf16 both products
+  // read dout rounded: it is rounded once here instead of in each.
+  Operand g = dout;
+  if (precision == Precision::bf16 && dx && dw) {
+    static thread_local std::vector<uint16_t> rounded;
+    const int64_t n = T * out_dim;
+    if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
+    uint16_t* r = rounded.data();
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) r[i] = bf16_bits(dout[i]);
+    g = Operand(static_cast<const uint16_t*>(r));
+  }
+  if (dx) gemm(precision, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
+  if (dw) gemm(precision, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
@@ -49,8 +61,9 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
   }
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
-                     int64_t C, float eps) {
+namespace {
+template <typename Out>
+void rmsnorm_rows(Out* out, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * C;
@@ -59,10 +72,24 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
     for (int64_t c = 0; c < C; ++c) ss += xt[c] * xt[c];
     const float r = 1.0f / std::sqrt(ss / float(C) + eps);
     rstd[t] = r;
-    float* ot = out + t * C;
+    Out* ot = out + t * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) ot[c] = xt[c] * r * w[c];
+    for (int64_t c = 0; c < C; ++c) {
+      if constexpr (std::is_same_v<Out, float>) ot[c] = xt[c] * r * w[c];
+      else ot[c] = bf16_bits(xt[c] * r * w[c]);
+    }
   }
+}
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps);
+}
+
+void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps);
 }
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
@@ -158,16 +185,41 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   }
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n) {
-  // silu(g) = g * s(g), s = sigmoid; silu'(g) = s(g) * (1 + g * (1 - s(g)))
+void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const float* gate,
+                    const float* up, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
+    const float g = gate[i], u = up[i];
+    out[i] = bf16_bits(g / (1.0f + fast_exp(-g)) * u);
+    gate_out[i] = bf16_bits(g);
+    up_out[i] = bf16_bits(u);
+  }
+}
+
+namespace {
+// silu(g) = g * s(g), s = sigmoid; silu'(g) = s(g) * (1 + g * (1 - s(g)))
+template <typename In>
+void swiglu_grads(float* dgate, float* dup, const float* dout, const In* gate, const In* up, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float g, u;
+    if constexpr (std::is_same_v<In, float>) g = gate[i], u = up[i];
+    else g = bf16_value(gate[i]), u = bf16_value(up[i]);
     const float s = 1.0f / (1.0f + fast_exp(-g));
     dup[i] = dout[i] * g * s;
-    dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
+    dgate[i] = dout[i] * u * s * (1.0f + g * (1.0f - s));
   }
+}
+}  // namespace
+
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n) {
+  swiglu_grads(dgate, dup, dout, gate, up, n);
+}
+
+void swiglu_backward(float* dgate, float* dup, const float* dout, const uint16_t* gate,
+                     const uint16_t* up, int64_t n) {
+  swiglu_grads(dgate, dup, dout, gate, up, n);
 }
 
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,

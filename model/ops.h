@@ -16,13 +16,13 @@
 namespace lct {
 
 // out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias), in `precision`
-// (attention/gemm.h: bf16 rounds x and W, sums in fp32)
-void matmul_forward(float* out, const float* x, const float* w, int64_t T, int64_t in_dim,
-                    int64_t out_dim, Precision precision = Precision::fp32);
+// (attention/gemm.h: bf16 rounds x and W unless they are stored in bf16, sums in fp32)
+void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
+                    Precision precision = Precision::fp32);
 // dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either; bf16 rounds
-// dout, W and x; the gradients accumulate in fp32)
-void matmul_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                     int64_t T, int64_t in_dim, int64_t out_dim, Precision precision = Precision::fp32);
+// dout, and W and x unless stored in bf16; the gradients accumulate in fp32)
+void matmul_backward(float* dx, float* dw, const float* dout, Operand x, Operand w, int64_t T,
+                     int64_t in_dim, int64_t out_dim, Precision precision = Precision::fp32);
 
 // out[T, C] = table[tokens[t], :]
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
@@ -33,6 +33,9 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
 
 // out = x / sqrt(mean(x^2) + eps) * w ; rstd[T] saved for backward
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps);
+// The same with out stored as bf16 bits (each value the fp32 result rounded)
+void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w, int64_t T,
                      int64_t C, float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
@@ -55,9 +58,16 @@ void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, i
 
 // out[n] = silu(gate) * up
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+// The same from fp32 gate and up, storing out, gate and up as bf16 bits (each the fp32
+// value rounded: out is computed before gate and up are rounded)
+void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const float* gate,
+                    const float* up, int64_t n);
 // writes dgate, dup from dout
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, int64_t n);
+// The same from gate and up stored as bf16 bits
+void swiglu_backward(float* dgate, float* dup, const float* dout, const uint16_t* gate,
+                     const uint16_t* up, int64_t n);
 
 struct CrossEntropyStats {
   double loss_sum = 0.0;    // sum of -log p(target) over rows with a target

@@ -266,7 +266,8 @@ def rotate_half(x):
 # lct's train.precision = bf16, emulated (--bf16): every product of a linear layer,
 # forward and both backward products, and every block product of core attention take
 # their operands rounded to bfloat16 (through float32, ties to even, as lct rounds its
-# float32 values) and are summed here in float64. lct sums in float32, so the two agree
+# float32 values) and are summed here in float64; the SwiGLU backward reads gate and up
+# rounded, as lct saves them. lct sums in float32, so the two agree
 # to float32 summation error plus the rare operand that lands on the other side of a
 # bf16 rounding boundary (and, in attention, P rounded against a running maximum where
 # a document spans several key blocks).
@@ -292,6 +293,26 @@ class Bf16Linear(torch.autograd.Function):
 def linear(x, w):
     """x (T, I) @ w (O, I)^T, as lct's Linear layers (no bias)."""
     return Bf16Linear.apply(x, w) if BF16 else x @ w.T
+
+
+class Bf16SwiGLU(torch.autograd.Function):
+    """silu(gate) * up as lct computes it in bf16: forward from the unrounded gate and
+    up, backward from gate and up as saved, rounded to bf16."""
+
+    @staticmethod
+    def forward(ctx, g, u):
+        ctx.save_for_backward(bf16(g), bf16(u))
+        return F.silu(g) * u
+
+    @staticmethod
+    def backward(ctx, do):
+        g, u = ctx.saved_tensors
+        s = torch.sigmoid(g)
+        return do * u * s * (1 + g * (1 - s)), do * g * s
+
+
+def swiglu(g, u):
+    return Bf16SwiGLU.apply(g, u) if BF16 else F.silu(g) * u
 
 
 
@@ -450,9 +471,9 @@ def forward(cfg, P, tokens, cu):
             a = attention(q, k, v, cu)
         x = x + linear(a, P[p + "self_attn.o_proj.weight"])
         h2 = rmsnorm(x, P[p + "post_attention_layernorm.weight"], eps)
-        gate = F.silu(linear(h2, P[p + "mlp.gate_proj.weight"]))      # (T, I)
+        gate = linear(h2, P[p + "mlp.gate_proj.weight"])              # (T, I)
         up = linear(h2, P[p + "mlp.up_proj.weight"])                  # (T, I)
-        x = x + linear(gate * up, P[p + "mlp.down_proj.weight"])    # (T, C)
+        x = x + linear(swiglu(gate, up), P[p + "mlp.down_proj.weight"])   # (T, C)
     hf = rmsnorm(x, P["model.norm.weight"], eps)
     w_lm = P["model.embed_tokens.weight" if cfg["tie_word_embeddings"] else "lm_head.weight"]
     return linear(hf, w_lm)                                          # (T, V)

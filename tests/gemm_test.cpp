@@ -133,6 +133,48 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
                  std::runtime_error);
 }
 
+// Operands stored as bf16 bits (a bf16 run's saved activations and weight copies) give
+// the bits their fp32 originals give, since a bf16 product rounds those to the same
+// values: both kernels, dense and strided, as A and as B; an fp32 product widens them,
+// giving the product of the widened floats.
+TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded_sgemm};
+  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::onednn);
+  const std::vector<Problem> problems = {
+      {false, true, 37, 29, 53, 53, 53, 29, 1.0f, 0.0f},   // dense
+      {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 1.0f},   // strided A and B
+      {false, false, 40, 24, 32, 32, 24, 24, 0.5f, 1.0f},
+  };
+  std::mt19937 rng(11);
+  for (const Bf16Kernel kernel : kernels)
+    for (const Problem& p : problems) {
+      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
+      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      std::vector<uint16_t> Ab(A.size()), Bb(B.size());
+      std::vector<float> Aw(A.size()), Bw(B.size());
+      for (size_t i = 0; i < A.size(); ++i) Ab[i] = bf16_bits(A[i]), Aw[i] = bf16_value(Ab[i]);
+      for (size_t i = 0; i < B.size(); ++i) Bb[i] = bf16_bits(B[i]), Bw[i] = bf16_value(Bb[i]);
+      const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
+      auto product = [&](Operand a, Operand b) {
+        std::vector<float> C = C0;
+        gemm_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, C.data(), p.ldc);
+        return C;
+      };
+      const std::vector<float> from_fp32 = product(A.data(), B.data());
+      EXPECT_EQ(product(Ab.data(), Bb.data()), from_fp32) << "M " << p.M;
+      EXPECT_EQ(product(Ab.data(), B.data()), from_fp32) << "M " << p.M;
+      EXPECT_EQ(product(A.data(), Bb.data()), from_fp32) << "M " << p.M;
+      std::vector<float> widened = C0, stored = C0;
+      gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Aw.data(), p.lda, Bw.data(), p.ldb, p.beta,
+           widened.data(), p.ldc);
+      gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Ab.data(), p.lda, Bb.data(), p.ldb, p.beta,
+           stored.data(), p.ldc);
+      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      EXPECT_LE(worst_ratio(p, Aw, Bw, C0, stored, false, gamma), 1.0) << "M " << p.M;
+      EXPECT_LE(worst_ratio(p, Aw, Bw, C0, widened, false, gamma), 1.0) << "M " << p.M;
+    }
+}
+
 // The attention kernel's AVX512-BF16 microkernel (attention/bf16_tiles.h): C = alpha A B
 // (+ C) with A bf16 rows starting at any element and B as pair words, every register
 // block shape and tail, against the float64 sum of the same bf16 values (gamma_K bound

@@ -168,7 +168,12 @@ class DeferredAttention final : public AttentionPlacement {
 // Ping-pong: two nano-batches run interleaved through the split phases give the loss
 // and gradients of the micro-batch run whole (causal and DCA, untied and tied); an
 // empty second nano-batch works too.
+// Both precisions: in bf16 the pair also checks that the MLP's fp32 gate and up, kept in
+// backward scratch during attn_out_forward, never meet a backward in flight. Tolerance:
+// fp32 summation order (1e-5); in bf16 such a last-bit difference may move a value
+// across a bf16 rounding boundary, so norm-wise up to bf16's unit roundoff 2^-9.
 TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
+  for (const Precision precision : {Precision::fp32, Precision::bf16})
   for (const bool dca : {false, true})
     for (const bool tied : {false, true})
       for (const std::vector<int32_t>& cu :
@@ -180,6 +185,7 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
           c.dca_local_size = 1;
         }
         LlamaModel m(c);
+        m.set_precision(precision);
         randomize(m, 7);
         const PackedBatch b = make_batch({1, 2, 3, 4, 5, 6, 7, 8, 9, 8, 7, 6, 5, 4, 3, 2}, cu);
         const int64_t N = b.num_targets();
@@ -199,10 +205,64 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
         m.stage_backward_pair(s0, s1, placement);
         m.end(s0);
         m.end(s1);
-        EXPECT_NEAR(loss_pair, loss_one, 1e-6 * loss_one);
+        const bool bf16 = precision == Precision::bf16;
+        EXPECT_NEAR(loss_pair, loss_one, (bf16 ? 0x1p-9 : 1e-6) * loss_one);
         std::vector<double> g1(grads_one.begin(), grads_one.end()), g2(m.grads.begin(), m.grads.end());
-        EXPECT_LT(rel_error(g2, g1), 1e-5) << "dca " << dca << " tied " << tied << " docs " << cu.size() - 1;
+        EXPECT_LT(rel_error(g2, g1), bf16 ? 0x1p-9 : 1e-5)
+            << precision_name(precision) << " dca " << dca << " tied " << tied << " docs " << cu.size() - 1;
       }
+}
+
+// A bf16 run stores h1, h2, gate, up, act and h_final as bf16 bits, and nothing else:
+// each such tensor takes half the floats per token.
+TEST(Model, Bf16RunStoresProductInputsInBf16) {
+  const LlamaConfig c = tiny_config(false);
+  const StageSpec whole = whole_model_stage(c);
+  const int64_t C = c.hidden_size, I = c.intermediate_size, L = c.num_hidden_layers;
+  const int64_t fp32 = LlamaModel::activation_floats_per_token(c, whole, Precision::fp32);
+  const int64_t bf16 = LlamaModel::activation_floats_per_token(c, whole, Precision::bf16);
+  EXPECT_EQ(fp32 - bf16, L * (2 * C + 3 * I) / 2 + C / 2);
+  LlamaModel m(c);
+  m.set_precision(Precision::bf16);
+  int stored_bf16 = 0;
+  for (const ActivationSpec& a : m.activation_table().specs()) {
+    const std::string last = a.name.substr(a.name.rfind('.') + 1);
+    const bool product_input = last == "h1" || last == "h2" || last == "gate" || last == "up" ||
+                               last == "act" || a.name == "h_final";
+    EXPECT_EQ(a.storage == Precision::bf16, product_input) << a.name;
+    stored_bf16 += a.storage == Precision::bf16;
+  }
+  EXPECT_EQ(stored_bf16, 5 * L + 1);
+}
+
+// The bf16 weight copies: forward_backward refreshes them, so a change of params shows;
+// phases run without a refresh are refused instead of computing with stale copies.
+TEST(Model, Bf16WeightCopiesFollowTheParameters) {
+  const PackedBatch b = make_batch({1, 4, 2, 9, 3, 0, 7, 7, 2, 5, 10, 6, 1, 8, 3}, {0, 5, 6, 15});
+  LlamaModel m(tiny_config(false));
+  m.set_precision(Precision::bf16);
+  randomize(m, 5);
+  const double before = m.forward_backward(b, 1.0f, false).loss_sum;
+  for (float& x : m.params) x *= 0.5f;
+  const double after = m.forward_backward(b, 1.0f, false).loss_sum;
+  LlamaModel fresh(tiny_config(false));
+  fresh.set_precision(Precision::bf16);
+  fresh.params = m.params;
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after, fresh.forward_backward(b, 1.0f, false).loss_sum);
+
+  LlamaModel unrefreshed(tiny_config(false));
+  unrefreshed.set_precision(Precision::bf16);
+  const LocalBatch whole = whole_sequence(b);
+  ActivationSlot& s = unrefreshed.begin(whole, 0);
+  ColocatedAttention colocated;
+  EXPECT_THROW(unrefreshed.stage_forward(s, colocated), std::logic_error);
+  unrefreshed.end(s);
+  EXPECT_THROW({
+    ActivationSlot& t = m.begin(whole, 0);
+    (void)t;
+    m.set_precision(Precision::fp32);
+  }, std::logic_error);
 }
 
 TEST(Model, LearningRateScheduleWarmsUpThenDecays) {

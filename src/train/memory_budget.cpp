@@ -55,7 +55,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   const double T = std::ceil(double(plan.seq_len) / layout.cp);  // tokens per rank and slot
 
   MemoryEstimate e;
-  e.weights = 2 * params * f;
+  e.weights = 2 * params * f + (plan.precision == Precision::bf16 ? params * 2 : 0);  // + bf16 copies
   e.optimizer = plan.optimizer.kind == OptimizerKind::adamw ? 2 * params * f : 0;
 
   // activations: the stage holding the most (stage 0 holds the most slots, the last one
@@ -63,7 +63,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   const std::vector<StageSpec>& stages = plan.stages;
   const PipelineSchedule schedule = plan.schedule;
   for (int s = 0; s < layout.pp; ++s) {
-    const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)]));
+    const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)], plan.precision));
     int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
     if (schedule == PipelineSchedule::ticks && layout.pp > 1) slots += 1;  // the dummies' own
     // ping-pong: two slots per micro-batch, whose halves differ by at most the longest

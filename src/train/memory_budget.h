@@ -4,7 +4,7 @@
 // it writes anything; `lct train --dry-run` prints the estimate and the plan.
 //
 // Per rank (every rank holds the whole parameter arena; src/train/trainer.h):
-//   weights      parameters + gradients, 4 bytes each
+//   weights      parameters + gradients, 4 bytes each (+ 2 for the bf16 copies of a bf16 run)
 //   optimizer    AdamW's two moments (SGD: none)
 //   activations  slots in flight x the stage's saved floats per token x tokens per slot
 //                (from the schedule's action list: 1F1B pp - stage, GPipe m, ticks

@@ -234,6 +234,7 @@ StepRecord Trainer::train_step() {
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
   model_.zero_grads();
+  model_.refresh_weight_copies();  // bf16: the weights as the last optimizer step left them
   placement_->reset_stats();
   const PipelineStepStats pipe =
       executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(), tied_);

@@ -30,16 +30,18 @@ void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerAct
   if (a.h2.bf16) rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
   else rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
   const Operand h2 = a.h2.operand();
-  if (a.gate.bf16) {  // fp32 gate and up in scratch; act from them, then all three rounded
+  if (a.gate.bf16) {  // fp32 gate and up in scratch, saved rounded; act from the rounded
     matmul_forward(scratch.dgate, h2, w.wgate, T, C, I, s.precision);
     matmul_forward(scratch.dup, h2, w.wup, T, C, I, s.precision);
-    swiglu_forward(a.act.bf16, a.gate.bf16, a.up.bf16, scratch.dgate, scratch.dup, T * I);
+    uint16_t* act = reinterpret_cast<uint16_t*>(scratch.dact);
+    swiglu_forward(act, a.gate.bf16, a.up.bf16, scratch.dgate, scratch.dup, T * I);
+    matmul_forward(a.x_out, act, w.wdown, T, I, C, s.precision);
   } else {
     matmul_forward(a.gate.f32, h2, w.wgate, T, C, I, s.precision);
     matmul_forward(a.up.f32, h2, w.wup, T, C, I, s.precision);
-    swiglu_forward(a.act.f32, a.gate.f32, a.up.f32, T * I);
+    swiglu_forward(a.act, a.gate.f32, a.up.f32, T * I);
+    matmul_forward(a.x_out, a.act, w.wdown, T, I, C, s.precision);
   }
-  matmul_forward(a.x_out, a.act.operand(), w.wdown, T, I, C, s.precision);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < T * C; ++i) a.x_out[i] += a.x_mid[i];
 }
@@ -49,9 +51,15 @@ void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTe
   const int64_t T = s.T, C = s.C, I = s.I, qdim = s.H * s.hd;
   // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
   std::fill(d.dact, d.dact + T * I, 0.0f);
-  matmul_backward(d.dact, g.wdown, dx, a.act.operand(), w.wdown, T, I, C, s.precision);
-  if (a.gate.bf16) swiglu_backward(d.dgate, d.dup, d.dact, a.gate.bf16, a.up.bf16, T * I);
-  else swiglu_backward(d.dgate, d.dup, d.dact, a.gate.f32, a.up.f32, T * I);
+  if (a.gate.bf16) {  // act recomputed (as forward computed it) where dgate goes next
+    uint16_t* act = reinterpret_cast<uint16_t*>(d.dgate);
+    swiglu_forward(act, a.gate.bf16, a.up.bf16, T * I);
+    matmul_backward(d.dact, g.wdown, dx, act, w.wdown, T, I, C, s.precision);
+    swiglu_backward(d.dgate, d.dup, d.dact, a.gate.bf16, a.up.bf16, T * I);
+  } else {
+    matmul_backward(d.dact, g.wdown, dx, a.act, w.wdown, T, I, C, s.precision);
+    swiglu_backward(d.dgate, d.dup, d.dact, a.gate.f32, a.up.f32, T * I);
+  }
   std::fill(d.dh, d.dh + T * C, 0.0f);
   const Operand h2 = a.h2.operand();
   matmul_backward(d.dh, g.wgate, d.dgate, h2, w.wgate, T, C, I, s.precision);

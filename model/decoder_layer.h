@@ -51,7 +51,8 @@ struct LayerActivations {  // saved by forward for backward; x_out is the next l
   float *x_in, *rstd1;
   SavedRows h1;
   float *q, *k, *v, *attn, *lse, *x_mid, *rstd2;
-  SavedRows h2, gate, up, act;
+  SavedRows h2, gate, up;
+  float* act;  // fp32 runs; a bf16 run recomputes act = silu(gate) * up in backward
   float* x_out;
 };
 
@@ -59,9 +60,11 @@ struct LayerScratch {  // backward temporaries; dq/dk/dv/dattn meet the placemen
   float *dh, *dq, *dk, *dv, *dattn, *dgate, *dup, *dact;
 };
 
-// attn_out_forward of a bf16 run uses scratch.dgate and scratch.dup (T x I fp32 each)
-// for the MLP's fp32 gate and up before they are rounded; backward does not keep
-// anything there between phases.
+// A bf16 run's attn_out_forward uses scratch.dgate and scratch.dup (T x I fp32 each) for
+// the MLP's fp32 gate and up before they are rounded and scratch.dact for act, and its
+// attn_out_backward recomputes act into scratch.dgate before that is written: the MLP
+// scratch holds nothing between phases, so forwards may use it while backwards are in
+// flight.
 void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
 void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
                       const LayerScratch& scratch);

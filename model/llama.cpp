@@ -78,8 +78,9 @@ void LlamaModel::refresh_weight_copies() {
 // then the stage output x_out C (the last layer's output: sent to the next stage, or
 // the final norm's input), rstd_final 1 and h_final C on the last stage, and dx C, the
 // residual-stream gradient (received from the next stage, sent to the previous one).
-// In a bf16 run, h1, h2, gate, up, act and h_final are stored as bf16 bits: they feed
-// only products (which round them anyway) and the SwiGLU backward. Everything the
+// In a bf16 run, h1, h2, gate, up and h_final are stored as bf16 bits: they feed only
+// products (which round them anyway) and the SwiGLU, and act = silu(gate) * up is not
+// stored at all but recomputed from them in backward (one elementwise pass). Everything the
 // backward needs at full precision stays fp32: the residual stream (x_in, x_mid, x_out,
 // dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the kernel reads
 // fp32; it rounds its own operands), and the LSE.
@@ -106,7 +107,7 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     i.h2 = t.add(p + "h2", C, product_input);
     i.gate = t.add(p + "gate", I, product_input);
     i.up = t.add(p + "up", I, product_input);
-    i.act = t.add(p + "act", I, product_input);
+    if (precision == Precision::fp32) i.act = t.add(p + "act", I);  // bf16: recomputed
     out.layers.push_back(i);
   }
   out.x_out = t.add("x_out", C);
@@ -176,7 +177,7 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s) {
   return {s.tensor(i.x_in),    s.tensor(i.rstd1), saved_rows(s, i.h1),   s.tensor(i.q),
           s.tensor(i.k),       s.tensor(i.v),     s.tensor(i.attn),      s.tensor(i.lse),
           s.tensor(i.x_mid),   s.tensor(i.rstd2), saved_rows(s, i.h2),   saved_rows(s, i.gate),
-          saved_rows(s, i.up), saved_rows(s, i.act), x_out};
+          saved_rows(s, i.up), i.act >= 0 ? s.tensor(i.act) : nullptr, x_out};
 }
 
 LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {

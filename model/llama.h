@@ -152,7 +152,7 @@ class LlamaModel {
     int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
   };
   struct LayerIds {  // activation ids of one layer (saved by forward for backward)
-    int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act;
+    int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act = -1;  // act: fp32 runs
   };
   struct ActivationIds {
     std::vector<LayerIds> layers;  // per layer of the stage

@@ -189,10 +189,17 @@ void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const f
                     const float* up, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i], u = up[i];
-    out[i] = bf16_bits(g / (1.0f + fast_exp(-g)) * u);
-    gate_out[i] = bf16_bits(g);
-    up_out[i] = bf16_bits(u);
+    gate_out[i] = bf16_bits(gate[i]);
+    up_out[i] = bf16_bits(up[i]);
+  }
+  swiglu_forward(out, gate_out, up_out, n);  // the very loop backward recomputes it with
+}
+
+void swiglu_forward(uint16_t* out, const uint16_t* gate, const uint16_t* up, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = bf16_value(gate[i]);
+    out[i] = bf16_bits(g / (1.0f + fast_exp(-g)) * bf16_value(up[i]));
   }
 }
 

@@ -58,10 +58,12 @@ void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, i
 
 // out[n] = silu(gate) * up
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
-// The same from fp32 gate and up, storing out, gate and up as bf16 bits (each the fp32
-// value rounded: out is computed before gate and up are rounded)
+// bf16 runs: gate and up rounded to bf16, and out (bf16 bits) computed from the rounded
+// values in fp32, then rounded. gate_out and up_out receive the rounded gate and up; the
+// second form recomputes out from them, bit for bit as the first gave it.
 void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const float* gate,
                     const float* up, int64_t n);
+void swiglu_forward(uint16_t* out, const uint16_t* gate, const uint16_t* up, int64_t n);
 // writes dgate, dup from dout
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, int64_t n);

@@ -266,8 +266,8 @@ def rotate_half(x):
 # lct's train.precision = bf16, emulated (--bf16): every product of a linear layer,
 # forward and both backward products, and every block product of core attention take
 # their operands rounded to bfloat16 (through float32, ties to even, as lct rounds its
-# float32 values) and are summed here in float64; the SwiGLU backward reads gate and up
-# rounded, as lct saves them. lct sums in float32, so the two agree
+# float32 values) and are summed here in float64; the SwiGLU takes gate and up rounded,
+# as lct saves them. lct sums in float32, so the two agree
 # to float32 summation error plus the rare operand that lands on the other side of a
 # bf16 rounding boundary (and, in attention, P rounded against a running maximum where
 # a document spans several key blocks).
@@ -296,12 +296,13 @@ def linear(x, w):
 
 
 class Bf16SwiGLU(torch.autograd.Function):
-    """silu(gate) * up as lct computes it in bf16: forward from the unrounded gate and
-    up, backward from gate and up as saved, rounded to bf16."""
+    """silu(gate) * up as lct computes it in bf16: from gate and up rounded to bf16 (as
+    lct saves them and recomputes act from them), forward and backward."""
 
     @staticmethod
     def forward(ctx, g, u):
-        ctx.save_for_backward(bf16(g), bf16(u))
+        g, u = bf16(g), bf16(u)
+        ctx.save_for_backward(g, u)
         return F.silu(g) * u
 
     @staticmethod

@@ -469,8 +469,9 @@ void Trainer::log_header() const {
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
   if (!fp32_gemm_description_.empty()) log_info("fp32 products: %s", fp32_gemm_description_.c_str());
   if (plan_.precision == Precision::bf16)
-    log_info("precision bf16 (linear layers and attention products; softmax statistics, norms, loss, "
-             "weights, gradients and optimizer in fp32): %s", bf16_support().note.c_str());
+    log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
+             "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32): %s",
+             bf16_support().note.c_str());
   log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
   if (state_.step > 0)

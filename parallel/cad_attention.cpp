@@ -213,14 +213,14 @@ CadAttention::Reply CadAttention::reply_of(const std::vector<float*>& a, bool ba
 int64_t CadAttention::message_floats(const Flow& f, const Widths& w) const {
   int64_t n = 0;
   for (int64_t x : w.q) n += f.q_rows * x;
-  for (int64_t x : w.kv) n += f.kv_rows * x;
+  for (int64_t x : w.kv) n += f.kv_rows * w.kv_floats(x);
   return n;
 }
 
 std::vector<float*> CadAttention::arrays_of(float* base, const Flow& f, const Widths& w) const {
   std::vector<float*> a;
   for (int64_t x : w.q) a.push_back(base), base += f.q_rows * x;
-  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * x;
+  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * w.kv_floats(x);
   return a;
 }
 
@@ -277,6 +277,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
   L.in = {};
   for (const RowArray& a : q_arrays) L.in.q.push_back(a.width);
   for (const RowArray& a : kv_arrays) L.in.kv.push_back(a.width);
+  L.in.kv_bf16 = L.params->precision == Precision::bf16;
   L.send.clear();
   L.send_counts.assign(size_t(size_), 0);
   L.recv_counts.assign(size_t(size_), 0);
@@ -304,8 +305,14 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
     for (const KvPiece& g : f.kv) {
       for (size_t x = 0; x < kv_arrays.size(); ++x) {
         const int64_t wd = kv_arrays[x].width;
-        std::copy(kv_arrays[x].data + int64_t(g.row) * wd, kv_arrays[x].data + (g.row + g.len) * wd,
-                  dst[q_arrays.size() + x] + kv_row * wd);
+        const float* from = kv_arrays[x].data + int64_t(g.row) * wd;
+        const int64_t n = int64_t(g.len) * wd;
+        if (L.in.kv_bf16) {
+          uint16_t* to = reinterpret_cast<uint16_t*>(dst[q_arrays.size() + x]) + kv_row * wd;
+          for (int64_t e = 0; e < n; ++e) to[e] = bf16_bits(from[e]);
+        } else {
+          std::copy(from, from + n, dst[q_arrays.size() + x] + kv_row * wd);
+        }
       }
       kv_row += g.len;
     }
@@ -363,6 +370,12 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     std::copy(k + src_row * kvd, k + (src_row + g.len) * kvd, L.ws_k.data() + at * kvd);
     std::copy(v + src_row * kvd, v + (src_row + g.len) * kvd, L.ws_v.data() + at * kvd);
   };
+  const auto place_bf16 = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row) {
+    const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+    const uint16_t *k16 = reinterpret_cast<const uint16_t*>(k) + src_row * kvd,
+                   *v16 = reinterpret_cast<const uint16_t*>(v) + src_row * kvd;
+    for (int64_t e = 0; e < n; ++e) L.ws_k[size_t(at + e)] = bf16_value(k16[e]), L.ws_v[size_t(at + e)] = bf16_value(v16[e]);
+  };
   for (const KvPiece& g : p.own_kv) place(g, L.k, L.v, g.row);
   std::vector<std::vector<float*>> msg(static_cast<size_t>(size_));
   int64_t in_at = 0;
@@ -371,7 +384,8 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     msg[size_t(o)] = arrays_of(L.recv.data() + in_at, p.in[size_t(o)], L.in);
     int64_t row = 0;
     for (const KvPiece& g : p.in[size_t(o)].kv) {
-      place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
+      if (L.in.kv_bf16) place_bf16(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
+      else place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
       row += g.len;
     }
     in_at += L.recv_counts[size_t(o)];

@@ -136,9 +136,14 @@ class CadAttention final : public AttentionPlacement {
   };
   static Request request_of(const std::vector<float*>& arrays, bool backward);
   static Reply reply_of(const std::vector<float*>& arrays, bool backward);
-  // An exchange carries per-query-row arrays, then per-key-row arrays (widths in floats).
+  // An exchange carries per-query-row arrays, then per-key-row arrays (widths in values
+  // per row). With kv_bf16 (requests of a bf16 run) the key arrays, K and V, travel as
+  // bf16 bits, two to a float of the message: the kernel rounds K and V to bf16 anyway,
+  // so the server widening them back computes exactly what it would on fp32 rows.
   struct Widths {
     std::vector<int64_t> q, kv;
+    bool kv_bf16 = false;
+    int64_t kv_floats(int64_t width) const { return kv_bf16 ? (width + 1) / 2 : width; }
   };
   // One round's layer in flight: its plan, arrays and buffers.
   struct Lane {

@@ -3,7 +3,7 @@
 # precision-free:
 #   - dp = 2, pp = 2, cp = 2 (ring and all-gather) and CAD on 2 ranks, all bf16, match
 #     the bf16 single-process run for 6 SGD steps within the bf16 bounds below;
-#   - context parallelism sends K and V in bf16 (the bytes below);
+#   - context parallelism and CAD send K and V in bf16 (the bytes below);
 #   - a bf16 run is not the fp32 run (its losses differ beyond fp32's bounds);
 #   - an fp32 checkpoint resumes in bf16 and a bf16 checkpoint resumes in fp32.
 #
@@ -69,6 +69,28 @@ for bf16, fp32, ratio in (("cp2", "cp2_fp32", 3 / 4), ("cp2ag", "cp2ag_fp32", 2 
 PY
 run_train cad2 2 "${SIX[@]}" --attention.placement cad --attention.cad_profile pairs --train.micro_batches 1 "${BF16[@]}"
 compare "bf16 CAD dp=2 vs one process" cad2 one $BOUND
+
+# CAD's requests carry K and V in bf16 in a bf16 run (Q, O, dO, LSE and the replies stay
+# fp32). With the same plans in both precisions (rank speeds not learnt), every key row
+# a request carries saves 2 x kvd bytes of K and V, and each carries the same rows in
+# forward and backward: per step the bf16 run sends 4 x kvd x (rows, summed over layers)
+# fewer bytes, kvd = KV x hd = 2 x 16.
+CAD_SAME_PLANS=(--attention.placement cad --attention.cad_profile pairs --attention.cad_rank_speeds false
+  --train.micro_batches 1)
+run_train cad2_fixed 2 "${SIX[@]}" "${CAD_SAME_PLANS[@]}" "${BF16[@]}"
+run_train cad2_fixed_fp32 2 "${SIX[@]}" "${CAD_SAME_PLANS[@]}"
+/usr/bin/python3 - <<'PY'
+import json
+def sent(run):
+    return [json.loads(line)["exchange_bytes_sent"] for line in open(f"{run}/metrics.jsonl")]
+a, b = sent("cad2_fixed"), sent("cad2_fixed_fp32")
+kvd = 2 * 16
+# (a step whose plan moves nothing sends nothing in either)
+assert all((x == y == 0) or (0 < x < y and (y - x) % (4 * kvd) == 0) for x, y in zip(a, b)), (a, b)
+assert sum(a) > 0, a
+print(f"ok   CAD: bf16 sends {sum(a) / sum(b):.3f} of fp32's bytes ({sum(a):.0f} vs {sum(b):.0f} over 6 steps), "
+      f"K and V at half")
+PY
 
 # checkpoints are precision-free: resume across precisions, both ways
 run_train fp32_ckpt 0 --train.steps 3 --checkpoint.every 3

@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-"$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --repeats 2 --budget 5 \
+"$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --step-precisions fp32,bf16 --repeats 2 --budget 5 \
   --model.num_hidden_layers 2 --attention.dca_chunk_size 128 --attention.dca_local_size 16 > "$out"
 python3 - "$out" <<'PY'
 import json, sys
@@ -37,9 +37,17 @@ for x in rows:
     if x["layout"] == "one-doc":
         assert x["pairs"] == x["tokens"] * (x["tokens"] + 1) // 2, x
 steps = r["step"]
-assert [x["tokens"] for x in steps] == [256, 512], steps
+assert [x["tokens"] for x in steps] == [256, 512] * 2, steps
+assert [x["precision"] for x in steps] == ["fp32"] * 2 + ["bf16"] * 2, steps
 for x in steps:
     assert x["tokens_per_s"] > 0 and x["peak_rss_bytes"] > 0 and x["activation_bytes"] > 0, x
+    # MFU against the precision's ceilings (bf16 on a CPU without bf16 instructions: fp32's)
+    bf16_ceilings = x["precision"] == "bf16" and g["bf16_instructions"]
+    assert x["gemm_ceiling_gflops"] == (c["bf16_gemm_gflops"] if bf16_ceilings else c["sgemm_gflops"]), x
+    assert x["peak_ceiling_gflops"] == (c["bf16_dot_gflops"] if bf16_ceilings else c["fma_gflops"]), x
+    # (the JSON's numbers carry 6 significant digits)
+    assert abs(x["mfu_vs_gemm"] - x["gflops"] / x["gemm_ceiling_gflops"]) <= 1e-5 * x["mfu_vs_gemm"], x
+    assert x["mfu_vs_peak"] > 0, x
 print("bench_smoke: JSON ok")
 PY
 
@@ -67,6 +75,7 @@ PY
 
 # bad options are one-line errors
 if "$LCT" bench --sections nonsense 2>/dev/null; then echo "bad --sections accepted"; exit 1; fi
+if "$LCT" bench --step-precisions fp16 2>/dev/null; then echo "bad --step-precisions accepted"; exit 1; fi
 
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "bench_smoke: needs python3-torch for bench/compare_pytorch.py; run scripts/setup.sh --python" >&2

@@ -225,7 +225,9 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
 
 struct StepRow {
   int64_t seq_len = 0, documents = 0;
+  std::string precision;
   double ms = 0, tokens_per_s = 0, gflops = 0;
+  double gemm_ceiling = 0, peak_ceiling = 0;  // the precision's ceilings (MFU denominators)
   int64_t peak_rss = 0, activation_bytes = 0;
   int runs = 0;
 };
@@ -246,14 +248,17 @@ std::vector<int32_t> first_sequence_documents(const Config& base, int64_t L) {
   return packer.sequence(0).cu_seqlens;
 }
 
-StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L) {
+StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precision precision) {
   attention_release_workspace();
   malloc_trim(0);
   reset_peak_rss();
   StepRow r;
   r.seq_len = L;
+  r.precision = precision_name(precision);
   {
-    Trainer trainer(config_at_length(base, L));
+    Config c = config_at_length(base, L);
+    c.train.precision = precision;
+    Trainer trainer(c);
     const auto runs = repeat_timed(o, [&] {
       const StepRecord s = trainer.train_step();
       return std::vector<double>{s.ms, double(s.tokens), s.gflops * s.ms};  // GFLOP/s x ms
@@ -474,9 +479,10 @@ void print_bench_json(const BenchResults& res) {
   for (size_t i = 0; i < res.step.size(); ++i) {
     const StepRow& r = res.step[i];
     j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
-      << ",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
-      << ",\"gflops\":" << r.gflops << ",\"mfu_vs_sgemm\":" << r.gflops / res.sgemm
-      << ",\"mfu_vs_fma\":" << r.gflops / res.fma << ",\"peak_rss_bytes\":" << r.peak_rss
+      << ",\"precision\":\"" << r.precision << "\",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
+      << ",\"gflops\":" << r.gflops << ",\"gemm_ceiling_gflops\":" << r.gemm_ceiling
+      << ",\"peak_ceiling_gflops\":" << r.peak_ceiling << ",\"mfu_vs_gemm\":" << r.gflops / r.gemm_ceiling
+      << ",\"mfu_vs_peak\":" << r.gflops / r.peak_ceiling << ",\"peak_rss_bytes\":" << r.peak_rss
       << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
   }
   j << "],\"cp_balance\":[";
@@ -580,19 +586,28 @@ int run_bench(const Config& config, const BenchOptions& o) {
 
   if (wants(o, "step")) {
     say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
-        "documents | model GFLOP/s (src/train/flops.h), MFU vs SGEMM and vs FMA\n",
+        "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
+        "(fp32: SGEMM, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 runs as fp32)\n",
         model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
         model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
         (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
-    say(o, "  %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "tokens", "docs", "ms", "tokens/s",
-        "GFLOP/s", "xSGEMM", "xFMA", "peak MiB", "acts MiB", "runs");
-    for (int64_t L : o.step_lengths) {
-      const StepRow r = bench_step(o, config, L);
-      res.step.push_back(r);
-      say(o, "  %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", (long long)r.seq_len,
-          (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / sgemm, r.gflops / fma,
-          double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0, r.runs);
-    }
+    say(o, "  %-9s %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "precision", "tokens", "docs", "ms", "tokens/s",
+        "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
+    std::vector<Precision> precisions;
+    for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
+    if (precisions.empty()) precisions.push_back(config.train.precision);
+    for (const Precision precision : precisions)
+      for (int64_t L : o.step_lengths) {
+        StepRow r = bench_step(o, config, L, precision);
+        const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
+        r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : sgemm;
+        r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
+        res.step.push_back(r);
+        say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
+            (long long)r.seq_len, (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
+            r.gflops / r.peak_ceiling, double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0,
+            r.runs);
+      }
   }
 
   if (wants(o, "cp_balance")) {
@@ -652,6 +667,10 @@ Command add_bench_command(CLI::App& lct) {
       ->delimiter(',')
       ->check(length)
       ->capture_default_str();
+  bench->add_option("--step-precisions", b.step_precisions,
+                    "precisions of the step section (default: the config's train.precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->delimiter(',');
   bench->add_option("--sections", b.sections, "what to measure")
       ->delimiter(',')
       ->check(CLI::IsMember({"ceilings", "gemm", "attention", "step", "cp_balance", "cad_balance", "profile"}))

@@ -27,6 +27,9 @@ struct BenchOptions {
   std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
   std::vector<std::string> attention_precisions{"fp32", "bf16"};  // each kernel in each
   std::vector<int64_t> step_lengths{4096, 16384, 65536};
+  // precisions of the step section (empty: the config's train.precision); each row's
+  // MFU is against its precision's ceilings (bf16: oneDNN bf16 GEMM, VDPBF16PS loop)
+  std::vector<std::string> step_precisions;
   std::vector<std::string> sections{"ceilings", "gemm", "attention", "step"};
   // cp_balance section: attention-pair imbalance of the context-parallel splits over
   // the configured stream (no timing)

@@ -147,7 +147,7 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
     const Part& part = parts[pi];
     if (part.lo >= part.hi) continue;
     float* qp = qp_parts + pi * geo.mp * hd;
-    pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance);
+    pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance, arith != Arith::fp32);
     if (arith == Arith::bf16_rounded) round_rows(qp, M, hd, hd);
     if (native) bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
     for (int64_t j0 = part.lo; j0 < part.hi; j0 += kKeyBlock) {
@@ -296,7 +296,7 @@ void backward_key_block(const Geometry& geo, bool rounded, std::span<const Atten
       const int64_t n = i1 - i0, M = geo.G * n;
       const int64_t chunk_distance =
           geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
-      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance);
+      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance, rounded);
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       if (rounded) round_rows(qp, M, hd, hd), round_rows(dop, M, hd, hd);
       for (int64_t r = 0; r < M; ++r) {
@@ -482,7 +482,9 @@ void blocked_attention_backward(const AttentionParams& params,
     float* my_dq = tid == 0 ? dq : private_dq + (tid - 1) * dq_floats;
     if (tid > 0) std::memset(my_dq, 0, sizeof(float) * dq_floats);
 
-    // D = rowsum(dO * O) for every query row of every task   [rows, H]
+    // D = rowsum(dO * O) for every query row of every task   [rows, H]; in bf16 of the
+    // rounded dO and O (Arith)
+    const bool bf16_inputs = arith != Arith::fp32;
     for (const AttentionTask& t : tasks) {
 #pragma omp for schedule(static) nowait
       for (int64_t i = 0; i < t.q_len; ++i) {
@@ -491,8 +493,13 @@ void blocked_attention_backward(const AttentionParams& params,
           const float* o = out + row * geo.ldq + h * geo.hd;
           const float* d_o = dout + row * geo.ldq + h * geo.hd;
           double acc = 0.0;
+          if (bf16_inputs) {
 #pragma omp simd reduction(+ : acc)
-          for (int64_t c = 0; c < geo.hd; ++c) acc += double(o[c]) * d_o[c];
+            for (int64_t c = 0; c < geo.hd; ++c) acc += double(round_to_bf16(o[c])) * round_to_bf16(d_o[c]);
+          } else {
+#pragma omp simd reduction(+ : acc)
+            for (int64_t c = 0; c < geo.hd; ++c) acc += double(o[c]) * d_o[c];
+          }
           row_dot[row * geo.H + h] = float(acc);
         }
       }

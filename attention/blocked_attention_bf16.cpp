@@ -120,7 +120,7 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
       i1 = query_tile_end(geo, t, i0);
       const int64_t n = i1 - i0, M = geo.G * n, Mp = M + (M & 1);
       const int64_t chunk_distance = geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
-      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance);
+      pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance, true);  // Q as bf16 values (Arith)
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
       bf16_tiles::to_bf16(dop, M * hd, 1.0f, dob);

@@ -92,10 +92,11 @@ class Scratch {
 
 // Packs query rows [i0, i0+n) of task t for the G heads of kv head g into
 // dst [G*n, hd] (packed row r = hh*n + i), multiplied by factor and, for DCA,
-// rotated for keys chunk_distance chunks back (HF rotate_half convention).
+// rotated for keys chunk_distance chunks back (HF rotate_half convention). With
+// bf16_source the source values are rounded to bf16 first (a bf16 kernel's Q: see Arith).
 inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, int64_t i0,
                       int64_t n, const float* src, float factor, float* dst,
-                      int64_t chunk_distance = kNoRotation) {
+                      int64_t chunk_distance = kNoRotation, bool bf16_source = false) {
   const int64_t half = geo.hd / 2;
   for (int64_t i = 0; i < n; ++i) {
     const float* cs = nullptr;
@@ -109,6 +110,11 @@ inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, in
     for (int64_t hh = 0; hh < geo.G; ++hh) {
       const float* s = src + (t.q_row + i0 + i) * geo.ldq + (g * geo.G + hh) * geo.hd;
       float* d = dst + (hh * n + i) * geo.hd;
+      if (bf16_source) {  // round into dst, then scale / rotate in place below
+#pragma omp simd
+        for (int64_t c = 0; c < geo.hd; ++c) d[c] = round_to_bf16(s[c]);
+        s = d;
+      }
       if (!cs) {
 #pragma omp simd
         for (int64_t c = 0; c < geo.hd; ++c) d[c] = s[c] * factor;
@@ -124,14 +130,17 @@ inline void pack_rows(const Geometry& geo, const AttentionTask& t, int64_t g, in
   }
 }
 
-
 // How the block products are computed.
 //   fp32          OpenBLAS SGEMM on the fp32 values.
 //   bf16_rounded  every product operand (Q, K, V, dO, P, dS) rounded to bf16, SGEMM
 //                 on the rounded values (any CPU; the same numbers as bf16_native up to
 //                 fp32 summation order).
 //   bf16_native   bf16 operands in the AVX512-BF16 microkernel (bf16_tiles.h).
-// Softmax statistics, LSE, D = rowsum(dO * O) and every accumulator stay fp32.
+// In bf16 the kernel reads its inputs Q, K, V, O and dO as bf16 values: Q is rounded
+// before it is scaled (and, for DCA, rotated) and rounded again for the product, and
+// D = rowsum(dO * O) sums products of the rounded dO and O. So a placement may carry
+// all five in bf16 without changing a bit. Softmax statistics, LSE, D and every
+// accumulator stay fp32.
 enum class Arith { fp32, bf16_rounded, bf16_native };
 
 // x = bf16(x) for rows x cols of a matrix with row stride ld.

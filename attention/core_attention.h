@@ -88,7 +88,10 @@ struct AttentionParams {
   float scale = 0.0f;    // logit multiplier, normally 1/sqrt(hd)
   DcaParams dca;         // used when kernel == dca
   // bf16: Q, K, V, dO and the probabilities P and dS enter the block products rounded to
-  // bf16; softmax statistics, LSE, D = rowsum(dO * O) and every accumulator stay fp32.
+  // bf16 (Q rounded on entry, then scaled or rotated and rounded again), D = rowsum(dO * O)
+  // sums the rounded dO and O, and softmax statistics, LSE, D and every accumulator stay
+  // fp32. The kernel thus depends only on the bf16 values of Q, K, V, O and dO, which
+  // placements may therefore send as bf16.
   Precision precision = Precision::fp32;
   // bf16 on a CPU with AVX512-BF16: true runs the products in bf16 instructions; false
   // (and every CPU without them) runs them as fp32 SGEMM on the rounded operands, which

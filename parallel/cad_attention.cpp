@@ -212,17 +212,38 @@ CadAttention::Reply CadAttention::reply_of(const std::vector<float*>& a, bool ba
 
 int64_t CadAttention::message_floats(const Flow& f, const Widths& w) const {
   int64_t n = 0;
-  for (int64_t x : w.q) n += f.q_rows * x;
-  for (int64_t x : w.kv) n += f.kv_rows * w.kv_floats(x);
+  for (size_t i = 0; i < w.q.size(); ++i) n += f.q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
+  for (int64_t x : w.kv) n += f.kv_rows * Widths::floats(x, w.kv_bf16);
   return n;
 }
 
 std::vector<float*> CadAttention::arrays_of(float* base, const Flow& f, const Widths& w) const {
   std::vector<float*> a;
-  for (int64_t x : w.q) a.push_back(base), base += f.q_rows * x;
-  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * w.kv_floats(x);
+  for (size_t i = 0; i < w.q.size(); ++i) a.push_back(base), base += f.q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
+  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * Widths::floats(x, w.kv_bf16);
   return a;
 }
+
+namespace {
+// n values into a message array at value `at`: copied, or as bf16 bits (two to a float
+// of the array); and n values out of one, widened from bf16 or copied
+void put_rows(const float* from, int64_t n, bool bf16, float* array, int64_t at) {
+  if (!bf16) {
+    std::copy(from, from + n, array + at);
+    return;
+  }
+  uint16_t* t = reinterpret_cast<uint16_t*>(array) + at;
+  for (int64_t e = 0; e < n; ++e) t[e] = bf16_bits(from[e]);
+}
+void get_rows(const float* array, int64_t at, int64_t n, bool bf16, float* to) {
+  if (!bf16) {
+    std::copy(array + at, array + at + n, to);
+    return;
+  }
+  const uint16_t* f = reinterpret_cast<const uint16_t*>(array) + at;
+  for (int64_t e = 0; e < n; ++e) to[e] = bf16_value(f[e]);
+}
+}  // namespace
 
 const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const {
   const auto it = plans_.find(in.round);
@@ -275,7 +296,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
                               const std::vector<RowArray>& kv_arrays) {
   const Plan& p = *L.plan;
   L.in = {};
-  for (const RowArray& a : q_arrays) L.in.q.push_back(a.width);
+  for (const RowArray& a : q_arrays) L.in.q.push_back(a.width), L.in.q_bf16.push_back(a.bf16);
   for (const RowArray& a : kv_arrays) L.in.kv.push_back(a.width);
   L.in.kv_bf16 = L.params->precision == Precision::bf16;
   L.send.clear();
@@ -296,8 +317,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
       const int64_t src = d.row + (t.q_begin - d.pos);
       for (size_t x = 0; x < q_arrays.size(); ++x) {
         const int64_t wd = q_arrays[x].width;
-        std::copy(q_arrays[x].data + src * wd, q_arrays[x].data + (src + t.q_len) * wd,
-                  dst[x] + q_row * wd);
+        put_rows(q_arrays[x].data + src * wd, t.q_len * wd, q_arrays[x].bf16, dst[x], q_row * wd);
       }
       q_row += t.q_len;
     }
@@ -305,14 +325,8 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
     for (const KvPiece& g : f.kv) {
       for (size_t x = 0; x < kv_arrays.size(); ++x) {
         const int64_t wd = kv_arrays[x].width;
-        const float* from = kv_arrays[x].data + int64_t(g.row) * wd;
-        const int64_t n = int64_t(g.len) * wd;
-        if (L.in.kv_bf16) {
-          uint16_t* to = reinterpret_cast<uint16_t*>(dst[q_arrays.size() + x]) + kv_row * wd;
-          for (int64_t e = 0; e < n; ++e) to[e] = bf16_bits(from[e]);
-        } else {
-          std::copy(from, from + n, dst[q_arrays.size() + x] + kv_row * wd);
-        }
+        put_rows(kv_arrays[x].data + int64_t(g.row) * wd, int64_t(g.len) * wd, L.in.kv_bf16,
+                 dst[q_arrays.size() + x], kv_row * wd);
       }
       kv_row += g.len;
     }
@@ -365,18 +379,12 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
   // segments that came with the requests
   const size_t ws = size_t(p.ws_rows * kvd);
   if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
-  const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row) {
-    const int64_t at = p.ws_row.at(g.gdoc) + g.pos;
-    std::copy(k + src_row * kvd, k + (src_row + g.len) * kvd, L.ws_k.data() + at * kvd);
-    std::copy(v + src_row * kvd, v + (src_row + g.len) * kvd, L.ws_v.data() + at * kvd);
-  };
-  const auto place_bf16 = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row) {
+  const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row, bool bf16) {
     const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
-    const uint16_t *k16 = reinterpret_cast<const uint16_t*>(k) + src_row * kvd,
-                   *v16 = reinterpret_cast<const uint16_t*>(v) + src_row * kvd;
-    for (int64_t e = 0; e < n; ++e) L.ws_k[size_t(at + e)] = bf16_value(k16[e]), L.ws_v[size_t(at + e)] = bf16_value(v16[e]);
+    get_rows(k, src_row * kvd, n, bf16, L.ws_k.data() + at);
+    get_rows(v, src_row * kvd, n, bf16, L.ws_v.data() + at);
   };
-  for (const KvPiece& g : p.own_kv) place(g, L.k, L.v, g.row);
+  for (const KvPiece& g : p.own_kv) place(g, L.k, L.v, g.row, false);
   std::vector<std::vector<float*>> msg(static_cast<size_t>(size_));
   int64_t in_at = 0;
   for (int o = 0; o < size_; ++o) {
@@ -384,8 +392,7 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     msg[size_t(o)] = arrays_of(L.recv.data() + in_at, p.in[size_t(o)], L.in);
     int64_t row = 0;
     for (const KvPiece& g : p.in[size_t(o)].kv) {
-      if (L.in.kv_bf16) place_bf16(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
-      else place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row);
+      place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row, L.in.kv_bf16);
       row += g.len;
     }
     in_at += L.recv_counts[size_t(o)];
@@ -413,6 +420,26 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     reply[size_t(o)] = arrays_of(L.back.data() + back_at, p.in[size_t(o)], L.reply);
     back_at += L.reply_counts[size_t(o)];
   }
+  // origin o's query arrays as fp32 (bf16 ones widened into L.wide), and after them in
+  // L.wide room for the fp32 O of a forward whose reply carries O in bf16
+  float* wide_out = nullptr;
+  const auto widened = [&](int o) {
+    std::vector<float*> a = msg[size_t(o)];
+    const int64_t rows = p.in[size_t(o)].q_rows;
+    int64_t need = !L.backward && L.reply.q_bf16[0] ? rows * L.reply.q[0] : 0;
+    for (size_t x = 0; x < nq; ++x)
+      if (L.in.q_bf16[x]) need += rows * L.in.q[x];
+    if (int64_t(L.wide.size()) < need) L.wide.resize(size_t(need));
+    float* w = L.wide.data();
+    for (size_t x = 0; x < nq; ++x)
+      if (L.in.q_bf16[x]) {
+        get_rows(a[x], 0, rows * L.in.q[x], true, w);
+        a[x] = w;
+        w += rows * L.in.q[x];
+      }
+    wide_out = w;
+    return a;
+  };
   const float *wk = L.ws_k.data(), *wv = L.ws_v.data();
   for (int o = 0; o < size_; ++o) {
     const std::vector<AttentionTask>& tasks = o == rank_ ? p.own_ws : p.served[size_t(o)];
@@ -423,12 +450,15 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     else if (o == rank_)
       attention_forward(prm, tasks, L.q, wk, wv, L.out, L.lse);
     else if (L.backward) {
-      const Request x = request_of(msg[size_t(o)], true);
+      const Request x = request_of(widened(o), true);
       attention_backward(prm, tasks, x.q, wk, wv, x.out, x.lse, x.dout, reply_of(reply[size_t(o)], true).dq,
                          L.ws_dk.data(), L.ws_dv.data());
     } else {
+      const Request x = request_of(widened(o), false);
       const Reply r = reply_of(reply[size_t(o)], false);
-      attention_forward(prm, tasks, request_of(msg[size_t(o)], false).q, wk, wv, r.out, r.lse);
+      const bool out_bf16 = L.reply.q_bf16[0];
+      attention_forward(prm, tasks, x.q, wk, wv, out_bf16 ? wide_out : r.out, r.lse);
+      if (out_bf16) put_rows(wide_out, p.in[size_t(o)].q_rows * L.reply.q[0], true, r.out, 0);
     }
     progress();
   }
@@ -481,7 +511,7 @@ void CadAttention::finish_lane(Lane& L) {
       if (L.backward) {
         add(L.dq + dst * qd, y.dq + q_row * qd, t.q_len * qd);
       } else {
-        std::copy(y.out + q_row * qd, y.out + (q_row + t.q_len) * qd, L.out + dst * qd);
+        get_rows(y.out, q_row * qd, t.q_len * qd, L.reply.q_bf16[0], L.out + dst * qd);
         std::copy(y.lse + q_row * H, y.lse + (q_row + t.q_len) * H, L.lse + dst * H);
       }
       q_row += t.q_len;
@@ -514,8 +544,9 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
   stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
   modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
   ++layers_;
-  L.reply = {{qd, H}, {}};                                // Reply: O, LSE
-  start_lane(L, {{q, qd}}, {{k, kvd}, {v, kvd}});          // Request: Q; then K, V
+  const bool bf16 = in.params.precision == Precision::bf16;  // Q, K, V and O travel in bf16
+  L.reply = {{qd, H}, {}, {bf16, false}};                      // Reply: O, LSE
+  start_lane(L, {{q, qd, bf16}}, {{k, kvd}, {v, kvd}});        // Request: Q; then K, V
 }
 
 // Servers keep nothing between forward and backward: Q, O, dO, LSE and the K/V
@@ -534,9 +565,10 @@ void CadAttention::backward_start(const AttentionInput& in, const float* q, cons
   L.dq = dq, L.dk = dk, L.dv = dv;
   const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
-  L.reply = {{qd}, {kvd, kvd}};  // Reply: dQ; dK, dV
-  start_lane(L, {{q, qd}, {out, qd}, {dout, qd}, {lse, H}},  // Request: Q, O, dO, LSE
-             {{k, kvd}, {v, kvd}});                          // then K, V
+  const bool bf16 = in.params.precision == Precision::bf16;  // Q, O, dO, K and V travel in bf16
+  L.reply = {{qd}, {kvd, kvd}, {false}};                       // Reply: dQ; dK, dV (fp32)
+  start_lane(L, {{q, qd, bf16}, {out, qd, bf16}, {dout, qd, bf16}, {lse, H}},  // Request: Q, O, dO, LSE
+             {{k, kvd}, {v, kvd}});                                         // then K, V
 }
 
 // Without ping-pong: the first half of this rank's own tasks runs while the requests

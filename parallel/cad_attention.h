@@ -137,13 +137,15 @@ class CadAttention final : public AttentionPlacement {
   static Request request_of(const std::vector<float*>& arrays, bool backward);
   static Reply reply_of(const std::vector<float*>& arrays, bool backward);
   // An exchange carries per-query-row arrays, then per-key-row arrays (widths in values
-  // per row). With kv_bf16 (requests of a bf16 run) the key arrays, K and V, travel as
-  // bf16 bits, two to a float of the message: the kernel rounds K and V to bf16 anyway,
-  // so the server widening them back computes exactly what it would on fp32 rows.
+  // per row). In a bf16 run Q, K, V, O and dO travel as bf16 bits, two to a float of the
+  // message: the kernel depends only on their bf16 values (AttentionParams::precision),
+  // so a server widening them back, and an owner widening the O it receives, compute
+  // exactly what they would on fp32 rows. The LSE and the gradients stay fp32.
   struct Widths {
     std::vector<int64_t> q, kv;
-    bool kv_bf16 = false;
-    int64_t kv_floats(int64_t width) const { return kv_bf16 ? (width + 1) / 2 : width; }
+    std::vector<bool> q_bf16;  // per query-row array
+    bool kv_bf16 = false;      // K and V
+    static int64_t floats(int64_t width, bool bf16) { return bf16 ? (width + 1) / 2 : width; }
   };
   // One round's layer in flight: its plan, arrays and buffers.
   struct Lane {
@@ -158,12 +160,14 @@ class CadAttention final : public AttentionPlacement {
     Widths in, reply;  // what goes to the servers and what comes back
     std::vector<float> send, recv, back, back_recv;
     std::vector<float> ws_k, ws_v, ws_dk, ws_dv;  // the server's key workspace
+    std::vector<float> wide;  // the server's fp32 copies of one message's bf16 query arrays
     std::vector<int> send_counts, recv_counts, reply_counts, reply_recv_counts, sdispl, rdispl;
     MPI_Request request = MPI_REQUEST_NULL;
   };
   struct RowArray {
     const float* data;
     int64_t width;
+    bool bf16 = false;  // travels as bf16 bits
   };
 
   Lane& lane_at(int lane);

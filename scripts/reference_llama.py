@@ -278,6 +278,13 @@ def bf16(t):
     return t.to(torch.float32).to(torch.bfloat16).to(DT)
 
 
+def bf16_values(t):
+    """t's values rounded to bf16 with the gradient passed through unchanged (lct's
+    attention reads Q as bf16 values; its dQ is not rounded). Autograd through bf16()
+    itself would round the gradient too."""
+    return t + (bf16(t) - t).detach()
+
+
 class Bf16Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):
@@ -322,7 +329,8 @@ class Bf16CoreAttention(torch.autograd.Function):
     query tiles lct packs (logit scale times Q, rotated for each of R key classes),
     k, v: (H, L, hd) as lct receives them, cls: (L, L) the class of each (query, key)
     pair, -1 where the key is not visible. Rounded operands: Q, K, V, dO, P (for P V and
-    P^T dO) and dS; softmax statistics and D = rowsum(dO * O) are not rounded."""
+    P^T dO) and dS; D = rowsum(dO * O) sums the rounded dO and O; softmax statistics
+    and D are not rounded. (The caller rounds Q before it scales or rotates it.)"""
 
     @staticmethod
     def forward(ctx, qs, k, v, cls):
@@ -345,7 +353,7 @@ class Bf16CoreAttention(torch.autograd.Function):
         p = torch.exp(s - lse)                                  # 0 where masked
         dv = bf16(p).transpose(1, 2) @ dob
         dp = dob @ vb.transpose(1, 2)
-        D = (do * o).sum(dim=-1, keepdim=True)
+        D = (dob * bf16(o)).sum(dim=-1, keepdim=True)
         ds = bf16(p * (dp - D))
         dqs = torch.zeros_like(qb)
         dk = torch.zeros_like(kb)
@@ -369,7 +377,7 @@ def attention(q, k, v, cu):
         causal = torch.ones(L, L, dtype=torch.bool).tril()          # key j <= query i
         if BF16:
             cls = torch.where(causal, 0, -1)
-            o = Bf16CoreAttention.apply((qd / math.sqrt(hd))[None], kd, vd, cls)
+            o = Bf16CoreAttention.apply((bf16_values(qd) / math.sqrt(hd))[None], kd, vd, cls)
             outs.append(o.transpose(0, 1).reshape(L, H * hd))
             continue
         scores = qd @ kd.transpose(1, 2) / math.sqrt(hd)            # (H, L, L)
@@ -428,7 +436,7 @@ def dca_attention(cfg, q, k, v, cu):
                 cos, sin = rope_cos_sin(pos, hd, theta)             # (L, 1, hd)
                 cos, sin = cos.transpose(0, 1), sin.transpose(0, 1)
                 return x * cos + rotate_half(x) * sin
-            qs = torch.stack([rot(qd, pos) * (mult / math.sqrt(hd)) for pos in qpos])
+            qs = torch.stack([rot(bf16_values(qd), pos) * (mult / math.sqrt(hd)) for pos in qpos])
             ii, jj = torch.arange(L)[:, None], torch.arange(L)[None, :]
             cls = torch.where(causal, torch.clamp(ii // sc - jj // sc, max=2), -1)
             o = Bf16CoreAttention.apply(qs, rot(kd, kpos), vd, cls)

@@ -9,13 +9,16 @@
 # products and every block product of core attention round their operands to bf16,
 # unit roundoff u = 2^-8, and sum in fp32):
 #   - against the reference emulating that arithmetic (--bf16: the same products of
-#     bf16-rounded operands, summed in float64), on every checkpoint: every tensor within
-#     2e-2, and at most half as far from lct as the plain float64 reference is (the
-#     emulation must explain most of bf16's deviation). They cannot agree to fp32's
-#     1e-5: lct's float32 values upstream of each rounding differ from float64 in the
-#     last bits, which now and then puts an operand on the other side of a bf16 rounding
-#     boundary (a 2^-8 change), and the random-weight checkpoints (std about 1) amplify
-#     that through the layers to 0.3-1.2 % (their bf16 error against float64 is 3-18 %).
+#     bf16-rounded operands, summed in float64, and the same rounded values where lct
+#     stores or reads them in bf16), on every checkpoint: every tensor within 3e-2, and
+#     at most half as far from lct as the plain float64 reference is (the emulation must
+#     explain most of bf16's deviation). They cannot agree to fp32's 1e-5: lct's float32
+#     values upstream of each rounding differ from float64 in the last bits, which now
+#     and then puts an operand on the other side of a bf16 rounding boundary (a 2^-8
+#     change), and the random-weight checkpoints (std about 1) amplify that through the
+#     layers, the more the more rounding points a path has: 0.6-2.1 % measured, the most
+#     on DCA, whose Q is rounded before and after its rotation (their bf16 error against
+#     float64 is 8-18 %; the emulation without those roundings is 5.7 % from lct there).
 #     A product computed otherwise (an operand left unrounded, a wrong transpose) moves
 #     gradients by the bf16 error itself. And the plain float64 reference at fp32's
 #     1e-5 must fail: bf16 is really applied.
@@ -47,7 +50,7 @@ bf16_eval() {  # name checkpoint batch
 worst_rel() { grep -o 'rel=[0-9.e+-]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
 check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
   bf16_eval "$@"
-  /usr/bin/python3 "$REF" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 2e-2 \
+  /usr/bin/python3 "$REF" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-2 \
     > "$1.bf16.compare.txt" || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16 against the emulated reference"; exit 1; }
   if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 1e-5 > "$1.fp64.txt"; then
     echo "FAIL: $1: bf16 gradients are within fp32's tolerance of float64 (is bf16 applied?)"
@@ -58,7 +61,7 @@ check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
   fp64=$(worst_rel "$1.fp64.txt")
   awk -v e="$emulated" -v f="$fp64" 'BEGIN { exit !(e <= f / 2) }' \
     || { echo "FAIL: $1: bf16 is $emulated from the emulation, not half its $fp64 from float64"; exit 1; }
-  echo "bf16 $1: worst tensor $emulated against emulated bf16 (<= 2e-2 and <= half of), $fp64 against float64"
+  echo "bf16 $1: worst tensor $emulated against emulated bf16 (<= 3e-2 and <= half of), $fp64 against float64"
 }
 check_bf16_fp64() {  # name checkpoint batch: lct-initialised weights, float64 within 5e-2
   bf16_eval "$@"

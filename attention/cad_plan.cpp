@@ -25,8 +25,10 @@ CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const 
   const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
   CaPlanOptions o;
   o.tolerance = tolerance;
-  o.q_bytes_per_row = (2 * qd + p.num_heads) * int64_t(sizeof(float));  // Q there, O + LSE back
-  o.kv_bytes_per_row = 2 * kvd * int64_t(sizeof(float));
+  // Q, O, K and V travel in bf16 in a bf16 run (parallel/cad_attention.h); the LSE in fp32
+  const int64_t value = p.precision == Precision::bf16 ? 2 : int64_t(sizeof(float));
+  o.q_bytes_per_row = 2 * qd * value + p.num_heads * int64_t(sizeof(float));  // Q there, O + LSE back
+  o.kv_bytes_per_row = 2 * kvd * value;
   o.cost = cost;
   return o;
 }

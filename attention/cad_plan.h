@@ -59,7 +59,8 @@ struct CaPlanOptions {
 };
 
 // The options of every CAD plan of a model: the bytes a moved row costs follow from its
-// attention shape (fp32 Q there, O and LSE back; K and V of moved prefixes), the rest
+// attention shape and precision (Q there, O and LSE back; K and V of moved prefixes; bf16
+// runs carry all but the LSE in bf16), the rest
 // from the run (attention.cad_tolerance and the cost model, or pairs when null). The
 // trainer, the simulator and lct bench all plan with these.
 CaPlanOptions ca_plan_options(const AttentionParams& params, double tolerance,

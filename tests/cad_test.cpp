@@ -123,6 +123,20 @@ TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
     }
 }
 
+// The bytes a moved row costs, as the exchange sends them: fp32 Q there and O, LSE back
+// (K, V per key row); a bf16 run carries Q, O, K and V in bf16 and the LSE in fp32.
+TEST(CadPlan, RowBytesFollowThePrecision) {
+  AttentionParams p;
+  p.num_heads = 4, p.num_kv_heads = 2, p.head_dim = 16;
+  const CaPlanOptions fp32 = ca_plan_options(p, 0.1, nullptr);
+  EXPECT_EQ(fp32.q_bytes_per_row, (2 * 64 + 4) * 4);
+  EXPECT_EQ(fp32.kv_bytes_per_row, 2 * 32 * 4);
+  p.precision = Precision::bf16;
+  const CaPlanOptions bf16 = ca_plan_options(p, 0.1, nullptr);
+  EXPECT_EQ(bf16.q_bytes_per_row, 2 * 64 * 2 + 4 * 4);
+  EXPECT_EQ(bf16.kv_bytes_per_row, 2 * 32 * 2);
+}
+
 TEST(CadPlan, ABalancedBatchMovesNothing) {
   std::vector<CaPiece> docs;
   for (int s = 0; s < 4; ++s)

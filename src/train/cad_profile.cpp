@@ -13,20 +13,13 @@
 #include "src/config/config.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
+#include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const std::string& path) {  // "" when absent or unreadable
-  try {
-    return read_regular_file(path, "attention.cad_profile");
-  } catch (const std::runtime_error&) {
-    return {};
-  }
-}
 
 // What a cost model measured here and now would record (its times are not filled in).
 CaCostModel this_setup(const LlamaConfig& m) {
@@ -112,29 +105,14 @@ CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m)
   if (setting == "pairs" || setting.empty()) return {std::nullopt, "", "attention pairs"};
   if (setting != "auto") return from_file(setting, m);
   const CaCostModel setup = this_setup(m);
-  const std::string dir = cache_folder();
-  const std::string path = dir.empty() ? "" : (fs::path(dir) / cache_file(setup)).string();
-  if (!path.empty()) {
-    const std::optional<CaCostModel> cached = parse_quietly(read_text(path), path);
-    if (cached && cached->same_setup(setup))
-      return from_model(*cached, "measured kernel time (cached " + path + ")");
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  CaCostModel fresh = measure(m, setup);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string where = "not cached: no cache folder ($LCT_CACHE_DIR, $XDG_CACHE_HOME or $HOME)";
-  if (!path.empty()) {
-    try {
-      fs::create_directories(dir);
-      write_text_atomically(path, fresh.to_text());
-      where = "cached in " + path;
-    } catch (const std::exception& e) {
-      where = std::string("not cached: ") + e.what();
-    }
-  }
-  char text[96];
-  std::snprintf(text, sizeof text, "measured kernel time (measured now, %.1f s; ", s);
-  return from_model(std::move(fresh), text + where + ")");
+  const CachedMeasurement c = measured_once(
+      cache_file(setup),
+      [&](const std::string& text) {
+        const std::optional<CaCostModel> cached = parse_quietly(text, "the cached CAD cost model");
+        return cached && cached->same_setup(setup);
+      },
+      [&] { return measure(m, setup).to_text(); });
+  return from_model(CaCostModel::parse(c.text, "the CAD cost model"), "measured kernel time (" + c.where + ")");
 }
 
 CadCostChoice cad_cost_from_text(const std::string& text, const std::string& description) {

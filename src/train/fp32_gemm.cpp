@@ -13,6 +13,7 @@
 
 #include "data/files.h"
 #include "src/io/h5io.h"
+#include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {
@@ -101,35 +102,34 @@ Fp32Library faster_fp32_library(const Fp32GemmRates& r) {
 Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens) {
   if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
   if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
-  const std::string dir = cache_folder();
-  const std::string path = dir.empty() ? "" : (fs::path(dir) / cache_file(m, tokens)).string();
-  if (!path.empty() && fs::is_regular_file(path)) {
+  // the cache's text: "<library> <openblas GFLOP/s> <onednn GFLOP/s>"
+  const auto parse = [](const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+    std::istringstream in(text);
+    std::string name;
+    if (!(in >> name >> r.openblas >> r.onednn)) return false;
     try {
-      std::istringstream in(read_regular_file(path, "train.fp32_gemm cache"));
-      std::string name;
-      Fp32GemmRates r;
-      if (in >> name >> r.openblas >> r.onednn) {
-        const Fp32Library library = parse_fp32_library(name);
-        if (library != Fp32Library::automatic) return {library, describe(library, r, tokens, "cached " + path)};
-      }
-    } catch (const std::exception&) {
-      // unreadable: measured again below and replaced
+      library = parse_fp32_library(name);
+    } catch (const std::invalid_argument&) {
+      return false;
     }
-  }
-  const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
-  const Fp32Library library = faster_fp32_library(r);
-  std::string where = "measured now, not cached: no cache folder";
-  if (!path.empty()) {
-    try {
-      fs::create_directories(dir);
-      write_text_atomically(path, std::string(fp32_library_name(library)) + " " + std::to_string(r.openblas) +
-                                      " " + std::to_string(r.onednn) + "\n");
-      where = "measured now, cached in " + path;
-    } catch (const std::exception& e) {
-      where = std::string("measured now, not cached: ") + e.what();
-    }
-  }
-  return {library, describe(library, r, tokens, where)};
+    return library != Fp32Library::automatic;
+  };
+  const CachedMeasurement c = measured_once(
+      cache_file(m, tokens),
+      [&](const std::string& text) {
+        Fp32Library library;
+        Fp32GemmRates r;
+        return parse(text, library, r);
+      },
+      [&] {
+        const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
+        return std::string(fp32_library_name(faster_fp32_library(r))) + " " + std::to_string(r.openblas) + " " +
+               std::to_string(r.onednn) + "\n";
+      });
+  Fp32Library library = Fp32Library::openblas;
+  Fp32GemmRates r;
+  if (!parse(c.text, library, r)) throw std::logic_error("train.fp32_gemm: unreadable measurement text");
+  return {library, describe(library, r, tokens, c.where)};
 }
 
 }  // namespace lct

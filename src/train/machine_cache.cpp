@@ -1,0 +1,45 @@
+#include "src/train/machine_cache.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "data/files.h"
+#include "src/io/h5io.h"
+#include "src/util/machine.h"
+
+namespace lct {
+namespace fs = std::filesystem;
+
+CachedMeasurement measured_once(const std::string& file, const std::function<bool(const std::string&)>& usable,
+                                const std::function<std::string()>& measure) {
+  const std::string dir = cache_folder();
+  const std::string path = dir.empty() ? "" : (fs::path(dir) / file).string();
+  if (!path.empty() && fs::is_regular_file(path)) {
+    try {
+      std::string text = read_regular_file(path, "the cache file");
+      if (usable(text)) return {std::move(text), "cached " + path};
+    } catch (const std::exception&) {
+      // unreadable: measured again below and replaced
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CachedMeasurement c{measure(), ""};
+  char took[48];
+  std::snprintf(took, sizeof took, "measured now, %.1f s; ",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  c.where = std::string(took) + "not cached: no cache folder ($LCT_CACHE_DIR, $XDG_CACHE_HOME or $HOME)";
+  if (!path.empty()) {
+    try {
+      fs::create_directories(dir);
+      write_text_atomically(path, c.text);
+      c.where = std::string(took) + "cached in " + path;
+    } catch (const std::exception& e) {
+      c.where = std::string(took) + "not cached: " + e.what();
+    }
+  }
+  return c;
+}
+
+}  // namespace lct

@@ -166,6 +166,16 @@ const float* sgemm_operand(Operand x, bool round, int64_t rows, int64_t cols, in
 
 }  // namespace
 
+void to_bf16_bits(const float* src, int64_t n, uint16_t* dst) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+}
+
+void from_bf16_bits(const uint16_t* src, int64_t n, float* dst) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_value(src[i]);
+}
+
 const Bf16Support& bf16_support() {
   static const Bf16Support support = [] {
     Bf16Support s;

@@ -81,5 +81,9 @@ inline uint16_t bf16_bits(float x) {
 }
 inline float bf16_value(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
 inline float round_to_bf16(float x) { return bf16_value(bf16_bits(x)); }
+// n values rounded to bf16 bits, and n bf16 bits widened back to floats (OpenMP threads
+// over long arrays)
+void to_bf16_bits(const float* src, int64_t n, uint16_t* dst);
+void from_bf16_bits(const uint16_t* src, int64_t n, float* dst);
 
 }  // namespace lct

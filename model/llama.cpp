@@ -64,10 +64,8 @@ void LlamaModel::refresh_weight_copies() {
   const int64_t V = config_.vocab_size, C = config_.hidden_size;
   ArenaRange ranges[2] = {layers, {0, 0}};
   if (stage_.has_head) ranges[1] = {lm_head_offset_, lm_head_offset_ + V * C};
-  for (const ArenaRange& r : ranges) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = r.begin; i < r.end; ++i) weight_copies_[size_t(i)] = bf16_bits(params[size_t(i)]);
-  }
+  for (const ArenaRange& r : ranges)
+    to_bf16_bits(params.data() + r.begin, r.end - r.begin, weight_copies_.data() + r.begin);
   weight_copies_fresh_ = true;
 }
 

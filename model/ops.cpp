@@ -30,10 +30,8 @@ void matmul_backward(float* dx, float* dw, const float* dout, Operand x, Operand
     static thread_local std::vector<uint16_t> rounded;
     const int64_t n = T * out_dim;
     if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
-    uint16_t* r = rounded.data();
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) r[i] = bf16_bits(dout[i]);
-    g = Operand(static_cast<const uint16_t*>(r));
+    to_bf16_bits(dout, n, rounded.data());
+    g = Operand(static_cast<const uint16_t*>(rounded.data()));
   }
   if (dx) gemm(precision, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
   if (dw) gemm(precision, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);

@@ -232,16 +232,14 @@ void put_rows(const float* from, int64_t n, bool bf16, float* array, int64_t at)
     std::copy(from, from + n, array + at);
     return;
   }
-  uint16_t* t = reinterpret_cast<uint16_t*>(array) + at;
-  for (int64_t e = 0; e < n; ++e) t[e] = bf16_bits(from[e]);
+  to_bf16_bits(from, n, reinterpret_cast<uint16_t*>(array) + at);
 }
 void get_rows(const float* array, int64_t at, int64_t n, bool bf16, float* to) {
   if (!bf16) {
     std::copy(array + at, array + at + n, to);
     return;
   }
-  const uint16_t* f = reinterpret_cast<const uint16_t*>(array) + at;
-  for (int64_t e = 0; e < n; ++e) to[e] = bf16_value(f[e]);
+  from_bf16_bits(reinterpret_cast<const uint16_t*>(array) + at, n, to);
 }
 }  // namespace
 

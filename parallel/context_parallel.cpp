@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
-#include <type_traits>
 
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
@@ -76,7 +75,8 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
   const auto t0 = SteadyClock::now();
   if (wire16) {
     uint16_t* slot = gathered16_.data() + displs_[size_t(rank_)];
-    for (int64_t i = 0; i < mine; ++i) slot[i] = bf16_bits(k[i]), slot[mine + i] = bf16_bits(v[i]);
+    to_bf16_bits(k, mine, slot);
+    to_bf16_bits(v, mine, slot + mine);
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered16_.data(), counts_.data(),
                    displs_.data(), MPI_UINT16_T, comm_);
   } else {
@@ -91,24 +91,19 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
 
   const size_t seq = size_t(in.batch.sequence_tokens * w);
   if (ks_.size() < seq) ks_.resize(seq), vs_.resize(seq);
-  const auto put = [&](const auto* src, int64_t from, int64_t n, float* dst) {
-    for (int64_t e = 0; e < n; ++e) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(*src)>, uint16_t>) dst[e] = bf16_value(src[from + e]);
-      else dst[e] = src[from + e];
-    }
-  };
   for (int j = 0; j < size_; ++j) {
     const int64_t rows_j = rows_of(group[size_t(j)]);
     const int64_t at = displs_[size_t(j)];
     for (const DocPiece& p : group[size_t(j)]) {
       float* kd = ks_.data() + p.seq_row() * w;
       float* vd = vs_.data() + p.seq_row() * w;
+      const int64_t k_at = at + p.row * w, v_at = at + (rows_j + p.row) * w, n = p.len * w;
       if (wire16) {
-        put(gathered16_.data(), at + p.row * w, p.len * w, kd);
-        put(gathered16_.data(), at + (rows_j + p.row) * w, p.len * w, vd);
+        from_bf16_bits(gathered16_.data() + k_at, n, kd);
+        from_bf16_bits(gathered16_.data() + v_at, n, vd);
       } else {
-        put(gathered_.data(), at + p.row * w, p.len * w, kd);
-        put(gathered_.data(), at + (rows_j + p.row) * w, p.len * w, vd);
+        std::copy_n(gathered_.data() + k_at, n, kd);
+        std::copy_n(gathered_.data() + v_at, n, vd);
       }
     }
   }
@@ -207,23 +202,20 @@ ContextParallelAttention::Block ContextParallelAttention::own_block(const Attent
   bf16_wire_ = in.params.precision == Precision::bf16;
   if (!bf16_wire_) return {k, v, k, v};
   if (own_k_.size() < size_t(n)) own_k_.resize(size_t(n)), own_v_.resize(size_t(n));
-#pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < n; ++e) own_k_[size_t(e)] = bf16_bits(k[e]), own_v_[size_t(e)] = bf16_bits(v[e]);
+  to_bf16_bits(k, n, own_k_.data());
+  to_bf16_bits(v, n, own_v_.data());
   return {own_k_.data(), own_v_.data(), k, v};
 }
 
-// The block pass_block(i) received (n elements each), once it has arrived.
-ContextParallelAttention::Block ContextParallelAttention::received_block(int i, int64_t n) {
+// The block pass_block(i) received, once it has arrived.
+ContextParallelAttention::Block ContextParallelAttention::received_block(int i) {
   const int b = (i + 1) & 1;
+  const int64_t n = received_n_;
   if (!bf16_wire_) return {block_k_[b].data(), block_v_[b].data(), block_k_[b].data(), block_v_[b].data()};
   if (block_k_[b].size() < size_t(n)) block_k_[b].resize(size_t(n)), block_v_[b].resize(size_t(n));
-  float* k = block_k_[b].data();
-  float* v = block_v_[b].data();
-  const uint16_t* wk = wire_k_[b].data();
-  const uint16_t* wv = wire_v_[b].data();
-#pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < n; ++e) k[e] = bf16_value(wk[e]), v[e] = bf16_value(wv[e]);
-  return {wk, wv, k, v};
+  from_bf16_bits(wire_k_[b].data(), n, block_k_[b].data());
+  from_bf16_bits(wire_v_[b].data(), n, block_v_[b].data());
+  return {wire_k_[b].data(), wire_v_[b].data(), block_k_[b].data(), block_v_[b].data()};
 }
 
 // Ring step i: send the block in hand (K, V of n elements each) to the next rank and
@@ -233,6 +225,7 @@ void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const
   const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
   const int jn = (rank_ - i - 1 + 2 * size_) % size_;
   const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * kv_width(in.params);
+  received_n_ = n_next;
   const int b = (i + 1) & 1;
   void *rk, *rv;
   if (bf16_wire_) {
@@ -278,8 +271,7 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
     }
     finish_transfers();
     if (i + 1 < size_) {
-      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
-      cur = received_block(i, rows_of(in.batch.group_pieces[size_t(jn)]) * w);
+      cur = received_block(i);
     }
   }
 }
@@ -338,8 +330,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
     stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
     if (i + 1 < size_) {
-      const int jn = (rank_ - i - 1 + 2 * size_) % size_;
-      cur = received_block(i, rows_of(in.batch.group_pieces[size_t(jn)]) * w);
+      cur = received_block(i);
     }
   }
   // this rank's own block comes back with every rank's contribution

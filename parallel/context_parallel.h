@@ -75,9 +75,10 @@ class ContextParallelAttention final : public AttentionPlacement {
     const float *k, *v;
   };
   Block own_block(const AttentionInput& in, const float* k, const float* v, int64_t n);
-  Block received_block(int i, int64_t n);  // what pass_block(i) received, after it arrived
+  Block received_block(int i);  // what pass_block(i) received, after it arrived
   void pass_block(const AttentionInput& in, int i, const Block& cur, int64_t n, int tag);
-  bool bf16_wire_ = false;  // this call's K and V travel in bf16
+  bool bf16_wire_ = false;   // this call's K and V travel in bf16
+  int64_t received_n_ = 0;   // elements of K (and of V) in the block the last pass_block receives
   void begin_transfers();
   void progress();
   void finish_transfers();

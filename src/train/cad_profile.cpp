@@ -2,22 +2,18 @@
 
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 
 #include "data/files.h"
 #include "model/ops.h"
 #include "src/config/config.h"
-#include "src/io/h5io.h"
 #include "src/util/log.h"
 #include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {
-namespace fs = std::filesystem;
 
 namespace {
 

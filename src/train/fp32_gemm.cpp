@@ -5,19 +5,15 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <algorithm>
 #include <functional>
 #include <sstream>
 #include <vector>
 
-#include "data/files.h"
-#include "src/io/h5io.h"
 #include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {
-namespace fs = std::filesystem;
 
 namespace {
 

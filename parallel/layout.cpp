@@ -80,11 +80,21 @@ std::string rank_name(const Layout& l, int world_rank) {
 CpComm parse_cp_comm(const std::string& name) {
   if (name == "allgather") return CpComm::allgather;
   if (name == "ring") return CpComm::ring;
+  if (name == "ulysses") return CpComm::ulysses;
+  if (name == "hybrid") return CpComm::hybrid;
   throw std::invalid_argument("unknown context-parallel exchange '" + name +
-                              "' (expected allgather or ring)");
+                              "' (expected allgather, ring, ulysses or hybrid)");
 }
 
-const char* cp_comm_name(CpComm c) { return c == CpComm::ring ? "ring" : "allgather"; }
+const char* cp_comm_name(CpComm c) {
+  switch (c) {
+    case CpComm::allgather: return "allgather";
+    case CpComm::ring: return "ring";
+    case CpComm::ulysses: return "ulysses";
+    case CpComm::hybrid: return "hybrid";
+  }
+  return "?";
+}
 
 const char* placement_name(Placement p) {
   switch (p) {

@@ -40,8 +40,10 @@ std::string layout_name(const Layout& layout);
 std::string rank_name(const Layout& layout, int world_rank);
 
 // parallel.cp_comm: how the ranks of a context-parallel group exchange keys and values
-// (parallel/context_parallel.h).
-enum class CpComm { allgather, ring };
+// (allgather, ring: parallel/context_parallel.h) or trade sequence for heads (ulysses,
+// and hybrid = ulysses inside groups of parallel.cp_ulysses ranks x ring across them:
+// parallel/ulysses_attention.h).
+enum class CpComm { allgather, ring, ulysses, hybrid };
 CpComm parse_cp_comm(const std::string& name);  // throws on unknown
 const char* cp_comm_name(CpComm comm);
 

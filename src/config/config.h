@@ -63,7 +63,8 @@ struct ParallelConfig {
   std::vector<int64_t> pp_layers;    // layers per pipeline stage (empty = even split)
   PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;  // parallel/pipeline_schedule.h
   CpSplit cp_split = CpSplit::zigzag;                            // data/context_shards.h
-  CpComm cp_comm = CpComm::ring;                                 // parallel/context_parallel.h
+  CpComm cp_comm = CpComm::ring;                                 // parallel/layout.h
+  int64_t cp_ulysses = 2;            // cp_comm = hybrid: ranks per all-to-all group (U of cp = U x R)
   DpBalance dp_balance = DpBalance::none;                        // data/balance.h
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward

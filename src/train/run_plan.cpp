@@ -33,6 +33,29 @@ RunPlan make_run_plan(const Config& c, int world) {
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
+  if (p.placement == Placement::context_parallel &&
+      (p.cp_comm == CpComm::ulysses || p.cp_comm == CpComm::hybrid)) {
+    const int cp = p.layout.cp;
+    const std::string name = cp_comm_name(p.cp_comm);
+    if (p.cp_comm == CpComm::hybrid) {
+      if (par.cp_ulysses <= 1 || par.cp_ulysses >= cp || cp % par.cp_ulysses != 0)
+        throw ConfigError("parallel.cp_comm = hybrid needs parallel.cp_ulysses = " +
+                          std::to_string(par.cp_ulysses) + " to divide parallel.cp = " + std::to_string(cp) +
+                          " and lie strictly between 1 and it (use ulysses or ring for the ends)");
+      p.cp_ulysses = int(par.cp_ulysses);
+    } else {
+      p.cp_ulysses = cp;
+    }
+    const int U = p.cp_ulysses, H = int(p.model.num_attention_heads), KV = int(p.model.num_key_value_heads);
+    const std::string group = name == "ulysses" ? "parallel.cp = " : "parallel.cp_ulysses = ";
+    if (H % U != 0)
+      throw ConfigError("parallel.cp_comm = " + name + ": model.num_attention_heads = " + std::to_string(H) +
+                        " does not split over " + group + std::to_string(U) + " ranks (it must be a multiple)");
+    if (KV % U != 0 && U % KV != 0)
+      throw ConfigError("parallel.cp_comm = " + name + ": model.num_key_value_heads = " + std::to_string(KV) +
+                        " must be a multiple or a divisor of " + group + std::to_string(U));
+  }
+
   p.schedule = par.pp_schedule;
   if (cad && p.pipelined()) {
     for (const StageSpec& s : p.stages)
@@ -80,7 +103,11 @@ std::string describe_run_plan(const RunPlan& p) {
     s += p.lanes_reason.empty() ? ")" : "; " + p.lanes_reason + ")";
   }
   if (p.placement == Placement::context_parallel)
-    s += std::string(" (") + cp_split_name(p.cp_split) + ", " + cp_comm_name(p.cp_comm) + ")";
+    s += std::string(" (") + cp_split_name(p.cp_split) + ", " + cp_comm_name(p.cp_comm) +
+         (p.cp_comm == CpComm::hybrid ? " " + std::to_string(p.cp_ulysses) + " x " +
+                                            std::to_string(p.layout.cp / p.cp_ulysses)
+                                      : std::string()) +
+         ")";
   if (p.balance == DpBalance::packing) s += ", data-parallel balance packing";
   if (p.pipelined()) {
     s += std::string(", pipeline schedule ") + pipeline_schedule_name(p.schedule);

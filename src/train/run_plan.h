@@ -15,6 +15,10 @@
 //               attention.cad_pingpong = auto, exactly under pipeline parallelism
 //   balance     parallel.dp_balance = packing is a colocated baseline: refused with CAD
 //               or cp > 1, and a no-op with dp = 1
+//   cp_comm     ulysses trades over all cp ranks, hybrid over groups of parallel.cp_ulysses
+//               (1 < U < cp, U divides cp); either needs the heads to split over U ranks:
+//               num_attention_heads divisible by U, and num_key_value_heads divisible by
+//               U or dividing it (fewer KV heads than U are replicated)
 //   rank speeds CAD learns rank speeds only with one lane (ping-pong plans each lane
 //               alone) and a measured cost model (not with attention.cad_profile = pairs)
 #pragma once
@@ -52,6 +56,7 @@ struct RunPlan {
   DpBalance balance = DpBalance::none;  // packing only when it does something (dp > 1)
   CpSplit cp_split = CpSplit::zigzag;
   CpComm cp_comm = CpComm::ring;
+  int cp_ulysses = 1;              // ranks per all-to-all group: cp (ulysses), U (hybrid), else 1
   LlamaConfig model;               // [model] with the [attention] kernel and DCA keys
   AttentionParams attention;       // what every attention call of this model gets
   CadSettings cad;                 // with placement == cad

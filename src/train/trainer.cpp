@@ -133,9 +133,16 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
       break;
     }
     case Placement::context_parallel: {
-      auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm);
-      cp_attention_ = cp.get();
-      placement_ = std::move(cp);
+      cp_exchange_ = true;
+      if (plan.cp_comm == CpComm::ulysses || plan.cp_comm == CpComm::hybrid) {
+        auto cp = std::make_unique<UlyssesAttention>(grid.cp(), plan.cp_ulysses);
+        cp_bandwidth_ = cp->probe_bandwidth();
+        placement_ = std::move(cp);
+      } else {
+        auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm);
+        cp_bandwidth_ = cp->probe_bandwidth();
+        placement_ = std::move(cp);
+      }
       break;
     }
     case Placement::colocated:
@@ -447,11 +454,17 @@ void Trainer::log_header() const {
              "nano-batches (whole documents, so often of unequal size) make the ranks wait for each "
              "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
              "(bench/cad_scaling.sh, docs/parallelism.md, 'Core attention disaggregation')");
-  if (layout.cp > 1 && cp_attention_)
-    log_info("context parallel: %d ranks per sequence, split %s, exchange %s, probed "
+  if (layout.cp > 1 && cp_exchange_)
+    log_info("context parallel: %d ranks per sequence, split %s, exchange %s%s, probed "
              "point-to-point bandwidth %.2f GB/s",
              layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
-             cp_attention_->probe_bandwidth() / 1e9);
+             plan_.cp_comm == CpComm::ulysses
+                 ? " (all-to-all over the group: whole sequence, heads / cp per rank)"
+             : plan_.cp_comm == CpComm::hybrid
+                 ? (" (all-to-all inside groups of " + std::to_string(plan_.cp_ulysses) + ", ring of " +
+                    std::to_string(layout.cp / plan_.cp_ulysses) + " across them)").c_str()
+                 : "",
+             cp_bandwidth_ / 1e9);
   else if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
              "pieces like documents (parallel.cp_comm is not used)",
@@ -521,7 +534,7 @@ int Trainer::run() {
     const StepRecord r = train_step();
     if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
       const LogContext context{grid_.world_size(), plan_.pipelined(),
-                               cp_attention_ != nullptr || cad_attention_ != nullptr};
+                               cp_exchange_ || cad_attention_ != nullptr};
       log_info("step %5lld/%lld | %s", (long long)r.step, (long long)config_.train.steps,
                step_log_fields(r, context).c_str());
     }

@@ -20,6 +20,7 @@
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
+#include "parallel/ulysses_attention.h"
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
 #include "src/util/machine.h"
@@ -94,7 +95,8 @@ class Trainer {
   Optimizer optimizer_;
   GradReducer reducer_;
   std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
-  ContextParallelAttention* cp_attention_ = nullptr;  // placement_ when cp > 1
+  bool cp_exchange_ = false;          // placement_ is a context-parallel exchange (cp > 1, no CAD)
+  double cp_bandwidth_ = 0;           // its probed point-to-point bandwidth, bytes/s (log)
   CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
   std::string cad_cost_description_;                  // what its planner balances (log)
   std::string fp32_gemm_description_;                 // train.fp32_gemm resolved (log; fp32 runs)

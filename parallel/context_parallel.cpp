@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
@@ -19,11 +20,20 @@ int64_t rows_of(const std::vector<DocPiece>& pieces) {
 int64_t kv_width(const AttentionParams& p) { return int64_t(p.num_kv_heads) * p.head_dim; }
 }  // namespace
 
-ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm method)
+ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm method, int inner_ring)
     : comm_(cp_comm), method_(method) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("context parallelism needs a cp communicator");
+  if (method_ != CpComm::ring && method_ != CpComm::double_ring && method_ != CpComm::allgather)
+    throw std::invalid_argument("ContextParallelAttention runs ring, double_ring or allgather");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  inner_ = method_ == CpComm::double_ring ? inner_ring : size_;
+  if (inner_ < 1 || size_ % inner_ != 0)
+    throw std::invalid_argument("double ring: inner rings of " + std::to_string(inner_) + " ranks do not divide the " +
+                                std::to_string(size_) + " ranks of the context-parallel group");
+  outer_ = size_ / inner_;
+  g_ = rank_ / inner_;
+  u_ = rank_ % inner_;
   bytes_per_second_ = probe_ring_bandwidth(comm_);
 }
 
@@ -36,20 +46,20 @@ void ContextParallelAttention::forward(const AttentionInput& in, const float* q,
   if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
     throw std::logic_error("context-parallel batch was split for another group");
   stats_.pairs_served += double(in.batch.attention_pairs());
-  if (method_ == CpComm::ring)
-    ring_forward(in, q, k, v, out, lse);
-  else
+  if (method_ == CpComm::allgather)
     allgather_forward(in, q, k, v, out, lse);
+  else
+    ring_forward(in, q, k, v, out, lse);
 }
 
 void ContextParallelAttention::backward(const AttentionInput& in, const float* q,
                                         const float* k, const float* v, const float* out,
                                         const float* lse, const float* dout, float* dq,
                                         float* dk, float* dv) {
-  if (method_ == CpComm::ring)
-    ring_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
-  else
+  if (method_ == CpComm::allgather)
     allgather_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  else
+    ring_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 // ---- all-gather -------------------------------------------------------------------
@@ -178,21 +188,26 @@ void ContextParallelAttention::ring_tasks(const AttentionInput& in, int j) {
 
 // Tests the requests in flight: OpenMPI progresses them only inside MPI calls.
 void ContextParallelAttention::progress() {
-  if (requests_.empty()) return;
   int done = 0;
-  MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+  if (!requests_.empty()) MPI_Testall(int(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+  if (!outer_requests_.empty())
+    MPI_Testall(int(outer_requests_.size()), outer_requests_.data(), &done, MPI_STATUSES_IGNORE);
 }
 
-// Waits for the rest of the step's transfers; the time waited is exposed.
-void ContextParallelAttention::finish_transfers() {
-  if (requests_.empty()) return;
+// Waits for transfers still in flight; the time waited is exposed.
+void ContextParallelAttention::finish(std::vector<MPI_Request>& requests) {
+  if (requests.empty()) return;
   const auto t_wait = SteadyClock::now();
-  MPI_Waitall(int(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
   stats_.exposed_seconds += waited_since(t_wait, "context-parallel exchange");
-  requests_.clear();
+  requests.clear();
 }
 
-void ContextParallelAttention::begin_transfers() { requests_.clear(); }
+int ContextParallelAttention::ring_rank(int g, int u) const {
+  return ((g % outer_ + outer_) % outer_) * inner_ + (u % inner_ + inner_) % inner_;
+}
+
+int ContextParallelAttention::block_at(int s) const { return ring_rank(g_ - s / inner_, u_ - s % inner_); }
 
 // This rank's own K and V block (n floats each): the kernel reads them in place; in a
 // bf16 run they travel as bf16 copies.
@@ -207,41 +222,56 @@ ContextParallelAttention::Block ContextParallelAttention::own_block(const Attent
   return {own_k_.data(), own_v_.data(), k, v};
 }
 
-// The block pass_block(i) received, once it has arrived.
-ContextParallelAttention::Block ContextParallelAttention::received_block(int i) {
-  const int b = (i + 1) & 1;
-  const int64_t n = received_n_;
-  if (!bf16_wire_) return {block_k_[b].data(), block_v_[b].data(), block_k_[b].data(), block_v_[b].data()};
-  if (block_k_[b].size() < size_t(n)) block_k_[b].resize(size_t(n)), block_v_[b].resize(size_t(n));
-  from_bf16_bits(wire_k_[b].data(), n, block_k_[b].data());
-  from_bf16_bits(wire_v_[b].data(), n, block_v_[b].data());
-  return {wire_k_[b].data(), wire_v_[b].data(), block_k_[b].data(), block_v_[b].data()};
+// The block a post_block into `slot` received (n elements each), once it has arrived.
+ContextParallelAttention::Block ContextParallelAttention::arrived(Slot& slot, int64_t n) {
+  if (!bf16_wire_) return {slot.k.data(), slot.v.data(), slot.k.data(), slot.v.data()};
+  if (slot.k.size() < size_t(n)) slot.k.resize(size_t(n)), slot.v.resize(size_t(n));
+  from_bf16_bits(slot.wire_k.data(), n, slot.k.data());
+  from_bf16_bits(slot.wire_v.data(), n, slot.v.data());
+  return {slot.wire_k.data(), slot.wire_v.data(), slot.k.data(), slot.v.data()};
 }
 
-// Ring step i: send the block in hand (K, V of n elements each) to the next rank and
-// receive the next one (from rank r - i - 1) into the other buffer; tags tag, tag + 1.
-void ContextParallelAttention::pass_block(const AttentionInput& in, int i, const Block& cur, int64_t n,
-                                          int tag) {
-  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
-  const int jn = (rank_ - i - 1 + 2 * size_) % size_;
-  const int64_t n_next = rows_of(in.batch.group_pieces[size_t(jn)]) * kv_width(in.params);
-  received_n_ = n_next;
-  const int b = (i + 1) & 1;
+// Sends the block in hand (K, V of n elements each) to rank dst and receives the block
+// of n_next elements from rank src into slot; tags tag, tag + 1; requests appended.
+void ContextParallelAttention::post_block(const Block& cur, int64_t n, int dst, int src, int64_t n_next,
+                                          Slot& slot, int tag, std::vector<MPI_Request>& requests) {
   void *rk, *rv;
   if (bf16_wire_) {
-    if (wire_k_[b].size() < size_t(n_next)) wire_k_[b].resize(size_t(n_next)), wire_v_[b].resize(size_t(n_next));
-    rk = wire_k_[b].data(), rv = wire_v_[b].data();
+    if (slot.wire_k.size() < size_t(n_next)) slot.wire_k.resize(size_t(n_next)), slot.wire_v.resize(size_t(n_next));
+    rk = slot.wire_k.data(), rv = slot.wire_v.data();
   } else {
-    if (block_k_[b].size() < size_t(n_next)) block_k_[b].resize(size_t(n_next)), block_v_[b].resize(size_t(n_next));
-    rk = block_k_[b].data(), rv = block_v_[b].data();
+    if (slot.k.size() < size_t(n_next)) slot.k.resize(size_t(n_next)), slot.v.resize(size_t(n_next));
+    rk = slot.k.data(), rv = slot.v.data();
   }
   const MPI_Datatype type = bf16_wire_ ? MPI_UINT16_T : MPI_FLOAT;
-  requests_.resize(4);
-  MPI_Irecv(rk, count_of(n_next), type, prev, tag, comm_, &requests_[0]);
-  MPI_Irecv(rv, count_of(n_next), type, prev, tag + 1, comm_, &requests_[1]);
-  MPI_Isend(cur.k_wire, count_of(n), type, next, tag, comm_, &requests_[2]);
-  MPI_Isend(cur.v_wire, count_of(n), type, next, tag + 1, comm_, &requests_[3]);
+  const size_t at = requests.size();
+  requests.resize(at + 4);
+  MPI_Irecv(rk, count_of(n_next), type, src, tag, comm_, &requests[at]);
+  MPI_Irecv(rv, count_of(n_next), type, src, tag + 1, comm_, &requests[at + 1]);
+  MPI_Isend(cur.k_wire, count_of(n), type, dst, tag, comm_, &requests[at + 2]);
+  MPI_Isend(cur.v_wire, count_of(n), type, dst, tag + 1, comm_, &requests[at + 3]);
   stats_.bytes_sent += 2 * n * int64_t(bf16_wire_ ? sizeof(uint16_t) : sizeof(float));
+}
+
+// Ring step s: the next block travels (inner pass, and at an outer step's first inner
+// step the outer pass) while the block in hand is computed. Returns the slot the next
+// block arrives in.
+ContextParallelAttention::Slot& ContextParallelAttention::start_passes(const AttentionInput& in, int s,
+                                                                       const Block& cur, int tag) {
+  const int o = s / inner_, i = s % inner_;
+  const int64_t w = kv_width(in.params);
+  const auto rows = [&](int block) { return rows_of(in.batch.group_pieces[size_t(block)]) * w; };
+  const int64_t n = rows(block_at(s));
+  requests_.clear();
+  if (i + 1 < inner_)
+    post_block(cur, n, ring_rank(g_, u_ + 1), ring_rank(g_, u_ - 1), rows(block_at(s + 1)),
+               inner_slot_[(s + 1) & 1], tag, requests_);
+  if (i == 0 && o + 1 < outer_) {
+    outer_requests_.clear();
+    post_block(cur, n, ring_rank(g_ + 1, u_), ring_rank(g_ - 1, u_), rows(block_at(s + inner_)),
+               outer_slot_[(o + 1) & 1], kOuterTag + 2 * o, outer_requests_);
+  }
+  return i + 1 < inner_ ? inner_slot_[(s + 1) & 1] : outer_slot_[(o + 1) & 1];
 }
 
 void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
@@ -255,11 +285,9 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
   if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
   if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
   Block cur = own_block(in, k, v, T * w);
-  for (int i = 0; i < size_; ++i) {
-    const int j = (rank_ - i + size_) % size_;
-    const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
-    begin_transfers();
-    if (i + 1 < size_) pass_block(in, i, cur, n_j, 2 * i);  // the next one travels meanwhile
+  for (int s = 0; s < size_; ++s) {
+    const int j = block_at(s);
+    Slot& next = start_passes(in, s, cur, 2 * s);  // the next block travels meanwhile
     ring_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
@@ -269,10 +297,9 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
       merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
       progress();
     }
-    finish_transfers();
-    if (i + 1 < size_) {
-      cur = received_block(i);
-    }
+    finish(requests_);
+    if ((s + 1) % inner_ == 0) finish(outer_requests_);
+    if (s + 1 < size_) cur = arrived(next, rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]) * w);
   }
 }
 
@@ -282,8 +309,14 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
                                              float* dk, float* dv) {
   const AttentionParams& prm = in.params;
   const int64_t w = kv_width(prm);
-  const int next = (rank_ + 1) % size_, prev = (rank_ - 1 + size_) % size_;
-  // accumulators sent on at step i (buffer i & 1) are reused two steps later
+  // Block j's dK/dV accumulator follows it: from the rank that computed on j one step
+  // before (the inner predecessor, or at an outer step's start the one diagonally
+  // before) to the one that computes on it next, and after the last step to its owner.
+  const auto acc_source = [&](int s) { return s % inner_ > 0 ? ring_rank(g_, u_ - 1) : ring_rank(g_ - 1, u_ - 1); };
+  const auto acc_dest = [&](int s) {
+    return (s + 1) % inner_ > 0 ? ring_rank(g_, u_ + 1) : ring_rank(g_ + 1, u_ + 1);
+  };
+  // accumulators sent on at step s (buffer s & 1) are reused two steps later
   MPI_Request acc_sent[2][2] = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL},
                                 {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
   const auto wait_exposed = [&](int n, MPI_Request* r) {
@@ -292,18 +325,17 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   };
   Block cur = own_block(in, k, v, rows_of(in.batch.pieces) * w);
-  for (int i = 0; i < size_; ++i) {
-    const int j = (rank_ - i + size_) % size_;
+  for (int s = 0; s < size_; ++s) {
+    const int j = block_at(s);
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
-    const int b = i & 1;
-    begin_transfers();
-    if (i + 1 < size_) pass_block(in, i, cur, n_j, 4 * i);  // the next one travels meanwhile
-    if (i > 0) {  // block j's accumulator, from the ranks that computed on it before
+    const int b = s & 1;
+    Slot& next = start_passes(in, s, cur, 4 * s);  // the next block travels meanwhile
+    if (s > 0) {  // block j's accumulator, from the ranks that computed on it before
       if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
       requests_.resize(requests_.size() + 2);
       MPI_Request* r = &requests_[requests_.size() - 2];
-      MPI_Irecv(acc_in_k_.data(), count_of(n_j), MPI_FLOAT, prev, 4 * i + 2, comm_, &r[0]);
-      MPI_Irecv(acc_in_v_.data(), count_of(n_j), MPI_FLOAT, prev, 4 * i + 3, comm_, &r[1]);
+      MPI_Irecv(acc_in_k_.data(), count_of(n_j), MPI_FLOAT, acc_source(s), 4 * s + 2, comm_, &r[0]);
+      MPI_Irecv(acc_in_v_.data(), count_of(n_j), MPI_FLOAT, acc_source(s), 4 * s + 3, comm_, &r[1]);
     }
     // this rank's contribution to block j's dK/dV
     wait_exposed(2, acc_sent[b]);
@@ -317,28 +349,27 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
       attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
       progress();
     }
-    finish_transfers();
-    if (i > 0) {  // upstream sum + this rank's part (a fixed order)
+    finish(requests_);
+    if ((s + 1) % inner_ == 0) finish(outer_requests_);
+    if (s > 0) {  // upstream sum + this rank's part (a fixed order)
 #pragma omp parallel for schedule(static)
       for (int64_t e = 0; e < n_j; ++e) {
         ak[size_t(e)] += acc_in_k_[size_t(e)];
         av[size_t(e)] += acc_in_v_[size_t(e)];
       }
     }
-    // on to the next rank; after the last step that rank is block j's owner
-    MPI_Isend(ak.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 2, comm_, &acc_sent[b][0]);
-    MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, next, 4 * (i + 1) + 3, comm_, &acc_sent[b][1]);
+    // on to the next visitor; after the last step that is block j's owner
+    MPI_Isend(ak.data(), count_of(n_j), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 2, comm_, &acc_sent[b][0]);
+    MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 3, comm_, &acc_sent[b][1]);
     stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
-    if (i + 1 < size_) {
-      cur = received_block(i);
-    }
+    if (s + 1 < size_) cur = arrived(next, rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]) * w);
   }
   // this rank's own block comes back with every rank's contribution
   const int64_t n_mine = rows_of(in.batch.pieces) * w;
   if (acc_in_k_.size() < size_t(n_mine)) acc_in_k_.resize(size_t(n_mine)), acc_in_v_.resize(size_t(n_mine));
   MPI_Request last[2];
-  MPI_Irecv(acc_in_k_.data(), count_of(n_mine), MPI_FLOAT, prev, 4 * size_ + 2, comm_, &last[0]);
-  MPI_Irecv(acc_in_v_.data(), count_of(n_mine), MPI_FLOAT, prev, 4 * size_ + 3, comm_, &last[1]);
+  MPI_Irecv(acc_in_k_.data(), count_of(n_mine), MPI_FLOAT, acc_source(size_), 4 * size_ + 2, comm_, &last[0]);
+  MPI_Irecv(acc_in_v_.data(), count_of(n_mine), MPI_FLOAT, acc_source(size_), 4 * size_ + 3, comm_, &last[1]);
   wait_exposed(2, last);
   for (auto& pair : acc_sent) wait_exposed(2, pair);
 #pragma omp parallel for schedule(static)

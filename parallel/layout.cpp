@@ -82,8 +82,9 @@ CpComm parse_cp_comm(const std::string& name) {
   if (name == "ring") return CpComm::ring;
   if (name == "ulysses") return CpComm::ulysses;
   if (name == "hybrid") return CpComm::hybrid;
+  if (name == "double_ring") return CpComm::double_ring;
   throw std::invalid_argument("unknown context-parallel exchange '" + name +
-                              "' (expected allgather, ring, ulysses or hybrid)");
+                              "' (expected allgather, ring, ulysses, hybrid or double_ring)");
 }
 
 const char* cp_comm_name(CpComm c) {
@@ -92,6 +93,7 @@ const char* cp_comm_name(CpComm c) {
     case CpComm::ring: return "ring";
     case CpComm::ulysses: return "ulysses";
     case CpComm::hybrid: return "hybrid";
+    case CpComm::double_ring: return "double_ring";
   }
   return "?";
 }

@@ -40,10 +40,11 @@ std::string layout_name(const Layout& layout);
 std::string rank_name(const Layout& layout, int world_rank);
 
 // parallel.cp_comm: how the ranks of a context-parallel group exchange keys and values
-// (allgather, ring: parallel/context_parallel.h) or trade sequence for heads (ulysses,
-// and hybrid = ulysses inside groups of parallel.cp_ulysses ranks x ring across them:
+// (allgather, ring, and double_ring = inner rings of parallel.cp_inner_ring ranks x an
+// outer ring: parallel/context_parallel.h) or trade sequence for heads (ulysses, and
+// hybrid = ulysses inside groups of parallel.cp_ulysses ranks x ring across them:
 // parallel/ulysses_attention.h).
-enum class CpComm { allgather, ring, ulysses, hybrid };
+enum class CpComm { allgather, ring, ulysses, hybrid, double_ring };
 CpComm parse_cp_comm(const std::string& name);  // throws on unknown
 const char* cp_comm_name(CpComm comm);
 

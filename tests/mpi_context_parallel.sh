@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Context parallelism over MPI against the single-process run on the same data:
-#   - cp = 2 and cp = 4, ring and all-gather exchange, zigzag and contiguous splits,
-#     causal and DCA attention, on the `pretrain` length mix (many 1-token documents and
-#     documents shorter than 2 cp) and on documents spanning the whole sequence; and
-#     dp = 2 x cp = 2 and pp = 2 x cp = 2: 10 SGD steps, losses and parameters within
-#     compare_runs.py's float32 bounds of the single process;
-#   - a checkpoint written under cp = 2 resumes under cp = 1 and the reverse;
+#   - cp = 2 and cp = 4, every exchange (ring, all-gather, Ulysses; at cp = 4 also the
+#     hybrid 2 x 2 and the double ring 2 x 2), zigzag and contiguous splits, causal and
+#     DCA attention, on the `pretrain` length mix (many 1-token documents and documents
+#     shorter than 2 cp) and on documents spanning the whole sequence; tied embeddings
+#     for the new exchanges; and dp = 2 x cp = 2 and pp = 2 x cp = 2 (ring, all-gather
+#     and Ulysses): 10 SGD steps, losses and parameters within compare_runs.py's float32
+#     bounds of the single process. Ulysses at cp = 4 with 2 KV heads replicates each
+#     KV head on two ranks;
+#   - a checkpoint written under cp = 2 resumes under cp = 1 and the reverse, and one
+#     written under Ulysses resumes under the ring and the reverse;
 #   - invalid settings: one error line, clean exit; a killed rank ends the job.
 #
 # Optimizer: SGD, whose parameters are linear in the gradients. Context parallelism
@@ -38,7 +42,9 @@ for lengths in pretrain fixed; do
     ref="ref_${lengths}_$kernel"
     train "$ref" 0 10 $SGD $data
     for cp in 2 4; do
-      for comm in ring allgather; do
+      comms="ring allgather ulysses"
+      [ "$cp" = 4 ] && comms="$comms hybrid double_ring"
+      for comm in $comms; do
         for split in zigzag contiguous; do
           [ "$lengths" = fixed ] && [ "$split" = contiguous ] && continue
           run="cp${cp}_${comm}_${split}_${lengths}_$kernel"
@@ -49,6 +55,22 @@ for lengths in pretrain fixed; do
       done
     done
   done
+done
+# tied embeddings
+for kernel in causal dca; do
+  data="--data.doc_lengths pretrain --attention.kernel $kernel --model.tie_word_embeddings true"
+  train "ref_tied_$kernel" 0 10 $SGD $data
+  for comm in ulysses hybrid double_ring; do
+    train "cp4_${comm}_tied_$kernel" 4 10 $SGD $data --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+    compare "cp=4 $comm, tied, $kernel" "cp4_${comm}_tied_$kernel" "ref_tied_$kernel"
+  done
+done
+grep -q "exchange ulysses (all-to-all over the group" cp2_ulysses_zigzag_pretrain_causal.log
+grep -q "exchange hybrid (all-to-all inside groups of 2, ring of 2 across them)" cp4_hybrid_zigzag_pretrain_dca.log
+grep -q "exchange double_ring (inner rings of 2, outer ring of 2)" cp4_double_ring_zigzag_pretrain_dca.log
+for comm in ulysses hybrid double_ring; do
+  grep -q "MiB sent/rank | exposed" cp4_${comm}_zigzag_pretrain_causal.log
+  grep -q '"exchange_bytes_sent"' cp4_${comm}_zigzag_pretrain_causal/metrics.jsonl
 done
 grep -q "context parallel: 4 ranks per sequence, split zigzag, exchange ring" cp4_ring_zigzag_pretrain_causal.log
 grep -q "MiB sent/rank | exposed" cp2_ring_zigzag_pretrain_causal.log
@@ -65,10 +87,15 @@ compare "cp=4 on 8-token sequences of short documents" tiny_cp4 tiny_ref
 MB=4 train ref_m4 0 10 $SGD --attention.kernel dca
 train dp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 2 --parallel.cp 2
 compare "dp=2 x cp=2 ring dca" dp2cp2 ref_m4
+train dp2cp2u 4 10 $SGD --attention.kernel dca --parallel.dp 2 --parallel.cp 2 --parallel.cp_comm ulysses
+compare "dp=2 x cp=2 ulysses dca" dp2cp2u ref_m4
 MB=4 train pp2cp2 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.pp 2 \
   --parallel.cp 2 --parallel.cp_comm allgather --model.tie_word_embeddings true
 MB=4 train ref_m4_tied 0 10 $SGD --attention.kernel dca --model.tie_word_embeddings true
 compare "pp=2 x cp=2 allgather dca tied" pp2cp2 ref_m4_tied
+MB=4 train pp2cp2u 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.pp 2 \
+  --parallel.cp 2 --parallel.cp_comm ulysses --model.tie_word_embeddings true
+compare "pp=2 x cp=2 ulysses dca tied" pp2cp2u ref_m4_tied
 
 # checkpoints move between cp = 2 and cp = 1 (step 5 of 10)
 train ck_cp2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --checkpoint.every 5
@@ -79,12 +106,31 @@ train ck_cp1 0 10 $SGD --checkpoint.every 5
 mkdir -p to_cp2 && cp ck_cp1/step_00000005.h5 to_cp2/
 train to_cp2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2
 compare "cp=1 checkpoint resumed under cp=2" to_cp2 ref_pretrain_causal
+# ... and between Ulysses and the ring, and from Ulysses to one process
+train ck_u2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses --checkpoint.every 5
+for to in u2_to_ring u2_to_cp1; do mkdir -p $to && cp ck_u2/step_00000005.h5 $to/; done
+train u2_to_ring 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
+compare "Ulysses checkpoint resumed under the ring" u2_to_ring ref_pretrain_causal
+train u2_to_cp1 0 10 $SGD --train.resume auto
+compare "Ulysses checkpoint resumed under cp=1" u2_to_cp1 ref_pretrain_causal
+mkdir -p ring_to_u2 && cp ck_cp2/step_00000005.h5 ring_to_u2/
+train ring_to_u2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
+compare "ring checkpoint resumed under Ulysses" ring_to_u2 ref_pretrain_causal
+mkdir -p cp1_to_u2 && cp ck_cp1/step_00000005.h5 cp1_to_u2/
+train cp1_to_u2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
+compare "cp=1 checkpoint resumed under Ulysses" cp1_to_u2 ref_pretrain_causal
 
 # invalid settings: one message (from rank 0), non-zero exit, quickly
 expect_layout_error 3 "data.seq_len = 128 must be a multiple of 2 x parallel.cp = 6" \
   --parallel.dp 1 --parallel.cp 3 --data.seq_len 128
-expect_layout_error 2 "parallel.cp_comm: unknown context-parallel exchange 'ulysses'" \
-  --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
+expect_layout_error 2 "parallel.cp_comm: unknown context-parallel exchange 'a2a'" \
+  --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm a2a
+expect_layout_error 3 "parallel.cp_comm = ulysses: model.num_attention_heads = 4 does not split over parallel.cp = 3 ranks" \
+  --parallel.dp 1 --parallel.cp 3 --parallel.cp_comm ulysses --data.seq_len 96 --data.max_doc_len 96
+expect_layout_error 2 "parallel.cp_comm = hybrid needs parallel.cp_ulysses = 2 to divide parallel.cp = 2" \
+  --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm hybrid
+expect_layout_error 4 "parallel.cp_comm = double_ring needs parallel.cp_inner_ring = 3 to divide parallel.cp = 4" \
+  --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 3
 expect_layout_error 2 "parallel.cp_split: unknown context-parallel split 'stripes'" \
   --parallel.dp 1 --parallel.cp 2 --parallel.cp_split stripes
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # train.precision = bf16 (attention/gemm.h) on every layout, and checkpoints that stay
 # precision-free:
-#   - dp = 2, pp = 2, cp = 2 (ring and all-gather) and CAD on 2 ranks, all bf16, match
-#     the bf16 single-process run for 6 SGD steps within the bf16 bounds below;
-#   - context parallelism and CAD send K and V in bf16 (the bytes below);
+#   - dp = 2, pp = 2, cp = 2 (ring, all-gather and Ulysses), cp = 4 (hybrid 2 x 2 and
+#     double ring 2 x 2) and CAD on 2 ranks, all bf16, match the bf16 single-process run
+#     for 6 SGD steps within the bf16 bounds below;
+#   - context parallelism and CAD send K and V (Ulysses: Q, K, V, O, dO) in bf16 (the
+#     bytes below);
 #   - a bf16 run is not the fp32 run (its losses differ beyond fp32's bounds);
 #   - an fp32 checkpoint resumes in bf16 and a bf16 checkpoint resumes in fp32.
 #
@@ -50,22 +52,35 @@ run_train cp2 2 "${SIX[@]}" --parallel.cp 2 --train.micro_batches 2 "${BF16[@]}"
 compare "bf16 cp=2 ring vs one process" cp2 one $BOUND
 run_train cp2ag 2 "${SIX[@]}" --parallel.cp 2 --parallel.cp_comm allgather --train.micro_batches 2 "${BF16[@]}"
 compare "bf16 cp=2 all-gather vs one process" cp2ag one $BOUND
+run_train cp2u 2 "${SIX[@]}" --parallel.cp 2 --parallel.cp_comm ulysses --train.micro_batches 2 "${BF16[@]}"
+compare "bf16 cp=2 Ulysses vs one process" cp2u one $BOUND
+run_train cp4h 4 "${SIX[@]}" --parallel.cp 4 --parallel.cp_comm hybrid --train.micro_batches 2 "${BF16[@]}"
+compare "bf16 cp=4 hybrid 2 x 2 vs one process" cp4h one $BOUND
+run_train cp4d 4 "${SIX[@]}" --parallel.cp 4 --parallel.cp_comm double_ring --train.micro_batches 2 "${BF16[@]}"
+compare "bf16 cp=4 double ring 2 x 2 vs one process" cp4d one $BOUND
 
 # K and V travel in bf16 in a bf16 run; dK/dV sums stay fp32. Per layer, with n the
 # K + V elements of one rank's block, at cp = 2: the ring sends one block forward and
 # one backward plus two dK/dV accumulators (fp32: 4n + 4n + 8n bytes; bf16: 2n + 2n + 8n,
 # 3/4 of it); the all-gather sends its block twice (forward and backward) and its share
 # of the dK/dV reduce-scatter (fp32: 4n + 4n + 4n; bf16: 2n + 2n + 4n, 2/3 of it).
+# Ulysses (4 heads, 2 KV heads, head dim 16, over 2 ranks) sends per row to the other
+# rank: Q, K, V (64 elements) forward and O + LSE (34, fp32) back; Q, K, V, O, dO (128)
+# + LSE (2, fp32) backward and dQ, dK, dV (64, fp32) back: fp32 4 x 292 = 1168 bytes,
+# bf16 2 x 192 + 4 x 100 = 784, 49/73 of it.
 run_train cp2_fp32 2 "${SIX[@]}" --parallel.cp 2 --train.micro_batches 2
 run_train cp2ag_fp32 2 "${SIX[@]}" --parallel.cp 2 --parallel.cp_comm allgather --train.micro_batches 2
+run_train cp2u_fp32 2 "${SIX[@]}" --parallel.cp 2 --parallel.cp_comm ulysses --train.micro_batches 2
 /usr/bin/python3 - <<'PY'
 import json
 def sent(run):
     return [json.loads(line)["exchange_bytes_sent"] for line in open(f"{run}/metrics.jsonl")]
-for bf16, fp32, ratio in (("cp2", "cp2_fp32", 3 / 4), ("cp2ag", "cp2ag_fp32", 2 / 3)):
+from fractions import Fraction
+for bf16, fp32, ratio in (("cp2", "cp2_fp32", Fraction(3, 4)), ("cp2ag", "cp2ag_fp32", Fraction(2, 3)),
+                          ("cp2u", "cp2u_fp32", Fraction(49, 73))):
     a, b = sent(bf16), sent(fp32)
-    assert all(x > 0 and x == ratio * y for x, y in zip(a, b)), (bf16, a, fp32, b)
-    print(f"ok   {bf16}: bf16 sends {ratio:.3f} of fp32's bytes ({a[0]} vs {b[0]} per step)")
+    assert all(x > 0 and x * ratio.denominator == y * ratio.numerator for x, y in zip(a, b)), (bf16, a, fp32, b)
+    print(f"ok   {bf16}: bf16 sends {float(ratio):.3f} of fp32's bytes ({a[0]} vs {b[0]} per step)")
 PY
 run_train cad2 2 "${SIX[@]}" --attention.placement cad --attention.cad_profile pairs --train.micro_batches 1 "${BF16[@]}"
 compare "bf16 CAD dp=2 vs one process" cad2 one $BOUND

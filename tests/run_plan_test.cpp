@@ -87,6 +87,39 @@ TEST(RunPlan, PlacementAndLanes) {
             Placement::cad);  // CAD plans the cp pieces like documents
 }
 
+// Ulysses and the hybrid split heads over their all-to-all group; the double ring splits
+// the ring. Defaults: 4 heads, 2 KV heads (configs/default.toml).
+TEST(RunPlan, ContextParallelExchanges) {
+  const RunPlan u = make_run_plan(config_with({{"parallel.cp", "4"}, {"parallel.cp_comm", "ulysses"}}), 4);
+  EXPECT_EQ(u.cp_ulysses, 4);  // 2 KV heads over 4 ranks: each replicated twice
+  const RunPlan h = make_run_plan(
+      config_with({{"parallel.cp", "4"}, {"parallel.cp_comm", "hybrid"}, {"parallel.cp_ulysses", "2"}}), 4);
+  EXPECT_EQ(h.cp_ulysses, 2);
+  EXPECT_NE(describe_run_plan(h).find("hybrid 2 x 2"), std::string::npos);
+  const RunPlan d = make_run_plan(config_with({{"parallel.cp", "4"}, {"parallel.cp_comm", "double_ring"}}), 4);
+  EXPECT_EQ(d.cp_inner_ring, 2);
+  EXPECT_EQ(d.cp_ulysses, 1);
+  EXPECT_NE(describe_run_plan(d).find("double_ring 2 x 2"), std::string::npos);
+  // CAD replaces the exchange: nothing is checked against it
+  EXPECT_EQ(make_run_plan(config_with({{"parallel.cp", "3"}, {"parallel.cp_comm", "ulysses"}, {"data.seq_len", "96"},
+                                       {"attention.placement", "cad"}}), 3).placement,
+            Placement::cad);
+  EXPECT_NE(refusal(config_with({{"parallel.cp", "3"}, {"parallel.cp_comm", "ulysses"}, {"data.seq_len", "96"}}), 3)
+                .find("model.num_attention_heads = 4 does not split over parallel.cp = 3 ranks"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.cp", "3"}, {"parallel.cp_comm", "ulysses"}, {"data.seq_len", "96"},
+                                 {"model.hidden_size", "48"}, {"model.num_attention_heads", "6"}}), 3)
+                .find("model.num_key_value_heads = 2 must be a multiple or a divisor of parallel.cp = 3"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.cp", "4"}, {"parallel.cp_comm", "hybrid"}, {"parallel.cp_ulysses", "4"}}), 4)
+                .find("parallel.cp_ulysses = 4 to divide parallel.cp = 4"),
+            std::string::npos);
+  EXPECT_NE(refusal(config_with({{"parallel.cp", "4"}, {"parallel.cp_comm", "double_ring"},
+                                 {"parallel.cp_inner_ring", "3"}}), 4)
+                .find("parallel.cp_inner_ring = 3 to divide parallel.cp = 4"),
+            std::string::npos);
+}
+
 TEST(RunPlan, Balance) {
   EXPECT_EQ(make_run_plan(config_with({{"parallel.dp_balance", "packing"}}), 2).balance, DpBalance::packing);
   EXPECT_EQ(make_run_plan(config_with({{"parallel.dp_balance", "packing"}}), 1).balance, DpBalance::none);

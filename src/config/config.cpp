@@ -250,9 +250,10 @@ std::vector<ConfigKey> make_keys() {
                          parse_pipeline_schedule, pipeline_schedule_name));
   k.push_back(choice_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
                          parse_cp_split, cp_split_name));
-  k.push_back(choice_key("parallel.cp_comm", "context-parallel exchange: ring | allgather | ulysses (all-to-all: whole sequence, heads / cp per rank) | hybrid (ulysses inside groups of parallel.cp_ulysses ranks, ring across them)", [](Config& c) -> auto& { return c.parallel.cp_comm; },
+  k.push_back(choice_key("parallel.cp_comm", "context-parallel exchange: ring | allgather | ulysses (all-to-all: whole sequence, heads / cp per rank) | hybrid (ulysses inside groups of parallel.cp_ulysses ranks, ring across them) | double_ring (inner rings of parallel.cp_inner_ring ranks, outer ring across them)", [](Config& c) -> auto& { return c.parallel.cp_comm; },
                          parse_cp_comm, cp_comm_name));
   k.push_back(int_key("parallel.cp_ulysses", "cp_comm = hybrid: ranks per all-to-all group U (cp = U x R ring steps; 1 < U < cp)", [](Config& c) -> auto& { return c.parallel.cp_ulysses; }, 1));
+  k.push_back(int_key("parallel.cp_inner_ring", "cp_comm = double_ring: ranks per inner ring (1 < inner < cp, divides cp)", [](Config& c) -> auto& { return c.parallel.cp_inner_ring; }, 1));
   k.push_back(choice_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
                          parse_dp_balance, dp_balance_name));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));

@@ -65,6 +65,7 @@ struct ParallelConfig {
   CpSplit cp_split = CpSplit::zigzag;                            // data/context_shards.h
   CpComm cp_comm = CpComm::ring;                                 // parallel/layout.h
   int64_t cp_ulysses = 2;            // cp_comm = hybrid: ranks per all-to-all group (U of cp = U x R)
+  int64_t cp_inner_ring = 2;         // cp_comm = double_ring: ranks per inner ring
   DpBalance dp_balance = DpBalance::none;                        // data/balance.h
   int64_t bucket_size = 1000000;     // gradient elements per reduction bucket (at least)
   bool overlap_grad_reduce = true;   // start bucket reductions during backward

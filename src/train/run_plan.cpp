@@ -56,6 +56,15 @@ RunPlan make_run_plan(const Config& c, int world) {
                         " must be a multiple or a divisor of " + group + std::to_string(U));
   }
 
+  if (p.placement == Placement::context_parallel && p.cp_comm == CpComm::double_ring) {
+    const int64_t cp = p.layout.cp, inner = par.cp_inner_ring;
+    if (inner <= 1 || inner >= cp || cp % inner != 0)
+      throw ConfigError("parallel.cp_comm = double_ring needs parallel.cp_inner_ring = " + std::to_string(inner) +
+                        " to divide parallel.cp = " + std::to_string(cp) +
+                        " and lie strictly between 1 and it (an inner ring of cp ranks is the ring)");
+    p.cp_inner_ring = int(inner);
+  }
+
   p.schedule = par.pp_schedule;
   if (cad && p.pipelined()) {
     for (const StageSpec& s : p.stages)
@@ -104,9 +113,11 @@ std::string describe_run_plan(const RunPlan& p) {
   }
   if (p.placement == Placement::context_parallel)
     s += std::string(" (") + cp_split_name(p.cp_split) + ", " + cp_comm_name(p.cp_comm) +
-         (p.cp_comm == CpComm::hybrid ? " " + std::to_string(p.cp_ulysses) + " x " +
-                                            std::to_string(p.layout.cp / p.cp_ulysses)
-                                      : std::string()) +
+         (p.cp_comm == CpComm::hybrid        ? " " + std::to_string(p.cp_ulysses) + " x " +
+                                                     std::to_string(p.layout.cp / p.cp_ulysses)
+          : p.cp_comm == CpComm::double_ring ? " " + std::to_string(p.cp_inner_ring) + " x " +
+                                                     std::to_string(p.layout.cp / p.cp_inner_ring)
+                                             : std::string()) +
          ")";
   if (p.balance == DpBalance::packing) s += ", data-parallel balance packing";
   if (p.pipelined()) {

@@ -18,7 +18,8 @@
 //   cp_comm     ulysses trades over all cp ranks, hybrid over groups of parallel.cp_ulysses
 //               (1 < U < cp, U divides cp); either needs the heads to split over U ranks:
 //               num_attention_heads divisible by U, and num_key_value_heads divisible by
-//               U or dividing it (fewer KV heads than U are replicated)
+//               U or dividing it (fewer KV heads than U are replicated); double_ring
+//               needs parallel.cp_inner_ring to divide cp, strictly between 1 and cp
 //   rank speeds CAD learns rank speeds only with one lane (ping-pong plans each lane
 //               alone) and a measured cost model (not with attention.cad_profile = pairs)
 #pragma once
@@ -57,6 +58,7 @@ struct RunPlan {
   CpSplit cp_split = CpSplit::zigzag;
   CpComm cp_comm = CpComm::ring;
   int cp_ulysses = 1;              // ranks per all-to-all group: cp (ulysses), U (hybrid), else 1
+  int cp_inner_ring = 1;           // ranks per inner ring (double_ring), else 1
   LlamaConfig model;               // [model] with the [attention] kernel and DCA keys
   AttentionParams attention;       // what every attention call of this model gets
   CadSettings cad;                 // with placement == cad

@@ -139,7 +139,7 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
         cp_bandwidth_ = cp->probe_bandwidth();
         placement_ = std::move(cp);
       } else {
-        auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm);
+        auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm, plan.cp_inner_ring);
         cp_bandwidth_ = cp->probe_bandwidth();
         placement_ = std::move(cp);
       }
@@ -463,6 +463,9 @@ void Trainer::log_header() const {
              : plan_.cp_comm == CpComm::hybrid
                  ? (" (all-to-all inside groups of " + std::to_string(plan_.cp_ulysses) + ", ring of " +
                     std::to_string(layout.cp / plan_.cp_ulysses) + " across them)").c_str()
+             : plan_.cp_comm == CpComm::double_ring
+                 ? (" (inner rings of " + std::to_string(plan_.cp_inner_ring) + ", outer ring of " +
+                    std::to_string(layout.cp / plan_.cp_inner_ring) + ")").c_str()
                  : "",
              cp_bandwidth_ / 1e9);
   else if (layout.cp > 1)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Context-parallel scaling on this machine, one rank per core, in one script run:
-# tokens/s of one rank against cp = N (N ranks, 1 thread each) with the ring and the
-# all-gather exchange, on sequences that are one document of --length tokens (the case
-# context parallelism exists for). The three layouts alternate for --rounds rounds;
+# tokens/s of one rank against cp = N (N ranks, 1 thread each) with each exchange that
+# cp = N allows (ring, all-gather, Ulysses; from N = 4 on also the hybrid N/2 x 2 and
+# the double ring 2 x N/2: at N = 2 they would be Ulysses and the ring themselves), on
+# sequences that are one document of --length tokens (the case context parallelism
+# exists for). The layouts alternate for --rounds rounds;
 # each round's speedup is the ratio of adjacent runs' wall-clock throughput (total tokens
 # over total time of the steps after the first), and the figure is the median over rounds. Also reported, from lct's metrics:
 # the exposed and hidden fraction of the step spent in the exchange, bytes sent per
@@ -32,35 +34,39 @@ run() {  # ranks dir [extra args]
 }
 
 echo "cp scaling | config $CONFIG | one document of $LENGTH tokens per step | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
+METHODS="ring allgather ulysses"
+[ "$RANKS" -ge 4 ] && METHODS="$METHODS hybrid double_ring"
 for r in $(seq "$ROUNDS"); do
   run 1 "$work/r${r}_one" "$@"
-  run "$RANKS" "$work/r${r}_ring" --parallel.cp_comm ring "$@"
-  run "$RANKS" "$work/r${r}_allgather" --parallel.cp_comm allgather "$@"
+  for m in $METHODS; do
+    run "$RANKS" "$work/r${r}_$m" --parallel.cp_comm "$m" --parallel.cp_ulysses $((RANKS / 2)) \
+      --parallel.cp_inner_ring 2 "$@"
+  done
 done
 grep -m1 "lct train |" "$work/r1_one.log"
 grep -m1 "context parallel:" "$work/r1_ring.log"
-PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$RANKS" <<'PY'
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$RANKS" $METHODS <<'PY'
 import statistics, sys
 from throughput import load, wall_clock
-work, rounds, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, rounds, n, methods = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 med = statistics.median
 tps = lambda d: wall_clock(load(d), warmup=1)["tokens_per_s"]  # total tokens / total time, steps 2..
 print("  throughput = total tokens / total wall-clock time of steps 2.. of each run")
-print(f"  {'round':>5} {'one tok/s':>10} {'ring tok/s':>10} {'speedup':>8} {'allgather':>10} {'speedup':>8}")
-sp = {"ring": [], "allgather": []}
+print(f"  {'round':>5} {'one tok/s':>10} " + " ".join(f"{m:>11} {'speedup':>8}" for m in methods))
+sp = {m: [] for m in methods}
 for r in range(1, rounds + 1):
     one = tps(f"{work}/r{r}_one")
     row = [f"{r:>7} {one:>10.0f}"]
-    for m in ("ring", "allgather"):
+    for m in methods:
         t = tps(f"{work}/r{r}_{m}")
         sp[m].append(t / one)
-        row.append(f"{t:>10.0f} {t / one:>7.2f}x")
+        row.append(f"{t:>11.0f} {t / one:>7.2f}x")
     print(" ".join(row))
 one_rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_one"))
-for m in ("ring", "allgather"):
+for m in methods:
     xs = [x for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}")[1:]]
     rss = max(x["peak_rss_bytes"] for r in range(1, rounds + 1) for x in load(f"{work}/r{r}_{m}"))
-    print(f"  cp={n} {m:>9}: speedup {med(sp[m]):.2f}x (rounds {min(sp[m]):.2f}-{max(sp[m]):.2f}) | exchange exposed "
+    print(f"  cp={n} {m:>11}: speedup {med(sp[m]):.2f}x (rounds {min(sp[m]):.2f}-{max(sp[m]):.2f}) | exchange exposed "
           f"{100 * med(x['exchange_exposed_fraction'] for x in xs):.1f}% hidden "
           f"{100 * med(x['exchange_hidden_fraction'] for x in xs):.1f}% of the step | "
           f"{med(x['exchange_bytes_sent'] for x in xs) / 2**20:.1f} MiB sent per rank and step | "

@@ -21,6 +21,7 @@
 #include "attention/cad_plan.h"
 #include "data/balance.h"
 #include "data/context_shards.h"
+#include "src/train/memory_budget.h"
 #include "data/nano_batches.h"
 #include "src/train/cad_profile.h"
 #include "data/packing.h"
@@ -163,7 +164,8 @@ struct StepPrediction {
   double seconds = 0;
   std::vector<double> compute;  // per rank
   double pairs_before = 1, pairs_after = 1;  // max/mean over ranks
-  double bytes_per_rank = 0;    // exchanged per step (CAD)
+  double bytes_per_rank = 0;    // exchanged per step (CAD, context parallelism)
+  double exposed_per_rank = 0;  // seconds a rank waits for its own context-parallel exchange
   int64_t tokens = 0;
 };
 
@@ -218,11 +220,15 @@ std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaCon
 }
 
 // Means over the simulated steps, printed (or one JSON object).
-void report(const Config& config, const SimulateOptions& o, const std::string& layout,
+void report(const Config& config, const SimulateOptions& o, const RunPlan& plan, const std::string& layout,
             const std::string& placement, const Calibration& cal, bool profile, int threads,
             const std::vector<StepPrediction>& steps, double bubble) {
   const int n = o.ranks;
-  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0;
+  // lct's estimate of a rank's weights, optimizer, activations and buffers
+  // (src/train/memory_budget.h), without the process baseline: this process is not a rank
+  const MemoryEstimate estimate = estimate_rank_memory(config, plan);
+  const double memory = estimate.total() - estimate.process;
+  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0, exposed = 0;
   for (const StepPrediction& p : steps) {
     seconds += p.seconds;
     tokens += double(p.tokens);
@@ -233,6 +239,7 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
     before += p.pairs_before / double(steps.size());
     after += p.pairs_after / double(steps.size());
     bytes += p.bytes_per_rank / double(steps.size());
+    exposed += p.exposed_per_rank;
   }
   const double step_s = seconds / double(steps.size());
   if (o.json) {
@@ -240,10 +247,11 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
                 "\"tokens_per_s\":%.6g,\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
                 "\"bubble_fraction\":%.6g,\"attention_pairs_max_over_mean\":%.6g,"
                 "\"attention_pairs_served_max_over_mean\":%.6g,\"exchange_bytes_per_rank\":%.6g,"
+                "\"exchange_exposed_fraction\":%.6g,\"memory_per_rank_bytes\":%.6g,"
                 "\"calibration\":{\"linear_per_token_layer\":%.6g,\"head_per_token\":%.6g,"
                 "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d}}\n",
                 n, layout.c_str(), placement.c_str(), step_s, tokens / seconds, cmm, idle, bubble,
-                before, after, bytes, cal.linear_per_token_layer, cal.head_per_token,
+                before, after, bytes, exposed / seconds, memory, cal.linear_per_token_layer, cal.head_per_token,
                 cal.attention_per_pair_layer, cal.optimizer, threads);
     return;
   }
@@ -268,7 +276,8 @@ void report(const Config& config, const SimulateOptions& o, const std::string& l
               1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
   if (bubble > 0) std::printf(" | bubble %.1f%%", 100 * bubble);
   if (bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
-  std::printf("\n");
+  if (exposed > 0) std::printf(" | exchange exposed %.1f%%", 100 * exposed / seconds);
+  std::printf(" | memory per rank %.0f MiB (estimate, without the process baseline)\n", memory / 1048576.0);
 }
 
 // CAD's cost of one decoder layer (forward + backward) over every rank's batch (possibly
@@ -489,11 +498,98 @@ StageClocks run_stage_lists(PipelineSchedule schedule, int mb, int cp, const Sta
   return out;
 }
 
+// One layer of a context-parallel group on one micro-batch (pieces[c]: rank c's piece of
+// a sequence of `tokens` tokens): each rank's compute (token-linear rows + the attention
+// it computes) and its layer time, the compute plus the exchange it waits for; and the
+// bytes each rank sends per layer (forward and backward). K, V, Q, O and dO travel in
+// the run's precision, the LSE and every gradient in fp32, as lct sends them.
+//   ring, double_ring  K, V blocks travel while the rank computes the block in hand:
+//                      cp - 1 blocks forward, cp - 1 backward plus cp dK/dV accumulators
+//                      (fp32); the part not hidden behind the rank's attention waits.
+//                      On one bandwidth the double ring moves the same bytes.
+//   allgather          its block twice and its share of the dK/dV reduce-scatter, in
+//                      blocking collectives: all exposed.
+//   ulysses, hybrid    two blocking all-to-alls per direction inside groups of U ranks;
+//                      each rank computes its group's attention for H / U heads
+//                      (hybrid: its group's pieces against the sequence, with a K/V ring
+//                      of R = cp / U groups on H / U heads, hidden as the ring's).
+struct CpLayer {
+  std::vector<double> busy, time;
+  double bytes = 0;
+};
+CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
+                      const AttentionCost& attn, const Calibration& cal, double bandwidth, double latency) {
+  const int cp = plan.layout.cp;
+  const LlamaConfig& mc = plan.model;
+  const double hd = double(mc.head_dim()), H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads);
+  const double wire = plan.precision == Precision::bf16 ? 2.0 : 4.0, f32 = 4.0;
+  CpLayer out;
+  out.busy.assign(size_t(cp), 0.0);
+  out.time.assign(size_t(cp), 0.0);
+  std::vector<double> own_attention(size_t(cp), 0.0);
+  for (int c = 0; c < cp; ++c)
+    for (const DocPiece& piece : pieces[size_t(c)].pieces) own_attention[size_t(c)] += attn(piece.pos, piece.len);
+  // a ring of `ranks` over blocks of `rows` rows and `kv` K (and V) elements per row
+  const auto ring_bytes = [&](int ranks, double rows, double kv) {
+    const double n = rows * kv;
+    return 2.0 * double(ranks - 1) * 2.0 * n * wire + double(ranks) * 2.0 * n * f32;
+  };
+  const auto link_seconds = [&](double bytes, double messages) { return bytes / bandwidth + messages * latency; };
+  if (cp <= 1) {
+    for (int c = 0; c < cp; ++c) {
+      out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + own_attention[size_t(c)];
+      out.time[size_t(c)] = out.busy[size_t(c)];
+    }
+    return out;
+  }
+  if (plan.cp_comm == CpComm::ring || plan.cp_comm == CpComm::double_ring || plan.cp_comm == CpComm::allgather) {
+    // the all-gather sends its block twice (forward, backward) and its share of the
+    // dK/dV reduce-scatter (fp32)
+    const double n = tokens / cp * KV * hd;
+    out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + f32)
+                                                  : ring_bytes(cp, tokens / cp, KV * hd);
+    const double transfer = link_seconds(out.bytes, 3.0 * (cp - 1));
+    for (int c = 0; c < cp; ++c) {
+      const double a = own_attention[size_t(c)];
+      out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + a;
+      out.time[size_t(c)] =
+          out.busy[size_t(c)] + (plan.cp_comm == CpComm::allgather ? transfer : std::max(0.0, transfer - a));
+    }
+    return out;
+  }
+  // ulysses (U = cp) and hybrid (U x R)
+  const int U = plan.cp_ulysses, R = cp / U;
+  const double hq = H / U, hk = KV >= U ? KV / U : 1.0;
+  for (int g = 0; g < R; ++g) {
+    double group_attention = 0, group_rows = 0;
+    for (int j = 0; j < U; ++j) {
+      group_attention += own_attention[size_t(g * U + j)];
+      group_rows += double(pieces[size_t(g * U + j)].num_tokens());
+    }
+    const double share = group_attention / U;  // its heads of the group's attention
+    for (int j = 0; j < U; ++j) {
+      const int c = g * U + j;
+      const double rows = double(pieces[size_t(c)].num_tokens());
+      // per other member: forward Q, K, V out and O + LSE back; backward Q, K, V, O,
+      // dO + LSE out and dQ, dK, dV back
+      const double per_row = (hq + 2 * hk) * hd * wire + (hq * hd + hq) * f32 + (3 * hq + 2 * hk) * hd * wire +
+                             hq * f32 + (hq + 2 * hk) * hd * f32;
+      const double a2a = double(U - 1) * rows * per_row;
+      const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
+      const double ring_time = R > 1 ? link_seconds(ring, 3.0 * (R - 1)) : 0.0;
+      out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
+      out.time[size_t(c)] = out.busy[size_t(c)] + link_seconds(a2a, 4.0 * (U - 1)) + std::max(0.0, ring_time - share);
+      out.bytes = std::max(out.bytes, a2a + ring);
+    }
+  }
+  return out;
+}
+
 // One replica's StageCosts: per stage and micro-batch the group's forward and backward
-// seconds (the slowest piece's, with the ring's exposed part) and each piece's own
+// seconds (the slowest rank's layer time, exchange included) and each piece's own
 // compute; pieces[m][c] is micro-batch m's piece on context-parallel rank c, holding
-// seq_tokens[m] tokens in all. Adds the replica's tokens, compute and ring bytes to p,
-// and its attention pairs to pairs (per rank_of(stage, piece)).
+// seq_tokens[m] tokens in all. Adds the replica's tokens, compute and exchange bytes to
+// p, and its attention pairs to pairs (per rank_of(stage, piece)).
 StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vector<LocalBatch>>& pieces,
                                const std::vector<double>& seq_tokens, const AttentionCost& attn,
                                const Calibration& cal, const SimulateOptions& o,
@@ -501,7 +597,6 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
                                std::vector<double>& pairs) {
   const int pp = plan.layout.pp, cp = plan.layout.cp;
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
-  const int64_t kvd = plan.model.num_key_value_heads * plan.model.head_dim();
   const size_t S = size_t(pp), M = pieces.size(), P = size_t(cp);
   StageCosts t;
   t.fwd.assign(S, std::vector<double>(M));
@@ -509,17 +604,12 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
   t.own_f.assign(S, std::vector<std::vector<double>>(M, std::vector<double>(P)));
   t.own_b = t.own_f;
   for (size_t m = 0; m < M; ++m) {
-    // the ring: cp - 1 K, V blocks of T / cp rows forward; K, V and dK, dV backward
-    const double ring_bytes = 3.0 * double(cp - 1) * seq_tokens[m] / cp * 2.0 * double(kvd) * sizeof(float);
-    const double ring = cp > 1 ? ring_bytes / bandwidth + 3.0 * (cp - 1) * latency : 0.0;
+    const CpLayer cpl = cp_layer_cost(plan, pieces[m], seq_tokens[m], attn, cal, bandwidth, latency);
     double layer = 0, head = 0;
-    std::vector<double> busy(P), head_c(P);
+    std::vector<double> head_c(P);
     for (int c = 0; c < cp; ++c) {
       const LocalBatch& l = pieces[m][size_t(c)];
-      double a = 0;
-      for (const DocPiece& piece : l.pieces) a += attn(piece.pos, piece.len);
-      busy[size_t(c)] = cal.linear_per_token_layer * double(l.num_tokens()) + a;
-      layer = std::max(layer, busy[size_t(c)] + std::max(0.0, ring - a));
+      layer = std::max(layer, cpl.time[size_t(c)]);
       head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
       head = std::max(head, head_c[size_t(c)]);
       p.tokens += l.num_tokens();
@@ -531,11 +621,12 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
       t.fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
       t.bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
       for (size_t c = 0; c < P; ++c) {
-        t.own_f[size_t(s)][m][c] = layers * busy[c] / 3.0 + (last ? head_c[c] : 0.0);
-        t.own_b[size_t(s)][m][c] = 2.0 * layers * busy[c] / 3.0;
+        t.own_f[size_t(s)][m][c] = layers * cpl.busy[c] / 3.0 + (last ? head_c[c] : 0.0);
+        t.own_b[size_t(s)][m][c] = 2.0 * layers * cpl.busy[c] / 3.0;
         p.compute[size_t(rank_of(s, int(c)))] += t.own_f[size_t(s)][m][c] + t.own_b[size_t(s)][m][c];
+        p.exposed_per_rank += layers * (cpl.time[c] - cpl.busy[c]) / double(o.ranks);
       }
-      p.bytes_per_rank += ring_bytes * layers * double(cp) / double(o.ranks);
+      p.bytes_per_rank += cpl.bytes * layers * double(cp) / double(o.ranks);
     }
   }
   return t;
@@ -544,10 +635,10 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
 // configured split, ring), with data parallelism around them. Per micro-batch of a
 // replica and stage:
-//   cp  every layer waits for the ring: layer time = max over the group of linear(T_r)
-//       + attention of r's pieces against their prefixes + the ring transfers (K, V
-//       blocks forward; K, V and dK, dV accumulators backward) not hidden behind r's
-//       attention (without cp: the whole sequence's linear + attention);
+//   cp  every layer waits for the group's exchange: layer time = max over the group of
+//       linear(T_r) + the attention r computes + the exchange r waits for
+//       (cp_layer_cost, per parallel.cp_comm; without cp: the whole sequence's linear +
+//       attention);
 //   pp  a stage's forward costs a third and its backward two thirds of its layers' time
 //       (the last stage's forward also runs the loss); the stages' action lists
 //       (parallel/pipeline_schedule.h) run against each other with messages of
@@ -630,9 +721,10 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
     }
     timeline.end_step(p.seconds);
   }
-  std::string placement = cp > 1 ? std::string("context-parallel ring, ") + cp_split_name(split) : "colocated";
+  std::string placement =
+      cp > 1 ? std::string("context-parallel ") + cp_comm_name(plan.cp_comm) + ", " + cp_split_name(split) : "colocated";
   if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
-  report(config, o, layout_name(layout), placement,
+  report(config, o, plan, layout_name(layout), placement,
          per_stage, profile.has_value(), threads, steps, bubble_sum);
   timeline.write(layout);
   return 0;
@@ -736,7 +828,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
     }
     timeline.end_step(p.seconds);
   }
-  report(config, o, layout_name(layout),
+  report(config, o, plan, layout_name(layout),
          cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
          profile.has_value(), threads, steps, 0.0);
   timeline.write(layout);
@@ -844,7 +936,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
 
   const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
                                     : packing ? "colocated + packing" : "colocated";
-  report(config, o, cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
+  report(config, o, plan, cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
          placement, cal, profile.has_value(), threads, steps, 0.0);
   timeline.write(layout);
   return 0;

@@ -40,6 +40,29 @@ double corpus_bytes(const Config& c) {
     if (e.is_regular_file(ec)) total += double(e.file_size(ec));
   return total;
 }
+// The context-parallel exchange's buffers on one rank holding T rows of the sequence
+// (parallel/context_parallel.h, parallel/ulysses_attention.h).
+double cp_exchange_bytes(const RunPlan& plan, double T) {
+  const LlamaConfig& mc = plan.model;
+  const double f = sizeof(float), hd = double(mc.head_dim());
+  const double H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads), kvdim = KV * hd;
+  const double seq = double(plan.seq_len);
+  switch (plan.cp_comm) {
+    case CpComm::ring: return 4 * T * 2 * kvdim * f;         // two blocks in flight, two accumulators
+    case CpComm::double_ring: return 6 * T * 2 * kvdim * f;  // + the outer ring's two blocks
+    case CpComm::allgather: return 4 * seq * 2 * kvdim * f;  // the sequence's K, V gathered, dK/dV, the sums
+    case CpComm::ulysses:
+    case CpComm::hybrid: {
+      const double U = plan.cp_ulysses, hq = H / U, hk = KV >= U ? KV / U : 1;
+      const double rows = T * U;  // the group's rows for H / U heads
+      const double arrays = rows * (4 * hq * hd + 4 * hk * hd + hq) * f;  // Q, O, dO, dQ; K, V, dK, dV; LSE
+      const double wire = 2 * rows * ((3 * hq + 2 * hk) * hd + hq) * f;   // send and receive buffers
+      const double ring = plan.cp_comm == CpComm::hybrid ? 4 * rows * 2 * hk * hd * f : 0;
+      return arrays + wire + ring;
+    }
+  }
+  return 0;
+}
 }  // namespace
 
 MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
@@ -79,7 +102,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T))) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
-  if (plan.placement == Placement::context_parallel) e.attention = 4 * T * 2 * kvdim * f;  // ring blocks in flight
+  if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
   e.data = double(m) * T * 13 + corpus_bytes(config);

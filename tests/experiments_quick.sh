@@ -27,6 +27,9 @@ check memory placement ranks seq_len tokens_per_rank peak_activation_mib peak_rs
 check attention_kernel distribution kernel tokens documents fwd_gflops bwd_gflops fwd_vs_sgemm bwd_vs_sgemm \
   fwd_bwd_vs_sgemm sgemm_gflops dca_time_vs_causal
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
+check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
+  mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit
+grep -q "ulysses,.*does not split over parallel.cp = 8" "$work/results/cp_methods/cp_methods.csv"
 grep -q "!\[stragglers\]" "$work/results/README.md"
 grep -q "simulated, paper constants" "$work/results/stragglers/stragglers.csv"
 echo "experiments_quick: all passed"

@@ -35,7 +35,10 @@ def refusal(method, cp, data, quick, config):
     cmd = [common.LCT, "simulate", "--config", config] + common.quick_model(quick, data) + data + \
         ["--ranks", str(cp), "--steps", "1", "--tflops", "1"] + method_args(method, cp)
     r = subprocess.run(cmd, capture_output=True, text=True)
-    return "" if r.returncode == 0 else r.stderr.strip().splitlines()[-1]
+    if r.returncode == 0:
+        return ""
+    line = r.stderr.strip().splitlines()[-1]
+    return line.split(f"--ranks {cp}: ", 1)[-1]  # the rule, without the command's prefix
 
 
 def main():

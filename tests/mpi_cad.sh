@@ -105,8 +105,11 @@ grep -q "CAD plans every rank's pieces like documents" cadcp_dca.log
 train cadppcp 4 4 $SGD --attention.kernel dca --attention.placement cad --parallel.pp 2 --parallel.cp 2 \
   --attention.cad_pingpong true
 compare "CAD pp=2 x cp=2 dca" cadppcp ref_dca
-train cadcp_contiguous 4 2 $SGD --attention.placement cad --parallel.cp 2 --parallel.cp_split contiguous
+# (CAD replaces the context-parallel exchange: any parallel.cp_comm is accepted and unused)
+train cadcp_contiguous 4 2 $SGD --attention.placement cad --parallel.cp 2 --parallel.cp_split contiguous \
+  --parallel.cp_comm ulysses
 compare "CAD dp=2 x cp=2 causal, contiguous split" cadcp_contiguous ref_causal
+grep -q "(parallel.cp_comm is not used)" cadcp_contiguous.log
 # the ticks schedule with colocated attention (dummies do nothing) is exact as well
 train ticks_causal 2 4 $SGD --parallel.pp 2 --parallel.pp_schedule ticks
 compare "colocated pp=2, ticks schedule" ticks_causal ref_causal

@@ -83,7 +83,8 @@ def main():
                 row = {"source": "simulated", "mix": mix, "cp": cp, "seq_len": int(seq), "method": method,
                        "limit": why}
                 if not why:
-                    s = common.simulate(["--ranks", str(cp), "--steps", "2" if a.quick else "4"] + data +
+                    # the measured runs' steps 2.. (the same sequences)
+                    s = common.simulate(["--ranks", str(cp), "--first-step", "1", "--steps", str(int(steps) - 1)] + data +
                                         method_args(method, cp), a.quick, a.config, a.out)
                     row.update({"tokens_per_s": s["tokens_per_s"],
                                 "mib_sent_per_rank_step": s["exchange_bytes_per_rank"] / 2**20,

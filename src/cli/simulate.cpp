@@ -667,7 +667,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
   double bubble_sum = 0;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
@@ -760,7 +760,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     // batches[d][m][c]: replica d's micro-batch m, piece c
     std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
     StepPrediction p;
@@ -879,7 +879,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
-  for (int64_t step = 0; step < o.steps; ++step) {
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     std::vector<PackedBatch> global;
     for (int64_t s = 0; s < dp * mb; ++s) global.push_back(packer.sequence(step * dp * mb + s));
     const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
@@ -981,6 +981,10 @@ Command add_simulate_command(CLI::App& lct) {
       "simulate", "predict training steps on N ranks (every layout lct train runs) from costs calibrated here");
   SimulateOptions& s = o->simulate;
   simulate->add_option("--ranks", s.ranks, "ranks (dp x pp x cp)")->check(CLI::Range(1, 65536))->capture_default_str();
+  simulate->add_option("--first-step", s.first_step,
+                       "the first step simulated (0-based): match a measured run's warm-up, e.g. 1 for its steps 2..")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
+      ->capture_default_str();
   simulate->add_option("--steps", s.steps, "steps simulated (mean reported)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();

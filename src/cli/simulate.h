@@ -36,6 +36,7 @@ namespace lct {
 struct SimulateOptions {
   int ranks = 2;
   int64_t steps = 8;            // steps simulated (their mean is reported)
+  int64_t first_step = 0;       // the first of them (0-based: sequences from first_step x dp x mb on)
   int64_t calibration_steps = 3;  // single-process steps timed (after one warm-up)
   std::string profile;          // CAD cost profile for attention time ("" = calibrated pairs)
   double bandwidth_gbps = 4.0;  // point-to-point GB/s (lct train logs the probed value)

@@ -76,6 +76,11 @@ std::vector<StepMetric> make_schema() {
             true, W::exchange, "exposed %4.1f%%", 100, true),
       field("exchange_hidden_fraction", "fraction", &StepRecord::exchange_hidden_fraction, O::mean, S::median,
             true, W::exchange, "hidden %4.1f%%", 100, true),
+      // the same per layer and micro-batch (the rank's stage's layers)
+      field("exchange_bytes_per_layer", "bytes", &StepRecord::exchange_bytes_per_layer, O::mean, S::median, true,
+            W::exchange, "%.2f MiB/layer", kMiB),
+      field("exchange_exposed_ms_per_layer", "ms", &StepRecord::exchange_exposed_ms_per_layer, O::mean, S::median,
+            true, W::exchange, "exposed %.2f ms/layer"),
       field("attention_pairs_served_max_over_mean", "ratio", &StepRecord::attention_pairs_served_max_over_mean,
             O::max_over_mean, S::median, true, W::exchange, "served pairs max/mean %.3f"),
       field("peak_rss_bytes", "bytes", &StepRecord::peak_rss_bytes, O::max, S::median, true, W::exchange,

@@ -41,6 +41,7 @@ struct StepRecord {
   double attention_pairs_max_over_mean = 1.0, attention_pairs_served_max_over_mean = 1.0;
   double exchange_bytes_sent = 0.0;
   double exchange_exposed_fraction = 0.0, exchange_hidden_fraction = 0.0;
+  double exchange_bytes_per_layer = 0.0, exchange_exposed_ms_per_layer = 0.0;  // per layer and micro-batch
   int64_t peak_rss_bytes = 0;
   // Per pipeline stage (log and metrics.jsonl only, not checkpointed).
   std::vector<double> stage_bubble;

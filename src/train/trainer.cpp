@@ -295,6 +295,10 @@ StepRecord Trainer::train_step() {
   mine.exchange_bytes_sent = double(cp.bytes_sent);
   mine.exchange_exposed_fraction = cp.exposed_seconds;
   mine.exchange_hidden_fraction = cp.hidden_seconds;
+  const double layer_calls =
+      double(plan_.stages[size_t(grid_coordinates(layout, grid_.world_rank()).pp_rank)].num_layers()) * double(mb);
+  mine.exchange_bytes_per_layer = double(cp.bytes_sent) / layer_calls;
+  mine.exchange_exposed_ms_per_layer = 1e3 * cp.exposed_seconds / layer_calls;
   mine.peak_rss_bytes = peak_rss_bytes();
   std::vector<int> stage_of(size_t(grid_.world_size()));
   for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;

@@ -99,11 +99,12 @@ def main():
                "mib_sent_per_rank_step", "exposed_percent", "memory_mib_per_rank", "error_vs_measured_percent",
                "limit"]
     notes = ("Throughput: total tokens over total wall-clock time of steps 2.. of each run; measured rows give the "
-             f"median of {rounds} alternating round(s) and the spread of the speedup over one rank. Simulated memory "
-             "is lct's estimate without the process baseline (measured: peak RSS). LongCA-bench finds Ulysses "
-             "fastest where the head count allows and unable to scale past it, rings scaling further at lower "
-             "efficiency, and hybrids in between; the `limit` column and the rows above show what this machine "
-             "and model say.")
+             f"median of {rounds} alternating round(s) and the spread of the speedup over one rank; predictions "
+             "cover the same steps' sequences. Simulated memory is lct's estimate without the process baseline "
+             "(measured: peak RSS, which includes it). The trade-offs LongCA-bench is read for: Ulysses fast but "
+             "capped by the head count, rings scaling at some cost in efficiency, hybrids in between (a third-party "
+             "summary of the paper adds that ring P2P degrades under causal and document masks). The `limit` "
+             "column gives the rule that stops a method.")
     print(common.write_outputs(a.out, NAME, rows, columns, "Context-parallel mechanisms", notes))
     plt = common.pyplot()
     fig, ax = plt.subplots(1, len(MIXES), figsize=(15, 4.2), sharey=False)

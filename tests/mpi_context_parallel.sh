@@ -71,6 +71,9 @@ grep -q "exchange double_ring (inner rings of 2, outer ring of 2)" cp4_double_ri
 for comm in ulysses hybrid double_ring; do
   grep -q "MiB sent/rank | exposed" cp4_${comm}_zigzag_pretrain_causal.log
   grep -q '"exchange_bytes_sent"' cp4_${comm}_zigzag_pretrain_causal/metrics.jsonl
+  grep -q '"exchange_bytes_per_layer":[1-9]' cp4_${comm}_zigzag_pretrain_causal/metrics.jsonl
+  grep -q '"exchange_exposed_ms_per_layer"' cp4_${comm}_zigzag_pretrain_causal/metrics.jsonl
+  grep -q "MiB/layer | exposed .* ms/layer" cp4_${comm}_zigzag_pretrain_causal.log
 done
 grep -q "context parallel: 4 ranks per sequence, split zigzag, exchange ring" cp4_ring_zigzag_pretrain_causal.log
 grep -q "MiB sent/rank | exposed" cp2_ring_zigzag_pretrain_causal.log

@@ -32,6 +32,11 @@ ContextParallelAttention::ContextParallelAttention(MPI_Comm cp_comm, CpComm meth
     throw std::invalid_argument("double ring: inner rings of " + std::to_string(inner_) + " ranks do not divide the " +
                                 std::to_string(size_) + " ranks of the context-parallel group");
   outer_ = size_ / inner_;
+  // tags: inner steps below 4 size + 4, outer steps from kOuterTag, all within the
+  // 32767 every MPI allows
+  if (4 * size_ + 4 > kOuterTag || kOuterTag + 2 * outer_ > 32767)
+    throw std::invalid_argument("context parallelism over " + std::to_string(size_) +
+                                " ranks: more ring steps than lct's message tags allow (at most 7499)");
   g_ = rank_ / inner_;
   u_ = rank_ % inner_;
   bytes_per_second_ = probe_ring_bandwidth(comm_);

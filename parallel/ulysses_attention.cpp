@@ -8,6 +8,7 @@
 #include "parallel/collectives.h"
 #include "parallel/context_parallel.h"
 #include "parallel/mpi_util.h"
+#include "parallel/process_grid.h"
 
 namespace lct {
 namespace {
@@ -38,6 +39,7 @@ UlyssesAttention::UlyssesAttention(MPI_Comm cp_comm, int ulysses) : cp_comm_(cp_
 
 UlyssesAttention::~UlyssesAttention() {
   ring_.reset();
+  if (!mpi_active()) return;  // after MPI_Finalize the communicators are gone with it
   if (a2a_comm_ != MPI_COMM_NULL) MPI_Comm_free(&a2a_comm_);
   if (ring_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ring_comm_);
 }
@@ -132,9 +134,13 @@ void UlyssesAttention::prepare(const AttentionInput& in) {
 void UlyssesAttention::exchange(const std::vector<int>& send_bytes, const std::vector<int>& recv_bytes) {
   send_displs_.assign(size_t(U_), 0);
   recv_displs_.assign(size_t(U_), 0);
+  // MPI's displacements are int too: the whole buffer, not only each message, must fit
+  int64_t send_at = 0, recv_at = 0;
   for (int j = 1; j < U_; ++j) {
-    send_displs_[size_t(j)] = send_displs_[size_t(j - 1)] + send_bytes[size_t(j - 1)];
-    recv_displs_[size_t(j)] = recv_displs_[size_t(j - 1)] + recv_bytes[size_t(j - 1)];
+    send_at += send_bytes[size_t(j - 1)];
+    recv_at += recv_bytes[size_t(j - 1)];
+    send_displs_[size_t(j)] = mpi_count(send_at, "a Ulysses all-to-all buffer (bytes)");
+    recv_displs_[size_t(j)] = mpi_count(recv_at, "a Ulysses all-to-all buffer (bytes)");
   }
   const auto t0 = SteadyClock::now();
   MPI_Alltoallv(send_.data(), send_bytes.data(), send_displs_.data(), MPI_BYTE, recv_.data(), recv_bytes.data(),

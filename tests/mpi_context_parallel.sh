@@ -65,6 +65,25 @@ for kernel in causal dca; do
     compare "cp=4 $comm, tied, $kernel" "cp4_${comm}_tied_$kernel" "ref_tied_$kernel"
   done
 done
+# Beyond 2 x 2: at cp = 6 a double ring's neighbours differ in both directions (inner
+# rings of 3, and 3 inner rings of 2), so a block, an outer block or an accumulator sent
+# the wrong way would show; and with one KV head the hybrid 2 x 2 and Ulysses at cp = 4
+# replicate it over the all-to-all group and sum its dK/dV back
+SEQ=144 train ref_cp6 0 10 $SGD --attention.kernel dca
+for inner in 2 3; do
+  SEQ=144 train "cp6_double_ring_$inner" 6 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.cp 6 \
+    --parallel.cp_comm double_ring --parallel.cp_inner_ring "$inner"
+  compare "cp=6 double ring, inner rings of $inner, dca" "cp6_double_ring_$inner" ref_cp6
+done
+MODEL_KV2=$MODEL
+MODEL=${MODEL/--model.num_key_value_heads 2/--model.num_key_value_heads 1}
+train ref_kv1 0 10 $SGD --attention.kernel dca
+for comm in hybrid ulysses; do
+  train "cp4_${comm}_kv1" 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+  compare "cp=4 $comm, one KV head replicated, dca" "cp4_${comm}_kv1" ref_kv1
+done
+grep -q "heads 4/1" cp4_hybrid_kv1.log
+MODEL=$MODEL_KV2
 grep -q "exchange ulysses (all-to-all over the group" cp2_ulysses_zigzag_pretrain_causal.log
 grep -q "exchange hybrid (all-to-all inside groups of 2, ring of 2 across them)" cp4_hybrid_zigzag_pretrain_dca.log
 grep -q "exchange double_ring (inner rings of 2, outer ring of 2)" cp4_double_ring_zigzag_pretrain_dca.log

@@ -560,6 +560,12 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
   // ulysses (U = cp) and hybrid (U x R)
   const int U = plan.cp_ulysses, R = cp / U;
   const double hq = H / U, hk = KV >= U ? KV / U : 1.0;
+  // bytes per row: out (a rank's own rows to each other member) forward Q, K, V and
+  // backward Q, K, V, O, dO + LSE; back (each other member's rows to it) forward O + LSE
+  // and backward dQ, dK, dV
+  const double out_row = (hq + 2 * hk) * hd * wire + (3 * hq + 2 * hk) * hd * wire + hq * f32;
+  const double back_row = (hq * hd + hq) * f32 + (hq + 2 * hk) * hd * f32;
+  double total = 0;  // over the group's ranks
   for (int g = 0; g < R; ++g) {
     double group_attention = 0, group_rows = 0;
     for (int j = 0; j < U; ++j) {
@@ -567,21 +573,19 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
       group_rows += double(pieces[size_t(g * U + j)].num_tokens());
     }
     const double share = group_attention / U;  // its heads of the group's attention
+    const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
+    const double ring_time = R > 1 ? link_seconds(ring, 3.0 * (R - 1)) : 0.0;
     for (int j = 0; j < U; ++j) {
       const int c = g * U + j;
       const double rows = double(pieces[size_t(c)].num_tokens());
-      // per other member: forward Q, K, V out and O + LSE back; backward Q, K, V, O,
-      // dO + LSE out and dQ, dK, dV back
-      const double per_row = (hq + 2 * hk) * hd * wire + (hq * hd + hq) * f32 + (3 * hq + 2 * hk) * hd * wire +
-                             hq * f32 + (hq + 2 * hk) * hd * f32;
-      const double a2a = double(U - 1) * rows * per_row;
-      const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
-      const double ring_time = R > 1 ? link_seconds(ring, 3.0 * (R - 1)) : 0.0;
+      const double a2a = double(U - 1) * rows * out_row + (group_rows - rows) * back_row;
       out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
-      out.time[size_t(c)] = out.busy[size_t(c)] + link_seconds(a2a, 4.0 * (U - 1)) + std::max(0.0, ring_time - share);
-      out.bytes = std::max(out.bytes, a2a + ring);
+      out.time[size_t(c)] =
+          out.busy[size_t(c)] + link_seconds(a2a, 4.0 * (U - 1)) + std::max(0.0, ring_time - share);
+      total += a2a + ring;
     }
   }
+  out.bytes = total / cp;  // per rank, as the ring's
   return out;
 }
 

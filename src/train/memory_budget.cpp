@@ -47,9 +47,10 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
   const double f = sizeof(float), hd = double(mc.head_dim());
   const double H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads), kvdim = KV * hd;
   const double seq = double(plan.seq_len);
+  const double partial = T * H * (hd + 1) * f;  // the ring's partial O and LSE of a block
   switch (plan.cp_comm) {
-    case CpComm::ring: return 4 * T * 2 * kvdim * f;         // two blocks in flight, two accumulators
-    case CpComm::double_ring: return 6 * T * 2 * kvdim * f;  // + the outer ring's two blocks
+    case CpComm::ring: return 4 * T * 2 * kvdim * f + partial;  // two blocks in flight, two accumulators
+    case CpComm::double_ring: return 6 * T * 2 * kvdim * f + partial;  // + the outer ring's two blocks
     case CpComm::allgather: return 4 * seq * 2 * kvdim * f;  // the sequence's K, V gathered, dK/dV, the sums
     case CpComm::ulysses:
     case CpComm::hybrid: {
@@ -57,7 +58,7 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
       const double rows = T * U;  // the group's rows for H / U heads
       const double arrays = rows * (4 * hq * hd + 4 * hk * hd + hq) * f;  // Q, O, dO, dQ; K, V, dK, dV; LSE
       const double wire = 2 * rows * ((3 * hq + 2 * hk) * hd + hq) * f;   // send and receive buffers
-      const double ring = plan.cp_comm == CpComm::hybrid ? 4 * rows * 2 * hk * hd * f : 0;
+      const double ring = plan.cp_comm == CpComm::hybrid ? 4 * rows * 2 * hk * hd * f + rows * hq * (hd + 1) * f : 0;
       return arrays + wire + ring;
     }
   }

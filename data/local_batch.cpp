@@ -1,6 +1,7 @@
 #include "data/local_batch.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "attention/core_attention.h"
 
@@ -15,6 +16,19 @@ int64_t LocalBatch::attention_pairs() const {
   for (const DocPiece& p : pieces)
     pairs += lct::attention_pairs(AttentionTask{p.row, 0, p.len, p.pos + p.len, p.pos, 0, p.doc_len});
   return pairs;
+}
+
+LossOn parse_loss_on(const std::string& name) {
+  if (name == "all") return LossOn::all;
+  if (name == "answers") return LossOn::answers;
+  throw std::invalid_argument("expected all or answers, got '" + name + "'");
+}
+
+const char* loss_on_name(LossOn loss_on) { return loss_on == LossOn::answers ? "answers" : "all"; }
+
+void keep_answer_targets(LocalBatch& batch) {
+  for (size_t t = 0; t < batch.targets.size(); ++t)
+    if (t >= batch.answer_mask.size() || batch.answer_mask[t] == 0) batch.targets[t] = -1;
 }
 
 }  // namespace lct

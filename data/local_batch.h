@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace lct {
@@ -41,5 +42,14 @@ struct LocalBatch {
   // (attention_pairs of core_attention.h); summed over a group, the sequence's pairs.
   int64_t attention_pairs() const;
 };
+
+// train.loss_on: whose next-token losses train the model: every token's, or only the
+// answers' (the tokens answer_mask marks, in sources that mark them: synthetic key-value
+// retrieval, passkey). The loss and its gradient are then the mean over answer tokens.
+enum class LossOn { all, answers };
+LossOn parse_loss_on(const std::string& name);  // throws on unknown
+const char* loss_on_name(LossOn loss_on);
+// train.loss_on = answers: every target that is not an answer becomes -1 (no loss).
+void keep_answer_targets(LocalBatch& batch);
 
 }  // namespace lct

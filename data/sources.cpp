@@ -16,11 +16,18 @@ DataSource parse_data_source(const std::string& name) {
   if (name == "synthetic") return DataSource::synthetic;
   if (name == "text") return DataSource::text;
   if (name == "tokens") return DataSource::tokens;
-  throw std::invalid_argument("expected synthetic, text or tokens, got '" + name + "'");
+  if (name == "passkey") return DataSource::passkey;
+  throw std::invalid_argument("expected synthetic, text, tokens or passkey, got '" + name + "'");
 }
 
 const char* data_source_name(DataSource s) {
-  return s == DataSource::text ? "text" : s == DataSource::tokens ? "tokens" : "synthetic";
+  switch (s) {
+    case DataSource::synthetic: return "synthetic";
+    case DataSource::text: return "text";
+    case DataSource::tokens: return "tokens";
+    case DataSource::passkey: return "passkey";
+  }
+  return "?";
 }
 
 TokenDtype parse_token_dtype(const std::string& name) {

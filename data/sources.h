@@ -13,7 +13,7 @@
 namespace lct {
 
 // data.source and data.token_dtype
-enum class DataSource { synthetic, text, tokens };
+enum class DataSource { synthetic, text, tokens, passkey };
 DataSource parse_data_source(const std::string& name);  // throws on unknown
 const char* data_source_name(DataSource source);
 enum class TokenDtype { uint16, uint32 };
@@ -49,6 +49,31 @@ struct SyntheticOptions {
   DocLengthSampler lengths;
 };
 std::unique_ptr<DocumentSource> make_synthetic_source(const SyntheticOptions& options);
+
+// Pass-key retrieval (the long-context papers' test, byte-level, vocabulary 256): an
+// introduction, filler sentences repeated to the document's length with one key line
+// ("The pass key is NNNNN. Remember it. NNNNN is the pass key.") at the start of a
+// filler sentence, and at the end the question "What is the pass key? The pass key is "
+// followed by the five digits. The answer mask marks the tokens before those digits.
+// The key is uniform in [10000, 99999]; its depth (the key line's position within the
+// filler, 0 = first, 1 = last) is uniform per document, or fixed by `depth` in [0, 1]
+// (it lands on the last sentence start at or before depth x filler length).
+struct PasskeyOptions {
+  uint64_t seed = 0;
+  double depth = -1;  // -1: uniform per document
+  DocLengthSampler lengths;
+};
+std::unique_ptr<DocumentSource> make_passkey_source(const PasskeyOptions& options);
+// The shortest document the layout fits in (no filler).
+int64_t passkey_min_length();
+// Document i as text, with where its parts are (tests, evaluation).
+struct PasskeyDocument {
+  std::string text, key;
+  int64_t key_begin = 0;     // first byte of the key line
+  int64_t answer_begin = 0;  // first answer digit
+  double depth = 0;          // the key line's start within the filler, as a fraction
+};
+PasskeyDocument passkey_document(const PasskeyOptions& options, int64_t i);
 
 // Byte-level text: a UTF-8 file or a folder (all regular files, recursively, sorted by
 // path). Each file is a document, or, if `separator` is non-empty, each piece between

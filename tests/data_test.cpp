@@ -5,6 +5,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "data/context_shards.h"
 #include "data/packing.h"
 #include "data/sources.h"
 
@@ -120,6 +121,92 @@ TEST(Synthetic, TooSmallVocabularyIsAnError) {
   o.vocab_size = 20;
   o.lengths = {DocLengthDist::fixed, 1, 10, 0};
   EXPECT_THROW(make_synthetic_source(o), std::invalid_argument);
+}
+
+PasskeyOptions passkey_options(int64_t length, double depth, uint64_t seed = 5) {
+  PasskeyOptions o;
+  o.seed = seed;
+  o.depth = depth;
+  o.lengths = {DocLengthDist::fixed, length, length, seed};
+  return o;
+}
+
+// The document reads as the format says: introduction, filler, the key line at a
+// sentence start, the question, and the five digits, which the answer mask marks.
+TEST(Passkey, DocumentsHoldTheKeyAndEndWithItsDigits) {
+  const int64_t L = 1000;
+  auto src = make_passkey_source(passkey_options(L, -1));
+  EXPECT_EQ(src->vocab_required(), 256);
+  for (int64_t i = 0; i < 20; ++i) {
+    const PasskeyDocument d = passkey_document(passkey_options(L, -1), i);
+    ASSERT_EQ(int64_t(d.text.size()), L);
+    ASSERT_EQ(d.key.size(), 5u);
+    EXPECT_GE(std::stoi(d.key), 10000);
+    EXPECT_EQ(d.text.substr(size_t(d.key_begin), 21), "\nThe pass key is " + d.key.substr(0, 4));
+    EXPECT_EQ(d.text.substr(size_t(d.answer_begin)), d.key);
+    EXPECT_EQ(d.text.substr(size_t(d.answer_begin) - 16, 16), "The pass key is ");
+    EXPECT_EQ(d.text.find("The pass key is " + d.key), size_t(d.key_begin) + 1);
+    // the filler before the key line ends a sentence
+    const char before = d.text[size_t(d.key_begin) - 1];
+    EXPECT_TRUE(before == ' ' || before == '\n') << int(before);
+    std::vector<int32_t> tok(static_cast<size_t>(L));
+    std::vector<uint8_t> ans(static_cast<size_t>(L));
+    src->doc_tokens(i, 0, L, tok.data(), ans.data());
+    for (int64_t t = 0; t < L; ++t) {
+      EXPECT_EQ(tok[size_t(t)], int32_t(static_cast<unsigned char>(d.text[size_t(t)])));
+      // marked: the tokens whose next token is an answer digit
+      EXPECT_EQ(ans[size_t(t)], t >= d.answer_begin - 1 && t < L - 1 ? 1 : 0) << t;
+    }
+    // a slice is the same range of the whole document
+    std::vector<int32_t> part(77);
+    src->doc_tokens(i, 500, 77, part.data(), nullptr);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), tok.begin() + 500));
+  }
+}
+
+// A fixed depth puts the key line at the last sentence start at or before depth x
+// filler; uniform depths cover the filler.
+TEST(Passkey, DepthPlacesTheKeyLine) {
+  const int64_t L = 4000, fill = L - passkey_min_length();
+  for (double depth : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    const PasskeyDocument d = passkey_document(passkey_options(L, depth), 3);
+    EXPECT_LE(d.depth, depth + 1e-12);
+    EXPECT_GE(d.depth, depth - 200.0 / double(fill)) << depth;  // a filler sentence is < 200 bytes
+  }
+  EXPECT_EQ(passkey_document(passkey_options(L, 0.0), 3).depth, 0.0);
+  double lo = 1, hi = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const double x = passkey_document(passkey_options(L, -1), i).depth;
+    lo = std::min(lo, x), hi = std::max(hi, x);
+  }
+  EXPECT_LT(lo, 0.05);
+  EXPECT_GT(hi, 0.9);
+  // the shortest document has no filler at all
+  const PasskeyDocument shortest = passkey_document(passkey_options(passkey_min_length(), 0.5), 0);
+  EXPECT_EQ(int64_t(shortest.text.size()), passkey_min_length());
+}
+
+TEST(Passkey, RefusesWhatItCannotLayOut) {
+  EXPECT_THROW(make_passkey_source(passkey_options(passkey_min_length() - 1, -1)), std::invalid_argument);
+  EXPECT_THROW(make_passkey_source(passkey_options(1000, 1.5)), std::invalid_argument);
+}
+
+// train.loss_on = answers keeps the targets of answer tokens only.
+TEST(LossOn, AnswersKeepOnlyAnswerTargets) {
+  auto src = make_passkey_source(passkey_options(600, -1));
+  SequencePacker packer(*src, 1200);
+  LocalBatch b = whole_sequence(packer.sequence(0));
+  const int64_t all = b.num_targets();
+  keep_answer_targets(b);
+  EXPECT_EQ(b.num_targets(), 10);  // two documents, five digits each
+  EXPECT_LT(b.num_targets(), all);
+  for (size_t t = 0; t < b.targets.size(); ++t)
+    if (b.targets[t] >= 0) {
+      EXPECT_EQ(b.answer_mask[t], 1);
+      EXPECT_TRUE(b.targets[t] >= '0' && b.targets[t] <= '9');
+    }
+  EXPECT_EQ(parse_loss_on("answers"), LossOn::answers);
+  EXPECT_THROW(parse_loss_on("some"), std::invalid_argument);
 }
 
 TEST(DocLengths, DistributionsStayInRangeAndHaveTheirShape) {

@@ -206,7 +206,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
   k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
   // [data]
-  k.push_back(choice_key("data.source", "synthetic | text | tokens", [](Config& c) -> auto& { return c.data.source; },
+  k.push_back(choice_key("data.source", "synthetic | text | tokens | passkey (pass-key retrieval documents, byte-level)", [](Config& c) -> auto& { return c.data.source; },
                          parse_data_source, data_source_name));
   k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
   k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
@@ -215,6 +215,7 @@ std::vector<ConfigKey> make_keys() {
                          doc_length_dist_name));
   k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
   k.push_back(int_key("data.min_doc_len", "synthetic: shortest document", [](Config& c) -> auto& { return c.data.min_doc_len; }, 1));
+  k.push_back(num_key("data.passkey_depth", "passkey: the key line's depth in the filler, 0 (start) to 1 (end); -1 = uniform per document", [](Config& c) -> auto& { return c.data.passkey_depth; }));
   k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
   k.push_back(choice_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
                          parse_token_dtype, token_dtype_name));
@@ -225,6 +226,8 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
   k.push_back(choice_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
                          parse_optimizer, optimizer_name));
+  k.push_back(choice_key("train.loss_on", "all | answers (train on the answer tokens only: synthetic and passkey sources)",
+                         [](Config& c) -> auto& { return c.train.loss_on; }, parse_loss_on, loss_on_name));
   k.push_back(choice_key("train.precision", "fp32 | bf16 (linear layers' products in bf16 with fp32 sums; fp32 weights, gradients and optimizer)",
                          [](Config& c) -> auto& { return c.train.precision; }, parse_precision, precision_name));
   k.push_back(choice_key("train.fp32_gemm", "auto | openblas | onednn: the library of fp32 linear products (auto: the faster here, measured once and cached)",
@@ -381,12 +384,27 @@ void apply_overrides(Config& config, const std::map<std::string, std::string>& o
 void validate_config(const Config& c) {
   const std::string model_error = c.model.validate();
   if (!model_error.empty()) throw ConfigError(model_error);
-  if (c.data.source != DataSource::synthetic && c.data.path.empty())
+  if ((c.data.source == DataSource::text || c.data.source == DataSource::tokens) && c.data.path.empty())
     throw ConfigError(std::string("data.path is required when data.source = ") + data_source_name(c.data.source));
   if (c.data.min_doc_len > c.data.max_doc_len)
     throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
                       ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
   if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
+  if (!(c.data.passkey_depth == -1.0 || (c.data.passkey_depth >= 0.0 && c.data.passkey_depth <= 1.0)))
+    throw ConfigError("data.passkey_depth must be -1 (uniform) or in [0, 1], got " + number_text(c.data.passkey_depth));
+  if (c.train.loss_on == LossOn::answers && c.data.source != DataSource::synthetic &&
+      c.data.source != DataSource::passkey)
+    throw ConfigError(std::string("train.loss_on = answers needs a source that marks answers (synthetic or "
+                                  "passkey), not data.source = ") + data_source_name(c.data.source));
+  if (c.data.source == DataSource::passkey) {
+    const bool fixed = c.data.doc_lengths == DocLengthDist::fixed;  // every document max_doc_len long
+    const int64_t shortest = fixed ? c.data.max_doc_len : c.data.min_doc_len;
+    if (shortest < passkey_min_length())
+      throw ConfigError(std::string("data.source = passkey needs ") + (fixed ? "data.max_doc_len" : "data.min_doc_len") +
+                        " >= " + std::to_string(passkey_min_length()) +
+                        " (the introduction, the key line, the question and the answer), got " +
+                        std::to_string(shortest));
+  }
   if (!(c.attention.cad.tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
   if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
   if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)

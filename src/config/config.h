@@ -36,6 +36,7 @@ struct DataConfig {
   std::string separator;             // text: document separator ("" = one document per file)
   TokenDtype token_dtype = TokenDtype::uint16;
   int64_t separator_id = 0;          // tokens: document-separator id
+  double passkey_depth = -1;         // passkey: the key line's depth in [0, 1] (-1 = uniform per document)
 };
 
 struct TrainConfig {
@@ -44,6 +45,7 @@ struct TrainConfig {
   int64_t micro_batches = 1;
   OptimizerKind optimizer = OptimizerKind::adamw;
   Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
+  LossOn loss_on = LossOn::all;            // data/local_batch.h
   Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/fp32_gemm.h
   double lr = 3e-3;
   double min_lr = 3e-4;

@@ -7,6 +7,16 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
   if (c.data.source == DataSource::text) return make_text_source(c.data.path, c.data.separator, seed);
   if (c.data.source == DataSource::tokens)
     return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed);
+  if (c.data.source == DataSource::passkey) {
+    PasskeyOptions p;
+    p.seed = seed;
+    p.depth = c.data.passkey_depth;
+    p.lengths.dist = c.data.doc_lengths;
+    p.lengths.min_doc_len = c.data.min_doc_len;
+    p.lengths.max_doc_len = c.data.max_doc_len;
+    p.lengths.seed = seed;
+    return make_passkey_source(p);
+  }
   SyntheticOptions o;
   o.seed = seed;
   o.vocab_size = c.model.vocab_size;

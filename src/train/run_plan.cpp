@@ -11,6 +11,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.attention = attention_params_of(p.model);
   p.optimizer = optimizer_config(c);
   p.precision = c.train.precision;
+  p.loss_on = c.train.loss_on;
   p.attention.precision = p.precision;  // what CAD plans move travels in it
   p.seq_len = c.data.seq_len;
   p.micro_batches = c.train.micro_batches;

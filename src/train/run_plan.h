@@ -64,6 +64,7 @@ struct RunPlan {
   CadSettings cad;                 // with placement == cad
   OptimizerConfig optimizer;
   Precision precision = Precision::fp32;  // the linear layers' products (train.precision)
+  LossOn loss_on = LossOn::all;           // whose targets train (train.loss_on)
   int64_t seq_len = 0, micro_batches = 1;
 
   bool pipelined() const { return layout.pp > 1; }

@@ -215,6 +215,8 @@ void Trainer::take_local_batches() {
         whole_sequence(packed, local_[size_t(m)]);
     }
   }
+  if (plan_.loss_on == LossOn::answers)
+    for (LocalBatch& local : local_) keep_answer_targets(local);
 }
 
 StepRecord Trainer::train_step() {

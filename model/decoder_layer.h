@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "model/ops.h"
+#include "model/rope.h"
 
 namespace lct {
 

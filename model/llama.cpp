@@ -202,9 +202,10 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   // short documents (grow-only; the kernel reads the table through attn_params_).
   int64_t rope_rows = std::max(max_position + 1, T);
   if (c.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, c.dca_chunk_size + 1);
-  if (rope_rows > rope_.max_positions) {
-    rope_ = build_rope_table(rope_rows, c.head_dim(), c.rope_theta);
-  }
+  // (dynamic scaling: the base follows the batch's longest document, max_position + 1)
+  const double theta = rope_effective_theta(c.rope(), c.head_dim(), max_position + 1);
+  if (rope_rows > rope_.max_positions || theta != rope_.theta)
+    rope_ = build_rope_table(std::max(rope_rows, rope_.max_positions), c.head_dim(), c.rope(), max_position + 1);
   // (set on every call, not at allocation, so copies of the model use their own table)
   attn_params_.dca.rope_cos = rope_.cos.data();
   attn_params_.dca.rope_sin = rope_.sin.data();
@@ -381,7 +382,8 @@ void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
-                                                    bool backward, double* token_loss) {
+                                                    bool backward, double* token_loss,
+                                                    uint8_t* token_correct) {
   const ScopedSpan span("loss");
   const LlamaConfig& c = config_;
   const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
@@ -407,7 +409,8 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
     matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, precision_);
     cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
                                    answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
-                                   stats, token_loss ? token_loss + r0 : nullptr);
+                                   stats, token_loss ? token_loss + r0 : nullptr,
+                                   token_correct ? token_correct + r0 : nullptr);
     if (backward)
       matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
                       precision_);
@@ -530,14 +533,15 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
 }
 
 CrossEntropyStats LlamaModel::forward_backward(const PackedBatch& batch, float grad_scale,
-                                               bool backward, double* token_loss) {
+                                               bool backward, double* token_loss,
+                                               uint8_t* token_correct) {
   if (!stage_.has_embedding || !stage_.has_head)
     throw std::logic_error("forward_backward needs the whole model (use the pipeline executor)");
   whole_sequence(batch, whole_);
   refresh_weight_copies();
   ActivationSlot& s = begin(whole_, 0);
   stage_forward(s, colocated_attention_);
-  const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss);
+  const CrossEntropyStats stats = head_forward_backward(s, grad_scale, backward, token_loss, token_correct);
   if (backward) stage_backward(s, colocated_attention_);
   end(s);
   return stats;

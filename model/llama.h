@@ -27,6 +27,7 @@
 #include "model/activations.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
+#include "model/rope.h"
 #include "model/stage.h"
 #include "model/llama_config.h"
 #include "model/tensor_table.h"
@@ -98,9 +99,10 @@ class LlamaModel {
   void attn_out_forward(int l, ActivationSlot& s);
   // Final norm, LM head and loss (sum, not mean). With backward, accumulates the
   // head's gradients and leaves dLoss/d(stage output) * grad_scale in residual_grad.
-  // token_loss (optional, [T]) receives each token's loss (0 where there is no target).
+  // token_loss (optional, [T]) receives each token's loss (0 where there is no target),
+  // token_correct (optional, [T]) 1 where the argmax is the target.
   CrossEntropyStats head_forward_backward(ActivationSlot& s, float grad_scale, bool backward,
-                                          double* token_loss = nullptr);
+                                          double* token_loss = nullptr, uint8_t* token_correct = nullptr);
   void attn_out_backward(int l, ActivationSlot& s);
   void attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement);
   void attn_in_backward(int l, ActivationSlot& s);
@@ -126,7 +128,7 @@ class LlamaModel {
   // Returns loss statistics (sum, not mean). With backward, the gradient of
   // grad_scale * (sum of token losses) is accumulated into grads.
   CrossEntropyStats forward_backward(const PackedBatch& batch, float grad_scale, bool backward,
-                                     double* token_loss = nullptr);
+                                     double* token_loss = nullptr, uint8_t* token_correct = nullptr);
 
   // Called during backward with an arena offset x: every gradient at offsets >= x that
   // this stage owns is final for this micro-batch (after the LM head and final norm,

@@ -31,6 +31,13 @@ std::string LlamaConfig::validate() const {
     return "head dim hidden_size/num_attention_heads = " + std::to_string(head_dim()) +
            " must be even for RoPE";
   if (!(rope_theta > 0)) return "model.rope_theta must be > 0";
+  if (!(rope_scaling_factor >= 1.0) || rope_scaling_factor > 1e6)
+    return "model.rope_scaling_factor must be in [1, 1e6]";
+  if ((rope_scaling == RopeScaling::dynamic || rope_scaling == RopeScaling::yarn) && rope_original_length <= 0)
+    return std::string("model.rope_scaling = ") + rope_scaling_name(rope_scaling) +
+           " needs model.rope_original_length > 0 (the trained length)";
+  if (rope_original_length < 0 || rope_original_length > (int64_t(1) << 40))
+    return "model.rope_original_length must be in [0, 2^40]";
   if (!(rms_norm_eps > 0)) return "model.rms_norm_eps must be > 0";
   if (!(init_std > 0)) return "model.init_std must be > 0";
   if (!(dca_chunk_size > dca_local_size && dca_local_size >= 0))

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attention/core_attention.h"
+#include "model/rope.h"
 #include "model/tensor_table.h"
 
 namespace lct {
@@ -18,6 +19,11 @@ struct LlamaConfig {
   int num_attention_heads = 4;
   int num_key_value_heads = 2;
   double rope_theta = 10000.0;
+  // RoPE scaling beyond the trained length (model/rope.h): model.rope_scaling,
+  // rope_scaling_factor, rope_original_length
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_scaling_factor = 1.0;
+  int64_t rope_original_length = 0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   double init_std = 0.02;
@@ -30,6 +36,7 @@ struct LlamaConfig {
   int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  RopeSpec rope() const { return {rope_theta, rope_scaling, rope_scaling_factor, rope_original_length}; }
   // Empty when valid, else a one-line description naming the offending key.
   std::string validate() const;
 };

@@ -124,57 +124,6 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
     for (int64_t c = 0; c < C; ++c) dw[c] += dw_partial[ch * C + c];
 }
 
-RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta) {
-  RopeTable r;
-  r.max_positions = max_positions;
-  r.half = head_dim / 2;
-  r.cos.resize(size_t(max_positions * r.half));
-  r.sin.resize(size_t(max_positions * r.half));
-  for (int64_t i = 0; i < r.half; ++i) {
-    // computed in double so long positions keep their accuracy, then rounded once
-    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(head_dim));
-    for (int64_t p = 0; p < max_positions; ++p) {
-      const double angle = double(p) * inv_freq;
-      r.cos[size_t(p * r.half + i)] = float(std::cos(angle));
-      r.sin[size_t(p * r.half + i)] = float(std::sin(angle));
-    }
-  }
-  return r;
-}
-
-namespace {
-// sign = +1 rotates forward, -1 applies the transpose (inverse) rotation
-void rope_apply(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                int64_t heads, int64_t head_dim, float sign) {
-  const int64_t half = head_dim / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* cs = rope.cos.data() + int64_t(positions[t]) * half;
-    const float* sn = rope.sin.data() + int64_t(positions[t]) * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * head_dim;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        // forward: out_i = x_i cos - x_{i+half} sin ; out_{i+half} = x_{i+half} cos + x_i sin
-        const float a = v[i], b = v[i + half], s = sign * sn[i];
-        v[i] = a * cs[i] - b * s;
-        v[i + half] = b * cs[i] + a * s;
-      }
-    }
-  }
-}
-}  // namespace
-
-void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                  int64_t heads, int64_t head_dim) {
-  rope_apply(x, positions, rope, T, heads, head_dim, 1.0f);
-}
-
-void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
-                   int64_t heads, int64_t head_dim) {
-  rope_apply(dx, positions, rope, T, heads, head_dim, -1.0f);
-}
-
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -230,7 +179,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const uint16_t
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,
                                     const uint8_t* answer_mask, int64_t n, int64_t V,
                                     bool compute_grad, float grad_scale, CrossEntropyStats& stats,
-                                    double* row_loss_out) {
+                                    double* row_loss_out, uint8_t* row_correct_out) {
   // grow-only scratch of the calling thread, reached by the workers through pointers
   static thread_local std::vector<double> loss_scratch;
   static thread_local std::vector<uint8_t> correct_scratch;
@@ -271,6 +220,7 @@ void cross_entropy_forward_backward(float* logits, const int32_t* targets,
   }
   for (int64_t r = 0; r < n; ++r) {
     if (row_loss_out) row_loss_out[r] = targets[r] < 0 ? 0.0 : row_loss[r];
+    if (row_correct_out) row_correct_out[r] = targets[r] < 0 ? 0 : row_correct[r];
     if (targets[r] < 0) continue;
     stats.loss_sum += row_loss[r];
     ++stats.targets;

@@ -40,22 +40,6 @@ void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w,
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
 
-// Rotary embedding, Hugging Face rotate_half convention: dimension i pairs with
-// i + hd/2, inv_freq[i] = theta^(-2i/hd), angle = position * inv_freq[i].
-struct RopeTable {
-  int64_t max_positions = 0;
-  int64_t half = 0;        // hd / 2
-  std::vector<float> cos;  // [max_positions, half]
-  std::vector<float> sin;
-};
-RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta);
-// x[T, heads, hd] rotated in place by positions[T]
-void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                  int64_t heads, int64_t head_dim);
-// dx[T, heads, hd] rotated back in place (the transpose rotation)
-void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
-                   int64_t heads, int64_t head_dim);
-
 // out[n] = silu(gate) * up
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
 // bf16 runs: gate and up rounded to bf16, and out (bf16 bits) computed from the rounded
@@ -80,10 +64,11 @@ struct CrossEntropyStats {
 // logits[n, V] are replaced by grad_scale * d(sum of losses)/d(logits) when
 // compute_grad is set (rows without a target get zero gradient). targets[n] are -1
 // for "no target". Adds into stats; row_loss_out (optional, [n]) gets each row's loss
-// (0 for rows without a target).
+// (0 for rows without a target) and row_correct_out (optional, [n]) 1 where the argmax
+// is the target.
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,
                                     const uint8_t* answer_mask, int64_t n, int64_t V,
                                     bool compute_grad, float grad_scale, CrossEntropyStats& stats,
-                                    double* row_loss_out = nullptr);
+                                    double* row_loss_out = nullptr, uint8_t* row_correct_out = nullptr);
 
 }  // namespace lct

@@ -16,6 +16,8 @@ Usage:
                      [--rope-theta 10000] [--rms-norm-eps 1e-5]
                      [--tie-word-embeddings] [--attention-kernel dca --dca-chunk-size C
                      --dca-local-size W [--dca-mscale M] [--dca-mscale-original-length N]]
+                     [--rope-scaling linear|dynamic|yarn --rope-scaling-factor S
+                      --rope-original-length L0]
                      --seed 1
   reference_llama.py --self-test
 
@@ -92,6 +94,10 @@ def validate_config(cfg):
     if cfg["attention_kernel"] not in ("causal", "dca"):
         raise RefError(f"config: attention_kernel '{cfg['attention_kernel']}' is not supported "
                        "(causal, dca)")
+    if cfg.get("rope_scaling", "none") not in ("none", "linear", "dynamic", "yarn"):
+        raise RefError(f"config: rope_scaling '{cfg['rope_scaling']}' is not supported")
+    if cfg.get("rope_scaling", "none") != "none" and not cfg["rope_scaling_factor"] >= 1:
+        raise RefError("config: rope_scaling_factor must be >= 1")
     if cfg["attention_kernel"] == "dca":
         C, w = cfg["dca_chunk_size"], cfg["dca_local_size"]
         if not (C > w >= 0):
@@ -161,6 +167,12 @@ def load_checkpoint(path):
             for k in DCA_INT_KEYS:
                 cfg[k] = int(read_attr(g, k, where))
             cfg["dca_mscale"] = float(read_attr(g, "dca_mscale", where))
+        cfg["rope_scaling"] = "none"
+        if "rope_scaling" in g.attrs:
+            v = g.attrs["rope_scaling"]
+            cfg["rope_scaling"] = v.decode() if isinstance(v, bytes) else str(v)
+            cfg["rope_scaling_factor"] = float(read_attr(g, "rope_scaling_factor", where))
+            cfg["rope_original_length"] = int(read_attr(g, "rope_original_length", where))
         validate_config(cfg)
 
         shapes = param_shapes(cfg)
@@ -210,6 +222,10 @@ def write_checkpoint(path, cfg, params):
             for k in DCA_INT_KEYS:
                 g.attrs[k] = np.int64(cfg[k])
             g.attrs["dca_mscale"] = np.float64(cfg["dca_mscale"])
+        if cfg.get("rope_scaling", "none") != "none":
+            g.attrs["rope_scaling"] = cfg["rope_scaling"]
+            g.attrs["rope_scaling_factor"] = np.float64(cfg["rope_scaling_factor"])
+            g.attrs["rope_original_length"] = np.int64(cfg["rope_original_length"])
         for name, a in params.items():
             f.create_dataset("params/" + h5name(name), data=np.asarray(a, dtype=np.float32))
 
@@ -248,13 +264,50 @@ def rmsnorm(x, w, eps):
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+ROPE = {"scaling": "none"}   # the checkpoint's RoPE scaling and the batch's longest document
+
+
+def rope_inv_freq(hd, theta):
+    # (hd/2,) rotation frequencies under the RoPE scaling in ROPE:
+    #   linear:  every frequency divided by the factor s (position interpolation)
+    #   dynamic: base theta * (s * L / L0 - (s - 1)) ** (hd / (hd - 2)) when the batch's
+    #            longest document L exceeds the trained length L0
+    #   yarn:    frequency j kept if it turns more than 32 times over L0, divided by s if
+    #            it turns less than once, blended linearly in the pair index in between
+    i = torch.arange(hd // 2, dtype=DT)
+    kind, s = ROPE["scaling"], ROPE.get("factor", 1.0)
+    if kind == "dynamic" and ROPE["longest"] > ROPE["original"]:
+        theta = theta * (s * ROPE["longest"] / ROPE["original"] - (s - 1)) ** (hd / (hd - 2))
+    inv = theta ** (-(2 * i) / hd)
+    if kind == "linear":
+        inv = inv / s
+    if kind == "yarn":
+        L0 = ROPE["original"]
+        # pair index j at which L0 * inv_j / (2 pi) = r turns: j = hd ln(L0 / (2 pi r)) / (2 ln theta)
+        def at(r):
+            return hd * math.log(L0 / (2 * math.pi * r)) / (2 * math.log(theta))
+        lo = min(max(math.floor(at(32.0)), 0), hd // 2 - 1)
+        hi = min(max(math.ceil(at(1.0)), 0), hd // 2 - 1)
+        if hi == lo:
+            hi += 1e-3
+        w = ((i - lo) / (hi - lo)).clamp(0.0, 1.0)    # 1: interpolate, 0: keep
+        inv = inv * (1 - w) + (inv / s) * w
+    return inv
+
+
+def rope_magnitude():
+    # yarn multiplies cos and sin by 0.1 ln s + 1 (the logits by its square)
+    s = ROPE.get("factor", 1.0)
+    return 0.1 * math.log(s) + 1.0 if ROPE["scaling"] == "yarn" and s > 1 else 1.0
+
+
 def rope_cos_sin(pos, hd, theta):
     # pos: (T,) float64 position inside the document -> cos, sin: (T, 1, hd)
-    i = torch.arange(hd // 2, dtype=DT)
-    inv_freq = theta ** (-(2 * i) / hd)                  # (hd/2,)
+    inv_freq = rope_inv_freq(hd, theta)                  # (hd/2,)
     ang = pos[:, None] * inv_freq[None, :]               # (T, hd/2)
     ang = torch.cat([ang, ang], dim=-1)                  # (T, hd)
-    return ang.cos()[:, None, :], ang.sin()[:, None, :]
+    m = rope_magnitude()
+    return m * ang.cos()[:, None, :], m * ang.sin()[:, None, :]
 
 
 def rotate_half(x):
@@ -403,10 +456,11 @@ def dca_relative_positions(L, C, w):
 
 def rope_rotate(x, p, hd, theta):
     # x: (..., hd) rotated by the scalar position p (rotate_half convention)
-    i = torch.arange(hd // 2, dtype=DT)
-    ang = p * theta ** (-(2 * i) / hd)
+    # (the logit <R(p) q, k> stands for <R(i) q, R(j) k>: yarn's magnitude enters twice)
+    ang = p * rope_inv_freq(hd, theta)
     ang = torch.cat([ang, ang])
-    return x * ang.cos() + rotate_half(x) * ang.sin()
+    m = rope_magnitude()
+    return m * m * (x * ang.cos() + rotate_half(x) * ang.sin())
 
 
 def dca_attention(cfg, q, k, v, cu):
@@ -463,6 +517,9 @@ def forward(cfg, P, tokens, cu):
     """P: {name: float64 tensor}; tokens: (T,) int64 tensor -> logits (T, V)."""
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     hd, eps, T = C // H, cfg["rms_norm_eps"], tokens.shape[0]
+    ROPE.clear()
+    ROPE.update(scaling=cfg.get("rope_scaling", "none"), factor=cfg.get("rope_scaling_factor", 1.0),
+                original=cfg.get("rope_original_length", 0), longest=max(int(e - b) for b, e in zip(cu[:-1], cu[1:])))
     cos, sin = rope_cos_sin(positions(cu), hd, cfg["rope_theta"])   # (T, 1, hd)
 
     x = P["model.embed_tokens.weight"][tokens]                       # (T, C)
@@ -690,6 +747,9 @@ def parse_args(argv):
     ap.add_argument("--dca-local-size", type=int, default=256)
     ap.add_argument("--dca-mscale", type=float, default=1.0)
     ap.add_argument("--dca-mscale-original-length", type=int, default=0)
+    ap.add_argument("--rope-scaling", default="none", choices=("none", "linear", "dynamic", "yarn"))
+    ap.add_argument("--rope-scaling-factor", type=float, default=1.0)
+    ap.add_argument("--rope-original-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--self-test", action="store_true")
     return ap.parse_args(argv)
@@ -736,6 +796,9 @@ def main(argv=None):
                    rope_theta=args.rope_theta, rms_norm_eps=args.rms_norm_eps,
                    tie_word_embeddings=int(args.tie_word_embeddings),
                    attention_kernel=args.attention_kernel)
+        if args.rope_scaling != "none":
+            cfg.update(rope_scaling=args.rope_scaling, rope_scaling_factor=args.rope_scaling_factor,
+                       rope_original_length=args.rope_original_length)
         if args.attention_kernel == "dca":
             cfg.update(dca_chunk_size=args.dca_chunk_size, dca_local_size=args.dca_local_size,
                        dca_mscale=args.dca_mscale,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/ops.h"
+#include "model/rope.h"
 #include "tests/test_util.h"
 
 namespace lct {
@@ -100,6 +101,58 @@ TEST(Ops, RopeGradientMatchesFiniteDifferencesAndHfConvention) {
               xv[i + hd / 2] * std::cos(angle) + xv[i] * std::sin(angle), 1e-5);
   // position 0 is the identity
   for (int64_t d = 0; d < heads * hd; ++d) EXPECT_EQ(y[size_t(d)], x[size_t(d)]);
+}
+
+// RoPE scalings against their definitions (model/rope.h), and the yarn table's
+// gradient (its rotation is scaled, so backward is the transpose, not the inverse).
+TEST(Ops, RopeScalingsFollowTheirDefinitions) {
+  const int64_t hd = 16, half = hd / 2;
+  const double theta = 10000.0;
+  RopeSpec none;
+  const std::vector<double> base = rope_inv_freq(none, hd, 0);
+  for (int64_t i = 0; i < half; ++i) EXPECT_DOUBLE_EQ(base[size_t(i)], std::pow(theta, -2.0 * double(i) / double(hd)));
+  RopeSpec linear{theta, RopeScaling::linear, 4.0, 0};
+  const std::vector<double> lin = rope_inv_freq(linear, hd, 0);
+  for (int64_t i = 0; i < half; ++i) EXPECT_DOUBLE_EQ(lin[size_t(i)], base[size_t(i)] / 4.0);
+  // dynamic: unchanged up to the trained length, then theta (s L / L0 - s + 1)^(hd/(hd-2))
+  RopeSpec dynamic{theta, RopeScaling::dynamic, 2.0, 64};
+  EXPECT_EQ(rope_effective_theta(dynamic, hd, 64), theta);
+  EXPECT_DOUBLE_EQ(rope_effective_theta(dynamic, hd, 256), theta * std::pow(2.0 * 4.0 - 1.0, 16.0 / 14.0));
+  // yarn over L0 = 4096 with hd 16: pair i turns 4096 theta^(-2i/16) / 2pi times, more than
+  // 32 for i <= 1 (kept), fewer than 1 for i >= 4 (divided by s), a ramp in between
+  RopeSpec yarn{theta, RopeScaling::yarn, 8.0, 4096};
+  const std::vector<double> y = rope_inv_freq(yarn, hd, 0);
+  for (int64_t i = 0; i < half; ++i) {
+    const double turns = 4096.0 * base[size_t(i)] / (2.0 * std::acos(-1.0));
+    if (turns > 32.0) {
+      EXPECT_DOUBLE_EQ(y[size_t(i)], base[size_t(i)]) << i;
+    }
+    if (turns < 1.0) {
+      EXPECT_DOUBLE_EQ(y[size_t(i)], base[size_t(i)] / 8.0) << i;
+    }
+    EXPECT_LE(y[size_t(i)], base[size_t(i)]);
+    EXPECT_GE(y[size_t(i)], base[size_t(i)] / 8.0 * (1 - 1e-15));
+  }
+  const RopeTable t = build_rope_table(32, hd, yarn, 0);
+  const double m = 0.1 * std::log(8.0) + 1.0;
+  for (int64_t p = 0; p < 32; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = t.cos[size_t(p * half + i)], sn = t.sin[size_t(p * half + i)];
+      EXPECT_NEAR(c * c + sn * sn, m * m, 1e-5);
+      EXPECT_NEAR(c, m * std::cos(double(p) * y[size_t(i)]), 1e-6);
+    }
+  const int64_t T = 4, heads = 2;
+  const std::vector<int32_t> pos = {0, 3, 17, 31};
+  auto x = random_vector(T * heads * hd, 21), r = random_vector(T * heads * hd, 22);
+  auto loss = [&] {
+    std::vector<float> out = x;
+    rope_forward(out.data(), pos.data(), t, T, heads, hd);
+    return dot(out, r);
+  };
+  std::vector<float> dx = r;
+  rope_backward(dx.data(), pos.data(), t, T, heads, hd);
+  EXPECT_LT(rel_error(pick(dx, all_indices(T * heads * hd)),
+                      finite_difference(x, loss, kEps, all_indices(T * heads * hd))), kTol);
 }
 
 TEST(Ops, SwigluGradientsMatchFiniteDifferences) {

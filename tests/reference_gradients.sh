@@ -102,12 +102,38 @@ check_bf16 dca dca.h5 long.h5
   --layers 2 --heads 4 --kv-heads 1 --tie-word-embeddings --attention-kernel dca --dca-chunk-size 40 \
   --dca-local-size 8 --seed 6
 check dca_mqa dca_mqa.h5 long.h5
+# RoPE scaling (model.rope_scaling) against the reference's own frequencies: position
+# interpolation, dynamic NTK (the batch's longest document, 200 tokens, is beyond the
+# trained 64, so the base grows) and YaRN (head dim 8: its ramp keeps pair 0, blends
+# pair 1 and interpolates pairs 2-3, and the logits carry its temperature), causal and
+# under DCA
+for scaling in "linear 4" "dynamic 2" "yarn 8"; do
+  set -- $scaling
+  /usr/bin/python3 "$REF" --make-checkpoint "rope_$1.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+    --layers 2 --heads 4 --kv-heads 2 --rope-scaling "$1" --rope-scaling-factor "$2" --rope-original-length 64 --seed 1
+  check "rope_$1" "rope_$1.h5" mixed.h5
+  # the same weights evaluated through eval's override of the plain checkpoint give the same loss
+  want=$("$LCT" eval --checkpoint "rope_$1.h5" --batch-file mixed.h5 | cut -d'|' -f1)
+  got=$("$LCT" eval --checkpoint gqa.h5 --batch-file mixed.h5 --model.rope_scaling "$1" \
+        --model.rope_scaling_factor "$2" --model.rope_original_length 64 | cut -d'|' -f1)
+  [[ "$want" == "$got" ]] || { echo "FAIL: eval --model.rope_scaling $1 gives '$got', the checkpoint '$want'"; exit 1; }
+done
+/usr/bin/python3 "$REF" --make-checkpoint dca_yarn.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
+  --rope-scaling yarn --rope-scaling-factor 4 --rope-original-length 32 --seed 3
+check dca_yarn dca_yarn.h5 long.h5
 # and a DCA checkpoint written by the trainer
 "$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
   --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2 \
   --attention.kernel dca --attention.dca_chunk_size 30 --attention.dca_local_size 10 \
   --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_dca > train_dca.log
 check trained_dca trained_dca/step_00000003.h5 trained_batch.h5
+# trained with position interpolation: the key works in training and is kept in the checkpoint
+"$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
+  --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2 \
+  --model.rope_scaling linear --model.rope_scaling_factor 2 \
+  --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_linear > train_linear.log
+check trained_linear trained_linear/step_00000003.h5 trained_batch.h5
 check_bf16_fp64 trained trained/step_00000003.h5 trained_batch.h5
 check_bf16_fp64 trained_dca trained_dca/step_00000003.h5 trained_batch.h5
 check_bf16 trained_emulated trained/step_00000003.h5 trained_batch.h5

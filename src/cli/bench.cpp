@@ -21,6 +21,7 @@
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
+#include "model/rope.h"
 #include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"

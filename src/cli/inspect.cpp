@@ -210,7 +210,13 @@ std::string model_line(const LlamaConfig& m) {
                 m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
                 (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
                 attention_text(m).c_str());
-  return b;
+  std::string line = b;
+  if (m.rope_scaling != RopeScaling::none) {
+    std::snprintf(b, sizeof b, ", RoPE scaling %s x%g", rope_scaling_name(m.rope_scaling), m.rope_scaling_factor);
+    line += b;
+    if (m.rope_original_length > 0) line += " (trained length " + std::to_string(m.rope_original_length) + ")";
+  }
+  return line;
 }
 
 std::string tensors_json(const std::vector<TensorStats>& ts) {
@@ -356,6 +362,9 @@ int inspect_file(const std::string& path, bool json) {
                     ",\"num_attention_heads\":" + std::to_string(r.model.num_attention_heads) +
                     ",\"num_key_value_heads\":" + std::to_string(r.model.num_key_value_heads) +
                     ",\"rope_theta\":" + json_number(r.model.rope_theta) +
+                    ",\"rope_scaling\":" + json_string(rope_scaling_name(r.model.rope_scaling)) +
+                    ",\"rope_scaling_factor\":" + json_number(r.model.rope_scaling_factor) +
+                    ",\"rope_original_length\":" + std::to_string(r.model.rope_original_length) +
                     ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
                     ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
                     ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +

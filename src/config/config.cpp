@@ -189,6 +189,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("model.num_attention_heads", "query heads H", [](Config& c) -> auto& { return c.model.num_attention_heads; }, 1));
   k.push_back(int_key("model.num_key_value_heads", "key/value heads (GQA), divides H", [](Config& c) -> auto& { return c.model.num_key_value_heads; }, 1));
   k.push_back(num_key("model.rope_theta", "RoPE base", [](Config& c) -> auto& { return c.model.rope_theta; }));
+  k.push_back(choice_key("model.rope_scaling", "RoPE beyond the trained length: none | linear (position interpolation) | dynamic (NTK-aware, per batch) | yarn",
+                         [](Config& c) -> auto& { return c.model.rope_scaling; }, parse_rope_scaling, rope_scaling_name));
+  k.push_back(num_key("model.rope_scaling_factor", "RoPE scaling factor s >= 1 (linear: positions / s)", [](Config& c) -> auto& { return c.model.rope_scaling_factor; }));
+  k.push_back(int_key("model.rope_original_length", "the trained length RoPE scaling refers to (dynamic, yarn)", [](Config& c) -> auto& { return c.model.rope_original_length; }, 0));
   k.push_back(num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; }));
   k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
   k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
@@ -392,6 +396,12 @@ void validate_config(const Config& c) {
   if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
   if (!(c.data.passkey_depth == -1.0 || (c.data.passkey_depth >= 0.0 && c.data.passkey_depth <= 1.0)))
     throw ConfigError("data.passkey_depth must be -1 (uniform) or in [0, 1], got " + number_text(c.data.passkey_depth));
+  if (c.model.rope_scaling == RopeScaling::dynamic &&
+      (c.parallel.pp > 1 || c.parallel.cp > 1 || c.attention.placement == Placement::cad))
+    throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "
+                      "colocated without pipeline or context parallelism (parallel.pp = " +
+                      std::to_string(c.parallel.pp) + ", parallel.cp = " + std::to_string(c.parallel.cp) +
+                      ", attention.placement = " + placement_name(c.attention.placement) + ")");
   if (c.train.loss_on == LossOn::answers && c.data.source != DataSource::synthetic &&
       c.data.source != DataSource::passkey)
     throw ConfigError(std::string("train.loss_on = answers needs a source that marks answers (synthetic or "

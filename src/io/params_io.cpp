@@ -22,6 +22,11 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
   f.set_attr("/model", "num_key_value_heads", int64_t(c.num_key_value_heads));
   f.set_attr("/model", "head_dim", int64_t(c.head_dim()));
   f.set_attr("/model", "rope_theta", c.rope_theta);
+  if (c.rope_scaling != RopeScaling::none) {
+    f.set_attr("/model", "rope_scaling", std::string(rope_scaling_name(c.rope_scaling)));
+    f.set_attr("/model", "rope_scaling_factor", c.rope_scaling_factor);
+    f.set_attr("/model", "rope_original_length", c.rope_original_length);
+  }
   f.set_attr("/model", "rms_norm_eps", c.rms_norm_eps);
   f.set_attr("/model", "tie_word_embeddings", int64_t(c.tie_word_embeddings ? 1 : 0));
   f.set_attr("/model", "attention_kernel", std::string(attention_kernel_name(c.attention_kernel)));
@@ -61,6 +66,15 @@ LlamaConfig read_model_attrs(const H5File& f) {
   c.num_attention_heads = need_small_int("num_attention_heads");
   c.num_key_value_heads = need_small_int("num_key_value_heads");
   c.rope_theta = need_double("rope_theta");
+  if (const auto scaling = f.attr_string("/model", "rope_scaling")) {  // absent: none
+    try {
+      c.rope_scaling = parse_rope_scaling(*scaling);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(f.path() + ": /model@rope_scaling: " + e.what());
+    }
+    c.rope_scaling_factor = need_double("rope_scaling_factor");
+    c.rope_original_length = need_int("rope_original_length");
+  }
   c.rms_norm_eps = need_double("rms_norm_eps");
   c.tie_word_embeddings = need_int("tie_word_embeddings") != 0;
   const auto kernel = f.attr_string("/model", "attention_kernel");

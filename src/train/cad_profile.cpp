@@ -8,6 +8,7 @@
 
 #include "data/files.h"
 #include "model/ops.h"
+#include "model/rope.h"
 #include "src/config/config.h"
 #include "src/util/log.h"
 #include "src/train/machine_cache.h"

@@ -1,0 +1,124 @@
+#include "model/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace lct {
+
+RopeScaling parse_rope_scaling(const std::string& name) {
+  if (name == "none") return RopeScaling::none;
+  if (name == "linear") return RopeScaling::linear;
+  if (name == "dynamic") return RopeScaling::dynamic;
+  if (name == "yarn") return RopeScaling::yarn;
+  throw std::invalid_argument("unknown RoPE scaling '" + name + "' (expected: none, linear, dynamic, yarn)");
+}
+
+const char* rope_scaling_name(RopeScaling scaling) {
+  switch (scaling) {
+    case RopeScaling::none: return "none";
+    case RopeScaling::linear: return "linear";
+    case RopeScaling::dynamic: return "dynamic";
+    case RopeScaling::yarn: return "yarn";
+  }
+  return "?";
+}
+
+double rope_effective_theta(const RopeSpec& spec, int64_t head_dim, int64_t longest) {
+  if (spec.scaling != RopeScaling::dynamic || longest <= spec.original_length) return spec.theta;
+  const double hd = double(head_dim);
+  const double grow = spec.factor * double(longest) / double(spec.original_length) - (spec.factor - 1.0);
+  return spec.theta * std::pow(grow, hd / (hd - 2.0));
+}
+
+std::vector<double> rope_inv_freq(const RopeSpec& spec, int64_t head_dim, int64_t longest) {
+  const int64_t half = head_dim / 2;
+  const double theta = rope_effective_theta(spec, head_dim, longest);
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv[size_t(i)] = std::pow(theta, -2.0 * double(i) / double(head_dim));
+  if (spec.scaling == RopeScaling::linear)
+    for (double& f : inv) f /= spec.factor;
+  if (spec.scaling == RopeScaling::yarn) {
+    // pair i turns original_length * inv_freq[i] / 2pi times over the trained length:
+    // blend weight 0 (keep) above 32 turns, 1 (interpolate) below 1 turn, linear in
+    // between (the ramp is over the pair index, from where 32 turns happen to where 1
+    // does, as the YaRN paper defines it)
+    const double two_pi = 2.0 * std::acos(-1.0);
+    auto pair_at_turns = [&](double turns) {  // the (fractional) pair index turning `turns` times
+      return double(head_dim) * std::log(double(spec.original_length) / (turns * two_pi)) /
+             (2.0 * std::log(spec.theta));
+    };
+    const double lo = std::clamp(std::floor(pair_at_turns(32.0)), 0.0, double(half - 1));
+    double hi = std::clamp(std::ceil(pair_at_turns(1.0)), 0.0, double(half - 1));
+    if (hi == lo) hi += 1e-3;
+    for (int64_t i = 0; i < half; ++i) {
+      const double w = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);
+      const double f = inv[size_t(i)];
+      inv[size_t(i)] = (1.0 - w) * f + w * f / spec.factor;
+    }
+  }
+  return inv;
+}
+
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, const RopeSpec& spec,
+                           int64_t longest) {
+  RopeTable r;
+  r.max_positions = max_positions;
+  r.half = head_dim / 2;
+  r.theta = rope_effective_theta(spec, head_dim, longest);
+  const std::vector<double> inv = rope_inv_freq(spec, head_dim, longest);
+  // yarn's attention temperature: one factor on q's rotation, one on k's
+  const double m = spec.scaling == RopeScaling::yarn && spec.factor > 1.0 ? 0.1 * std::log(spec.factor) + 1.0 : 1.0;
+  r.cos.resize(size_t(max_positions * r.half));
+  r.sin.resize(size_t(max_positions * r.half));
+  for (int64_t i = 0; i < r.half; ++i) {
+    // computed in double so long positions keep their accuracy, then rounded once
+    for (int64_t p = 0; p < max_positions; ++p) {
+      const double angle = double(p) * inv[size_t(i)];
+      r.cos[size_t(p * r.half + i)] = float(m * std::cos(angle));
+      r.sin[size_t(p * r.half + i)] = float(m * std::sin(angle));
+    }
+  }
+  return r;
+}
+
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta) {
+  RopeSpec spec;
+  spec.theta = theta;
+  return build_rope_table(max_positions, head_dim, spec, 0);
+}
+
+namespace {
+// sign = +1 rotates forward, -1 applies the transpose rotation
+void rope_apply(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                int64_t heads, int64_t head_dim, float sign) {
+  const int64_t half = head_dim / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* cs = rope.cos.data() + int64_t(positions[t]) * half;
+    const float* sn = rope.sin.data() + int64_t(positions[t]) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (t * heads + h) * head_dim;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        // forward: out_i = x_i cos - x_{i+half} sin ; out_{i+half} = x_{i+half} cos + x_i sin
+        const float a = v[i], b = v[i + half], s = sign * sn[i];
+        v[i] = a * cs[i] - b * s;
+        v[i + half] = b * cs[i] + a * s;
+      }
+    }
+  }
+}
+}  // namespace
+
+void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                  int64_t heads, int64_t head_dim) {
+  rope_apply(x, positions, rope, T, heads, head_dim, 1.0f);
+}
+
+void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
+                   int64_t heads, int64_t head_dim) {
+  rope_apply(dx, positions, rope, T, heads, head_dim, -1.0f);
+}
+
+}  // namespace lct

@@ -1,0 +1,59 @@
+// Rotary position embedding (RoPE): the cos/sin table, its scalings for lengths beyond
+// the trained one, and the rotation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lct {
+
+// model.rope_scaling: how the rotation frequencies treat positions beyond
+// `original_length` (the length the model was trained at).
+//   none     inv_freq[i] = theta^(-2i/hd)
+//   linear   position interpolation (Chen et al. 2023): every inv_freq / factor
+//   dynamic  NTK-aware scaling recomputed per batch: when the longest document L exceeds
+//            original_length, theta' = theta (factor L / original_length - factor + 1)^(hd/(hd-2))
+//   yarn     YaRN (Peng et al. 2023): pairs that turn fewer than 1 time over
+//            original_length are interpolated by factor, those turning more than 32 times
+//            are kept, a linear ramp in between; the logits are multiplied by
+//            (0.1 ln factor + 1)^2 (cos and sin carry one factor each, for q and for k)
+enum class RopeScaling { none, linear, dynamic, yarn };
+RopeScaling parse_rope_scaling(const std::string& name);  // throws on unknown
+const char* rope_scaling_name(RopeScaling scaling);
+
+struct RopeSpec {
+  double theta = 10000.0;
+  RopeScaling scaling = RopeScaling::none;
+  double factor = 1.0;          // >= 1
+  int64_t original_length = 0;  // dynamic and yarn: > 0
+};
+
+// Hugging Face rotate_half convention: dimension i pairs with i + hd/2, angle =
+// position * inv_freq[i].
+struct RopeTable {
+  int64_t max_positions = 0;
+  int64_t half = 0;        // hd / 2
+  double theta = 0;        // the base the frequencies were computed from (dynamic: scaled)
+  std::vector<float> cos;  // [max_positions, half]
+  std::vector<float> sin;
+};
+// The base `dynamic` uses for a batch whose longest document has `longest` tokens (the
+// spec's theta for every other scaling, and for dynamic while longest <= original_length).
+double rope_effective_theta(const RopeSpec& spec, int64_t head_dim, int64_t longest);
+// inv_freq[i] of the spec for a batch whose longest document has `longest` tokens
+std::vector<double> rope_inv_freq(const RopeSpec& spec, int64_t head_dim, int64_t longest);
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, const RopeSpec& spec,
+                           int64_t longest);
+// Unscaled RoPE with base theta
+RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta);
+
+// x[T, heads, hd] rotated in place by positions[T]
+void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
+                  int64_t heads, int64_t head_dim);
+// dx[T, heads, hd] given the transpose rotation in place (for yarn, whose table is scaled,
+// the transpose of the scaled rotation: the gradient of rope_forward)
+void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
+                   int64_t heads, int64_t head_dim);
+
+}  // namespace lct

@@ -14,16 +14,39 @@ namespace {
 constexpr uint64_t kPasskeyStream = 0x7061736b;  // "pask"
 
 const std::string& intro() {
-  static const std::string s = "A pass key is hidden somewhere in this long text. Find it and keep it in mind.\n";
+  static const std::string s = "Somewhere in this long text hides a pass key. Find it and keep it in mind.\n";
   return s;
 }
-// The filler: sentences repeated to the document's length. The key line goes in at
-// the start of one of them.
-const std::string& filler() {
-  static const std::string s =
-      "The hills are quiet today. A boat drifts on the lake. The clock in the hall ticks on. "
-      "Rain falls on the old roof. Someone is baking bread next door. ";
-  return s;
+// The filler: a few sentences made up per document, repeated in the same order to the
+// document's length. Each sentence names two people with made-up names (random
+// syllables) and a place from a short list, so after its first cycle the filler can be
+// predicted only by copying from the document's own earlier text (induction), the skill
+// the pass key needs, where one fixed filler text would be memorized instead (measured:
+// a 4-layer model trained on a fixed filler never learned to copy the key). The key line
+// goes in at the start of one of the sentences.
+std::string made_up_name(Rng& rng) {
+  static const char kConsonants[] = "bdfgklmnprstvz", kVowels[] = "aeiou";
+  std::string name;
+  const int64_t syllables = rng.uniform_int(2, 3);
+  for (int64_t k = 0; k < syllables; ++k) {
+    name += kConsonants[rng.uniform_int(0, 13)];
+    name += kVowels[rng.uniform_int(0, 4)];
+  }
+  name[0] = char(name[0] - 'a' + 'A');
+  return name;
+}
+std::string filler_cycle(Rng& rng) {
+  static const char* const kDoes[] = {"meets", "visits", "helps", "calls", "follows", "thanks", "waits for", "writes to"};
+  static const char* const kWhere[] = {"by the river", "at the market", "near the mill", "in the garden",
+                                       "on the bridge", "at the harbour", "in the square", "under the old tree"};
+  const int64_t sentences = rng.uniform_int(1, 3);
+  std::string cycle;
+  for (int64_t k = 0; k < sentences; ++k) {
+    cycle += made_up_name(rng) + " " + kDoes[rng.uniform_int(0, 7)] + " ";
+    cycle += made_up_name(rng) + " at number " + std::to_string(rng.uniform_int(10, 9999)) + " ";
+    cycle += std::string(kWhere[rng.uniform_int(0, 7)]) + ". ";
+  }
+  return cycle;
 }
 std::string key_line(const std::string& key) { return "\nThe pass key is " + key + ". Remember it. " + key + " is the pass key.\n"; }
 const std::string& question() {
@@ -85,7 +108,7 @@ PasskeyDocument passkey_document(const PasskeyOptions& o, int64_t i) {
   const std::string line = key_line(d.key);
   const int64_t fill = L - passkey_min_length();  // filler bytes
   // the key line starts a filler sentence: the last sentence start at or before depth x fill
-  const std::string& f = filler();
+  const std::string f = filler_cycle(rng);
   const int64_t target = int64_t(std::floor(depth * double(fill)));
   int64_t at = 0;
   for (int64_t p = 0; p <= target; ++p)

@@ -33,6 +33,7 @@ printf '[train\n' > broken.toml
 printf '[parallel]\npp_layers = "3,5"\n' > list_type.toml
 mkdir empty_corpus && touch empty_corpus/a.txt
 : > empty.bin
+printf "some text" > ok.txt
 
 expect_error "unknown key 'model.hidden_sise'" train --config typo.toml
 expect_error "train.steps must be an integer" train --config type.toml
@@ -89,6 +90,19 @@ expect_error "mask_shape.h5: answer_mask must be 1-D with one entry per token (1
 out=$("$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file answers.h5)
 # 64-token documents hold 2 key-value pairs, so 2 queries each
 if [[ "$out" == *" of 4 answers)"* ]]; then echo "ok: eval recall on 4 answers"; else echo "FAIL: eval recall: $out"; failures=$((failures + 1)); fi
+if [[ "$out" == *"| answered "*" of 2 documents)"* ]]; then echo "ok: eval answered on 2 documents"; else echo "FAIL: eval answered: $out"; failures=$((failures + 1)); fi
+# pass-key documents, the answer-only loss and RoPE scaling refuse what they cannot do
+expect_error "data.source = passkey needs data.max_doc_len >= 179" train --data.source passkey --data.doc_lengths fixed --data.max_doc_len 100
+expect_error "data.source = passkey needs data.min_doc_len >= 179" train --data.source passkey --data.doc_lengths uniform --data.max_doc_len 500 --data.min_doc_len 10
+expect_error "data.passkey_depth must be -1 (uniform) or in [0, 1], got 1.5" train --data.source passkey --data.min_doc_len 200 --data.passkey_depth 1.5
+expect_error "train.loss_on = answers needs a source that marks answers" train --data.source text --data.path ok.txt --train.loss_on answers
+expect_error "model.rope_scaling: unknown RoPE scaling 'ntk'" train --model.rope_scaling ntk
+expect_error "model.rope_scaling = yarn needs model.rope_original_length > 0" train --model.rope_scaling yarn --model.rope_scaling_factor 4
+expect_error "model.rope_scaling_factor must be in [1, 1e6]" train --model.rope_scaling linear --model.rope_scaling_factor 0.5
+expect_error "model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document" \
+  train --model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp 2
+expect_error "model.rope_scaling = yarn needs model.rope_original_length > 0" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --model.rope_scaling yarn
 expect_error "attention.kernel: unknown attention kernel 'flash'" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel flash
 expect_error "attention.dca_chunk_size (64) must be > attention.dca_local_size (64)" \
   eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel dca \

@@ -91,8 +91,9 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   const bool want_grads = !grads_out.empty();
   model.zero_grads();
   std::vector<double> token_loss(size_t(batch.num_tokens()), 0.0);
-  const CrossEntropyStats s =
-      model.forward_backward(batch, 1.0f / float(targets), want_grads, token_loss.data());
+  std::vector<uint8_t> token_correct(size_t(batch.num_tokens()), 0);
+  const CrossEntropyStats s = model.forward_backward(batch, 1.0f / float(targets), want_grads,
+                                                     token_loss.data(), token_correct.data());
   EvalResult r;
   r.loss = s.loss_sum / double(targets);
   r.targets = targets;
@@ -100,12 +101,27 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   r.documents = batch.num_docs();
   r.answers = s.answers;
   r.answers_correct = s.answers_correct;
+  if (!batch.answer_mask.empty())
+    for (int64_t d = 0; d < batch.num_docs(); ++d) {
+      int64_t answers = 0, correct = 0;
+      for (int64_t t = batch.cu_seqlens[size_t(d)]; t < batch.cu_seqlens[size_t(d) + 1]; ++t)
+        if (batch.answer_mask[size_t(t)]) ++answers, correct += token_correct[size_t(t)];
+      if (answers == 0) continue;
+      ++r.answer_documents;
+      r.answer_documents_correct += correct == answers;
+    }
   r.precision = options.precision == Precision::bf16 ? "bf16 (" + bf16_support().kernel + ")" : "fp32";
   const LlamaConfig& mc = model.config();
   r.attention = attention_kernel_name(mc.attention_kernel);
   if (mc.attention_kernel == AttentionKernel::dca)
     r.attention += " (C " + std::to_string(mc.dca_chunk_size) + ", w " +
                    std::to_string(mc.dca_local_size) + ")";
+  if (mc.rope_scaling != RopeScaling::none) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", RoPE %s x%g", rope_scaling_name(mc.rope_scaling), mc.rope_scaling_factor);
+    r.attention += buf;
+    if (mc.rope_original_length > 0) r.attention += " (trained length " + std::to_string(mc.rope_original_length) + ")";
+  }
 
   if (!options.per_position_out.empty()) {
     // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))
@@ -148,7 +164,7 @@ Command add_eval_command(CLI::App& lct) {
     std::string checkpoint, batch_file;
     int64_t threads = 0;
     EvalOptions eval;
-    std::map<std::string, std::string> attention;  // --attention.* overrides
+    std::map<std::string, std::string> attention;  // --attention.* and --model.rope_* overrides
   };
   auto o = std::make_shared<Options>();
   CLI::App* eval = lct.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
@@ -165,14 +181,17 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
       ->check(positive())
       ->capture_default_str();
-  // Attention overrides: core attention has no weights, so a checkpoint trained with one
-  // kernel can be evaluated with another (e.g. causal-trained, evaluated with DCA).
+  // Attention and RoPE-scaling overrides: core attention and RoPE have no weights, so a
+  // checkpoint trained with one kernel or scaling can be evaluated with another (e.g.
+  // causal-trained, evaluated with DCA or with position interpolation).
   for (const ConfigKey& k : config_keys()) {
-    if (k.name.rfind("attention.", 0) != 0) continue;
+    if (k.name.rfind("attention.", 0) != 0 && k.name.rfind("model.rope_scaling", 0) != 0 &&
+        k.name != "model.rope_original_length")
+      continue;
     eval->add_option_function<std::string>(
             "--" + k.name, [o, name = k.name](const std::string& v) { o->attention[name] = v; },
             k.help + " (overrides the checkpoint)")
-        ->group("[attention] overrides");
+        ->group("[attention] and RoPE-scaling overrides");
   }
   return {eval, [o] {
             refuse_aliasing({{"--grads-out", o->eval.grads_out}, {"--per-position-out", o->eval.per_position_out}},
@@ -190,11 +209,14 @@ Command add_eval_command(CLI::App& lct) {
               };
             }
             const EvalResult r = run_eval(o->checkpoint, o->batch_file, options);
-            char recall[96] = "";
+            char recall[192] = "";
             if (r.answers > 0)
-              std::snprintf(recall, sizeof recall, " | recall %.4f (%lld of %lld answers)",
+              std::snprintf(recall, sizeof recall,
+                            " | recall %.4f (%lld of %lld answers) | answered %.4f (%lld of %lld documents)",
                             double(r.answers_correct) / double(r.answers), (long long)r.answers_correct,
-                            (long long)r.answers);
+                            (long long)r.answers,
+                            double(r.answer_documents_correct) / double(r.answer_documents),
+                            (long long)r.answer_documents_correct, (long long)r.answer_documents);
             std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s\n", r.loss,
                         (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
                         r.attention.c_str(),

@@ -36,6 +36,9 @@ struct EvalResult {
   double loss = 0;
   int64_t targets = 0, tokens = 0, documents = 0;
   int64_t answers = 0, answers_correct = 0;  // retrieval answers (batches with answer_mask)
+  // documents with answers, and those whose every answer's argmax is right (a pass key
+  // retrieved whole: greedy decoding would write it digit for digit)
+  int64_t answer_documents = 0, answer_documents_correct = 0;
   std::string attention;  // kernel (and DCA settings) used
   std::string precision;  // "fp32", or "bf16 (<what runs it>)"
 };

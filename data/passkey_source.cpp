@@ -17,13 +17,14 @@ const std::string& intro() {
   static const std::string s = "Somewhere in this long text hides a pass key. Find it and keep it in mind.\n";
   return s;
 }
-// The filler: a few sentences made up per document, repeated in the same order to the
-// document's length. Each sentence names two people with made-up names (random
-// syllables) and a place from a short list, so after its first cycle the filler can be
+// The filler: one to three sentences made up per document, repeated in the same order
+// to the document's length. Each sentence has two made-up names (random syllables), a
+// number and a place from a short list, so after its first cycle the filler can be
 // predicted only by copying from the document's own earlier text (induction), the skill
-// the pass key needs, where one fixed filler text would be memorized instead (measured:
-// a 4-layer model trained on a fixed filler never learned to copy the key). The key line
-// goes in at the start of one of the sentences.
+// the pass key needs, where one fixed filler text is memorized instead (measured: a
+// 4-layer model trained on a fixed filler never copied a digit of the key; with this
+// filler it has not yet either at the experiment's budget, docs/reproducing-papers.md).
+// The key line goes in at the start of one of the sentences.
 std::string made_up_name(Rng& rng) {
   static const char kConsonants[] = "bdfgklmnprstvz", kVowels[] = "aeiou";
   std::string name;

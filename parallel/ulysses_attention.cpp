@@ -177,7 +177,10 @@ int wire_count(int64_t bytes) { return mpi_count(bytes, "a Ulysses all-to-all me
 
 // Local rows of every destination's heads out; every member's rows of my heads in, into
 // the union rows. Per destination the message is field after field, rows in local order.
-void UlyssesAttention::to_union(const std::vector<Field>& fields) {
+// Message sizes of one exchange of `fields`, and buffers to hold them: toward the union
+// I send my rows to every member and receive each member's rows; back from it the
+// reverse.
+void UlyssesAttention::size_exchange(const std::vector<Field>& fields, bool toward_union) {
   int64_t row_bytes = 0;
   for (const Field& f : fields) row_bytes += slice_heads(f.kv) * f.per_head * (f.bf16 ? 2 : 4);
   const int64_t T = member_rows_[size_t(u_)];
@@ -185,13 +188,19 @@ void UlyssesAttention::to_union(const std::vector<Field>& fields) {
   recv_bytes_.resize(size_t(U_));
   int64_t total_send = 0, total_recv = 0;
   for (int j = 0; j < U_; ++j) {
-    send_bytes_[size_t(j)] = wire_count(T * row_bytes);
-    recv_bytes_[size_t(j)] = wire_count(member_rows_[size_t(j)] * row_bytes);
+    const int64_t mine = T * row_bytes, theirs = member_rows_[size_t(j)] * row_bytes;
+    send_bytes_[size_t(j)] = wire_count(toward_union ? mine : theirs);
+    recv_bytes_[size_t(j)] = wire_count(toward_union ? theirs : mine);
     total_send += send_bytes_[size_t(j)];
     total_recv += recv_bytes_[size_t(j)];
   }
   if (send_.size() < size_t(total_send)) send_.resize(size_t(total_send));
   if (recv_.size() < size_t(total_recv)) recv_.resize(size_t(total_recv));
+}
+
+void UlyssesAttention::to_union(const std::vector<Field>& fields) {
+  const int64_t T = member_rows_[size_t(u_)];
+  size_exchange(fields, true);
   int64_t at = 0;
   for (int s = 0; s < U_; ++s)
     for (const Field& f : fields) {
@@ -219,18 +228,8 @@ void UlyssesAttention::to_union(const std::vector<Field>& fields) {
 // heads in (added in source order when `add`, so replicated KV heads sum the same way
 // on every run).
 void UlyssesAttention::from_union(const std::vector<Field>& fields) {
-  int64_t row_bytes = 0;
-  for (const Field& f : fields) row_bytes += slice_heads(f.kv) * f.per_head * (f.bf16 ? 2 : 4);
   const int64_t T = member_rows_[size_t(u_)];
-  int64_t total_send = 0, total_recv = 0;
-  for (int j = 0; j < U_; ++j) {
-    send_bytes_[size_t(j)] = wire_count(member_rows_[size_t(j)] * row_bytes);
-    recv_bytes_[size_t(j)] = wire_count(T * row_bytes);
-    total_send += send_bytes_[size_t(j)];
-    total_recv += recv_bytes_[size_t(j)];
-  }
-  if (send_.size() < size_t(total_send)) send_.resize(size_t(total_send));
-  if (recv_.size() < size_t(total_recv)) recv_.resize(size_t(total_recv));
+  size_exchange(fields, false);
   int64_t at = 0;
   for (int j = 0; j < U_; ++j)
     for (const Field& f : fields) {

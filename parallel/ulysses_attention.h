@@ -71,6 +71,7 @@ class UlyssesAttention final : public AttentionPlacement {
   void prepare(const AttentionInput& in);
   int64_t slice_heads(bool kv) const { return kv ? hk_ : hq_; }
   int64_t slice_first_head(int member, bool kv) const;
+  void size_exchange(const std::vector<Field>& fields, bool toward_union);
   void to_union(const std::vector<Field>& fields);
   void from_union(const std::vector<Field>& fields);
   void exchange(const std::vector<int>& send_bytes, const std::vector<int>& recv_bytes);

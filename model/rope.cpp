@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace lct {
@@ -22,6 +23,15 @@ const char* rope_scaling_name(RopeScaling scaling) {
     case RopeScaling::yarn: return "yarn";
   }
   return "?";
+}
+
+std::string rope_scaling_text(const RopeSpec& spec) {
+  if (spec.scaling == RopeScaling::none) return {};
+  char b[64];
+  std::snprintf(b, sizeof b, "RoPE scaling %s x%g", rope_scaling_name(spec.scaling), spec.factor);
+  std::string t = b;
+  if (spec.original_length > 0) t += " (trained length " + std::to_string(spec.original_length) + ")";
+  return t;
 }
 
 double rope_effective_theta(const RopeSpec& spec, int64_t head_dim, int64_t longest) {

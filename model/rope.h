@@ -28,6 +28,8 @@ struct RopeSpec {
   double factor = 1.0;          // >= 1
   int64_t original_length = 0;  // dynamic and yarn: > 0
 };
+// "RoPE scaling yarn x8 (trained length 512)"; empty for none (logs, eval, inspect)
+std::string rope_scaling_text(const RopeSpec& spec);
 
 // Hugging Face rotate_half convention: dimension i pairs with i + hd/2, angle =
 // position * inv_freq[i].

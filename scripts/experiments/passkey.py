@@ -38,9 +38,11 @@ def model_args(quick):
             "--model.num_attention_heads", "4", "--model.num_key_value_heads", "2"]
 
 
-def train(a, out_dir, args):
+def train(a, out_dir, args, steps):
+    """Trains `steps` steps at a constant learning rate; returns the last checkpoint."""
     common.lct(["train", "--checkpoint.dir", out_dir, "--checkpoint.overwrite", "true", "--checkpoint.keep", "1",
-                "--train.log_every", "50"] + args, False, a.config)
+                "--train.log_every", "50", "--train.steps", steps, "--checkpoint.every", steps,
+                "--train.warmup_steps", "30", "--train.lr", "0.002", "--train.min_lr", "0.002"] + args, False, a.config)
     return sorted(glob.glob(os.path.join(out_dir, "step_*.h5")))[-1]
 
 
@@ -80,14 +82,12 @@ def main():
 
     # 1. pass-key retrieval
     passkey = ["--data.source", "passkey"]
-    ckpt = train(a, os.path.join(a.out, "passkey_model"),
-                 small + passkey + fixed(L) + ["--data.seq_len", str(4 * L), "--train.steps", steps,
-                                                "--train.warmup_steps", "30", "--train.lr", "0.002",
-                                                "--train.min_lr", "0.002", "--checkpoint.every", steps])
+    ckpt = train(a, os.path.join(a.out, "passkey_model"), small + passkey + fixed(L) + ["--data.seq_len", str(4 * L)],
+                 steps)
     for k in factors:
         n = k * L
         for depth in DEPTHS:
-            docs = max(2, per_depth // k) if k > 1 else per_depth
+            docs = max(2, per_depth // k)
             batch = os.path.join(a.out, f"passkey_{n}_{int(depth * 100)}.h5")
             common.lct(["make-batch"] + passkey + fixed(n) + ["--data.seq_len", str(n),
                         "--data.passkey_depth", str(depth), "--sequences", str(docs), "--train.seed", "99",
@@ -101,10 +101,8 @@ def main():
     # 2. key-value retrieval (synthetic) at the same lengths; queries ask for the keys of
     # the document's start, so the depth is always 0
     synth = ["--data.source", "synthetic"]
-    ckpt = train(a, os.path.join(a.out, "retrieval_model"),
-                 small + synth + fixed(L) + ["--data.seq_len", str(4 * L), "--train.steps", kv_steps,
-                                              "--train.warmup_steps", "30", "--train.lr", "0.002",
-                                              "--train.min_lr", "0.002", "--checkpoint.every", kv_steps])
+    ckpt = train(a, os.path.join(a.out, "retrieval_model"), small + synth + fixed(L) + ["--data.seq_len", str(4 * L)],
+                 kv_steps)
     for k in factors:
         n = k * L
         batch = os.path.join(a.out, f"retrieval_{n}.h5")

@@ -116,12 +116,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   if (mc.attention_kernel == AttentionKernel::dca)
     r.attention += " (C " + std::to_string(mc.dca_chunk_size) + ", w " +
                    std::to_string(mc.dca_local_size) + ")";
-  if (mc.rope_scaling != RopeScaling::none) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, ", RoPE %s x%g", rope_scaling_name(mc.rope_scaling), mc.rope_scaling_factor);
-    r.attention += buf;
-    if (mc.rope_original_length > 0) r.attention += " (trained length " + std::to_string(mc.rope_original_length) + ")";
-  }
+  if (mc.rope_scaling != RopeScaling::none) r.attention += ", " + rope_scaling_text(mc.rope());
 
   if (!options.per_position_out.empty()) {
     // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))

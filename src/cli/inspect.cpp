@@ -211,11 +211,7 @@ std::string model_line(const LlamaConfig& m) {
                 (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
                 attention_text(m).c_str());
   std::string line = b;
-  if (m.rope_scaling != RopeScaling::none) {
-    std::snprintf(b, sizeof b, ", RoPE scaling %s x%g", rope_scaling_name(m.rope_scaling), m.rope_scaling_factor);
-    line += b;
-    if (m.rope_original_length > 0) line += " (trained length " + std::to_string(m.rope_original_length) + ")";
-  }
+  if (m.rope_scaling != RopeScaling::none) line += ", " + rope_scaling_text(m.rope());
   return line;
 }
 

@@ -2,6 +2,17 @@
 
 namespace lct {
 
+namespace {
+DocLengthSampler document_lengths(const Config& c, uint64_t seed) {
+  DocLengthSampler l;
+  l.dist = c.data.doc_lengths;
+  l.min_doc_len = c.data.min_doc_len;
+  l.max_doc_len = c.data.max_doc_len;
+  l.seed = seed;
+  return l;
+}
+}  // namespace
+
 std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
   const uint64_t seed = uint64_t(c.train.seed);
   if (c.data.source == DataSource::text) return make_text_source(c.data.path, c.data.separator, seed);
@@ -11,19 +22,13 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
     PasskeyOptions p;
     p.seed = seed;
     p.depth = c.data.passkey_depth;
-    p.lengths.dist = c.data.doc_lengths;
-    p.lengths.min_doc_len = c.data.min_doc_len;
-    p.lengths.max_doc_len = c.data.max_doc_len;
-    p.lengths.seed = seed;
+    p.lengths = document_lengths(c, seed);
     return make_passkey_source(p);
   }
   SyntheticOptions o;
   o.seed = seed;
   o.vocab_size = c.model.vocab_size;
-  o.lengths.dist = c.data.doc_lengths;
-  o.lengths.min_doc_len = c.data.min_doc_len;
-  o.lengths.max_doc_len = c.data.max_doc_len;
-  o.lengths.seed = seed;
+  o.lengths = document_lengths(c, seed);
   return make_synthetic_source(o);
 }
 

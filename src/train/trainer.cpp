@@ -485,9 +485,7 @@ void Trainer::log_header() const {
            mc.num_key_value_heads, (long long)mc.head_dim(), (long long)mc.intermediate_size,
            (long long)mc.vocab_size, double(model_.num_params()) / 1e6,
            attention_kernel_name(mc.attention_kernel));
-  if (mc.rope_scaling != RopeScaling::none)
-    log_info("RoPE scaling %s, factor %g, trained length %lld", rope_scaling_name(mc.rope_scaling),
-             mc.rope_scaling_factor, (long long)mc.rope_original_length);
+  if (mc.rope_scaling != RopeScaling::none) log_info("%s", rope_scaling_text(mc.rope()).c_str());
   log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,

@@ -17,7 +17,8 @@ DataSource parse_data_source(const std::string& name) {
   if (name == "text") return DataSource::text;
   if (name == "tokens") return DataSource::tokens;
   if (name == "passkey") return DataSource::passkey;
-  throw std::invalid_argument("expected synthetic, text, tokens or passkey, got '" + name + "'");
+  if (name == "copy") return DataSource::copy;
+  throw std::invalid_argument("expected synthetic, text, tokens, passkey or copy, got '" + name + "'");
 }
 
 const char* data_source_name(DataSource s) {
@@ -26,6 +27,7 @@ const char* data_source_name(DataSource s) {
     case DataSource::text: return "text";
     case DataSource::tokens: return "tokens";
     case DataSource::passkey: return "passkey";
+    case DataSource::copy: return "copy";
   }
   return "?";
 }

@@ -13,7 +13,7 @@
 namespace lct {
 
 // data.source and data.token_dtype
-enum class DataSource { synthetic, text, tokens, passkey };
+enum class DataSource { synthetic, text, tokens, passkey, copy };
 DataSource parse_data_source(const std::string& name);  // throws on unknown
 const char* data_source_name(DataSource source);
 enum class TokenDtype { uint16, uint32 };
@@ -74,6 +74,23 @@ struct PasskeyDocument {
   double depth = 0;          // the key line's start within the filler, as a fraction
 };
 PasskeyDocument passkey_document(const PasskeyOptions& options, int64_t i);
+
+// The induction warm-up: each document is one random string of bytes repeated to the
+// document's length, so every byte after the first period is a copy of the byte one
+// period earlier, found by content (the period differs per document). It teaches a small
+// model to copy from context (an induction circuit) within about a minute, which the
+// pass-key documents alone, where copy targets are rare, do not (docs/reproducing-papers.md,
+// measured). The string's bytes are uniform over the 216 byte values 33-248, so
+// one byte of context almost always finds its earlier copy; its length is uniform in
+// [kCopyShortestPeriod, kCopyLongestPeriod].
+constexpr int64_t kCopyShortestPeriod = 10, kCopyLongestPeriod = 60, kCopyFirstByte = 33, kCopyLastByte = 248;
+struct CopyOptions {
+  uint64_t seed = 0;
+  DocLengthSampler lengths;
+};
+std::unique_ptr<DocumentSource> make_copy_source(const CopyOptions& options);
+// The string document i repeats.
+std::string copy_period(const CopyOptions& options, int64_t i);
 
 // Byte-level text: a UTF-8 file or a folder (all regular files, recursively, sorted by
 // path). Each file is a document, or, if `separator` is non-empty, each piece between

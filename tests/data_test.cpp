@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 
 #include "data/context_shards.h"
 #include "data/packing.h"
@@ -189,6 +190,44 @@ TEST(Passkey, DepthPlacesTheKeyLine) {
 TEST(Passkey, RefusesWhatItCannotLayOut) {
   EXPECT_THROW(make_passkey_source(passkey_options(passkey_min_length() - 1, -1)), std::invalid_argument);
   EXPECT_THROW(make_passkey_source(passkey_options(1000, 1.5)), std::invalid_argument);
+}
+
+// Each copy document repeats one string whose length is in the stated range, drawn
+// from the stated bytes; documents differ and are a pure function of (seed, index).
+TEST(Copy, DocumentsRepeatOneStringOfTheStatedShape) {
+  CopyOptions o;
+  o.seed = 3;
+  o.lengths = {DocLengthDist::uniform, 2, 700, 3};
+  auto src = make_copy_source(o);
+  EXPECT_EQ(src->vocab_required(), 256);
+  EXPECT_FALSE(src->has_answers());
+  std::set<std::string> periods;
+  int64_t shortest = kCopyLongestPeriod, longest = kCopyShortestPeriod;
+  for (int64_t i = 0; i < 300; ++i) {
+    const std::string p = copy_period(o, i);
+    EXPECT_EQ(p, copy_period(o, i));
+    const int64_t P = int64_t(p.size());
+    shortest = std::min(shortest, P), longest = std::max(longest, P);
+    periods.insert(p);
+    const int64_t L = src->doc_length(i);
+    std::vector<int32_t> tok(static_cast<size_t>(L));
+    std::vector<uint8_t> ans(static_cast<size_t>(L), 7);
+    src->doc_tokens(i, 0, L, tok.data(), ans.data());
+    for (int64_t t = 0; t < L; ++t) {
+      EXPECT_GE(tok[size_t(t)], kCopyFirstByte);
+      EXPECT_LE(tok[size_t(t)], kCopyLastByte);
+      EXPECT_EQ(tok[size_t(t)], int32_t(static_cast<unsigned char>(p[size_t(t % P)])));
+      EXPECT_EQ(ans[size_t(t)], 0);
+    }
+    if (L > 10) {  // a slice is the same range of the whole document
+      std::vector<int32_t> part(static_cast<size_t>(L - 7));
+      src->doc_tokens(i, 7, L - 7, part.data(), nullptr);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), tok.begin() + 7));
+    }
+  }
+  EXPECT_EQ(shortest, kCopyShortestPeriod);
+  EXPECT_EQ(longest, kCopyLongestPeriod);
+  EXPECT_EQ(periods.size(), 300u);
 }
 
 // train.loss_on = answers keeps the targets of answer tokens only.

@@ -210,7 +210,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
   k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
   // [data]
-  k.push_back(choice_key("data.source", "synthetic | text | tokens | passkey (pass-key retrieval documents, byte-level)", [](Config& c) -> auto& { return c.data.source; },
+  k.push_back(choice_key("data.source", "synthetic | text | tokens | passkey (pass-key retrieval documents, byte-level) | copy (one random byte string repeated: the copy warm-up)", [](Config& c) -> auto& { return c.data.source; },
                          parse_data_source, data_source_name));
   k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
   k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));

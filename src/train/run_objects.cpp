@@ -25,6 +25,12 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
     p.lengths = document_lengths(c, seed);
     return make_passkey_source(p);
   }
+  if (c.data.source == DataSource::copy) {
+    CopyOptions o;
+    o.seed = seed;
+    o.lengths = document_lengths(c, seed);
+    return make_copy_source(o);
+  }
   SyntheticOptions o;
   o.seed = seed;
   o.vocab_size = c.model.vocab_size;

@@ -22,8 +22,8 @@ const std::string& intro() {
 // number and a place from a short list, so after its first cycle the filler can be
 // predicted only by copying from the document's own earlier text (induction), the skill
 // the pass key needs, where one fixed filler text is memorized instead (measured: a
-// 4-layer model trained on a fixed filler never copied a digit of the key; with this
-// filler it has not yet either at the experiment's budget, docs/reproducing-papers.md).
+// 4-layer model trained on a fixed filler never copied a digit of the key). Copying is
+// learned first on `copy` documents (copy_source.cpp); docs/reproducing-papers.md.
 // The key line goes in at the start of one of the sentences.
 std::string made_up_name(Rng& rng) {
   static const char kConsonants[] = "bdfgklmnprstvz", kVowels[] = "aeiou";

@@ -81,7 +81,7 @@ PasskeyDocument passkey_document(const PasskeyOptions& options, int64_t i);
 // model to copy from context (an induction circuit) within about a minute, which the
 // pass-key documents alone, where copy targets are rare, do not (docs/reproducing-papers.md,
 // measured). The string's bytes are uniform over the 216 byte values 33-248, so
-// one byte of context almost always finds its earlier copy; its length is uniform in
+// one byte of context usually finds its earlier copy; its length is uniform in
 // [kCopyShortestPeriod, kCopyLongestPeriod].
 constexpr int64_t kCopyShortestPeriod = 10, kCopyLongestPeriod = 60, kCopyFirstByte = 33, kCopyLastByte = 248;
 struct CopyOptions {

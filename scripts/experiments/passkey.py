@@ -2,8 +2,8 @@
 """Pass-key retrieval beyond the trained length (ChunkLlama, arXiv 2402.17463, Fig. 1 and
 Table 4; the "needle" heat map of LongLoRA and others): a byte-level model taught to copy
 on `copy` documents and then trained on pass-key documents of up to L tokens
-(data.source = passkey) is evaluated, without retraining, on documents of 1, 2, 4, 8 and 16 x L with the key line at depths 0, 25, 50, 75 and 100 %,
-under
+(data.source = passkey) is evaluated, without retraining, on documents of 1, 2, 4, 8 and
+16 x L with the key line at depths 0, 25, 50, 75 and 100 %, under
 
   causal    plain RoPE: distances up to 16 L were never seen in training
   dca       Dual Chunk Attention, chunk size C = L - 1, local window L / 8: every
@@ -36,8 +36,8 @@ DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # budget (docs/reproducing-papers.md): a 2-layer, 64-wide model with two 32-dimensional
 # heads, first taught to copy from context on `copy` documents (its induction circuit
 # forms abruptly after 900-1,200 steps of 16 documents of 256 bytes), then trained on
-# pass keys of every length from the shortest layout to L (fixed-length training lets
-# the model lean on where the document ends, which fails one byte beyond L).
+# pass keys of every length from the shortest layout to L (trained at one fixed length,
+# the model leans on where its documents end and fails right after L, causal and DCA).
 PASSKEY_MIN_LENGTH = 179  # passkey_min_length(): the layout without filler
 MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "172", "--model.num_hidden_layers", "2",
          "--model.num_attention_heads", "2", "--model.num_key_value_heads", "2"]
@@ -92,7 +92,8 @@ def main():
     # 1. pass-key retrieval, documents of every length the layout fits up to L
     passkey = ["--data.source", "passkey"]
     ckpt = train(a, os.path.join(a.out, "passkey_model"),
-                 passkey + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)],
+                 passkey + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(PASSKEY_MIN_LENGTH),
+                            "--data.max_doc_len", str(L)],
                  warmup_steps + task_steps, copied)
     for k in factors:
         n = k * L
@@ -112,7 +113,8 @@ def main():
     # the document's start, so the depth is always 0
     synth = ["--data.source", "synthetic"]
     ckpt = train(a, os.path.join(a.out, "retrieval_model"),
-                 synth + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(L // 4), "--data.max_doc_len", str(L)],
+                 synth + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(L // 4),
+                          "--data.max_doc_len", str(L)],
                  warmup_steps + task_steps, copied)
     for k in factors:
         n = k * L

@@ -1,4 +1,5 @@
 // data.source = "copy": the induction warm-up (sources.h describes the layout).
+#include <cstring>
 #include <string>
 
 #include "data/rng.h"
@@ -17,15 +18,13 @@ class CopySource final : public DocumentSource {
   int64_t vocab_required() const override { return 256; }
   int64_t longest_document() const override { return o_.lengths.max_doc_len; }
   std::string describe() const override {
-    return std::string("copy (one random string repeated), lengths ") + doc_length_dist_name(o_.lengths.dist) +
-           " in [" + std::to_string(o_.lengths.min_doc_len) + ", " + std::to_string(o_.lengths.max_doc_len) + "]";
+    return "copy (one random string repeated), lengths " + o_.lengths.describe();
   }
   void doc_tokens(int64_t i, int64_t offset, int64_t count, int32_t* out, uint8_t* answer_mask) const override {
     const std::string period = copy_period(o_, i);
     const int64_t p = int64_t(period.size());
     for (int64_t c = 0; c < count; ++c) out[c] = int32_t(static_cast<unsigned char>(period[size_t((offset + c) % p)]));
-    if (answer_mask)
-      for (int64_t c = 0; c < count; ++c) answer_mask[c] = 0;
+    if (answer_mask) std::memset(answer_mask, 0, size_t(count));
   }
 
  private:

@@ -100,6 +100,11 @@ const std::vector<LengthBin>& length_bins(DocLengthDist dist) {
   }
 }
 
+std::string DocLengthSampler::describe() const {
+  return std::string(doc_length_dist_name(dist)) + " in [" + std::to_string(min_doc_len) + ", " +
+         std::to_string(max_doc_len) + "]";
+}
+
 int64_t DocLengthSampler::length(int64_t index) const {
   Rng rng(seed, kLengthStream, uint64_t(index));
   switch (dist) {

@@ -28,6 +28,8 @@ struct DocLengthSampler {
 
   // Length of document `index` of the stream: a pure function of (seed, index).
   int64_t length(int64_t index) const;
+  // "pretrain in [1, 2048]": the distribution and its bounds, for the sources' describe()
+  std::string describe() const;
 };
 
 // One bin of an empirical table: lengths in [lo, hi] drawn with relative weight.

@@ -76,9 +76,7 @@ class PasskeySource final : public DocumentSource {
   bool has_answers() const override { return true; }
   int64_t longest_document() const override { return o_.lengths.max_doc_len; }
   std::string describe() const override {
-    return std::string("pass-key retrieval, lengths ") + doc_length_dist_name(o_.lengths.dist) + " in [" +
-           std::to_string(o_.lengths.min_doc_len) + ", " + std::to_string(o_.lengths.max_doc_len) +
-           "], key at " + (o_.depth < 0 ? std::string("a uniform depth") : "depth " + std::to_string(o_.depth));
+    return "pass-key retrieval, lengths " + o_.lengths.describe() + ", key at " + (o_.depth < 0 ? std::string("a uniform depth") : "depth " + std::to_string(o_.depth));
   }
 
   void doc_tokens(int64_t i, int64_t offset, int64_t count, int32_t* out, uint8_t* answer_mask) const override {

@@ -62,10 +62,7 @@ class SyntheticSource final : public DocumentSource {
   bool has_answers() const override { return true; }
   int64_t longest_document() const override { return o_.lengths.max_doc_len; }
   std::string describe() const override {
-    return std::string("synthetic key-value retrieval, lengths ") +
-           doc_length_dist_name(o_.lengths.dist) + " in [" +
-           std::to_string(o_.lengths.min_doc_len) + ", " +
-           std::to_string(o_.lengths.max_doc_len) + "]";
+    return "synthetic key-value retrieval, lengths " + o_.lengths.describe();
   }
 
   void doc_tokens(int64_t i, int64_t offset, int64_t count, int32_t* out,

@@ -27,6 +27,10 @@ struct AttentionInput {
   // is a backward pipeline tick (a new set of micro-batches), backward's last layer.
   bool starts_round = false;
   int lane = 0;              // ping-pong: which of the two nano-batches in flight (0, 1)
+  // A forward repeated in backward (train.recompute = full, model/recompute.h): it must
+  // give the same O and LSE; placements leave it out of their work counts (pairs_served,
+  // plans), not out of the bytes and waits, which it really costs.
+  bool recomputed = false;
 };
 
 // Communication and work of a placement since the last reset.
@@ -97,7 +101,7 @@ class ColocatedAttention final : public AttentionPlacement {
  public:
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override {
-    stats_.pairs_served += double(attention_pairs(in.tasks));
+    if (!in.recomputed) stats_.pairs_served += double(attention_pairs(in.tasks));
     attention_forward(in.params, in.tasks, q, k, v, out, lse);
   }
   void backward(const AttentionInput& in, const float* q, const float* k, const float* v,

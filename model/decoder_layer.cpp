@@ -4,10 +4,14 @@
 
 namespace lct {
 
+void attn_norm_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
+  if (a.h1.bf16) rmsnorm_forward(a.h1.bf16, a.rstd1, a.x_in, w.attn_norm, s.T, s.C, s.eps);
+  else rmsnorm_forward(a.h1.f32, a.rstd1, a.x_in, w.attn_norm, s.T, s.C, s.eps);
+}
+
 void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
   const int64_t T = s.T, C = s.C;
-  if (a.h1.bf16) rmsnorm_forward(a.h1.bf16, a.rstd1, a.x_in, w.attn_norm, T, C, s.eps);
-  else rmsnorm_forward(a.h1.f32, a.rstd1, a.x_in, w.attn_norm, T, C, s.eps);
+  attn_norm_forward(s, w, a);
   const Operand h1 = a.h1.operand();
   matmul_forward(a.q, h1, w.wq, T, C, s.H * s.hd, s.precision);
   matmul_forward(a.k, h1, w.wk, T, C, s.KV * s.hd, s.precision);
@@ -20,8 +24,8 @@ void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActi
   }
 }
 
-void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
-                      const LayerScratch& scratch) {
+void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
+                    const LayerScratch& scratch) {
   const int64_t T = s.T, C = s.C, I = s.I;
   // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
   matmul_forward(a.x_mid, a.attn, w.wo, T, s.H * s.hd, C, s.precision);
@@ -35,13 +39,20 @@ void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerAct
     matmul_forward(scratch.dup, h2, w.wup, T, C, I, s.precision);
     uint16_t* act = reinterpret_cast<uint16_t*>(scratch.dact);
     swiglu_forward(act, a.gate.bf16, a.up.bf16, scratch.dgate, scratch.dup, T * I);
-    matmul_forward(a.x_out, act, w.wdown, T, I, C, s.precision);
   } else {
     matmul_forward(a.gate.f32, h2, w.wgate, T, C, I, s.precision);
     matmul_forward(a.up.f32, h2, w.wup, T, C, I, s.precision);
     swiglu_forward(a.act, a.gate.f32, a.up.f32, T * I);
-    matmul_forward(a.x_out, a.act, w.wdown, T, I, C, s.precision);
   }
+}
+
+void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
+                      const LayerScratch& scratch) {
+  const int64_t T = s.T, C = s.C, I = s.I;
+  mlp_in_forward(s, w, a, scratch);
+  // x_out = x_mid + act Wdown^T (a bf16 run's act is in scratch.dact, as bf16 bits)
+  if (a.gate.bf16) matmul_forward(a.x_out, reinterpret_cast<const uint16_t*>(scratch.dact), w.wdown, T, I, C, s.precision);
+  else matmul_forward(a.x_out, a.act, w.wdown, T, I, C, s.precision);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < T * C; ++i) a.x_out[i] += a.x_mid[i];
 }

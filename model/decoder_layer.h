@@ -67,6 +67,12 @@ struct LayerScratch {  // backward temporaries; dq/dk/dv/dattn meet the placemen
 // scratch holds nothing between phases, so forwards may use it while backwards are in
 // flight.
 void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
+// Recomputation's parts of the forward (model/recompute.h), bit for bit as the forward
+// computes them: h1 and rstd1 (attn_in_forward's norm), and x_mid, rstd2, h2, gate, up
+// and (fp32 runs) act (attn_out_forward up to the down projection, same scratch use).
+void attn_norm_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
+void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
+                    const LayerScratch& scratch);
 void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
                       const LayerScratch& scratch);
 // dx: dLoss/d(x_out) on entry, dLoss/d(x_mid) on exit; writes scratch.dattn = dLoss/d(attn).

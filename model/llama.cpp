@@ -8,6 +8,14 @@
 
 namespace lct {
 
+namespace {
+// f(r0, n) for the token tiles [r0, r0 + n) of T rows, in order
+template <typename F>
+void for_each_tile(int64_t T, int64_t tile, F&& f) {
+  for (int64_t r0 = 0; r0 < T; r0 += tile) f(r0, std::min(tile, T - r0));
+}
+}  // namespace
+
 LlamaModel::LlamaModel(const LlamaConfig& config) : LlamaModel(config, whole_model_stage(config)) {}
 
 LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
@@ -42,9 +50,32 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
 
 void LlamaModel::build_activation_table() {
   ActivationIds ids;
-  acts_table_ = activation_table(config_, stage_, precision_, &ids);
+  acts_table_ = activation_table(config_, stage_, precision_, recompute_, &ids);
   ids_ = std::move(ids.layers);
-  x_out_ = ids.x_out, rstd_final_ = ids.rstd_final, h_final_ = ids.h_final, dx_ = ids.dx;
+  x_out_ = ids.x_out, dx_ = ids.dx;
+  recomputes_ = recomputes_attention_ = false;
+  for (const LayerIds& i : ids_) {
+    recomputes_ = recomputes_ || i.mode != Recompute::none;
+    recomputes_attention_ = recomputes_attention_ || i.mode == Recompute::full;
+  }
+  for (Workspace& w : workspace_) w = Workspace{};
+  scratch_tokens_ = 0;  // the tile buffers' layout follows the precision
+}
+
+void LlamaModel::set_tile_tokens(int64_t rows) {
+  if (pool_.in_use() > 0) throw std::logic_error("set_tile_tokens while activation slots are in use");
+  if (rows < 1) throw std::invalid_argument("a token tile needs at least one row");
+  tile_tokens_ = rows;
+  scratch_tokens_ = 0;  // the tile's scratch is sized by it
+}
+
+void LlamaModel::set_recompute(const RecomputePolicy& policy) {
+  if (pool_.in_use() > 0) throw std::logic_error("set_recompute while activation slots are in use");
+  if (policy.layers < 0 || policy.layers > config_.num_hidden_layers)
+    throw std::invalid_argument("recompute layers " + std::to_string(policy.layers) + " outside 0.." +
+                                std::to_string(config_.num_hidden_layers));
+  recompute_ = policy;
+  build_activation_table();
 }
 
 void LlamaModel::set_precision(Precision precision) {
@@ -70,20 +101,24 @@ void LlamaModel::refresh_weight_copies() {
 }
 
 // What one micro-batch saves between forward and backward, per token (C hidden,
-// H query heads, hd head dim, I MLP width), for each layer of the stage:
+// H query heads, hd head dim, I MLP width), for each layer of the stage that does not
+// recompute (train.recompute = none):
 //   x_in C, rstd1 1, h1 C, q H*hd, k KV*hd, v KV*hd, attn H*hd, lse H,
 //   x_mid C, rstd2 1, h2 C, gate I, up I, act I
+// a selective layer only x_in, attn and lse, a full one only x_in (model/recompute.h);
 // then the stage output x_out C (the last layer's output: sent to the next stage, or
-// the final norm's input), rstd_final 1 and h_final C on the last stage, and dx C, the
-// residual-stream gradient (received from the next stage, sent to the previous one).
-// In a bf16 run, h1, h2, gate, up and h_final are stored as bf16 bits: they feed only
+// the final norm's input) and dx C, the residual-stream gradient (received from the
+// next stage, sent to the previous one). The head's norm output and statistics live
+// only in a token tile (head_forward_backward runs forward and backward together).
+// In a bf16 run, h1, h2, gate and up are stored as bf16 bits: they feed only
 // products (which round them anyway) and the SwiGLU, and act = silu(gate) * up is not
 // stored at all but recomputed from them in backward (one elementwise pass). Everything the
 // backward needs at full precision stays fp32: the residual stream (x_in, x_mid, x_out,
 // dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the kernel reads
 // fp32; it rounds its own operands), and the LSE.
 ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSpec& stage,
-                                             Precision precision, ActivationIds* ids) {
+                                             Precision precision, const RecomputePolicy& recompute,
+                                             ActivationIds* ids) {
   const Precision product_input = precision;  // fp32 runs store everything in fp32
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
@@ -92,7 +127,16 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerIds i;
+    i.mode = recompute.of(l);
     i.x_in = t.add(p + "x_in", C);
+    if (i.mode == Recompute::selective) {
+      i.attn = t.add(p + "attn", qdim);
+      i.lse = t.add(p + "lse", H);
+    }
+    if (i.mode != Recompute::none) {
+      out.layers.push_back(i);
+      continue;
+    }
     i.rstd1 = t.add(p + "rstd1", 1);
     i.h1 = t.add(p + "h1", C, product_input);
     i.q = t.add(p + "q", qdim);
@@ -109,25 +153,41 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     out.layers.push_back(i);
   }
   out.x_out = t.add("x_out", C);
-  if (stage.has_head) {
-    out.rstd_final = t.add("rstd_final", 1);
-    out.h_final = t.add("h_final", C, product_input);
-  }
   out.dx = t.add("dx", C);
   if (ids) *ids = std::move(out);
   return t;
 }
 
 int64_t LlamaModel::activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
-                                                Precision precision) {
-  return activation_table(config, stage, precision, nullptr).floats_per_token();
+                                                Precision precision, const RecomputePolicy& recompute) {
+  return activation_table(config, stage, precision, recompute, nullptr).floats_per_token();
 }
 
-// dh C, dq qdim, dk kvdim, dv kvdim, dattn qdim, dgate/dup/dact I per token, plus the
-// LM head's logit rows (processed kLogitRows at a time)
-int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T) {
+// q qdim, k kvdim, v kvdim, and with a full-recompute layer attn qdim and lse H
+int64_t LlamaModel::workspace_floats_per_token(const LlamaConfig& c, const StageSpec& stage,
+                                               const RecomputePolicy& recompute) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  return T * (c.hidden_size + 2 * qdim + 2 * kvdim + 3 * c.intermediate_size) +
+  int64_t n = 0;
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+    if (recompute.of(l) == Recompute::selective) n = std::max(n, qdim + 2 * kvdim);
+    if (recompute.of(l) == Recompute::full) n = std::max(n, 2 * qdim + 2 * kvdim + c.num_attention_heads);
+  }
+  return n;
+}
+
+namespace {
+// a token tile's intermediates (TileBuffers, all fp32-sized): rstd1, h1, x_mid, rstd2,
+// h2, gate, up, act, rstd_final, h_final per row
+int64_t tile_floats_per_row(const LlamaConfig& c) { return 3 + 4 * c.hidden_size + 3 * c.intermediate_size; }
+}  // namespace
+
+// whole sequence: dq qdim, dk kvdim, dv kvdim, dattn qdim per token; one token tile:
+// dh C, dgate/dup/dact I per row and the tile buffers; the LM head's logit rows
+// (processed kLogitRows at a time)
+int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens) {
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const int64_t tile = std::min(T, tile_tokens);
+  return T * (2 * qdim + 2 * kvdim) + tile * (c.hidden_size + 3 * c.intermediate_size + tile_floats_per_row(c)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
 }
 
@@ -163,25 +223,48 @@ Operand LlamaModel::lm_head_weight() const {
   return weight_copies_.data() + lm_head_offset_;
 }
 
-SavedRows LlamaModel::saved_rows(ActivationSlot& s, int id) const {
-  if (acts_table_.specs()[size_t(id)].storage == Precision::bf16) return {nullptr, s.bf16_tensor(id)};
-  return {s.tensor(id), nullptr};
-}
-
-LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s) {
+LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t r0) {
   const LayerIds& i = ids_[size_t(l - stage_.first_layer)];
+  const LlamaConfig& c = config_;
+  const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
+  const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const Workspace& w = workspace_[size_t(s.lane)];
+  // kept: the slot's rows from r0; recomputed over the whole sequence: the workspace's
+  auto rows = [&](int id, float* recomputed, int64_t width) {
+    return id >= 0 ? s.tensor(id) + r0 * width : recomputed ? recomputed + r0 * width : nullptr;
+  };
+  // kept: the slot's rows; recomputed in a tile: the tile buffer (its rows from 0)
+  auto tile_rows = [&](int id, float* tile, int64_t width) { return id >= 0 ? s.tensor(id) + r0 * width : tile; };
+  auto tile_saved = [&](int id, const SavedRows& tile, int64_t width) -> SavedRows {
+    if (id < 0) return tile;
+    if (acts_table_.specs()[size_t(id)].storage == Precision::bf16) return {nullptr, s.bf16_tensor(id) + r0 * width};
+    return {s.tensor(id) + r0 * width, nullptr};
+  };
   float* x_out = l + 1 < stage_.end_layer ? s.tensor(ids_[size_t(l + 1 - stage_.first_layer)].x_in)
                                           : s.tensor(x_out_);
-  return {s.tensor(i.x_in),    s.tensor(i.rstd1), saved_rows(s, i.h1),   s.tensor(i.q),
-          s.tensor(i.k),       s.tensor(i.v),     s.tensor(i.attn),      s.tensor(i.lse),
-          s.tensor(i.x_mid),   s.tensor(i.rstd2), saved_rows(s, i.h2),   saved_rows(s, i.gate),
-          saved_rows(s, i.up), i.act >= 0 ? s.tensor(i.act) : nullptr, x_out};
+  LayerActivations a;
+  a.x_in = s.tensor(i.x_in) + r0 * C;
+  a.rstd1 = tile_rows(i.rstd1, tile_.rstd1, 1);
+  a.h1 = tile_saved(i.h1, tile_.h1, C);
+  a.q = rows(i.q, w.q, qdim);
+  a.k = rows(i.k, w.k, kvdim);
+  a.v = rows(i.v, w.v, kvdim);
+  a.attn = rows(i.attn, w.attn, qdim);
+  a.lse = rows(i.lse, w.lse, H);
+  a.x_mid = tile_rows(i.x_mid, tile_.x_mid, C);
+  a.rstd2 = tile_rows(i.rstd2, tile_.rstd2, 1);
+  a.h2 = tile_saved(i.h2, tile_.h2, C);
+  a.gate = tile_saved(i.gate, tile_.gate, I);
+  a.up = tile_saved(i.up, tile_.up, I);
+  a.act = precision_ == Precision::fp32 ? tile_rows(i.act, tile_.act, I) : nullptr;
+  a.x_out = x_out + r0 * C;
+  return a;
 }
 
-LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {
+LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t n) const {
   const LlamaConfig& c = config_;
   LayerShape sh;
-  sh.T = s.tokens();
+  sh.T = n < 0 ? s.tokens() : n;
   sh.C = c.hidden_size;
   sh.I = c.intermediate_size;
   sh.H = c.num_attention_heads;
@@ -190,8 +273,8 @@ LayerShape LlamaModel::layer_shape(const ActivationSlot& s) const {
   sh.eps = float(c.rms_norm_eps);
   sh.dca = c.attention_kernel == AttentionKernel::dca;
   sh.precision = precision_;
-  sh.positions = s.batch->positions.data();
-  sh.key_positions = s.key_positions.data();
+  sh.positions = s.batch->positions.data() + r0;
+  sh.key_positions = s.key_positions.data() + (s.key_positions.empty() ? 0 : r0);
   sh.rope = &rope_;
   return sh;
 }
@@ -213,28 +296,70 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   if (T <= scratch_tokens_) return;
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const int64_t tile = std::min(T, tile_tokens_);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
-  scratch_.assign(size_t(scratch_floats(c, T)), 0.0f);
+  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_)), 0.0f);
   float* p = scratch_.data();
-  auto take = [&](int64_t n) {
+  auto take = [&](int64_t rows, int64_t n) {
     float* r = p;
-    p += T * n;
+    p += rows * n;
     return r;
   };
-  d_.dh = take(C);
-  d_.dq = take(qdim);
-  d_.dk = take(kvdim);
-  d_.dv = take(kvdim);
-  d_.dattn = take(qdim);
-  d_.dgate = take(I);
-  d_.dup = take(I);
-  d_.dact = take(I);
+  d_.dq = take(T, qdim);  // whole sequence
+  d_.dk = take(T, kvdim);
+  d_.dv = take(T, kvdim);
+  d_.dattn = take(T, qdim);
+  d_.dh = take(tile, C);  // one token tile
+  d_.dgate = take(tile, I);
+  d_.dup = take(tile, I);
+  d_.dact = take(tile, I);
+  // the tile buffers: each array fp32-sized, bf16 ones used as bits from its start
+  auto saved = [&](int64_t n) -> SavedRows {
+    float* r = take(tile, n);
+    if (precision_ == Precision::bf16) return {nullptr, reinterpret_cast<uint16_t*>(r)};
+    return {r, nullptr};
+  };
+  tile_.rstd1 = take(tile, 1);
+  tile_.h1 = saved(C);
+  tile_.x_mid = take(tile, C);
+  tile_.rstd2 = take(tile, 1);
+  tile_.h2 = saved(C);
+  tile_.gate = saved(I);
+  tile_.up = saved(I);
+  tile_.act = take(tile, I);
+  tile_.rstd_final = take(tile, 1);
+  tile_.h_final = saved(C);
   logits_ = p;
   scratch_tokens_ = T;
 }
 
-int64_t LlamaModel::activation_bytes() const {
-  return pool_.peak_bytes() + int64_t((scratch_.size() + lane_scratch_.size()) * sizeof(float));
+void LlamaModel::ensure_workspace(int lane, int64_t T) {
+  Workspace& w = workspace_[size_t(lane)];
+  if (!recomputes_ || (T <= w.tokens && !w.data.empty())) return;
+  const LlamaConfig& c = config_;
+  const int64_t H = c.num_attention_heads;
+  const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const int64_t rows = std::max<int64_t>(T, 1);
+  std::vector<float>().swap(w.data);  // free first: no old + new peak
+  w.data.assign(size_t(rows * workspace_floats_per_token(c, stage_, recompute_)), 0.0f);
+  float* p = w.data.data();
+  w.q = p, p += rows * qdim;
+  w.k = p, p += rows * kvdim;
+  w.v = p, p += rows * kvdim;
+  w.attn = w.lse = nullptr;
+  if (recomputes_attention_) {
+    w.attn = p, p += rows * qdim;
+    w.lse = p;
+  }
+  w.tokens = T;
+}
+
+int64_t LlamaModel::stored_bytes() const {
+  return pool_.peak_bytes() + int64_t((workspace_[0].data.size() + workspace_[1].data.size()) * sizeof(float));
+}
+
+int64_t LlamaModel::scratch_bytes() const {
+  return int64_t((scratch_.size() + lane_scratch_.size()) * sizeof(float));
 }
 
 void LlamaModel::ensure_lane_scratch(int64_t T) {
@@ -251,7 +376,7 @@ void LlamaModel::ensure_lane_scratch(int64_t T) {
   lane_scratch_tokens_ = T;
 }
 
-LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
+LayerScratch LlamaModel::scratch_of(const ActivationSlot& s, int64_t r0) const {
   LayerScratch d = d_;
   if (s.lane == 1) {
     d.dattn = d_lane1_.dattn;
@@ -259,6 +384,12 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s) const {
     d.dk = d_lane1_.dk;
     d.dv = d_lane1_.dv;
   }
+  const int64_t qdim = config_.num_attention_heads * config_.head_dim();
+  const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
+  d.dattn += r0 * qdim;
+  d.dq += r0 * qdim;
+  d.dk += r0 * kvdim;
+  d.dv += r0 * kvdim;
   return d;
 }
 
@@ -271,6 +402,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
   ensure_scratch(std::max<int64_t>(T, 1), max_position);
   if (lane == 1) ensure_lane_scratch(T);
+  ensure_workspace(lane, T);
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.round = round;
@@ -310,16 +442,37 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
                      s.tokens(), config_.hidden_size);
 }
 
+
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention");
-  if (s.tokens() == 0) return;
-  lct::attn_in_forward(layer_shape(s), layer_weights(l), layer_activations(l, s));
+  const LayerWeights w = layer_weights(l);
+  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+    lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
+  });
 }
 
-AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool backward) const {
+AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool backward, bool recomputed) const {
   if (!backward) return {attn_params_, s.tasks, *s.batch, s.round, l == stage_.first_layer, s.lane};
-  if (s.backward_round < 0) return {attn_params_, s.tasks, *s.batch, s.round, false, s.lane};
-  return {attn_params_, s.tasks, *s.batch, s.backward_round, l == stage_.end_layer - 1, s.lane};
+  if (s.backward_round < 0) return {attn_params_, s.tasks, *s.batch, s.round, false, s.lane, recomputed};
+  // a backward pipeline tick starts at its last layer: with full recomputation the
+  // repeated forward comes first there and starts it, so the backward does not
+  const bool starts = l == stage_.end_layer - 1 && (recomputed || mode_of(l) != Recompute::full);
+  return {attn_params_, s.tasks, *s.batch, s.backward_round, starts, s.lane, recomputed};
+}
+
+void LlamaModel::recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const Recompute mode = mode_of(l);
+  if (mode == Recompute::none) return;
+  {
+    const ScopedSpan span("recompute before attention");
+    attn_in_forward(l, s);  // q, k, v into the lane's workspace (h1 only in a tile)
+  }
+  phase_done();
+  if (mode != Recompute::full) return;
+  const ScopedSpan span("recompute attention");
+  const LayerActivations a = layer_activations(l, s);
+  placement.forward(attention_input(l, s, true, true), a.q, a.k, a.v, a.attn, a.lse);
+  phase_done();
 }
 
 void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
@@ -336,15 +489,25 @@ void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlac
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention");
-  if (s.tokens() == 0) return;
-  lct::attn_out_forward(layer_shape(s), layer_weights(l), layer_activations(l, s), scratch_of(s));
+  const LayerWeights w = layer_weights(l);
+  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+    lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
+  });
 }
 
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention backward");
-  if (s.tokens() == 0) return;
-  lct::attn_out_backward(layer_shape(s), layer_weights(l), layer_tensors(grads, l),
-                    layer_activations(l, s), scratch_of(s), residual_grad(s));
+  const LayerWeights w = layer_weights(l);
+  const LayerTensors g = layer_tensors(grads, l);
+  const bool recompute = mode_of(l) != Recompute::none;
+  float* dx = residual_grad(s);
+  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+    const LayerShape sh = layer_shape(s, r0, n);
+    const LayerActivations a = layer_activations(l, s, r0);
+    const LayerScratch d = scratch_of(s, r0);
+    if (recompute) lct::mlp_in_forward(sh, w, a, d);  // x_mid, h2, gate, up (act) of the tile
+    lct::attn_out_backward(sh, w, g, a, d, dx + r0 * config_.hidden_size);
+  });
 }
 
 void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
@@ -376,9 +539,16 @@ void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratc
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention backward");
-  if (s.tokens() == 0) return;
-  lct::attn_in_backward(layer_shape(s), layer_weights(l), layer_tensors(grads, l),
-                   layer_activations(l, s), scratch_of(s), residual_grad(s));
+  const LayerWeights w = layer_weights(l);
+  const LayerTensors g = layer_tensors(grads, l);
+  const bool recompute = mode_of(l) != Recompute::none;
+  float* dx = residual_grad(s);
+  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+    const LayerShape sh = layer_shape(s, r0, n);
+    const LayerActivations a = layer_activations(l, s, r0);
+    if (recompute) lct::attn_norm_forward(sh, w, a);  // h1, rstd1 of the tile
+    lct::attn_in_backward(sh, w, g, a, scratch_of(s, r0), dx + r0 * config_.hidden_size);
+  });
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
@@ -391,34 +561,38 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   if (T == 0) return {};  // an empty ping-pong lane
   const Operand lm_head = lm_head_weight();
   const float* final_norm = params.data() + final_norm_offset_;
-  float *x_final = s.tensor(x_out_), *rstd = s.tensor(rstd_final_);
-  const SavedRows h = saved_rows(s, h_final_);
-  if (h.bf16) rmsnorm_forward(h.bf16, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
-  else rmsnorm_forward(h.f32, rstd, x_final, final_norm, T, C, float(c.rms_norm_eps));
-  // rows r0.. of h_final
-  auto h_rows = [&h, C](int64_t r0) { return h.bf16 ? Operand(h.bf16 + r0 * C) : Operand(h.f32 + r0 * C); };
-
-  // LM head and loss in row chunks, so logits never take T x V memory. With backward,
-  // the head's gradients are produced right here: dh_final = dlogits W, dW += dlogits^T h.
-  CrossEntropyStats stats;
-  if (backward) std::fill(d_.dh, d_.dh + T * C, 0.0f);
+  const float eps = float(c.rms_norm_eps);
   const LocalBatch& batch = *s.batch;
   const uint8_t* answers = batch.answer_mask.empty() ? nullptr : batch.answer_mask.data();
-  for (int64_t r0 = 0; r0 < T; r0 += kLogitRows) {
-    const int64_t n = std::min(kLogitRows, T - r0);
-    matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, precision_);
-    cross_entropy_forward_backward(logits_, batch.targets.data() + r0,
-                                   answers ? answers + r0 : nullptr, n, V, backward, grad_scale,
-                                   stats, token_loss ? token_loss + r0 : nullptr,
-                                   token_correct ? token_correct + r0 : nullptr);
-    if (backward)
-      matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
-                      precision_);
-  }
-  if (!backward) return stats;
-  float* dx = residual_grad(s);
-  std::fill(dx, dx + T * C, 0.0f);
-  rmsnorm_backward(dx, grads.data() + final_norm_offset_, d_.dh, x_final, final_norm, rstd, T, C);
+  CrossEntropyStats stats;
+  // Per token tile: final norm into the tile buffer, then the LM head and the loss in row
+  // chunks, so neither the normed rows nor the logits ever exist for the whole sequence
+  // (T x V would be 128 GiB at 1M tokens of a 32K vocabulary). With backward, the head's
+  // gradients are produced right here: dh = dlogits W, dW += dlogits^T h, and the norm's.
+  for_each_tile(T, tile_tokens_, [&](int64_t t0, int64_t tn) {
+    const float* x_final = s.tensor(x_out_) + t0 * C;
+    float* rstd = tile_.rstd_final;
+    const SavedRows& h = tile_.h_final;
+    if (h.bf16) rmsnorm_forward(h.bf16, rstd, x_final, final_norm, tn, C, eps);
+    else rmsnorm_forward(h.f32, rstd, x_final, final_norm, tn, C, eps);
+    // rows r0.. of the tile's h
+    auto h_rows = [&h, C](int64_t r0) { return h.bf16 ? Operand(h.bf16 + r0 * C) : Operand(h.f32 + r0 * C); };
+    if (backward) std::fill(d_.dh, d_.dh + tn * C, 0.0f);
+    for (int64_t r0 = 0; r0 < tn; r0 += kLogitRows) {
+      const int64_t n = std::min(kLogitRows, tn - r0), row = t0 + r0;
+      matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, precision_);
+      cross_entropy_forward_backward(logits_, batch.targets.data() + row, answers ? answers + row : nullptr, n, V,
+                                     backward, grad_scale, stats, token_loss ? token_loss + row : nullptr,
+                                     token_correct ? token_correct + row : nullptr);
+      if (backward)
+        matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
+                        precision_);
+    }
+    if (!backward) return;
+    float* dx = residual_grad(s) + t0 * C;
+    std::fill(dx, dx + tn * C, 0.0f);
+    rmsnorm_backward(dx, grads.data() + final_norm_offset_, d_.dh, x_final, final_norm, rstd, tn, C);
+  });
   return stats;
 }
 
@@ -439,6 +613,7 @@ void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement
   // embedding, which is only final after the embedding backward, at offset 0)
   if (stage_.has_head) report_final(final_norm_offset_);
   for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
+    recompute_forward(l, s, placement);
     attn_out_backward(l, s);
     phase_done();
     attention_backward(l, s, placement);
@@ -495,7 +670,10 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
   ActivationSlot* lanes[2] = {&a, &b};
   const int first = stage_.first_layer, last = stage_.end_layer - 1;
   if (stage_.has_head) report_final(final_norm_offset_);
+  // (with recomputation each lane repeats its layer's forward first; a full layer's
+  // repeated attention runs whole, with the other lane's backward exchange in flight)
   for (ActivationSlot* s : lanes) {
+    recompute_forward(last, *s, placement);
     attn_out_backward(last, *s);
     phase_done();
     attention_backward_start(last, *s, placement);
@@ -517,6 +695,7 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
       attn_in_backward(l, s);
       phase_done();
       if (l > first) {
+        recompute_forward(l - 1, s, placement);
         attn_out_backward(l - 1, s);
         phase_done();
         attention_backward_start(l - 1, s, placement);

@@ -27,6 +27,7 @@
 #include "model/activations.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
+#include "model/recompute.h"
 #include "model/rope.h"
 #include "model/stage.h"
 #include "model/llama_config.h"
@@ -63,6 +64,10 @@ class LlamaModel {
   // elementwise steps in bf16 (activation_table).
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // What each layer keeps for its backward and what the backward recomputes
+  // (model/recompute.h); none unless set, and set before the first slot is taken.
+  void set_recompute(const RecomputePolicy& policy);
+  const RecomputePolicy& recompute() const { return recompute_; }
   const StageSpec& stage() const { return stage_; }
   const TensorTable& table() const { return table_; }
   const ActivationTable& activation_table() const { return acts_table_; }
@@ -138,46 +143,88 @@ class LlamaModel {
   // Called between phases of stage_forward/stage_backward (MPI progress); may be unset.
   std::function<void()> between_phases;
 
-  // Activation memory: peak slots in use times slot bytes, plus backward scratch.
-  int64_t activation_bytes() const;
+  // Activation memory: peak slots in use times slot bytes, plus the recomputation
+  // workspaces, the token tiles' buffers and the backward scratch.
+  int64_t activation_bytes() const { return stored_bytes() + scratch_bytes(); }
+  int64_t stored_bytes() const;   // peak slots in use x slot bytes, and the workspaces
+  int64_t scratch_bytes() const;  // backward scratch and tile buffers (both lanes')
   // The same sizes without building a model (memory budgets, src/train/memory_budget.h):
   // floats per token a stage saves between forward and backward (a slot holds T of
-  // them), of the backward scratch for T tokens, and of lane 1's own scratch (ping-pong).
+  // them); per token of the recomputation workspace (one per lane: the whole-sequence
+  // tensors of the one layer being recomputed, 0 without recomputation); of the
+  // backward scratch for T tokens (with the token tiles' buffers and the logit rows);
+  // and of lane 1's own scratch (ping-pong).
   static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
-                                             Precision precision);
-  static int64_t scratch_floats(const LlamaConfig& config, int64_t T);
+                                             Precision precision, const RecomputePolicy& recompute = {});
+  static int64_t workspace_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
+                                            const RecomputePolicy& recompute);
+  static int64_t scratch_floats(const LlamaConfig& config, int64_t T, int64_t tile_tokens = kTileTokens);
   static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
+  // Rows of a token tile (train.tile_tokens; kTileTokens unless set, and set before the
+  // first slot is taken): the token-linear phases (norms, products, MLP, LM head and
+  // loss) run over the sequence in tiles of this many rows, in every recompute mode, so
+  // recomputation repeats the same products and a tile's intermediates never exist for
+  // the whole sequence.
+  static constexpr int64_t kTileTokens = 4096;
+  void set_tile_tokens(int64_t rows);
+  int64_t tile_tokens() const { return tile_tokens_; }
   SlotPool& slot_pool() { return pool_; }
 
  private:
   struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
     int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
   };
-  struct LayerIds {  // activation ids of one layer (saved by forward for backward)
-    int x_in, rstd1, h1, q, k, v, attn, lse, x_mid, rstd2, h2, gate, up, act = -1;  // act: fp32 runs
+  struct LayerIds {  // activation ids of one layer (saved by forward for backward; -1: recomputed)
+    int x_in = -1, rstd1 = -1, h1 = -1, q = -1, k = -1, v = -1, attn = -1, lse = -1, x_mid = -1,
+        rstd2 = -1, h2 = -1, gate = -1, up = -1, act = -1;  // act: fp32 runs
+    Recompute mode = Recompute::none;
   };
   struct ActivationIds {
     std::vector<LayerIds> layers;  // per layer of the stage
-    int x_out = -1, rstd_final = -1, h_final = -1, dx = -1;
+    int x_out = -1, dx = -1;
   };
   // A stage's activation table (see llama.cpp) and, when asked, its tensors' ids.
   static ActivationTable activation_table(const LlamaConfig& config, const StageSpec& stage,
-                                          Precision precision, ActivationIds* ids);
+                                          Precision precision, const RecomputePolicy& recompute,
+                                          ActivationIds* ids);
+  // One lane's recomputation workspace: a recomputed layer's whole-sequence tensors
+  // (selective: q, k, v; full: also attn and lse), reused by every recomputed layer.
+  struct Workspace {
+    std::vector<float> data;
+    int64_t tokens = 0;
+    float *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *lse = nullptr;
+  };
+  // A token tile's intermediates of recomputed layers and of the head (kTileTokens
+  // rows, shared: they hold nothing between phases).
+  struct TileBuffers {
+    std::vector<float> data;
+    float *rstd1 = nullptr, *x_mid = nullptr, *rstd2 = nullptr, *act = nullptr, *rstd_final = nullptr;
+    SavedRows h1, h2, gate, up, h_final;
+  };
   void build_activation_table();
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
   LayerWeights layer_weights(int l) const;
   Operand lm_head_weight() const;
-  SavedRows saved_rows(ActivationSlot& s, int id) const;
-  LayerActivations layer_activations(int l, ActivationSlot& s);
-  AttentionInput attention_input(int l, const ActivationSlot& s, bool backward) const;
-  // Backward scratch of a slot: shared, except what lives across a split-phase attention
-  // (dattn, dq, dk, dv), which lane 1 has its own of.
-  LayerScratch scratch_of(const ActivationSlot& s) const;
+  // Layer l's arrays from row r0 on: the slot's rows of what the layer keeps, the lane's
+  // workspace rows of what it recomputes over the whole sequence, and the tile buffers
+  // for a recomputed layer's token-tile intermediates.
+  LayerActivations layer_activations(int l, ActivationSlot& s, int64_t r0 = 0);
+  // Layer l's shape for rows [r0, r0 + n) of a slot (the whole slot by default).
+  LayerShape layer_shape(const ActivationSlot& s, int64_t r0 = 0, int64_t n = -1) const;
+  // recomputed: the forward that a full-recompute layer repeats in backward.
+  AttentionInput attention_input(int l, const ActivationSlot& s, bool backward, bool recomputed = false) const;
+  // Backward scratch of a slot from row r0 on: whole-sequence arrays (dattn, dq, dk, dv,
+  // which live across a split-phase attention and which lane 1 has its own of) at row
+  // r0, the tile's (dh, dgate, dup, dact) from their start.
+  LayerScratch scratch_of(const ActivationSlot& s, int64_t r0 = 0) const;
+  // Backward of layer l repeats what its recompute mode did not keep (nothing for none).
+  void recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  Recompute mode_of(int l) const { return ids_[size_t(l - stage_.first_layer)].mode; }
   void attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
-  LayerShape layer_shape(const ActivationSlot& s) const;
   void ensure_scratch(int64_t T, int64_t max_position);
+  void ensure_workspace(int lane, int64_t T);
   void ensure_lane_scratch(int64_t T);
   void phase_done() {
     if (between_phases) between_phases();
@@ -192,6 +239,8 @@ class LlamaModel {
   int64_t num_params_ = 0;
   AttentionParams attn_params_;
   Precision precision_ = Precision::fp32;
+  RecomputePolicy recompute_;
+  int64_t tile_tokens_ = kTileTokens;
   std::vector<LayerOffsets> layer_offsets_;
   std::vector<uint16_t> weight_copies_;  // bf16 runs: the products' weights, params' layout
   bool weight_copies_fresh_ = false;      // refreshed since set_precision
@@ -200,12 +249,16 @@ class LlamaModel {
 
   ActivationTable acts_table_;
   std::vector<LayerIds> ids_;  // per layer of the stage
-  int x_out_ = -1, rstd_final_ = -1, h_final_ = -1, dx_ = -1;
+  int x_out_ = -1, dx_ = -1;
+  bool recomputes_ = false, recomputes_attention_ = false;  // any layer: selective or full; full
+  Workspace workspace_[2];  // per lane
+  TileBuffers tile_;
   SlotPool pool_;
   ColocatedAttention colocated_attention_;
   LocalBatch whole_;  // forward_backward's micro-batch as one rank's batch (reused)
 
-  // backward scratch, shared by all slots (grow-only, sized by the largest T seen)
+  // backward scratch, shared by all slots (grow-only, sized by the largest T seen; the
+  // tile's part by min(T, kTileTokens))
   int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
   LayerScratch d_{};

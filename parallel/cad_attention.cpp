@@ -530,7 +530,8 @@ void CadAttention::finish_lane(Lane& L) {
 // Q rows and K/V prefixes go to the servers, O and LSE come back from them.
 void CadAttention::forward_start(const AttentionInput& in, const float* q, const float* k,
                                  const float* v, float* out, float* lse) {
-  if (in.starts_round) make_plan(in, true);  // every rank is at its stage's first layer
+  // every rank is at its stage's first layer (or, recomputing, at a backward tick's last)
+  if (in.starts_round) make_plan(in, !in.recomputed);
   Lane& L = lane_at(in.lane);
   if (L.plan) throw std::logic_error("CAD: lane started twice");
   L.plan = &plan_of(in);
@@ -539,9 +540,11 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
   L.q = q, L.k = k, L.v = v, L.out = out, L.lse = lse;
   const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
-  stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
-  modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
-  ++layers_;
+  if (!in.recomputed) {
+    stats_.pairs_served += double(L.plan->plan.pairs_after[size_t(rank_)]);
+    modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
+    ++layers_;
+  }
   const bool bf16 = in.params.precision == Precision::bf16;  // Q, K, V and O travel in bf16
   L.reply = {{qd, H}, {}, {bf16, false}};                      // Reply: O, LSE
   start_lane(L, {{q, qd, bf16}}, {{k, kvd}, {v, kvd}});        // Request: Q; then K, V

@@ -258,7 +258,7 @@ void UlyssesAttention::attend_forward(const float* q, const float* k, const floa
     attention_forward(params_, tasks_, q, k, v, out, lse);
     return;
   }
-  const AttentionInput inner{params_, {}, union_batch_, in_->round, in_->starts_round, in_->lane};
+  const AttentionInput inner{params_, {}, union_batch_, in_->round, in_->starts_round, in_->lane, in_->recomputed};
   ring_->forward(inner, q, k, v, out, lse);
 }
 
@@ -268,7 +268,7 @@ void UlyssesAttention::attend_backward(const float* q, const float* k, const flo
     attention_backward(params_, tasks_, q, k, v, out, lse, dout, dq, dk, dv);
     return;
   }
-  const AttentionInput inner{params_, {}, union_batch_, in_->round, in_->starts_round, in_->lane};
+  const AttentionInput inner{params_, {}, union_batch_, in_->round, in_->starts_round, in_->lane, in_->recomputed};
   ring_->backward(inner, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
@@ -291,7 +291,7 @@ void UlyssesAttention::forward(const AttentionInput& in, const float* q, const f
             {v, nullptr, KV_ * hd_, hd_, true, b16, uv}});
   attend_forward(uq, uk, uv, uo, ulse);
   from_union({{nullptr, out, H_ * hd_, hd_, false, false, uo}, {nullptr, lse, H_, 1, false, false, ulse}});
-  own_stats_.pairs_served += double(union_batch_.attention_pairs()) * double(hq_) / double(H_);
+  if (!in.recomputed) own_stats_.pairs_served += double(union_batch_.attention_pairs()) * double(hq_) / double(H_);
 }
 
 void UlyssesAttention::backward(const AttentionInput& in, const float* q, const float* k, const float* v,

@@ -46,6 +46,12 @@ struct Calibration {
   double attention_per_pair_layer = 0;
   double optimizer = 0;               // one step
   int64_t tokens = 0, pairs = 0;      // what was timed
+  // the forward's share of the linear and the attention costs (what recomputation
+  // repeats; src/train/flops.h's convention: a third)
+  double linear_forward = 1.0 / 3, attention_forward = 1.0 / 3;
+  // per token and layer / per pair and layer, already in the costs above: what
+  // train.recompute adds (with_recompute)
+  double recompute_linear = 0, recompute_attention = 0;
 };
 
 Calibration measure_calibration(const Config& config, const SimulateOptions& o);
@@ -65,9 +71,28 @@ Calibration analytic_calibration(const LlamaConfig& mc, const SimulateOptions& o
   return c;
 }
 
+// train.recompute's cost, added to the per-layer costs (averaged over the layers when only
+// recompute_layers of them recompute): a recomputing layer repeats its forward's token-linear
+// work but the down projection (selective and full), and its attention forward (full).
+void with_recompute(const Config& config, Calibration& c) {
+  const Recompute mode = config.train.recompute;
+  if (mode == Recompute::none) return;
+  const LlamaConfig& mc = config.model;
+  const double C = double(mc.hidden_size), I = double(mc.intermediate_size), hd = double(mc.head_dim());
+  const double qkvo = C * hd * (2.0 * double(mc.num_attention_heads) + 2.0 * double(mc.num_key_value_heads));
+  const double not_down = (qkvo + 2 * C * I) / (qkvo + 3 * C * I);  // of a layer's products
+  const double L = double(mc.num_hidden_layers);
+  const double share = config.train.recompute_layers == 0 ? 1.0 : double(config.train.recompute_layers) / L;
+  c.recompute_linear = share * c.linear_forward * not_down * c.linear_per_token_layer;
+  c.recompute_attention = mode == Recompute::full ? share * c.attention_forward * c.attention_per_pair_layer : 0;
+  c.linear_per_token_layer += c.recompute_linear;
+  c.attention_per_pair_layer += c.recompute_attention;
+}
+
 // The costs: timed here, or read from --calibration (one line: linear_per_token_layer
-// head_per_token attention_per_pair_layer optimizer tokens pairs, in seconds); written to
-// --calibration-out when asked. The scales apply to read costs too.
+// head_per_token attention_per_pair_layer optimizer tokens pairs linear_forward
+// attention_forward, in seconds and fractions); written to --calibration-out when
+// asked. The scales apply to read costs too; train.recompute's cost is added last.
 Calibration calibrate(const Config& config, const SimulateOptions& o) {
   Calibration c;
   if (o.tflops > 0) {
@@ -81,8 +106,9 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
     std::ifstream in(o.calibration);
     std::string key;
     if (!(in >> key >> c.linear_per_token_layer >> c.head_per_token >> c.attention_per_pair_layer >>
-          c.optimizer >> c.tokens >> c.pairs) ||
-        key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0))
+          c.optimizer >> c.tokens >> c.pairs >> c.linear_forward >> c.attention_forward) ||
+        key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) ||
+        !(c.linear_forward > 0 && c.linear_forward < 1) || !(c.attention_forward > 0 && c.attention_forward < 1))
       throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
                                   "' is not a calibration written by --calibration-out");
   }
@@ -90,19 +116,22 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
     std::ofstream out(o.calibration_out);
     out.precision(10);
     out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
-        << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << '\n';
+        << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << ' '
+        << c.linear_forward << ' ' << c.attention_forward << '\n';
     if (!out) throw std::invalid_argument("lct simulate: cannot write '" + o.calibration_out + "'");
   }
   c.linear_per_token_layer *= o.linear_scale;  // token-linear work: layers, head, optimizer
   c.head_per_token *= o.linear_scale;
   c.optimizer *= o.linear_scale;
   c.attention_per_pair_layer *= o.attention_scale;
+  with_recompute(config, c);
   return c;
 }
 
 Calibration measure_calibration(const Config& config, const SimulateOptions& o) {
   const LlamaConfig mc = config.model;
-  LlamaModel model(mc);
+  LlamaModel model(mc);  // no recomputation: with_recompute adds its cost
+  model.set_tile_tokens(config.train.tile_tokens);
   init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());
   Optimizer optimizer(optimizer_config(config), model.table());
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
@@ -142,6 +171,11 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
                      double(c.tokens);
   c.attention_per_pair_layer = (seconds["attention"] + seconds["attention backward"]) /
                                (double(std::max<int64_t>(1, c.pairs)) * layers);
+  const double linear_fwd = seconds["before attention"] + seconds["after attention"];
+  const double linear_all = linear_fwd + seconds["before attention backward"] + seconds["after attention backward"];
+  if (linear_all > 0) c.linear_forward = std::clamp(linear_fwd / linear_all, 0.01, 0.99);
+  const double attention_all = seconds["attention"] + seconds["attention backward"];
+  if (attention_all > 0) c.attention_forward = std::clamp(seconds["attention"] / attention_all, 0.01, 0.99);
   c.optimizer = optimizer_s / double(o.calibration_steps);
   return c;
 }
@@ -248,11 +282,16 @@ void report(const Config& config, const SimulateOptions& o, const RunPlan& plan,
                 "\"bubble_fraction\":%.6g,\"attention_pairs_max_over_mean\":%.6g,"
                 "\"attention_pairs_served_max_over_mean\":%.6g,\"exchange_bytes_per_rank\":%.6g,"
                 "\"exchange_exposed_fraction\":%.6g,\"memory_per_rank_bytes\":%.6g,"
+                "\"recompute\":\"%s\",\"stored_bytes_per_token\":%.6g,"
                 "\"calibration\":{\"linear_per_token_layer\":%.6g,\"head_per_token\":%.6g,"
-                "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d}}\n",
+                "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d,"
+                "\"linear_forward\":%.6g,\"attention_forward\":%.6g,\"recompute_linear_per_token_layer\":%.6g,"
+                "\"recompute_attention_per_pair_layer\":%.6g}}\n",
                 n, layout.c_str(), placement.c_str(), step_s, tokens / seconds, cmm, idle, bubble,
-                before, after, bytes, exposed / seconds, memory, cal.linear_per_token_layer, cal.head_per_token,
-                cal.attention_per_pair_layer, cal.optimizer, threads);
+                before, after, bytes, exposed / seconds, memory, recompute_name(plan.recompute.mode),
+                estimate.stored_per_token, cal.linear_per_token_layer, cal.head_per_token,
+                cal.attention_per_pair_layer, cal.optimizer, threads, cal.linear_forward, cal.attention_forward,
+                cal.recompute_linear, cal.recompute_attention);
     return;
   }
   std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
@@ -278,6 +317,11 @@ void report(const Config& config, const SimulateOptions& o, const RunPlan& plan,
   if (bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
   if (exposed > 0) std::printf(" | exchange exposed %.1f%%", 100 * exposed / seconds);
   std::printf(" | memory per rank %.0f MiB (estimate, without the process baseline)\n", memory / 1048576.0);
+  if (plan.recompute.mode != Recompute::none)
+    std::printf("%s: %.4g ns/token/layer and %.4g ns/pair/layer of the costs above are recomputation; "
+                "%.1f KiB stored per token\n",
+                describe_activations(plan).c_str(), 1e9 * cal.recompute_linear, 1e9 * cal.recompute_attention,
+                estimate.stored_per_token / 1024);
 }
 
 // CAD's cost of one decoder layer (forward + backward) over every rank's batch (possibly

@@ -58,6 +58,7 @@ void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e
               (long long)mc.intermediate_size, (long long)mc.vocab_size,
               double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
   std::printf("layout: %s\n", describe_run_plan(plan).c_str());
+  std::printf("activations: %s\n", describe_activations(plan).c_str());
   std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
               "optimizer %s; checkpoints in %s every %lld steps\n",
               (long long)plan.micro_batches, (long long)plan.seq_len, (long long)plan.tokens_per_step(),

@@ -236,6 +236,12 @@ std::vector<ConfigKey> make_keys() {
                          [](Config& c) -> auto& { return c.train.precision; }, parse_precision, precision_name));
   k.push_back(choice_key("train.fp32_gemm", "auto | openblas | onednn: the library of fp32 linear products (auto: the faster here, measured once and cached)",
                          [](Config& c) -> auto& { return c.train.fp32_gemm; }, parse_fp32_library, fp32_library_name));
+  k.push_back(choice_key("train.recompute", "none | selective | full: what each decoder layer keeps for its backward (none: everything; selective: its input, attention output and LSE, the rest recomputed; full: its input, the whole layer recomputed, attention included)",
+                         [](Config& c) -> auto& { return c.train.recompute; }, parse_recompute, recompute_name));
+  k.push_back(int_key("train.recompute_layers", "with train.recompute: only the first N layers of the model recompute (0 = every layer)",
+                      [](Config& c) -> auto& { return c.train.recompute_layers; }, 0));
+  k.push_back(int_key("train.tile_tokens", "rows of a token tile: norms, linear layers, MLP, LM head and loss run over the sequence in tiles of this many tokens (their intermediates never exist for the whole sequence)",
+                      [](Config& c) -> auto& { return c.train.tile_tokens; }, 1));
   k.push_back(num_key("train.lr", "peak learning rate", [](Config& c) -> auto& { return c.train.lr; }));
   k.push_back(num_key("train.min_lr", "cosine schedule floor", [](Config& c) -> auto& { return c.train.min_lr; }));
   k.push_back(int_key("train.warmup_steps", "linear warm-up steps", [](Config& c) -> auto& { return c.train.warmup_steps; }, 0));
@@ -416,6 +422,12 @@ void validate_config(const Config& c) {
                         std::to_string(shortest));
   }
   if (!(c.attention.cad.tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
+  if (c.train.recompute_layers > c.model.num_hidden_layers)
+    throw ConfigError("train.recompute_layers must be in 0..model.num_hidden_layers = " +
+                      std::to_string(c.model.num_hidden_layers) + ", got " + std::to_string(c.train.recompute_layers));
+  if (c.train.recompute_layers > 0 && c.train.recompute == Recompute::none)
+    throw ConfigError("train.recompute_layers = " + std::to_string(c.train.recompute_layers) +
+                      " needs train.recompute = selective or full (none recomputes no layer)");
   if (!(c.train.lr > 0)) throw ConfigError("train.lr must be > 0");
   if (c.train.min_lr < 0 || c.train.min_lr > c.train.lr)
     throw ConfigError("train.min_lr must be in [0, train.lr]");

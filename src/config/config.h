@@ -21,6 +21,7 @@
 #include "data/sources.h"
 #include "model/llama_config.h"
 #include "model/optimizer.h"
+#include "model/recompute.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -47,6 +48,9 @@ struct TrainConfig {
   Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
   LossOn loss_on = LossOn::all;            // data/local_batch.h
   Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/fp32_gemm.h
+  Recompute recompute = Recompute::none;   // model/recompute.h
+  int64_t recompute_layers = 0;            // the first N layers recompute (0 = every layer)
+  int64_t tile_tokens = 4096;              // rows of a token tile (model/llama.h)
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup_steps = 10;

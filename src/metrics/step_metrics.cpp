@@ -85,6 +85,11 @@ std::vector<StepMetric> make_schema() {
             O::max_over_mean, S::median, true, W::exchange, "served pairs max/mean %.3f"),
       field("peak_rss_bytes", "bytes", &StepRecord::peak_rss_bytes, O::max, S::median, true, W::exchange,
             "peak RSS %.0f MiB", kMiB),
+      // activation memory (added with recomputation): each rank's bytes per token
+      field("activation_bytes_per_token", "bytes", &StepRecord::activation_bytes_per_token, O::max, S::median,
+            true, W::always, "stored %.1f KiB/token", 1.0 / 1024),
+      field("scratch_bytes_per_token", "bytes", &StepRecord::scratch_bytes_per_token, O::max, S::median, true,
+            W::always, "scratch %.1f KiB/token", 1.0 / 1024),
   };
 }
 

@@ -43,6 +43,10 @@ struct StepRecord {
   double exchange_exposed_fraction = 0.0, exchange_hidden_fraction = 0.0;
   double exchange_bytes_per_layer = 0.0, exchange_exposed_ms_per_layer = 0.0;  // per layer and micro-batch
   int64_t peak_rss_bytes = 0;
+  // What the model held per token of a micro-batch (the largest rank's): activations kept
+  // for backward (peak slots and the recomputation workspace) and backward scratch;
+  // train.recompute decides the first (model/recompute.h).
+  double activation_bytes_per_token = 0.0, scratch_bytes_per_token = 0.0;
   // Per pipeline stage (log and metrics.jsonl only, not checkpointed).
   std::vector<double> stage_bubble;
   std::vector<int64_t> stage_activation_bytes;

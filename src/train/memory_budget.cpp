@@ -87,7 +87,8 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   const std::vector<StageSpec>& stages = plan.stages;
   const PipelineSchedule schedule = plan.schedule;
   for (int s = 0; s < layout.pp; ++s) {
-    const double per_token = double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)], plan.precision));
+    const double per_token =
+        double(LlamaModel::activation_floats_per_token(mc, stages[size_t(s)], plan.precision, plan.recompute));
     int slots = layout.pp > 1 ? peak_slots(schedule, layout.pp, s, m) : 1;
     if (schedule == PipelineSchedule::ticks && layout.pp > 1) slots += 1;  // the dummies' own
     // ping-pong: two slots per micro-batch, whose halves differ by at most the longest
@@ -95,14 +96,22 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
     const double tokens =
         lanes == 2 ? T + std::min(T, double(config.data.max_doc_len)) / 2 : T;
     const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
-    if (bytes > e.activations) e.activations = bytes, e.slots = slots * lanes;
+    // the recomputation workspace: one per lane, for the whole sequence of one layer
+    const double workspace =
+        double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)], plan.recompute)) * tokens * f;
+    if (bytes + workspace > e.activations + e.workspace) {
+      e.activations = bytes, e.workspace = workspace, e.slots = slots * lanes;
+      e.stored_per_token = (per_token + double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)],
+                                                                                     plan.recompute))) * f;
+    }
   }
   e.tokens_per_slot = int64_t(T);
 
   double rope_rows = std::max(double(config.data.seq_len), double(config.data.max_doc_len));
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
-  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T))) +
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
+  e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
@@ -120,9 +129,13 @@ std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a)
     << (std::isfinite(a.bytes) ? bytes_text(a.bytes) + " available (" + a.limit + ")" : std::string("unknown"))
     << "\n  weights + gradients " << bytes_text(e.weights) << " | optimizer " << bytes_text(e.optimizer)
     << " | activations " << bytes_text(e.activations) << " (" << e.slots << " slot(s) x " << e.tokens_per_slot
-    << " tokens)\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
+    << " tokens) | recompute workspace " << bytes_text(e.workspace) << "\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
     << " | data " << bytes_text(e.data) << " | checkpoint image (rank 0) " << bytes_text(e.checkpoint)
     << " | process " << bytes_text(e.process);
+  char per_token[128];
+  std::snprintf(per_token, sizeof per_token, "\n  stored per token: %.1f KiB kept for backward, %.1f KiB scratch",
+                e.stored_per_token / 1024, e.scratch_per_token / 1024);
+  o << per_token;
   return o.str();
 }
 
@@ -130,7 +143,7 @@ std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& 
   if (!(e.total() > a.bytes)) return "";
   // the three largest parts, largest first
   std::vector<std::pair<double, std::string>> parts = {
-      {e.weights + e.optimizer, "weights, gradients and optimizer"}, {e.activations, "activations"},
+      {e.weights + e.optimizer, "weights, gradients and optimizer"}, {e.activations + e.workspace, "activations"},
       {e.scratch, "scratch and RoPE table"}, {e.attention, "attention buffers"},
       {e.data, "micro-batches and corpus"}, {e.checkpoint, "checkpoint image"}, {e.process, "process"}};
   std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });

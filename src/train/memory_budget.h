@@ -9,7 +9,10 @@
 //   activations  slots in flight x the stage's saved floats per token x tokens per slot
 //                (from the schedule's action list: 1F1B pp - stage, GPipe m, ticks
 //                2 (pp - 1 - stage) + 1 plus the dummies'; ping-pong: two slots per
-//                micro-batch, together T + min(T, longest document) / 2 tokens)
+//                micro-batch, together T + min(T, longest document) / 2 tokens);
+//                what a layer keeps follows train.recompute (model/recompute.h)
+//   workspace    recomputation: one layer's whole-sequence Q, K, V (and, full, O and
+//                LSE) per lane
 //   scratch      backward scratch, LM-head logit rows, RoPE table
 //   attention    placement buffers: context-parallel K/V blocks, CAD's exchanged rows
 //   data         the step's packed micro-batches, a text corpus held in memory
@@ -28,12 +31,16 @@
 namespace lct {
 
 struct MemoryEstimate {
-  double weights = 0, optimizer = 0, activations = 0, scratch = 0, attention = 0, data = 0,
+  double weights = 0, optimizer = 0, activations = 0, workspace = 0, scratch = 0, attention = 0, data = 0,
          checkpoint = 0, process = 0;  // bytes
   int slots = 0;                       // activation slots in flight (the largest stage)
   int64_t tokens_per_slot = 0;
+  // bytes per token of a micro-batch on the largest stage: kept for backward (one slot
+  // and the workspace), and backward scratch with the tile buffers (lct train's
+  // activation_bytes_per_token and scratch_bytes_per_token measure the same)
+  double stored_per_token = 0, scratch_per_token = 0;
   double total() const {
-    return weights + optimizer + activations + scratch + attention + data + checkpoint + process;
+    return weights + optimizer + activations + workspace + scratch + attention + data + checkpoint + process;
   }
 };
 

@@ -11,6 +11,8 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.attention = attention_params_of(p.model);
   p.optimizer = optimizer_config(c);
   p.precision = c.train.precision;
+  p.recompute = {c.train.recompute, int(c.train.recompute_layers)};
+  p.tile_tokens = c.train.tile_tokens;
   p.loss_on = c.train.loss_on;
   p.attention.precision = p.precision;  // what CAD plans move travels in it
   p.seq_len = c.data.seq_len;
@@ -126,6 +128,13 @@ std::string describe_run_plan(const RunPlan& p) {
     if (!p.schedule_reason.empty()) s += ": " + p.schedule_reason;
   }
   return s;
+}
+
+std::string describe_activations(const RunPlan& p) {
+  std::string s = std::string("recompute ") + recompute_name(p.recompute.mode);
+  if (p.recompute.mode != Recompute::none)
+    s += p.recompute.layers == 0 ? " (every layer)" : " (layers 0-" + std::to_string(p.recompute.layers - 1) + ")";
+  return s + ", token tiles of " + std::to_string(p.tile_tokens) + " rows";
 }
 
 }  // namespace lct

@@ -64,6 +64,8 @@ struct RunPlan {
   CadSettings cad;                 // with placement == cad
   OptimizerConfig optimizer;
   Precision precision = Precision::fp32;  // the linear layers' products (train.precision)
+  RecomputePolicy recompute;              // train.recompute, train.recompute_layers
+  int64_t tile_tokens = 4096;             // train.tile_tokens
   LossOn loss_on = LossOn::all;           // whose targets train (train.loss_on)
   int64_t seq_len = 0, micro_batches = 1;
 
@@ -79,5 +81,8 @@ RunPlan make_run_plan(const Config& config, int world);
 // "dp 2 x pp 1 x cp 1, placement cad (one exchange at a time), pipeline schedule 1f1b":
 // the layout line that --dry-run prints and the log starts with.
 std::string describe_run_plan(const RunPlan& plan);
+// "recompute full (every layer), token tiles of 4096 rows": what the log and --dry-run say
+// of train.recompute, train.recompute_layers and train.tile_tokens.
+std::string describe_activations(const RunPlan& plan);
 
 }  // namespace lct

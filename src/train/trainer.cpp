@@ -120,6 +120,8 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
       plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
     throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
   model_.set_precision(plan.precision);
+  model_.set_recompute(plan.recompute);
+  model_.set_tile_tokens(plan.tile_tokens);
   if (plan.precision == Precision::fp32)
     fp32_gemm_description_ = shared_fp32_gemm(config.train.fp32_gemm, plan.model, config.data.seq_len, grid);
   switch (plan.placement) {
@@ -302,6 +304,10 @@ StepRecord Trainer::train_step() {
   mine.exchange_bytes_per_layer = double(cp.bytes_sent) / layer_calls;
   mine.exchange_exposed_ms_per_layer = 1e3 * cp.exposed_seconds / layer_calls;
   mine.peak_rss_bytes = peak_rss_bytes();
+  int64_t largest = 1;  // tokens of this rank's largest micro-batch
+  for (const LocalBatch& local : local_) largest = std::max(largest, local.num_tokens());
+  mine.activation_bytes_per_token = double(model_.stored_bytes()) / double(largest);
+  mine.scratch_bytes_per_token = double(model_.scratch_bytes()) / double(largest);
   std::vector<int> stage_of(size_t(grid_.world_size()));
   for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
   reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
@@ -490,6 +496,7 @@ void Trainer::log_header() const {
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
            (long long)config_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
+  log_info("activations: %s", describe_activations(plan_).c_str());
   if (!fp32_gemm_description_.empty()) log_info("fp32 products: %s", fp32_gemm_description_.c_str());
   if (plan_.precision == Precision::bf16)
     log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "

@@ -1,0 +1,36 @@
+// Activation recomputation (train.recompute, train.recompute_layers): what a decoder
+// layer keeps between its forward and its backward, and what its backward recomputes.
+//
+//   none       everything the backward reads is kept (model/llama.cpp lists it)
+//   selective  the layer input x_in and the attention output O with its LSE are kept;
+//              backward recomputes the norms, the Q/K/V projections, RoPE, x_mid and
+//              the MLP's inputs, never the quadratic attention forward
+//   full       only x_in is kept; backward recomputes the whole layer forward, core
+//              attention included (through the placement, so under context parallelism
+//              or CAD every rank recomputes the same layer at the same time)
+//
+// Recomputation repeats the forward's arithmetic exactly (same products, same shapes,
+// same order), so every mode gives bit-identical gradients and parameters.
+#pragma once
+
+#include <string>
+
+namespace lct {
+
+enum class Recompute { none, selective, full };
+
+Recompute parse_recompute(const std::string& name);  // throws std::invalid_argument
+const char* recompute_name(Recompute mode);
+
+struct RecomputePolicy {
+  Recompute mode = Recompute::none;
+  // The first `layers` layers of the model recompute (Megatron's recompute_num_layers,
+  // counted over the whole model); 0 = every layer.
+  int layers = 0;
+  // The mode of layer l (an index over the whole model).
+  Recompute of(int l) const {
+    return mode != Recompute::none && (layers == 0 || l < layers) ? mode : Recompute::none;
+  }
+};
+
+}  // namespace lct

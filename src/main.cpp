@@ -17,6 +17,7 @@
 #include "src/config/config.h"
 #include "src/train/rank_agreement.h"
 #include "src/util/log.h"
+#include "src/util/machine.h"
 
 using namespace lct;
 
@@ -87,6 +88,7 @@ int run_command(int argc, char** argv, int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  choose_blas_kernels(argv);  // may re-execute lct once (src/util/machine.h)
   // Under mpirun every rank runs this; without a launcher there is no MPI at all.
   mpi_init_if_launched(&argc, &argv);
   const int rank = mpi_world_rank(), world = mpi_world_size();

@@ -63,7 +63,7 @@ run_train partial_full1 0 --train.steps 6 --train.recompute full --train.recompu
 compare "full on layer 0 only vs none" partial_none partial_full1 0 0
 
 # stored bytes per token: in the log, in metrics.jsonl and in --dry-run, falling with
-# the mode (the default model's 4 layers, shorter runs)
+# the mode (shorter runs)
 for mode in none selective full; do
   run_train "bytes_$mode" 0 --train.recompute "$mode" --train.steps 2
   grep -q "recompute $mode" "bytes_$mode.log" || { cat "bytes_$mode.log"; echo "FAIL: the log does not name recompute $mode"; exit 1; }

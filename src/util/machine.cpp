@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -42,19 +43,39 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+namespace {
+constexpr const char* kChosenFrom = "LCT_OPENBLAS_CHOSE";  // what OpenBLAS picked itself, before lct set the core
+
+bool blas_core_uses_avx512(std::string core) {
+  for (char& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return core == "skylakex" || core == "cooperlake" || core == "sapphirerapids";
+}
+}  // namespace
+
+void choose_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv(kChosenFrom)) return;  // the user's, or done
+  const std::string core = openblas_get_corename();
+  if (blas_core_uses_avx512(core) || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq"))
+    return;
+  setenv("OPENBLAS_CORETYPE", __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX", 1);
+  setenv(kChosenFrom, core.c_str(), 1);
+  execv("/proc/self/exe", argv);  // returns only on failure: run on as loaded
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
 std::string blas_description() {
   const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const char* chose = std::getenv(kChosenFrom);
   return std::string("OpenBLAS ") + openblas_get_corename() +
-         (env ? std::string(" (OPENBLAS_CORETYPE=") + env + ")" : std::string());
+         (env ? std::string(" (OPENBLAS_CORETYPE=") + env +
+                    (chose ? std::string(", set by lct: OpenBLAS chose ") + chose + " on this CPU" : std::string()) + ")"
+              : std::string());
 }
 
 std::string blas_capability_warning() {
-  std::string core = openblas_get_corename();
-  std::string lower = core;
-  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  const bool blas_uses_avx512 =
-      lower == "skylakex" || lower == "cooperlake" || lower == "sapphirerapids";
-  if (blas_uses_avx512 || !__builtin_cpu_supports("avx512f")) return "";
+  const std::string core = openblas_get_corename();
+  if (blas_core_uses_avx512(core) || !__builtin_cpu_supports("avx512f")) return "";
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   return "OpenBLAS runs its " + core + " kernels (no AVX-512) on a CPU with AVX-512" +
          (env ? std::string(" because OPENBLAS_CORETYPE=") + env + " is set" : std::string()) +

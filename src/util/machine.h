@@ -18,6 +18,14 @@ std::string cache_folder();
 // Non-empty when OpenBLAS runs kernels below what the CPU supports (AVX2 kernels on an
 // AVX-512 CPU, typically forced by OPENBLAS_CORETYPE): says so and how to change it.
 std::string blas_capability_warning();
+// OpenBLAS picks its kernels when the library loads, before main. Where it picked kernels
+// without AVX-512 on a CPU with AVX-512 while OPENBLAS_CORETYPE is unset (bookworm's
+// OpenBLAS 0.3.21 takes newer Xeons for Prescott, SSE3 only: 4x slower attention), this
+// sets OPENBLAS_CORETYPE to the kernels the CPU can run (Cooperlake with AVX512-BF16,
+// else SkylakeX) and re-executes the program once, before MPI starts; an explicit
+// OPENBLAS_CORETYPE is always kept. Returns only when nothing is to be done (or the
+// re-execution failed, which leaves the kernels as they were).
+void choose_blas_kernels(char** argv);
 
 // A "Name:   <n> kB" field of a /proc file (/proc/self/status, /proc/meminfo) in bytes;
 // -1 when absent.

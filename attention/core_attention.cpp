@@ -118,27 +118,77 @@ static void check_params(const AttentionParams& p) {
   }
 }
 
+namespace {
+
+// One chunk of a call's tasks: rebased so that its query rows start at row 0 of
+// q + q0 rows and its key rows at row 0 of k + kv0 rows.
+struct TaskChunk {
+  std::vector<AttentionTask> tasks;
+  int64_t q0 = 0, kv0 = 0;
+};
+
+// Consecutive runs of `tasks` whose query rows and key rows each span at most
+// max(kAttentionChunkRows, the run's largest task), calling f(chunk) for each, in order.
+// (thread_local: grow-only, so steady-state steps allocate nothing)
+template <typename F>
+void for_each_chunk(std::span<const AttentionTask> tasks, F&& f) {
+  thread_local TaskChunk chunk;
+  size_t i = 0;
+  while (i < tasks.size()) {
+    int64_t qlo = INT64_MAX, qhi = 0, klo = INT64_MAX, khi = 0;
+    size_t j = i;
+    for (; j < tasks.size(); ++j) {
+      const AttentionTask& t = tasks[j];
+      const int64_t nqlo = std::min(qlo, t.q_row), nqhi = std::max(qhi, t.q_row + t.q_len);
+      const int64_t nklo = std::min(klo, t.kv_row), nkhi = std::max(khi, t.kv_row + t.kv_len);
+      const int64_t own = std::max<int64_t>({kAttentionChunkRows, t.q_len, t.kv_len});
+      if (j > i && (nqhi - nqlo > own || nkhi - nklo > own)) break;
+      qlo = nqlo, qhi = nqhi, klo = nklo, khi = nkhi;
+    }
+    chunk.tasks.assign(tasks.begin() + ptrdiff_t(i), tasks.begin() + ptrdiff_t(j));
+    chunk.q0 = qlo == INT64_MAX ? 0 : qlo;
+    chunk.kv0 = klo == INT64_MAX ? 0 : klo;
+    for (AttentionTask& t : chunk.tasks) t.q_row -= chunk.q0, t.kv_row -= chunk.kv0;
+    f(chunk);
+    i = j;
+  }
+}
+
+}  // namespace
+
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                        const float* q, const float* k, const float* v, float* out, float* lse) {
   check_params(params);
-  switch (params.kernel) {
-    case AttentionKernel::causal:
-    case AttentionKernel::dca:
-      blocked_attention_forward(params, tasks, q, k, v, out, lse);
-      return;
-  }
+  const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
+  const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
+  for_each_chunk(tasks, [&](const TaskChunk& c) {
+    const int64_t qo = c.q0 * ldq, ko = c.kv0 * ldk;
+    blocked_attention_forward(params, c.tasks, q + qo, k + ko, v + ko, out + qo, lse + c.q0 * params.num_heads);
+  });
 }
 
 void attention_backward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                         const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   check_params(params);
-  switch (params.kernel) {
-    case AttentionKernel::causal:
-    case AttentionKernel::dca:
-      blocked_attention_backward(params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
-      return;
-  }
+  const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
+  const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
+  for_each_chunk(tasks, [&](const TaskChunk& c) {
+    const int64_t qo = c.q0 * ldq, ko = c.kv0 * ldk;
+    blocked_attention_backward(params, c.tasks, q + qo, k + ko, v + ko, out + qo, lse + c.q0 * params.num_heads,
+                               dout + qo, dq + qo, dk + ko, dv + ko);
+  });
+}
+
+int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads) {
+  const int64_t qdim = int64_t(params.num_heads) * params.head_dim;
+  const int64_t kvdim = int64_t(params.num_kv_heads) * params.head_dim;
+  int64_t per_row = 4 * int64_t(params.num_heads) + 4 * int64_t(std::max(0, threads - 1)) * qdim;  // D, dQ partials
+  if (params.precision == Precision::bf16)
+    per_row += std::max<int64_t>(6 * kvdim + 4 * kvdim, 8 * kvdim);  // bf16 K, V, K^T and pair words; or rounded copies
+  // the threads' tiles: a generous bound on blocked_attention's (a few 64 x 64 blocks each)
+  const int64_t tiles = int64_t(std::max(1, threads)) * 64 * (4 * params.head_dim + 1024) * 4 * 4;
+  return per_row * (rows + 2) + tiles;
 }
 
 void attention_release_workspace() { blocked_attention_release_workspace(); }

@@ -133,6 +133,16 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
 void merge_attention_partial(float* out, float* lse, const float* part_out,
                              const float* part_lse, int64_t rows, int heads, int head_dim);
 
+// attention_forward and attention_backward hand the kernel consecutive runs of the
+// tasks whose query rows and key rows each span at most max(kAttentionChunkRows, the
+// run's largest task), so the kernel's scratch grows with the longest document (or
+// 64K rows), not with the batch: 1M packed tokens need no 1M-row buffers.
+constexpr int64_t kAttentionChunkRows = 65536;
+// An upper bound of that scratch for runs of `rows` rows on `threads` threads (memory
+// budgets): D = rowsum(dO * O), the other threads' dQ partials, bf16 copies of K and V
+// (train.precision = bf16), the threads' tiles.
+int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads);
+
 // The kernels keep grow-only scratch per calling thread (tiles, D = rowsum(dO*O), and
 // per-thread dQ partials sized by the largest batch seen), so steady-state steps
 // allocate nothing. This frees it, e.g. between benchmarks of different lengths.

@@ -45,6 +45,11 @@ namespace lct {
 //
 // and in reverse for backward, on the slot's residual-stream gradient dx. The first
 // stage embeds; the last computes the loss and its gradient dx in head_forward_backward.
+// The token-linear phases run over the slot's rows in token tiles (train.tile_tokens).
+// With recomputation (model/recompute.h) a layer keeps only x_in (and, selective, o and
+// lse) in the slot: its forward writes q, k, v (and o, lse) to the lane's workspace and
+// the tile's intermediates to the tile buffers, and stage_backward repeats what the layer
+// did not keep, layer by layer, just before differentiating it.
 // Between stages the executor moves stage_output() forward and residual_grad() back.
 // forward_backward() composes every phase for one micro-batch in one process.
 //

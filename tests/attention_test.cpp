@@ -6,6 +6,7 @@
 #include <limits>
 #include <tuple>
 
+#include "attention/blocked_attention.h"
 #include "attention/core_attention.h"
 #include "tests/test_util.h"
 
@@ -226,6 +227,33 @@ TEST(Attention, TaskSplitDocumentEqualsUnsplit) {
   for (size_t i = 0; i < whole.dq.size(); ++i) EXPECT_NEAR(split.dq[i], whole.dq[i], 1e-5);
   for (size_t i = 0; i < whole.dk.size(); ++i) EXPECT_NEAR(split.dk[i], whole.dk[i], 1e-5);
   for (size_t i = 0; i < whole.dv.size(); ++i) EXPECT_NEAR(split.dv[i], whole.dv[i], 1e-5);
+}
+
+// A batch longer than kAttentionChunkRows runs in chunks of whole tasks (the kernel's
+// scratch bounded by the chunk): against float64 like any batch, the forward bit for bit
+// what one unchunked kernel call gives (a query row's O and LSE come from its own task
+// alone), and the backward within fp32 summation order of it (dQ's per-thread partials
+// are summed in another grouping).
+TEST(Attention, BatchesLongerThanAChunkRunInChunks) {
+  Problem pr{2, 1, 8, {0}};
+  while (pr.cu.back() < 2 * kAttentionChunkRows + 5000) pr.cu.push_back(pr.cu.back() + 97 + int32_t(pr.cu.size() % 13));
+  expect_matches_dense(pr);
+  const KernelRun chunked = run_kernel(pr, 31);
+  KernelRun whole = chunked;
+  std::fill(whole.o.begin(), whole.o.end(), 0.0f);
+  std::fill(whole.lse.begin(), whole.lse.end(), 0.0f);
+  std::fill(whole.dq.begin(), whole.dq.end(), 0.0f);
+  std::fill(whole.dk.begin(), whole.dk.end(), 0.0f);
+  std::fill(whole.dv.begin(), whole.dv.end(), 0.0f);
+  const std::vector<AttentionTask> tasks = tasks_for_documents(pr.cu);
+  blocked_attention_forward(pr.params(), tasks, whole.q.data(), whole.k.data(), whole.v.data(), whole.o.data(),
+                            whole.lse.data());
+  blocked_attention_backward(pr.params(), tasks, whole.q.data(), whole.k.data(), whole.v.data(), whole.o.data(),
+                             whole.lse.data(), whole.dout.data(), whole.dq.data(), whole.dk.data(), whole.dv.data());
+  EXPECT_EQ(chunked.o, whole.o);
+  EXPECT_EQ(chunked.lse, whole.lse);
+  for (auto [a, b] : {std::pair{&chunked.dq, &whole.dq}, {&chunked.dk, &whole.dk}, {&chunked.dv, &whole.dv}})
+    for (size_t i = 0; i < a->size(); ++i) ASSERT_NEAR((*a)[i], (*b)[i], 1e-6 * (1 + std::fabs((*b)[i]))) << i;
 }
 
 // bf16 (AttentionParams::precision): both ways of computing it (the AVX512-BF16 kernel

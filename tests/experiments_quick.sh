@@ -24,6 +24,8 @@ check cad_ablations experiment source ranks tolerance pingpong pairs_after_max_o
   mib_exchanged_per_rank tokens_per_s idle_percent
 check placements source mix ranks seq_len placement tokens_per_s speedup_over_colocated idle_percent
 check memory placement ranks seq_len tokens_per_rank peak_activation_mib peak_rss_mib activation_vs_colocated
+check recompute seq_len precision recompute estimate_gib fits peak_rss_gib estimate_over_peak step_s step_vs_none \
+  stored_kib_per_token scratch_kib_per_token
 check attention_kernel distribution kernel tokens documents fwd_gflops bwd_gflops fwd_vs_sgemm bwd_vs_sgemm \
   fwd_bwd_vs_sgemm sgemm_gflops dca_time_vs_causal
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The memory budget (issue 14, finding 9): lct train --dry-run's estimate per rank is
-# within 20% of the measured peak RSS of the largest rank (one process, dp = 2, pp = 2,
-# cp = 2, CAD); impossible sizes (sequence length, micro-batches, DCA chunk size, an
+# The memory budget (issue 14, finding 9; issue 35): lct train --dry-run's estimate per
+# rank is an upper bound of the measured peak RSS of the largest rank, at most 15% above
+# it (one process, dp = 2, pp = 2, cp = 2, CAD; train.recompute none, selective and
+# full; fp32 and bf16); impossible sizes (sequence length, micro-batches, DCA chunk size, an
 # address-space limit, crafted checkpoint attributes) are refused with one line before
 # anything is written, with exit code 1.
 set -uo pipefail
@@ -40,7 +41,7 @@ import sys
 label, est, peak_kib = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 peak = peak_kib / 1024
 err = est / peak - 1
-ok = abs(err) <= 0.20
+ok = 0 <= err <= 0.15
 print(f"{'ok  ' if ok else 'FAIL'} memory estimate {label}: {est:.0f} MiB estimated, {peak:.0f} MiB measured ({100 * err:+.1f}%)")
 sys.exit(0 if ok else 1)
 PY
@@ -57,6 +58,9 @@ check "dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.dp 2
 check "pp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4
 check "cp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2
 check "cad_dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad
+check "one_process_16k_full_bf16" 1 "${common[@]}" --data.seq_len 16384 --train.recompute full --train.precision bf16
+check "pp2_8k_selective" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4 --train.recompute selective
+check "cad_dp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad --train.recompute full
 fi
 
 refused() {  # message args...

@@ -10,6 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
+#include "attention/core_attention.h"
 #include "model/llama.h"
 #include "parallel/pipeline_schedule.h"
 #include "src/util/machine.h"
@@ -112,6 +115,13 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
+  // the attention kernel's own scratch: runs of at most max(64K, the longest document)
+  // rows (attention/core_attention.h), on every core of the rank at most
+  const double kernel_rows = std::min(double(plan.seq_len),
+                                      std::max(double(kAttentionChunkRows), double(config.data.max_doc_len)));
+  const int threads = config.train.threads > 0 ? int(std::min<int64_t>(config.train.threads, 1 << 16))
+                                               : std::max(1, omp_get_num_procs());
+  e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory

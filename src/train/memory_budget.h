@@ -13,7 +13,8 @@
 //                what a layer keeps follows train.recompute (model/recompute.h)
 //   workspace    recomputation: one layer's whole-sequence Q, K, V (and, full, O and
 //                LSE) per lane
-//   scratch      backward scratch, LM-head logit rows, RoPE table
+//   scratch      backward scratch, token-tile buffers, LM-head logit rows, RoPE table,
+//                the attention kernel's scratch (runs of at most max(64K, longest document) rows)
 //   attention    placement buffers: context-parallel K/V blocks, CAD's exchanged rows
 //   data         the step's packed micro-batches, a text corpus held in memory
 //   checkpoint   rank 0: the checkpoint built in memory, its image and the verify pass

@@ -60,7 +60,17 @@ check "cp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2
 check "cad_dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad
 check "one_process_16k_full_bf16" 1 "${common[@]}" --data.seq_len 16384 --train.recompute full --train.precision bf16
 check "pp2_8k_selective" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4 --train.recompute selective
-check "cad_dp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad --train.recompute full
+check "cp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2 --train.recompute full
+# a 32K vocabulary: the LM head and the loss run in token tiles of 512-row chunks, so the
+# step never holds the sequence's logits (16K x 32K floats = 2 GiB); the estimate holds
+check "vocab32k_16k_full" 1 "${common[@]}" --data.seq_len 16384 --model.vocab_size 32768 --train.recompute full \
+  --data.source synthetic
+peak=$(cat peak.vocab32k_16k_full.* 2>/dev/null | awk '{print $2}' | sort -n | tail -1)
+if [[ -n $peak && $peak -lt $((16384 * 32768 * 4 / 1024)) ]]; then
+  echo "ok   32K vocabulary at 16K tokens: peak $((peak / 1024)) MiB, below the 2048 MiB of its logits"
+else
+  fail "32K vocabulary at 16K tokens: peak ${peak:-?} KiB, not below its logits' 2 GiB"
+fi
 fi
 
 refused() {  # message args...

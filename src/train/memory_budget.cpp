@@ -122,6 +122,17 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   const int threads = config.train.threads > 0 ? int(std::min<int64_t>(config.train.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
+  if (plan.precision == Precision::bf16) {  // the bf16 products' dense copies of their two operands
+    const double widest = std::max({double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
+    const double rows = std::min(T, double(plan.tile_tokens));
+    e.scratch += 2 * std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size)) * 2;
+  }
+  // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
+  // working buffers and primitive scratchpads, and OpenMPI's shared-memory segments
+  // between ranks; an allowance (not derived: the libraries do not say), set from peak
+  // RSS measured above the other parts at 8K-16K tokens (7-14 MiB per thread, 16-28
+  // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)
+  e.libraries = 16.0 * 1048576 * threads + (plan.world > 1 ? 16.0 * 1048576 : 0);
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
@@ -141,7 +152,7 @@ std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a)
     << " | activations " << bytes_text(e.activations) << " (" << e.slots << " slot(s) x " << e.tokens_per_slot
     << " tokens) | recompute workspace " << bytes_text(e.workspace) << "\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
     << " | data " << bytes_text(e.data) << " | checkpoint image (rank 0) " << bytes_text(e.checkpoint)
-    << " | process " << bytes_text(e.process);
+    << " | libraries " << bytes_text(e.libraries) << " | process " << bytes_text(e.process);
   char per_token[128];
   std::snprintf(per_token, sizeof per_token, "\n  stored per token: %.1f KiB kept for backward, %.1f KiB scratch",
                 e.stored_per_token / 1024, e.scratch_per_token / 1024);
@@ -155,7 +166,7 @@ std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& 
   std::vector<std::pair<double, std::string>> parts = {
       {e.weights + e.optimizer, "weights, gradients and optimizer"}, {e.activations + e.workspace, "activations"},
       {e.scratch, "scratch and RoPE table"}, {e.attention, "attention buffers"},
-      {e.data, "micro-batches and corpus"}, {e.checkpoint, "checkpoint image"}, {e.process, "process"}};
+      {e.data, "micro-batches and corpus"}, {e.checkpoint, "checkpoint image"}, {e.process + e.libraries, "process and libraries"}};
   std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
   std::string largest;
   for (size_t i = 0; i < 3; ++i) largest += (i ? ", " : "") + parts[i].second + " " + bytes_text(parts[i].first);

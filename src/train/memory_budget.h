@@ -18,6 +18,7 @@
 //   attention    placement buffers: context-parallel K/V blocks, CAD's exchanged rows
 //   data         the step's packed micro-batches, a text corpus held in memory
 //   checkpoint   rank 0: the checkpoint built in memory, its image and the verify pass
+//   libraries    BLAS and oneDNN working buffers per thread, MPI's shared memory (an allowance)
 //   process      what the process holds already (libraries, MPI), measured
 // Available: available_memory (src/util/machine.h).
 #pragma once
@@ -33,7 +34,7 @@ namespace lct {
 
 struct MemoryEstimate {
   double weights = 0, optimizer = 0, activations = 0, workspace = 0, scratch = 0, attention = 0, data = 0,
-         checkpoint = 0, process = 0;  // bytes
+         checkpoint = 0, libraries = 0, process = 0;  // bytes
   int slots = 0;                       // activation slots in flight (the largest stage)
   int64_t tokens_per_slot = 0;
   // bytes per token of a micro-batch on the largest stage: kept for backward (one slot
@@ -41,7 +42,8 @@ struct MemoryEstimate {
   // activation_bytes_per_token and scratch_bytes_per_token measure the same)
   double stored_per_token = 0, scratch_per_token = 0;
   double total() const {
-    return weights + optimizer + activations + workspace + scratch + attention + data + checkpoint + process;
+    return weights + optimizer + activations + workspace + scratch + attention + data + checkpoint + libraries +
+           process;
   }
 };
 

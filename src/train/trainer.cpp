@@ -123,7 +123,9 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
   if (plan.precision == Precision::fp32)
-    fp32_gemm_description_ = shared_fp32_gemm(config.train.fp32_gemm, plan.model, config.data.seq_len, grid);
+    // (the products run on token tiles: their row count is a tile's, at most)
+    fp32_gemm_description_ = shared_fp32_gemm(config.train.fp32_gemm, plan.model,
+                                               std::min(plan.seq_len, plan.tile_tokens), grid);
   switch (plan.placement) {
     case Placement::cad: {
       CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);

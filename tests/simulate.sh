@@ -28,6 +28,22 @@ cad4=$(sim --ranks 4 --attention.placement cad --train.micro_batches 2 --attenti
 cad_time=$(sim --ranks 2 --attention.placement cad)
 pp=$(sim --ranks 2 --parallel.pp 2 --train.micro_batches 4)
 cp=$(sim --ranks 2 --parallel.cp 2)
+# recomputation: the same calibration, so its cost and its memory are the only changes
+rc_none=$(sim --ranks 2 --train.recompute none)
+rc_sel=$(sim --ranks 2 --train.recompute selective)
+rc_full=$(sim --ranks 2 --train.recompute full)
+/usr/bin/python3 - "$rc_none" "$rc_sel" "$rc_full" <<'PY'
+import json, sys
+none, sel, full = (json.loads(a) for a in sys.argv[1:])
+assert none["recompute"] == "none" and sel["recompute"] == "selective" and full["recompute"] == "full"
+assert none["step_seconds"] < sel["step_seconds"] < full["step_seconds"], (none, sel, full)
+assert none["memory_per_rank_bytes"] > sel["memory_per_rank_bytes"] > full["memory_per_rank_bytes"], (none, sel, full)
+assert full["calibration"]["recompute_attention_per_pair_layer"] > 0 == sel["calibration"]["recompute_attention_per_pair_layer"]
+assert none["stored_bytes_per_token"] > sel["stored_bytes_per_token"] > full["stored_bytes_per_token"] > 0
+print(f"ok   simulate recompute: step {none['step_seconds']*1e3:.1f} / {sel['step_seconds']*1e3:.1f} / "
+      f"{full['step_seconds']*1e3:.1f} ms, memory {none['memory_per_rank_bytes']/2**20:.0f} / "
+      f"{sel['memory_per_rank_bytes']/2**20:.0f} / {full['memory_per_rank_bytes']/2**20:.0f} MiB (none / selective / full)")
+PY
 /usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" "$pp" "$cp" "$cad_time" <<'PY'
 import json, sys
 one, col, pack, cad, again, single, cad4, pp, cp, cad_time = (json.loads(a) for a in sys.argv[1:])

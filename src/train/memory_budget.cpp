@@ -128,11 +128,12 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
     e.scratch += 2 * std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size)) * 2;
   }
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
-  // working buffers and primitive scratchpads, and OpenMPI's shared-memory segments
-  // between ranks; an allowance (not derived: the libraries do not say), set from peak
-  // RSS measured above the other parts at 8K-16K tokens (7-14 MiB per thread, 16-28
+  // working buffers and primitive scratchpads (more on a run that first measures the
+  // fp32 library, src/train/fp32_gemm.h), and OpenMPI's shared-memory segments between
+  // ranks; an allowance (not derived: the libraries do not say), set from peak RSS
+  // measured above the other parts at 8K-16K tokens (up to 29 MiB for one thread, 16-28
   // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)
-  e.libraries = 16.0 * 1048576 * threads + (plan.world > 1 ? 16.0 * 1048576 : 0);
+  e.libraries = 32.0 * 1048576 * threads + (plan.world > 1 ? 16.0 * 1048576 : 0);
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory

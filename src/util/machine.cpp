@@ -60,8 +60,15 @@ void choose_blas_kernels(char** argv) {
     return;
   setenv("OPENBLAS_CORETYPE", __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX", 1);
   setenv(kChosenFrom, core.c_str(), 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: run on as loaded
+  // the binary's own path, not /proc/self/exe: the process keeps its name (ps, pgrep)
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);  // returns only on failure: run on as loaded
+  }
   unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kChosenFrom);
 }
 
 std::string blas_description() {

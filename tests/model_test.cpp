@@ -27,14 +27,7 @@ PackedBatch make_batch(const std::vector<int32_t>& tokens, const std::vector<int
   return b;
 }
 
-void randomize(LlamaModel& m, uint64_t seed) {
-  // larger than the training init so every path carries signal; norms near 1
-  auto r = random_vector(int64_t(m.params.size()), seed, 0.4);
-  for (const TensorSpec& s : m.table().specs())
-    for (int64_t i = 0; i < s.numel; ++i)
-      m.params[size_t(s.offset + i)] = s.init == TensorInit::ones ? 1.0f + r[size_t(s.offset + i)] * 0.5f
-                                                                  : r[size_t(s.offset + i)];
-}
+void randomize(LlamaModel& m, uint64_t seed) { randomize_params(m.table(), m.params, seed); }
 
 void check_model_gradients(bool tied) {
   LlamaModel m(tiny_config(tied));

@@ -32,14 +32,6 @@ PackedBatch batch_of(int64_t T, const std::vector<int32_t>& cu) {
   return b;
 }
 
-void randomize(LlamaModel& m, uint64_t seed) {
-  auto r = random_vector(int64_t(m.params.size()), seed, 0.4);
-  for (const TensorSpec& s : m.table().specs())
-    for (int64_t i = 0; i < s.numel; ++i)
-      m.params[size_t(s.offset + i)] = s.init == TensorInit::ones ? 1.0f + r[size_t(s.offset + i)] * 0.5f
-                                                                  : r[size_t(s.offset + i)];
-}
-
 struct Result {
   double loss = 0;
   std::vector<float> grads;
@@ -52,7 +44,7 @@ Result run(const LlamaConfig& c, Precision precision, const RecomputePolicy& pol
   m.set_precision(precision);
   m.set_recompute(policy);
   m.set_tile_tokens(tile);
-  randomize(m, 11);
+  randomize_params(m.table(), m.params, 11);
   m.zero_grads();
   const float scale = 1.0f / float(b.num_targets());
   Result r;

@@ -10,6 +10,7 @@
 
 #include "data/rng.h"
 #include "model/llama_config.h"
+#include "model/tensor_table.h"
 
 namespace lct::test {
 
@@ -85,6 +86,17 @@ inline std::vector<int64_t> every_nth_index(int64_t n, int64_t step) {
 }
 
 inline std::vector<int64_t> all_indices(int64_t n) { return every_nth_index(n, 1); }
+
+// Parameters larger than the training init, so every path carries signal; norm
+// weights near 1.
+inline void randomize_params(const TensorTable& table, std::vector<float>& params, uint64_t seed) {
+  const std::vector<float> r = random_vector(int64_t(params.size()), seed, 0.4);
+  for (const TensorSpec& s : table.specs())
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const size_t k = size_t(s.offset + i);
+      params[k] = s.init == TensorInit::ones ? 1.0f + r[k] * 0.5f : r[k];
+    }
+}
 
 inline std::vector<double> pick(const std::vector<float>& v, const std::vector<int64_t>& idx) {
   std::vector<double> r;

@@ -119,20 +119,22 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
 
   const float* kg = keys.k + t.kv_row * geo.ldk + g * hd;
   const float* vg = keys.v + t.kv_row * geo.ldk + g * hd;
-  const int64_t key_end = visible_keys(t, i0 + n - 1);  // the last row sees the most keys
-  const int64_t seen_by_all = visible_keys(t, i0);
+  const TileKeys tk = tile_keys(geo, t, i0, i0 + n);
 
-  // Key ranges that share one query rotation. Causal: all keys, Q as given. DCA (the
-  // tile lies in chunk c): keys of chunks < c-1 (inter), of chunk c-1 (successive),
-  // of chunk c (intra), by in-document offset.
+  // Key ranges that share one query rotation. Causal: the tile's keys, Q as given (the
+  // mask's sink range, then its band). DCA (causal only; the tile lies in chunk c):
+  // keys of chunks < c-1 (inter), of chunk c-1 (successive), of chunk c (intra), by
+  // in-document offset.
   struct Part {
     int64_t lo, hi;
     int64_t chunk_distance;
   } parts[3];
   int num_parts = 0;
   if (!geo.dca) {
-    parts[num_parts++] = {0, key_end, kNoRotation};
+    if (tk.sink_end > 0) parts[num_parts++] = {0, tk.sink_end, kNoRotation};
+    parts[num_parts++] = {tk.lo, tk.hi, kNoRotation};
   } else {
+    const int64_t key_end = tk.hi;
     const int64_t c = (t.q_pos + i0) / geo.s;
     const int64_t b1 = std::clamp<int64_t>((c - 1) * geo.s - t.kv_pos, 0, key_end);
     const int64_t b2 = std::clamp<int64_t>(c * geo.s - t.kv_pos, 0, key_end);
@@ -143,13 +145,18 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
 
   // Qp = logit scale * (rotated) Q, so S = Qp K^T are the logits.
   const float factor = logit_scale(geo, t);
+  float* qp = nullptr;
+  int64_t packed_for = kNoRotation - 1;  // the rotation qp holds (none yet)
   for (int pi = 0; pi < num_parts; ++pi) {
     const Part& part = parts[pi];
     if (part.lo >= part.hi) continue;
-    float* qp = qp_parts + pi * geo.mp * hd;
-    pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance, arith != Arith::fp32);
-    if (arith == Arith::bf16_rounded) round_rows(qp, M, hd, hd);
-    if (native) bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
+    if (part.chunk_distance != packed_for) {  // the two ranges of a mask share one packing
+      qp = qp_parts + pi * geo.mp * hd;
+      pack_rows(geo, t, g, i0, n, q, factor, qp, part.chunk_distance, arith != Arith::fp32);
+      if (arith == Arith::bf16_rounded) round_rows(qp, M, hd, hd);
+      if (native) bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
+      packed_for = part.chunk_distance;
+    }
     for (int64_t j0 = part.lo; j0 < part.hi; j0 += kKeyBlock) {
       const int64_t m = std::min(kKeyBlock, part.hi - j0);
       // S [M, m] = Qp K_blk^T
@@ -160,28 +167,36 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
       else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
                     int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
-      const bool crosses_diagonal = j0 + m > seen_by_all;
       for (int64_t r = 0; r < M; ++r) {
         float* sr = s + r * kKeyBlock;
-        const int64_t valid =
-            crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - j0, 0, m) : m;
-        if (valid == 0) {  // the row sees none of this block: P row is zero
+        // the row reads columns [0, s1) and [b0, b1) of this block (causal: [0, b1))
+        const RowColumns rc = row_columns(geo, t, i0 + r % n, j0, m);
+        if (rc.count() == 0) {  // the row sees none of this block: P row is zero
           std::fill(sr, sr + m, 0.0f);
           continue;
         }
         float mx = row_max[r];
 #pragma omp simd reduction(max : mx)
-        for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, sr[c]);
+        for (int64_t c = 0; c < rc.s1; ++c) mx = std::max(mx, sr[c]);
+#pragma omp simd reduction(max : mx)
+        for (int64_t c = rc.b0; c < rc.b1; ++c) mx = std::max(mx, sr[c]);
         // online softmax: rescale the running sum and accumulator to the new max
         const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < valid; ++c) {
+        for (int64_t c = 0; c < rc.s1; ++c) {
           const float e = fast_exp(sr[c] - mx);
           sr[c] = e;
           sum += e;
         }
-        std::fill(sr + valid, sr + m, 0.0f);
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = rc.b0; c < rc.b1; ++c) {
+          const float e = fast_exp(sr[c] - mx);
+          sr[c] = e;
+          sum += e;
+        }
+        std::fill(sr + rc.s1, sr + rc.b0, 0.0f);
+        std::fill(sr + rc.b1, sr + m, 0.0f);
         row_sum[r] = row_sum[r] * correction + sum;
         row_max[r] = mx;
         if (correction != 1.0f) {
@@ -255,10 +270,18 @@ void group_tasks_by_keys(std::span<const AttentionTask> tasks, Workspace& ws) {
 }
 
 // Pairs (query, key) of task t whose key lies in task-local keys [c0, c1).
-int64_t pairs_in_keys(const AttentionTask& t, int64_t c0, int64_t c1) {
+int64_t pairs_in_keys(const Geometry& geo, const AttentionTask& t, int64_t c0, int64_t c1) {
   int64_t pairs = 0;
-  for (int64_t c = c0; c < c1; ++c)
-    pairs += std::clamp<int64_t>(int64_t(t.q_pos) + t.q_len - t.kv_pos - c, 0, t.q_len);
+  if (geo.mask->causal()) {
+    for (int64_t c = c0; c < c1; ++c)
+      pairs += std::clamp<int64_t>(int64_t(t.q_pos) + t.q_len - t.kv_pos - c, 0, t.q_len);
+    return pairs;
+  }
+  const int64_t q0 = t.q_pos, q1 = int64_t(t.q_pos) + t.q_len;  // [q0, q1)
+  for (int64_t c = c0; c < c1; ++c) {
+    const MaskQueries q = mask_queries(*geo.mask, t.prefix_len, t.segment_pos, int64_t(t.kv_pos) + c);
+    pairs += std::max<int64_t>(0, std::min(q.last + 1, q1) - std::max(q.first, q0));
+  }
   return pairs;
 }
 
@@ -286,13 +309,13 @@ void backward_key_block(const Geometry& geo, bool rounded, std::span<const Atten
     const float* vc = v + (t.kv_row + c0) * geo.ldk + g * hd;
     float* dkc = dk + (t.kv_row + c0) * geo.ldk + g * hd;
     float* dvc = dv + (t.kv_row + c0) * geo.ldk + g * hd;
-    // first query row that sees key c0
-    const int64_t i_first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 - t.q_pos, 0, t.q_len);
+    // the query rows that read any of keys [c0, c1)
+    const auto [i_first, i_end] = key_block_queries(geo, t, c0, c1);
     const float factor = logit_scale(geo, t);
     const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;  // one chunk per block
 
-    for (int64_t i0 = i_first, i1; i0 < t.q_len; i0 = i1) {
-      i1 = query_tile_end(geo, t, i0);
+    for (int64_t i0 = i_first, i1; i0 < i_end; i0 = i1) {
+      i1 = std::min(query_tile_end(geo, t, i0), i_end);
       const int64_t n = i1 - i0, M = geo.G * n;
       const int64_t chunk_distance =
           geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
@@ -307,16 +330,18 @@ void backward_key_block(const Geometry& geo, bool rounded, std::span<const Atten
       // forward was S = Qp K^T, P = exp(S - LSE)        [M, mc]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, qp,
                   int(hd), kc, int(geo.ldk), 0.0f, p, int(kKeyBlock));
-      const bool crosses_diagonal = visible_keys(t, i0) < c1;
       for (int64_t r = 0; r < M; ++r) {
         float* pr = p + r * kKeyBlock;
-        int64_t valid =
-            crosses_diagonal ? std::clamp<int64_t>(visible_keys(t, i0 + r % n) - c0, 0, mc) : mc;
-        if (lse_p[r] == kNegInf) valid = 0;
+        // the row reads columns [0, s1) and [b0, b1) of this block (causal: [0, b1))
+        RowColumns rc = row_columns(geo, t, i0 + r % n, c0, mc);
+        if (lse_p[r] == kNegInf) rc = {0, 0, 0};
         const float shift = lse_p[r];
 #pragma omp simd
-        for (int64_t c = 0; c < valid; ++c) pr[c] = fast_exp(pr[c] - shift);
-        std::fill(pr + valid, pr + mc, 0.0f);
+        for (int64_t c = 0; c < rc.s1; ++c) pr[c] = fast_exp(pr[c] - shift);
+#pragma omp simd
+        for (int64_t c = rc.b0; c < rc.b1; ++c) pr[c] = fast_exp(pr[c] - shift);
+        std::fill(pr + rc.s1, pr + rc.b0, 0.0f);
+        std::fill(pr + rc.b1, pr + mc, 0.0f);
       }
       // dP [M, mc] = dO V_blk^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(mc), int(hd), 1.0f, dop,
@@ -369,7 +394,8 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
     for (int64_t i0 = 0, i1; i0 < t.q_len; i0 = i1) {
       i1 = query_tile_end(geo, t, i0);
       const int64_t n = i1 - i0;
-      const int64_t cost = n * (visible_keys(t, i1 - 1) + 1);
+      const TileKeys tk = tile_keys(geo, t, i0, i1);
+      const int64_t cost = n * (tk.sink_end + tk.hi - tk.lo + 1);
       for (int64_t g = 0; g < geo.KV; ++g)
         items.push_back({int32_t(ti), int32_t(g), int32_t(i0), int32_t(n), cost});
     }
@@ -441,7 +467,7 @@ void blocked_attention_backward(const AttentionParams& params,
         const AttentionTask& t = tasks[ws.task_order[idx]];
         const int64_t c0 = std::max<int64_t>(r0 - t.kv_row, 0);
         const int64_t c1 = std::min<int64_t>(r1 - t.kv_row, t.kv_len);
-        if (c0 < c1) cost += pairs_in_keys(t, c0, c1);
+        if (c0 < c1) cost += pairs_in_keys(geo, t, c0, c1);
       }
       if (cost == 0) continue;
       for (int64_t g = 0; g < geo.KV; ++g) items.push_back({gi, int32_t(g), r0, r1, cost, 0});

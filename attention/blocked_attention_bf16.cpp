@@ -112,12 +112,13 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
     const uint16_t* ktc = keys.kt + g * hd * keys.kt_ld + kr0;
     float* dkc = dk + kr0 * geo.ldk + g * hd;
     float* dvc = dv + kr0 * geo.ldk + g * hd;
-    const int64_t i_first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 - t.q_pos, 0, t.q_len);
+    const auto [i_first, i_end] = key_block_queries(geo, t, c0, c1);
     const float factor = logit_scale(geo, t);
     const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;
+    const bool causal = geo.mask->causal();
 
-    for (int64_t i0 = i_first, i1; i0 < t.q_len; i0 = i1) {
-      i1 = query_tile_end(geo, t, i0);
+    for (int64_t i0 = i_first, i1; i0 < i_end; i0 = i1) {
+      i1 = std::min(query_tile_end(geo, t, i0), i_end);
       const int64_t n = i1 - i0, M = geo.G * n, Mp = M + (M & 1);
       const int64_t chunk_distance = geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
       pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance, true);  // Q as bf16 values (Arith)
@@ -136,17 +137,34 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
 
       // S^T [mc, M] = K_blk Qp^T; P^T = exp(S^T - LSE) where the query sees the key
       bf16_tiles::gemm(mc, M, kp, 1.0f, kc, geo.ldk, qt, mp, false, st, mp);
+      // masks: the key columns each query row of the tile reads, [0, s1) and [b0, b1)
+      int32_t s1[kPackedRows], b0[kPackedRows], b1[kPackedRows];
+      if (!causal)
+        for (int64_t i = 0; i < n; ++i) {
+          const RowColumns rc = row_columns(geo, t, i0 + i, c0, mc);
+          s1[i] = int32_t(rc.s1), b0[i] = int32_t(rc.b0), b1[i] = int32_t(rc.b1);
+        }
       for (int64_t c = 0; c < mc; ++c) {
         float* row = st + c * mp;
-        // query i (tile-relative) sees key c iff i >= first
-        const int64_t first = std::clamp<int64_t>(int64_t(t.kv_pos) + c0 + c - t.q_pos - i0, 0, n);
+        // causal: query i (tile-relative) sees key c iff i >= first
+        const int64_t first =
+            causal ? std::clamp<int64_t>(int64_t(t.kv_pos) + c0 + c - t.q_pos - i0, 0, n) : 0;
         for (int64_t hh = 0; hh < geo.G; ++hh) {
           float* seg = row + hh * n;
           const float* shift = lse_p + hh * n;
           std::fill(seg, seg + first, 0.0f);
+          if (causal) {
 #pragma omp simd
-          for (int64_t i = first; i < n; ++i)
-            seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+            for (int64_t i = first; i < n; ++i)
+              seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+          } else {
+            const int32_t cc = int32_t(c);
+#pragma omp simd
+            for (int64_t i = 0; i < n; ++i) {
+              const bool seen = cc < s1[i] || (cc >= b0[i] && cc < b1[i]);
+              seg[i] = !seen || shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+            }
+          }
         }
         uint16_t* pr = ptb + c * ldh;
         pr[Mp - 1] = 0;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <utility>
 
 #include "attention/core_attention.h"
 #include "attention/gemm.h"
@@ -34,11 +35,12 @@ struct Geometry {
   bool dca;
   int64_t s;
   const DcaParams* dca_params;
+  const AttentionMask* mask;
   explicit Geometry(const AttentionParams& p)
       : H(p.num_heads), KV(p.num_kv_heads), hd(p.head_dim), G(H / KV), ldq(H * hd),
         ldk(KV * hd), qb(std::max(kMinQueryBlock, kPackedRows / G)), mp(G * qb),
         scale(p.scale), dca(p.kernel == AttentionKernel::dca),
-        s(dca ? p.dca.chunk_len() : INT64_MAX), dca_params(&p.dca) {}
+        s(dca ? p.dca.chunk_len() : INT64_MAX), dca_params(&p.dca), mask(&p.mask) {}
 };
 
 // A packed query tile is rotated for keys this many chunks back (0 intra, 1 successive,
@@ -62,9 +64,53 @@ inline int64_t query_tile_end(const Geometry& geo, const AttentionTask& t, int64
   return end;
 }
 
-// Keys [0, visible_keys(t, i)) of task t are visible to its query row i.
-inline int64_t visible_keys(const AttentionTask& t, int64_t i) {
-  return std::clamp<int64_t>(int64_t(t.q_pos) + i - t.kv_pos + 1, 0, t.kv_len);
+// Key columns [0, s1) and [b0, b1) (s1 <= b0 <= b1) of the key block [j0, j0 + m)
+// (task-relative key rows) that query row i of task t reads under the mask.
+struct RowColumns {
+  int64_t s1, b0, b1;
+  int64_t count() const { return s1 + (b1 - b0); }
+};
+inline RowColumns row_columns(const Geometry& geo, const AttentionTask& t, int64_t i, int64_t j0, int64_t m) {
+  const MaskKeys k = mask_keys(*geo.mask, t.prefix_len, t.segment_pos, int64_t(t.q_pos) + i);
+  const int64_t base = int64_t(t.kv_pos) + j0;  // position of column 0
+  const auto col = [base, m](int64_t pos) { return std::clamp<int64_t>(pos - base, 0, m); };
+  const int64_t b1 = col(k.hi);
+  return {col(k.sink_end), std::min(col(k.lo), b1), b1};
+}
+
+// Task-relative key ranges read by query rows [i0, i1) of task t: [0, sink_end) and
+// [lo, hi), or one range [lo, hi) when they touch (sink_end = 0). Every rule's lo, hi
+// and sink_end grow with the query position, so the first and last rows bound them.
+struct TileKeys {
+  int64_t sink_end, lo, hi;
+};
+inline TileKeys tile_keys(const Geometry& geo, const AttentionTask& t, int64_t i0, int64_t i1) {
+  const MaskKeys first = mask_keys(*geo.mask, t.prefix_len, t.segment_pos, int64_t(t.q_pos) + i0);
+  const MaskKeys last = mask_keys(*geo.mask, t.prefix_len, t.segment_pos, int64_t(t.q_pos) + i1 - 1);
+  const auto local = [&t](int64_t pos) { return std::clamp<int64_t>(pos - t.kv_pos, 0, t.kv_len); };
+  TileKeys r{local(last.sink_end), local(first.lo), local(last.hi)};
+  r.lo = std::min(r.lo, r.hi);
+  if (r.sink_end >= r.lo) r.lo = 0, r.sink_end = 0;
+  return r;
+}
+
+// Task-relative query rows [first, end) that read at least one of the task-relative
+// key rows [c0, c1) (empty: first >= end).
+inline std::pair<int64_t, int64_t> key_block_queries(const Geometry& geo, const AttentionTask& t, int64_t c0,
+                                                     int64_t c1) {
+  int64_t first = INT64_MAX, last = -1;
+  if (geo.mask->causal()) {
+    first = int64_t(t.kv_pos) + c0, last = kMaskUnbounded;
+  } else {
+    for (int64_t c = c0; c < c1; ++c) {
+      const MaskQueries q = mask_queries(*geo.mask, t.prefix_len, t.segment_pos, int64_t(t.kv_pos) + c);
+      if (q.first > q.last) continue;
+      first = std::min(first, q.first), last = std::max(last, q.last);
+    }
+    if (last < 0) return {0, 0};
+  }
+  const auto local = [&t](int64_t pos) { return std::clamp<int64_t>(pos - t.q_pos, 0, t.q_len); };
+  return {local(first), local(std::min(last, kMaskUnbounded - 1) + 1)};
 }
 
 // Grow-only, 64-byte aligned buffer: after the first step of a run the kernel

@@ -22,13 +22,14 @@ const char* attention_kernel_name(AttentionKernel kernel) {
   return "?";
 }
 
-std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens) {
+std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens, const MaskData& data) {
   std::vector<AttentionTask> tasks;
-  tasks_for_documents(cu_seqlens, tasks);
+  tasks_for_documents(cu_seqlens, tasks, data);
   return tasks;
 }
 
-void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks) {
+void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks,
+                         const MaskData& data) {
   tasks.clear();
   if (cu_seqlens.size() < 2) return;
   for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
@@ -37,22 +38,61 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
     t.q_len = t.kv_len = cu_seqlens[d + 1] - cu_seqlens[d];
     t.q_pos = t.kv_pos = 0;
     t.doc_len = t.q_len;
-    if (t.q_len > 0) tasks.push_back(t);
+    if (t.q_len <= 0) continue;
+    if (!data.prefix_lens.empty()) t.prefix_len = data.prefix_lens[d];
+    if (data.segment_ids.empty()) {
+      tasks.push_back(t);
+      continue;
+    }
+    // shared_question: the question (leading 0s), then each run of one answer id
+    const int32_t* seg = data.segment_ids.data() + t.q_row;
+    int32_t question = 0;
+    while (question < t.doc_len && seg[question] == 0) ++question;
+    t.prefix_len = question;
+    for (int32_t b = 0, e; b < t.doc_len; b = e) {
+      e = b + 1;
+      while (e < t.doc_len && (b < question ? e < question : seg[e] == seg[b])) ++e;
+      AttentionTask s = t;
+      s.q_row = t.q_row + b;
+      s.q_pos = b;
+      s.q_len = e - b;
+      s.kv_len = e;  // keys from the document's start
+      s.segment_pos = b;
+      tasks.push_back(s);
+    }
   }
 }
 
-int64_t attention_pairs(const AttentionTask& t) {
-  // query row i sees min(kv_len, max(0, a + i)) keys, a = q_pos - kv_pos + 1: rows
-  // [0, i0) see none, rows [i0, i1) see a + i, rows [i1, q_len) see all kv_len
+namespace {
+// Causal pairs of task t, in closed form: query row i sees min(kv_len, max(0, a + i))
+// keys, a = q_pos - kv_pos + 1: rows [0, i0) see none, rows [i0, i1) see a + i, rows
+// [i1, q_len) see all kv_len.
+int64_t causal_pairs(const AttentionTask& t) {
   const int64_t a = int64_t(t.q_pos) - t.kv_pos + 1;
   const int64_t i0 = std::clamp<int64_t>(1 - a, 0, t.q_len);
   const int64_t i1 = std::clamp<int64_t>(t.kv_len - a, i0, t.q_len);
   return (i1 - i0) * (2 * a + i0 + i1 - 1) / 2 + (t.q_len - i1) * int64_t(t.kv_len);
 }
+}  // namespace
 
-int64_t attention_pairs(std::span<const AttentionTask> tasks) {
+int64_t attention_pairs(const AttentionTask& t, const AttentionMask& mask) {
+  if (mask.causal()) return causal_pairs(t);
+  // row by row: the task's keys [kv_pos, kv_pos + kv_len) against the row's two ranges
+  const int64_t k0 = t.kv_pos, k1 = int64_t(t.kv_pos) + t.kv_len;
+  const auto overlap = [&](int64_t lo, int64_t hi) {
+    return std::max<int64_t>(0, std::min(hi, k1) - std::max(lo, k0));
+  };
   int64_t pairs = 0;
-  for (const AttentionTask& t : tasks) pairs += attention_pairs(t);
+  for (int64_t i = 0; i < t.q_len; ++i) {
+    const MaskKeys r = mask_keys(mask, t.prefix_len, t.segment_pos, t.q_pos + i);
+    pairs += overlap(0, r.sink_end) + overlap(r.lo, r.hi);
+  }
+  return pairs;
+}
+
+int64_t attention_pairs(std::span<const AttentionTask> tasks, const AttentionMask& mask) {
+  int64_t pairs = 0;
+  for (const AttentionTask& t : tasks) pairs += attention_pairs(t, mask);
   return pairs;
 }
 
@@ -115,7 +155,11 @@ static void check_params(const AttentionParams& p) {
                                   std::to_string(d.local_size) + ")");
     if (!d.rope_cos || !d.rope_sin || d.rope_positions <= d.chunk_size || p.head_dim % 2)
       throw std::invalid_argument("attention: dca needs a RoPE table covering positions 0..chunk_size");
+    if (!p.mask.causal())
+      throw std::invalid_argument(std::string("attention: dca takes only the causal mask (got ") +
+                                  mask_kind_name(p.mask.kind) + ")");
   }
+  if (const std::string bad = p.mask.validate(); !bad.empty()) throw std::invalid_argument(bad);
 }
 
 namespace {

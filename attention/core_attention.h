@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_mask.h"
 #include "attention/gemm.h"
 
 namespace lct {
@@ -40,8 +41,14 @@ struct AttentionTask {
   int32_t kv_pos = 0;  // in-document position of the first key row
   int32_t doc_len = 0; // length of the whole document (DCA's length-dependent mscale);
                        // 0 means max(q_pos + q_len, kv_pos + kv_len)
+  // Per-document mask data (attention_mask.h): prefix_lm's prefix length P, or
+  // shared_question's question length; shared_question: the first position of the
+  // segment this task's query rows lie in (a task never spans two segments).
+  int32_t prefix_len = 0;
+  int32_t segment_pos = 0;
 };
-// Causal rule inside a task: query i may read key j iff kv_pos + j <= q_pos + i.
+// Causal rule inside a task: query i may read key j iff kv_pos + j <= q_pos + i; a mask
+// (AttentionParams::mask) narrows it by in-document positions (attention_mask.h).
 
 // Dual Chunk Attention (arXiv 2402.17463; code convention of Qwen/vLLM configs):
 // C = chunk_size is the largest relative position ever used, w = local_size, and the
@@ -87,6 +94,7 @@ struct AttentionParams {
   int head_dim = 0;      // hd
   float scale = 0.0f;    // logit multiplier, normally 1/sqrt(hd)
   DcaParams dca;         // used when kernel == dca
+  AttentionMask mask;    // which keys of its document a query reads (causal only with DCA)
   // bf16: Q, K, V, dO and the probabilities P and dS enter the block products rounded to
   // bf16 (Q rounded on entry, then scaled or rotated and rounded again), D = rowsum(dO * O)
   // sums the rounded dO and O, and softmax statistics, LSE, D and every accumulator stay
@@ -99,19 +107,31 @@ struct AttentionParams {
   bool bf16_instructions = true;
 };
 
-// One task per document of a packed batch: queries and keys are the whole document.
-// cu_seqlens has n+1 entries, cu_seqlens[0] = 0, strictly increasing.
-std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens);
-// Same, into an existing vector (reuses its capacity).
-void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks);
+// Per-document mask data of a packed batch (attention_mask.h), empty when the mask needs
+// none: prefix_lm's prefix lengths [documents]; shared_question's segment ids [tokens]
+// (per document: a run of 0s, the question, then runs of positive ids, the answers;
+// the data layer checks that shape).
+struct MaskData {
+  std::span<const int32_t> prefix_lens;
+  std::span<const int32_t> segment_ids;
+};
 
-// Attention work: the (query, key) pairs a task attends to under the causal rule
-// (DCA attends to the same pairs). This is lct's one definition of attention work:
-// FLOPs (forward = 4 * H * hd * pairs, FlashAttention / Megatron causal-aware
-// convention), packing and balance figures all count it. A whole document of L tokens
-// has L (L + 1) / 2 pairs.
-int64_t attention_pairs(const AttentionTask& task);
-int64_t attention_pairs(std::span<const AttentionTask> tasks);  // sum of attention_pairs
+// The tasks of a packed batch: one per document (queries and keys the whole document),
+// with its prefix length under prefix_lm; under shared_question one per segment (its
+// queries, and the keys from the document's start to the segment's end).
+// cu_seqlens has n+1 entries, cu_seqlens[0] = 0, strictly increasing.
+std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens, const MaskData& data = {});
+// Same, into an existing vector (reuses its capacity).
+void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks,
+                         const MaskData& data = {});
+
+// Attention work: the (query, key) pairs a task attends to under the mask (DCA attends
+// to the causal pairs). This is lct's one definition of attention work: FLOPs
+// (forward = 4 * H * hd * pairs, FlashAttention / Megatron causal-aware convention,
+// LongCA-bench's mask-aware count), packing and balance figures all count it. A whole
+// document of L tokens has L (L + 1) / 2 causal pairs.
+int64_t attention_pairs(const AttentionTask& task, const AttentionMask& mask = {});
+int64_t attention_pairs(std::span<const AttentionTask> tasks, const AttentionMask& mask = {});
 
 // Forward: writes O and LSE for every query row named by a task (rows not named by
 // any task are untouched). A query row with no visible key gets O = 0, LSE = -inf.

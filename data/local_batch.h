@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_mask.h"
+
 namespace lct {
 
 // A run of one document's tokens held by one rank.
@@ -40,7 +42,7 @@ struct LocalBatch {
   int64_t num_targets() const;
   // Attention work of this rank's queries: every piece against its causal key prefix
   // (attention_pairs of core_attention.h); summed over a group, the sequence's pairs.
-  int64_t attention_pairs() const;
+  int64_t attention_pairs(const AttentionMask& mask = {}) const;
 };
 
 // train.loss_on: whose next-token losses train the model: every token's, or only the

@@ -101,7 +101,7 @@ class ColocatedAttention final : public AttentionPlacement {
  public:
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override {
-    if (!in.recomputed) stats_.pairs_served += double(attention_pairs(in.tasks));
+    if (!in.recomputed) stats_.pairs_served += double(attention_pairs(in.tasks, in.params.mask));
     attention_forward(in.params, in.tasks, q, k, v, out, lse);
   }
   void backward(const AttentionInput& in, const float* q, const float* k, const float* v,

@@ -1,6 +1,7 @@
 #include "model/llama_config.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "data/rng.h"
 
@@ -47,6 +48,10 @@ std::string LlamaConfig::validate() const {
   if (dca_chunk_size > (int64_t(1) << 30)) return "attention.dca_chunk_size is too large";
   if (!(dca_mscale > 0)) return "attention.dca_mscale must be > 0";
   if (dca_mscale_original_length < 0) return "attention.dca_mscale_original_length must be >= 0";
+  if (const std::string bad = attention_mask.validate(); !bad.empty()) return bad;
+  if (attention_kernel == AttentionKernel::dca && !attention_mask.causal())
+    return std::string("attention.kernel = dca takes only attention.mask = causal (got ") +
+           mask_kind_name(attention_mask.kind) + ")";
   return {};
 }
 
@@ -110,7 +115,27 @@ AttentionParams attention_params_of(const LlamaConfig& c) {
   p.dca.local_size = int32_t(c.dca_local_size);
   p.dca.mscale = float(c.dca_mscale);
   p.dca.mscale_original_length = int32_t(c.dca_mscale_original_length);
+  p.mask = c.attention_mask;
   return p;
+}
+
+}  // namespace lct
+
+namespace lct {
+
+std::string describe_attention(const LlamaConfig& m) {
+  std::string t = attention_kernel_name(m.attention_kernel);
+  if (m.attention_kernel == AttentionKernel::dca) {
+    char b[160];
+    std::snprintf(b, sizeof b, " (C %lld, w %lld", (long long)m.dca_chunk_size, (long long)m.dca_local_size);
+    t += b;
+    if (m.dca_mscale != 1.0) std::snprintf(b, sizeof b, ", mscale %g", m.dca_mscale), t += b;
+    if (m.dca_mscale_original_length > 0)
+      std::snprintf(b, sizeof b, ", yarn length %lld", (long long)m.dca_mscale_original_length), t += b;
+    t += ")";
+  }
+  if (!m.attention_mask.causal()) t += ", mask " + m.attention_mask.describe();
+  return t;
 }
 
 }  // namespace lct

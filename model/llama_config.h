@@ -34,6 +34,9 @@ struct LlamaConfig {
   int64_t dca_local_size = 256;
   double dca_mscale = 1.0;                  // constant logit multiplier
   int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
+  // Which keys of its document a query reads ([attention] mask, window, sink_tokens,
+  // block_size; attention/attention_mask.h). Unused fields keep their defaults.
+  AttentionMask attention_mask{MaskKind::causal, 4096, 4, 8192};
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   RopeSpec rope() const { return {rope_theta, rope_scaling, rope_scaling_factor, rope_original_length}; }
@@ -46,6 +49,11 @@ TensorTable build_llama_table(const LlamaConfig& config);
 // Core attention's parameters for this model: kernel, heads, head dim, scale and the DCA
 // settings (the DCA RoPE table is the caller's: rope_cos/sin/positions stay unset).
 AttentionParams attention_params_of(const LlamaConfig& config);
+
+// The model's core attention in one phrase, for logs, eval and inspect: "causal",
+// "dca (C 2048, w 256[, mscale 1.2][, yarn length 4096])", "causal, mask sliding_window
+// (window 4096)".
+std::string describe_attention(const LlamaConfig& config);
 
 // Deterministic init: every element is a pure function of (seed, tensor name, index).
 void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint64_t seed,

@@ -337,12 +337,13 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
 void CadAttention::run_own(Lane& L, int part, int parts) {
   const std::vector<AttentionTask>& own = L.plan->own_local;
   int64_t total = 0;
-  for (const AttentionTask& t : own) total += attention_pairs(t);
+  const AttentionMask& mask = L.params->mask;
+  for (const AttentionTask& t : own) total += attention_pairs(t, mask);
   int64_t seen = 0;
   size_t begin = own.size(), end = own.size();
   for (size_t i = 0; i < own.size(); ++i) {
     const int64_t before = seen;
-    seen += attention_pairs(own[i]);
+    seen += attention_pairs(own[i], mask);
     // task i belongs to the part its first pair falls in
     const int at = total > 0 ? int((before * parts) / total) : 0;
     if (at == part && begin == own.size()) begin = i;

@@ -50,7 +50,7 @@ void ContextParallelAttention::forward(const AttentionInput& in, const float* q,
                                        const float* v, float* out, float* lse) {
   if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
     throw std::logic_error("context-parallel batch was split for another group");
-  if (!in.recomputed) stats_.pairs_served += double(in.batch.attention_pairs());
+  if (!in.recomputed) stats_.pairs_served += double(in.batch.attention_pairs(in.params.mask));
   if (method_ == CpComm::allgather)
     allgather_forward(in, q, k, v, out, lse);
   else

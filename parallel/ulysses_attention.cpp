@@ -291,7 +291,7 @@ void UlyssesAttention::forward(const AttentionInput& in, const float* q, const f
             {v, nullptr, KV_ * hd_, hd_, true, b16, uv}});
   attend_forward(uq, uk, uv, uo, ulse);
   from_union({{nullptr, out, H_ * hd_, hd_, false, false, uo}, {nullptr, lse, H_, 1, false, false, ulse}});
-  if (!in.recomputed) own_stats_.pairs_served += double(union_batch_.attention_pairs()) * double(hq_) / double(H_);
+  if (!in.recomputed) own_stats_.pairs_served += double(union_batch_.attention_pairs(in.params.mask)) * double(hq_) / double(H_);
 }
 
 void UlyssesAttention::backward(const AttentionInput& in, const float* q, const float* k, const float* v,

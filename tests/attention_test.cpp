@@ -8,132 +8,12 @@
 
 #include "attention/blocked_attention.h"
 #include "attention/core_attention.h"
+#include "tests/dense_attention.h"
 #include "tests/test_util.h"
 
 namespace lct {
 namespace {
 using namespace test;
-
-struct Problem {
-  int H, KV, hd;
-  std::vector<int32_t> cu;  // document boundaries
-  int64_t T() const { return cu.back(); }
-  AttentionParams params() const {
-    AttentionParams p;
-    p.num_heads = H;
-    p.num_kv_heads = KV;
-    p.head_dim = hd;
-    p.scale = float(1.0 / std::sqrt(double(hd)));
-    p.precision = precision;
-    p.bf16_instructions = bf16_instructions;
-    return p;
-  }
-  Precision precision = Precision::fp32;
-  bool bf16_instructions = true;
-};
-
-template <typename Real>
-struct Dense {
-  std::vector<Real> o, lse, dq, dk, dv;
-};
-
-// Dense attention inside each document (causal) and its exact backward, computed in
-// Real arithmetic: Real = double is the reference, Real = float is the "naive fp32
-// implementation" whose error sets the tolerance (FlashAttention's test rule).
-template <typename Real>
-Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q,
-                            const std::vector<float>& k, const std::vector<float>& v,
-                            const std::vector<float>& dout) {
-  const int H = pr.H, KV = pr.KV, hd = pr.hd, group = H / KV;
-  const int64_t T = pr.T();
-  const Real scale = Real(1) / std::sqrt(Real(hd));
-  Dense<Real> r;
-  r.o.assign(size_t(T * H * hd), 0);
-  r.lse.assign(size_t(T * H), 0);
-  r.dq.assign(size_t(T * H * hd), 0);
-  r.dk.assign(size_t(T * KV * hd), 0);
-  r.dv.assign(size_t(T * KV * hd), 0);
-  for (size_t d = 0; d + 1 < pr.cu.size(); ++d) {
-    const int64_t b = pr.cu[d], e = pr.cu[d + 1];
-    for (int h = 0; h < H; ++h) {
-      const int g = h / group;
-      for (int64_t i = b; i < e; ++i) {
-        std::vector<Real> s;
-        Real mx = -std::numeric_limits<Real>::infinity();
-        for (int64_t j = b; j <= i; ++j) {
-          Real acc = 0;
-          for (int x = 0; x < hd; ++x)
-            acc += Real(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];
-          s.push_back(acc * scale);
-          mx = std::max(mx, s.back());
-        }
-        Real sum = 0;
-        for (Real& x : s) sum += std::exp(x - mx);
-        const Real lse = mx + std::log(sum);
-        r.lse[size_t(i * H + h)] = lse;
-        std::vector<Real> p(s.size());
-        for (size_t j = 0; j < s.size(); ++j) p[j] = std::exp(s[j] - lse);
-        for (int x = 0; x < hd; ++x) {
-          Real acc = 0;
-          for (size_t j = 0; j < p.size(); ++j) acc += p[j] * v[size_t(((b + j) * KV + g) * hd + x)];
-          r.o[size_t((i * H + h) * hd + x)] = acc;
-        }
-        // backward: dP_j = dO . V_j ; dS_j = P_j (dP_j - sum_k P_k dP_k)
-        std::vector<Real> dp(p.size());
-        Real D = 0;
-        for (size_t j = 0; j < p.size(); ++j) {
-          Real acc = 0;
-          for (int x = 0; x < hd; ++x)
-            acc += Real(dout[size_t((i * H + h) * hd + x)]) * v[size_t(((b + j) * KV + g) * hd + x)];
-          dp[j] = acc;
-          D += p[j] * acc;
-        }
-        for (size_t j = 0; j < p.size(); ++j) {
-          const Real ds = p[j] * (dp[j] - D) * scale;
-          const int64_t kj = b + int64_t(j);
-          for (int x = 0; x < hd; ++x) {
-            r.dq[size_t((i * H + h) * hd + x)] += ds * k[size_t((kj * KV + g) * hd + x)];
-            r.dk[size_t((kj * KV + g) * hd + x)] += ds * q[size_t((i * H + h) * hd + x)];
-            r.dv[size_t((kj * KV + g) * hd + x)] += p[j] * dout[size_t((i * H + h) * hd + x)];
-          }
-        }
-      }
-    }
-  }
-  return r;
-}
-
-// Largest absolute difference between a float result and the float64 reference.
-template <typename Real>
-double max_abs_error(const std::vector<Real>& a, const std::vector<double>& ref) {
-  double err = 0;
-  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(double(a[i]) - ref[i]));
-  return err;
-}
-
-struct KernelRun {
-  std::vector<float> q, k, v, dout, o, lse, dq, dk, dv;
-};
-
-KernelRun run_kernel(const Problem& pr, uint64_t seed, const std::vector<AttentionTask>* tasks = nullptr) {
-  const int64_t T = pr.T();
-  KernelRun r;
-  r.q = random_vector(T * pr.H * pr.hd, seed);
-  r.k = random_vector(T * pr.KV * pr.hd, seed + 1);
-  r.v = random_vector(T * pr.KV * pr.hd, seed + 2);
-  r.dout = random_vector(T * pr.H * pr.hd, seed + 3);
-  r.o.assign(r.q.size(), 0);
-  r.lse.assign(size_t(T * pr.H), 0);
-  r.dq.assign(r.q.size(), 0);
-  r.dk.assign(r.k.size(), 0);
-  r.dv.assign(r.v.size(), 0);
-  const std::vector<AttentionTask> doc_tasks = tasks_for_documents(pr.cu);
-  const std::vector<AttentionTask>& t = tasks ? *tasks : doc_tasks;
-  attention_forward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data());
-  attention_backward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data(),
-                     r.dout.data(), r.dq.data(), r.dk.data(), r.dv.data());
-  return r;
-}
 
 // The kernel's error against float64 must be at most twice the error of a naive
 // float32 implementation of the same formulas.
@@ -271,12 +151,6 @@ TEST(Attention, BatchesLongerThanAChunkRunInChunks) {
 // below, so each check also requires an error above 16 * 2^-24 (the bf16 rounding was
 // applied). The two ways differ only by fp32 summation order and the rare bf16
 // rounding of a value sitting at a bf16 tie: they agree to u / 8.
-double norm_error(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
 void expect_bf16_matches_dense(Problem pr, const std::vector<AttentionTask>* tasks = nullptr) {
   pr.precision = Precision::fp32;
   const KernelRun inputs = run_kernel(pr, 100);

@@ -206,10 +206,11 @@ AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
   AttentionRow r;
   r.layout = layout;
   r.kernel = attention_kernel_name(p.kernel);
+  if (!p.mask.causal()) r.kernel += ", mask " + p.mask.describe();
   r.precision = precision_name(p.precision);
   r.tokens = T;
   r.documents = int64_t(cu.size()) - 1;
-  r.pairs = attention_pairs(tasks);
+  r.pairs = attention_pairs(tasks, p.mask);  // unmasked pairs only (LongCA-bench's mask-aware FLOPs)
   r.runs = int(runs.size());
   r.fwd_s = mean(column(runs, 0));
   r.bwd_s = mean(column(runs, 1));
@@ -382,7 +383,8 @@ void say(const BenchOptions& o, const char* fmt, Args... args) {
 }
 
 // The attention section: causal and DCA, in each precision, on one document and on
-// packed documents. Each row is set against its precision's GEMM ceiling (bf16 on a CPU
+// packed documents (with attention.mask other than causal: the masked kernel alone, its
+// FLOP/s counting only the pairs the mask lets through). Each row is set against its precision's GEMM ceiling (bf16 on a CPU
 // without bf16 instructions: SGEMM, what it runs on).
 void attention_section(const Config& config, const BenchOptions& o, BenchResults& res) {
   // bf16-fallback: bf16 the way a CPU without bf16 instructions runs it (rounded SGEMM)
@@ -393,6 +395,7 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
     for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
       std::vector<double> causal_s(precisions.size(), 0.0);
       for (const AttentionParams* base : {&res.causal, &res.dca}) {
+        if (base == &res.dca && !res.causal.mask.causal()) continue;  // a masked run: the mask's rows only
         for (size_t pi = 0; pi < precisions.size(); ++pi) {
           AttentionParams params = *base;
           const bool fallback = precisions[pi] == "bf16-fallback";
@@ -514,6 +517,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
       build_rope_table(model.dca_chunk_size + 1, model.head_dim(), model.rope_theta);
   AttentionParams dca_ap = ap;
   dca_ap.kernel = AttentionKernel::dca;
+  dca_ap.mask = {};  // DCA is causal only
   dca_ap.dca.rope_cos = dca_rope.cos.data();
   dca_ap.dca.rope_sin = dca_rope.sin.data();
   dca_ap.dca.rope_positions = dca_rope.max_positions;

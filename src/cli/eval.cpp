@@ -112,10 +112,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
     }
   r.precision = options.precision == Precision::bf16 ? "bf16 (" + bf16_support().kernel + ")" : "fp32";
   const LlamaConfig& mc = model.config();
-  r.attention = attention_kernel_name(mc.attention_kernel);
-  if (mc.attention_kernel == AttentionKernel::dca)
-    r.attention += " (C " + std::to_string(mc.dca_chunk_size) + ", w " +
-                   std::to_string(mc.dca_local_size) + ")";
+  r.attention = describe_attention(mc);
   if (mc.rope_scaling != RopeScaling::none) r.attention += ", " + rope_scaling_text(mc.rope());
 
   if (!options.per_position_out.empty()) {

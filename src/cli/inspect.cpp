@@ -186,21 +186,6 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
-// "causal", or "dca (C 2048, w 256[, mscale 1.2][, yarn length 4096])"
-std::string attention_text(const LlamaConfig& m) {
-  std::string t = attention_kernel_name(m.attention_kernel);
-  if (m.attention_kernel != AttentionKernel::dca) return t;
-  char b[160];
-  std::snprintf(b, sizeof b, " (C %lld, w %lld", (long long)m.dca_chunk_size,
-                (long long)m.dca_local_size);
-  t += b;
-  if (m.dca_mscale != 1.0) std::snprintf(b, sizeof b, ", mscale %g", m.dca_mscale), t += b;
-  if (m.dca_mscale_original_length > 0)
-    std::snprintf(b, sizeof b, ", yarn length %lld", (long long)m.dca_mscale_original_length),
-        t += b;
-  return t + ")";
-}
-
 std::string model_line(const LlamaConfig& m) {
   char b[256];
   std::snprintf(b, sizeof b,
@@ -209,7 +194,7 @@ std::string model_line(const LlamaConfig& m) {
                 m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
                 m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
                 (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
-                attention_text(m).c_str());
+                describe_attention(m).c_str());
   std::string line = b;
   if (m.rope_scaling != RopeScaling::none) line += ", " + rope_scaling_text(m.rope());
   return line;
@@ -364,6 +349,10 @@ int inspect_file(const std::string& path, bool json) {
                     ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
                     ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
                     ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +
+                    ",\"attention_mask\":" + json_string(mask_kind_name(r.model.attention_mask.kind)) +
+                    ",\"attention_window\":" + std::to_string(r.model.attention_mask.window) +
+                    ",\"attention_sink_tokens\":" + std::to_string(r.model.attention_mask.sink_tokens) +
+                    ",\"attention_block_size\":" + std::to_string(r.model.attention_mask.block_size) +
                     (r.model.attention_kernel == AttentionKernel::dca
                          ? ",\"dca_chunk_size\":" + std::to_string(r.model.dca_chunk_size) +
                                ",\"dca_local_size\":" + std::to_string(r.model.dca_local_size) +
@@ -458,7 +447,7 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   };
   std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
   row("", "A", "B");
-  row("attention", attention_text(ra.model), attention_text(rb.model));
+  row("attention", describe_attention(ra.model), describe_attention(rb.model));
   row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
   row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
   row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));

@@ -56,7 +56,7 @@ void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e
   std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
               mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
               (long long)mc.intermediate_size, (long long)mc.vocab_size,
-              double(build_llama_table(mc).total()) / 1e6, attention_kernel_name(mc.attention_kernel));
+              double(build_llama_table(mc).total()) / 1e6, describe_attention(mc).c_str());
   std::printf("layout: %s\n", describe_run_plan(plan).c_str());
   std::printf("activations: %s\n", describe_activations(plan).c_str());
   std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "

@@ -205,6 +205,12 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.attention.cad.pingpong; }));
   k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.attention.cad.rank_speeds; }));
   k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.attention.cad.profile; }));
+  k.push_back(choice_key("attention.mask", std::string("which keys of its document a query reads: ") + mask_kind_names() +
+                             " (docs/model.md, Attention masks)",
+                         [](Config& c) -> auto& { return c.model.attention_mask.kind; }, parse_mask_kind, mask_kind_name));
+  k.push_back(int_key("attention.window", "sliding_window, sink_window: W, the keys a query reads, its own included (j > i - W)", [](Config& c) -> auto& { return c.model.attention_mask.window; }, 1));
+  k.push_back(int_key("attention.sink_tokens", "sink_window: S, the document's first tokens every query also reads", [](Config& c) -> auto& { return c.model.attention_mask.sink_tokens; }, 0));
+  k.push_back(int_key("attention.block_size", "chunked: B, queries read only keys of their own block of B positions", [](Config& c) -> auto& { return c.model.attention_mask.block_size; }, 1));
   k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
   k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
   k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
@@ -394,6 +400,10 @@ void apply_overrides(Config& config, const std::map<std::string, std::string>& o
 void validate_config(const Config& c) {
   const std::string model_error = c.model.validate();
   if (!model_error.empty()) throw ConfigError(model_error);
+  if (c.model.attention_mask.per_document())
+    throw ConfigError(std::string("attention.mask = ") + mask_kind_name(c.model.attention_mask.kind) +
+                      " needs per-document prefix lengths or segments, which no data source produces yet "
+                      "(the kernel supports it; training does not)");
   if ((c.data.source == DataSource::text || c.data.source == DataSource::tokens) && c.data.path.empty())
     throw ConfigError(std::string("data.path is required when data.source = ") + data_source_name(c.data.source));
   if (c.data.min_doc_len > c.data.max_doc_len)

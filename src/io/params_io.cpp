@@ -30,6 +30,10 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
   f.set_attr("/model", "rms_norm_eps", c.rms_norm_eps);
   f.set_attr("/model", "tie_word_embeddings", int64_t(c.tie_word_embeddings ? 1 : 0));
   f.set_attr("/model", "attention_kernel", std::string(attention_kernel_name(c.attention_kernel)));
+  f.set_attr("/model", "attention_mask", std::string(mask_kind_name(c.attention_mask.kind)));
+  f.set_attr("/model", "attention_window", int64_t(c.attention_mask.window));
+  f.set_attr("/model", "attention_sink_tokens", int64_t(c.attention_mask.sink_tokens));
+  f.set_attr("/model", "attention_block_size", int64_t(c.attention_mask.block_size));
   if (c.attention_kernel == AttentionKernel::dca) {
     f.set_attr("/model", "dca_chunk_size", c.dca_chunk_size);
     f.set_attr("/model", "dca_local_size", c.dca_local_size);
@@ -89,6 +93,16 @@ LlamaConfig read_model_attrs(const H5File& f) {
     c.dca_local_size = need_int("dca_local_size");
     c.dca_mscale = need_double("dca_mscale");
     c.dca_mscale_original_length = need_int("dca_mscale_original_length");
+  }
+  if (const auto mask = f.attr_string("/model", "attention_mask")) {  // absent: causal (before masks)
+    try {
+      c.attention_mask.kind = parse_mask_kind(*mask);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(f.path() + ": /model@attention_mask: " + e.what());
+    }
+    c.attention_mask.window = need_small_int("attention_window");
+    c.attention_mask.sink_tokens = need_small_int("attention_sink_tokens");
+    c.attention_mask.block_size = need_small_int("attention_block_size");
   }
   const std::string err = c.validate();
   if (!err.empty()) throw std::runtime_error(f.path() + ": /model attributes: " + err);

@@ -41,6 +41,9 @@ std::string cache_file(const CaCostModel& s) {
 
 CaCostModel measure(const LlamaConfig& m, const CaCostModel& setup) {
   AttentionParams p = attention_params_of(m);
+  // time per attention pair, measured on causal tasks whatever the model's mask (the
+  // cache file is per kernel and shape, not per mask)
+  p.mask = {};
   // DCA's keys rotate by remapped positions, all below the chunk size
   const RopeTable rope = build_rope_table(m.dca_chunk_size + 1, m.head_dim(), m.rope_theta);
   p.dca.rope_cos = rope.cos.data();

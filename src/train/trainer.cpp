@@ -236,7 +236,7 @@ StepRecord Trainer::train_step() {
   for (const LocalBatch& local : local_) {
     counts[0] += double(local.num_targets());
     counts[1] += double(local.num_tokens());
-    counts[2] += double(local.attention_pairs());
+    counts[2] += double(local.attention_pairs(model_.config().attention_mask));
   }
   const double my_pairs = counts[2];
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
@@ -492,7 +492,7 @@ void Trainer::log_header() const {
            mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads,
            mc.num_key_value_heads, (long long)mc.head_dim(), (long long)mc.intermediate_size,
            (long long)mc.vocab_size, double(model_.num_params()) / 1e6,
-           attention_kernel_name(mc.attention_kernel));
+           describe_attention(mc).c_str());
   if (mc.rope_scaling != RopeScaling::none) log_info("%s", rope_scaling_text(mc.rope()).c_str());
   log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
            (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),

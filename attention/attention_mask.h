@@ -1,0 +1,103 @@
+// Attention masks (attention.mask): which keys of its document a query may read.
+//
+// Every mask lives inside one packed document and is causal (key j <= query i, by
+// in-document position) with one exception, prefix_lm's bidirectional prefix:
+//
+//   causal           every j <= i
+//   sliding_window   j > i - W                     (W = window keys, the query's own included)
+//   sink_window      j > i - W, or j < S           (S = sink_tokens: StreamingLLM's sinks)
+//   chunked          floor(i / B) == floor(j / B)  (B = block_size: Llama 4's chunked attention)
+//   prefix_lm        j <= i, or j < P              (P = the document's prefix length)
+//   shared_question  segment(j) = 0 or segment(j) = segment(i); segment 0 is the document's
+//                    question, 1, 2, ... its answers (contiguous runs of positions)
+//
+// The last two need per-document data, carried by the attention task (core_attention.h:
+// AttentionTask::prefix_len, and segment_pos, the first position of the segment its
+// queries lie in; a shared_question task never spans two segments).
+//
+// Every rule is the same shape, which the kernel, the pair counts and the placements
+// share: query p reads the keys [0, sink_end) and [lo, hi) (in-document positions,
+// sink_end <= lo < hi), and key k is read by the queries [first, last].
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace lct {
+
+enum class MaskKind { causal, sliding_window, sink_window, chunked, prefix_lm, shared_question };
+
+MaskKind parse_mask_kind(const std::string& name);  // throws std::invalid_argument
+const char* mask_kind_name(MaskKind kind);
+// The mask names, comma-separated (for messages and --help).
+const char* mask_kind_names();
+
+struct AttentionMask {
+  MaskKind kind = MaskKind::causal;
+  int32_t window = 0;       // sliding_window, sink_window: W >= 1
+  int32_t sink_tokens = 0;  // sink_window: S >= 0
+  int32_t block_size = 0;   // chunked: B >= 1
+  bool causal() const { return kind == MaskKind::causal; }
+  // Masks whose rule needs per-document data (prefix lengths, segments).
+  bool per_document() const { return kind == MaskKind::prefix_lm || kind == MaskKind::shared_question; }
+  // Empty when the parameters the kind uses are valid, else one line naming the key.
+  std::string validate() const;
+  // e.g. "sliding_window (window 4096)"
+  std::string describe() const;
+};
+
+// Keys read by one query: [0, sink_end) and [lo, hi), in-document positions.
+struct MaskKeys {
+  int64_t sink_end, lo, hi;
+};
+// Queries reading one key: [first, last] (first > last: none).
+struct MaskQueries {
+  int64_t first, last;
+};
+constexpr int64_t kMaskUnbounded = std::numeric_limits<int64_t>::max() / 4;
+
+// prefix_len: the document's P (prefix_lm) or question length (shared_question);
+// segment_pos: the first position of the segment the query lies in (shared_question).
+inline MaskKeys mask_keys(const AttentionMask& m, int64_t prefix_len, int64_t segment_pos, int64_t p) {
+  int64_t hi = p + 1, lo = 0, sink = 0;
+  switch (m.kind) {
+    case MaskKind::causal: break;
+    case MaskKind::sliding_window: lo = std::max<int64_t>(0, p - m.window + 1); break;
+    case MaskKind::sink_window:
+      lo = std::max<int64_t>(0, p - m.window + 1);
+      sink = m.sink_tokens;
+      break;
+    case MaskKind::chunked: lo = p / m.block_size * m.block_size; break;
+    case MaskKind::prefix_lm: hi = std::max(hi, prefix_len); break;
+    case MaskKind::shared_question:
+      lo = std::min(segment_pos, p);
+      sink = prefix_len;
+      break;
+  }
+  return {std::min(sink, lo), lo, hi};
+}
+
+inline MaskQueries mask_queries(const AttentionMask& m, int64_t prefix_len, int64_t segment_pos, int64_t k) {
+  int64_t first = k, last = kMaskUnbounded;
+  switch (m.kind) {
+    case MaskKind::causal: break;
+    case MaskKind::sliding_window: last = k + m.window - 1; break;
+    case MaskKind::sink_window:
+      if (k >= m.sink_tokens) last = k + m.window - 1;
+      break;
+    case MaskKind::chunked: last = (k / m.block_size + 1) * m.block_size - 1; break;
+    case MaskKind::prefix_lm:
+      if (k < prefix_len) first = 0;
+      break;
+    case MaskKind::shared_question:
+      // a task's queries lie in the segment from segment_pos: they read the question
+      // and their own segment, never a key between the two
+      if (k >= prefix_len && k < segment_pos) last = -1;
+      break;
+  }
+  return {first, last};
+}
+
+}  // namespace lct

@@ -1,0 +1,178 @@
+// The float64 reference of core attention for the kernel tests (attention_test.cpp,
+// mask_test.cpp): dense attention inside each packed document under a mask, written
+// straight from the mask definitions (not from attention_mask.h's range form), and its
+// exact backward.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "attention/core_attention.h"
+#include "tests/test_util.h"
+
+namespace lct::test {
+
+struct Problem {
+  Problem(int heads, int kv_heads, int head_dim, std::vector<int32_t> boundaries)
+      : H(heads), KV(kv_heads), hd(head_dim), cu(std::move(boundaries)) {}
+  int H, KV, hd;
+  std::vector<int32_t> cu;  // document boundaries
+  int64_t T() const { return cu.back(); }
+  AttentionParams params() const {
+    AttentionParams p;
+    p.num_heads = H;
+    p.num_kv_heads = KV;
+    p.head_dim = hd;
+    p.scale = float(1.0 / std::sqrt(double(hd)));
+    p.precision = precision;
+    p.bf16_instructions = bf16_instructions;
+    p.mask = mask;
+    return p;
+  }
+  Precision precision = Precision::fp32;
+  bool bf16_instructions = true;
+  AttentionMask mask;
+  std::vector<int32_t> prefix_lens;  // prefix_lm: per document
+  std::vector<int32_t> segment_ids;  // shared_question: per token
+  MaskData mask_data() const { return {prefix_lens, segment_ids}; }
+  // Whether query i reads key j (in-document positions) of document d, by the
+  // definitions in attention_mask.h.
+  bool visible(size_t d, int64_t i, int64_t j) const {
+    const AttentionMask& m = mask;
+    switch (m.kind) {
+      case MaskKind::causal: return j <= i;
+      case MaskKind::sliding_window: return j <= i && j > i - m.window;
+      case MaskKind::sink_window: return j <= i && (j > i - m.window || j < m.sink_tokens);
+      case MaskKind::chunked: return j <= i && i / m.block_size == j / m.block_size;
+      case MaskKind::prefix_lm: return j <= i || j < prefix_lens[d];
+      case MaskKind::shared_question: {
+        const int32_t si = segment_ids[size_t(cu[d] + i)], sj = segment_ids[size_t(cu[d] + j)];
+        return j <= i && (sj == 0 || sj == si);
+      }
+    }
+    return false;
+  }
+};
+
+template <typename Real>
+struct Dense {
+  std::vector<Real> o, lse, dq, dk, dv;
+};
+
+// Dense attention inside each document and its exact backward, computed in Real
+// arithmetic: Real = double is the reference, Real = float is the "naive fp32
+// implementation" whose error sets the tolerance (FlashAttention's test rule).
+template <typename Real>
+Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k,
+                            const std::vector<float>& v, const std::vector<float>& dout) {
+  const int H = pr.H, KV = pr.KV, hd = pr.hd, group = H / KV;
+  const int64_t T = pr.T();
+  const Real scale = Real(1) / std::sqrt(Real(hd));
+  Dense<Real> r;
+  r.o.assign(size_t(T * H * hd), 0);
+  r.lse.assign(size_t(T * H), 0);
+  r.dq.assign(size_t(T * H * hd), 0);
+  r.dk.assign(size_t(T * KV * hd), 0);
+  r.dv.assign(size_t(T * KV * hd), 0);
+  for (size_t d = 0; d + 1 < pr.cu.size(); ++d) {
+    const int64_t b = pr.cu[d], e = pr.cu[d + 1];
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      for (int64_t i = b; i < e; ++i) {
+        std::vector<Real> s;
+        std::vector<int64_t> keys;  // the rows query i reads
+        Real mx = -std::numeric_limits<Real>::infinity();
+        for (int64_t j = b; j < e; ++j) {
+          if (!pr.visible(d, i - b, j - b)) continue;
+          Real acc = 0;
+          for (int x = 0; x < hd; ++x)
+            acc += Real(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];
+          s.push_back(acc * scale);
+          keys.push_back(j);
+          mx = std::max(mx, s.back());
+        }
+        if (keys.empty()) {  // no visible key: O = 0, LSE = -inf, no gradient
+          r.lse[size_t(i * H + h)] = -std::numeric_limits<Real>::infinity();
+          continue;
+        }
+        Real sum = 0;
+        for (Real& x : s) sum += std::exp(x - mx);
+        const Real lse = mx + std::log(sum);
+        r.lse[size_t(i * H + h)] = lse;
+        std::vector<Real> p(s.size());
+        for (size_t j = 0; j < s.size(); ++j) p[j] = std::exp(s[j] - lse);
+        for (int x = 0; x < hd; ++x) {
+          Real acc = 0;
+          for (size_t j = 0; j < p.size(); ++j) acc += p[j] * v[size_t((keys[j] * KV + g) * hd + x)];
+          r.o[size_t((i * H + h) * hd + x)] = acc;
+        }
+        // backward: dP_j = dO . V_j ; dS_j = P_j (dP_j - sum_k P_k dP_k)
+        std::vector<Real> dp(p.size());
+        Real D = 0;
+        for (size_t j = 0; j < p.size(); ++j) {
+          Real acc = 0;
+          for (int x = 0; x < hd; ++x)
+            acc += Real(dout[size_t((i * H + h) * hd + x)]) * v[size_t((keys[j] * KV + g) * hd + x)];
+          dp[j] = acc;
+          D += p[j] * acc;
+        }
+        for (size_t j = 0; j < p.size(); ++j) {
+          const Real ds = p[j] * (dp[j] - D) * scale;
+          const int64_t kj = keys[j];
+          for (int x = 0; x < hd; ++x) {
+            r.dq[size_t((i * H + h) * hd + x)] += ds * k[size_t((kj * KV + g) * hd + x)];
+            r.dk[size_t((kj * KV + g) * hd + x)] += ds * q[size_t((i * H + h) * hd + x)];
+            r.dv[size_t((kj * KV + g) * hd + x)] += p[j] * dout[size_t((i * H + h) * hd + x)];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Largest absolute difference between a float result and the float64 reference.
+template <typename Real>
+double max_abs_error(const std::vector<Real>& a, const std::vector<double>& ref) {
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(double(a[i]) - ref[i]));
+  return err;
+}
+
+// Norm-wise relative error against the float64 reference.
+inline double norm_error(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+struct KernelRun {
+  std::vector<float> q, k, v, dout, o, lse, dq, dk, dv;
+};
+
+// Random inputs and the kernel's forward and backward on them: over the problem's own
+// tasks (tasks_for_documents with its mask data), or over `tasks`.
+inline KernelRun run_kernel(const Problem& pr, uint64_t seed, const std::vector<AttentionTask>* tasks = nullptr) {
+  const int64_t T = pr.T();
+  KernelRun r;
+  r.q = random_vector(T * pr.H * pr.hd, seed);
+  r.k = random_vector(T * pr.KV * pr.hd, seed + 1);
+  r.v = random_vector(T * pr.KV * pr.hd, seed + 2);
+  r.dout = random_vector(T * pr.H * pr.hd, seed + 3);
+  r.o.assign(r.q.size(), 0);
+  r.lse.assign(size_t(T * pr.H), 0);
+  r.dq.assign(r.q.size(), 0);
+  r.dk.assign(r.k.size(), 0);
+  r.dv.assign(r.v.size(), 0);
+  const std::vector<AttentionTask> doc_tasks = tasks_for_documents(pr.cu, pr.mask_data());
+  const std::vector<AttentionTask>& t = tasks ? *tasks : doc_tasks;
+  attention_forward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data());
+  attention_backward(pr.params(), t, r.q.data(), r.k.data(), r.v.data(), r.o.data(), r.lse.data(),
+                     r.dout.data(), r.dq.data(), r.dk.data(), r.dv.data());
+  return r;
+}
+
+}  // namespace lct::test

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Attention masks (attention.mask) on every layout against the single-process run on
+# the same data: sliding_window, sink_window and chunked on the `pretrain` length mix
+# (documents shorter and many times longer than the window, sinks and block) under
+# dp = 2, pp = 2, cp = 2 (ring, all-gather, Ulysses, zigzag split), cp = 4 (hybrid 2 x 2
+# and double ring 2 x 2, oversubscribed), CAD dp = 2 and CAD dp = 2 x cp = 2: 8 SGD steps,
+# losses and parameters within compare_runs.py's float32 bounds of the single process
+# (layouts sum gradients over tokens and merge attention over key blocks in other
+# orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
+# Then: a masked checkpoint resumes only under the same mask, `lct eval` can override
+# the mask, and bad mask settings give one line and exit 1.
+set -euo pipefail
+LCT=$1
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
+
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
+  --data.max_doc_len 128 --data.doc_lengths pretrain --train.threads 1 --train.warmup_steps 3"
+SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
+
+train() {  # dir ranks [extra args]: 2 sequences per step (micro-batches x dp; MB, default 2)
+  local dir=$1 np=$2
+  shift 2
+  run_train "$dir" "$np" --train.steps 8 --train.micro_batches "${MB:-2}" $SGD "$@"
+}
+
+train ref_causal 0
+for mask in "sliding_window --attention.window 24" "sink_window --attention.window 16 --attention.sink_tokens 3" \
+            "chunked --attention.block_size 40"; do
+  name=${mask%% *}
+  m="--attention.mask $mask"
+  train "ref_$name" 0 $m
+  grep -q "mask $name" "ref_$name.log" || { cat "ref_$name.log"; echo "FAIL: the log does not name the mask"; exit 1; }
+  # the mask changes the model (these comparisons would hold trivially if it were ignored)
+  if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
+  MB=1 train "dp2_$name" 2 $m --parallel.dp 2
+  compare "dp=2, $name" "dp2_$name" "ref_$name"
+  train "pp2_$name" 2 $m --parallel.dp 1 --parallel.pp 2
+  compare "pp=2, $name" "pp2_$name" "ref_$name"
+  for comm in ring allgather ulysses; do
+    train "cp2_${comm}_$name" 2 $m --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm "$comm"
+    compare "cp=2 $comm, $name" "cp2_${comm}_$name" "ref_$name"
+  done
+  for comm in hybrid double_ring; do
+    train "cp4_${comm}_$name" 4 $m --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+    compare "cp=4 $comm, $name" "cp4_${comm}_$name" "ref_$name"
+  done
+  MB=1 train "cad2_$name" 2 $m --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+  compare "CAD dp=2, $name" "cad2_$name" "ref_$name"
+  MB=1 train "cad_dp2cp2_$name" 4 $m --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
+  compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
+done
+
+# the mask is part of the model: resuming under another is refused, naming the key
+out=$("$LCT" train $MODEL --train.steps 9 --checkpoint.dir ref_chunked --train.resume auto 2>&1) && {
+  echo "$out"; echo "FAIL: resumed a chunked checkpoint under the causal mask"; exit 1; }
+grep -q "attention.mask" <<< "$out" || { echo "$out"; echo "FAIL: the refusal does not name attention.mask"; exit 1; }
+echo "ok   resuming under another mask is refused"
+# the checkpoint records it, inspect shows it, and eval may override it (no weights)
+ckpt=$(ls -d ref_chunked/step_* | tail -1)
+"$LCT" inspect "$ckpt" | grep -q "mask chunked (block 40)" || { "$LCT" inspect "$ckpt"; echo "FAIL: inspect"; exit 1; }
+"$LCT" make-batch $MODEL --out batch.h5 > /dev/null
+"$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 | grep -q "mask chunked" || { echo "FAIL: eval"; exit 1; }
+"$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask causal | grep -q "mask" && {
+  echo "FAIL: eval --attention.mask causal still masked"; exit 1; }
+echo "ok   checkpoint attributes, inspect and eval overrides"
+
+# bad settings: one line, exit 1
+bad() {  # message args...
+  local msg=$1 rc=0 out
+  shift
+  out=$("$LCT" train $MODEL --train.steps 1 --checkpoint.dir bad "$@" 2>&1) || rc=$?
+  [ "$rc" = 1 ] || { echo "$out"; echo "FAIL: exit $rc, expected 1"; exit 1; }
+  grep -q -- "$msg" <<< "$out" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
+  [ "$(grep -c . <<< "$out")" = 1 ] || { echo "$out"; echo "FAIL: more than one line"; exit 1; }
+  echo "ok   refused: $msg"
+}
+bad "attention.window must be >= 1" --attention.mask sliding_window --attention.window 0
+bad "attention.sink_tokens must be >= 0" --attention.mask sink_window --attention.sink_tokens -1
+bad "attention.block_size must be >= 1" --attention.mask chunked --attention.block_size 0
+bad "unknown attention mask" --attention.mask window
+bad "dca takes only attention.mask = causal" --attention.mask chunked --attention.kernel dca
+bad "needs per-document prefix lengths" --attention.mask prefix_lm
+echo "mpi_masks: all passed"

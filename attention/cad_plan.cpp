@@ -9,8 +9,11 @@
 
 namespace lct {
 namespace {
-// Pairs of query rows [q0, q1) of a document against their causal prefixes.
-int64_t prefix_pairs(int64_t q0, int64_t q1) { return (q1 * (q1 + 1) - q0 * (q0 + 1)) / 2; }
+// Pairs of query rows [q0, q0 + rows) of a document against their prefix [0, q0 + rows)
+// that the mask lets through.
+int64_t prefix_pairs(int64_t q0, int64_t rows, const AttentionMask& mask) {
+  return attention_pairs(AttentionTask{0, 0, int32_t(rows), int32_t(q0 + rows), int32_t(q0), 0, 0}, mask);
+}
 
 struct Candidate {
   size_t doc = 0;
@@ -30,6 +33,7 @@ CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const 
   o.q_bytes_per_row = 2 * qd * value + p.num_heads * int64_t(sizeof(float));  // Q there, O + LSE back
   o.kv_bytes_per_row = 2 * kvd * value;
   o.cost = cost;
+  o.mask = p.mask;
   return o;
 }
 
@@ -54,7 +58,7 @@ class Balancer {
     for (const CaPiece& d : docs) {
       if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
       if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
-      plan_.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.pos + d.len);
+      plan_.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.len, o.mask);
       const double c = speed(d.origin) * cost(d.pos, d.len);
       load_[size_t(d.origin)] += c;
       attention += c;
@@ -104,16 +108,21 @@ class Balancer {
     plan_.pairs_after.assign(size_t(n_), 0);
     plan_.load_after.assign(size_t(n_), 0.0);
     for (const CaTask& t : plan_.tasks) {
-      plan_.pairs_after[size_t(t.server)] += prefix_pairs(t.q_begin, t.kv_len());
+      plan_.pairs_after[size_t(t.server)] += prefix_pairs(t.q_begin, t.q_len, o_.mask);
       plan_.load_after[size_t(t.server)] += cost(t.q_begin, t.q_len);
     }
     return std::move(plan_);
   }
 
  private:
-  // cost of query rows [q0, q0 + rows) of a document against their causal prefixes
+  // cost of query rows [q0, q0 + rows) of a document against their prefixes: the pairs
+  // the mask lets through, or a profile's time of the causal task scaled to them (the
+  // profile is measured per causal pair)
   double cost(int64_t q0, int64_t rows) const {
-    return o_.cost ? o_.cost->seconds(rows, q0 + rows) : double(prefix_pairs(q0, q0 + rows));
+    const double pairs = double(prefix_pairs(q0, rows, o_.mask));
+    if (!o_.cost) return pairs;
+    const double seconds = o_.cost->seconds(rows, q0 + rows);
+    return o_.mask.causal() ? seconds : seconds * pairs / double(std::max<int64_t>(1, prefix_pairs(q0, rows, {})));
   }
   double speed(int s) const { return uneven_ && !o_.speed.empty() ? o_.speed[size_t(s)] : 1.0; }
 
@@ -154,7 +163,7 @@ class Balancer {
     return cost(d.pos + a_[i], m) + cost(d.pos + d.len - a_[i] - m, m);
   }
   // the largest m whose head + tail cost fits `wanted` (m (L + 1) pairs for a whole
-  // document without a profile)
+  // causal document without a profile)
   int64_t largest_split(size_t i, double wanted) const {
     int64_t lo = 0, hi = (docs_[i].len - 2 * a_[i] - 1) / 2;
     while (lo < hi) {

@@ -3,7 +3,8 @@
 // the same plan from the same small metadata.
 //
 // A CA-task is a run of query rows of one document together with the keys of its whole
-// causal prefix [0, q_end). Its cost is its attention pairs (attention_pairs). Every rank is
+// causal prefix [0, q_end). Its cost is its attention pairs (attention_pairs: those the
+// mask lets through). Every rank is
 // an attention server, for its own documents first. The planner balances pairs over
 // servers with the paper's communication-aware greedy: the most deficient server takes
 // work from surplus servers, choosing the candidate with the most work per byte moved,
@@ -51,6 +52,8 @@ struct CaPlanOptions {
   // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
   // attention pairs.
   const CaCostModel* cost = nullptr;
+  // The attention mask: a task's pairs are those it lets through (attention_mask.h).
+  AttentionMask mask;
   // Servers of unequal speed (with a cost model; empty: all equal, nothing else to do):
   // per server, the seconds it spends on other work of the same group (its token-linear
   // layers), and how much slower than the cost model its kernels run (1 = as measured).

@@ -73,19 +73,53 @@ int64_t causal_pairs(const AttentionTask& t) {
   const int64_t i1 = std::clamp<int64_t>(t.kv_len - a, i0, t.q_len);
   return (i1 - i0) * (2 * a + i0 + i1 - 1) / 2 + (t.q_len - i1) * int64_t(t.kv_len);
 }
+
+// Sum over k in [0, n) of max(0, c + s k).
+int64_t sum_positive(int64_t n, int64_t c, int64_t s) {
+  if (n <= 0) return 0;
+  int64_t k0 = 0, m = n;  // the terms k0 .. k0 + m - 1 are the positive ones
+  if (s == 0) {
+    m = c > 0 ? n : 0;
+  } else if (s > 0) {
+    k0 = c > 0 ? 0 : -c / s + 1;
+    m = std::max<int64_t>(0, n - k0);
+  } else {
+    m = c > 0 ? std::min(n, (c - 1) / -s + 1) : 0;
+  }
+  const int64_t first = c + s * k0;
+  return m * first + s * (m * (m - 1) / 2);
+}
+
 }  // namespace
 
 int64_t attention_pairs(const AttentionTask& t, const AttentionMask& mask) {
   if (mask.causal()) return causal_pairs(t);
-  // row by row: the task's keys [kv_pos, kv_pos + kv_len) against the row's two ranges
-  const int64_t k0 = t.kv_pos, k1 = int64_t(t.kv_pos) + t.kv_len;
-  const auto overlap = [&](int64_t lo, int64_t hi) {
-    return std::max<int64_t>(0, std::min(hi, k1) - std::max(lo, k0));
+  // Query p reads the task's keys [K0, K1) in two ranges (attention_mask.h): [0, sink)
+  // and [lo, hi); each overlap, unclamped, is linear in p between the points where one
+  // of its min/max terms switches, so the rows are summed piece by piece in closed form.
+  const int64_t Q0 = t.q_pos, Q1 = Q0 + t.q_len, K0 = t.kv_pos, K1 = K0 + t.kv_len;
+  const auto parts = [&](int64_t p) {  // unclamped overlaps: {sink, band}
+    const MaskKeys r = mask_keys(mask, t.prefix_len, t.segment_pos, p);
+    return std::pair<int64_t, int64_t>{std::min(r.sink_end, K1) - K0, std::min(r.hi, K1) - std::max(r.lo, K0)};
   };
+  std::vector<int64_t> cuts = {Q0, Q1};
+  const int64_t W = mask.window, S = mask.sink_tokens, P = t.prefix_len, G = t.segment_pos;
+  for (int64_t x : {K0, K1, W, K0 + W, K1 + W, S + W, P, G})
+    for (int64_t d : {-1, 0, 1}) cuts.push_back(x + d);
+  if (mask.kind == MaskKind::chunked)
+    for (int64_t b = (Q0 / mask.block_size + 1) * mask.block_size; b < Q1; b += mask.block_size) cuts.push_back(b);
+  std::sort(cuts.begin(), cuts.end());
   int64_t pairs = 0;
-  for (int64_t i = 0; i < t.q_len; ++i) {
-    const MaskKeys r = mask_keys(mask, t.prefix_len, t.segment_pos, t.q_pos + i);
-    pairs += overlap(0, r.sink_end) + overlap(r.lo, r.hi);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const int64_t a = std::max(cuts[i], Q0), b = std::min(cuts[i + 1], Q1);
+    if (a >= b) continue;
+    const auto [s0, b0] = parts(a);
+    if (b - a == 1) {
+      pairs += std::max<int64_t>(0, s0) + std::max<int64_t>(0, b0);
+      continue;
+    }
+    const auto [s1, b1] = parts(a + 1);
+    pairs += sum_positive(b - a, s0, s1 - s0) + sum_positive(b - a, b0, b1 - b0);
   }
   return pairs;
 }

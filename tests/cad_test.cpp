@@ -89,6 +89,41 @@ TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
       }
 }
 
+// With a mask the planner balances the pairs the mask lets through: a sliding window
+// (linear work per document), sinks and chunks, every row once, pairs conserved, within
+// tolerance.
+TEST(CadPlan, MasksBalanceTheirUnmaskedPairs) {
+  for (const AttentionMask mask : {AttentionMask{MaskKind::sliding_window, 256, 0, 1},
+                                   AttentionMask{MaskKind::sink_window, 128, 4, 1},
+                                   AttentionMask{MaskKind::chunked, 1, 0, 300}})
+    for (int n : {2, 4, 8})
+      for (uint32_t seed = 1; seed <= 10; ++seed) {
+        const std::vector<CaPiece> docs = random_tick(n, 4096, seed * 17 + uint32_t(n));
+        CaPlanOptions o;
+        o.tolerance = 0.1;
+        o.mask = mask;
+        const CaPlan plan = plan_core_attention(docs, n, o);
+        std::map<std::pair<int32_t, int32_t>, int32_t> rows;
+        int64_t before = 0, after = 0;
+        for (const CaPiece& d : docs) {
+          rows[{d.origin, d.doc}] = 0;
+          before += attention_pairs(AttentionTask{0, 0, d.len, d.pos + d.len, d.pos, 0, 0}, mask);
+        }
+        std::vector<int64_t> served(size_t(n), 0);  // counted here, not by the planner
+        for (const CaTask& t : plan.tasks) {
+          rows[{t.origin, t.doc}] += t.q_len;
+          const int64_t p = attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}, mask);
+          after += p;
+          served[size_t(t.server)] += p;
+        }
+        for (const CaPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
+        EXPECT_EQ(before, after) << mask_kind_name(mask.kind);
+        EXPECT_EQ(served, plan.pairs_after);
+        EXPECT_LE(max_over_mean(served), 1.1 + 1e-9)
+            << mask_kind_name(mask.kind) << " n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
+      }
+}
+
 // Context-parallel pieces: each document's rows [pos, pos + len) on several ranks,
 // every piece against the document's prefix [0, pos + len). Rows still go exactly
 // once, pairs are conserved and the plan balances.

@@ -171,17 +171,35 @@ TEST(Masks, PairsCountTheUnmaskedPairs) {
         for (int64_t j = 0; j < pr.cu[d + 1] - pr.cu[d]; ++j) counted += pr.visible(d, i, j);
     EXPECT_EQ(attention_pairs(tasks, pr.mask), counted) << mask_kind_name(kind);
   }
-  const AttentionMask window{MaskKind::sink_window, 9, 3, 1};
-  for (int32_t q_pos : {0, 3, 17, 40})
-    for (int32_t q_len : {1, 5, 23})
-      for (int32_t kv_pos : {0, 2, 19, 50})
-        for (int32_t kv_len : {1, 7, 30}) {
-          const AttentionTask t{0, 0, q_len, kv_len, q_pos, kv_pos, 0};
-          int64_t counted = 0;
-          for (int32_t i = q_pos; i < q_pos + q_len; ++i)
-            for (int32_t j = kv_pos; j < kv_pos + kv_len; ++j) counted += j <= i && (j > i - 9 || j < 3);
-          ASSERT_EQ(attention_pairs(t, window), counted) << q_pos << " " << q_len << " " << kv_pos << " " << kv_len;
-        }
+  // shards with any query and key range; prefix_lm with P = 20, shared_question's task
+  // for the segment from position 12 of a document whose question is 5 tokens
+  for (const AttentionMask m : {AttentionMask{MaskKind::sliding_window, 9, 0, 1}, AttentionMask{MaskKind::sink_window, 9, 3, 1},
+                                AttentionMask{MaskKind::chunked, 1, 0, 7}, AttentionMask{MaskKind::prefix_lm, 1, 0, 1},
+                                AttentionMask{MaskKind::shared_question, 1, 0, 1}})
+    for (int32_t q_pos : {0, 3, 12, 17, 40})
+      for (int32_t q_len : {1, 5, 23, 70})
+        for (int32_t kv_pos : {0, 2, 19, 50})
+          for (int32_t kv_len : {1, 7, 30, 90}) {
+            AttentionTask t{0, 0, q_len, kv_len, q_pos, kv_pos, 0};
+            if (m.kind == MaskKind::prefix_lm) t.prefix_len = 20;
+            if (m.kind == MaskKind::shared_question) {
+              if (q_pos < 12) continue;  // the task's queries lie in the segment
+              t.prefix_len = 5, t.segment_pos = 12;
+            }
+            int64_t counted = 0;
+            for (int32_t i = q_pos; i < q_pos + q_len; ++i)
+              for (int32_t j = kv_pos; j < kv_pos + kv_len; ++j) {
+                bool v = j <= i;
+                if (m.kind == MaskKind::sliding_window) v = v && j > i - 9;
+                if (m.kind == MaskKind::sink_window) v = v && (j > i - 9 || j < 3);
+                if (m.kind == MaskKind::chunked) v = v && i / 7 == j / 7;
+                if (m.kind == MaskKind::prefix_lm) v = v || j < 20;
+                if (m.kind == MaskKind::shared_question) v = v && (j < 5 || j >= 12);
+                counted += v;
+              }
+            ASSERT_EQ(attention_pairs(t, m), counted)
+                << mask_kind_name(m.kind) << " " << q_pos << " " << q_len << " " << kv_pos << " " << kv_len;
+          }
   const AttentionTask doc{0, 0, 65536, 65536, 0, 0, 65536};
   const AttentionMask sliding{MaskKind::sliding_window, 4096, 0, 1};
   EXPECT_EQ(attention_pairs(doc, sliding), 4096LL * 4097 / 2 + (65536LL - 4096) * 4096);

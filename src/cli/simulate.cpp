@@ -151,7 +151,7 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
       if (k > 0) {
         optimizer_s += std::chrono::duration<double>(TraceClock::now() - t0).count();
         c.tokens += b.num_tokens();
-        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens));
+        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens), mc.attention_mask);
       }
     }
   } catch (...) {
@@ -181,16 +181,20 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
 }
 
 // Attention seconds (forward + backward, one layer) of query rows [q0, q0 + q) of a
-// document against their causal prefix.
+// document against their prefix, under the model's mask.
 struct AttentionCost {
   const Calibration& cal;
   const std::optional<CaCostModel>& profile;
   double scale;
+  AttentionMask mask;
   double operator()(int64_t q0, int64_t q) const {
     if (q <= 0) return 0;
-    if (profile) return profile->seconds(q, q0 + q) * scale;  // the task's measured time
-    return cal.attention_per_pair_layer *
-           double(attention_pairs(AttentionTask{0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0}));
+    const AttentionTask task{0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0};
+    const double pairs = double(attention_pairs(task, mask));
+    // the task's measured time (a profile is per causal pair: scaled to the mask's pairs)
+    if (profile)
+      return profile->seconds(q, q0 + q) * scale * (mask.causal() ? 1.0 : pairs / double(std::max<int64_t>(1, attention_pairs(task))));
+    return cal.attention_per_pair_layer * pairs;
   }
 };
 
@@ -386,7 +390,7 @@ class CadLayerCost {
       for (const CaTask& t : plan.tasks) {
         const double c = attn_(t.q_begin, t.q_len);
         work[size_t(g)][size_t(t.server)] += c;
-        served[size_t(t.server)] += double(attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}));
+        served[size_t(t.server)] += double(attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}, mc_.attention_mask));
         if (t.server == t.origin) {
           own[size_t(g)][size_t(t.server)] += c;
           continue;
@@ -661,7 +665,7 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
       head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
       head = std::max(head, head_c[size_t(c)]);
       p.tokens += l.num_tokens();
-      for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, c))] += double(l.attention_pairs());
+      for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, c))] += double(l.attention_pairs(plan.model.attention_mask));
     }
     for (int s = 0; s < pp; ++s) {
       const double layers = double(plan.stages[size_t(s)].num_layers());
@@ -697,7 +701,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
                             const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
-  const AttentionCost attn{cal, profile, o.attention_scale};
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
@@ -791,7 +795,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
                        const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
-  const AttentionCost attn{cal, profile, o.attention_scale};
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
@@ -822,7 +826,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
           batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split) : whole_sequence(b));
           const LocalBatch& l = batches[size_t(d)].back().back();
           p.tokens += l.num_tokens();
-          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs());
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs(plan.model.attention_mask));
         }
       }
     double t = 0;  // the tick's start
@@ -914,7 +918,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
   const int n = o.ranks, cp = layout.cp, dp = layout.dp;
-  const AttentionCost attn{cal, profile, o.attention_scale};
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
   const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
   const double layers = double(mc.num_hidden_layers);
   const int64_t mb = plan.micro_batches;
@@ -939,7 +943,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
     for (int r = 0; r < n; ++r)
       for (const LocalBatch& b : local[size_t(r)]) {
         p.tokens += b.num_tokens();
-        pairs[size_t(r)] += double(b.attention_pairs());
+        pairs[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
         const double begin = p.compute[size_t(r)];
         head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
@@ -948,7 +952,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
         for (const DocPiece& d : b.pieces) t += attn(d.pos, d.len);
         p.compute[size_t(r)] += layers * t;
         timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
-        served[size_t(r)] += double(b.attention_pairs());
+        served[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
       }
     if (cad) {
       for (int64_t m = 0; m < mb; ++m) {

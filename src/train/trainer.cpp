@@ -206,7 +206,8 @@ void Trainer::take_local_batches() {
     for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
     const LlamaConfig& mc = model_.config();
     local_ = pack_for_balance(global, layout.dp, int(mb), grid_.coords().dp_rank, [&mc](int64_t L) {
-      return forward_flops(mc, L, L * (L + 1) / 2);
+      const AttentionTask doc{0, 0, int32_t(L), int32_t(L), 0, 0, int32_t(L)};
+      return forward_flops(mc, L, attention_pairs(doc, mc.attention_mask));
     });
   } else {
     const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
@@ -504,8 +505,9 @@ void Trainer::log_header() const {
     log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
              "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32): %s",
              bf16_support().note.c_str());
-  log_info("GFLOP/s: causal-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
-           "4 x H x hd x layers x sum L_i(L_i+1)/2) per step");
+  log_info("GFLOP/s: mask-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
+           "4 x H x hd x layers x attention pairs) per step; pairs: %s",
+           mc.attention_mask.causal() ? "sum L_i(L_i+1)/2 (causal)" : "those attention.mask lets through");
   if (state_.step > 0)
     log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
              (long long)state_.tokens_seen, (long long)state_.next_sequence);

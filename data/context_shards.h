@@ -5,7 +5,9 @@
 //   zigzag      every document of L >= 2 cp tokens is cut into 2 cp chunks
 //               [c L / 2cp, (c + 1) L / 2cp); rank r keeps chunks r and 2cp - 1 - r
 //               (Llama-3 / Megatron load balancing: each rank holds ~1/cp of the tokens
-//               and ~1/cp of the causal attention work of every document). Shorter
+//               and ~1/cp of the causal attention work of every document). Under an
+//               attention mask other than causal the chunks hold equal shares of the
+//               pairs the mask lets through instead (attention_pairs). Shorter
 //               documents go whole to the rank holding the fewest tokens so far (the
 //               lowest such rank), in document order. No padding. If that leaves a
 //               rank without tokens, it takes the last token of the fullest rank.
@@ -33,8 +35,10 @@ void whole_sequence(const PackedBatch& batch, LocalBatch& out);
 LocalBatch whole_sequence(const PackedBatch& batch);
 
 // Every rank's pieces of the sequence (rows within each rank in document order).
-std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& batch, int cp, CpSplit split);
+std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& batch, int cp, CpSplit split,
+                                                const AttentionMask& mask = {});
 // Rank `rank`'s batch of a sequence split over cp ranks.
-LocalBatch shard_sequence(const PackedBatch& batch, int cp, int rank, CpSplit split);
+LocalBatch shard_sequence(const PackedBatch& batch, int cp, int rank, CpSplit split,
+                          const AttentionMask& mask = {});
 
 }  // namespace lct

@@ -301,7 +301,7 @@ std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) 
       for (const PackedBatch& b : sequences) {
         double max_pairs = 0, sum_pairs = 0;
         for (int64_t rank = 0; rank < cp; ++rank) {
-          const double p = double(shard_sequence(b, int(cp), int(rank), split).attention_pairs(config.model.attention_mask));
+          const double p = double(shard_sequence(b, int(cp), int(rank), split, config.model.attention_mask).attention_pairs(config.model.attention_mask));
           max_pairs = std::max(max_pairs, p);
           sum_pairs += p;
         }

@@ -84,7 +84,7 @@ LocalBatch whole_sequence(const PackedBatch& b) {
 }
 
 std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, CpSplit split,
-                                                const AttentionMask& mask) {
+                                                const SplitWork& work) {
   if (cp < 1) throw std::invalid_argument("shard_pieces: cp must be >= 1");
   std::vector<std::vector<DocPiece>> pieces(static_cast<size_t>(cp));
   std::vector<int64_t> rows(static_cast<size_t>(cp), 0);
@@ -106,21 +106,22 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
       continue;
     }
     // chunk boundaries: equal tokens under the causal mask (the head and tail chunks
-    // then pair up to equal pairs); under another mask, equal shares of the pairs it
-    // lets through (a sliding window's first chunk is cheaper than the rest)
+    // then pair up to equal pairs); under another mask, equal shares of the work (a
+    // sliding window's first chunk has fewer pairs than the rest)
     std::vector<int32_t> cuts(size_t(2 * cp + 1));
     for (int c = 0; c <= 2 * cp; ++c) cuts[size_t(c)] = int32_t(int64_t(c) * L / (2 * cp));
-    if (!mask.causal()) {
-      const auto pairs_below = [&](int64_t x) {  // pairs of the document's rows [0, x)
-        return attention_pairs(AttentionTask{0, 0, int32_t(x), int32_t(x), 0, 0, L}, mask);
+    if (!work.mask.causal()) {
+      const auto work_below = [&](int64_t x) {  // work of the document's rows [0, x)
+        return double(attention_pairs(AttentionTask{0, 0, int32_t(x), int32_t(x), 0, 0, L}, work.mask)) +
+               work.pairs_per_token * double(x);
       };
-      const int64_t total = pairs_below(L);
-      for (int c = 1; c < 2 * cp; ++c) {  // the first x with pairs_below(x) >= c / 2cp of them
+      const double total = work_below(L);
+      for (int c = 1; c < 2 * cp; ++c) {  // the first x with work_below(x) >= c / 2cp of it
         int64_t lo = cuts[size_t(c - 1)], hi = L;
-        const int64_t want = (total * c + 2 * cp - 1) / (2 * cp);
+        const double want = total * c / (2 * cp);
         while (lo < hi) {
           const int64_t mid = (lo + hi) / 2;
-          if (pairs_below(mid) >= want) hi = mid;
+          if (work_below(mid) >= want) hi = mid;
           else lo = mid + 1;
         }
         cuts[size_t(c)] = int32_t(lo);
@@ -159,10 +160,10 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
   return pieces;
 }
 
-LocalBatch shard_sequence(const PackedBatch& b, int cp, int rank, CpSplit split, const AttentionMask& mask) {
+LocalBatch shard_sequence(const PackedBatch& b, int cp, int rank, CpSplit split, const SplitWork& work) {
   if (rank < 0 || rank >= cp) throw std::invalid_argument("shard_sequence: rank out of range");
   LocalBatch out;
-  out.group_pieces = shard_pieces(b, cp, split, mask);
+  out.group_pieces = shard_pieces(b, cp, split, work);
   out.pieces = out.group_pieces[size_t(rank)];
   out.cp_rank = rank;
   out.sequence_tokens = b.num_tokens();

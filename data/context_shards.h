@@ -7,7 +7,8 @@
 //               (Llama-3 / Megatron load balancing: each rank holds ~1/cp of the tokens
 //               and ~1/cp of the causal attention work of every document). Under an
 //               attention mask other than causal the chunks hold equal shares of the
-//               pairs the mask lets through instead (attention_pairs). Shorter
+//               work instead: the pairs the mask lets through (attention_pairs) plus
+//               each token's token-linear work in pair units (SplitWork). Shorter
 //               documents go whole to the rank holding the fewest tokens so far (the
 //               lowest such rank), in document order. No padding. If that leaves a
 //               rank without tokens, it takes the last token of the fullest rank.
@@ -35,10 +36,18 @@ void whole_sequence(const PackedBatch& batch, LocalBatch& out);
 LocalBatch whole_sequence(const PackedBatch& batch);
 
 // Every rank's pieces of the sequence (rows within each rank in document order).
+// What a zigzag split balances when the mask is not causal: the pairs it lets through
+// plus pairs_per_token for each token (its token-linear work over one pair's attention
+// work; src/train/flops.h linear_pairs_per_token). Under the causal mask equal tokens
+// balance both, and the cuts are the equal-token ones.
+struct SplitWork {
+  AttentionMask mask;
+  double pairs_per_token = 0;
+};
+
 std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& batch, int cp, CpSplit split,
-                                                const AttentionMask& mask = {});
+                                                const SplitWork& work = {});
 // Rank `rank`'s batch of a sequence split over cp ranks.
-LocalBatch shard_sequence(const PackedBatch& batch, int cp, int rank, CpSplit split,
-                          const AttentionMask& mask = {});
+LocalBatch shard_sequence(const PackedBatch& batch, int cp, int rank, CpSplit split, const SplitWork& work = {});
 
 }  // namespace lct

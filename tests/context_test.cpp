@@ -124,29 +124,32 @@ TEST(ContextShards, ZigzagBalancesAttentionWorkContiguousDoesNot) {
   }
 }
 
-// Under a mask the zigzag chunks hold equal shares of the unmasked pairs: a sliding
+// Under a mask the zigzag chunks hold equal shares of the work: unmasked pairs plus
+// each token's token-linear work in pair units. Pairs alone (weight 0): a sliding
 // window's or sinks' cheap first chunk, or a chunked mask's blocks, would otherwise
 // unbalance the ranks (equal-token chunks give pairs max/mean 1.05 to 1.22 on these
-// documents); every row still goes exactly once.
-TEST(ContextShards, ZigzagBalancesTheMasksPairs) {
+// documents); with a weight, pairs + weight x tokens balance. Every row goes once.
+TEST(ContextShards, ZigzagBalancesTheMasksWork) {
   const PackedBatch b = packed({8192, 3000, 5});
   for (const AttentionMask mask : {AttentionMask{MaskKind::sliding_window, 1024, 0, 1},
                                    AttentionMask{MaskKind::sink_window, 512, 4, 1}, AttentionMask{MaskKind::chunked, 1, 0, 1500}})
-    for (int cp : {2, 4}) {
-      double mx = 0, sum = 0, equal_tokens_max = 0;
-      int64_t rows = 0;
-      for (int r = 0; r < cp; ++r) {
-        const LocalBatch l = shard_sequence(b, cp, r, CpSplit::zigzag, mask);
-        const double p = double(l.attention_pairs(mask));
-        mx = std::max(mx, p), sum += p;
-        equal_tokens_max = std::max(equal_tokens_max, double(shard_sequence(b, cp, r, CpSplit::zigzag).attention_pairs(mask)));
-        rows += l.num_tokens();
+    for (const double weight : {0.0, 1416.0})
+      for (int cp : {2, 4}) {
+        double mx = 0, sum = 0, equal_tokens_max = 0;
+        int64_t rows = 0, pairs = 0;
+        const auto work = [&](const LocalBatch& l) { return double(l.attention_pairs(mask)) + weight * double(l.num_tokens()); };
+        for (int r = 0; r < cp; ++r) {
+          const LocalBatch l = shard_sequence(b, cp, r, CpSplit::zigzag, {mask, weight});
+          mx = std::max(mx, work(l)), sum += work(l);
+          equal_tokens_max = std::max(equal_tokens_max, work(shard_sequence(b, cp, r, CpSplit::zigzag)));
+          rows += l.num_tokens();
+          pairs += l.attention_pairs(mask);
+        }
+        EXPECT_EQ(rows, b.num_tokens());
+        EXPECT_EQ(pairs, attention_pairs(tasks_for_documents(b.cu_seqlens), mask));
+        EXPECT_LT(mx / (sum / cp), 1.01) << mask_kind_name(mask.kind) << " weight " << weight << " cp " << cp
+                                          << " (equal tokens: " << equal_tokens_max / (sum / cp) << ")";
       }
-      EXPECT_EQ(rows, b.num_tokens());
-      EXPECT_EQ(int64_t(sum), attention_pairs(tasks_for_documents(b.cu_seqlens), mask));
-      EXPECT_LT(mx / (sum / cp), 1.01) << mask_kind_name(mask.kind) << " cp " << cp << " (equal tokens: "
-                                        << equal_tokens_max / (sum / cp) << ")";
-    }
 }
 
 TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {

@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 : > "$OUT/README.md"
-for e in stragglers cad_ablations placements memory recompute attention_kernel dca_extrapolation cp_methods passkey; do
+for e in stragglers cad_ablations placements memory recompute attention_kernel masks dca_extrapolation cp_methods passkey; do
   start=$(date +%s)
   echo "== $e"
   /usr/bin/python3 "scripts/experiments/$e.py" "${QUICK[@]}" --out "$OUT/$e" > "$OUT/$e.log" 2>&1 \

@@ -289,7 +289,7 @@ struct BalanceRow {
   double mean_max_over_mean = 0, worst_max_over_mean = 0;
 };
 
-std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) {
+std::vector<BalanceRow> cp_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<PackedBatch> sequences;
@@ -301,7 +301,7 @@ std::vector<BalanceRow> cp_balance(const Config& config, const BenchOptions& o) 
       for (const PackedBatch& b : sequences) {
         double max_pairs = 0, sum_pairs = 0;
         for (int64_t rank = 0; rank < cp; ++rank) {
-          const double p = double(shard_sequence(b, int(cp), int(rank), split, config.model.attention_mask).attention_pairs(config.model.attention_mask));
+          const double p = double(shard_sequence(b, int(cp), int(rank), split, plan.cp_split_work).attention_pairs(plan.model.attention_mask));
           max_pairs = std::max(max_pairs, p);
           sum_pairs += p;
         }
@@ -621,7 +621,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         (long long)o.balance_sequences, (long long)config.data.seq_len,
         doc_length_dist_name(config.data.doc_lengths));
     say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
-    res.cp_balance = cp_balance(config, o);
+    res.cp_balance = cp_balance(config, plan, o);
     for (const BalanceRow& r : res.cp_balance)
       say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
           r.worst_max_over_mean);

@@ -468,7 +468,7 @@ std::vector<std::vector<LocalBatch>> replica_pieces(const RunPlan& plan, const s
     const PackedBatch& b = global[size_t(d * mb + m)];
     for (int c = 0; c < cp; ++c)
       pieces[size_t(m)].push_back(!packed.empty() ? packed[size_t(m)]
-                                  : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split, plan.model.attention_mask)
+                                  : cp > 1        ? shard_sequence(b, cp, c, plan.cp_split, plan.cp_split_work)
                                                   : whole_sequence(b));
   }
   return pieces;
@@ -823,7 +823,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
         const PackedBatch b = packer.sequence((step * dp + d) * mb + m);
         batches[size_t(d)].emplace_back();
         for (int c = 0; c < cp; ++c) {
-          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split, plan.model.attention_mask) : whole_sequence(b));
+          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split, plan.cp_split_work) : whole_sequence(b));
           const LocalBatch& l = batches[size_t(d)].back().back();
           p.tokens += l.num_tokens();
           for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs(plan.model.attention_mask));
@@ -904,7 +904,7 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
     else
       for (int64_t m = 0; m < mb; ++m) {
         const PackedBatch& b = global[size_t((r / cp) * mb + m)];
-        local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, plan.cp_split, plan.model.attention_mask) : whole_sequence(b));
+        local[size_t(r)].push_back(cp > 1 ? shard_sequence(b, cp, r % cp, plan.cp_split, plan.cp_split_work) : whole_sequence(b));
       }
   }
   return local;

@@ -9,6 +9,8 @@ double forward_flops(const LlamaConfig& c, int64_t tokens, int64_t pairs) {
   return matmul + attention;
 }
 
+double linear_pairs_per_token(const LlamaConfig& c) { return forward_flops(c, 1, 0) / forward_flops(c, 0, 1); }
+
 double train_step_flops(const LlamaConfig& c, int64_t tokens, int64_t pairs) {
   return 3.0 * forward_flops(c, tokens, pairs);
 }

@@ -18,5 +18,8 @@ namespace lct {
 
 double forward_flops(const LlamaConfig& config, int64_t tokens, int64_t pairs);
 double train_step_flops(const LlamaConfig& config, int64_t tokens, int64_t pairs);
+// A token's token-linear FLOPs over one attention pair's (what a masked zigzag split
+// weighs tokens by, data/context_shards.h).
+double linear_pairs_per_token(const LlamaConfig& config);
 
 }  // namespace lct

@@ -1,5 +1,6 @@
 #include "src/train/run_plan.h"
 
+#include "src/train/flops.h"
 #include "src/train/run_objects.h"
 
 namespace lct {
@@ -18,6 +19,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.seq_len = c.data.seq_len;
   p.micro_batches = c.train.micro_batches;
   p.cp_split = c.parallel.cp_split;
+  p.cp_split_work = {p.model.attention_mask, linear_pairs_per_token(p.model)};
   p.cp_comm = c.parallel.cp_comm;
 
   const ParallelConfig& par = c.parallel;

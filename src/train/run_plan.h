@@ -56,6 +56,7 @@ struct RunPlan {
   Placement placement = Placement::colocated;
   DpBalance balance = DpBalance::none;  // packing only when it does something (dp > 1)
   CpSplit cp_split = CpSplit::zigzag;
+  SplitWork cp_split_work;         // what the zigzag cuts balance under a mask (data/context_shards.h)
   CpComm cp_comm = CpComm::ring;
   int cp_ulysses = 1;              // ranks per all-to-all group: cp (ulysses), U (hybrid), else 1
   int cp_inner_ring = 1;           // ranks per inner ring (double_ring), else 1

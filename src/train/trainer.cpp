@@ -215,7 +215,7 @@ void Trainer::take_local_batches() {
     for (int64_t m = 0; m < mb; ++m) {
       const PackedBatch packed = packer_.sequence(first + m);
       if (layout.cp > 1)
-        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, plan_.cp_split, model_.config().attention_mask);
+        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, plan_.cp_split, plan_.cp_split_work);
       else
         whole_sequence(packed, local_[size_t(m)]);
     }

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Attention masks (LongCA-bench, arXiv 2510.17896): for each mask, the attention kernel's
+forward+backward GFLOP/s counting only the pairs the mask lets through (LongCA-bench's
+mask-aware FLOPs) against the same-run SGEMM ceiling, on one document and on a packed
+`pretrain` batch; a sliding window's time against sequence length (linear in T); and the
+step throughput of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 on the
+`pretrain` mix, by the wall clock in alternating rounds (one rank per core, one thread
+each), as speedups over one rank with the same mask.
+
+prefix_lm and shared_question need per-document data that no data source produces yet:
+they are not measured here (the kernel supports them; tests/mask_test.cpp).
+
+  /usr/bin/python3 scripts/experiments/masks.py [--quick] [--out DIR] [--config F]
+"""
+import json
+import os
+import statistics
+
+import common
+
+NAME = "masks"
+
+
+def mask_args(quick):
+    """The measured masks and their settings: windows of 1/8 of the step's sequence,
+    4 sinks, blocks of 1/4."""
+    w, b = ("64", "128") if quick else ("1024", "2048")
+    return {"causal": [],
+            "sliding_window": ["--attention.mask", "sliding_window", "--attention.window", w],
+            "sink_window": ["--attention.mask", "sink_window", "--attention.window", w, "--attention.sink_tokens", "4"],
+            "chunked": ["--attention.mask", "chunked", "--attention.block_size", b]}
+
+
+def bench(args, quick, config):
+    return json.loads(common.lct(["bench", "--json", "--sections", "ceilings", "attention", "--attention-precisions", "fp32",
+                                  "--repeats", "1" if quick else "3", "--budget", "2" if quick else "20"] + args,
+                                 quick, config))
+
+
+LAYOUTS = {"one rank": (1, []),
+           "cp=2 ring": (2, ["--parallel.dp", "1", "--parallel.cp", "2", "--parallel.cp_comm", "ring"]),
+           "cp=2 allgather": (2, ["--parallel.dp", "1", "--parallel.cp", "2", "--parallel.cp_comm", "allgather"]),
+           "cp=2 ulysses": (2, ["--parallel.dp", "1", "--parallel.cp", "2", "--parallel.cp_comm", "ulysses"]),
+           "CAD dp=2": (2, ["--parallel.dp", "2", "--attention.placement", "cad"])}
+
+
+def main():
+    a = common.arguments(NAME, __doc__.splitlines()[0])
+    masks = mask_args(a.quick)
+    kernel_tokens = "1024" if a.quick else "16384"
+    rows = []
+    # 1. the kernel, per mask, one document and a packed batch of the same tokens
+    for mask, extra in masks.items():
+        b = bench(["--attention-lengths", kernel_tokens, "--data.doc_lengths", "pretrain", "--data.max_doc_len", kernel_tokens,
+                   "--data.seq_len", kernel_tokens] + extra, a.quick, a.config)
+        sgemm = b["ceilings"]["sgemm_gflops"]
+        for r in b["attention"]["rows"]:
+            if r["kernel"].startswith("dca"):
+                continue
+            rows.append({"part": "kernel", "mask": mask, "layout": r["layout"], "tokens": r["tokens"], "pairs": r["pairs"],
+                         "fwd_bwd_ms": r["fwd_ms"] + r["bwd_ms"], "fwd_gflops": r["fwd_gflops"], "bwd_gflops": r["bwd_gflops"],
+                         "fwd_bwd_vs_sgemm": r["fwd_bwd_vs_sgemm"], "sgemm_gflops": sgemm})
+    # 2. a sliding window of W on one document of T = W, 4 W and 16 W tokens: time per
+    #    token stays flat (linear in T); causal documents of W and 2 W tokens beside it
+    W = 256 if a.quick else 4096
+    lengths = [str(W * k) for k in (1, 4, 16)]
+    for mask, extra in (("sliding_window", ["--attention.mask", "sliding_window", "--attention.window", str(W)]), ("causal", [])):
+        b = bench(["--attention-lengths"] + (lengths if mask != "causal" else [str(W), str(2 * W)]) + extra, a.quick, a.config)
+        for r in b["attention"]["rows"]:
+            if r["layout"] != "one-doc" or r["kernel"].startswith("dca"):
+                continue
+            rows.append({"part": f"length (W {W})", "mask": mask, "layout": "one-doc", "tokens": r["tokens"], "pairs": r["pairs"],
+                         "fwd_bwd_ms": r["fwd_ms"] + r["bwd_ms"], "fwd_gflops": r["fwd_gflops"], "bwd_gflops": r["bwd_gflops"],
+                         "fwd_bwd_vs_sgemm": r["fwd_bwd_vs_sgemm"], "sgemm_gflops": b["ceilings"]["sgemm_gflops"],
+                         "us_per_token": 1e3 * (r["fwd_ms"] + r["bwd_ms"]) / r["tokens"]})
+    # 3. training steps: every layout with every mask, alternating rounds
+    seq = "512" if a.quick else "8192"
+    steps = "4" if a.quick else "6"
+    rounds = 1 if a.quick else 2
+    data = ["--data.doc_lengths", "pretrain", "--data.seq_len", seq, "--data.max_doc_len", seq, "--train.micro_batches", "1",
+            "--train.steps", steps, "--attention.cad_profile", "pairs"]
+    tps = {}
+    for r in range(rounds):
+        for mask, extra in masks.items():
+            for layout, (ranks, largs) in LAYOUTS.items():
+                run = common.mpi_train(ranks, data + extra + largs, a.quick, a.config,
+                                       os.path.join(a.out, f"run_{mask}_{layout.replace(' ', '_').replace('=', '')}_{r}"))
+                tps.setdefault((mask, layout), []).append((common.wall_clock(run, warmup=2)["tokens_per_s"], run))
+    for mask in masks:
+        for layout in LAYOUTS:
+            speedups = [t / tps[(mask, "one rank")][i][0] for i, (t, _) in enumerate(tps[(mask, layout)])]
+            last = tps[(mask, layout)][-1][1][-1]
+            rows.append({"part": "step", "mask": mask, "layout": layout, "tokens": int(seq),
+                         "tokens_per_s": statistics.median(t for t, _ in tps[(mask, layout)]),
+                         "speedup_over_one_rank": statistics.median(speedups),
+                         "speedup_spread": f"{min(speedups):.3f}-{max(speedups):.3f}",
+                         "compute_max_over_mean": last.get("compute_max_over_mean", ""),
+                         "pairs_max_over_mean": last.get("attention_pairs_served_max_over_mean",
+                                                         last.get("attention_pairs_max_over_mean", ""))})
+    columns = ["part", "mask", "layout", "tokens", "pairs", "fwd_bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_bwd_vs_sgemm",
+               "sgemm_gflops", "us_per_token", "tokens_per_s", "speedup_over_one_rank", "speedup_spread",
+               "compute_max_over_mean", "pairs_max_over_mean"]
+    settings = ", ".join(m + "".join(f" {k.split('.')[-1]} {v}" for k, v in zip(x[2::2], x[3::2])) for m, x in masks.items())
+    print(common.write_outputs(a.out, NAME, rows, columns, "Attention masks: kernel, length and step throughput",
+                               f"Masks: {settings}. GFLOP/s count only the pairs a mask lets through; ratios are to the "
+                               f"same-run SGEMM. Steps: {seq}-token sequences of the pretrain mix, {rounds} alternating "
+                               f"round(s) of {steps} steps (throughput of the steps after the first two), speedups over one "
+                               f"rank with the same mask (medians and spread over rounds); CAD balances attention pairs."))
+    plt = common.pyplot()
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.4))
+    kern = [r for r in rows if r["part"] == "kernel"]
+    names = list(masks)
+    for j, layout in enumerate(["one-doc", "packed"]):
+        v = [next(r["fwd_bwd_vs_sgemm"] for r in kern if r["mask"] == m and r["layout"] == layout) for m in names]
+        ax[0].bar([i + (j - 0.5) * 0.38 for i in range(len(names))], v, 0.38, color=f"C{j}", label=layout)
+    ax[0].set_xticks(range(len(names)))
+    ax[0].set_xticklabels(names, rotation=15)
+    ax[0].set_ylabel("fwd+bwd GFLOP/s (unmasked pairs) / SGEMM")
+    ax[0].set_title(f"kernel, {kernel_tokens} tokens")
+    ax[0].legend()
+    ax[0].grid(alpha=0.3, axis="y")
+    length = [r for r in rows if r["part"].startswith("length")]
+    for mask, style in (("sliding_window", "o-"), ("causal", "s--")):
+        pts = [(r["tokens"], r["us_per_token"]) for r in length if r["mask"] == mask]
+        ax[1].plot([p[0] for p in pts], [p[1] for p in pts], style, label=mask)
+    ax[1].set_xscale("log", base=2)
+    ax[1].set_xlabel("tokens in the document")
+    ax[1].set_ylabel("fwd+bwd microseconds per token")
+    ax[1].set_title(f"sliding window W = {W}: linear in T")
+    ax[1].legend()
+    ax[1].grid(alpha=0.3)
+    step = [r for r in rows if r["part"] == "step" and r["layout"] != "one rank"]
+    layouts = [l for l in LAYOUTS if l != "one rank"]
+    width = 0.8 / len(names)
+    for j, mask in enumerate(names):
+        v = [next(r["speedup_over_one_rank"] for r in step if r["mask"] == mask and r["layout"] == l) for l in layouts]
+        ax[2].bar([i + (j - (len(names) - 1) / 2) * width for i in range(len(layouts))], v, width, color=f"C{j}", label=mask)
+    ax[2].set_xticks(range(len(layouts)))
+    ax[2].set_xticklabels(layouts, rotation=15)
+    ax[2].axhline(2.0, color="k", lw=0.8, ls="--")
+    ax[2].set_ylabel("speedup over one rank (same mask)")
+    ax[2].set_title(f"training step, pretrain mix, {seq} tokens")
+    ax[2].legend(fontsize=8)
+    ax[2].grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -44,6 +44,20 @@ print(f"ok   simulate recompute: step {none['step_seconds']*1e3:.1f} / {sel['ste
       f"{full['step_seconds']*1e3:.1f} ms, memory {none['memory_per_rank_bytes']/2**20:.0f} / "
       f"{sel['memory_per_rank_bytes']/2**20:.0f} / {full['memory_per_rank_bytes']/2**20:.0f} MiB (none / selective / full)")
 PY
+# a mask: the same calibration, so only the pairs change: a sliding window's step is
+# predicted faster, and CAD balances the pairs it lets through
+mask_causal=$(sim --ranks 2 --attention.placement cad --attention.cad_profile pairs)
+mask_sliding=$(sim --ranks 2 --attention.placement cad --attention.cad_profile pairs --attention.mask sliding_window --attention.window 64)
+/usr/bin/python3 - "$mask_causal" "$mask_sliding" <<'PY'
+import json, sys
+causal, sliding = (json.loads(a) for a in sys.argv[1:])
+assert sliding["step_seconds"] < causal["step_seconds"], (causal, sliding)
+assert sliding["attention_pairs_max_over_mean"] != causal["attention_pairs_max_over_mean"], (causal, sliding)
+assert sliding["attention_pairs_served_max_over_mean"] <= 1.1 + 1e-9, sliding
+print(f"ok   simulate masks: step {causal['step_seconds']*1e3:.1f} ms causal, {sliding['step_seconds']*1e3:.1f} ms "
+      f"sliding window 64; CAD pairs max/mean {sliding['attention_pairs_max_over_mean']:.3f} -> "
+      f"{sliding['attention_pairs_served_max_over_mean']:.3f}")
+PY
 /usr/bin/python3 - "$one" "$col" "$pack" "$cad" "$cad_again" "$single" "$cad4" "$pp" "$cp" "$cad_time" <<'PY'
 import json, sys
 one, col, pack, cad, again, single, cad4, pp, cp, cad_time = (json.loads(a) for a in sys.argv[1:])

@@ -110,7 +110,7 @@ struct AttentionParams {
 // Per-document mask data of a packed batch (attention_mask.h), empty when the mask needs
 // none: prefix_lm's prefix lengths [documents]; shared_question's segment ids [tokens]
 // (per document: a run of 0s, the question, then runs of positive ids, the answers;
-// the data layer checks that shape).
+// a segment id is one contiguous run; the caller guarantees that shape).
 struct MaskData {
   std::span<const int32_t> prefix_lens;
   std::span<const int32_t> segment_ids;

@@ -119,10 +119,6 @@ AttentionParams attention_params_of(const LlamaConfig& c) {
   return p;
 }
 
-}  // namespace lct
-
-namespace lct {
-
 std::string describe_attention(const LlamaConfig& m) {
   std::string t = attention_kernel_name(m.attention_kernel);
   if (m.attention_kernel == AttentionKernel::dca) {

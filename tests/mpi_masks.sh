@@ -63,7 +63,10 @@ ckpt=$(ls -d ref_chunked/step_* | tail -1)
 "$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 | grep -q "mask chunked" || { echo "FAIL: eval"; exit 1; }
 "$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask causal | grep -q "mask" && {
   echo "FAIL: eval --attention.mask causal still masked"; exit 1; }
-echo "ok   checkpoint attributes, inspect and eval overrides"
+rc=0; out=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask prefix_lm 2>&1) || rc=$?
+[ "$rc" = 1 ] && grep -q "needs per-document prefix lengths" <<< "$out" || {
+  echo "$out"; echo "FAIL: eval under prefix_lm without prefix lengths (exit $rc)"; exit 1; }
+echo "ok   checkpoint attributes, inspect and eval overrides (prefix_lm refused: batches carry no prefix lengths)"
 
 # bad settings: one line, exit 1
 bad() {  # message args...

@@ -25,8 +25,9 @@ struct CaCostModel {
   std::vector<double> seconds_per_pair;     // [q_grid.size()][kv_grid.size()]
 
   // Seconds of forward + backward of a task of q_len query rows ending a prefix of
-  // kv_len >= q_len key rows.
-  double seconds(int64_t q_len, int64_t kv_len) const;
+  // kv_len >= q_len key rows: the measured time per pair (measured on causal tasks) times
+  // the pairs the mask lets through.
+  double seconds(int64_t q_len, int64_t kv_len, const AttentionMask& mask = {}) const;
   std::string to_text() const;
   // Throws std::invalid_argument with one line naming `origin` and the problem.
   static CaCostModel parse(const std::string& text, const std::string& origin);

@@ -9,12 +9,6 @@
 
 namespace lct {
 namespace {
-// Pairs of query rows [q0, q0 + rows) of a document against their prefix [0, q0 + rows)
-// that the mask lets through.
-int64_t prefix_pairs(int64_t q0, int64_t rows, const AttentionMask& mask) {
-  return attention_pairs(AttentionTask{0, 0, int32_t(rows), int32_t(q0 + rows), int32_t(q0), 0, 0}, mask);
-}
-
 struct Candidate {
   size_t doc = 0;
   bool whole = false;  // the document's whole remaining middle
@@ -116,13 +110,9 @@ class Balancer {
 
  private:
   // cost of query rows [q0, q0 + rows) of a document against their prefixes: the pairs
-  // the mask lets through, or a profile's time of the causal task scaled to them (the
-  // profile is measured per causal pair)
+  // the mask lets through, or a profile's time of them
   double cost(int64_t q0, int64_t rows) const {
-    const double pairs = double(prefix_pairs(q0, rows, o_.mask));
-    if (!o_.cost) return pairs;
-    const double seconds = o_.cost->seconds(rows, q0 + rows);
-    return o_.mask.causal() ? seconds : seconds * pairs / double(std::max<int64_t>(1, prefix_pairs(q0, rows, {})));
+    return o_.cost ? o_.cost->seconds(rows, q0 + rows, o_.mask) : double(prefix_pairs(q0, rows, o_.mask));
   }
   double speed(int s) const { return uneven_ && !o_.speed.empty() ? o_.speed[size_t(s)] : 1.0; }
 

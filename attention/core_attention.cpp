@@ -124,6 +124,10 @@ int64_t attention_pairs(const AttentionTask& t, const AttentionMask& mask) {
   return pairs;
 }
 
+int64_t prefix_pairs(int64_t q_begin, int64_t q_len, const AttentionMask& mask) {
+  return attention_pairs(AttentionTask{0, 0, int32_t(q_len), int32_t(q_begin + q_len), int32_t(q_begin), 0, 0}, mask);
+}
+
 int64_t attention_pairs(std::span<const AttentionTask> tasks, const AttentionMask& mask) {
   int64_t pairs = 0;
   for (const AttentionTask& t : tasks) pairs += attention_pairs(t, mask);

@@ -132,6 +132,9 @@ void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<Attent
 // document of L tokens has L (L + 1) / 2 causal pairs.
 int64_t attention_pairs(const AttentionTask& task, const AttentionMask& mask = {});
 int64_t attention_pairs(std::span<const AttentionTask> tasks, const AttentionMask& mask = {});
+// The pairs of a document's query rows [q_begin, q_begin + q_len) against their key
+// prefix [0, q_begin + q_len) (a CP piece, a CAD task, a whole document at q_begin = 0).
+int64_t prefix_pairs(int64_t q_begin, int64_t q_len, const AttentionMask& mask = {});
 
 // Forward: writes O and LSE for every query row named by a task (rows not named by
 // any task are untouched). A query row with no visible key gets O = 0, LSE = -inf.

@@ -112,8 +112,7 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
     for (int c = 0; c <= 2 * cp; ++c) cuts[size_t(c)] = int32_t(int64_t(c) * L / (2 * cp));
     if (!work.mask.causal()) {
       const auto work_below = [&](int64_t x) {  // work of the document's rows [0, x)
-        return double(attention_pairs(AttentionTask{0, 0, int32_t(x), int32_t(x), 0, 0, L}, work.mask)) +
-               work.pairs_per_token * double(x);
+        return double(prefix_pairs(0, x, work.mask)) + work.pairs_per_token * double(x);
       };
       const double total = work_below(L);
       for (int c = 1; c < 2 * cp; ++c) {  // the first x with work_below(x) >= c / 2cp of it

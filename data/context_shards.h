@@ -35,7 +35,6 @@ const char* cp_split_name(CpSplit split);
 void whole_sequence(const PackedBatch& batch, LocalBatch& out);
 LocalBatch whole_sequence(const PackedBatch& batch);
 
-// Every rank's pieces of the sequence (rows within each rank in document order).
 // What a zigzag split balances when the mask is not causal: the pairs it lets through
 // plus pairs_per_token for each token (its token-linear work over one pair's attention
 // work; src/train/flops.h linear_pairs_per_token). Under the causal mask equal tokens
@@ -45,6 +44,7 @@ struct SplitWork {
   double pairs_per_token = 0;
 };
 
+// Every rank's pieces of the sequence (rows within each rank in document order).
 std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& batch, int cp, CpSplit split,
                                                 const SplitWork& work = {});
 // Rank `rank`'s batch of a sequence split over cp ranks.

@@ -14,7 +14,7 @@ int64_t LocalBatch::num_targets() const {
 int64_t LocalBatch::attention_pairs(const AttentionMask& mask) const {
   int64_t pairs = 0;
   for (const DocPiece& p : pieces)
-    pairs += lct::attention_pairs(AttentionTask{p.row, 0, p.len, p.pos + p.len, p.pos, 0, p.doc_len}, mask);
+    pairs += prefix_pairs(p.pos, p.len, mask);
   return pairs;
 }
 

@@ -32,11 +32,6 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
   params.assign(size_t(table_.total()), 0.0f);
   grads.assign(size_t(table_.total()), 0.0f);
   attn_params_ = attention_params_of(config_);
-  // the batches carry no prefix lengths or segments yet (attention/core_attention.h
-  // MaskData): such a mask would silently run as causal
-  if (config_.attention_mask.per_document())
-    throw std::invalid_argument(std::string("attention.mask = ") + mask_kind_name(config_.attention_mask.kind) +
-                                " needs per-document prefix lengths or segments, which batches do not carry yet");
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto at = [&](const char* n) { return table_.get(p + n).offset; };

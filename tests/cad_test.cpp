@@ -31,7 +31,7 @@ std::vector<CaPiece> random_tick(int n, int32_t tokens, uint32_t seed) {
 }
 
 int64_t pairs_of(const CaTask& t) {
-  return attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0});
+  return prefix_pairs(t.q_begin, t.q_len);
 }
 
 void check_plan(const std::vector<CaPiece>& docs, int n, const CaPlan& plan) {
@@ -107,12 +107,12 @@ TEST(CadPlan, MasksBalanceTheirUnmaskedPairs) {
         int64_t before = 0, after = 0;
         for (const CaPiece& d : docs) {
           rows[{d.origin, d.doc}] = 0;
-          before += attention_pairs(AttentionTask{0, 0, d.len, d.pos + d.len, d.pos, 0, 0}, mask);
+          before += prefix_pairs(d.pos, d.len, mask);
         }
         std::vector<int64_t> served(size_t(n), 0);  // counted here, not by the planner
         for (const CaTask& t : plan.tasks) {
           rows[{t.origin, t.doc}] += t.q_len;
-          const int64_t p = attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}, mask);
+          const int64_t p = prefix_pairs(t.q_begin, t.q_len, mask);
           after += p;
           served[size_t(t.server)] += p;
         }

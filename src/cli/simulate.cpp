@@ -189,12 +189,8 @@ struct AttentionCost {
   AttentionMask mask;
   double operator()(int64_t q0, int64_t q) const {
     if (q <= 0) return 0;
-    const AttentionTask task{0, 0, int32_t(q), int32_t(q0 + q), int32_t(q0), 0, 0};
-    const double pairs = double(attention_pairs(task, mask));
-    // the task's measured time (a profile is per causal pair: scaled to the mask's pairs)
-    if (profile)
-      return profile->seconds(q, q0 + q) * scale * (mask.causal() ? 1.0 : pairs / double(std::max<int64_t>(1, attention_pairs(task))));
-    return cal.attention_per_pair_layer * pairs;
+    if (profile) return profile->seconds(q, q0 + q, mask) * scale;  // the task's measured time
+    return cal.attention_per_pair_layer * double(prefix_pairs(q0, q, mask));
   }
 };
 
@@ -390,7 +386,7 @@ class CadLayerCost {
       for (const CaTask& t : plan.tasks) {
         const double c = attn_(t.q_begin, t.q_len);
         work[size_t(g)][size_t(t.server)] += c;
-        served[size_t(t.server)] += double(attention_pairs(AttentionTask{0, 0, t.q_len, t.kv_len(), t.q_begin, 0, 0}, mc_.attention_mask));
+        served[size_t(t.server)] += double(prefix_pairs(t.q_begin, t.q_len, mc_.attention_mask));
         if (t.server == t.origin) {
           own[size_t(g)][size_t(t.server)] += c;
           continue;

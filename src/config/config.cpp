@@ -400,10 +400,6 @@ void apply_overrides(Config& config, const std::map<std::string, std::string>& o
 void validate_config(const Config& c) {
   const std::string model_error = c.model.validate();
   if (!model_error.empty()) throw ConfigError(model_error);
-  if (c.model.attention_mask.per_document())
-    throw ConfigError(std::string("attention.mask = ") + mask_kind_name(c.model.attention_mask.kind) +
-                      " needs per-document prefix lengths or segments, which no data source produces yet "
-                      "(the kernel supports it; training does not)");
   if ((c.data.source == DataSource::text || c.data.source == DataSource::tokens) && c.data.path.empty())
     throw ConfigError(std::string("data.path is required when data.source = ") + data_source_name(c.data.source));
   if (c.data.min_doc_len > c.data.max_doc_len)

@@ -206,8 +206,7 @@ void Trainer::take_local_batches() {
     for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
     const LlamaConfig& mc = model_.config();
     local_ = pack_for_balance(global, layout.dp, int(mb), grid_.coords().dp_rank, [&mc](int64_t L) {
-      const AttentionTask doc{0, 0, int32_t(L), int32_t(L), 0, 0, int32_t(L)};
-      return forward_flops(mc, L, attention_pairs(doc, mc.attention_mask));
+      return forward_flops(mc, L, prefix_pairs(0, L, mc.attention_mask));
     });
   } else {
     const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;

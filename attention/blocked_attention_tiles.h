@@ -57,9 +57,14 @@ inline float logit_scale(const Geometry& geo, const AttentionTask& t) {
   return geo.scale * dca_logit_multiplier(doc_len, *geo.dca_params);
 }
 
-// End (task-relative, exclusive) of the query tile starting at row i0.
+// End (task-relative, exclusive) of the query tile starting at row i0. Tiles are
+// aligned to in-document positions (multiples of qb), not to the task's first row, so a
+// query row lands in the same tile however its document's rows are cut into tasks (CAD
+// plans, context-parallel pieces): its arithmetic, and so its O and LSE, do not depend
+// on the cut.
 inline int64_t query_tile_end(const Geometry& geo, const AttentionTask& t, int64_t i0) {
-  int64_t end = std::min<int64_t>(i0 + geo.qb, t.q_len);
+  const int64_t aligned_end = ((int64_t(t.q_pos) + i0) / geo.qb + 1) * geo.qb - t.q_pos;
+  int64_t end = std::min<int64_t>(aligned_end, t.q_len);
   if (geo.dca) end = std::min<int64_t>(end, ((t.q_pos + i0) / geo.s + 1) * geo.s - t.q_pos);
   return end;
 }

@@ -4,9 +4,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <vector>
 
 namespace lct {
 namespace {
@@ -68,6 +74,46 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
                              std::to_string(data.size()) + " bytes at open, " +
                              std::to_string(got + (grew ? 1 : 0)) + (grew ? "+" : "") + " read)");
   return data;
+}
+
+namespace {
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL, kFnvPrime = 0x100000001b3ULL;
+uint64_t fnv1a64(const char* data, size_t n, uint64_t h) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(data[i])) * kFnvPrime;
+  return h;
+}
+uint64_t hash_file(const std::string& path, const std::string& what, uint64_t h) {
+  require_regular_file(path, what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(what + " '" + path + "': cannot open");
+  std::vector<char> piece(size_t(1) << 20);
+  while (in) {
+    in.read(piece.data(), std::streamsize(piece.size()));
+    h = fnv1a64(piece.data(), size_t(in.gcount()), h);
+  }
+  if (in.bad()) throw std::runtime_error(what + " '" + path + "': reading failed");
+  return h;
+}
+}  // namespace
+
+std::string content_hash(const std::string& path, const std::string& what) {
+  uint64_t h = kFnvOffset;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+      const std::string name = f.filename().string() + '\0';
+      h = hash_file(f.string(), what, fnv1a64(name.data(), name.size(), h));
+    }
+  } else {
+    h = hash_file(path, what, h);
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return text;
 }
 
 void require_replaceable_output(const std::string& path, const std::string& what) {

@@ -16,6 +16,11 @@ std::string read_regular_file(const std::string& path, const std::string& what);
 // files another library opens by name, e.g. HDF5).
 void require_regular_file(const std::string& path, const std::string& what);
 
+// "fnv1a64:<16 hex digits>" of what lct reads at `path`: a regular file's bytes, or a
+// folder's regular files (sorted by name; names and bytes). Ranks compare it to know they
+// read the same data, not only files of the same size. Throws like read_regular_file.
+std::string content_hash(const std::string& path, const std::string& what);
+
 // Outputs go to a new path or replace a regular file; never a symlink (the link would
 // be replaced, not what it names), a folder, a device, a FIFO or a socket (as root,
 // renaming over /dev/null would replace it). Throws std::runtime_error naming `what`.

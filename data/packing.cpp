@@ -46,7 +46,12 @@ StreamCursor SequencePacker::cursor_for(int64_t index) {
   --it;  // largest cached index <= index (0 is always cached)
   int64_t at = it->first;
   StreamCursor c = it->second;
+  const int64_t first_doc = c.doc;
   while (at < index) {
+    if (c.doc - first_doc > kMaxSeekDocuments)
+      throw SeekTooFar("sequence " + std::to_string(index) + " lies more than " +
+                       std::to_string(kMaxSeekDocuments) + " documents into the data stream (at sequence " +
+                       std::to_string(at) + "): no run reads that far");
     // advance one sequence: consume seq_len tokens of the stream
     int64_t remaining = seq_len_;
     while (remaining > 0) {
@@ -62,6 +67,9 @@ StreamCursor SequencePacker::cursor_for(int64_t index) {
     }
     ++at;
     if (at % kCacheEvery == 0) cache_[at] = c;
+    if (stop_ && at % kCheckEvery == 0 && stop_())
+      throw SeekInterrupted("stopped while seeking the data stream to sequence " + std::to_string(index) +
+                            " (at sequence " + std::to_string(at) + ")");
   }
   // remember the latest position too, so the next sequential call is one step
   if (cache_.size() > 1 && std::prev(cache_.end())->first % kCacheEvery != 0)

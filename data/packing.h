@@ -7,8 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "data/sources.h"
@@ -41,6 +44,13 @@ struct StreamCursor {
   int64_t offset = 0;  // tokens of that document already consumed
 };
 
+struct SeekInterrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct SeekTooFar : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
 class SequencePacker {
  public:
   SequencePacker(const DocumentSource& source, int64_t seq_len);
@@ -48,10 +58,22 @@ class SequencePacker {
   PackedBatch sequence(int64_t index);
   StreamCursor cursor_for(int64_t index);
   int64_t seq_len() const { return seq_len_; }
+  // Reaching sequence i walks the stream's document lengths from the nearest cursor seen
+  // (a resumed run's first step, make-batch --first, simulate --first-step). The walk asks
+  // `stop` every kCheckEvery sequences and throws SeekInterrupted when it says so (a
+  // SIGTERM during a long seek ends it, never waits for it). One call walks at most
+  // kMaxSeekDocuments documents (2^28, about 8 s at 30 ns a document on the machine of
+  // docs/performance.md) and throws SeekTooFar past that: a run of lct reads that many
+  // documents only with documents of a few tokens for days, so in practice only a
+  // crafted or mistyped index gets there (the limit is lct's, and said so).
+  void set_interrupt(std::function<bool()> stop) { stop_ = std::move(stop); }
+  static constexpr int64_t kMaxSeekDocuments = int64_t(1) << 28;
 
  private:
   const DocumentSource& source_;
   int64_t seq_len_;
+  std::function<bool()> stop_;
+  static constexpr int64_t kCheckEvery = 256;
   // Cursors of sequences seen so far, every kCacheEvery sequences plus the latest, so
   // sequential access is O(seq_len) and random access walks at most kCacheEvery
   // sequences' worth of document lengths.

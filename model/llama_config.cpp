@@ -47,7 +47,9 @@ std::string LlamaConfig::validate() const {
            ") >= 0";
   if (dca_chunk_size > (int64_t(1) << 30)) return "attention.dca_chunk_size is too large";
   if (!(dca_mscale > 0)) return "attention.dca_mscale must be > 0";
-  if (dca_mscale_original_length < 0) return "attention.dca_mscale_original_length must be >= 0";
+  // (the kernel's parameters are int32: range-checked here, before they are narrowed)
+  if (dca_mscale_original_length < 0 || dca_mscale_original_length > (int64_t(1) << 30))
+    return "attention.dca_mscale_original_length must be in [0, 2^30]";
   if (const std::string bad = attention_mask.validate(); !bad.empty()) return bad;
   if (attention_mask.per_document())  // batches carry no MaskData yet: it would run as causal
     return std::string("attention.mask = ") + mask_kind_name(attention_mask.kind) +

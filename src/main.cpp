@@ -8,7 +8,10 @@
 //   lct bench [--config FILE] [--section.key VALUE ...] [--json] [--attention-lengths ...]
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -93,7 +96,17 @@ int main(int argc, char** argv) {
   mpi_init_if_launched(&argc, &argv);
   const int rank = mpi_world_rank(), world = mpi_world_size();
   set_log_rank(rank);
-  const int code = run_command(argc, argv, rank, world);
+  int code = run_command(argc, argv, rank, world);
+  // results printed on stdout (eval, inspect --json, simulate --json) are lost when it
+  // cannot be written (a full device, a closed pipe): that is a failure, not exit 0
+  std::cout.flush();
+  const bool written = std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (!written) {
+    const int err = errno;
+    std::fprintf(stderr, "lct: error: cannot write the results to standard output: %s\n",
+                 err ? std::strerror(err) : "write error");
+    code = 1;
+  }
   mpi_finalize_if_active();
   return code;
 }

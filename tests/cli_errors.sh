@@ -12,7 +12,7 @@ expect_error() {
   local want=$1
   shift
   local err
-  err=$("$LCT" "$@" 2>&1 >/dev/null)
+  err=$(timeout 120 "$LCT" "$@" 2>&1 >/dev/null)  # a hang is a failure (exit 124), not a stuck suite
   local rc=$?
   if [[ $rc -ne 1 ]]; then  # the documented exit code of every bad input
     echo "FAIL (exit $rc, expected 1): lct $*"; failures=$((failures + 1)); return
@@ -141,7 +141,7 @@ expect_error "is a single token, so there is no target to train on" \
   train --data.source text --data.path single_tokens.txt --data.separator $'\n\n' --checkpoint.dir no_targets
 [[ -e no_targets ]] && { echo "FAIL: a refused run created its folder"; failures=$((failures + 1)); }
 expect_error "--sequences: must be > 0, got 0 (see --help)" make-batch --sequences 0 --out zero.h5
-expect_error "--threads: must be >= 0, got -1 (see --help)" eval --threads -1 --checkpoint a.h5 --batch-file b.h5
+expect_error "--threads: Value -1 not in range 0 to 1024 (see --help)" eval --threads -1 --checkpoint a.h5 --batch-file b.h5
 expect_error "--bandwidth: must be > 0, got -1 (see --help)" simulate --bandwidth -1
 expect_error "The following argument was not expected: --bogus" train --bogus
 # values are checked in the type they are used in (float32), and the optimizer's
@@ -154,12 +154,12 @@ expect_error "model.init_std = 1e39 does not fit float32" train --model.init_std
 expect_error "attention.dca_mscale = 1e39 does not fit float32" train --attention.dca_mscale 1e39
 expect_error "train.lr x train.weight_decay = 2.0 must be < 1" train --train.lr 2 --train.weight_decay 1
 # a run's own files are no place for its timeline (cause 8)
-expect_error "trace.path 'ck/step_00000001.h5' is a file the run writes in checkpoint.dir 'ck'" \
+expect_error "trace.path 'ck/step_00000001.h5' is a file the run keeps in checkpoint.dir 'ck'" \
   train --checkpoint.dir ck --train.resume auto --trace.path ck/step_00000001.h5
-expect_error "trace.path './ck/metrics.jsonl' is a file the run writes" \
+expect_error "trace.path './ck/metrics.jsonl' is a file the run keeps" \
   train --checkpoint.dir ck --trace.path ./ck/metrics.jsonl
 mkdir -p cfgdir && printf '[checkpoint]\ndir = "cfgdir"\n' > cfgdir/run.toml
-expect_error "--config 'cfgdir/run.toml' is a file the run writes in checkpoint.dir 'cfgdir'" \
+expect_error "--config 'cfgdir/run.toml' is a file the run keeps in checkpoint.dir 'cfgdir'" \
   train --config cfgdir/run.toml
 # lengths and degrees are range-checked before they are narrowed or multiplied (14, 15)
 expect_error "--attention-lengths: Value 4294967297 not in range" bench --attention-lengths 4294967297
@@ -178,11 +178,11 @@ expect_error "HDF5 file 'fifo': not a regular file (a FIFO)" \
 # outputs never replace what is not a regular file (cause 7): a device, a FIFO, a link
 "$LCT" make-batch --data.seq_len 64 --out real_batch.h5 > /dev/null || { echo "FAIL: make-batch"; failures=$((failures + 1)); }
 ln -s real_batch.h5 link_batch.h5
-expect_error "output '/dev/null' is a character device, not a regular file" make-batch --data.seq_len 64 --out /dev/null
-expect_error "output 'fifo' is a FIFO, not a regular file" make-batch --data.seq_len 64 --out fifo
-expect_error "output 'link_batch.h5' is a symbolic link, not a regular file" \
+expect_error "--out '/dev/null' is a character device, not a regular file" make-batch --data.seq_len 64 --out /dev/null
+expect_error "--out 'fifo' is a FIFO, not a regular file" make-batch --data.seq_len 64 --out fifo
+expect_error "--out 'link_batch.h5' is a symbolic link, not a regular file" \
   make-batch --data.seq_len 64 --out link_batch.h5
-expect_error "output '/dev/null' is a character device" \
+expect_error "--per-position-out '/dev/null' is a character device" \
   eval --checkpoint ck/step_00000001.h5 --batch-file real_batch.h5 --per-position-out /dev/null
 [[ -c /dev/null && -p fifo && -L link_batch.h5 ]] || { echo "FAIL: an output replaced a device, FIFO or link"; failures=$((failures + 1)); }
 # a token file truncated while a run reads it: read whole at the start, no SIGBUS (11)
@@ -209,7 +209,148 @@ done
 grep -q "format: batch" real_batch.h5.txt && grep -q "format: per-position loss" pos.csv.txt \
   || { echo "FAIL: inspect of a batch or per-position file"; failures=$((failures + 1)); }
 
-if ls ck/*.tmp >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
+# ---- reliability round 3 (issue 37) ----
+TINY_MODEL=(--model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1
+            --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64)
+TINY=("${TINY_MODEL[@]}" --train.steps 1)
+# cause 2: run-folder files are regular files lct owns: a symlinked lock, run.toml or
+# metrics.jsonl is never written through, a FIFO never waited on
+mkdir -p lnk && echo "precious" > precious.txt && ln -s ../precious.txt lnk/run.lock
+expect_error "checkpoint.dir: cannot open the lock file 'lnk/run.lock': it is a symbolic link" \
+  train "${TINY[@]}" --checkpoint.dir lnk
+mkdir -p lockfifo && mkfifo lockfifo/run.lock
+expect_error "checkpoint.dir: the lock file 'lockfifo/run.lock' is not a regular file" \
+  train "${TINY[@]}" --checkpoint.dir lockfifo
+for d in lnk2 fifo2; do  # a run's folder whose metrics.jsonl became a symlink or a FIFO
+  "$LCT" train "${TINY[@]}" --checkpoint.dir $d > /dev/null || { echo "FAIL: tiny train $d"; failures=$((failures + 1)); }
+  rm $d/metrics.jsonl
+done
+ln -s ../precious.txt lnk2/metrics.jsonl && mkfifo fifo2/metrics.jsonl
+expect_error "lnk2/metrics.jsonl' is a symbolic link" train "${TINY_MODEL[@]}" --train.steps 2 --checkpoint.dir lnk2 --train.resume auto
+mkdir -p lnk3 && ln -s ../precious.txt lnk3/run.toml
+expect_error "lnk3/run.toml' is a symbolic link" train "${TINY[@]}" --checkpoint.dir lnk3 --checkpoint.overwrite true
+expect_error "fifo2/metrics.jsonl' is a FIFO" train "${TINY_MODEL[@]}" --train.steps 2 --checkpoint.dir fifo2 --train.resume auto
+[[ $(cat precious.txt) == precious ]] || { echo "FAIL: a run wrote through a symlink in its folder"; failures=$((failures + 1)); }
+# cause 12: the trace may not be the run's lock
+expect_error "trace.path 'ck/run.lock' is a file the run keeps in checkpoint.dir 'ck'" \
+  train --checkpoint.dir ck --train.resume auto --trace.path ck/run.lock
+# cause 5: TOML nested thousands deep (config files, a checkpoint's /config, run.toml)
+/usr/bin/python3 -c "print('[train]\nsteps = ' + '[' * 100000 + ']' * 100000)" > deep.toml
+expect_error "config file 'deep.toml':2: arrays or tables nested more than 32 deep" train --config deep.toml
+/usr/bin/python3 -c "print('[train]\n' + '.'.join(['a'] * 100000) + ' = 1')" > dotted.toml
+expect_error "config file 'dotted.toml':2: a dotted key of more than 32 parts" train --config dotted.toml
+/usr/bin/python3 -c "print('x = ' + '{a = ' * 100000 + '1' + '}' * 100000)" > inline.toml
+expect_error "config file 'inline.toml':1: arrays or tables nested more than 32 deep" train --config inline.toml
+cp ck/step_00000001.h5 deepcfg.h5
+/usr/bin/python3 - <<'PY'
+import h5py
+with h5py.File("deepcfg.h5", "r+") as f:
+    del f["config"]
+    f["config"] = "[train]\nsteps = " + "[" * 100000 + "]" * 100000
+with open("deepcfg.h5", "r+b") as f:  # drop lct's seal: the file was changed on purpose
+    f.write(b" " * 20)
+PY
+expect_error "deepcfg.h5:/config':2: arrays or tables nested more than 32 deep" inspect deepcfg.h5
+# causes 3 and 4: HDF5 links and array-valued attributes and strings in crafted files
+/usr/bin/python3 - <<'PY'
+import h5py, numpy as np, shutil
+def edit(name, change):
+    shutil.copy("ck/step_00000001.h5", name)
+    with h5py.File(name, "r+") as f:
+        change(f)
+    with open(name, "r+b") as f:  # drop lct's seal: the file was changed on purpose
+        f.write(b" " * 20)
+def external(f):
+    del f["model"]
+    f["model"] = h5py.ExternalLink("/dev/zero", "/model")
+def soft(f):
+    f.move("model", "model_moved")
+    f["model"] = h5py.SoftLink("/model_moved")
+def int_array(f):
+    f["model"].attrs["hidden_size"] = np.arange(1000, dtype=np.int64)
+def float_array(f):
+    f["model"].attrs["rms_norm_eps"] = np.ones(1000)
+def string_array(f):
+    f["model"].attrs["attention_kernel"] = np.array([b"causal"] * 1000, dtype="S6")
+def vlen_array(f):
+    f["model"].attrs.create("attention_kernel", ["causal"] * 1000, dtype=h5py.string_dtype())
+def config_array(f):
+    del f["config"]
+    f.create_dataset("config", data=["[train]"] * 1000, dtype=h5py.string_dtype())
+for name, change in [("external", external), ("soft", soft), ("int_array", int_array),
+                     ("float_array", float_array), ("string_array", string_array),
+                     ("vlen_array", vlen_array), ("config_array", config_array)]:
+    edit(name + ".h5", change)
+with h5py.File("batch_external.h5", "w") as f:
+    f["tokens"] = h5py.ExternalLink("/dev/zero", "/tokens")
+    f["cu_seqlens"] = np.array([0, 10], dtype=np.int32)
+PY
+expect_error "external.h5: /model is an external link: lct reads only objects stored in the file itself" inspect external.h5
+expect_error "soft.h5: /model is a soft link" inspect soft.h5
+expect_error "int_array.h5: attribute /model@hidden_size holds 1000 values, not one" inspect int_array.h5
+expect_error "float_array.h5: attribute /model@rms_norm_eps holds 1000 values, not one" inspect float_array.h5
+expect_error "string_array.h5: attribute /model@attention_kernel holds 1000 values, not one" inspect string_array.h5
+expect_error "vlen_array.h5: attribute /model@attention_kernel holds 1000 values, not one" inspect vlen_array.h5
+expect_error "config_array.h5: /config holds 1000 strings, not one" inspect config_array.h5
+expect_error "batch_external.h5: /tokens is an external link" eval --checkpoint ck/step_00000001.h5 --batch-file batch_external.h5
+expect_error "external.h5: /model is an external link" train "${TINY[@]}" --train.resume external.h5 --checkpoint.dir ext_ck
+
+# cause 6: a sequence index is reached by walking document lengths: bounded, never days
+expect_error "lies more than 268435456 documents into the data stream" \
+  make-batch --data.seq_len 1048576 --data.min_doc_len 2 --data.max_doc_len 2 --first 100000 --out far.h5
+# cause 7: integers are range-checked where they are narrowed
+expect_error "train.threads = 4294967297 is more than lct runs (at most 1024" train --train.threads 4294967297
+expect_error "--threads: Value 4294967297 not in range 0 to 1024" eval --threads 4294967297 --checkpoint a.h5 --batch-file b.h5
+expect_error "attention.dca_mscale_original_length must be in [0, 2^30]" \
+  train --attention.kernel dca --attention.dca_mscale_original_length 4294967297
+# cause 8: a run with nothing to learn is refused, not "trained" with loss 0
+expect_error "data.max_doc_len = 1: documents of one token have no next token to predict" \
+  train --data.min_doc_len 1 --data.max_doc_len 1
+expect_error "step 1 has no targets to learn from (train.loss_on = answers and none of its sequences holds an answer)" \
+  train "${TINY[@]}" --train.loss_on answers --data.min_doc_len 2 --data.max_doc_len 4 --checkpoint.dir notargets
+[[ ! -e notargets/step_00000001.h5 ]] || { echo "FAIL: a run without targets wrote a checkpoint"; failures=$((failures + 1)); }
+# cause 9: a checkpoint's values are checked as if typed
+/usr/bin/python3 - <<'PY'
+import h5py, numpy as np, shutil
+def edit(name, change):
+    shutil.copy("ck/step_00000001.h5", name)
+    with h5py.File(name, "r+") as f:
+        change(f)
+    with open(name, "r+b") as f:  # drop lct's seal: the file was changed on purpose
+        f.write(b" " * 20)
+edit("opt_steps.h5", lambda f: f["optim"].attrs.__setitem__("step_count", np.int64(-5)))
+edit("eps_huge.h5", lambda f: f["model"].attrs.__setitem__("rms_norm_eps", 1e39))
+edit("layers_wrap.h5", lambda f: f["model"].attrs.__setitem__("num_hidden_layers", np.int64(2**32 + 1)))
+edit("run_id.h5", lambda f: f["trainer"].attrs.__setitem__("run_id", 'x"\nseed = 1'))
+edit("seen.h5", lambda f: f["trainer"].attrs.__setitem__("next_sequence", np.int64(10**15)))
+PY
+expect_error "opt_steps.h5: /optim@step_count -5 is outside [0, /trainer@step = 1]" inspect opt_steps.h5
+expect_error "eps_huge.h5: /model@rms_norm_eps: model.rms_norm_eps = 9.9999999999999994e+38 does not fit float32" inspect eps_huge.h5
+expect_error "layers_wrap.h5: /model@num_hidden_layers: model.num_hidden_layers must be <= 2147483647" inspect layers_wrap.h5
+expect_error "run_id.h5: /trainer@run_id is not a run id lct writes" train "${TINY[@]}" --train.resume run_id.h5 --checkpoint.dir rid
+expect_error "seen.h5: /trainer@next_sequence 1000000000000000 and @tokens_seen" inspect seen.h5
+expect_error "step 1: loss or gradient is not finite" train "${TINY[@]}" --model.init_std 1e30 --checkpoint.dir huge_init
+expect_error "model.init_std = 1e+30 is likely too large" train "${TINY[@]}" --model.init_std 1e30 --checkpoint.dir huge_init2
+# cause 10: simulate takes only finite, normal sizes
+expect_error "--bandwidth: must be 0 or a finite number of magnitude 1e-30 to 1e30, got inf" simulate --bandwidth inf
+expect_error "--latency: must be 0 or a finite number of magnitude 1e-30 to 1e30, got 1e-310" simulate --latency 1e-310
+expect_error "--tflops: must be 0 or a finite number of magnitude 1e-30 to 1e30, got nan" simulate --tflops nan
+expect_error "--attention-scale: must be 0 or a finite number of magnitude 1e-30 to 1e30, got 1e300" simulate --attention-scale 1e300
+# cause 16: results that cannot reach stdout are a failure
+for cmd in "inspect ck/step_00000001.h5" "inspect ck/step_00000001.h5 --json"; do
+  $LCT $cmd > /dev/full 2> full.err && rc=0 || rc=$?
+  [[ $rc -eq 1 ]] && grep -q "lct: error: cannot write the results to standard output: No space left on device" full.err \
+    || { echo "FAIL: lct $cmd > /dev/full: exit $rc, $(cat full.err)"; failures=$((failures + 1)); }
+done
+# cause 17: every output is checked before the work
+start=$(date +%s)
+expect_error "--profile-out '/dev/full' is a character device, not a regular file" \
+  bench --sections profile --profile-out /dev/full
+(( $(date +%s) - start < 10 )) || { echo "FAIL: bench --profile-out was refused only after its work"; failures=$((failures + 1)); }
+expect_error "trace.path '.' is a folder, not a regular file" train "${TINY[@]}" --trace.path . --checkpoint.dir tr
+expect_error "--calibration-out 'ck' is a folder, not a regular file" simulate --calibration-out ck
+
+if ls ck/*.lct-* >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 
 if [[ $failures -ne 0 ]]; then echo "cli_errors: $failures failures"; exit 1; fi
 echo "cli_errors: all passed"

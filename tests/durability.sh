@@ -79,7 +79,7 @@ for k in $ks; do
     verifies "$f" || fail "disk full: $f does not verify"
   done
   [[ $n -eq $k ]] || fail "disk full: $n checkpoints kept, want $k"
-  ls "$dir"/*.tmp > /dev/null 2>&1 && fail "disk full: a temporary file was left behind"
+  ls "$dir"/*.lct-* > /dev/null 2>&1 && fail "disk full: a temporary file was left behind"
   ok "disk full ($limit_mode) at checkpoint $((k + 1)): exit 1, $(grep "lct: error" "full_$k.log" | sed 's/.*: No space/No space/;s/.*: File too large/File too large/'), $n earlier checkpoint(s) verify"
   if [[ $limit_mode == tmpfs ]]; then umount small; fi
 done
@@ -113,7 +113,22 @@ rc=$?
 [[ ! -e owned/step_00000002.h5 && -f owned/step_00000003.h5 && $(wc -l < owned/metrics.jsonl) -eq 3 ]] \
   || fail "overwrite: $(ls owned), $(wc -l < owned/metrics.jsonl) metrics lines"
 grep -q "1 checkpoint(s) of the previous run removed" over.log || fail "overwrite did not say what it removed"
-ok "run folder: refused without --checkpoint.overwrite (files untouched), replaced with it"
+# an overwrite deletes only what the folder's run.toml says the previous run wrote
+# (reliability round 3, cause 11): a file lct did not write, or another folder's run's
+# checkpoint copied in, stops it before anything is deleted
+"$LCT" train "${args[@]}" --train.steps 1 --checkpoint.dir elsewhere > /dev/null || fail "other run"
+for foreign in step_00000009.h5 step_00000001.h5; do
+  if [[ $foreign == step_00000009.h5 ]]; then echo "not a checkpoint" > owned/$foreign
+  else cp elsewhere/step_00000001.h5 owned/$foreign; fi
+  sum_before=$(md5sum owned/*.h5 owned/metrics.jsonl owned/run.toml)
+  err=$("$LCT" train "${args[@]}" --train.steps 2 --train.seed 9 --checkpoint.dir owned --checkpoint.overwrite true 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"--checkpoint.overwrite would delete owned/$foreign, which no run recorded in this folder's run.toml wrote"* ]] \
+    || fail "overwrite with a foreign $foreign: exit $rc, '$err'"
+  [[ "$(md5sum owned/*.h5 owned/metrics.jsonl owned/run.toml)" == "$sum_before" ]] || fail "the refused overwrite changed the folder"
+  rm owned/$foreign
+done
+ok "run folder: refused without --checkpoint.overwrite (files untouched), replaced with it; never deletes a file the folder's record does not name"
 
 # --- 4. resume skips a newest checkpoint that does not verify ------------------------
 begin
@@ -173,11 +188,15 @@ rc=$?
   || fail "second writer: exit $rc, '$err'"
 (( $(date +%s) - start < 10 )) || fail "second writer: not refused at once"
 kill -9 $holder; wait $holder 2>/dev/null
-echo partial > busy/step_00000007.h5.tmp  # what a run killed mid-write leaves
+echo partial > busy/step_00000007.h5.lct-Ab12Cd  # what a run killed mid-write leaves
+echo mine > busy/step_00000007.h5.tmp              # a user's file lct never wrote
+ln -s ../elsewhere busy/step_00000008.h5.lct-Xy34Zw  # a symlink is never a temporary
 "$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir busy --checkpoint.overwrite true > busy2.log 2>&1 \
   || { fail "after the holder died"; cat busy2.log; }
 grep -q "removed 1 temporary file(s) of an interrupted checkpoint write" busy2.log || fail "stale .tmp not reported"
-[[ ! -e busy/step_00000007.h5.tmp ]] || fail "stale .tmp kept"
+[[ ! -e busy/step_00000007.h5.lct-Ab12Cd ]] || fail "stale temporary kept"
+[[ $(cat busy/step_00000007.h5.tmp) == mine && -L busy/step_00000008.h5.lct-Xy34Zw ]] \
+  || fail "a file lct did not write was removed as a stale temporary"
 ok "a folder has one writer (a second run is refused naming the holder's pid); stale temporaries removed"
 
 # --- 8. a checkpoint rewritten by standard tools --------------------------------------

@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "src/cli/eval.h"
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"
 #include "tests/test_util.h"
@@ -43,13 +46,72 @@ TEST(ParamsIo, SaveLoadSaveIsIdentical) {
   LlamaModel back = load_model(a);
   EXPECT_EQ(back.params, m.params);
   EXPECT_EQ(back.config().num_key_value_heads, 2);
-  EXPECT_FALSE(fs::exists(a + ".tmp"));
+  for (const auto& e : fs::directory_iterator(fs::path(a).parent_path()))
+    EXPECT_EQ(e.path().filename().string().find(fs::path(a).filename().string() + ".lct-"), std::string::npos)
+        << "temporary left: " << e.path();
   H5File f = H5File::open_read(a);
   EXPECT_EQ(f.shape("/params/model/layers/1/self_attn/q_proj/weight"), (std::vector<int64_t>{16, 16}));
   EXPECT_EQ(f.shape("/params/model/layers/1/self_attn/k_proj/weight"), (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(*f.attr_string("/model", "attention_kernel"), "causal");
   EXPECT_EQ(*f.attr_int("/model", "num_hidden_layers"), 2);
   fs::remove(a);
+}
+
+std::string text_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Reliability round 3, cause 1: the atomic writers once wrote through "<output>.tmp"
+// (create + truncate, following symlinks), then renamed it away: a user's file of that
+// name was destroyed, a symlink of that name written through.
+TEST(AtomicFile, TemporariesNeverTouchFilesLctDidNotCreate) {
+  const fs::path dir = temp("atomic");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path h5 = dir / "out.h5", text = dir / "out.txt", target = dir / "elsewhere.txt";
+  std::ofstream(dir / "out.h5.tmp") << "a user's file";
+  std::ofstream(target) << "the symlink's target";
+  fs::create_symlink(target, dir / "out.txt.tmp");
+  LlamaModel m(small());
+  write_params(h5.string(), m);
+  write_text_atomically(text.string(), "written\n");
+  write_text_atomically(text.string(), "again\n");  // replaces its own output
+  EXPECT_EQ(text_of(dir / "out.h5.tmp"), "a user's file");
+  EXPECT_EQ(text_of(target), "the symlink's target");
+  EXPECT_TRUE(fs::is_symlink(dir / "out.txt.tmp"));
+  EXPECT_EQ(text_of(text), "again\n");
+  EXPECT_EQ(load_model(h5.string()).params, m.params);
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 5);  // the two outputs, the user's file, the symlink, its target: no temporary
+  // a failed write leaves nothing behind and the old output as it was
+  EXPECT_THROW(write_h5_atomically(h5.string(), [](H5File&) { throw std::runtime_error("fill failed"); }),
+               std::runtime_error);
+  EXPECT_EQ(load_model(h5.string()).params, m.params);
+  entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 5);
+  EXPECT_EQ(temporary_target("out.h5.lct-a1B2c3"), "out.h5");
+  EXPECT_EQ(temporary_target("out.h5.tmp"), "");
+  EXPECT_EQ(temporary_target(".lct-abcdef"), "");
+  fs::remove_all(dir);
+}
+
+TEST(AtomicFile, UnwritableOutputsAreRefusedBeforeTheWork) {
+  const fs::path dir = temp("unwritable");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "file") << "x";
+  EXPECT_NE(error_of([&] { require_writable_output(dir.string(), "trace.path"); }).find("trace.path '" + dir.string() + "' is a folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { require_writable_output("/dev/null", "trace.path"); }).find("is a character device"), std::string::npos);
+  EXPECT_NE(error_of([&] { require_writable_output((dir / "file" / "t.json").string(), "trace.path"); }).find("trace.path: cannot create the folder"), std::string::npos);
+  require_writable_output((dir / "new" / "t.json").string(), "trace.path");  // makes the folder
+  EXPECT_TRUE(fs::is_directory(dir / "new"));
+  EXPECT_TRUE(fs::is_empty(dir / "new"));
+  fs::remove_all(dir);
 }
 
 TEST(ParamsIo, MissingTensorAndWrongShapeAreNamed) {

@@ -86,6 +86,19 @@ expect_mpmd_error "rank 1 of 2: train.lr must be > 0" "$MODEL --train.steps 3 --
 expect_mpmd_error "rank 1 of 2: The following argument was not expected: --bogus" "$MODEL --train.steps 3 --bogus"
 expect_mpmd_error "ranks disagree: command = train on rank 0 but --help on rank 1" "--help"
 [ ! -e mpmd ] || { echo "FAIL: a refused MPMD run created its folder"; exit 1; }
+# the same data.path holding other bytes of the same size on each rank (two working
+# folders, as on two hosts): compared by content (reliability round 3, cause 15)
+mkdir -p wd0 wd1
+/usr/bin/python3 -c "
+import numpy as np
+for i in (0, 1):
+    np.random.default_rng(i).integers(0, 200, 4096).astype(np.uint16).tofile(f'wd{i}/tokens.bin')"
+out=$(timeout 60 mpirun --oversubscribe --bind-to none -np 1 --wdir wd0 "$LCT" train $MODEL --train.steps 1 \
+      --data.source tokens --data.path tokens.bin --checkpoint.dir ck : -np 1 --wdir wd1 "$LCT" train $MODEL \
+      --train.steps 1 --data.source tokens --data.path tokens.bin --checkpoint.dir ck 2>&1) && rc=0 || rc=$?
+grep -q "ranks disagree: data file content = fnv1a64:" <<< "$out" && [ "$rc" != 0 ] && [ "$rc" != 124 ] \
+  || { echo "$out"; echo "FAIL: token files of one size and other content trained together (rc=$rc)"; exit 1; }
+echo "ok   MPMD: $(echo "$out" | grep "lct: error")"
 
 # invalid layouts: one message (from rank 0), non-zero exit, quickly
 expect_layout_error 2 "= 3 but the MPI world has 2 ranks" --parallel.dp 3

@@ -21,8 +21,9 @@ grep -q '"CAD all-to-all"' cad/trace.json
 run_train pp 2 --train.steps 6 --parallel.pp 2 --train.micro_batches 4 --trace.path pp/trace.json
 /usr/bin/python3 "$HERE/check_trace.py" pp/trace.json pp/metrics.jsonl 2
 grep -q '"pipeline receive"' pp/trace.json
-[ ! -e pp/trace.json.tmp ] || { echo "FAIL: temporary trace file left behind"; exit 1; }
+! ls pp/trace.json.lct-* > /dev/null 2>&1 || { echo "FAIL: temporary trace file left behind"; exit 1; }
 run_train alone 0 --train.steps 3 --trace.path alone/trace.json
 /usr/bin/python3 "$HERE/check_trace.py" alone/trace.json alone/metrics.jsonl 1
-expect_layout_error 2 "trace.path: cannot write 'cad.log/t.json.tmp'" --trace.path cad.log/t.json
+expect_layout_error 2 "trace.path: cannot create the folder 'cad.log'" --trace.path cad.log/t.json
+expect_layout_error 2 "trace.path '$PWD' is a folder" --trace.path "$PWD"
 echo "mpi_trace: all passed"

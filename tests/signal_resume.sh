@@ -28,7 +28,7 @@ grep -q "stopped by signal 15" run.log || { echo "FAIL: no stop message"; cat ru
 ckpt=$(ls run/step_*.h5)
 steps=$(wc -l < run/metrics.jsonl)
 [[ $steps -lt 60 ]] || { echo "FAIL: run finished before SIGTERM arrived"; exit 1; }
-ls run/*.tmp 2>/dev/null && { echo "FAIL: temporary file left"; exit 1; }
+ls run/*.lct-* 2>/dev/null && { echo "FAIL: temporary file left"; exit 1; }
 "$LCT" inspect "$ckpt" > inspect.txt || { echo "FAIL: checkpoint after SIGTERM does not load"; exit 1; }
 echo "SIGTERM after $steps steps -> $ckpt (exit $rc)"
 

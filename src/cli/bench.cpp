@@ -27,6 +27,7 @@
 #include "data/context_shards.h"
 #include "src/train/flops.h"
 #include "src/train/fp32_gemm.h"
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
 #include "src/util/machine.h"
@@ -704,6 +705,8 @@ Command add_bench_command(CLI::App& lct) {
   add_config_options(bench, o->config);
   return {bench, [o] {
             const Config config = resolve_config(o->config);
+            // outputs are checked before the work, not after it (a folder, a device)
+            if (!o->bench.profile_out.empty()) require_writable_output(o->bench.profile_out, "--profile-out");
             configure_threads(config.train.threads);
             return run_bench(config, o->bench);
           }};

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/config/config.h"
 #include "src/io/params_io.h"
@@ -163,7 +164,7 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--checkpoint", o->checkpoint, "parameter or checkpoint file (.h5)")->required();
   eval->add_option("--batch-file", o->batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")->required();
   eval->add_option("--grads-out", o->eval.grads_out, "write /grads/... and @loss to this HDF5 file");
-  eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(non_negative());
+  eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(CLI::Range(int64_t(0), kMaxThreads));
   eval->add_option_function<std::string>(
           "--precision", [o](const std::string& v) { o->eval.precision = parse_precision(v); },
           "fp32 | bf16: the linear layers' products, as train.precision (default fp32)")
@@ -188,6 +189,9 @@ Command add_eval_command(CLI::App& lct) {
   return {eval, [o] {
             refuse_aliasing({{"--grads-out", o->eval.grads_out}, {"--per-position-out", o->eval.per_position_out}},
                             {{"--checkpoint", o->checkpoint}, {"--batch-file", o->batch_file}});
+            // outputs are checked before the work, not after it (a folder, a device)
+            if (!o->eval.grads_out.empty()) require_writable_output(o->eval.grads_out, "--grads-out");
+            if (!o->eval.per_position_out.empty()) require_writable_output(o->eval.per_position_out, "--per-position-out");
             configure_threads(o->threads);
             EvalOptions options = o->eval;
             if (!o->attention.empty()) {

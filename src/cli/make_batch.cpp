@@ -8,6 +8,7 @@
 #include "data/packing.h"
 #include "src/cli/command.h"
 #include "src/io/h5io.h"
+#include "src/io/output_files.h"
 #include "src/io/paths.h"
 #include "src/train/run_objects.h"
 
@@ -72,6 +73,7 @@ Command add_make_batch_command(CLI::App& lct) {
   return {make_batch, [o] {
             const Config config = resolve_config(o->config);
             refuse_aliasing({{"--out", o->out}}, {{"--config", o->config.file}, {"data.path", config.data.path}});
+            require_writable_output(o->out, "--out");
             write_batch_from_config(config, o->first, o->sequences, o->out);
             std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", o->out.c_str(),
                         (long long)o->sequences, (long long)config.data.seq_len, (long long)o->first);

@@ -1,14 +1,21 @@
+#include <cmath>
 #include <cstdio>
 
 #include "src/cli/command.h"
 
 namespace lct {
 namespace {
+constexpr double kSmallest = 1e-30, kLargest = 1e30;
+
 CLI::Validator at_least(double bound, bool strict) {
   return CLI::Validator(
       [bound, strict](std::string& text) -> std::string {
         double v = 0;
         if (!CLI::detail::lexical_cast(text, v)) return "must be a number, got '" + text + "'";
+        // inf, nan, denormals and magnitudes past 1e30 would only come back as inf or nan
+        // (in printed JSON too): a finite, normal value of a sane size or exactly 0
+        if (!std::isfinite(v) || std::fabs(v) > kLargest || (v != 0 && std::fabs(v) < kSmallest))
+          return "must be 0 or a finite number of magnitude 1e-30 to 1e30, got " + text;
         if (strict ? v > bound : v >= bound) return {};
         char b[32];
         std::snprintf(b, sizeof b, "%g", bound);

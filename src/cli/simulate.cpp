@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -28,6 +29,7 @@
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "model/trace.h"
+#include "src/io/output_files.h"
 #include "src/io/trace_json.h"
 #include "src/train/flops.h"
 #include "parallel/pipeline_schedule.h"
@@ -107,18 +109,19 @@ Calibration calibrate(const Config& config, const SimulateOptions& o) {
     std::string key;
     if (!(in >> key >> c.linear_per_token_layer >> c.head_per_token >> c.attention_per_pair_layer >>
           c.optimizer >> c.tokens >> c.pairs >> c.linear_forward >> c.attention_forward) ||
-        key != "calibration" || !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) ||
+        key != "calibration" || !std::isfinite(c.linear_per_token_layer + c.head_per_token + c.attention_per_pair_layer + c.optimizer) ||
+        !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) ||
         !(c.linear_forward > 0 && c.linear_forward < 1) || !(c.attention_forward > 0 && c.attention_forward < 1))
       throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
                                   "' is not a calibration written by --calibration-out");
   }
   if (!o.calibration_out.empty()) {  // as measured: the scales apply when it is used
-    std::ofstream out(o.calibration_out);
+    std::ostringstream out;
     out.precision(10);
     out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
         << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << ' '
         << c.linear_forward << ' ' << c.attention_forward << '\n';
-    if (!out) throw std::invalid_argument("lct simulate: cannot write '" + o.calibration_out + "'");
+    write_text_atomically(o.calibration_out, out.str());
   }
   c.linear_per_token_layer *= o.linear_scale;  // token-linear work: layers, head, optimizer
   c.head_per_token *= o.linear_scale;
@@ -276,6 +279,10 @@ void report(const Config& config, const SimulateOptions& o, const RunPlan& plan,
     exposed += p.exposed_per_rank;
   }
   const double step_s = seconds / double(steps.size());
+  for (const double v : {step_s, tokens / seconds, cmm, idle, bubble, before, after, bytes, exposed, memory})
+    if (!std::isfinite(v))
+      throw std::runtime_error("lct simulate: the prediction is not a finite number (from --bandwidth, "
+                               "--latency, --tflops or the scales?)");
   if (o.json) {
     std::printf("{\"ranks\":%d,\"layout\":\"%s\",\"placement\":\"%s\",\"step_seconds\":%.6g,"
                 "\"tokens_per_s\":%.6g,\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
@@ -1070,6 +1077,9 @@ Command add_simulate_command(CLI::App& lct) {
                              {"--profile", s.profile},
                              {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)},
                              {"data.path", config.data.path}});
+            // outputs are checked before the work, not after it (a folder, a device)
+            if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
+            if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path");
             return run_simulate(config, s);
           }};
 }

@@ -85,8 +85,10 @@ int run_train(const TrainOptions& o, int rank, int world) {
   } catch (const ConfigError& e) {
     error = e.what();
   }
+  // (a checkpoint given by path is read as it is: its content counts too)
+  const std::string resume_from = !latest.empty() || config.train.resume == "auto" ? latest : config.train.resume;
   agree_across_ranks(error,
-                     error.empty() ? training_inputs_text(config, latest) + "dry run = " +
+                     error.empty() && world > 1 ? training_inputs_text(config, resume_from) + "dry run = " +
                                          (o.dry_run ? "true" : "false") + "\n"
                                    : "",
                      world);

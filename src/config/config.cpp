@@ -317,7 +317,58 @@ std::vector<ConfigDifference> config_differences(const Config& a, const Config& 
   return d;
 }
 
+void check_toml_nesting(const std::string& text, const std::string& origin) {
+  enum { plain, basic, literal, multi_basic, multi_literal, comment } state = plain;
+  int depth = 0, line = 1, key_dots = 0;
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto refuse = [&](const std::string& what) {
+    throw ConfigError("config file '" + origin + "':" + std::to_string(line) + ": " + what +
+                      " (lct reads at most " + std::to_string(kMaxTomlNesting) + ")");
+  };
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    const bool triple = i + 2 < n && text[i + 1] == c && text[i + 2] == c;
+    if (c == '\n') {
+      ++line, key_dots = 0;
+      if (state == comment || state == basic || state == literal) state = plain;
+      continue;
+    }
+    switch (state) {
+      case comment: break;
+      case basic:
+        if (c == '\\') ++i;
+        else if (c == '"') state = plain;
+        break;
+      case literal:
+        if (c == '\'') state = plain;
+        break;
+      case multi_basic:
+        if (c == '\\') ++i;
+        else if (c == '"' && triple) state = plain, i += 2;
+        break;
+      case multi_literal:
+        if (c == '\'' && triple) state = plain, i += 2;
+        break;
+      case plain:
+        if (c == '#') state = comment;
+        else if (c == '"') state = triple ? (i += 2, multi_basic) : basic;
+        else if (c == '\'') state = triple ? (i += 2, multi_literal) : literal;
+        else if (c == '[' || c == '{') {
+          if (++depth > kMaxTomlNesting) refuse("arrays or tables nested more than " + std::to_string(kMaxTomlNesting) + " deep");
+        } else if (c == ']' || c == '}') {
+          depth = std::max(depth - 1, 0);
+        } else if (c == '.' && !(i > 0 && is_digit(text[i - 1]) && i + 1 < n && is_digit(text[i + 1]))) {
+          // a dotted key's separator (a number's point has digits on both sides)
+          if (++key_dots >= kMaxTomlNesting) refuse("a dotted key of more than " + std::to_string(kMaxTomlNesting) + " parts");
+        }
+        break;
+    }
+  }
+}
+
 void apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
+  check_toml_nesting(text, origin);
   toml::table root;
   try {
     root = toml::parse(text, origin);
@@ -414,6 +465,14 @@ void validate_config(const Config& c) {
                       "colocated without pipeline or context parallelism (parallel.pp = " +
                       std::to_string(c.parallel.pp) + ", parallel.cp = " + std::to_string(c.parallel.cp) +
                       ", attention.placement = " + placement_name(c.attention.placement) + ")");
+  if (c.train.threads > kMaxThreads)
+    throw ConfigError("train.threads = " + std::to_string(c.train.threads) + " is more than lct runs (at most " +
+                      std::to_string(kMaxThreads) + "; 0 = all cores)");
+  if (c.data.max_doc_len < 2 && (c.data.source == DataSource::synthetic || c.data.source == DataSource::passkey ||
+                                 c.data.source == DataSource::copy))
+    throw ConfigError("data.max_doc_len = " + std::to_string(c.data.max_doc_len) +
+                      ": documents of one token have no next token to predict, so the run would have no "
+                      "targets (give 2 or more)");
   if (c.train.loss_on == LossOn::answers && c.data.source != DataSource::synthetic &&
       c.data.source != DataSource::passkey)
     throw ConfigError(std::string("train.loss_on = answers needs a source that marks answers (synthetic or "

@@ -1,6 +1,7 @@
 #include "src/io/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -13,6 +14,15 @@ namespace lct {
 namespace fs = std::filesystem;
 
 namespace {
+// A run id as new_run_identity makes them (16 hex digits); older or hand-made ones may be
+// any short word, never quotes, spaces or newlines (run.toml holds it in quotes).
+bool is_run_id(const std::string& id) {
+  if (id.size() > 64) return false;
+  for (const char ch : id)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') return false;
+  return true;  // "" = none (checkpoints before run ids)
+}
+
 int64_t need_int(const H5File& f, const std::string& obj, const char* name) {
   const auto v = f.attr_int(obj, name);
   if (!v) throw std::runtime_error(f.path() + ": missing attribute " + obj + "@" + name);
@@ -98,8 +108,19 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   c.state.next_sequence = need_int(f, "/trainer", "next_sequence");
   c.state.seed = need_int(f, "/trainer", "seed");
   c.state.run_id = f.attr_string("/trainer", "run_id").value_or(std::string());
-  if (c.state.step < 0 || c.state.next_sequence < 0)
-    throw std::runtime_error(f.path() + ": /trainer@step or @next_sequence is negative");
+  // as strict as typed values: counts in range, the run id as lct makes them (it is
+  // written into run.toml and compared with the folder's)
+  const auto bad = [&](const std::string& what) { return std::runtime_error(f.path() + ": " + what); };
+  if (c.state.step < 0 || c.state.next_sequence < 0 || c.state.tokens_seen < 0)
+    throw bad("/trainer@step, @next_sequence or @tokens_seen is negative");
+  if (c.state.next_sequence > c.state.tokens_seen || c.state.tokens_seen > c.state.step * kMaxTokensPerStep)
+    throw bad("/trainer@next_sequence " + std::to_string(c.state.next_sequence) + " and @tokens_seen " +
+              std::to_string(c.state.tokens_seen) + " cannot follow " + std::to_string(c.state.step) +
+              " steps (each sequence holds at least one token, a step at most " +
+              std::to_string(kMaxTokensPerStep) + ")");
+  if (c.state.seed < 0) throw bad("/trainer@seed " + std::to_string(c.state.seed) + " is negative");
+  if (!is_run_id(c.state.run_id))
+    throw bad("/trainer@run_id is not a run id lct writes (1 to 64 letters, digits, '-' or '_')");
 
   c.has_optimizer = f.exists("/optim");
   if (c.has_optimizer) {
@@ -107,6 +128,9 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
     if (!kind) throw std::runtime_error(f.path() + ": missing attribute /optim@kind");
     c.optimizer_kind = *kind;
     c.optimizer_step = need_int(f, "/optim", "step_count");
+    if (c.optimizer_step < 0 || c.optimizer_step > c.state.step)
+      throw bad("/optim@step_count " + std::to_string(c.optimizer_step) + " is outside [0, /trainer@step = " +
+                std::to_string(c.state.step) + "]");
   }
 
   const int64_t n = c.state.step;
@@ -147,7 +171,7 @@ void load_checkpoint_tensors(const H5File& f, LlamaModel& model, Optimizer* opti
     read_tensors(f, "/optim/exp_avg", model.table(), optimizer->exp_avg().data());
     read_tensors(f, "/optim/exp_avg_sq", model.table(), optimizer->exp_avg_sq().data());
   }
-  optimizer->set_step_count(*f.attr_int("/optim", "step_count"));
+  optimizer->set_step_count(read_checkpoint_header(f).optimizer_step);  // validated
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

@@ -15,8 +15,8 @@
 //                          metrics schema (src/metrics/step_metrics.h); fields added after
 //                          the first format are optional when reading
 //
-// Files are built in memory, written to <name>.tmp, sealed with their length and
-// checksum, fsync'd and renamed into place (write_h5_atomically, src/io/h5io.h).
+// Files are built in memory, written to a new temporary beside <name>, sealed with their
+// length and checksum, fsync'd and renamed into place (write_h5_atomically, src/io/h5io.h).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +31,9 @@
 namespace lct {
 
 constexpr int64_t kCheckpointFormatVersion = 1;
+// No step lct can run holds more tokens (2^40: a checkpoint's @tokens_seen is checked
+// against it per step).
+constexpr int64_t kMaxTokensPerStep = int64_t(1) << 40;
 constexpr const char* kCheckpointFormat = "lct-checkpoint";
 
 struct TrainerState {

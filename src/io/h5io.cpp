@@ -1,4 +1,5 @@
 #include "src/io/h5io.h"
+#include "src/io/output_files.h"
 #include "data/files.h"
 #include "src/util/machine.h"
 
@@ -227,6 +228,14 @@ bool H5File::exists(const std::string& object) const {
     pos = object.find('/', pos);
     const std::string prefix = object.substr(0, pos);
     if (H5Lexists(id_, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    // a soft link can point anywhere in the file, an external link into another file
+    // (which HDF5 would open, FIFOs and devices included): lct reads only hard links
+    H5L_info_t info{};
+    if (H5Lget_info(id_, prefix.c_str(), &info, H5P_DEFAULT) < 0)
+      throw h5_error(path_, "cannot read the link " + prefix + " (corrupt?)");
+    if (info.type != H5L_TYPE_HARD)
+      throw h5_error(path_, prefix + " is " + (info.type == H5L_TYPE_SOFT ? "a soft" : info.type == H5L_TYPE_EXTERNAL ? "an external" : "a user-defined") +
+                                " link: lct reads only objects stored in the file itself");
     if (pos == std::string::npos) return true;
     ++pos;
   }
@@ -291,6 +300,10 @@ std::string H5File::read_string(const std::string& ds) const {
   Handle t{H5Dget_type(d.id), H5Tclose};
   if (d.id < 0 || H5Tget_class(t.id) != H5T_STRING || H5Tis_variable_str(t.id) <= 0)
     throw h5_error(path_, ds + " is not a string dataset");
+  Handle space{H5Dget_space(d.id), H5Sclose};
+  const hssize_t values = space.id < 0 ? -1 : H5Sget_simple_extent_npoints(space.id);
+  if (values != 1)
+    throw h5_error(path_, ds + " holds " + std::to_string(values) + " strings, not one");
   const auto text = read_vlen_string(t.id, [&](hid_t mt, char** p) {
     return H5Dread(d.id, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, p);
   });
@@ -396,6 +409,20 @@ void H5File::set_attr(const std::string& object, const std::string& name,
 }
 
 namespace {
+// An attribute lct reads as one value must hold exactly one (a crafted array would be
+// read past the one value's memory).
+void require_one_value(const H5File& f, hid_t attr, const std::string& what) {
+  Handle s{H5Aget_space(attr), H5Sclose};
+  const hssize_t n = s.id < 0 ? -1 : H5Sget_simple_extent_npoints(s.id);
+  if (n != 1)
+    throw h5_error(f.path(), "attribute " + what + " holds " + (n < 0 ? std::string("an unreadable number of") : std::to_string(n)) +
+                                 " values, not one");
+}
+
+// A fixed-length string of more than this is not one lct wrote (it would only be
+// allocated to be refused later).
+constexpr size_t kMaxStringBytes = size_t(64) << 20;
+
 // Opens attribute `name` on `object`, or returns -1 when either is absent.
 hid_t open_attr(const H5File& f, const std::string& object, const std::string& name) {
   if (!f.exists(object)) return -1;
@@ -412,6 +439,7 @@ std::optional<int64_t> H5File::attr_int(const std::string& object, const std::st
   const H5T_class_t cls = H5Tget_class(t.id);
   if (cls != H5T_INTEGER && cls != H5T_ENUM)  // h5py stores bools as an enum
     throw h5_error(path_, "attribute " + object + "@" + name + " is not an integer");
+  require_one_value(*this, a.id, object + "@" + name);
   int64_t v = 0;
   if (cls == H5T_ENUM) {
     int8_t b = 0;
@@ -429,6 +457,7 @@ std::optional<double> H5File::attr_double(const std::string& object, const std::
   const H5T_class_t cls = H5Tget_class(t.id);
   if (cls != H5T_FLOAT && cls != H5T_INTEGER)
     throw h5_error(path_, "attribute " + object + "@" + name + " is not a number");
+  require_one_value(*this, a.id, object + "@" + name);
   double v = 0;
   if (H5Aread(a.id, H5T_NATIVE_DOUBLE, &v) < 0) throw h5_error(path_, "cannot read " + object + "@" + name);
   return v;
@@ -441,6 +470,7 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
   Handle t{H5Aget_type(a.id), H5Tclose};
   if (H5Tget_class(t.id) != H5T_STRING)
     throw h5_error(path_, "attribute " + object + "@" + name + " is not a string");
+  require_one_value(*this, a.id, object + "@" + name);
   if (H5Tis_variable_str(t.id) > 0) {
     const auto text =
         read_vlen_string(t.id, [&](hid_t mt, char** p) { return H5Aread(a.id, mt, p); });
@@ -448,6 +478,8 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
     return *text;
   }
   const size_t n = H5Tget_size(t.id);
+  if (n == 0 || n > kMaxStringBytes)
+    throw h5_error(path_, "attribute " + object + "@" + name + " is a string of " + std::to_string(n) + " bytes");
   std::string s(n, '\0');
   Handle mt{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(mt.id, n);
@@ -457,108 +489,25 @@ std::optional<std::string> H5File::attr_string(const std::string& object,
   return s;
 }
 
-namespace {
-// The folder a file is (to be) written in.
-std::filesystem::path folder_of(const std::string& path) {
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  return dir.empty() ? std::filesystem::path(".") : dir;
-}
-}  // namespace
-
-std::string free_space_text(const std::string& path) {
-  const std::filesystem::path dir = folder_of(path);
-  struct statvfs st {};
-  if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
-  const double bytes = double(st.f_bavail) * double(st.f_frsize);
-  // a full disk has less than a MiB left: say how much in KiB
-  char kib[32];
-  std::snprintf(kib, sizeof kib, "%.0f KiB", bytes / 1024.0);
-  return (bytes < 1048576.0 ? std::string(kib) : bytes_text(bytes)) + " free on " + dir.string();
-}
-
-namespace {
-// Writes bytes to path (created or truncated) and fsyncs it; throws one line naming the
-// cause (and the free space when the disk is full).
-void write_file_synced(const std::string& path, const char* data, size_t size) {
-  const auto fail = [&](const char* what, int err) {
-    std::string msg = path + ": " + what + ": " + std::strerror(err);
-    if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(path) + ")";
-    return std::runtime_error(msg);
-  };
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw fail("cannot create", errno);
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw fail("writing failed", err);
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw fail("fsync failed", err);
-  }
-  if (::close(fd) != 0) throw fail("closing failed", errno);
-}
-
-// A rename is durable once the folder holding it is synced.
-void sync_folder(const std::string& path) {
-  const std::filesystem::path dir = folder_of(path);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(dir.string() + ": cannot open the folder to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd), err = errno;
-  ::close(fd);
-  if (rc != 0) throw std::runtime_error(dir.string() + ": fsync of the folder failed: " + std::strerror(err));
-}
-
-void rename_into_place(const std::string& tmp, const std::string& path) {
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-  sync_folder(path);
-}
-}  // namespace
-
 void write_h5_atomically(const std::string& path, const std::function<void(H5File&)>& fill,
                          const std::function<void(const H5File&)>& verify) {
   require_replaceable_output(path, "output");
-  const std::string tmp = path + ".tmp";
-  try {
-    std::vector<char> bytes;
-    {
-      H5File f = H5File::create_in_memory(path);
-      fill(f);
-      bytes = f.image();
-      f.close_checked();
-    }
-    write_file_synced(tmp, bytes.data(), bytes.size());
-    {
-      // open_read checks the size and checksum the seal records, then HDF5 reads it
-      H5File check = H5File::open_read(tmp);
-      if (verify) verify(check);
-      check.close_checked();
-    }
-    rename_into_place(tmp, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+  std::vector<char> bytes;
+  {
+    H5File f = H5File::create_in_memory(path);
+    fill(f);
+    bytes = f.image();
+    f.close_checked();
   }
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  require_replaceable_output(path, "output");
-  const std::string tmp = path + ".tmp";
-  try {
-    write_file_synced(tmp, text.data(), text.size());
-    rename_into_place(tmp, path);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+  TempFile tmp(path);
+  tmp.write_all_and_close(bytes.data(), bytes.size());
+  {
+    // open_read checks the size and checksum the seal records, then HDF5 reads it
+    H5File check = H5File::open_read(tmp.name());
+    if (verify) verify(check);
+    check.close_checked();
   }
+  tmp.commit();
 }
 
 }  // namespace lct

@@ -81,21 +81,14 @@ std::string checksum_text(const void* data, size_t bytes);
 
 // Durable, atomic write of an HDF5 file. The file is built in memory (HDF5's core
 // driver: HDF5 itself never touches the disk, so a full disk cannot leave it in a state
-// that crashes its shutdown), then written with checked POSIX calls to `path + ".tmp"`,
-// fsynced, reopened from disk and checked by `verify` (size, and whatever the caller
-// checks: checksums of every tensor), renamed over `path`, and the folder fsynced. On
-// any failure the temporary file is removed, `path` and every other file are left as
-// they were, and one line says what failed (naming the free space when the disk is
-// full).
+// that crashes its shutdown), then written with checked POSIX calls to a new temporary
+// file beside `path` (src/io/output_files.h), fsynced, reopened from disk and checked by
+// `verify` (size, and whatever the caller checks: checksums of every tensor), renamed
+// over `path`, and the folder fsynced. On any failure the temporary file is removed,
+// `path` and every other file are left as they were, and one line says what failed
+// (naming the free space when the disk is full). Refuses a `path` that exists and is not
+// a regular file before writing anything.
 void write_h5_atomically(const std::string& path, const std::function<void(H5File&)>& fill,
                          const std::function<void(const H5File&)>& verify = {});
-
-// Writes `text` to `path` the same way (temporary file, checked writes, fsync, rename,
-// fsync of the folder). Both writers refuse a `path` that exists and is not a regular
-// file (a symlink, device, FIFO, socket or folder), before writing anything.
-void write_text_atomically(const std::string& path, const std::string& text);
-
-// "12.3 MiB free on /dir" for error messages about a failed write.
-std::string free_space_text(const std::string& path);
 
 }  // namespace lct

@@ -1,5 +1,8 @@
 #include "src/io/params_io.h"
 
+#include "src/config/config.h"
+
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 
@@ -44,66 +47,69 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
 
 LlamaConfig read_model_attrs(const H5File& f) {
   if (!f.exists("/model")) throw std::runtime_error(f.path() + ": missing group /model");
-  auto need_int = [&](const char* name) {
-    auto v = f.attr_int("/model", name);
-    if (!v) throw std::runtime_error(f.path() + ": missing attribute /model@" + name);
-    return *v;
-  };
-  auto need_double = [&](const char* name) {
-    auto v = f.attr_double("/model", name);
-    if (!v) throw std::runtime_error(f.path() + ": missing attribute /model@" + name);
-    return *v;
-  };
-  // an int field: range-checked before narrowing (a crafted 2^32 + 1 is not 1)
-  auto need_small_int = [&](const char* name) {
-    const int64_t v = need_int(name);
-    if (v < 0 || v > std::numeric_limits<int>::max())
-      throw std::runtime_error(f.path() + ": /model@" + name + " = " + std::to_string(v) +
-                               " is out of range [0, " + std::to_string(std::numeric_limits<int>::max()) + "]");
-    return int(v);
-  };
-  LlamaConfig c;
-  c.vocab_size = need_int("vocab_size");
-  c.hidden_size = need_int("hidden_size");
-  c.intermediate_size = need_int("intermediate_size");
-  c.num_hidden_layers = need_small_int("num_hidden_layers");
-  c.num_attention_heads = need_small_int("num_attention_heads");
-  c.num_key_value_heads = need_small_int("num_key_value_heads");
-  c.rope_theta = need_double("rope_theta");
-  if (const auto scaling = f.attr_string("/model", "rope_scaling")) {  // absent: none
+  // Every value goes through the config key a user would type it as, with the same
+  // checks (ranges before narrowing, float32's range, known names): a crafted file gets
+  // no value a config file could not give.
+  Config typed;
+  const auto set = [&](const char* attr, const char* key, const std::string& text) {
     try {
-      c.rope_scaling = parse_rope_scaling(*scaling);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(f.path() + ": /model@rope_scaling: " + e.what());
+      find_config_key(key)->set(typed, text);
+    } catch (const ConfigError& e) {
+      throw std::runtime_error(f.path() + ": /model@" + attr + ": " + e.what());
     }
-    c.rope_scaling_factor = need_double("rope_scaling_factor");
-    c.rope_original_length = need_int("rope_original_length");
+  };
+  const auto missing = [&](const char* attr) {
+    return std::runtime_error(f.path() + ": missing attribute /model@" + attr);
+  };
+  const auto int_attr = [&](const char* attr, const char* key) {
+    const auto v = f.attr_int("/model", attr);
+    if (!v) throw missing(attr);
+    set(attr, key, std::to_string(*v));
+  };
+  const auto number_attr = [&](const char* attr, const char* key) {
+    const auto v = f.attr_double("/model", attr);
+    if (!v) throw missing(attr);
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17g", *v);  // round-trips; inf and nan as such
+    set(attr, key, text);
+  };
+  const auto string_attr = [&](const char* attr, const char* key) {
+    const auto v = f.attr_string("/model", attr);
+    if (!v) throw missing(attr);
+    set(attr, key, *v);
+  };
+  int_attr("vocab_size", "model.vocab_size");
+  int_attr("hidden_size", "model.hidden_size");
+  int_attr("intermediate_size", "model.intermediate_size");
+  int_attr("num_hidden_layers", "model.num_hidden_layers");
+  int_attr("num_attention_heads", "model.num_attention_heads");
+  int_attr("num_key_value_heads", "model.num_key_value_heads");
+  number_attr("rope_theta", "model.rope_theta");
+  if (f.attr_string("/model", "rope_scaling")) {  // absent: none
+    string_attr("rope_scaling", "model.rope_scaling");
+    number_attr("rope_scaling_factor", "model.rope_scaling_factor");
+    int_attr("rope_original_length", "model.rope_original_length");
   }
-  c.rms_norm_eps = need_double("rms_norm_eps");
-  c.tie_word_embeddings = need_int("tie_word_embeddings") != 0;
-  const auto kernel = f.attr_string("/model", "attention_kernel");
-  if (!kernel) throw std::runtime_error(f.path() + ": missing attribute /model@attention_kernel");
-  try {
-    c.attention_kernel = parse_attention_kernel(*kernel);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(f.path() + ": /model@attention_kernel: " + e.what());
+  number_attr("rms_norm_eps", "model.rms_norm_eps");
+  {
+    const auto tie = f.attr_int("/model", "tie_word_embeddings");
+    if (!tie) throw missing("tie_word_embeddings");
+    set("tie_word_embeddings", "model.tie_word_embeddings", *tie == 0 ? "false" : *tie == 1 ? "true" : std::to_string(*tie));
   }
-  if (c.attention_kernel == AttentionKernel::dca) {
-    c.dca_chunk_size = need_int("dca_chunk_size");
-    c.dca_local_size = need_int("dca_local_size");
-    c.dca_mscale = need_double("dca_mscale");
-    c.dca_mscale_original_length = need_int("dca_mscale_original_length");
+  string_attr("attention_kernel", "attention.kernel");
+  if (typed.model.attention_kernel == AttentionKernel::dca) {
+    int_attr("dca_chunk_size", "attention.dca_chunk_size");
+    int_attr("dca_local_size", "attention.dca_local_size");
+    number_attr("dca_mscale", "attention.dca_mscale");
+    int_attr("dca_mscale_original_length", "attention.dca_mscale_original_length");
   }
-  if (const auto mask = f.attr_string("/model", "attention_mask")) {  // absent: causal (before masks)
-    try {
-      c.attention_mask.kind = parse_mask_kind(*mask);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(f.path() + ": /model@attention_mask: " + e.what());
-    }
-    c.attention_mask.window = need_small_int("attention_window");
-    c.attention_mask.sink_tokens = need_small_int("attention_sink_tokens");
-    c.attention_mask.block_size = need_small_int("attention_block_size");
+  if (f.attr_string("/model", "attention_mask")) {  // absent: causal (before masks)
+    string_attr("attention_mask", "attention.mask");
+    int_attr("attention_window", "attention.window");
+    int_attr("attention_sink_tokens", "attention.sink_tokens");
+    int_attr("attention_block_size", "attention.block_size");
   }
+  const LlamaConfig c = typed.model;
   const std::string err = c.validate();
   if (!err.empty()) throw std::runtime_error(f.path() + ": /model attributes: " + err);
   if (auto hd = f.attr_int("/model", "head_dim"); hd && *hd != c.head_dim())

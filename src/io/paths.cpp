@@ -1,5 +1,7 @@
 #include "src/io/paths.h"
 
+#include "src/io/output_files.h"
+
 #include <filesystem>
 #include <stdexcept>
 
@@ -36,11 +38,12 @@ void refuse_run_folder_file(const std::string& what, const std::string& path, co
                             : p.parent_path() == d;
   if (!same_dir) return;
   const std::string name = p.filename().string();
-  const bool checkpoint = name.rfind("step_", 0) == 0 &&
-                          (name.ends_with(".h5") || name.ends_with(".h5.tmp") || name.ends_with(".tmp"));
-  if (checkpoint || name == "metrics.jsonl" || name == "run.toml")
-    throw std::invalid_argument(what + " '" + path + "' is a file the run writes in checkpoint.dir '" +
-                                dir + "' (checkpoints, metrics.jsonl, run.toml): choose another path");
+  const std::string temp_of = temporary_target(name);  // an interrupted checkpoint write
+  const std::string file = temp_of.empty() ? name : temp_of;
+  const bool checkpoint = file.rfind("step_", 0) == 0 && file.ends_with(".h5");
+  if (checkpoint || name == "metrics.jsonl" || name == "run.toml" || name == "run.lock")
+    throw std::invalid_argument(what + " '" + path + "' is a file the run keeps in checkpoint.dir '" +
+                                dir + "' (checkpoints, metrics.jsonl, run.toml, run.lock): choose another path");
 }
 
 }  // namespace lct

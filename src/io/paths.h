@@ -14,8 +14,8 @@ namespace lct {
 using NamedPaths = std::vector<std::pair<std::string, std::string>>;
 void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs);
 // A run's other outputs (trace.path) and its inputs (--config, data.path) may not be a
-// file the run writes in its checkpoint folder `dir` (step_*.h5 and their temporaries,
-// metrics.jsonl, run.toml). Throws std::invalid_argument naming both.
+// file the run keeps in its checkpoint folder `dir` (step_*.h5 and their temporaries,
+// metrics.jsonl, run.toml, run.lock). Throws std::invalid_argument naming both.
 void refuse_run_folder_file(const std::string& what, const std::string& path, const std::string& dir);
 
 }  // namespace lct

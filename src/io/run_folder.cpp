@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <toml++/toml.h>
 
@@ -13,8 +14,10 @@
 #include <filesystem>
 #include <random>
 
+#include "data/files.h"
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
 
@@ -28,9 +31,13 @@ std::string run_file(const std::string& dir) { return (fs::path(dir) / kRunFile)
 
 std::optional<RunIdentity> read_run_file(const std::string& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
   try {
-    const toml::table t = toml::parse_file(path);
+    // a regular file, not a link (a FIFO would block, a link read a file lct does not own)
+    if (fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
+    const std::string text = read_regular_file(path, "run.toml");
+    check_toml_nesting(text, path);
+    const toml::table t = toml::parse(text, path);
     RunIdentity id;
     id.run_id = t["run_id"].value_or(std::string());
     id.config_hash = t["config_hash"].value_or(std::string());
@@ -88,7 +95,7 @@ RunFolderContents survey_run_folder(const std::string& dir) {
   std::error_code ec;
   c.has_metrics = fs::exists(fs::path(dir) / "metrics.jsonl", ec);
   c.owner = read_run_file(run_file(dir));
-  if (!c.owner && fs::exists(run_file(dir), ec)) c.owner = RunIdentity{"(unreadable run.toml)", "", 0, "?"};
+  if (!c.owner && fs::exists(fs::symlink_status(run_file(dir), ec))) c.owner = RunIdentity{"(unreadable run.toml)", "", 0, "?"};
   return c;
 }
 
@@ -110,12 +117,24 @@ TakenRunFolder take_run_folder(const std::string& dir, const RunFolderContents& 
   fs::create_directories(dir);
   TakenRunFolder taken;
   // each checkpoint's run id, read once (the file is checksummed to read it)
+  std::vector<std::string> previous;  // the folder's previous run's, as run.toml records it
   for (const std::string& p : contents.checkpoints) {
-    if (checkpoint_run_id(p) == identity.run_id)
+    const std::string id = checkpoint_run_id(p);
+    if (id == identity.run_id) {
       taken.own_checkpoints.push_back(p);
-    else if (overwrite)  // only files of the same run survive an overwrite
-      taken.removed += fs::remove(p) ? 1 : 0;
+    } else if (overwrite) {
+      // an overwrite deletes only what the folder's record says the previous run wrote
+      if (!id.empty() && contents.owner && id == contents.owner->run_id)
+        previous.push_back(p);
+      else
+        throw ConfigError("checkpoint.dir '" + dir + "': --checkpoint.overwrite would delete " + p +
+                          ", which no run recorded in this folder's run.toml wrote (" +
+                          (id.empty() ? std::string("not an lct checkpoint, or one without a run id")
+                                      : "run " + id) +
+                          "): move it away first");
+    }
   }
+  for (const std::string& p : previous) taken.removed += fs::remove(p) ? 1 : 0;
   if (overwrite && (!contents.owner || contents.owner->run_id != identity.run_id)) {
     std::error_code ec;
     fs::remove(fs::path(dir) / "metrics.jsonl", ec);
@@ -143,8 +162,19 @@ void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::
 RunFolderLock::RunFolderLock(const std::string& dir) {
   fs::create_directories(dir);
   const std::string path = (fs::path(dir) / "run.lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw ConfigError("checkpoint.dir: cannot open the lock file '" + path + "': " + std::strerror(errno));
+  // never through a symlink, never waiting on a FIFO: the lock is a regular file lct owns
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int err = errno;
+    throw ConfigError("checkpoint.dir: cannot open the lock file '" + path + "': " +
+                      (err == ELOOP ? std::string("it is a symbolic link (remove it)") : std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw ConfigError("checkpoint.dir: the lock file '" + path + "' is not a regular file (remove it)");
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     char pid[32] = {0};
     const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
@@ -170,7 +200,9 @@ int remove_stale_temporaries(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.ends_with(".tmp") && e.is_regular_file(ec))
+    const std::string target = temporary_target(name);
+    if (target.rfind("step_", 0) == 0 && target.ends_with(".h5") && !e.is_symlink(ec) &&
+        e.is_regular_file(ec))
       removed += fs::remove(e.path(), ec) ? 1 : 0;
   }
   return removed;

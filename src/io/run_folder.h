@@ -74,7 +74,8 @@ class RunFolderLock {
   int fd_ = -1;
 };
 
-// Temporaries of interrupted checkpoint writes (step_*.tmp) left in `dir` by a run that
+// Temporaries of interrupted checkpoint writes (step_*.h5.lct-XXXXXX, regular files, never
+// symlinks; src/io/output_files.h) left in `dir` by a run that
 // died mid-write: removed (call while holding the lock). Returns how many.
 int remove_stale_temporaries(const std::string& dir);
 

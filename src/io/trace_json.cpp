@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "data/files.h"
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 
 namespace lct {

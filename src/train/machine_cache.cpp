@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "data/files.h"
+#include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/machine.h"
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "data/files.h"
 #include "parallel/collectives.h"
 
 namespace lct {
@@ -62,10 +63,18 @@ void agree_across_ranks(const std::string& error, const std::string& text, int w
 std::string training_inputs_text(const Config& config, const std::string& resume_checkpoint) {
   std::string t;
   for (const ConfigKey& k : config_keys()) t += k.name + " = " + k.get(config) + "\n";
-  std::error_code ec;
-  const auto size = config.data.path.empty() ? 0 : std::filesystem::file_size(config.data.path, ec);
-  t += "data file size = " + (ec ? std::string("unreadable") : std::to_string(size)) + "\n";
+  // what each rank reads, by content: files of one size may still differ
+  const auto hash = [](const std::string& path, const char* what) {
+    if (path.empty()) return std::string("none");
+    try {
+      return content_hash(path, what);
+    } catch (const std::exception&) {
+      return std::string("unreadable");
+    }
+  };
+  t += "data file content = " + hash(config.data.path, "data.path") + "\n";
   t += "resume checkpoint = " + resume_checkpoint + "\n";
+  t += "resume checkpoint content = " + hash(resume_checkpoint, "train.resume") + "\n";
   return t;
 }
 

@@ -17,7 +17,7 @@ namespace lct {
 void agree_across_ranks(const std::string& error, const std::string& text, int world);
 
 // The "name = value" lines a training run's ranks must agree on: every config key, the
-// data file's size, and the checkpoint a resume starts from.
+// content of the data file (or folder) and of the checkpoint a resume starts from.
 std::string training_inputs_text(const Config& config, const std::string& resume_checkpoint);
 
 }  // namespace lct

@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <functional>
 #include <iterator>
 #include <optional>
 #include <stdexcept>
 
 #include "parallel/trace_gather.h"
+#include "src/io/output_files.h"
 #include "src/io/trace_json.h"
 #include "src/train/cad_profile.h"
 #include "src/train/fp32_gemm.h"
@@ -119,6 +121,9 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
   if (plan.world != grid.world_size() || plan.layout.dp != grid.layout().dp ||
       plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
     throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
+  // a SIGINT/SIGTERM while seeking the data stream (a resumed run's first step) ends the
+  // seek at once: nothing is lost, the resumed checkpoint is untouched
+  packer_.set_interrupt([] { return g_stop_signal.load() != 0; });
   model_.set_precision(plan.precision);
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
@@ -242,6 +247,13 @@ StepRecord Trainer::train_step() {
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
   const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
                 pairs = int64_t(counts[2]);
+  // a step without one target would "train" with loss 0: every rank sees the same sum
+  if (targets == 0)
+    throw ConfigError("step " + std::to_string(state_.step + 1) + " has no targets to learn from (" +
+                      (plan_.loss_on == LossOn::answers
+                           ? std::string("train.loss_on = answers and none of its sequences holds an answer")
+                           : std::string("every document is one token long")) +
+                      "): check data.* and train.loss_on");
   // Every micro-batch's gradient is scaled by 1 / (global target count), so summing
   // over micro-batches and ranks gives the gradient of the global mean loss.
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
@@ -269,10 +281,16 @@ StepRecord Trainer::train_step() {
   double sq = sum_of_squares(model_.grads, counted_);
   allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
   r.grad_norm = std::sqrt(sq);
-  if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
+  if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss)) {
+    // before any update the parameters are the init's (or a checkpoint's): the learning
+    // rate cannot be the cause of a first step that is not finite
+    const bool first = step == 0 && !resumed_;
+    char init[64];
+    std::snprintf(init, sizeof init, "model.init_std = %g is likely too large", double(model_.config().init_std));
     throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
-                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) +
-                             "); lower train.lr or check the data");
+                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); " +
+                             (first ? std::string(init) + ", or check the data" : "lower train.lr or check the data"));
+  }
   const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
                           ? plan_.optimizer.grad_clip / r.grad_norm
                           : 1.0;
@@ -421,11 +439,10 @@ void Trainer::claim_run_folder() {
 void Trainer::open_metrics_file() {
   if (!grid_.is_root()) return;
   const std::string path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
-  metrics_.open(path, std::ios::trunc);
-  if (!metrics_) throw std::runtime_error("cannot write metrics file '" + path + "'");
-  metrics_.precision(10);
-  for (const StepRecord& r : history_) write_metrics_json(metrics_, r);
-  metrics_.flush();
+  std::ostringstream rows;
+  rows.precision(10);
+  for (const StepRecord& r : history_) write_metrics_json(rows, r);
+  metrics_ = AppendFile(path, rows.str());
 }
 
 void Trainer::log_header() const {
@@ -514,28 +531,29 @@ void Trainer::log_header() const {
 
 int Trainer::run() {
   log_header();
-  claim_run_folder();
-  open_metrics_file();
-
   // The timeline (trace.path): recorded while this guard lives, written at the end.
   struct TraceGuard {
     std::unique_ptr<Trace> trace;
     ~TraceGuard() { Trace::activate(nullptr); }
   } timeline;
   if (!config_.trace.path.empty()) {
-    // fail now, on every rank, not after the run, if rank 0 cannot write the file
-    const std::string tmp = config_.trace.path + ".tmp";
-    double writable = 1;
+    // fail now, on every rank, before the run folder is taken, if rank 0 cannot write it
+    std::string why;
     if (grid_.is_root()) {
-      std::error_code ec;
-      const fs::path parent = fs::path(config_.trace.path).parent_path();
-      if (!parent.empty()) fs::create_directories(parent, ec);
-      writable = !ec && std::ofstream(tmp) ? 1 : 0;
-      fs::remove(tmp, ec);
+      try {
+        require_writable_output(config_.trace.path, "trace.path");
+      } catch (const std::runtime_error& e) {
+        why = e.what();
+      }
     }
+    double writable = why.empty() ? 1 : 0;
     allreduce_sum(&writable, 1, grid_.world(), nullptr);
     if (writable < double(grid_.world_size()))
-      throw ConfigError("trace.path: cannot write '" + tmp + "'");
+      throw ConfigError(grid_.is_root() ? why : "trace.path: rank 0 cannot write '" + config_.trace.path + "'");
+  }
+  claim_run_folder();
+  open_metrics_file();
+  if (!config_.trace.path.empty()) {
     timeline.trace = std::make_unique<Trace>(start_aligned_trace(grid_));
     Trace::activate(timeline.trace.get());
     log_info("timeline: recording every rank's phases and waits for %s", config_.trace.path.c_str());
@@ -559,8 +577,10 @@ int Trainer::run() {
                step_log_fields(r, context).c_str());
     }
     if (grid_.is_root()) {
-      write_metrics_json(metrics_, r);
-      metrics_.flush();
+      std::ostringstream row;  // a line that cannot be written whole fails the run
+      row.precision(10);
+      write_metrics_json(row, r);
+      metrics_.append(row.str());
     }
     if (stop_requested_) {
       const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;

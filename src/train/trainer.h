@@ -22,6 +22,7 @@
 #include "parallel/process_grid.h"
 #include "parallel/ulysses_attention.h"
 #include "src/io/checkpoint.h"
+#include "src/io/output_files.h"
 #include "src/config/config.h"
 #include "src/util/machine.h"
 #include "src/io/run_folder.h"
@@ -108,7 +109,7 @@ class Trainer {
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
-  std::ofstream metrics_;
+  AppendFile metrics_;  // rank 0: metrics.jsonl
 };
 
 }  // namespace lct

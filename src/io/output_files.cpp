@@ -1,0 +1,179 @@
+#include "src/io/output_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "data/files.h"
+#include "src/util/machine.h"
+
+namespace lct {
+
+namespace {
+constexpr const char* kTempMark = ".lct-";
+constexpr size_t kTempRandom = 6;  // mkstemp's XXXXXX
+
+// The folder a file is (to be) written in.
+std::filesystem::path folder_of(const std::string& path) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+// A rename is durable once the folder holding it is synced.
+void sync_folder(const std::string& path) {
+  const std::filesystem::path dir = folder_of(path);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(dir.string() + ": cannot open the folder to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(dir.string() + ": fsync of the folder failed: " + std::strerror(err));
+}
+}  // namespace
+
+std::string free_space_text(const std::string& path) {
+  const std::filesystem::path dir = folder_of(path);
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
+  const double bytes = double(st.f_bavail) * double(st.f_frsize);
+  // a full disk has less than a MiB left: say how much in KiB
+  char kib[32];
+  std::snprintf(kib, sizeof kib, "%.0f KiB", bytes / 1024.0);
+  return (bytes < 1048576.0 ? std::string(kib) : bytes_text(bytes)) + " free on " + dir.string();
+}
+
+TempFile::TempFile(const std::string& target) : target_(target) {
+  std::vector<char> name(target.begin(), target.end());
+  const std::string mark = std::string(kTempMark) + std::string(kTempRandom, 'X');
+  name.insert(name.end(), mark.begin(), mark.end());
+  name.push_back('\0');
+  // mkstemp: O_CREAT | O_EXCL (an existing name, symlinks included, is never opened)
+  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd_ < 0)
+    throw std::runtime_error(folder_of(target).string() + ": cannot create a file to write '" + target +
+                             "' in: " + std::strerror(errno));
+  name_ = name.data();
+  ::fchmod(fd_, 0644);  // mkstemp makes 0600; lct's outputs are readable like any file
+}
+
+TempFile::~TempFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(name_.c_str());
+}
+
+void TempFile::write_all_and_close(const char* data, size_t size) {
+  const auto fail = [&](const char* what, int err) {
+    std::string msg = target_ + ": " + what + ": " + std::strerror(err);
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(target_) + ")";
+    return std::runtime_error(msg);
+  };
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(fd_, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw fail("writing failed", n < 0 ? errno : ENOSPC);
+    done += size_t(n);
+  }
+  if (::fsync(fd_) != 0) throw fail("fsync failed", errno);
+  const int rc = ::close(fd_), err = errno;
+  fd_ = -1;
+  if (rc != 0) throw fail("closing failed", err);
+}
+
+void TempFile::commit() {
+  if (std::rename(name_.c_str(), target_.c_str()) != 0)
+    throw std::runtime_error("cannot rename '" + name_ + "' to '" + target_ + "': " + std::strerror(errno));
+  committed_ = true;
+  sync_folder(target_);
+}
+
+std::string temporary_target(const std::string& name) {
+  const size_t mark = std::strlen(kTempMark);
+  if (name.size() <= mark + kTempRandom) return "";
+  const size_t at = name.size() - kTempRandom - mark;
+  return name.compare(at, mark, kTempMark) == 0 ? name.substr(0, at) : "";
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  require_replaceable_output(path, "output");
+  TempFile tmp(path);
+  tmp.write_all_and_close(text.data(), text.size());
+  tmp.commit();
+}
+
+AppendFile::AppendFile(const std::string& path, const std::string& first_contents) : path_(path) {
+  write_text_atomically(path, first_contents);
+  // the file just renamed into place; O_NOFOLLOW and the type check hold if it was swapped
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = errno;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error(path + ": cannot open for appending: " +
+                             (err ? std::strerror(err) : "not a regular file"));
+  }
+  size_ = int64_t(st.st_size);
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+AppendFile::AppendFile(AppendFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_), fd_ = other.fd_, size_ = other.size_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void AppendFile::append(const std::string& text) {
+  if (fd_ < 0) throw std::logic_error("AppendFile: not open");
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      const bool cut = ::ftruncate(fd_, off_t(size_)) == 0;  // no partial line stays
+      std::string msg = path_ + ": writing failed: " + std::strerror(err);
+      if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(path_) + ")";
+      if (!cut) msg += "; the partial line could not be removed";
+      throw std::runtime_error(msg);
+    }
+    done += size_t(n);
+  }
+  size_ += int64_t(text.size());
+}
+
+void require_writable_output(const std::string& path, const std::string& what) {
+  try {
+    require_replaceable_output(path, what);
+    std::error_code ec;
+    const std::filesystem::path dir = folder_of(path);
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw std::runtime_error("cannot create the folder '" + dir.string() + "': " + ec.message());
+    TempFile probe(path);  // created, then removed
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    throw std::runtime_error(msg.rfind(what, 0) == 0 ? msg : what + ": " + msg);
+  }
+}
+
+}  // namespace lct

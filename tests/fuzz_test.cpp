@@ -9,9 +9,13 @@
 // datasets with other shapes, dtypes or values, datasets removed). Deterministic
 // (fixed seeds); the counts are the issue's >= 10,000 in total.
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <fcntl.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -24,6 +28,7 @@
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
 #include "src/cli/eval.h"
+#include "src/cli/inspect.h"
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
@@ -253,6 +258,204 @@ TEST(Fuzz, CheckpointsVerifyOrFailCleanly) {
   }
   EXPECT_GT(refused, n / 4);
   std::printf("checkpoints: %d mutations, %d verified, %d refused cleanly\n", n, ok, refused);
+}
+
+// ---- attribute shapes, types and links (reliability round 3) -----------------------
+// Every attribute and dataset lct reads, rewritten through HDF5 itself with another
+// dataspace (arrays of 2 to 3,000 values, empty), another type (integers, floats, fixed
+// and variable strings, compound) or replaced by a soft, external or dangling link or a
+// group. Readers must refuse each cleanly; before the fix an array read as one value
+// overflowed the stack or heap and external links opened other files.
+struct Mutator {
+  std::mt19937_64& rng;
+
+  hid_t random_type(size_t& size) {
+    switch (rng() % 5) {
+      case 0: size = 8; return H5Tcopy(H5T_NATIVE_INT64);
+      case 1: size = 8; return H5Tcopy(H5T_NATIVE_DOUBLE);
+      case 2: {
+        size = 1 + rng() % 300;  // fixed-length string
+        const hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, size);
+        return t;
+      }
+      case 3: {
+        size = sizeof(char*);
+        const hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, H5T_VARIABLE);
+        return t;
+      }
+      default: {
+        size = 8;
+        const hid_t t = H5Tcreate(H5T_COMPOUND, 8);
+        H5Tinsert(t, "a", 0, H5T_NATIVE_INT32);
+        H5Tinsert(t, "b", 4, H5T_NATIVE_INT32);
+        return t;
+      }
+    }
+  }
+  hid_t random_space(hsize_t& count) {
+    const int pick = int(rng() % 4);
+    if (pick == 0) {
+      count = 1;
+      return H5Screate(H5S_SCALAR);
+    }
+    if (pick == 1) {
+      count = 0;
+      return H5Screate(H5S_NULL);
+    }
+    hsize_t dims[2] = {2 + rng() % 3000, 1 + rng() % 3};
+    const int rank = pick == 2 ? 1 : 2;
+    if (rank == 2) dims[0] = 2 + rng() % 300;
+    count = rank == 1 ? dims[0] : dims[0] * dims[1];
+    return H5Screate_simple(rank, dims, nullptr);
+  }
+  // a buffer of `count` values of a type of `size` bytes (variable strings point at text)
+  std::vector<char> values(hid_t type, size_t size, hsize_t count, std::vector<std::string>& texts) {
+    std::vector<char> buf(size_t(std::max<hsize_t>(count, 1)) * size);
+    if (H5Tis_variable_str(type) > 0) {
+      texts.assign(size_t(std::max<hsize_t>(count, 1)), std::string(size_t(rng() % 40), 'x'));
+      for (size_t i = 0; i < texts.size(); ++i) {
+        const char* p = texts[i].c_str();
+        std::memcpy(buf.data() + i * size, &p, sizeof p);
+      }
+    } else {
+      for (char& c : buf) c = char(rng() % 128);
+    }
+    return buf;
+  }
+  void attribute(hid_t file, const char* object, const char* name) {
+    const hid_t o = H5Oopen(file, object, H5P_DEFAULT);
+    if (o < 0) return;
+    if (H5Aexists(o, name) > 0) H5Adelete(o, name);
+    size_t size = 0;
+    hsize_t count = 0;
+    const hid_t t = random_type(size), sp = random_space(count);
+    std::vector<std::string> texts;
+    const std::vector<char> buf = values(t, size, count, texts);
+    const hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    if (a >= 0) {
+      if (count > 0) H5Awrite(a, t, buf.data());
+      H5Aclose(a);
+    }
+    H5Sclose(sp), H5Tclose(t), H5Oclose(o);
+  }
+  void dataset(hid_t file, const char* path) {
+    if (H5Lexists(file, path, H5P_DEFAULT) > 0) H5Ldelete(file, path, H5P_DEFAULT);
+    switch (rng() % 6) {
+      case 0: H5Lcreate_soft("/", file, path, H5P_DEFAULT, H5P_DEFAULT); return;
+      case 1: H5Lcreate_soft("/nowhere", file, path, H5P_DEFAULT, H5P_DEFAULT); return;
+      case 2: H5Lcreate_external("/dev/zero", "/x", file, path, H5P_DEFAULT, H5P_DEFAULT); return;
+      case 3: H5Lcreate_external("no_such_file.h5", "/tokens", file, path, H5P_DEFAULT, H5P_DEFAULT); return;
+      case 4: {
+        const hid_t g = H5Gcreate2(file, path, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (g >= 0) H5Gclose(g);
+        return;
+      }
+      default: {
+        size_t size = 0;
+        hsize_t count = 0;
+        const hid_t t = random_type(size), sp = random_space(count);
+        std::vector<std::string> texts;
+        const std::vector<char> buf = values(t, size, count, texts);
+        const hid_t d = H5Dcreate2(file, path, t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (d >= 0) {
+          if (count > 0) H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
+          H5Dclose(d);
+        }
+        H5Sclose(sp), H5Tclose(t);
+      }
+    }
+  }
+};
+
+// Runs inspect_file with stdout sent to /dev/null (it prints what it reads).
+void inspect_quietly(const std::string& path) {
+  std::fflush(stdout);
+  const int saved = ::dup(1), null = ::open("/dev/null", O_WRONLY);
+  ::dup2(null, 1);
+  ::close(null);
+  try {
+    inspect_file(path, true);
+  } catch (...) {
+    std::fflush(stdout);
+    ::dup2(saved, 1);
+    ::close(saved);
+    throw;
+  }
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+}
+
+TEST(Fuzz, AttributeShapesTypesAndLinksFailCleanly) {
+  Config config;
+  config.model = tiny_model();
+  config.model.attention_mask.kind = MaskKind::sliding_window;
+  const LlamaModel model(config.model);
+  OptimizerConfig oc;
+  Optimizer optimizer(oc, model.table());
+  TrainerState state;
+  state.step = 2, state.next_sequence = 2, state.tokens_seen = 128, state.run_id = "0123456789abcdef";
+  std::vector<StepRecord> history(2);
+  const std::string base = testing::TempDir() + "fuzz_attrs_base.h5";
+  write_checkpoint(base, config_to_toml(config), model, optimizer, state, history);
+  const Bytes checkpoint = file_bytes(base);
+  std::remove(base.c_str());
+  std::vector<int32_t> tokens(64), cu = {0, 10, 30, 64}, mask(64, 0);
+  const Bytes batch = batch_image(tokens, cu, &mask);
+
+  const char* attrs[][2] = {
+      {"/", "format"}, {"/", "format_version"}, {"/", "step"}, {"/trainer", "step"},
+      {"/trainer", "tokens_seen"}, {"/trainer", "next_sequence"}, {"/trainer", "seed"},
+      {"/trainer", "run_id"}, {"/optim", "kind"}, {"/optim", "step_count"}, {"/model", "vocab_size"},
+      {"/model", "hidden_size"}, {"/model", "intermediate_size"}, {"/model", "num_hidden_layers"},
+      {"/model", "num_attention_heads"}, {"/model", "num_key_value_heads"}, {"/model", "rope_theta"},
+      {"/model", "rms_norm_eps"}, {"/model", "tie_word_embeddings"}, {"/model", "attention_kernel"},
+      {"/model", "attention_mask"}, {"/model", "attention_window"}, {"/model", "head_dim"},
+      {"/model", "rope_scaling"}, {"/params/model/norm/weight", "checksum"}};
+  const char* datasets[] = {"/config", "/model", "/trainer", "/optim", "/params/model/norm/weight",
+                            "/params/model/embed_tokens/weight", "/metrics/loss", "/metrics/step"};
+  const char* batch_datasets[] = {"/tokens", "/cu_seqlens", "/answer_mask"};
+  std::mt19937_64 rng(11);
+  Mutator mutate{rng};
+  int ok = 0, refused = 0;
+  const int n = 1600;
+  const std::string path = testing::TempDir() + "fuzz_attrs.h5";
+  for (int i = 0; i < n; ++i) {
+    const bool is_batch = i % 4 == 3;
+    {
+      const Bytes& b = is_batch ? batch : checkpoint;
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out.write(b.data(), std::streamsize(b.size()));
+    }
+    {
+      H5File w = H5File::open_rw(path);  // unseals: the file is changed on purpose
+      for (int k = 0, m = 1 + int(rng() % 3); k < m; ++k) {
+        if (is_batch) {
+          mutate.dataset(w.id(), batch_datasets[rng() % 3]);
+        } else if (rng() % 3) {
+          const auto& a = attrs[rng() % (sizeof(attrs) / sizeof(attrs[0]))];
+          mutate.attribute(w.id(), a[0], a[1]);
+        } else {
+          mutate.dataset(w.id(), datasets[rng() % (sizeof(datasets) / sizeof(datasets[0]))]);
+        }
+      }
+    }
+    const std::string what = std::string(is_batch ? "batch" : "checkpoint") + " mutation " + std::to_string(i);
+    const bool loaded = loads_cleanly(
+        [&] {
+          const H5File f = H5File::open_read(path);
+          if (is_batch) (void)read_batch(f, 256);
+          else (void)verify_checkpoint(f);
+        },
+        what);
+    if (i % 8 == 0) loads_cleanly([&] { inspect_quietly(path); }, what + " (inspect)");
+    (loaded ? ok : refused) += 1;
+  }
+  std::remove(path.c_str());
+  EXPECT_GT(refused, n / 2);
+  std::printf("attribute shapes, types and links: %d mutations, %d loaded, %d refused cleanly\n", n, ok, refused);
 }
 
 }  // namespace

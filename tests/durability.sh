@@ -84,6 +84,30 @@ for k in $ks; do
   if [[ $limit_mode == tmpfs ]]; then umount small; fi
 done
 
+# --- 1b. a full disk while metrics.jsonl grows (reliability round 3, cause 14) --------
+if [[ $limit_mode == tmpfs ]]; then
+  begin
+  rm -rf small/* 2>/dev/null
+  mount -t tmpfs -o size=16k tmpfs small || fail "mount"
+  mkdir -p small/run
+  head -c 4096 /dev/zero > small/filler  # of four pages: run.lock, run.toml and this leave metrics.jsonl one
+  "$LCT" train "${args[@]}" --train.steps 100 --checkpoint.every 0 --checkpoint.dir small/run > metrics_full.log 2>&1
+  rc=$?
+  [[ $rc -eq 1 ]] || fail "metrics on a full disk: exit $rc (want 1)"
+  grep -q "lct: error.*small/run/metrics.jsonl: writing failed: No space left on device (.* free on small/run)" metrics_full.log \
+    || { fail "metrics on a full disk: no clear line"; cat metrics_full.log; }
+  lines=$(wc -l < small/run/metrics.jsonl)
+  /usr/bin/python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('small/run/metrics.jsonl')]
+assert [r['step'] for r in rows] == list(range(1, len(rows) + 1)), [r['step'] for r in rows]
+assert open('small/run/metrics.jsonl').read().endswith('\\n')" \
+    || fail "metrics on a full disk: metrics.jsonl holds a partial or missing line"
+  (( lines >= 1 && lines < 100 )) || fail "metrics on a full disk: $lines lines"
+  ok "metrics.jsonl on a full disk: exit 1 at the line that did not fit, $lines whole lines kept"
+  umount small
+fi
+
 # --- 2. rotation keeps the checkpoint just written -----------------------------------
 begin
 "$LCT" train "${args[@]}" --train.steps 4 --checkpoint.every 2 --checkpoint.keep 2 --checkpoint.dir rot > /dev/null \

@@ -298,6 +298,28 @@ expect_error "external.h5: /model is an external link" train "${TINY[@]}" --trai
 # cause 6: a sequence index is reached by walking document lengths: bounded, never days
 expect_error "lies more than 268435456 documents into the data stream" \
   make-batch --data.seq_len 1048576 --data.min_doc_len 2 --data.max_doc_len 2 --first 100000 --out far.h5
+# ... and a SIGTERM during a resumed run's long seek ends it at once (the checkpoint it
+# resumed from is untouched)
+cp ck/step_00000001.h5 far_ck.h5
+/usr/bin/python3 - <<'PY'
+import h5py, numpy as np
+with h5py.File("far_ck.h5", "r+") as f:
+    f["trainer"].attrs["next_sequence"] = np.int64(10**12)
+    f["trainer"].attrs["tokens_seen"] = np.int64(10**12)
+with open("far_ck.h5", "r+b") as f:
+    f.write(b" " * 20)
+PY
+sum_before=$(md5sum < far_ck.h5)
+"$LCT" train "${TINY_MODEL[@]}" --train.steps 2 --train.resume far_ck.h5 --checkpoint.dir far > far.log 2>&1 &
+far=$!
+for _ in $(seq 600); do grep -q "resumed at step 1" far.log && break; sleep 0.1; done  # the seek follows
+sleep 0.5
+kill -TERM $far
+start=$(date +%s)
+wait $far && rc=0 || rc=$?
+(( $(date +%s) - start <= 5 )) && [[ $rc -eq 1 ]] && grep -q "lct: error: stopped while seeking the data stream to sequence" far.log \
+  && [[ $(md5sum < far_ck.h5) == "$sum_before" ]] \
+  || { echo "FAIL: SIGTERM during a seek: exit $rc after $(( $(date +%s) - start )) s"; cat far.log; failures=$((failures + 1)); }
 # cause 7: integers are range-checked where they are narrowed
 expect_error "train.threads = 4294967297 is more than lct runs (at most 1024" train --train.threads 4294967297
 expect_error "--threads: Value 4294967297 not in range 0 to 1024" eval --threads 4294967297 --checkpoint a.h5 --batch-file b.h5
@@ -349,6 +371,21 @@ expect_error "--profile-out '/dev/full' is a character device, not a regular fil
 (( $(date +%s) - start < 10 )) || { echo "FAIL: bench --profile-out was refused only after its work"; failures=$((failures + 1)); }
 expect_error "trace.path '.' is a folder, not a regular file" train "${TINY[@]}" --trace.path . --checkpoint.dir tr
 expect_error "--calibration-out 'ck' is a folder, not a regular file" simulate --calibration-out ck
+
+# cause 13: every command checks its memory before it allocates (as train does); under
+# a 4 GiB address-space limit so the sizes are impossible on any machine (sanitizer
+# builds reserve far more address space: skipped there)
+if [[ -z ${LCT_SANITIZED:-} ]]; then
+  "$LCT" train --data.seq_len 64 --train.steps 1 --checkpoint.dir defck > /dev/null || { echo "FAIL: default train"; failures=$((failures + 1)); }
+  "$LCT" make-batch --data.seq_len 1048576 --data.max_doc_len 16384 --out b1m.h5 > /dev/null || { echo "FAIL: 1M batch"; failures=$((failures + 1)); }
+  printf '#!/usr/bin/env bash\nulimit -v 4194304\nexec "%s" "$@"\n' "$LCT" > lct_4g && chmod +x lct_4g
+  LCT_UNLIMITED=$LCT LCT=$PWD/lct_4g
+  expect_error "not enough memory: lct eval of 1048576 tokens needs about" eval --checkpoint defck/step_00000001.h5 --batch-file b1m.h5
+  expect_error "not enough memory: lct make-batch of 200 x 1048576 tokens needs about" make-batch --data.seq_len 1048576 --sequences 200 --out big.h5
+  expect_error "not enough memory: lct bench --attention-lengths 16777216 needs about" bench --sections attention --attention-lengths 16777216
+  expect_error "lct bench --sections step: not enough memory: a rank needs about" bench --sections step --data.seq_len 4194304 --data.max_doc_len 16384
+  LCT=$LCT_UNLIMITED
+fi
 
 if ls ck/*.lct-* >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 

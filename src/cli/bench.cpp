@@ -26,6 +26,7 @@
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/train/flops.h"
+#include "src/train/memory_budget.h"
 #include "src/train/fp32_gemm.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
@@ -512,6 +513,23 @@ int run_bench(const Config& config, const BenchOptions& o) {
   const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
   const LlamaConfig& model = plan.model;
   AttentionParams ap = plan.attention;
+  // what the sections will allocate, before any of them runs: a training step of the
+  // config, and the attention kernel's Q, K, V, O, LSE, their gradients and its scratch
+  // at the longest --attention-lengths
+  if (wants(o, "step") || wants(o, "profile")) {
+    const std::string no = check_memory_budget(estimate_rank_memory(config, plan), available_memory(1));
+    if (!no.empty()) throw std::invalid_argument("lct bench --sections step: " + no);
+  }
+  if (wants(o, "attention") && !o.attention_lengths.empty()) {
+    const int64_t L = *std::max_element(o.attention_lengths.begin(), o.attention_lengths.end());
+    const double per_row = 4.0 * (2 * double(ap.num_heads) * ap.head_dim + 2 * double(ap.num_kv_heads) * ap.head_dim +
+                                  ap.num_heads) * 2;  // fp32 values and gradients
+    const double bytes = per_row * double(L) + double(attention_workspace_bytes(ap, L, omp_get_max_threads()));
+    const std::string no = check_command_memory("lct bench --attention-lengths " + std::to_string(L), bytes,
+                                                "Q, K, V, O, LSE, their gradients and the kernel's scratch",
+                                                "give shorter --attention-lengths");
+    if (!no.empty()) throw std::invalid_argument(no);
+  }
   // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
   // RoPE table covering positions 0..C
   const RopeTable dca_rope =

@@ -1,6 +1,7 @@
 #include "src/cli/eval.h"
 #include "src/cli/command.h"
 #include "src/io/paths.h"
+#include "src/train/memory_budget.h"
 
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,16 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   LlamaModel model = load_model(checkpoint_path, options.adjust_model);
   model.set_precision(options.precision);
   const PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
+  int64_t longest = 0;
+  for (int64_t d = 0; d < batch.num_docs(); ++d)
+    longest = std::max<int64_t>(longest, batch.cu_seqlens[size_t(d) + 1] - batch.cu_seqlens[size_t(d)]);
+  if (const std::string no = check_command_memory(
+          "lct eval of " + std::to_string(batch.num_tokens()) + " tokens",
+          eval_bytes(model.config(), options.precision, batch.num_tokens(), longest),
+          "weights and gradients, the activations of every token, scratch",
+          "evaluate a smaller batch (lct make-batch --sequences or data.seq_len)");
+      !no.empty())
+    throw std::runtime_error(no);
   const int64_t targets = batch.num_targets();
   if (targets == 0)
     throw std::runtime_error(batch_path + ": no targets (every document has a single token)");

@@ -10,6 +10,7 @@
 #include "src/io/h5io.h"
 #include "src/io/output_files.h"
 #include "src/io/paths.h"
+#include "src/train/memory_budget.h"
 #include "src/train/run_objects.h"
 
 namespace lct {
@@ -28,6 +29,14 @@ void write_batch_from_config(const Config& config, int64_t first, int64_t count,
   if (count > std::numeric_limits<int32_t>::max() / seq_len)
     throw std::invalid_argument("make-batch: --sequences " + std::to_string(count) + " x data.seq_len " +
                                 std::to_string(seq_len) + " tokens exceeds a batch file's int32 offsets");
+  // the packed tokens with their targets, positions and masks, and the file built in
+  // memory with its image (src/io/h5io.h): about 40 bytes a token
+  if (const std::string no = check_command_memory(
+          "lct make-batch of " + std::to_string(count) + " x " + std::to_string(seq_len) + " tokens",
+          40.0 * double(count) * double(seq_len), "the packed sequences and the file built in memory",
+          "write fewer --sequences per file");
+      !no.empty())
+    throw std::invalid_argument(no);
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
   SequencePacker packer(*source, config.data.seq_len);
   std::vector<int32_t> tokens, cu{0}, answer_mask;

@@ -176,4 +176,27 @@ std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& 
          "); reduce data.seq_len, train.micro_batches or the model, or add ranks (lct train --dry-run shows the estimate)";
 }
 
+std::string check_command_memory(const std::string& what, double bytes, const std::string& parts,
+                                 const std::string& advice) {
+  const MemoryAvailable a = available_memory(1);
+  if (!(bytes > a.bytes)) return "";
+  return "not enough memory: " + what + " needs about " + bytes_text(bytes) + " (" + parts + ") but " +
+         bytes_text(a.bytes) + " is available (" + a.limit + "); " + advice;
+}
+
+double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int64_t L) {
+  const double f = sizeof(float);
+  const StageSpec whole = whole_model_stage(model);
+  const double weights = 2.0 * double(build_llama_table(model).total()) * f;  // parameters, gradients
+  const double activations = double(LlamaModel::activation_floats_per_token(model, whole, precision)) * double(T) * f;
+  const double scratch = double(LlamaModel::scratch_floats(model, T)) * f;
+  AttentionParams params = attention_params_of(model);
+  params.precision = precision;
+  const double kernel = double(attention_workspace_bytes(
+      params, std::min<int64_t>(T, std::max<int64_t>(kAttentionChunkRows, L)), omp_get_max_threads()));
+  const double batch = double(T) * 32;  // tokens, targets, positions, masks, per-token loss
+  const double libraries = 32.0 * 1048576 * omp_get_max_threads();  // as estimate_rank_memory allows
+  return weights + activations + scratch + kernel + batch + libraries;
+}
+
 }  // namespace lct

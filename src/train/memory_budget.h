@@ -56,5 +56,14 @@ std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a)
 // "" when the run fits, else the one-line refusal.
 std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& a);
 
+// The other commands' budgets, checked before they allocate (the same one-line refusal,
+// never std::bad_alloc or the OOM killer). `what` names the work, `parts` what the bytes
+// are, `advice` what to change; "" when it fits the memory available to one process.
+std::string check_command_memory(const std::string& what, double bytes, const std::string& parts,
+                                 const std::string& advice);
+// lct eval: the forward and backward of one packed batch of T tokens (longest document
+// L) with the model's weights and gradients (what LlamaModel allocates for them).
+double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int64_t L);
+
 
 }  // namespace lct

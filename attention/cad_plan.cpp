@@ -12,7 +12,7 @@ namespace {
 struct Candidate {
   size_t doc = 0;
   bool whole = false;  // the document's whole remaining middle
-  int64_t m = 0;       // head/tail rows moved from each end (when not whole)
+  int64_t head = 0, tail = 0;  // rows moved from each end of the middle (when not whole)
   double load = 0;     // its cost
   int64_t bytes = 0;
 };
@@ -28,6 +28,7 @@ CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const 
   o.kv_bytes_per_row = 2 * kvd * value;
   o.cost = cost;
   o.mask = p.mask;
+  o.split_align = attention_query_tile(p);
   return o;
 }
 
@@ -38,7 +39,8 @@ namespace {
 class Balancer {
  public:
   Balancer(const std::vector<CaPiece>& docs, int n, const CaPlanOptions& o)
-      : docs_(docs), n_(n), o_(o), load_(size_t(n), 0.0), a_(docs.size(), 0) {
+      : docs_(docs), n_(n), o_(o), load_(size_t(n), 0.0), head_(docs.size(), 0), tail_(docs.size(), 0) {
+    if (o.split_align < 1) throw std::invalid_argument("plan_core_attention: split_align must be >= 1");
     if (n < 1) throw std::invalid_argument("plan_core_attention: needs at least one server");
     if (!(o.tolerance > 0)) throw std::invalid_argument("plan_core_attention: tolerance must be > 0");
     // a server's load: its other work plus its tasks' cost at its speed
@@ -91,9 +93,9 @@ class Balancer {
   CaPlan finish() {
     for (size_t i = 0; i < docs_.size(); ++i) {
       const CaPiece& d = docs_[i];
-      const int64_t rows = d.len - 2 * a_[i];
+      const int64_t rows = middle_rows(i);
       if (rows > 0)
-        plan_.tasks.push_back({d.origin, d.origin, d.doc, int32_t(d.pos + a_[i]), int32_t(rows)});
+        plan_.tasks.push_back({d.origin, d.origin, d.doc, int32_t(d.pos + head_[i]), int32_t(rows)});
     }
     // by server, origin, document, first row
     std::sort(plan_.tasks.begin(), plan_.tasks.end(), [](const CaTask& x, const CaTask& y) {
@@ -118,16 +120,16 @@ class Balancer {
 
   // The best move to `dst` of at most `cap` pairs from a surplus server's documents
   // (only `src`'s when src >= 0): the most pairs per byte; ties keep (origin, doc) order.
-  // Each piece keeps the middle [pos + a, pos + L - a) on its origin (L its rows); moves
-  // take rows from its ends.
+  // Each piece keeps its middle [pos + head, pos + L - tail) on its origin (L its rows);
+  // moves take rows from its ends.
   bool choose(int dst, int src, double cap, Candidate& best) const {
     double best_e = -1;
     for (size_t i = 0; i < docs_.size(); ++i) {
       const CaPiece& d = docs_[i];
       const double surplus = load_[size_t(d.origin)] - mean_;
-      const int64_t L = d.len, P = d.pos, rows = L - 2 * a_[i];
+      const int64_t L = d.len, P = d.pos, rows = middle_rows(i);
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
-      const double remaining = cost(P + a_[i], rows);
+      const double remaining = cost(P + head_[i], rows);
       // in the cost model's units: the origin's surplus and dst's room at their speeds
       const double wanted = std::min({remaining, surplus / speed(d.origin), cap / speed(dst)});
       Candidate c;
@@ -135,51 +137,70 @@ class Balancer {
       if (wanted >= remaining) {
         c.whole = true;
         c.load = remaining;
-        c.bytes = rows * o_.q_bytes_per_row + (P + L - a_[i]) * o_.kv_bytes_per_row;
+        c.bytes = rows * o_.q_bytes_per_row + (P + L - tail_[i]) * o_.kv_bytes_per_row;
       } else {
-        c.m = largest_split(i, wanted);
-        if (c.m == 0) continue;
-        c.load = split_cost(i, c.m);
-        c.bytes = 2 * c.m * o_.q_bytes_per_row + (P + L - a_[i]) * o_.kv_bytes_per_row;
+        std::tie(c.head, c.tail) = split_rows(i, largest_split(i, wanted));
+        if (c.head + c.tail == 0) continue;
+        c.load = split_cost(i, c.head, c.tail);
+        c.bytes = (c.head + c.tail) * o_.q_bytes_per_row + (P + L - tail_[i]) * o_.kv_bytes_per_row;
       }
       const double e = c.load / double(std::max<int64_t>(c.bytes, 1));
       if (e > best_e) best_e = e, best = c;
     }
     return best_e >= 0;
   }
-  // the cost of m rows from each end of piece i's middle
-  double split_cost(size_t i, int64_t m) const {
+  int64_t middle_rows(size_t i) const { return docs_[i].len - head_[i] - tail_[i]; }
+  // The rows taken from each end of piece i's middle for m rows a side: in a piece of at
+  // least kAlignedPieceTiles tiles the cuts fall on in-document positions that are
+  // multiples of split_align (the kernel's query tile, so a split never changes a row's
+  // arithmetic; core_attention.h), the head's end rounded down and the tail's start
+  // rounded up, never crossing; shorter pieces are cut anywhere (a tile's granularity
+  // would cost them their balance).
+  std::pair<int64_t, int64_t> split_rows(size_t i, int64_t m) const {
     const CaPiece& d = docs_[i];
-    return cost(d.pos + a_[i], m) + cost(d.pos + d.len - a_[i] - m, m);
+    const int64_t align = d.len >= kAlignedPieceTiles * o_.split_align ? o_.split_align : 1;
+    const int64_t lo = int64_t(d.pos) + head_[i], hi = int64_t(d.pos) + d.len - tail_[i];
+    int64_t head_end = (lo + m) / align * align, tail_begin = (hi - m + align - 1) / align * align;
+    head_end = std::max(head_end, lo), tail_begin = std::min(tail_begin, hi);
+    if (head_end > tail_begin) head_end = tail_begin = std::max(lo, std::min(head_end, hi));
+    return {head_end - lo, hi - tail_begin};
   }
-  // the largest m whose head + tail cost fits `wanted` (m (L + 1) pairs for a whole
-  // causal document without a profile)
+  // the cost of `head` rows from the front and `tail` rows from the back of piece i's middle
+  double split_cost(size_t i, int64_t head, int64_t tail) const {
+    const CaPiece& d = docs_[i];
+    return (head > 0 ? cost(d.pos + head_[i], head) : 0.0) +
+           (tail > 0 ? cost(d.pos + d.len - tail_[i] - tail, tail) : 0.0);
+  }
+  // the largest m whose aligned head + tail cost fits `wanted` (m (L + 1) pairs for a
+  // whole causal document without a profile and alignment); the cost grows with m
   int64_t largest_split(size_t i, double wanted) const {
-    int64_t lo = 0, hi = (docs_[i].len - 2 * a_[i] - 1) / 2;
+    int64_t lo = 0, hi = (middle_rows(i) - 1) / 2;
     while (lo < hi) {
       const int64_t mid = (lo + hi + 1) / 2;
-      if (split_cost(i, mid) <= wanted) lo = mid;
+      const auto [h, t] = split_rows(i, mid);
+      if (split_cost(i, h, t) <= wanted) lo = mid;
       else hi = mid - 1;
     }
     return lo;
   }
   void apply(int dst, const Candidate& c) {
     const CaPiece& d = docs_[c.doc];
-    int64_t& ai = a_[c.doc];
+    int64_t& head = head_[c.doc];
+    int64_t& tail = tail_[c.doc];
     const int64_t L = d.len, P = d.pos;
     // the origin keeps the rest of the middle; with a measured cost, a split costs more
     // than its parts (smaller tasks), so its load drops by what its task really lost
-    const double before = cost(P + ai, L - 2 * ai);
+    const double before = cost(P + head, middle_rows(c.doc));
     if (c.whole) {
-      plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + ai), int32_t(L - 2 * ai)});
-      ai = (L + 1) / 2;  // nothing left in the middle
+      plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + head), int32_t(middle_rows(c.doc))});
+      head = L - tail;  // nothing left in the middle
     } else {
-      plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + ai), int32_t(c.m)});
-      plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + L - ai - c.m), int32_t(c.m)});
-      ai += c.m;
+      if (c.head > 0) plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + head), int32_t(c.head)});
+      if (c.tail > 0) plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + L - tail - c.tail), int32_t(c.tail)});
+      head += c.head, tail += c.tail;
     }
-    const int64_t left = L - 2 * ai;
-    load_[size_t(d.origin)] -= speed(d.origin) * (before - (left > 0 ? cost(P + ai, left) : 0.0));
+    const int64_t left = middle_rows(c.doc);
+    load_[size_t(d.origin)] -= speed(d.origin) * (before - (left > 0 ? cost(P + head, left) : 0.0));
     load_[size_t(dst)] += speed(dst) * c.load;
     plan_.bytes_moved += c.bytes;
   }
@@ -189,7 +210,7 @@ class Balancer {
   const CaPlanOptions& o_;
   bool uneven_ = false;
   std::vector<double> load_;
-  std::vector<int64_t> a_;
+  std::vector<int64_t> head_, tail_;  // per piece: rows moved from its front and back
   double mean_ = 0, slack_ = 0;
   CaPlan plan_;
 };

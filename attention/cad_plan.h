@@ -8,12 +8,15 @@
 // an attention server, for its own documents first. The planner balances pairs over
 // servers with the paper's communication-aware greedy: the most deficient server takes
 // work from surplus servers, choosing the candidate with the most work per byte moved,
-// and documents are split only as far as needed into head/tail pairs: m query rows
-// from each end of the document's remaining middle [a, L - a), which cost exactly
-// m (L + 1) pairs wherever a is. A context-parallel piece [pos, pos + len) is split
-// the same way within its own rows (its head/tail pairs then cost more towards the
-// end of the document; m is found by search either way). Work is attention pairs, or the measured kernel time
-// of a profile (CaPlanOptions::cost); m is the largest that fits the wanted amount.
+// and documents are split only as far as needed into head/tail pairs: about m query
+// rows from each end of the document's remaining middle (a whole causal document's
+// pair then costs about m (L + 1) pairs wherever the middle is), the cuts rounded to
+// the kernel's query tile in pieces of at least kAlignedPieceTiles tiles, so that a
+// row's O and LSE do not depend on the plan (CaPlanOptions::split_align). A
+// context-parallel piece [pos, pos + len) is split the same way within its own rows
+// (its head/tail pairs then cost more towards the end of the document; m is found by
+// search either way). Work is attention pairs, or the measured kernel time of a
+// profile (CaPlanOptions::cost); m is the largest that fits the wanted amount.
 // Planning stops when every server is within tolerance x mean, or nothing helps.
 #pragma once
 
@@ -45,10 +48,18 @@ struct CaTask {
 
 struct CaCostModel;
 
+constexpr int64_t kAlignedPieceTiles = 8;
+
 struct CaPlanOptions {
   double tolerance = 0.1;       // stop when every server is within tolerance x mean cost
   int64_t q_bytes_per_row = 1;  // bytes moved per query row (Q there, O and LSE back)
   int64_t kv_bytes_per_row = 1; // bytes moved per key row (K and V)
+  // Pieces of at least kAlignedPieceTiles x this many rows are cut only at in-document
+  // positions that are multiples of it (and at their ends): the attention kernel's query
+  // tile (attention_query_tile), so that their rows' O and LSE are the same bits
+  // whichever plan cut them (ca_plan_options sets it; 1 = anywhere). Shorter pieces are
+  // cut anywhere: a tile's granularity would cost them their balance.
+  int64_t split_align = 1;
   // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
   // attention pairs.
   const CaCostModel* cost = nullptr;

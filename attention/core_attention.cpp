@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "attention/blocked_attention.h"
+#include "attention/blocked_attention_tiles.h"
 
 namespace lct {
 
@@ -261,6 +262,8 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
                                dout + qo, dq + qo, dk + ko, dv + ko);
   });
 }
+
+int64_t attention_query_tile(const AttentionParams& params) { return blocked::Geometry(params).qb; }
 
 int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads) {
   const int64_t qdim = int64_t(params.num_heads) * params.head_dim;

@@ -166,6 +166,11 @@ constexpr int64_t kAttentionChunkRows = 65536;
 // (train.precision = bf16), the threads' tiles.
 int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads);
 
+// Rows of the kernel's query tile. Tiles start at in-document positions that are
+// multiples of it, so query rows of one document cut into tasks at such positions get
+// bit-identical O and LSE whatever the cut (the CAD planner cuts there, cad_plan.h).
+int64_t attention_query_tile(const AttentionParams& params);
+
 // The kernels keep grow-only scratch per calling thread (tiles, D = rowsum(dO*O), and
 // per-thread dQ partials sized by the largest batch seen), so steady-state steps
 // allocate nothing. This frees it, e.g. between benchmarks of different lengths.

@@ -3,12 +3,17 @@
 // allows it, and nothing moved when the batch is already balanced.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <numeric>
 #include <map>
 #include <random>
 
 #include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "attention/core_attention.h"
+#include "model/rope.h"
+#include "tests/dense_attention.h"
 
 namespace lct {
 namespace {
@@ -292,6 +297,111 @@ TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
   bad.cost = &m;
   bad.speed = {1.0};
   EXPECT_THROW(plan_core_attention(random_tick(2, 64, 1), 2, bad), std::invalid_argument);
+}
+
+// A plan cuts documents only at multiples of the kernel's query tile (split_align), and a
+// row's forward is then the same bits however its document was cut: the recomputed
+// forward of a pipeline's backward tick (another plan, other tasks) repeats the forward
+// exactly. Causal, a mask, DCA, GQA shapes with other tiles, bf16 both ways.
+TEST(CadPlan, AlignedCutsGiveEveryRowTheWholeDocumentsBits) {
+  const int64_t L = 1500;
+  const RopeTable tables = build_rope_table(257, 32, 10000.0);
+  struct Case {
+    const char* name;
+    int H, KV;
+    Precision precision;
+    bool bf16_instructions;
+    MaskKind mask;
+    bool dca;
+  };
+  const Case cases[] = {{"causal", 4, 2, Precision::fp32, true, MaskKind::causal, false},
+                        {"causal G=1", 2, 2, Precision::fp32, true, MaskKind::causal, false},
+                        {"causal G=4", 8, 2, Precision::fp32, true, MaskKind::causal, false},
+                        {"sliding window", 4, 2, Precision::fp32, true, MaskKind::sliding_window, false},
+                        {"dca", 4, 2, Precision::fp32, true, MaskKind::causal, true},
+                        {"bf16", 4, 2, Precision::bf16, true, MaskKind::causal, false},
+                        {"bf16 rounded", 4, 2, Precision::bf16, false, MaskKind::causal, false}};
+  std::mt19937_64 rng(5);
+  for (const Case& c : cases) {
+    test::Problem pr(c.H, c.KV, 32, {0, int32_t(L)});
+    pr.precision = c.precision, pr.bf16_instructions = c.bf16_instructions;
+    pr.mask.kind = c.mask, pr.mask.window = 300;
+    AttentionParams params = pr.params();
+    if (c.dca) {
+      params.kernel = AttentionKernel::dca;
+      params.dca.chunk_size = 256, params.dca.local_size = 32, params.dca.mscale = 1.0f;
+      params.dca.rope_cos = tables.cos.data(), params.dca.rope_sin = tables.sin.data();
+      params.dca.rope_positions = tables.max_positions;
+    }
+    const int64_t tile = attention_query_tile(params);
+    CaPlanOptions o = ca_plan_options(params, 0.1, nullptr);
+    EXPECT_EQ(o.split_align, tile);
+    const auto run = [&](const std::vector<int64_t>& cuts) {
+      std::vector<AttentionTask> tasks;
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        AttentionTask t;
+        t.q_row = cuts[i], t.q_pos = int32_t(cuts[i]), t.q_len = int32_t(cuts[i + 1] - cuts[i]);
+        t.kv_row = 0, t.kv_pos = 0, t.kv_len = int32_t(cuts[i + 1]), t.doc_len = int32_t(L);
+        tasks.push_back(t);
+      }
+      std::shuffle(tasks.begin(), tasks.end(), rng);  // a server's order of its tasks
+      const std::vector<float> q = test::random_vector(L * c.H * 32, 1), k = test::random_vector(L * c.KV * 32, 2),
+                               v = test::random_vector(L * c.KV * 32, 3);
+      std::vector<float> out(q.size()), lse(size_t(L * c.H));
+      attention_forward(params, tasks, q.data(), k.data(), v.data(), out.data(), lse.data());
+      out.insert(out.end(), lse.begin(), lse.end());
+      return out;
+    };
+    // whole documents, and context-parallel pieces that start anywhere (here at 37 and
+    // 1001): the tiles follow in-document positions, not a task's first row
+    const std::vector<float> whole = run({0, L}), pieces = run({0, 37, 1001, L});
+    for (int trial = 0; trial < 8; ++trial) {
+      std::vector<int64_t> cuts = {0, L};
+      if (trial % 2) cuts.insert(cuts.end(), {37, 1001});
+      for (int k = 0, n = 1 + int(rng() % 5); k < n; ++k) cuts.push_back(int64_t(1 + rng() % ((L - 1) / tile)) * tile);
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      const std::vector<float> cut = run(cuts), &base = trial % 2 ? pieces : whole;
+      EXPECT_EQ(std::memcmp(cut.data(), base.data(), cut.size() * sizeof(float)), 0)
+          << c.name << ": cut at " << cuts[1] << " (tile " << tile << ")";
+    }
+  }
+}
+
+TEST(CadPlan, CutsFallOnTheAlignment) {
+  // uneven documents over 4 servers: every task starts and ends at a multiple of the
+  // alignment or at its piece's ends, every row once, and the balance still holds
+  std::vector<CaPiece> docs;
+  std::mt19937_64 rng(9);
+  for (int r = 0; r < 4; ++r)
+    for (int i = 0, row = 0; i < 3; ++i) {
+      const int32_t len = int32_t(r == 0 ? 4000 + rng() % 4000 : 200 + rng() % 800);
+      docs.push_back({r, i, row, len, 0});
+      row += len;
+    }
+  docs.push_back({3, 3, 0, 900, 1000});  // a context-parallel piece [1000, 1900)
+  CaPlanOptions o;
+  o.split_align = 64;
+  const CaPlan plan = plan_core_attention(docs, 4, o);
+  std::map<std::pair<int, int>, int64_t> rows;
+  int aligned_tasks = 0;
+  for (const CaTask& t : plan.tasks) {
+    const CaPiece* d = nullptr;
+    for (const CaPiece& p : docs)
+      if (p.origin == t.origin && p.doc == t.doc) d = &p;
+    ASSERT_NE(d, nullptr);
+    const int64_t end = int64_t(t.q_begin) + t.q_len;
+    if (d->len >= kAlignedPieceTiles * 64) {  // shorter pieces may be cut anywhere
+      EXPECT_TRUE(t.q_begin == d->pos || t.q_begin % 64 == 0) << t.q_begin;
+      EXPECT_TRUE(end == d->pos + d->len || end % 64 == 0) << end;
+      ++aligned_tasks;
+    }
+    rows[{t.origin, t.doc}] += t.q_len;
+  }
+  for (const CaPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
+  EXPECT_GT(aligned_tasks, 3);  // the long documents were split
+  const double mean = std::accumulate(plan.pairs_after.begin(), plan.pairs_after.end(), 0.0) / 4;
+  for (int64_t p : plan.pairs_after) EXPECT_LE(double(p), 1.1 * mean + 1);
 }
 
 }  // namespace

@@ -107,8 +107,10 @@ TEST(AtomicFile, UnwritableOutputsAreRefusedBeforeTheWork) {
   std::ofstream(dir / "file") << "x";
   EXPECT_NE(error_of([&] { require_writable_output(dir.string(), "trace.path"); }).find("trace.path '" + dir.string() + "' is a folder"), std::string::npos);
   EXPECT_NE(error_of([&] { require_writable_output("/dev/null", "trace.path"); }).find("is a character device"), std::string::npos);
-  EXPECT_NE(error_of([&] { require_writable_output((dir / "file" / "t.json").string(), "trace.path"); }).find("trace.path: cannot create the folder"), std::string::npos);
-  require_writable_output((dir / "new" / "t.json").string(), "trace.path");  // makes the folder
+  EXPECT_NE(error_of([&] { require_writable_output((dir / "file" / "t.json").string(), "trace.path", true); }).find("trace.path: cannot create the folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { require_writable_output((dir / "new" / "g.h5").string(), "--grads-out"); }).find("--grads-out: the folder"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "new"));
+  require_writable_output((dir / "new" / "t.json").string(), "trace.path", true);  // makes the folder
   EXPECT_TRUE(fs::is_directory(dir / "new"));
   EXPECT_TRUE(fs::is_empty(dir / "new"));
   fs::remove_all(dir);

@@ -1079,7 +1079,7 @@ Command add_simulate_command(CLI::App& lct) {
                              {"data.path", config.data.path}});
             // outputs are checked before the work, not after it (a folder, a device)
             if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
-            if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path");
+            if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path", true);
             return run_simulate(config, s);
           }};
 }

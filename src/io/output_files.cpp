@@ -162,13 +162,15 @@ void AppendFile::append(const std::string& text) {
   size_ += int64_t(text.size());
 }
 
-void require_writable_output(const std::string& path, const std::string& what) {
+void require_writable_output(const std::string& path, const std::string& what, bool make_folder) {
   try {
     require_replaceable_output(path, what);
     std::error_code ec;
     const std::filesystem::path dir = folder_of(path);
-    std::filesystem::create_directories(dir, ec);
+    if (make_folder) std::filesystem::create_directories(dir, ec);
     if (ec) throw std::runtime_error("cannot create the folder '" + dir.string() + "': " + ec.message());
+    if (!std::filesystem::is_directory(dir, ec))
+      throw std::runtime_error("the folder '" + dir.string() + "' does not exist");
     TempFile probe(path);  // created, then removed
   } catch (const std::runtime_error& e) {
     const std::string msg = e.what();

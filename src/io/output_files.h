@@ -47,9 +47,10 @@ std::string temporary_target(const std::string& name);
 void write_text_atomically(const std::string& path, const std::string& text);
 
 // Throws one line, before any work, when no file can be created beside `path` (its
-// folder is missing and cannot be made, or is not writable) or when `path` exists and is
-// not a regular file. `what` names the key or option. Creates and removes one temporary.
-void require_writable_output(const std::string& path, const std::string& what);
+// folder is missing, or with `make_folder` cannot be made, or is not writable) or when
+// `path` exists and is not a regular file. `what` names the key or option. Creates and
+// removes one temporary (and, with `make_folder`, the missing folders: trace.path).
+void require_writable_output(const std::string& path, const std::string& what, bool make_folder = false);
 
 // A regular file lct owns that grows by whole lines (metrics.jsonl): created with its
 // first contents atomically (as write_text_atomically, so a symlink, FIFO or device of

@@ -541,7 +541,7 @@ int Trainer::run() {
     std::string why;
     if (grid_.is_root()) {
       try {
-        require_writable_output(config_.trace.path, "trace.path");
+        require_writable_output(config_.trace.path, "trace.path", true);
       } catch (const std::runtime_error& e) {
         why = e.what();
       }

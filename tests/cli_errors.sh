@@ -328,7 +328,7 @@ expect_error "attention.dca_mscale_original_length must be in [0, 2^30]" \
 # cause 8: a run with nothing to learn is refused, not "trained" with loss 0
 expect_error "data.max_doc_len = 1: documents of one token have no next token to predict" \
   train --data.min_doc_len 1 --data.max_doc_len 1
-expect_error "step 1 has no targets to learn from (train.loss_on = answers and none of its sequences holds an answer)" \
+expect_error "no step of this run had a target to learn from (train.loss_on = answers and no sequence holds an answer)" \
   train "${TINY[@]}" --train.loss_on answers --data.min_doc_len 2 --data.max_doc_len 4 --checkpoint.dir notargets
 [[ ! -e notargets/step_00000001.h5 ]] || { echo "FAIL: a run without targets wrote a checkpoint"; failures=$((failures + 1)); }
 # cause 9: a checkpoint's values are checked as if typed

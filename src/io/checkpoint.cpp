@@ -113,7 +113,10 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
   const auto bad = [&](const std::string& what) { return std::runtime_error(f.path() + ": " + what); };
   if (c.state.step < 0 || c.state.next_sequence < 0 || c.state.tokens_seen < 0)
     throw bad("/trainer@step, @next_sequence or @tokens_seen is negative");
-  if (c.state.next_sequence > c.state.tokens_seen || c.state.tokens_seen > c.state.step * kMaxTokensPerStep)
+  // (in double: step x 2^40 overflows int64 for a crafted step; the step itself is
+  // checked against its metrics rows below)
+  if (c.state.next_sequence > c.state.tokens_seen ||
+      double(c.state.tokens_seen) > double(c.state.step) * double(kMaxTokensPerStep))
     throw bad("/trainer@next_sequence " + std::to_string(c.state.next_sequence) + " and @tokens_seen " +
               std::to_string(c.state.tokens_seen) + " cannot follow " + std::to_string(c.state.step) +
               " steps (each sequence holds at least one token, a step at most " +

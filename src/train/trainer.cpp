@@ -247,13 +247,12 @@ StepRecord Trainer::train_step() {
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
   const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
                 pairs = int64_t(counts[2]);
-  // a step without one target would "train" with loss 0: every rank sees the same sum
+  // a step without one target learns nothing (loss 0, zero gradients): said once per
+  // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)
-    throw ConfigError("step " + std::to_string(state_.step + 1) + " has no targets to learn from (" +
-                      (plan_.loss_on == LossOn::answers
-                           ? std::string("train.loss_on = answers and none of its sequences holds an answer")
-                           : std::string("every document is one token long")) +
-                      "): check data.* and train.loss_on");
+    log_info("step %lld has no targets to learn from (%s): its gradients are zero", (long long)(state_.step + 1),
+             no_targets_reason().c_str());
+  run_targets_ += targets;
   // Every micro-batch's gradient is scaled by 1 / (global target count), so summing
   // over micro-batches and ranks gives the gradient of the global mean loss.
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
@@ -529,6 +528,11 @@ void Trainer::log_header() const {
              (long long)state_.tokens_seen, (long long)state_.next_sequence);
 }
 
+std::string Trainer::no_targets_reason() const {
+  return plan_.loss_on == LossOn::answers ? "train.loss_on = answers and no sequence holds an answer"
+                                          : "every document is one token long";
+}
+
 int Trainer::run() {
   log_header();
   // The timeline (trace.path): recorded while this guard lives, written at the end.
@@ -594,6 +598,10 @@ int Trainer::run() {
         r.step != config_.train.steps)
       log_info("checkpoint: %s", save_checkpoint().c_str());
   }
+  // every rank counted the same global targets: a run that learned nothing fails alike
+  if (run_targets_ == 0)
+    throw ConfigError("no step of this run had a target to learn from (" + no_targets_reason() +
+                      "): check data.* and train.loss_on; no checkpoint written");
   log_info("checkpoint: %s", save_checkpoint().c_str());
   write_timeline();
   if (!history_.empty())

@@ -109,6 +109,8 @@ class Trainer {
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
   bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
+  int64_t run_targets_ = 0;      // global targets of this run's steps (not a resumed run's earlier ones)
+  std::string no_targets_reason() const;
   AppendFile metrics_;  // rank 0: metrics.jsonl
 };
 

@@ -115,8 +115,9 @@ AppendFile::AppendFile(const std::string& path, const std::string& first_content
   // the file just renamed into place; O_NOFOLLOW and the type check hold if it was swapped
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   struct stat st {};
-  if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
+  const bool opened = fd_ >= 0, stated = opened && ::fstat(fd_, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
+    const int err = stated ? 0 : errno;
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     throw std::runtime_error(path + ": cannot open for appending: " +
@@ -148,7 +149,7 @@ void AppendFile::append(const std::string& text) {
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : ENOSPC;
       const bool cut = ::ftruncate(fd_, off_t(size_)) == 0;  // no partial line stays

@@ -93,7 +93,7 @@ RunFolderContents survey_run_folder(const std::string& dir) {
   RunFolderContents c;
   c.checkpoints = list_checkpoints(dir);
   std::error_code ec;
-  c.has_metrics = fs::exists(fs::path(dir) / "metrics.jsonl", ec);
+  c.has_metrics = fs::exists(fs::symlink_status(fs::path(dir) / "metrics.jsonl", ec));
   c.owner = read_run_file(run_file(dir));
   if (!c.owner && fs::exists(fs::symlink_status(run_file(dir), ec))) c.owner = RunIdentity{"(unreadable run.toml)", "", 0, "?"};
   return c;

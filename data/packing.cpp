@@ -46,7 +46,7 @@ StreamCursor SequencePacker::cursor_for(int64_t index) {
   --it;  // largest cached index <= index (0 is always cached)
   int64_t at = it->first;
   StreamCursor c = it->second;
-  const int64_t first_doc = c.doc;
+  const int64_t first_doc = c.doc, first_at = at;
   while (at < index) {
     if (c.doc - first_doc > kMaxSeekDocuments)
       throw SeekTooFar("sequence " + std::to_string(index) + " lies more than " +
@@ -67,7 +67,9 @@ StreamCursor SequencePacker::cursor_for(int64_t index) {
     }
     ++at;
     if (at % kCacheEvery == 0) cache_[at] = c;
-    if (stop_ && at % kCheckEvery == 0 && stop_())
+    // only a long walk asks (a training step's one-sequence walk never does: a signal
+    // there is the step loop's to handle, with a checkpoint)
+    if (stop_ && (at - first_at) % kCheckEvery == 0 && stop_())
       throw SeekInterrupted("stopped while seeking the data stream to sequence " + std::to_string(index) +
                             " (at sequence " + std::to_string(at) + ")");
   }

@@ -76,12 +76,19 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
   return data;
 }
 
-namespace {
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL, kFnvPrime = 0x100000001b3ULL;
-uint64_t fnv1a64(const char* data, size_t n, uint64_t h) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ uint8_t(data[i])) * kFnvPrime;
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
   return h;
 }
+
+std::string fnv_text(uint64_t h) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+namespace {
 uint64_t hash_file(const std::string& path, const std::string& what, uint64_t h) {
   require_regular_file(path, what);
   std::ifstream in(path, std::ios::binary);
@@ -111,9 +118,7 @@ std::string content_hash(const std::string& path, const std::string& what) {
   } else {
     h = hash_file(path, what, h);
   }
-  char text[32];
-  std::snprintf(text, sizeof text, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
-  return text;
+  return fnv_text(h);
 }
 
 void require_replaceable_output(const std::string& path, const std::string& what) {

@@ -4,6 +4,8 @@
 // never a SIGBUS.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace lct {
@@ -15,6 +17,13 @@ std::string read_regular_file(const std::string& path, const std::string& what);
 // Throws the same errors when `path` is not a regular file, without reading it (for
 // files another library opens by name, e.g. HDF5).
 void require_regular_file(const std::string& path, const std::string& what);
+
+// FNV-1a 64 over raw bytes, continued from `h` (lct's one content hash: checkpoint
+// seals and tensor checksums, src/io/h5io.h, and content_hash below), and its text
+// "fnv1a64:<16 hex digits>".
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = kFnvOffset);
+std::string fnv_text(uint64_t h);
 
 // "fnv1a64:<16 hex digits>" of what lct reads at `path`: a regular file's bytes, or a
 // folder's regular files (sorted by name; names and bytes). Ranks compare it to know they

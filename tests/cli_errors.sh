@@ -210,6 +210,17 @@ grep -q "format: batch" real_batch.h5.txt && grep -q "format: per-position loss"
   || { echo "FAIL: inspect of a batch or per-position file"; failures=$((failures + 1)); }
 
 # ---- reliability round 3 (issue 37) ----
+# crafted.edit(name, change): a copy of ck's checkpoint changed through h5py, without
+# lct's seal (the file was changed on purpose)
+cat > crafted.py <<'PY'
+import h5py, shutil
+def edit(name, change):
+    shutil.copy("ck/step_00000001.h5", name)
+    with h5py.File(name, "r+") as f:
+        change(f)
+    with open(name, "r+b") as f:
+        f.write(b" " * 20)
+PY
 TINY_MODEL=(--model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1
             --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64)
 TINY=("${TINY_MODEL[@]}" --train.steps 1)
@@ -241,25 +252,18 @@ expect_error "config file 'deep.toml':2: arrays or tables nested more than 32 de
 expect_error "config file 'dotted.toml':2: a dotted key of more than 32 parts" train --config dotted.toml
 /usr/bin/python3 -c "print('x = ' + '{a = ' * 100000 + '1' + '}' * 100000)" > inline.toml
 expect_error "config file 'inline.toml':1: arrays or tables nested more than 32 deep" train --config inline.toml
-cp ck/step_00000001.h5 deepcfg.h5
 /usr/bin/python3 - <<'PY'
-import h5py
-with h5py.File("deepcfg.h5", "r+") as f:
+from crafted import edit
+def deep_config(f):
     del f["config"]
     f["config"] = "[train]\nsteps = " + "[" * 100000 + "]" * 100000
-with open("deepcfg.h5", "r+b") as f:  # drop lct's seal: the file was changed on purpose
-    f.write(b" " * 20)
+edit("deepcfg.h5", deep_config)
 PY
 expect_error "deepcfg.h5:/config':2: arrays or tables nested more than 32 deep" inspect deepcfg.h5
 # causes 3 and 4: HDF5 links and array-valued attributes and strings in crafted files
 /usr/bin/python3 - <<'PY'
-import h5py, numpy as np, shutil
-def edit(name, change):
-    shutil.copy("ck/step_00000001.h5", name)
-    with h5py.File(name, "r+") as f:
-        change(f)
-    with open(name, "r+b") as f:  # drop lct's seal: the file was changed on purpose
-        f.write(b" " * 20)
+import h5py, numpy as np
+from crafted import edit
 def external(f):
     del f["model"]
     f["model"] = h5py.ExternalLink("/dev/zero", "/model")
@@ -300,14 +304,13 @@ expect_error "lies more than 268435456 documents into the data stream" \
   make-batch --data.seq_len 1048576 --data.min_doc_len 2 --data.max_doc_len 2 --first 100000 --out far.h5
 # ... and a SIGTERM during a resumed run's long seek ends it at once (the checkpoint it
 # resumed from is untouched)
-cp ck/step_00000001.h5 far_ck.h5
 /usr/bin/python3 - <<'PY'
-import h5py, numpy as np
-with h5py.File("far_ck.h5", "r+") as f:
+import numpy as np
+from crafted import edit
+def far(f):
     f["trainer"].attrs["next_sequence"] = np.int64(10**12)
     f["trainer"].attrs["tokens_seen"] = np.int64(10**12)
-with open("far_ck.h5", "r+b") as f:
-    f.write(b" " * 20)
+edit("far_ck.h5", far)
 PY
 sum_before=$(md5sum < far_ck.h5)
 "$LCT" train "${TINY_MODEL[@]}" --train.steps 2 --train.resume far_ck.h5 --checkpoint.dir far > far.log 2>&1 &
@@ -333,13 +336,8 @@ expect_error "no step of this run had a target to learn from (train.loss_on = an
 [[ ! -e notargets/step_00000001.h5 ]] || { echo "FAIL: a run without targets wrote a checkpoint"; failures=$((failures + 1)); }
 # cause 9: a checkpoint's values are checked as if typed
 /usr/bin/python3 - <<'PY'
-import h5py, numpy as np, shutil
-def edit(name, change):
-    shutil.copy("ck/step_00000001.h5", name)
-    with h5py.File(name, "r+") as f:
-        change(f)
-    with open(name, "r+b") as f:  # drop lct's seal: the file was changed on purpose
-        f.write(b" " * 20)
+import numpy as np
+from crafted import edit
 edit("opt_steps.h5", lambda f: f["optim"].attrs.__setitem__("step_count", np.int64(-5)))
 edit("eps_huge.h5", lambda f: f["model"].attrs.__setitem__("rms_norm_eps", 1e39))
 edit("layers_wrap.h5", lambda f: f["model"].attrs.__setitem__("num_hidden_layers", np.int64(2**32 + 1)))

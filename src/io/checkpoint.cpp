@@ -28,6 +28,15 @@ int64_t need_int(const H5File& f, const std::string& obj, const char* name) {
   if (!v) throw std::runtime_error(f.path() + ": missing attribute " + obj + "@" + name);
   return *v;
 }
+
+// /optim@step_count, which must lie in [0, the trainer's step]
+int64_t optimizer_step_of(const H5File& f, int64_t trainer_step) {
+  const int64_t v = need_int(f, "/optim", "step_count");
+  if (v < 0 || v > trainer_step)
+    throw std::runtime_error(f.path() + ": /optim@step_count " + std::to_string(v) +
+                             " is outside [0, /trainer@step = " + std::to_string(trainer_step) + "]");
+  return v;
+}
 }  // namespace
 
 void write_checkpoint(const std::string& path, const std::string& config_toml,
@@ -130,10 +139,7 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
     const auto kind = f.attr_string("/optim", "kind");
     if (!kind) throw std::runtime_error(f.path() + ": missing attribute /optim@kind");
     c.optimizer_kind = *kind;
-    c.optimizer_step = need_int(f, "/optim", "step_count");
-    if (c.optimizer_step < 0 || c.optimizer_step > c.state.step)
-      throw bad("/optim@step_count " + std::to_string(c.optimizer_step) + " is outside [0, /trainer@step = " +
-                std::to_string(c.state.step) + "]");
+    c.optimizer_step = optimizer_step_of(f, c.state.step);
   }
 
   const int64_t n = c.state.step;
@@ -174,7 +180,7 @@ void load_checkpoint_tensors(const H5File& f, LlamaModel& model, Optimizer* opti
     read_tensors(f, "/optim/exp_avg", model.table(), optimizer->exp_avg().data());
     read_tensors(f, "/optim/exp_avg_sq", model.table(), optimizer->exp_avg_sq().data());
   }
-  optimizer->set_step_count(read_checkpoint_header(f).optimizer_step);  // validated
+  optimizer->set_step_count(optimizer_step_of(f, need_int(f, "/trainer", "step")));
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

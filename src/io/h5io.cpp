@@ -71,19 +71,6 @@ bool is_sealed(const char* data, size_t size) {
   return size >= kMagicSize && std::memcmp(data, kUserBlockMagic, kMagicSize) == 0;
 }
 
-// FNV-1a 64 (checksum_text's), continued from `h` over more bytes.
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ULL;
-uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h = kFnvOffset) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
-}
-std::string fnv_text(uint64_t h) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 // Writes the block in front of an image that starts kUserBlock bytes into `file` (HDF5
 // finds the superblock at offset 512 and reads every address relative to it).
 void seal(std::vector<char>& file) {

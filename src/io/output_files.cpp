@@ -38,6 +38,26 @@ void sync_folder(const std::string& path) {
   ::close(fd);
   if (rc != 0) throw std::runtime_error(dir.string() + ": fsync of the folder failed: " + std::strerror(err));
 }
+
+// Writes all of `data` to `fd` (retrying interrupted and short writes); 0, or the errno
+// of the write that failed (ENOSPC for a write of nothing).
+int write_fully(int fd, const char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : ENOSPC;
+    done += size_t(n);
+  }
+  return 0;
+}
+
+// "path: what: reason", with the free space when the disk is full.
+std::runtime_error write_failure(const std::string& path, const char* what, int err) {
+  std::string msg = path + ": " + what + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(path) + ")";
+  return std::runtime_error(msg);
+}
 }  // namespace
 
 std::string free_space_text(const std::string& path) {
@@ -71,22 +91,11 @@ TempFile::~TempFile() {
 }
 
 void TempFile::write_all_and_close(const char* data, size_t size) {
-  const auto fail = [&](const char* what, int err) {
-    std::string msg = target_ + ": " + what + ": " + std::strerror(err);
-    if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(target_) + ")";
-    return std::runtime_error(msg);
-  };
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd_, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw fail("writing failed", n < 0 ? errno : ENOSPC);
-    done += size_t(n);
-  }
-  if (::fsync(fd_) != 0) throw fail("fsync failed", errno);
+  if (const int err = write_fully(fd_, data, size)) throw write_failure(target_, "writing failed", err);
+  if (::fsync(fd_) != 0) throw write_failure(target_, "fsync failed", errno);
   const int rc = ::close(fd_), err = errno;
   fd_ = -1;
-  if (rc != 0) throw fail("closing failed", err);
+  if (rc != 0) throw write_failure(target_, "closing failed", err);
 }
 
 void TempFile::commit() {
@@ -146,19 +155,11 @@ AppendFile& AppendFile::operator=(AppendFile&& other) noexcept {
 
 void AppendFile::append(const std::string& text) {
   if (fd_ < 0) throw std::logic_error("AppendFile: not open");
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      const bool cut = ::ftruncate(fd_, off_t(size_)) == 0;  // no partial line stays
-      std::string msg = path_ + ": writing failed: " + std::strerror(err);
-      if (err == ENOSPC || err == EDQUOT || err == EFBIG) msg += " (" + free_space_text(path_) + ")";
-      if (!cut) msg += "; the partial line could not be removed";
-      throw std::runtime_error(msg);
-    }
-    done += size_t(n);
+  if (const int err = write_fully(fd_, text.data(), text.size())) {
+    const bool cut = ::ftruncate(fd_, off_t(size_)) == 0;  // no partial line stays
+    std::runtime_error failure = write_failure(path_, "writing failed", err);
+    if (cut) throw failure;
+    throw std::runtime_error(std::string(failure.what()) + "; the partial line could not be removed");
   }
   size_ += int64_t(text.size());
 }

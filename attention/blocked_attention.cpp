@@ -175,11 +175,7 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
           std::fill(sr, sr + m, 0.0f);
           continue;
         }
-        float mx = row_max[r];
-#pragma omp simd reduction(max : mx)
-        for (int64_t c = 0; c < rc.s1; ++c) mx = std::max(mx, sr[c]);
-#pragma omp simd reduction(max : mx)
-        for (int64_t c = rc.b0; c < rc.b1; ++c) mx = std::max(mx, sr[c]);
+        const float mx = max_of(sr + rc.b0, rc.b1 - rc.b0, max_of(sr, rc.s1, row_max[r]));
         // online softmax: rescale the running sum and accumulator to the new max
         const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
         float sum = 0.0f;

@@ -35,4 +35,15 @@ inline float fast_exp(float x) {
   return std::bit_cast<float>(std::bit_cast<int32_t>(p) + (n << 23));
 }
 
+// max(init, x[0], ..., x[n-1]). Written as `a > b ? a : b`, the form GCC maps to
+// VMAXPS without -ffast-math (with std::max the reduction stays scalar: one dependent
+// VMAXSS per element, which made the forward kernel's row maxima cost as much as its
+// products). The maximum of floats is exact, so the lane order changes no bit.
+inline float max_of(const float* x, int64_t n, float init) {
+  float mx = init;
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = mx > x[i] ? mx : x[i];
+  return mx;
+}
+
 }  // namespace lct

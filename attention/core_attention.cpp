@@ -32,35 +32,39 @@ std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqle
 void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks,
                          const MaskData& data) {
   tasks.clear();
-  if (cu_seqlens.size() < 2) return;
-  for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d) {
-    AttentionTask t;
-    t.q_row = t.kv_row = cu_seqlens[d];
-    t.q_len = t.kv_len = cu_seqlens[d + 1] - cu_seqlens[d];
-    t.q_pos = t.kv_pos = 0;
-    t.doc_len = t.q_len;
-    if (t.q_len <= 0) continue;
-    if (!data.prefix_lens.empty()) t.prefix_len = data.prefix_lens[d];
-    if (data.segment_ids.empty()) {
-      tasks.push_back(t);
-      continue;
-    }
-    // shared_question: the question (leading 0s), then each run of one answer id
-    const int32_t* seg = data.segment_ids.data() + t.q_row;
-    int32_t question = 0;
-    while (question < t.doc_len && seg[question] == 0) ++question;
-    t.prefix_len = question;
-    for (int32_t b = 0, e; b < t.doc_len; b = e) {
-      e = b + 1;
-      while (e < t.doc_len && (b < question ? e < question : seg[e] == seg[b])) ++e;
-      AttentionTask s = t;
-      s.q_row = t.q_row + b;
-      s.q_pos = b;
-      s.q_len = e - b;
-      s.kv_len = e;  // keys from the document's start
-      s.segment_pos = b;
-      tasks.push_back(s);
-    }
+  for (size_t d = 0; d + 1 < cu_seqlens.size(); ++d)
+    append_document_tasks(tasks, cu_seqlens[d], cu_seqlens[d + 1] - cu_seqlens[d],
+                          data.prefix_lens.empty() ? 0 : data.prefix_lens[d],
+                          data.segment_ids.empty() ? nullptr : data.segment_ids.data() + cu_seqlens[d]);
+}
+
+void append_document_tasks(std::vector<AttentionTask>& tasks, int64_t row, int32_t len, int32_t prefix_len,
+                           const int32_t* seg) {
+  if (len <= 0) return;
+  AttentionTask t;
+  t.q_row = t.kv_row = row;
+  t.q_len = t.kv_len = len;
+  t.q_pos = t.kv_pos = 0;
+  t.doc_len = len;
+  t.prefix_len = prefix_len;
+  if (!seg) {
+    tasks.push_back(t);
+    return;
+  }
+  // shared_question: the question (leading 0s), then each run of one answer id
+  int32_t question = 0;
+  while (question < len && seg[question] == 0) ++question;
+  t.prefix_len = question;
+  for (int32_t b = 0, e; b < len; b = e) {
+    e = b + 1;
+    while (e < len && (b < question ? e < question : seg[e] == seg[b])) ++e;
+    AttentionTask s = t;
+    s.q_row = t.q_row + b;
+    s.q_pos = b;
+    s.q_len = e - b;
+    s.kv_len = e;  // keys from the document's start
+    s.segment_pos = b;
+    tasks.push_back(s);
   }
 }
 

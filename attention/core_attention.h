@@ -124,6 +124,10 @@ std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqle
 // Same, into an existing vector (reuses its capacity).
 void tasks_for_documents(std::span<const int32_t> cu_seqlens, std::vector<AttentionTask>& tasks,
                          const MaskData& data = {});
+// Appends the tasks of one whole document at rows [row, row + len): prefix_len its
+// prefix_lm prefix; segment_ids (null unless shared_question) its len segment ids.
+void append_document_tasks(std::vector<AttentionTask>& tasks, int64_t row, int32_t len, int32_t prefix_len,
+                           const int32_t* segment_ids);
 
 // Attention work: the (query, key) pairs a task attends to under the mask (DCA attends
 // to the causal pairs). This is lct's one definition of attention work: FLOPs

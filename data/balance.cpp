@@ -67,6 +67,8 @@ std::vector<LocalBatch> pack_for_balance(const std::vector<PackedBatch>& sequenc
       lb.positions.insert(lb.positions.end(), b.positions.begin() + a, b.positions.begin() + e);
       if (!b.answer_mask.empty())
         lb.answer_mask.insert(lb.answer_mask.end(), b.answer_mask.begin() + a, b.answer_mask.begin() + e);
+      if (!b.segment_ids.empty())
+        lb.segment_ids.insert(lb.segment_ids.end(), b.segment_ids.begin() + a, b.segment_ids.begin() + e);
       DocPiece p;
       p.doc = int32_t(lb.pieces.size());
       p.doc_len = d.len;
@@ -74,6 +76,7 @@ std::vector<LocalBatch> pack_for_balance(const std::vector<PackedBatch>& sequenc
       p.len = d.len;
       p.row = row;
       p.doc_start = row;
+      if (!b.prefix_lens.empty()) p.prefix_len = b.prefix_lens[size_t(d.doc)];
       lb.pieces.push_back(p);
       row += d.len;
     }

@@ -23,6 +23,7 @@ void gather_rows(const PackedBatch& b, const std::vector<DocPiece>& pieces, Loca
   out.targets.clear();
   out.positions.clear();
   out.answer_mask.clear();
+  out.segment_ids.clear();
   for (const DocPiece& p : pieces) {
     const size_t a = size_t(p.seq_row()), e = a + size_t(p.len);
     out.tokens.insert(out.tokens.end(), b.tokens.begin() + a, b.tokens.begin() + e);
@@ -31,6 +32,8 @@ void gather_rows(const PackedBatch& b, const std::vector<DocPiece>& pieces, Loca
     if (!b.answer_mask.empty())
       out.answer_mask.insert(out.answer_mask.end(), b.answer_mask.begin() + a,
                              b.answer_mask.begin() + e);
+    if (!b.segment_ids.empty())
+      out.segment_ids.insert(out.segment_ids.end(), b.segment_ids.begin() + a, b.segment_ids.begin() + e);
   }
 }
 
@@ -59,6 +62,7 @@ void whole_sequence(const PackedBatch& b, LocalBatch& out) {
   out.targets.assign(b.targets.begin(), b.targets.end());
   out.positions.assign(b.positions.begin(), b.positions.end());
   out.answer_mask.assign(b.answer_mask.begin(), b.answer_mask.end());
+  out.segment_ids.assign(b.segment_ids.begin(), b.segment_ids.end());
   out.pieces.clear();
   for (int64_t d = 0; d < b.num_docs(); ++d) {
     const int32_t start = b.cu_seqlens[size_t(d)], len = b.cu_seqlens[size_t(d + 1)] - start;
@@ -69,6 +73,7 @@ void whole_sequence(const PackedBatch& b, LocalBatch& out) {
     p.len = len;
     p.row = start;
     p.doc_start = start;
+    if (!b.prefix_lens.empty()) p.prefix_len = b.prefix_lens[size_t(d)];
     out.pieces.push_back(p);
   }
   out.group_pieces.resize(1);

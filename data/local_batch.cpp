@@ -12,10 +12,30 @@ int64_t LocalBatch::num_targets() const {
 }
 
 int64_t LocalBatch::attention_pairs(const AttentionMask& mask) const {
+  if (mask.per_document()) {  // the prefix or the segments decide: count the tasks
+    std::vector<AttentionTask> tasks;
+    local_tasks(tasks);
+    return lct::attention_pairs(tasks, mask);
+  }
   int64_t pairs = 0;
   for (const DocPiece& p : pieces)
     pairs += prefix_pairs(p.pos, p.len, mask);
   return pairs;
+}
+
+void LocalBatch::local_tasks(std::vector<AttentionTask>& tasks) const {
+  tasks.clear();
+  for (const DocPiece& p : pieces) {
+    if (segment_ids.empty()) {
+      AttentionTask t{p.row, p.row, p.len, p.len, p.pos, p.pos, p.doc_len};
+      t.prefix_len = p.prefix_len;
+      tasks.push_back(t);
+      continue;
+    }
+    if (p.pos != 0 || p.len != p.doc_len)
+      throw std::logic_error("shared_question: a piece of a document (context parallelism or CAD) has no segment tasks");
+    append_document_tasks(tasks, p.row, p.len, 0, segment_ids.data() + p.row);
+  }
 }
 
 LossOn parse_loss_on(const std::string& name) {

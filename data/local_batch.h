@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/attention_mask.h"
+#include "attention/core_attention.h"
 
 namespace lct {
 
@@ -24,6 +25,7 @@ struct DocPiece {
   int32_t row = 0;      // first row in the holder's local arrays
   int32_t seq_row() const { return doc_start + pos; }  // first row in the whole sequence
   int32_t doc_start = 0;  // row of the document's first token in the whole sequence
+  int32_t prefix_len = 0;  // prefix_lm: the document's prefix P (PackedBatch::prefix_lens)
 };
 
 struct LocalBatch {
@@ -31,6 +33,7 @@ struct LocalBatch {
   std::vector<int32_t> targets;      // [T_local] next token of the document, or -1
   std::vector<int32_t> positions;    // [T_local] in-document offsets
   std::vector<uint8_t> answer_mask;  // [T_local] (may be empty)
+  std::vector<int32_t> segment_ids;  // [T_local] shared_question's segments (else empty)
   std::vector<DocPiece> pieces;      // this rank's pieces, in local row order
   // Every rank's pieces of the same sequence (cp entries; one without context
   // parallelism), and which of them this is: what context-parallel placements need.
@@ -43,6 +46,11 @@ struct LocalBatch {
   // Attention work of this rank's queries: every piece against its causal key prefix
   // (attention_pairs of core_attention.h); summed over a group, the sequence's pairs.
   int64_t attention_pairs(const AttentionMask& mask = {}) const;
+  // Every piece against its own rows, what colocated attention runs: one task a piece,
+  // with its document's prefix; under shared_question (segment_ids) one a segment, from
+  // the document's start (its pieces are then whole documents, as they are without
+  // context parallelism or CAD, which refuse per-document masks).
+  void local_tasks(std::vector<AttentionTask>& tasks) const;
 };
 
 // train.loss_on: whose next-token losses train the model: every token's, or only the

@@ -56,6 +56,8 @@ std::array<LocalBatch, 2> split_nano_batches(const LocalBatch& batch) {
       if (!batch.answer_mask.empty())
         lb.answer_mask.insert(lb.answer_mask.end(), batch.answer_mask.begin() + a,
                               batch.answer_mask.begin() + e);
+      if (!batch.segment_ids.empty())
+        lb.segment_ids.insert(lb.segment_ids.end(), batch.segment_ids.begin() + a, batch.segment_ids.begin() + e);
     }
     lb.pieces = keep(batch.pieces, h);
     for (const std::vector<DocPiece>& rank : group) lb.group_pieces.push_back(keep(rank, h));

@@ -36,8 +36,67 @@ std::string check_cu_seqlens(std::span<const int32_t> cu, int64_t num_tokens) {
   return {};
 }
 
-SequencePacker::SequencePacker(const DocumentSource& source, int64_t seq_len)
-    : source_(source), seq_len_(seq_len) {
+std::string check_mask_data(const PackedBatch& b) {
+  const int64_t n = b.num_docs();
+  if (!b.prefix_lens.empty()) {
+    if (int64_t(b.prefix_lens.size()) != n)
+      return "prefix_lens has " + std::to_string(b.prefix_lens.size()) + " entries for " + std::to_string(n) +
+             " documents";
+    for (int64_t d = 0; d < n; ++d) {
+      const int32_t len = b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)], p = b.prefix_lens[size_t(d)];
+      if (p < 0 || p > len)
+        return "prefix_lens[" + std::to_string(d) + "] = " + std::to_string(p) + " is outside its document of " +
+               std::to_string(len) + " tokens";
+    }
+  }
+  if (!b.segment_ids.empty()) {
+    if (b.segment_ids.size() != b.tokens.size())
+      return "segment_ids has " + std::to_string(b.segment_ids.size()) + " entries for " +
+             std::to_string(b.tokens.size()) + " tokens";
+    for (int64_t d = 0; d < n; ++d)
+      for (int32_t t = b.cu_seqlens[size_t(d)]; t < b.cu_seqlens[size_t(d + 1)]; ++t) {
+        const int32_t id = b.segment_ids[size_t(t)];
+        const int32_t prev = t > b.cu_seqlens[size_t(d)] ? b.segment_ids[size_t(t - 1)] : 0;
+        if (id < 0 || (id != prev && id < prev) || (id == 0 && prev != 0))
+          return "segment_ids[" + std::to_string(t) + "] = " + std::to_string(id) + " after " + std::to_string(prev) +
+                 ": within a document the ids are a run of 0s (the question), then runs of increasing positive ids "
+                 "(the answers)";
+      }
+  }
+  return {};
+}
+
+void drop_masked_targets(PackedBatch& b) {
+  for (int64_t d = 0; d < b.num_docs(); ++d) {
+    const int32_t begin = b.cu_seqlens[size_t(d)], end = b.cu_seqlens[size_t(d + 1)];
+    for (int32_t t = begin; t + 1 < end; ++t) {
+      if (!b.prefix_lens.empty() && t - begin + 1 < b.prefix_lens[size_t(d)]) b.targets[size_t(t)] = -1;
+      if (!b.segment_ids.empty() && b.segment_ids[size_t(t + 1)] != b.segment_ids[size_t(t)])
+        b.targets[size_t(t)] = -1;
+    }
+  }
+}
+
+namespace {
+// Prefix (prefix_lm's P, shared_question's question) of a document of `len` tokens.
+int64_t structure_prefix(const DocStructure& s, int64_t len) {
+  return std::min<int64_t>(len, int64_t(s.prefix_fraction * double(len)));
+}
+// Segment id of position p of a document of `len` tokens (shared_question).
+int32_t structure_segment(const DocStructure& s, int64_t len, int64_t p) {
+  const int64_t q = structure_prefix(s, len), rest = len - q;
+  if (p < q) return 0;
+  // answer k (1-based) holds [q + (k-1) rest / a, q + k rest / a): the largest k with
+  // q + (k-1) rest / a <= p
+  int64_t k = (p - q) * s.answers / rest + 1;
+  while (k > 1 && q + (k - 1) * rest / s.answers > p) --k;
+  while (k < s.answers && q + k * rest / s.answers <= p) ++k;
+  return int32_t(k);
+}
+}  // namespace
+
+SequencePacker::SequencePacker(const DocumentSource& source, int64_t seq_len, const DocStructure& structure)
+    : source_(source), seq_len_(seq_len), structure_(structure) {
   cache_[0] = StreamCursor{};
 }
 
@@ -86,17 +145,26 @@ PackedBatch SequencePacker::sequence(int64_t index) {
   b.tokens.resize(size_t(seq_len_));
   b.answer_mask.assign(size_t(seq_len_), 0);
   b.cu_seqlens.push_back(0);
+  if (structure_.answers > 0) b.segment_ids.resize(size_t(seq_len_));
   int64_t filled = 0;
   while (filled < seq_len_) {
-    const int64_t take = std::min(source_.doc_length(c.doc) - c.offset, seq_len_ - filled);
+    const int64_t doc_len = source_.doc_length(c.doc);
+    const int64_t take = std::min(doc_len - c.offset, seq_len_ - filled);
     source_.doc_tokens(c.doc, c.offset, take, b.tokens.data() + filled,
                        b.answer_mask.data() + filled);
+    if (structure_.answers > 0) {
+      for (int64_t i = 0; i < take; ++i)
+        b.segment_ids[size_t(filled + i)] = structure_segment(structure_, doc_len, c.offset + i);
+    } else if (structure_.prefix_fraction > 0) {
+      b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(structure_prefix(structure_, doc_len) - c.offset, 0, take)));
+    }
     filled += take;
     b.cu_seqlens.push_back(int32_t(filled));
     ++c.doc;
     c.offset = 0;
   }
   derive_targets_and_positions(b);
+  drop_masked_targets(b);
   if (!source_.has_answers()) b.answer_mask.clear();
   // an answer position whose target was cut away (end of a piece) is not an answer
   for (size_t t = 0; t < b.answer_mask.size(); ++t)

@@ -25,6 +25,12 @@ struct PackedBatch {
   std::vector<int32_t> positions;   // [T] offset of the token inside its document
   std::vector<int32_t> cu_seqlens;  // [n + 1] document boundaries, 0 ... T
   std::vector<uint8_t> answer_mask; // [T] 1 where the target is a retrieval answer (may be empty)
+  // Per-document mask data (attention/attention_mask.h), empty unless the run's mask needs
+  // it: prefix_lm's prefix lengths [n] (in [0, document length]); shared_question's
+  // segment ids [T] (per document: a run of 0s, the question, then runs of positive,
+  // strictly increasing ids, the answers; check_mask_data says so).
+  std::vector<int32_t> prefix_lens;
+  std::vector<int32_t> segment_ids;
 
   int64_t num_tokens() const { return int64_t(tokens.size()); }
   int64_t num_docs() const { return int64_t(cu_seqlens.size()) - 1; }
@@ -33,6 +39,32 @@ struct PackedBatch {
 
 // Fill targets and positions from tokens and cu_seqlens.
 void derive_targets_and_positions(PackedBatch& batch);
+
+// How a packer gives its documents the structure prefix_lm and shared_question read
+// (data.prefix_fraction, data.answers_per_question). Document d of L tokens has a prefix
+// of floor(prefix_fraction * L) tokens: prefix_lm's bidirectional prefix, or
+// shared_question's question; under shared_question (answers > 0) the rest is cut into
+// `answers` answers of near-equal length (answer k, 1-based, holds positions
+// [Q + (k-1) R / answers, Q + k R / answers) with R = L - Q; an answer may be empty when
+// R < answers). Where a document is cut at a sequence boundary each piece keeps its
+// share: a piece from offset o has prefix max(0, P - o) and the segment ids of its
+// positions.
+struct DocStructure {
+  double prefix_fraction = 0;  // in [0, 1)
+  int32_t answers = 0;         // shared_question: answers per question (0: prefix_lm / none)
+  bool any() const { return prefix_fraction > 0 || answers > 0; }
+};
+
+// Empty when the batch's mask data has the shape its mask needs (prefix lengths of
+// every document within it; segment ids per token, a run of 0s then runs of positive,
+// strictly increasing ids within each document), else one line naming the first fault.
+std::string check_mask_data(const PackedBatch& batch);
+
+// The targets a per-document mask trains: under prefix_lm (prefix_lens) a target inside
+// its document's prefix (position + 1 < P: the bidirectional prefix sees it) becomes -1;
+// under shared_question (segment_ids) a target in another segment than its token (the
+// question's last token before an answer, an answer's last token before the next) does.
+void drop_masked_targets(PackedBatch& batch);
 
 // Validate cu_seqlens against a token count: starts at 0, strictly increasing, ends at T.
 // Returns an empty string when valid, otherwise a one-line description of the problem.
@@ -53,7 +85,7 @@ struct SeekTooFar : std::invalid_argument {
 
 class SequencePacker {
  public:
-  SequencePacker(const DocumentSource& source, int64_t seq_len);
+  SequencePacker(const DocumentSource& source, int64_t seq_len, const DocStructure& structure = {});
 
   PackedBatch sequence(int64_t index);
   StreamCursor cursor_for(int64_t index);
@@ -72,6 +104,7 @@ class SequencePacker {
  private:
   const DocumentSource& source_;
   int64_t seq_len_;
+  DocStructure structure_;
   std::function<bool()> stop_;
   static constexpr int64_t kCheckEvery = 256;
   // Cursors of sequences seen so far, every kCacheEvery sequences plus the latest, so

@@ -407,9 +407,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   s.batch = &batch;
   s.round = round;
   s.lane = lane;
-  s.tasks.clear();  // every piece against its own rows (what colocated attention runs)
-  for (const DocPiece& p : batch.pieces)
-    s.tasks.push_back({p.row, p.row, p.len, p.len, p.pos, p.pos, p.doc_len});
+  batch.local_tasks(s.tasks);  // every piece against its own rows (what colocated attention runs)
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)

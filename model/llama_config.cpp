@@ -51,9 +51,6 @@ std::string LlamaConfig::validate() const {
   if (dca_mscale_original_length < 0 || dca_mscale_original_length > (int64_t(1) << 30))
     return "attention.dca_mscale_original_length must be in [0, 2^30]";
   if (const std::string bad = attention_mask.validate(); !bad.empty()) return bad;
-  if (attention_mask.per_document())  // batches carry no MaskData yet: it would run as causal
-    return std::string("attention.mask = ") + mask_kind_name(attention_mask.kind) +
-           " needs per-document prefix lengths or segments, which no data source or batch carries yet";
   if (attention_kernel == AttentionKernel::dca && !attention_mask.causal())
     return std::string("attention.kernel = dca takes only attention.mask = causal (got ") +
            mask_kind_name(attention_mask.kind) + ")";

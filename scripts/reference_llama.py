@@ -167,6 +167,12 @@ def load_checkpoint(path):
             for k in DCA_INT_KEYS:
                 cfg[k] = int(read_attr(g, k, where))
             cfg["dca_mscale"] = float(read_attr(g, "dca_mscale", where))
+        cfg["attention_mask"] = "causal"   # attention.mask and its parameters (optional attributes)
+        if "attention_mask" in g.attrs:
+            v = g.attrs["attention_mask"]
+            cfg["attention_mask"] = v.decode() if isinstance(v, bytes) else str(v)
+            for k in ("attention_window", "attention_sink_tokens", "attention_block_size"):
+                cfg[k] = int(read_attr(g, k, where)) if k in g.attrs else 0
         cfg["rope_scaling"] = "none"
         if "rope_scaling" in g.attrs:
             v = g.attrs["rope_scaling"]
@@ -207,6 +213,14 @@ def load_batch(path, vocab_size):
         raise RefError(f"batch {path}: token ids must be in [0, {vocab_size}), "
                        f"got range [{tokens.min()}, {tokens.max()}]")
     return tokens, cu
+
+
+def load_mask_data(path):
+    """The batch's optional per-document mask data -> (prefix_lens list or None, segment_ids ndarray or None)."""
+    with open_h5(path, "batch") as f:
+        pl = [int(x) for x in np.asarray(f["prefix_lens"]).reshape(-1)] if "prefix_lens" in f else None
+        seg = np.asarray(f["segment_ids"]).reshape(-1).astype(np.int64) if "segment_ids" in f else None
+    return pl, seg
 
 
 def write_checkpoint(path, cfg, params):
@@ -417,6 +431,32 @@ class Bf16CoreAttention(torch.autograd.Function):
         return dqs, dk, dv, None
 
 
+# attention.mask of the checkpoint and the batch's per-document data (set by forward and
+# main), written from the mask definitions, not from lct's code
+MASK = {"kind": "causal", "prefix_lens": None, "segment_ids": None}
+
+
+def document_mask(d, s, L):
+    """(L, L) bool: query i (row) reads key j (column) of document d starting at row s."""
+    i = torch.arange(L)[:, None]
+    j = torch.arange(L)[None, :]
+    kind, m = MASK["kind"], j <= i
+    if kind == "sliding_window":
+        m = m & (j > i - MASK["window"])
+    elif kind == "sink_window":
+        m = m & ((j > i - MASK["window"]) | (j < MASK["sink_tokens"]))
+    elif kind == "chunked":
+        m = m & (i // MASK["block_size"] == j // MASK["block_size"])
+    elif kind == "prefix_lm":
+        m = m | (j < MASK["prefix_lens"][d])
+    elif kind == "shared_question":
+        seg = torch.as_tensor(MASK["segment_ids"][s:s + L])
+        m = m & ((seg[None, :] == 0) | (seg[None, :] == seg[:, None]))
+    elif kind != "causal":
+        raise RefError(f"unknown attention_mask '{kind}'")
+    return m
+
+
 def attention(q, k, v, cu):
     # q: (T, H, hd); k, v: (T, KV, hd); cu: document boundaries -> (T, H*hd)
     T, H, hd = q.shape
@@ -424,10 +464,10 @@ def attention(q, k, v, cu):
     k = k.repeat_interleave(rep, dim=1)                  # (T, H, hd): head h uses kv h // rep
     v = v.repeat_interleave(rep, dim=1)
     outs = []
-    for s, e in zip(cu[:-1], cu[1:]):                    # each document on its own
+    for d, (s, e) in enumerate(zip(cu[:-1], cu[1:])):    # each document on its own
         L = e - s
         qd, kd, vd = (t[s:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
-        causal = torch.ones(L, L, dtype=torch.bool).tril()          # key j <= query i
+        causal = document_mask(d, s, L)                             # key j <= query i, and the mask
         if BF16:
             cls = torch.where(causal, 0, -1)
             o = Bf16CoreAttention.apply((bf16_values(qd) / math.sqrt(hd))[None], kd, vd, cls)
@@ -436,6 +476,7 @@ def attention(q, k, v, cu):
         scores = qd @ kd.transpose(1, 2) / math.sqrt(hd)            # (H, L, L)
         scores = scores.masked_fill(~causal, float("-inf"))
         p = scores.softmax(dim=-1)                                  # (H, L, L)
+        p = torch.nan_to_num(p, nan=0.0)                            # a row that reads no key: O = 0
         outs.append((p @ vd).transpose(0, 1).reshape(L, H * hd))    # (L, H*hd)
     return torch.cat(outs, dim=0)
 
@@ -521,6 +562,7 @@ def forward(cfg, P, tokens, cu):
     ROPE.update(scaling=cfg.get("rope_scaling", "none"), factor=cfg.get("rope_scaling_factor", 1.0),
                 original=cfg.get("rope_original_length", 0), longest=max(int(e - b) for b, e in zip(cu[:-1], cu[1:])))
     cos, sin = rope_cos_sin(positions(cu), hd, cfg["rope_theta"])   # (T, 1, hd)
+    set_mask(cfg, cu)
 
     x = P["model.embed_tokens.weight"][tokens]                       # (T, C)
     for i in range(cfg["num_hidden_layers"]):
@@ -545,13 +587,33 @@ def forward(cfg, P, tokens, cu):
     return linear(hf, w_lm)                                          # (T, V)
 
 
+def set_mask(cfg, cu):
+    MASK.update(kind=cfg.get("attention_mask", "causal"), window=cfg.get("attention_window", 0),
+                sink_tokens=cfg.get("attention_sink_tokens", 0), block_size=cfg.get("attention_block_size", 0))
+    if MASK["kind"] == "prefix_lm" and MASK["prefix_lens"] is None:
+        raise RefError("attention_mask prefix_lm needs the batch's prefix_lens")
+    if MASK["kind"] == "shared_question" and MASK["segment_ids"] is None:
+        raise RefError("attention_mask shared_question needs the batch's segment_ids")
+
+
 def target_positions(cu):
     # indices t whose next token t+1 is in the same document (all but each doc's last)
-    return torch.cat([torch.arange(s, e - 1, dtype=torch.long) for s, e in zip(cu[:-1], cu[1:])])
+    # and which the mask trains: prefix_lm not inside the prefix (t + 1 < P), shared_question
+    # not across segments
+    out = []
+    for d, (s, e) in enumerate(zip(cu[:-1], cu[1:])):
+        for t in range(s, e - 1):
+            if MASK["kind"] == "prefix_lm" and t - s + 1 < MASK["prefix_lens"][d]:
+                continue
+            if MASK["kind"] == "shared_question" and MASK["segment_ids"][t + 1] != MASK["segment_ids"][t]:
+                continue
+            out.append(t)
+    return torch.as_tensor(out, dtype=torch.long)
 
 
 def loss_fn(cfg, P, tokens, cu):
-    """-> (mean cross-entropy over all targets, number of targets)."""
+    """-> (mean cross-entropy over all targets the mask trains, number of targets)."""
+    set_mask(cfg, cu)
     idx = target_positions(cu)
     n = int(idx.numel())
     if n == 0:
@@ -823,6 +885,7 @@ def main(argv=None):
     require(args, "checkpoint", "batch_file")
     cfg, params = load_checkpoint(args.checkpoint)
     tokens, cu = load_batch(args.batch_file, cfg["vocab_size"])
+    MASK["prefix_lens"], MASK["segment_ids"] = load_mask_data(args.batch_file)
     loss, n, grads = loss_and_grads(cfg, params, tokens, cu)
     print(f"loss={loss:.15g} targets={n} tokens={len(tokens)} documents={len(cu) - 1}")
     if args.grads_out:

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "data/context_shards.h"
+#include "data/local_batch.h"
 #include "data/packing.h"
 #include "data/sources.h"
 
@@ -84,6 +85,96 @@ TEST(Packing, RandomAccessEqualsSequentialAccess) {
     const PackedBatch b = random.sequence(k);
     EXPECT_EQ(b.tokens, seq[size_t(k)].tokens) << k;
     EXPECT_EQ(b.cu_seqlens, seq[size_t(k)].cu_seqlens) << k;
+  }
+}
+
+// Per-document mask data (data.prefix_fraction, data.answers_per_question): a document of
+// L tokens has floor(f L) prefix tokens, the rest cut into near-equal answers; a piece cut
+// at a sequence boundary keeps its share; the targets the mask does not train are -1.
+TEST(Packing, PrefixesFollowTheDocumentAcrossCuts) {
+  auto src = synthetic(DocLengthDist::fixed, 100);  // every document is 100 tokens
+  SequencePacker packer(*src, 64, DocStructure{0.7, 0});  // P = 70
+  const PackedBatch s0 = packer.sequence(0), s1 = packer.sequence(1);
+  EXPECT_EQ(s0.prefix_lens, (std::vector<int32_t>{64}));      // doc 0 [0, 64): all prefix
+  EXPECT_EQ(s1.prefix_lens, (std::vector<int32_t>{6, 28}));   // doc 0 [64, 100): 6 left; doc 1 [0, 28)
+  EXPECT_TRUE(s0.segment_ids.empty());
+  EXPECT_EQ(check_mask_data(s1), "");
+  for (int64_t t = 0; t < 64; ++t) EXPECT_EQ(s0.targets[t], -1) << t;  // inside the prefix
+  for (int64_t t = 0; t < 36; ++t)  // piece of doc 0: targets at position + 1 >= 6
+    EXPECT_EQ(s1.targets[t] >= 0, t + 1 >= 6 && t + 1 < 36) << t;
+  for (int64_t t = 36; t < 64; ++t) EXPECT_EQ(s1.targets[t], -1) << t;  // doc 1's prefix is 28 long
+}
+
+TEST(Packing, SegmentsAreAQuestionThenNearEqualAnswers) {
+  auto src = synthetic(DocLengthDist::uniform, 90, 5);
+  const DocStructure st{0.25, 3};
+  SequencePacker packer(*src, 128, st);
+  for (int64_t k = 0; k < 40; ++k) {
+    const PackedBatch b = packer.sequence(k);
+    ASSERT_EQ(b.segment_ids.size(), b.tokens.size());
+    EXPECT_TRUE(b.prefix_lens.empty());
+    ASSERT_EQ(check_mask_data(b), "") << k;
+    for (int64_t d = 0; d < b.num_docs(); ++d)
+      for (int32_t t = b.cu_seqlens[d]; t + 1 < b.cu_seqlens[d + 1]; ++t) {
+        const bool same = b.segment_ids[t + 1] == b.segment_ids[t];
+        EXPECT_EQ(b.targets[t] >= 0, same) << "sequence " << k << " token " << t;  // none across segments
+      }
+  }
+  // a whole document: question floor(L / 4), answers of the rest's thirds
+  const PackedBatch b = packer.sequence(0);
+  const int64_t L = src->doc_length(0);
+  ASSERT_GE(b.cu_seqlens[1], L) << "document 0 is cut: pick another seed";
+  const int64_t q = L / 4, r = L - q;
+  for (int64_t p = 0; p < L; ++p) {
+    const int32_t want = p < q ? 0 : p < q + r / 3 ? 1 : p < q + 2 * r / 3 ? 2 : 3;
+    EXPECT_EQ(b.segment_ids[p], want) << p;
+  }
+}
+
+TEST(Packing, MaskDataShapesAreChecked) {
+  PackedBatch b;
+  b.tokens = {1, 2, 3, 4, 5};
+  b.cu_seqlens = {0, 2, 5};
+  b.prefix_lens = {2, 4};
+  EXPECT_NE(check_mask_data(b).find("prefix_lens[1] = 4 is outside its document of 3 tokens"), std::string::npos);
+  b.prefix_lens = {1};
+  EXPECT_NE(check_mask_data(b).find("prefix_lens has 1 entries for 2 documents"), std::string::npos);
+  b.prefix_lens.clear();
+  b.segment_ids = {0, 1, 0, 2, 1};
+  EXPECT_NE(check_mask_data(b).find("segment_ids[4] = 1 after 2"), std::string::npos);
+  b.segment_ids = {0, 1, 2, 2, 0};
+  EXPECT_NE(check_mask_data(b).find("segment_ids[4] = 0 after 2"), std::string::npos);
+  b.segment_ids = {0, 1, 3, -1, 5};
+  EXPECT_NE(check_mask_data(b).find("segment_ids[3] = -1"), std::string::npos);
+  b.segment_ids = {0, 1, 1, 2, 7};  // a piece may start inside an answer (cut documents)
+  EXPECT_EQ(check_mask_data(b), "");
+  b.segment_ids = {0, 1};
+  EXPECT_NE(check_mask_data(b).find("segment_ids has 2 entries for 5 tokens"), std::string::npos);
+}
+
+// What colocated attention runs under a per-document mask: the tasks of each whole
+// document, as tasks_for_documents builds them from the batch's mask data.
+TEST(Packing, LocalTasksCarryPrefixesAndSegments) {
+  auto src = synthetic(DocLengthDist::uniform, 90, 5);
+  for (const DocStructure st : {DocStructure{0.4, 0}, DocStructure{0.25, 3}}) {
+    SequencePacker packer(*src, 128, st);
+    const PackedBatch b = packer.sequence(2);
+    const LocalBatch local = whole_sequence(b);
+    std::vector<AttentionTask> got;
+    local.local_tasks(got);
+    const std::vector<AttentionTask> want = tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids});
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_GE(got.size(), size_t(b.num_docs()));
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].q_row, want[i].q_row);
+      EXPECT_EQ(got[i].q_len, want[i].q_len);
+      EXPECT_EQ(got[i].kv_len, want[i].kv_len);
+      EXPECT_EQ(got[i].prefix_len, want[i].prefix_len);
+      EXPECT_EQ(got[i].segment_pos, want[i].segment_pos);
+    }
+    const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
+    EXPECT_EQ(local.attention_pairs(mask), attention_pairs(want, mask));
+    EXPECT_NE(local.attention_pairs(mask), local.attention_pairs()) << "the mask changes the work";
   }
 }
 

@@ -7,8 +7,10 @@
 # losses and parameters within compare_runs.py's float32 bounds of the single process
 # (layouts sum gradients over tokens and merge attention over key blocks in other
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
-# Then: a masked checkpoint resumes only under the same mask, `lct eval` can override
-# the mask, and bad mask settings give one line and exit 1.
+# prefix_lm and shared_question (per-document data from the packer) under dp = 2 and
+# pp = 2; context parallelism and CAD refuse them. Then: a masked checkpoint resumes only
+# under the same mask, `lct eval` can override the mask, and bad mask settings give one
+# line and exit 1.
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -51,6 +53,24 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
   compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
 done
 
+# per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
+# documents shorter and longer than them; dp = 2 and pp = 2 equal one process; context
+# parallelism and CAD, which cut documents, refuse them (one line)
+for mask in "prefix_lm --data.prefix_fraction 0.25" \
+            "shared_question --data.prefix_fraction 0.2 --data.answers_per_question 3"; do
+  name=${mask%% *}
+  m="--attention.mask $mask"
+  train "ref_$name" 0 $m
+  if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
+  MB=1 train "dp2_$name" 2 $m --parallel.dp 2
+  compare "dp=2, $name" "dp2_$name" "ref_$name"
+  train "pp2_$name" 2 $m --parallel.dp 1 --parallel.pp 2
+  compare "pp=2, $name" "pp2_$name" "ref_$name"
+  expect_layout_error 2 "attention.mask = $name runs with colocated attention only" $m --parallel.dp 1 --parallel.cp 2
+  expect_layout_error 2 "attention.mask = $name runs with colocated attention only" $m --parallel.dp 2 \
+    --attention.placement cad
+done
+
 # the mask is part of the model: resuming under another is refused, naming the key
 out=$("$LCT" train $MODEL --train.steps 9 --checkpoint.dir ref_chunked --train.resume auto 2>&1) && {
   echo "$out"; echo "FAIL: resumed a chunked checkpoint under the causal mask"; exit 1; }
@@ -64,9 +84,17 @@ ckpt=$(ls -d ref_chunked/step_* | tail -1)
 "$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask causal | grep -q "mask" && {
   echo "FAIL: eval --attention.mask causal still masked"; exit 1; }
 rc=0; out=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask prefix_lm 2>&1) || rc=$?
-[ "$rc" = 1 ] && grep -q "needs per-document prefix lengths" <<< "$out" || {
+[ "$rc" = 1 ] && grep -q "needs the batch's prefix_lens" <<< "$out" || {
   echo "$out"; echo "FAIL: eval under prefix_lm without prefix lengths (exit $rc)"; exit 1; }
-echo "ok   checkpoint attributes, inspect and eval overrides (prefix_lm refused: batches carry no prefix lengths)"
+rc=0; out=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.mask shared_question 2>&1) || rc=$?
+[ "$rc" = 1 ] && grep -q "needs the batch's segment_ids" <<< "$out" || {
+  echo "$out"; echo "FAIL: eval under shared_question without segments (exit $rc)"; exit 1; }
+# a batch with prefixes evaluates under prefix_lm, and inspect shows what it carries
+"$LCT" make-batch $MODEL --attention.mask prefix_lm --data.prefix_fraction 0.25 --out prefix.h5 > /dev/null
+"$LCT" inspect prefix.h5 | grep -q "prefix_lens (prefix_lm)" || { "$LCT" inspect prefix.h5; echo "FAIL: inspect prefix_lens"; exit 1; }
+"$LCT" eval --checkpoint "$ckpt" --batch-file prefix.h5 --attention.mask prefix_lm | grep -q "mask prefix_lm" || {
+  echo "FAIL: eval under prefix_lm"; exit 1; }
+echo "ok   checkpoint attributes, inspect and eval overrides (per-document masks need the batch's data)"
 
 # bad settings: one line, exit 1
 bad() {  # message args...
@@ -83,5 +111,9 @@ bad "attention.sink_tokens must be >= 0" --attention.mask sink_window --attentio
 bad "attention.block_size must be >= 1" --attention.mask chunked --attention.block_size 0
 bad "unknown attention mask" --attention.mask window
 bad "dca takes only attention.mask = causal" --attention.mask chunked --attention.kernel dca
-bad "needs per-document prefix lengths" --attention.mask prefix_lm
+bad "attention.mask = prefix_lm needs data.prefix_fraction > 0" --attention.mask prefix_lm
+bad "attention.mask = shared_question needs data.answers_per_question >= 1" --attention.mask shared_question
+bad "data.prefix_fraction must be in \[0, 1)" --attention.mask prefix_lm --data.prefix_fraction 1
+bad "data.prefix_fraction is used only with attention.mask = prefix_lm or shared_question" --data.prefix_fraction 0.5
+bad "takes no data.answers_per_question" --attention.mask prefix_lm --data.prefix_fraction 0.5 --data.answers_per_question 2
 echo "mpi_masks: all passed"

@@ -7,8 +7,9 @@ step throughput of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 o
 `pretrain` mix, by the wall clock in alternating rounds (one rank per core, one thread
 each), as speedups over one rank with the same mask.
 
-prefix_lm and shared_question need per-document data that no data source produces yet:
-they are not measured here (the kernel supports them; tests/mask_test.cpp).
+prefix_lm and shared_question (per-document data from data.prefix_fraction and
+data.answers_per_question) train with colocated attention only so far, so they are not in
+the layout comparison here.
 
   /usr/bin/python3 scripts/experiments/masks.py [--quick] [--out DIR] [--config F]
 """

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
@@ -27,7 +28,7 @@ PackedBatch read_batch(const H5File& f, int64_t vocab_size) {
   const std::string& path = f.path();
   for (const char* ds : {"/tokens", "/cu_seqlens"})
     if (!f.exists(ds)) throw std::runtime_error(path + ": missing dataset " + std::string(ds + 1));
-  for (const char* ds : {"/tokens", "/cu_seqlens", "/answer_mask"})  // exactly: 7.9 is no offset
+  for (const char* ds : {"/tokens", "/cu_seqlens", "/answer_mask", "/prefix_lens", "/segment_ids"})  // exactly: 7.9 is no offset
     if (f.exists(ds) && f.dtype(ds) != "int32")
       throw std::runtime_error(path + ": " + std::string(ds + 1) + " must be int32, not " + f.dtype(ds));
   PackedBatch b;
@@ -57,7 +58,34 @@ PackedBatch read_batch(const H5File& f, int64_t vocab_size) {
       b.answer_mask[t] = uint8_t(mask[t] == 1 && b.targets[t] >= 0);
     }
   }
+  // optional: per-document mask data (prefix_lm, shared_question; make-batch writes them)
+  for (const auto& [ds, dst, count, what] :
+       {std::tuple{"/prefix_lens", &b.prefix_lens, b.num_docs(), "document"},
+        std::tuple{"/segment_ids", &b.segment_ids, b.num_tokens(), "token"}}) {
+    if (!f.exists(ds)) continue;
+    if (f.shape(ds).size() != 1)
+      throw std::runtime_error(path + ": " + std::string(ds + 1) + " must be 1-D with one entry per " + what + " (" +
+                               std::to_string(count) + ")");
+    *dst = f.read_i32(ds);
+  }
+  if (const std::string err = check_mask_data(b); !err.empty()) throw std::runtime_error(path + ": " + err);
   return b;
+}
+
+void apply_batch_mask(PackedBatch& b, const AttentionMask& mask, const std::string& path) {
+  const bool prefix = mask.kind == MaskKind::prefix_lm, segments = mask.kind == MaskKind::shared_question;
+  if (prefix && b.prefix_lens.empty())
+    throw std::runtime_error(path + ": attention.mask = prefix_lm needs the batch's prefix_lens (one per document; "
+                                    "lct make-batch --attention.mask prefix_lm --data.prefix_fraction F writes them)");
+  if (segments && b.segment_ids.empty())
+    throw std::runtime_error(path + ": attention.mask = shared_question needs the batch's segment_ids (one per token; "
+                                    "lct make-batch --attention.mask shared_question --data.answers_per_question N "
+                                    "writes them)");
+  if (!prefix) b.prefix_lens.clear();
+  if (!segments) b.segment_ids.clear();
+  drop_masked_targets(b);
+  for (size_t t = 0; t < b.answer_mask.size(); ++t)
+    if (b.targets[t] < 0) b.answer_mask[t] = 0;
 }
 
 LlamaModel load_model(const std::string& checkpoint_path,
@@ -86,7 +114,8 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   const std::string& grads_out = options.grads_out;
   LlamaModel model = load_model(checkpoint_path, options.adjust_model);
   model.set_precision(options.precision);
-  const PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
+  PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
+  apply_batch_mask(batch, model.config().attention_mask, batch_path);
   int64_t longest = 0;
   for (int64_t d = 0; d < batch.num_docs(); ++d)
     longest = std::max<int64_t>(longest, batch.cu_seqlens[size_t(d) + 1] - batch.cu_seqlens[size_t(d)]);

@@ -254,7 +254,7 @@ std::string metrics_summary_json(const std::vector<StepRecord>& history) {
   return summary_json(summarize(history));
 }
 
-// A batch file (lct make-batch; tokens, cu_seqlens[, answer_mask]): its documents.
+// A batch file (lct make-batch; tokens, cu_seqlens[, answer_mask, prefix_lens, segment_ids]): its documents.
 int inspect_batch(const std::string& path, bool json) {
   const PackedBatch b = read_batch_file(path, std::numeric_limits<int32_t>::max());
   std::vector<int64_t> len;
@@ -265,12 +265,20 @@ int inspect_batch(const std::string& path, bool json) {
   for (uint8_t a : b.answer_mask) answers += a;
   for (int32_t t : b.tokens) max_token = std::max(max_token, t);
   const int64_t longest = len.empty() ? 0 : len.back(), median_len = len.empty() ? 0 : len[len.size() / 2];
+  // per-document mask data: prefix_lm's prefix tokens, shared_question's segments
+  int64_t prefix_tokens = 0, segments = 0;
+  for (int32_t p : b.prefix_lens) prefix_tokens += p;
+  for (int64_t d = 0; d < b.num_docs() && !b.segment_ids.empty(); ++d)
+    for (int32_t t = b.cu_seqlens[size_t(d)]; t < b.cu_seqlens[size_t(d + 1)]; ++t)
+      segments += t == b.cu_seqlens[size_t(d)] || b.segment_ids[size_t(t)] != b.segment_ids[size_t(t - 1)];
   if (json) {
     std::printf("{\"file\":%s,\"format\":\"batch\",\"tokens\":%lld,\"documents\":%lld,\"targets\":%lld,"
-                "\"longest_document\":%lld,\"median_document\":%lld,\"max_token\":%d,\"answers\":%lld}\n",
+                "\"longest_document\":%lld,\"median_document\":%lld,\"max_token\":%d,\"answers\":%lld,"
+                "\"prefix_lens\":%s,\"prefix_tokens\":%lld,\"segment_ids\":%s,\"segments\":%lld}\n",
                 json_string(path).c_str(), (long long)b.num_tokens(), (long long)b.num_docs(),
                 (long long)b.num_targets(), (long long)longest, (long long)median_len, max_token,
-                (long long)answers);
+                (long long)answers, b.prefix_lens.empty() ? "false" : "true", (long long)prefix_tokens,
+                b.segment_ids.empty() ? "false" : "true", (long long)segments);
     return 0;
   }
   std::printf("file: %s\nformat: batch (lct make-batch)\n", path.c_str());
@@ -278,6 +286,12 @@ int inspect_batch(const std::string& path, bool json) {
               (long long)b.num_tokens(), (long long)b.num_docs(), (long long)longest, (long long)median_len,
               (long long)b.num_targets(), max_token,
               b.answer_mask.empty() ? "" : (" | answers " + std::to_string(answers)).c_str());
+  if (!b.prefix_lens.empty())
+    std::printf("prefix_lens (prefix_lm): %lld prefix tokens in %lld documents\n", (long long)prefix_tokens,
+                (long long)b.num_docs());
+  if (!b.segment_ids.empty())
+    std::printf("segment_ids (shared_question): %lld segments (questions and answers) in %lld documents\n",
+                (long long)segments, (long long)b.num_docs());
   return 0;
 }
 

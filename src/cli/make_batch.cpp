@@ -38,12 +38,14 @@ void write_batch_from_config(const Config& config, int64_t first, int64_t count,
       !no.empty())
     throw std::invalid_argument(no);
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
-  std::vector<int32_t> tokens, cu{0}, answer_mask;
+  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
+  std::vector<int32_t> tokens, cu{0}, answer_mask, prefix_lens, segment_ids;
   for (int64_t k = first; k < first + count; ++k) {
     const PackedBatch b = packer.sequence(k);
     const int32_t base = int32_t(tokens.size());
     tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
+    prefix_lens.insert(prefix_lens.end(), b.prefix_lens.begin(), b.prefix_lens.end());
+    segment_ids.insert(segment_ids.end(), b.segment_ids.begin(), b.segment_ids.end());
     if (source->has_answers())
       for (size_t t = 0; t < b.tokens.size(); ++t)
         answer_mask.push_back(b.answer_mask.empty() ? 0 : int32_t(b.answer_mask[t]));
@@ -54,6 +56,10 @@ void write_batch_from_config(const Config& config, int64_t first, int64_t count,
     f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
     if (!answer_mask.empty())
       f.write_i32("/answer_mask", {int64_t(answer_mask.size())}, answer_mask.data());
+    if (!prefix_lens.empty())  // prefix_lm
+      f.write_i32("/prefix_lens", {int64_t(prefix_lens.size())}, prefix_lens.data());
+    if (!segment_ids.empty())  // shared_question
+      f.write_i32("/segment_ids", {int64_t(segment_ids.size())}, segment_ids.data());
     f.set_attr("/", "source", source->describe());
     f.set_attr("/", "first_sequence", first);
     f.set_attr("/", "seq_len", config.data.seq_len);

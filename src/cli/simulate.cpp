@@ -138,7 +138,7 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
   init_llama_params(model.table(), mc, uint64_t(config.train.seed), model.params.data());
   Optimizer optimizer(optimizer_config(config), model.table());
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
   Trace trace(TraceClock::now());
   Trace::activate(&trace);
   Calibration c;
@@ -154,7 +154,7 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
       if (k > 0) {
         optimizer_s += std::chrono::duration<double>(TraceClock::now() - t0).count();
         c.tokens += b.num_tokens();
-        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens), mc.attention_mask);
+        c.pairs += attention_pairs(tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids}), mc.attention_mask);
       }
     }
   } catch (...) {
@@ -718,7 +718,7 @@ int simulate_model_parallel(const Config& config, const SimulateOptions& o, cons
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
   double bubble_sum = 0;
@@ -812,7 +812,7 @@ int simulate_cad_ticks(const Config& config, const SimulateOptions& o, const Run
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
@@ -931,7 +931,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
   const double allreduce = allreduce_tail_seconds(config, mc, 1, n, bandwidth, latency);
 
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
   std::vector<StepPrediction> steps;
   SimTimeline timeline(config.trace.path, n);
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {

@@ -226,6 +226,8 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
   k.push_back(int_key("data.min_doc_len", "synthetic: shortest document", [](Config& c) -> auto& { return c.data.min_doc_len; }, 1));
   k.push_back(num_key("data.passkey_depth", "passkey: the key line's depth in the filler, 0 (start) to 1 (end); -1 = uniform per document", [](Config& c) -> auto& { return c.data.passkey_depth; }));
+  k.push_back(num_key("data.prefix_fraction", "attention.mask = prefix_lm: each document's bidirectional prefix, as a share of its tokens in [0, 1) (floor(share x length)); shared_question: its question's share", [](Config& c) -> auto& { return c.data.prefix_fraction; }));
+  k.push_back(int_key("data.answers_per_question", "attention.mask = shared_question: the answers after each document's question (its tokens after the question, cut into this many near-equal segments)", [](Config& c) -> auto& { return c.data.answers_per_question; }, 0));
   k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
   k.push_back(choice_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
                          parse_token_dtype, token_dtype_name));
@@ -459,6 +461,25 @@ void validate_config(const Config& c) {
   if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
   if (!(c.data.passkey_depth == -1.0 || (c.data.passkey_depth >= 0.0 && c.data.passkey_depth <= 1.0)))
     throw ConfigError("data.passkey_depth must be -1 (uniform) or in [0, 1], got " + number_text(c.data.passkey_depth));
+  if (!(c.data.prefix_fraction >= 0 && c.data.prefix_fraction < 1))
+    throw ConfigError("data.prefix_fraction must be in [0, 1), got " + number_text(c.data.prefix_fraction));
+  if (c.data.answers_per_question > (int64_t(1) << 20))
+    throw ConfigError("data.answers_per_question must be at most 2^20, got " + std::to_string(c.data.answers_per_question));
+  {
+    const MaskKind mask = c.model.attention_mask.kind;
+    const std::string name = std::string("attention.mask = ") + mask_kind_name(mask);
+    if (mask == MaskKind::prefix_lm && !(c.data.prefix_fraction > 0))
+      throw ConfigError(name + " needs data.prefix_fraction > 0 (each document's bidirectional prefix, as a share of "
+                               "its tokens)");
+    if (mask == MaskKind::prefix_lm && c.data.answers_per_question > 0)
+      throw ConfigError(name + " takes no data.answers_per_question (that is shared_question's)");
+    if (mask == MaskKind::shared_question && c.data.answers_per_question < 1)
+      throw ConfigError(name + " needs data.answers_per_question >= 1 (the answers after each document's question)");
+    if (!c.model.attention_mask.per_document() && (c.data.prefix_fraction > 0 || c.data.answers_per_question > 0))
+      throw ConfigError(std::string(c.data.prefix_fraction > 0 ? "data.prefix_fraction" : "data.answers_per_question") +
+                        " is used only with attention.mask = prefix_lm or shared_question (here " +
+                        mask_kind_name(mask) + ")");
+  }
   if (c.model.rope_scaling == RopeScaling::dynamic &&
       (c.parallel.pp > 1 || c.parallel.cp > 1 || c.attention.placement == Placement::cad))
     throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "

@@ -38,6 +38,10 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
   return make_synthetic_source(o);
 }
 
+DocStructure doc_structure_of(const Config& c) {
+  return {c.data.prefix_fraction, int32_t(c.data.answers_per_question)};
+}
+
 void check_document_source(const DocumentSource& source, const LlamaConfig& model) {
   if (source.vocab_required() > model.vocab_size)
     throw ConfigError("model.vocab_size (" + std::to_string(model.vocab_size) +

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "data/packing.h"
 #include "data/sources.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
@@ -12,6 +13,9 @@
 namespace lct {
 
 std::unique_ptr<DocumentSource> make_document_source(const Config& config);
+// The per-document structure the packer gives documents (data.prefix_fraction,
+// data.answers_per_question; data/packing.h).
+DocStructure doc_structure_of(const Config& config);
 // Refuses (ConfigError, one line) data the model cannot train on: ids beyond
 // model.vocab_size, or only one-token documents (no target). Training and --dry-run.
 void check_document_source(const DocumentSource& source, const LlamaConfig& model);

@@ -18,6 +18,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.attention.precision = p.precision;  // what CAD plans move travels in it
   p.seq_len = c.data.seq_len;
   p.micro_batches = c.train.micro_batches;
+  p.doc_structure = doc_structure_of(c);
   p.cp_split = c.parallel.cp_split;
   p.cp_split_work = {p.model.attention_mask, linear_pairs_per_token(p.model)};
   p.cp_comm = c.parallel.cp_comm;
@@ -37,6 +38,14 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.placement = cad ? Placement::cad
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
+
+  // prefix_lm and shared_question tasks are built from whole documents (LocalBatch::
+  // local_tasks); the placements that cut documents do not carry prefixes or segments yet
+  if (p.model.attention_mask.per_document() && p.placement != Placement::colocated)
+    throw ConfigError(std::string("attention.mask = ") + mask_kind_name(p.model.attention_mask.kind) +
+                      " runs with colocated attention only so far (data and pipeline parallelism); here " +
+                      (p.placement == Placement::cad ? "attention.placement = cad"
+                                                     : "parallel.cp = " + std::to_string(p.layout.cp)));
 
   if (p.placement == Placement::context_parallel &&
       (p.cp_comm == CpComm::ulysses || p.cp_comm == CpComm::hybrid)) {

@@ -69,6 +69,7 @@ struct RunPlan {
   int64_t tile_tokens = 4096;             // train.tile_tokens
   LossOn loss_on = LossOn::all;           // whose targets train (train.loss_on)
   int64_t seq_len = 0, micro_batches = 1;
+  DocStructure doc_structure;  // prefix_lm / shared_question: the packer's per-document data
 
   bool pipelined() const { return layout.pp > 1; }
   // tokens of one optimizer step over all data-parallel replicas

@@ -109,7 +109,7 @@ Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& g
       plan_(plan),
       grid_(grid),
       source_(make_document_source(config)),
-      packer_(checked(*source_, plan.model), config.data.seq_len),
+      packer_(checked(*source_, plan.model), plan.seq_len, plan.doc_structure),
       model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
       owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
       counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),

@@ -57,7 +57,7 @@ std::string check_mask_data(const PackedBatch& b) {
       for (int32_t t = b.cu_seqlens[size_t(d)]; t < b.cu_seqlens[size_t(d + 1)]; ++t) {
         const int32_t id = b.segment_ids[size_t(t)];
         const int32_t prev = t > b.cu_seqlens[size_t(d)] ? b.segment_ids[size_t(t - 1)] : 0;
-        if (id < 0 || (id != prev && id < prev) || (id == 0 && prev != 0))
+        if (id < 0 || id < prev)
           return "segment_ids[" + std::to_string(t) + "] = " + std::to_string(id) + " after " + std::to_string(prev) +
                  ": within a document the ids are a run of 0s (the question), then runs of increasing positive ids "
                  "(the answers)";
@@ -67,6 +67,7 @@ std::string check_mask_data(const PackedBatch& b) {
 }
 
 void drop_masked_targets(PackedBatch& b) {
+  if (b.prefix_lens.empty() && b.segment_ids.empty()) return;
   for (int64_t d = 0; d < b.num_docs(); ++d) {
     const int32_t begin = b.cu_seqlens[size_t(d)], end = b.cu_seqlens[size_t(d + 1)];
     for (int32_t t = begin; t + 1 < end; ++t) {

@@ -84,6 +84,22 @@ for name, mask in (('mask_values.h5', [0, 1, 2, 0, 0, 0, 0, 0, 0, 0]), ('mask_sh
         f['answer_mask'] = np.array(mask, dtype=np.int32)"
 expect_error "mask_values.h5: answer_mask[2] = 2 (must be 0 or 1)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_values.h5
 expect_error "mask_shape.h5: answer_mask must be 1-D with one entry per token (10)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_shape.h5
+# per-document mask data (prefix_lm, shared_question) of the wrong shape or values
+/usr/bin/python3 -c "
+import h5py, numpy as np
+for name, ds, data in (('prefix_long.h5', 'prefix_lens', [3, 9]), ('prefix_count.h5', 'prefix_lens', [1]),
+                       ('prefix_float.h5', 'prefix_lens', np.array([1.0, 2.0])),
+                       ('segments_order.h5', 'segment_ids', [0, 0, 2, 1, 1, 0, 1, 1, 1, 1]),
+                       ('segments_count.h5', 'segment_ids', [0, 1, 1])):
+    with h5py.File(name, 'w') as f:
+        f['tokens'] = np.arange(10, dtype=np.int32)
+        f['cu_seqlens'] = np.array([0, 4, 10], dtype=np.int32)
+        f[ds] = np.asarray(data, dtype=np.float64 if name == 'prefix_float.h5' else np.int32)"
+expect_error "prefix_long.h5: prefix_lens[1] = 9 is outside its document of 6 tokens" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_long.h5
+expect_error "prefix_count.h5: prefix_lens has 1 entries for 2 documents" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_count.h5
+expect_error "prefix_float.h5: prefix_lens must be int32" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_float.h5
+expect_error "segments_order.h5: segment_ids[3] = 1 after 2" eval --checkpoint ck/step_00000001.h5 --batch-file segments_order.h5
+expect_error "segments_count.h5: segment_ids has 3 entries for 10 tokens" eval --checkpoint ck/step_00000001.h5 --batch-file segments_count.h5
 # the synthetic stream's batch carries its answer mask, and eval reports recall on it
 "$LCT" make-batch --data.seq_len 64 --data.doc_lengths fixed --data.max_doc_len 64 --data.min_doc_len 64 \
   --sequences 2 --out answers.h5 > /dev/null || { echo "FAIL: make-batch"; failures=$((failures + 1)); }

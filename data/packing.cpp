@@ -78,23 +78,20 @@ void drop_masked_targets(PackedBatch& b) {
   }
 }
 
-namespace {
-// Prefix (prefix_lm's P, shared_question's question) of a document of `len` tokens.
-int64_t structure_prefix(const DocStructure& s, int64_t len) {
-  return std::min<int64_t>(len, int64_t(s.prefix_fraction * double(len)));
+int64_t DocStructure::prefix(int64_t len) const {
+  return std::min<int64_t>(len, int64_t(prefix_fraction * double(len)));
 }
-// Segment id of position p of a document of `len` tokens (shared_question).
-int32_t structure_segment(const DocStructure& s, int64_t len, int64_t p) {
-  const int64_t q = structure_prefix(s, len), rest = len - q;
+
+int32_t DocStructure::segment(int64_t len, int64_t p) const {
+  const int64_t q = prefix(len), rest = len - q;
   if (p < q) return 0;
   // answer k (1-based) holds [q + (k-1) rest / a, q + k rest / a): the largest k with
   // q + (k-1) rest / a <= p
-  int64_t k = (p - q) * s.answers / rest + 1;
-  while (k > 1 && q + (k - 1) * rest / s.answers > p) --k;
-  while (k < s.answers && q + k * rest / s.answers <= p) ++k;
+  int64_t k = (p - q) * answers / rest + 1;
+  while (k > 1 && q + (k - 1) * rest / answers > p) --k;
+  while (k < answers && q + k * rest / answers <= p) ++k;
   return int32_t(k);
 }
-}  // namespace
 
 SequencePacker::SequencePacker(const DocumentSource& source, int64_t seq_len, const DocStructure& structure)
     : source_(source), seq_len_(seq_len), structure_(structure) {
@@ -155,9 +152,9 @@ PackedBatch SequencePacker::sequence(int64_t index) {
                        b.answer_mask.data() + filled);
     if (structure_.answers > 0) {
       for (int64_t i = 0; i < take; ++i)
-        b.segment_ids[size_t(filled + i)] = structure_segment(structure_, doc_len, c.offset + i);
+        b.segment_ids[size_t(filled + i)] = structure_.segment(doc_len, c.offset + i);
     } else if (structure_.prefix_fraction > 0) {
-      b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(structure_prefix(structure_, doc_len) - c.offset, 0, take)));
+      b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(structure_.prefix(doc_len) - c.offset, 0, take)));
     }
     filled += take;
     b.cu_seqlens.push_back(int32_t(filled));

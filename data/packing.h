@@ -53,6 +53,10 @@ struct DocStructure {
   double prefix_fraction = 0;  // in [0, 1)
   int32_t answers = 0;         // shared_question: answers per question (0: prefix_lm / none)
   bool any() const { return prefix_fraction > 0 || answers > 0; }
+  // The prefix (or question) of a document of len tokens, and the segment id of its
+  // position p (answers > 0).
+  int64_t prefix(int64_t len) const;
+  int32_t segment(int64_t len, int64_t p) const;
 };
 
 // Empty when the batch's mask data has the shape its mask needs (prefix lengths of

@@ -95,6 +95,15 @@ rc=0; out=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 --attention.m
 "$LCT" eval --checkpoint "$ckpt" --batch-file prefix.h5 --attention.mask prefix_lm | grep -q "mask prefix_lm" || {
   echo "FAIL: eval under prefix_lm"; exit 1; }
 echo "ok   checkpoint attributes, inspect and eval overrides (per-document masks need the batch's data)"
+# lct bench counts a per-document mask's pairs with the documents' prefixes: one document
+# of 512 tokens with P = 256 has 512 * 513 / 2 causal pairs plus the 255 * 256 / 2 its
+# prefix rows read ahead
+pairs=$("$LCT" bench --json --sections attention --attention-lengths 512 --attention-precisions fp32 --repeats 1 \
+  --budget 1 --attention.mask prefix_lm --data.prefix_fraction 0.5 --model.hidden_size 32 --model.num_attention_heads 4 \
+  --model.num_key_value_heads 2 --train.threads 1 |
+  /usr/bin/python3 -c 'import json, sys; print([r["pairs"] for r in json.load(sys.stdin)["attention"]["rows"] if r["layout"] == "one-doc"][0])')
+[ "$pairs" = $((512 * 513 / 2 + 255 * 256 / 2)) ] || { echo "FAIL: bench prefix_lm pairs $pairs"; exit 1; }
+echo "ok   bench counts prefix_lm's pairs ($pairs)"
 
 # bad settings: one line, exit 1
 bad() {  # message args...

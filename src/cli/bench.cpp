@@ -179,9 +179,11 @@ struct AttentionRow {
   int runs = 0;
 };
 
+// `batch`'s documents, with their prefixes or segments under prefix_lm / shared_question.
 AttentionRow bench_attention(const BenchOptions& o, const AttentionParams& p,
-                             const std::string& layout, std::span<const int32_t> cu) {
-  const std::vector<AttentionTask> tasks = tasks_for_documents(cu);
+                             const std::string& layout, const PackedBatch& batch) {
+  const std::span<const int32_t> cu = batch.cu_seqlens;
+  const std::vector<AttentionTask> tasks = tasks_for_documents(cu, {batch.prefix_lens, batch.segment_ids});
   const int64_t T = cu.back(), qn = T * p.num_heads * p.head_dim,
                 kn = T * p.num_kv_heads * p.head_dim;
   const size_t qs = size_t(qn), ks = size_t(kn);
@@ -245,11 +247,26 @@ Config config_at_length(const Config& base, int64_t L) {
   return c;
 }
 
-// Document boundaries of the first packed sequence of length L from the config's data.
-std::vector<int32_t> first_sequence_documents(const Config& base, int64_t L) {
-  const std::unique_ptr<DocumentSource> source = make_document_source(config_at_length(base, L));
-  SequencePacker packer(*source, L);
-  return packer.sequence(0).cu_seqlens;
+// The first packed sequence of length L from the config's data: its documents, and their
+// prefixes or segments under a per-document mask.
+PackedBatch first_sequence(const Config& base, int64_t L) {
+  const Config c = config_at_length(base, L);
+  const std::unique_ptr<DocumentSource> source = make_document_source(c);
+  SequencePacker packer(*source, L, doc_structure_of(c));
+  return packer.sequence(0);
+}
+
+// The documents of one document of L tokens (no tokens), with its prefix or segments.
+PackedBatch one_document(const Config& config, int64_t L) {
+  const DocStructure st = doc_structure_of(config);
+  PackedBatch b;
+  b.cu_seqlens = {0, int32_t(L)};
+  if (st.answers > 0) {
+    for (int64_t p = 0; p < L; ++p) b.segment_ids.push_back(st.segment(L, p));
+  } else if (st.prefix_fraction > 0) {
+    b.prefix_lens = {int32_t(st.prefix(L))};
+  }
+  return b;
 }
 
 StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precision precision) {
@@ -274,7 +291,7 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precisi
     r.tokens_per_s = mean(column(runs, 1)) / (ms / 1e3);
     r.gflops = mean(column(runs, 2)) / ms;
     r.activation_bytes = trainer.model().activation_bytes();
-    r.documents = int64_t(first_sequence_documents(base, L).size()) - 1;
+    r.documents = first_sequence(base, L).num_docs();
     r.peak_rss = peak_rss_bytes();
   }
   attention_release_workspace();
@@ -392,9 +409,8 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
   // bf16-fallback: bf16 the way a CPU without bf16 instructions runs it (rounded SGEMM)
   const std::vector<std::string>& precisions = o.attention_precisions;
   for (int64_t L : o.attention_lengths) {
-    const std::vector<int32_t> one_doc = {0, int32_t(L)};
-    const std::vector<int32_t> packed = first_sequence_documents(config, L);
-    for (const auto& [layout, cu] : {std::pair{"one-doc", one_doc}, std::pair{"packed", packed}}) {
+    const PackedBatch one_doc = one_document(config, L), packed = first_sequence(config, L);
+    for (const auto& [layout, cu] : {std::pair{"one-doc", &one_doc}, std::pair{"packed", &packed}}) {
       std::vector<double> causal_s(precisions.size(), 0.0);
       for (const AttentionParams* base : {&res.causal, &res.dca}) {
         if (base == &res.dca && !res.causal.mask.causal()) continue;  // a masked run: the mask's rows only
@@ -403,7 +419,7 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
           const bool fallback = precisions[pi] == "bf16-fallback";
           params.precision = fallback ? Precision::bf16 : parse_precision(precisions[pi]);
           params.bf16_instructions = !fallback;
-          AttentionRow r = bench_attention(o, params, layout, cu);
+          AttentionRow r = bench_attention(o, params, layout, *cu);
           r.precision = precisions[pi];
           const bool bf16_kernel = params.precision == Precision::bf16 && !fallback && res.bf16_gemm > 0;
           r.ceiling = bf16_kernel ? res.bf16_gemm : res.sgemm;

@@ -93,6 +93,14 @@ int32_t DocStructure::segment(int64_t len, int64_t p) const {
   return int32_t(k);
 }
 
+void DocStructure::append_piece(PackedBatch& b, int64_t len, int64_t offset, int64_t take) const {
+  if (answers > 0) {
+    for (int64_t i = 0; i < take; ++i) b.segment_ids.push_back(segment(len, offset + i));
+  } else if (prefix_fraction > 0) {
+    b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(prefix(len) - offset, 0, take)));
+  }
+}
+
 SequencePacker::SequencePacker(const DocumentSource& source, int64_t seq_len, const DocStructure& structure)
     : source_(source), seq_len_(seq_len), structure_(structure) {
   cache_[0] = StreamCursor{};
@@ -143,19 +151,14 @@ PackedBatch SequencePacker::sequence(int64_t index) {
   b.tokens.resize(size_t(seq_len_));
   b.answer_mask.assign(size_t(seq_len_), 0);
   b.cu_seqlens.push_back(0);
-  if (structure_.answers > 0) b.segment_ids.resize(size_t(seq_len_));
+  if (structure_.answers > 0) b.segment_ids.reserve(size_t(seq_len_));
   int64_t filled = 0;
   while (filled < seq_len_) {
     const int64_t doc_len = source_.doc_length(c.doc);
     const int64_t take = std::min(doc_len - c.offset, seq_len_ - filled);
     source_.doc_tokens(c.doc, c.offset, take, b.tokens.data() + filled,
                        b.answer_mask.data() + filled);
-    if (structure_.answers > 0) {
-      for (int64_t i = 0; i < take; ++i)
-        b.segment_ids[size_t(filled + i)] = structure_.segment(doc_len, c.offset + i);
-    } else if (structure_.prefix_fraction > 0) {
-      b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(structure_.prefix(doc_len) - c.offset, 0, take)));
-    }
+    structure_.append_piece(b, doc_len, c.offset, take);
     filled += take;
     b.cu_seqlens.push_back(int32_t(filled));
     ++c.doc;

@@ -52,11 +52,13 @@ void derive_targets_and_positions(PackedBatch& batch);
 struct DocStructure {
   double prefix_fraction = 0;  // in [0, 1)
   int32_t answers = 0;         // shared_question: answers per question (0: prefix_lm / none)
-  bool any() const { return prefix_fraction > 0 || answers > 0; }
   // The prefix (or question) of a document of len tokens, and the segment id of its
   // position p (answers > 0).
   int64_t prefix(int64_t len) const;
   int32_t segment(int64_t len, int64_t p) const;
+  // Appends to `batch` the mask data of the piece [offset, offset + take) of a document
+  // of len tokens: its prefix_lens entry, or its take segment ids (nothing without a rule).
+  void append_piece(PackedBatch& batch, int64_t len, int64_t offset, int64_t take) const;
 };
 
 // Empty when the batch's mask data has the shape its mask needs (prefix lengths of

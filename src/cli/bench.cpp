@@ -258,14 +258,9 @@ PackedBatch first_sequence(const Config& base, int64_t L) {
 
 // The documents of one document of L tokens (no tokens), with its prefix or segments.
 PackedBatch one_document(const Config& config, int64_t L) {
-  const DocStructure st = doc_structure_of(config);
   PackedBatch b;
   b.cu_seqlens = {0, int32_t(L)};
-  if (st.answers > 0) {
-    for (int64_t p = 0; p < L; ++p) b.segment_ids.push_back(st.segment(L, p));
-  } else if (st.prefix_fraction > 0) {
-    b.prefix_lens = {int32_t(st.prefix(L))};
-  }
+  doc_structure_of(config).append_piece(b, L, 0, L);
   return b;
 }
 

@@ -20,8 +20,13 @@ std::pair<size_t, double> locate(const std::vector<int64_t>& grid, int64_t x) {
 }  // namespace
 
 double CaCostModel::seconds(int64_t q_len, int64_t kv_len, const AttentionMask& mask) const {
+  return seconds(AttentionTask{0, 0, int32_t(q_len), int32_t(kv_len), int32_t(kv_len - q_len), 0, 0}, mask);
+}
+
+double CaCostModel::seconds(const AttentionTask& task, const AttentionMask& mask) const {
+  const int64_t q_len = task.q_len, kv_len = int64_t(task.kv_pos) + task.kv_len;
   if (q_len <= 0) return 0.0;
-  const int64_t pairs = prefix_pairs(kv_len - q_len, q_len, mask);
+  const int64_t pairs = attention_pairs(task, mask);
   const auto [qi, qw] = locate(q_grid, q_len);
   const auto [ki, kw] = locate(kv_grid, kv_len);
   const size_t nk = kv_grid.size();

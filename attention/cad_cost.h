@@ -28,6 +28,9 @@ struct CaCostModel {
   // kv_len >= q_len key rows: the measured time per pair (measured on causal tasks) times
   // the pairs the mask lets through.
   double seconds(int64_t q_len, int64_t kv_len, const AttentionMask& mask = {}) const;
+  // The same for any task whose keys start at its document's start (kv_pos = 0; a CAD
+  // task): per pair at (q_len, kv_len), times the pairs it attends under `mask`.
+  double seconds(const AttentionTask& task, const AttentionMask& mask) const;
   std::string to_text() const;
   // Throws std::invalid_argument with one line naming `origin` and the problem.
   static CaCostModel parse(const std::string& text, const std::string& origin);

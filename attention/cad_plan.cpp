@@ -32,6 +32,20 @@ CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const 
   return o;
 }
 
+AttentionTask CaTask::attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const {
+  AttentionTask t{q_row, kv_row, q_len, kv_end, q_begin, 0, doc_len};
+  t.prefix_len = prefix_len;
+  t.segment_pos = segment_pos;
+  return t;
+}
+
+CaTask ca_task(const CaPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask) {
+  CaTask t{d.origin, server, d.doc, int32_t(q_begin), int32_t(q_len), d.prefix_len, d.segment_pos};
+  t.kv_end = int32_t(q_begin + q_len);
+  if (mask.kind == MaskKind::prefix_lm) t.kv_end = std::max(t.kv_end, d.prefix_len);
+  return t;
+}
+
 namespace {
 
 // The greedy balancer of plan_core_attention: every server's load and how many rows of
@@ -54,8 +68,8 @@ class Balancer {
     for (const CaPiece& d : docs) {
       if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
       if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
-      plan_.pairs_before[size_t(d.origin)] += prefix_pairs(d.pos, d.len, o.mask);
-      const double c = speed(d.origin) * cost(d.pos, d.len);
+      plan_.pairs_before[size_t(d.origin)] += attention_pairs(task(d, d.pos, d.len), o.mask);
+      const double c = speed(d.origin) * cost(d, d.pos, d.len);
       load_[size_t(d.origin)] += c;
       attention += c;
     }
@@ -95,7 +109,7 @@ class Balancer {
       const CaPiece& d = docs_[i];
       const int64_t rows = middle_rows(i);
       if (rows > 0)
-        plan_.tasks.push_back({d.origin, d.origin, d.doc, int32_t(d.pos + head_[i]), int32_t(rows)});
+        plan_.tasks.push_back(ca_task(d, d.origin, d.pos + head_[i], rows, o_.mask));
     }
     // by server, origin, document, first row
     std::sort(plan_.tasks.begin(), plan_.tasks.end(), [](const CaTask& x, const CaTask& y) {
@@ -104,17 +118,22 @@ class Balancer {
     plan_.pairs_after.assign(size_t(n_), 0);
     plan_.load_after.assign(size_t(n_), 0.0);
     for (const CaTask& t : plan_.tasks) {
-      plan_.pairs_after[size_t(t.server)] += prefix_pairs(t.q_begin, t.q_len, o_.mask);
-      plan_.load_after[size_t(t.server)] += cost(t.q_begin, t.q_len);
+      const AttentionTask a = t.attention_task(0, 0, 0);
+      plan_.pairs_after[size_t(t.server)] += attention_pairs(a, o_.mask);
+      plan_.load_after[size_t(t.server)] += o_.cost ? o_.cost->seconds(a, o_.mask) : double(attention_pairs(a, o_.mask));
     }
     return std::move(plan_);
   }
 
  private:
-  // cost of query rows [q0, q0 + rows) of a document against their prefixes: the pairs
-  // the mask lets through, or a profile's time of them
-  double cost(int64_t q0, int64_t rows) const {
-    return o_.cost ? o_.cost->seconds(rows, q0 + rows, o_.mask) : double(prefix_pairs(q0, rows, o_.mask));
+  // query rows [q0, q0 + rows) of piece d against the keys they read
+  AttentionTask task(const CaPiece& d, int64_t q0, int64_t rows) const {
+    return ca_task(d, d.origin, q0, rows, o_.mask).attention_task(0, 0, 0);
+  }
+  // their cost: the pairs the mask lets through, or a profile's time of them
+  double cost(const CaPiece& d, int64_t q0, int64_t rows) const {
+    const AttentionTask t = task(d, q0, rows);
+    return o_.cost ? o_.cost->seconds(t, o_.mask) : double(attention_pairs(t, o_.mask));
   }
   double speed(int s) const { return uneven_ && !o_.speed.empty() ? o_.speed[size_t(s)] : 1.0; }
 
@@ -127,9 +146,9 @@ class Balancer {
     for (size_t i = 0; i < docs_.size(); ++i) {
       const CaPiece& d = docs_[i];
       const double surplus = load_[size_t(d.origin)] - mean_;
-      const int64_t L = d.len, P = d.pos, rows = middle_rows(i);
+      const int64_t P = d.pos, rows = middle_rows(i);
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
-      const double remaining = cost(P + head_[i], rows);
+      const double remaining = cost(d, P + head_[i], rows);
       // in the cost model's units: the origin's surplus and dst's room at their speeds
       const double wanted = std::min({remaining, surplus / speed(d.origin), cap / speed(dst)});
       Candidate c;
@@ -137,12 +156,12 @@ class Balancer {
       if (wanted >= remaining) {
         c.whole = true;
         c.load = remaining;
-        c.bytes = rows * o_.q_bytes_per_row + (P + L - tail_[i]) * o_.kv_bytes_per_row;
+        c.bytes = rows * o_.q_bytes_per_row + task(d, P + head_[i], rows).kv_len * o_.kv_bytes_per_row;
       } else {
         std::tie(c.head, c.tail) = split_rows(i, largest_split(i, wanted));
         if (c.head + c.tail == 0) continue;
         c.load = split_cost(i, c.head, c.tail);
-        c.bytes = (c.head + c.tail) * o_.q_bytes_per_row + (P + L - tail_[i]) * o_.kv_bytes_per_row;
+        c.bytes = (c.head + c.tail) * o_.q_bytes_per_row + task(d, P + head_[i], rows).kv_len * o_.kv_bytes_per_row;
       }
       const double e = c.load / double(std::max<int64_t>(c.bytes, 1));
       if (e > best_e) best_e = e, best = c;
@@ -168,8 +187,8 @@ class Balancer {
   // the cost of `head` rows from the front and `tail` rows from the back of piece i's middle
   double split_cost(size_t i, int64_t head, int64_t tail) const {
     const CaPiece& d = docs_[i];
-    return (head > 0 ? cost(d.pos + head_[i], head) : 0.0) +
-           (tail > 0 ? cost(d.pos + d.len - tail_[i] - tail, tail) : 0.0);
+    return (head > 0 ? cost(d, d.pos + head_[i], head) : 0.0) +
+           (tail > 0 ? cost(d, d.pos + d.len - tail_[i] - tail, tail) : 0.0);
   }
   // the largest m whose aligned head + tail cost fits `wanted` (m (L + 1) pairs for a
   // whole causal document without a profile and alignment); the cost grows with m
@@ -190,17 +209,17 @@ class Balancer {
     const int64_t L = d.len, P = d.pos;
     // the origin keeps the rest of the middle; with a measured cost, a split costs more
     // than its parts (smaller tasks), so its load drops by what its task really lost
-    const double before = cost(P + head, middle_rows(c.doc));
+    const double before = cost(d, P + head, middle_rows(c.doc));
     if (c.whole) {
-      plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + head), int32_t(middle_rows(c.doc))});
+      plan_.tasks.push_back(ca_task(d, dst, P + head, middle_rows(c.doc), o_.mask));
       head = L - tail;  // nothing left in the middle
     } else {
-      if (c.head > 0) plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + head), int32_t(c.head)});
-      if (c.tail > 0) plan_.tasks.push_back({d.origin, dst, d.doc, int32_t(P + L - tail - c.tail), int32_t(c.tail)});
+      if (c.head > 0) plan_.tasks.push_back(ca_task(d, dst, P + head, c.head, o_.mask));
+      if (c.tail > 0) plan_.tasks.push_back(ca_task(d, dst, P + L - tail - c.tail, c.tail, o_.mask));
       head += c.head, tail += c.tail;
     }
     const int64_t left = middle_rows(c.doc);
-    load_[size_t(d.origin)] -= speed(d.origin) * (before - (left > 0 ? cost(P + head, left) : 0.0));
+    load_[size_t(d.origin)] -= speed(d.origin) * (before - (left > 0 ? cost(d, P + head, left) : 0.0));
     load_[size_t(dst)] += speed(dst) * c.load;
     plan_.bytes_moved += c.bytes;
   }

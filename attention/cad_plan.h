@@ -3,8 +3,9 @@
 // the same plan from the same small metadata.
 //
 // A CA-task is a run of query rows of one document together with the keys of its whole
-// causal prefix [0, q_end). Its cost is its attention pairs (attention_pairs: those the
-// mask lets through). Every rank is
+// causal prefix [0, q_end) (under prefix_lm, of the whole prefix too). Its cost is its
+// attention pairs (attention_pairs: those the mask lets through, with the document's
+// prefix or segment). Every rank is
 // an attention server, for its own documents first. The planner balances pairs over
 // servers with the paper's communication-aware greedy: the most deficient server takes
 // work from surplus servers, choosing the candidate with the most work per byte moved,
@@ -36,6 +37,9 @@ struct CaPiece {
   int32_t row = 0;     // first row in the origin's local arrays
   int32_t len = 0;     // tokens
   int32_t pos = 0;     // in-document offset of the first token (0: a whole document)
+  // per-document mask data, as DocPiece carries it (a piece lies in one shared_question
+  // segment): prefix_lm's prefix or the question's length, and the segment's start
+  int32_t prefix_len = 0, segment_pos = 0;
 };
 
 struct CaTask {
@@ -43,8 +47,17 @@ struct CaTask {
   int32_t doc = 0;      // index among the origin's documents (pieces)
   int32_t q_begin = 0;  // in-document offset of the first query row (>= the piece's pos)
   int32_t q_len = 0;
-  int32_t kv_len() const { return q_begin + q_len; }  // keys [0, q_begin + q_len)
+  int32_t prefix_len = 0, segment_pos = 0;  // its piece's (CaPiece)
+  // keys [0, kv_end): the queries' causal prefix, and under prefix_lm the whole prefix
+  int32_t kv_end = 0;
+  int32_t kv_len() const { return kv_end; }
+  // The kernel's task of it: its queries at q_row, the document's keys from kv_row.
+  AttentionTask attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const;
 };
+
+// The task of query rows [q_begin, q_begin + q_len) of piece `d` (the keys they read
+// under `mask`, from the document's start), run by `server`.
+CaTask ca_task(const CaPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask);
 
 struct CaCostModel;
 

@@ -80,6 +80,7 @@ std::vector<LocalBatch> pack_for_balance(const std::vector<PackedBatch>& sequenc
       lb.pieces.push_back(p);
       row += d.len;
     }
+    cut_at_segments(lb.pieces, lb.segment_ids);
     lb.group_pieces = {lb.pieces};
     lb.sequence_tokens = row;
     out.push_back(std::move(lb));

@@ -76,6 +76,7 @@ void whole_sequence(const PackedBatch& b, LocalBatch& out) {
     if (!b.prefix_lens.empty()) p.prefix_len = b.prefix_lens[size_t(d)];
     out.pieces.push_back(p);
   }
+  cut_at_segments(out.pieces, b.segment_ids);
   out.group_pieces.resize(1);
   out.group_pieces[0] = out.pieces;
   out.cp_rank = 0;
@@ -94,6 +95,7 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
   std::vector<std::vector<DocPiece>> pieces(static_cast<size_t>(cp));
   std::vector<int64_t> rows(static_cast<size_t>(cp), 0);
   const int64_t T = b.num_tokens();
+  std::vector<AttentionTask> doc_tasks;
   for (int64_t d = 0; d < b.num_docs(); ++d) {
     const int32_t start = b.cu_seqlens[size_t(d)], L = b.cu_seqlens[size_t(d + 1)] - start;
     if (split == CpSplit::contiguous) {
@@ -116,8 +118,17 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
     std::vector<int32_t> cuts(size_t(2 * cp + 1));
     for (int c = 0; c <= 2 * cp; ++c) cuts[size_t(c)] = int32_t(int64_t(c) * L / (2 * cp));
     if (!work.mask.causal()) {
+      doc_tasks.clear();  // the document's tasks under its prefix or segments
+      append_document_tasks(doc_tasks, 0, L, b.prefix_lens.empty() ? 0 : b.prefix_lens[size_t(d)],
+                            b.segment_ids.empty() ? nullptr : b.segment_ids.data() + start);
       const auto work_below = [&](int64_t x) {  // work of the document's rows [0, x)
-        return double(prefix_pairs(0, x, work.mask)) + work.pairs_per_token * double(x);
+        int64_t pairs = 0;
+        for (AttentionTask t : doc_tasks) {
+          if (t.q_pos >= x) break;
+          t.q_len = int32_t(std::min<int64_t>(t.q_len, x - t.q_pos));
+          pairs += attention_pairs(t, work.mask);
+        }
+        return double(pairs) + work.pairs_per_token * double(x);
       };
       const double total = work_below(L);
       for (int c = 1; c < 2 * cp; ++c) {  // the first x with work_below(x) >= c / 2cp of it
@@ -161,6 +172,11 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
       rows[s] -= moved.len;
       rows[size_t(r)] += moved.len;
     }
+  for (std::vector<DocPiece>& list : pieces) {  // per-document mask data
+    if (!b.prefix_lens.empty())
+      for (DocPiece& p : list) p.prefix_len = b.prefix_lens[size_t(p.doc)];
+    cut_at_segments(list, b.segment_ids);
+  }
   return pieces;
 }
 

@@ -7,13 +7,16 @@
 //               (Llama-3 / Megatron load balancing: each rank holds ~1/cp of the tokens
 //               and ~1/cp of the causal attention work of every document). Under an
 //               attention mask other than causal the chunks hold equal shares of the
-//               work instead: the pairs the mask lets through (attention_pairs) plus
+//               work instead: the pairs the mask lets through (attention_pairs, with
+//               the document's prefix or segments under a per-document mask) plus
 //               each token's token-linear work in pair units (SplitWork). Shorter
 //               documents go whole to the rank holding the fewest tokens so far (the
 //               lowest such rank), in document order. No padding. If that leaves a
 //               rank without tokens, it takes the last token of the fullest rank.
 //   contiguous  rank r keeps rows [r T / cp, (r + 1) T / cp) of the sequence (the naive
 //               split: the last rank gets the most attention work).
+// Pieces carry the per-document mask data (DocPiece::prefix_len, and under
+// shared_question one piece per segment, cut_at_segments).
 // Every rank can compute every rank's pieces from the same packed sequence, so the
 // placements exchange no metadata.
 #pragma once

@@ -7,7 +7,9 @@
 // parallel.dp_balance = packing, documents re-packed by work (data/balance.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,33 @@ struct DocPiece {
   int32_t row = 0;      // first row in the holder's local arrays
   int32_t seq_row() const { return doc_start + pos; }  // first row in the whole sequence
   int32_t doc_start = 0;  // row of the document's first token in the whole sequence
-  int32_t prefix_len = 0;  // prefix_lm: the document's prefix P (PackedBatch::prefix_lens)
+  // Per-document mask data (attention_mask.h), as AttentionTask carries it: prefix_lm's
+  // prefix P (PackedBatch::prefix_lens), or shared_question's question length; and under
+  // shared_question the first position of the segment (0: the question) its tokens lie
+  // in: a piece never spans two segments (cut_at_segments).
+  int32_t prefix_len = 0;
+  int32_t segment_pos = 0;
+
+  int32_t end() const { return pos + len; }
+  // Its queries read keys of [0, key_end) only: their causal prefix, and under prefix_lm
+  // the whole prefix (bidirectional, so the prefix's first queries read ahead).
+  int32_t key_end(const AttentionMask& mask) const {
+    return mask.kind == MaskKind::prefix_lm ? std::max(end(), prefix_len) : end();
+  }
+  // The task of its queries (at its row) against the keys [kv_pos, kv_pos + kv_len) of
+  // its document, held from row kv_row: the one place a piece becomes a task.
+  AttentionTask task(int64_t kv_row, int32_t kv_pos, int32_t kv_len) const;
+  // `next` continues this piece: the same document and segment, the next position.
+  bool continued_by(const DocPiece& next) const {
+    return next.doc == doc && next.pos == end() && next.segment_pos == segment_pos;
+  }
 };
+
+// Gives pieces their shared_question structure from the segment ids of the sequence
+// their doc_start rows refer to (empty: nothing to do): prefix_len becomes the
+// document's question length, and a piece spanning segments is cut into one piece per
+// segment (consecutive rows), each with its segment_pos.
+void cut_at_segments(std::vector<DocPiece>& pieces, std::span<const int32_t> segment_ids);
 
 struct LocalBatch {
   std::vector<int32_t> tokens;       // [T_local]
@@ -43,14 +70,15 @@ struct LocalBatch {
 
   int64_t num_tokens() const { return int64_t(tokens.size()); }
   int64_t num_targets() const;
-  // Attention work of this rank's queries: every piece against its causal key prefix
-  // (attention_pairs of core_attention.h); summed over a group, the sequence's pairs.
+  // Attention work of this rank's queries: every piece against the keys it reads (its
+  // document's [0, key_end), attention_pairs of core_attention.h); summed over a group,
+  // the sequence's pairs.
   int64_t attention_pairs(const AttentionMask& mask = {}) const;
-  // Every piece against its own rows, what colocated attention runs: one task a piece,
-  // with its document's prefix; under shared_question (segment_ids) one a segment, from
-  // the document's start (its pieces are then whole documents, as they are without
-  // context parallelism or CAD, which refuse per-document masks).
-  void local_tasks(std::vector<AttentionTask>& tasks) const;
+  // What colocated attention runs: each piece against the keys it reads (DocPiece::
+  // key_end) among the rows this batch holds of its document, the run of consecutive
+  // pieces it lies in (a whole document without context parallelism, one piece per
+  // shared_question segment).
+  void local_tasks(std::vector<AttentionTask>& tasks, const AttentionMask& mask) const;
 };
 
 // train.loss_on: whose next-token losses train the model: every token's, or only the

@@ -407,7 +407,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   s.batch = &batch;
   s.round = round;
   s.lane = lane;
-  batch.local_tasks(s.tasks);  // every piece against its own rows (what colocated attention runs)
+  batch.local_tasks(s.tasks, attn_params_.mask);  // every piece against its own rows (what colocated attention runs)
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)

@@ -69,14 +69,15 @@ void CadAttention::observe_step(double compute_seconds, int64_t tokens) {
 }
 
 void CadAttention::make_plan(const AttentionInput& in, bool counted) {
-  // per piece: row, len, pos, document length, document index in the sequence, and the
+  // per piece: row, len, pos, document length, document index in the sequence, the
   // first rank of the context-parallel group sharing the sequence (ranks of a group are
-  // consecutive, cp fastest): (that rank, document) names a document over the job
-  constexpr int kFields = 6;
+  // consecutive, cp fastest): (that rank, document) names a document over the job; and
+  // its mask data (prefix or question length, segment start)
+  constexpr int kFields = 8;
   std::vector<int32_t> mine;
   const int32_t leader = int32_t(rank_ - in.batch.cp_rank);
   for (const DocPiece& p : in.batch.pieces)
-    mine.insert(mine.end(), {p.row, p.len, p.pos, p.doc_len, p.doc, leader});
+    mine.insert(mine.end(), {p.row, p.len, p.pos, p.doc_len, p.doc, leader, p.prefix_len, p.segment_pos});
   int count = int(mine.size());
   std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
   const auto t0 = SteadyClock::now();  // a synchronisation point: waiting here is exposed
@@ -93,7 +94,7 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
     p.first_doc.push_back(p.docs.size());
     for (int i = 0; i < counts[size_t(r)] / kFields; ++i) {
       const int32_t* f = all.data() + displs[size_t(r)] + kFields * i;
-      p.docs.push_back({r, i, f[0], f[1], f[2]});
+      p.docs.push_back({r, i, f[0], f[1], f[2], f[6], f[7]});
       const auto [it, added] = number.emplace(std::make_pair(f[5], f[4]), int32_t(p.doc_len.size()));
       if (added) p.doc_len.push_back(f[3]);
       p.gdoc.push_back(it->second);
@@ -125,12 +126,19 @@ void CadAttention::route(Plan& p) const {
     std::sort(list.begin(), list.end(), [&](const auto& x, const auto& y) {
       return p.docs[x.second].pos < p.docs[y.second].pos;
     });
-  // a task runs in place when its server holds its document's whole key prefix as one
-  // local run from position 0 (always so without context parallelism); the row of it
+  // a task runs in place when its server holds the keys it reads as one local run of
+  // consecutive pieces from position 0 (always so without context parallelism; pieces of
+  // shared_question segments follow each other); the row of it
   const auto in_place_row = [&](const CaTask& t) -> int64_t {
     if (t.origin != t.server) return -1;
-    for (const auto& [holder, i] : pieces[size_t(p.gdoc[piece_of(t)])])
-      if (holder == t.server && p.docs[i].pos == 0 && p.docs[i].len >= t.kv_len()) return p.docs[i].row;
+    int64_t row = -1, end = 0, next_row = 0;  // the run from position 0: first row, end position
+    for (const auto& [holder, i] : pieces[size_t(p.gdoc[piece_of(t)])]) {
+      const CaPiece& d = p.docs[i];
+      if (holder != t.server) continue;
+      if (d.pos == 0) row = d.row, end = d.len, next_row = d.row + d.len;
+      else if (row >= 0 && d.pos == end && d.row == next_row) end += d.len, next_row += d.len;
+      if (row >= 0 && end >= t.kv_len()) return row;
+    }
     return -1;
   };
   // key prefixes each server needs (document -> P) for its tasks not run in place
@@ -176,7 +184,7 @@ void CadAttention::route(Plan& p) const {
     throw std::logic_error("CAD: the holders' key segments cover " + std::to_string(covered) +
                            " of " + std::to_string(p.ws_rows) + " workspace rows");
   const auto task_of = [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-    return AttentionTask{q_row, kv_row, t.q_len, t.kv_len(), t.q_begin, 0, p.doc_len[size_t(p.gdoc[piece_of(t)])]};
+    return t.attention_task(q_row, kv_row, p.doc_len[size_t(p.gdoc[piece_of(t)])]);
   };
   const auto local_row = [&](const CaTask& t) {
     const CaPiece& d = p.docs[piece_of(t)];

@@ -123,8 +123,7 @@ void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, cons
     }
   }
   tasks_.clear();
-  for (const DocPiece& p : in.batch.pieces)
-    tasks_.push_back({p.row, p.doc_start, p.len, p.pos + p.len, p.pos, 0, p.doc_len});
+  for (const DocPiece& p : in.batch.pieces) tasks_.push_back(p.task(p.doc_start, 0, p.key_end(in.params.mask)));
 }
 
 void ContextParallelAttention::allgather_forward(const AttentionInput& in, const float* q,
@@ -183,10 +182,11 @@ void ContextParallelAttention::ring_tasks(const AttentionInput& in, int j) {
     auto it = std::lower_bound(theirs.begin(), theirs.end(), p.doc,
                                [](const DocPiece& x, int32_t doc) { return x.doc < doc; });
     size_t call = 0;
+    const int32_t key_end = p.key_end(in.params.mask);
     for (; it != theirs.end() && it->doc == p.doc; ++it) {
-      if (it->pos > p.pos + p.len - 1) continue;  // every key of it is in p's future
+      if (it->pos >= key_end) continue;  // p reads none of its keys
       if (calls_.size() <= call) calls_.emplace_back();
-      calls_[call++].push_back({p.row, it->row, p.len, it->len, p.pos, it->pos, p.doc_len});
+      calls_[call++].push_back(p.task(it->row, it->pos, it->len));
     }
   }
 }

@@ -105,7 +105,7 @@ void UlyssesAttention::prepare(const AttentionInput& in) {
     for (const Ref& r : refs) {
       const DocPiece& p = *r.piece;
       if (x == group_) segments_.push_back({r.member, p.row, row, p.len});
-      if (!out.empty() && out.back().doc == p.doc && out.back().pos + out.back().len == p.pos) {
+      if (!out.empty() && out.back().continued_by(p)) {
         out.back().len += p.len;
       } else {
         DocPiece u = p;
@@ -121,13 +121,15 @@ void UlyssesAttention::prepare(const AttentionInput& in) {
   union_batch_.sequence_tokens = in.batch.sequence_tokens;
   member_rows_.resize(size_t(U_));
   for (int j = 0; j < U_; ++j) member_rows_[size_t(j)] = rows_of(group[size_t(group_ * U_ + j)]);
-  if (R_ == 1) {  // the group holds the whole sequence: whole documents
-    tasks_.clear();
-    for (const DocPiece& p : union_batch_.pieces) {
-      if (p.pos != 0 || p.len != p.doc_len)
+  if (R_ == 1) {  // the group holds the whole sequence: whole documents (one piece per
+                  // shared_question segment)
+    const std::vector<DocPiece>& u = union_batch_.pieces;
+    for (size_t i = 0; i < u.size(); ++i) {
+      const bool starts = i == 0 || u[i - 1].doc != u[i].doc, ends = i + 1 == u.size() || u[i + 1].doc != u[i].doc;
+      if ((starts ? u[i].pos != 0 : u[i].pos != u[i - 1].end()) || (ends && u[i].end() != u[i].doc_len))
         throw std::logic_error("Ulysses attention: a document is not whole after the all-to-all");
-      tasks_.push_back({p.row, p.row, p.len, p.len, 0, 0, p.doc_len});
     }
+    union_batch_.local_tasks(tasks_, in.params.mask);
   }
 }
 

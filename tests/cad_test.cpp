@@ -12,6 +12,8 @@
 #include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "attention/core_attention.h"
+#include "data/context_shards.h"
+#include "data/packing.h"
 #include "model/rope.h"
 #include "tests/dense_attention.h"
 
@@ -127,6 +129,63 @@ TEST(CadPlan, MasksBalanceTheirUnmaskedPairs) {
         EXPECT_LE(max_over_mean(served), 1.1 + 1e-9)
             << mask_kind_name(mask.kind) << " n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
       }
+}
+
+// prefix_lm and shared_question: the planner plans the pieces of whole_sequence (one per
+// shared_question segment) with their prefixes and segments: every row once, each task
+// inside its piece with the piece's mask data and the keys its queries read, the pairs
+// (counted here from the documents' own tasks) conserved and balanced within tolerance.
+TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
+  for (const DocStructure st : {DocStructure{0.3, 0}, DocStructure{0.2, 3}}) {
+    const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
+    for (int n : {2, 4})
+      for (uint32_t seed = 1; seed <= 10; ++seed) {
+        std::vector<CaPiece> docs;
+        int64_t whole = 0;
+        for (int s = 0; s < n; ++s) {
+          PackedBatch b;
+          b.cu_seqlens = {0};
+          for (const CaPiece& d : random_tick(1, 4096, seed * 13 + uint32_t(s))) {
+            b.cu_seqlens.push_back(b.cu_seqlens.back() + d.len);
+            st.append_piece(b, d.len, 0, d.len);
+          }
+          b.tokens.assign(size_t(b.cu_seqlens.back()), 1);
+          derive_targets_and_positions(b);
+          ASSERT_EQ(check_mask_data(b), "");
+          whole += attention_pairs(tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids}), mask);
+          int32_t i = 0;
+          for (const DocPiece& p : whole_sequence(b).pieces)
+            docs.push_back({s, i++, p.row, p.len, p.pos, p.prefix_len, p.segment_pos});
+        }
+        CaPlanOptions o;
+        o.tolerance = 0.1;
+        o.mask = mask;
+        const CaPlan plan = plan_core_attention(docs, n, o);
+        std::map<std::pair<int32_t, int32_t>, const CaPiece*> piece;
+        std::map<std::pair<int32_t, int32_t>, int32_t> rows;
+        for (const CaPiece& d : docs) piece[{d.origin, d.doc}] = &d, rows[{d.origin, d.doc}] = 0;
+        std::vector<int64_t> served(size_t(n), 0);
+        int64_t after = 0;
+        for (const CaTask& t : plan.tasks) {
+          const CaPiece& d = *piece.at({t.origin, t.doc});
+          ASSERT_GE(t.q_begin, d.pos);
+          ASSERT_LE(t.q_begin + t.q_len, d.pos + d.len);
+          EXPECT_EQ(t.prefix_len, d.prefix_len);
+          EXPECT_EQ(t.segment_pos, d.segment_pos);
+          EXPECT_EQ(t.kv_end, st.answers > 0 ? t.q_begin + t.q_len : std::max(t.q_begin + t.q_len, d.prefix_len));
+          rows[{t.origin, t.doc}] += t.q_len;
+          const int64_t p = attention_pairs(t.attention_task(0, 0, 0), mask);
+          after += p;
+          served[size_t(t.server)] += p;
+        }
+        for (const CaPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
+        EXPECT_EQ(after, whole) << mask_kind_name(mask.kind);
+        EXPECT_EQ(std::accumulate(plan.pairs_before.begin(), plan.pairs_before.end(), int64_t(0)), whole);
+        EXPECT_EQ(served, plan.pairs_after);
+        EXPECT_LE(max_over_mean(served), 1.1 + 1e-9)
+            << mask_kind_name(mask.kind) << " n " << n << " seed " << seed << " before " << max_over_mean(plan.pairs_before);
+      }
+  }
 }
 
 // Context-parallel pieces: each document's rows [pos, pos + len) on several ranks,

@@ -152,6 +152,59 @@ TEST(ContextShards, ZigzagBalancesTheMasksWork) {
       }
 }
 
+// prefix_lm and shared_question under context parallelism: pieces carry their
+// document's prefix (or question length), a piece never spans two segments and knows
+// where its segment starts, the ranks' pairs add up to the sequence's, every row goes
+// once, and the zigzag cuts balance the mask's work with the documents' own structure.
+TEST(ContextShards, PiecesCarryPrefixesAndSegments) {
+  PackedBatch b = packed({700, 3000, 5, 9, 1200});
+  const DocStructure prefixes{0.3, 0}, segments{0.2, 3};
+  for (const DocStructure st : {prefixes, segments}) {
+    b.prefix_lens.clear();
+    b.segment_ids.clear();
+    for (int64_t d = 0; d < b.num_docs(); ++d) {
+      const int32_t L = b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)];
+      st.append_piece(b, L, 0, L);
+    }
+    ASSERT_EQ(check_mask_data(b), "");
+    const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
+    const int64_t whole = attention_pairs(tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids}), mask);
+    ASSERT_NE(whole, attention_pairs(tasks_for_documents(b.cu_seqlens))) << "the structure changes the work";
+    EXPECT_EQ(whole_sequence(b).attention_pairs(mask), whole);
+    for (const CpSplit split : {CpSplit::zigzag, CpSplit::contiguous})
+      for (int cp : {2, 3, 4}) {
+        int64_t rows = 0, pairs = 0;
+        double mx = 0, sum = 0;
+        for (int r = 0; r < cp; ++r) {
+          const LocalBatch l = shard_sequence(b, cp, r, split, {mask, 0.0});
+          for (const DocPiece& p : l.pieces) {
+            const int32_t start = b.cu_seqlens[size_t(p.doc)];
+            if (st.answers == 0) {
+              EXPECT_EQ(p.prefix_len, b.prefix_lens[size_t(p.doc)]);
+              continue;
+            }
+            int32_t question = 0;
+            while (question < p.doc_len && b.segment_ids[size_t(start + question)] == 0) ++question;
+            EXPECT_EQ(p.prefix_len, question);
+            const int32_t id = b.segment_ids[size_t(start + p.pos)];
+            for (int32_t t = p.pos; t < p.end(); ++t)
+              ASSERT_EQ(b.segment_ids[size_t(start + t)], id) << "a piece spans two segments";
+            EXPECT_EQ(l.segment_ids[size_t(p.row)], id);
+            EXPECT_TRUE(p.segment_pos == 0 ? id == 0 : b.segment_ids[size_t(start + p.segment_pos - 1)] != id);
+            for (int32_t t = p.segment_pos; t < p.pos; ++t) EXPECT_EQ(b.segment_ids[size_t(start + t)], id);
+          }
+          rows += l.num_tokens();
+          pairs += l.attention_pairs(mask);
+          mx = std::max(mx, double(l.attention_pairs(mask))), sum += double(l.attention_pairs(mask));
+        }
+        EXPECT_EQ(rows, b.num_tokens());
+        EXPECT_EQ(pairs, whole) << mask_kind_name(mask.kind) << " cp " << cp;
+        if (split == CpSplit::zigzag)
+          EXPECT_LT(mx / (sum / cp), 1.01) << mask_kind_name(mask.kind) << " cp " << cp;
+      }
+  }
+}
+
 TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {
   const PackedBatch b = packed({3, 1, 60});
   const LocalBatch l = whole_sequence(b);

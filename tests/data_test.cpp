@@ -160,8 +160,9 @@ TEST(Packing, LocalTasksCarryPrefixesAndSegments) {
     SequencePacker packer(*src, 128, st);
     const PackedBatch b = packer.sequence(2);
     const LocalBatch local = whole_sequence(b);
+    const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
     std::vector<AttentionTask> got;
-    local.local_tasks(got);
+    local.local_tasks(got, mask);
     const std::vector<AttentionTask> want = tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids});
     ASSERT_EQ(got.size(), want.size());
     ASSERT_GE(got.size(), size_t(b.num_docs()));
@@ -172,7 +173,6 @@ TEST(Packing, LocalTasksCarryPrefixesAndSegments) {
       EXPECT_EQ(got[i].prefix_len, want[i].prefix_len);
       EXPECT_EQ(got[i].segment_pos, want[i].segment_pos);
     }
-    const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
     EXPECT_EQ(local.attention_pairs(mask), attention_pairs(want, mask));
     EXPECT_NE(local.attention_pairs(mask), local.attention_pairs()) << "the mask changes the work";
   }

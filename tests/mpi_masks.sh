@@ -7,8 +7,8 @@
 # losses and parameters within compare_runs.py's float32 bounds of the single process
 # (layouts sum gradients over tokens and merge attention over key blocks in other
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
-# prefix_lm and shared_question (per-document data from the packer) under dp = 2 and
-# pp = 2; context parallelism and CAD refuse them. Then: a masked checkpoint resumes only
+# prefix_lm and shared_question (per-document data from the packer) on the same layouts
+# and the contiguous split. Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -54,8 +54,9 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
 done
 
 # per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
-# documents shorter and longer than them; dp = 2 and pp = 2 equal one process; context
-# parallelism and CAD, which cut documents, refuse them (one line)
+# documents shorter and longer than them, on every layout: context parallelism and CAD
+# cut documents, so their pieces carry the prefix (prefix_lm's first queries read keys
+# other ranks hold) and are cut at segment boundaries
 for mask in "prefix_lm --data.prefix_fraction 0.25" \
             "shared_question --data.prefix_fraction 0.2 --data.answers_per_question 3"; do
   name=${mask%% *}
@@ -66,9 +67,20 @@ for mask in "prefix_lm --data.prefix_fraction 0.25" \
   compare "dp=2, $name" "dp2_$name" "ref_$name"
   train "pp2_$name" 2 $m --parallel.dp 1 --parallel.pp 2
   compare "pp=2, $name" "pp2_$name" "ref_$name"
-  expect_layout_error 2 "attention.mask = $name runs with colocated attention only" $m --parallel.dp 1 --parallel.cp 2
-  expect_layout_error 2 "attention.mask = $name runs with colocated attention only" $m --parallel.dp 2 \
-    --attention.placement cad
+  for comm in ring allgather ulysses; do
+    train "cp2_${comm}_$name" 2 $m --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm "$comm"
+    compare "cp=2 $comm, $name" "cp2_${comm}_$name" "ref_$name"
+  done
+  train "cp2_contiguous_$name" 2 $m --parallel.dp 1 --parallel.cp 2 --parallel.cp_split contiguous
+  compare "cp=2 ring contiguous, $name" "cp2_contiguous_$name" "ref_$name"
+  for comm in hybrid double_ring; do
+    train "cp4_${comm}_$name" 4 $m --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+    compare "cp=4 $comm, $name" "cp4_${comm}_$name" "ref_$name"
+  done
+  MB=1 train "cad2_$name" 2 $m --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+  compare "CAD dp=2, $name" "cad2_$name" "ref_$name"
+  MB=1 train "cad_dp2cp2_$name" 4 $m --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
+  compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
 done
 
 # the mask is part of the model: resuming under another is refused, naming the key

@@ -305,7 +305,7 @@ struct BalanceRow {
 
 std::vector<BalanceRow> cp_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, plan.doc_structure);
   std::vector<PackedBatch> sequences;
   for (int64_t k = 0; k < o.balance_sequences; ++k) sequences.push_back(packer.sequence(k));
   std::vector<BalanceRow> rows;
@@ -337,7 +337,7 @@ struct CadBalanceRow {
 
 std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
   const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len);
+  SequencePacker packer(*source, config.data.seq_len, plan.doc_structure);
   const CaPlanOptions opt = ca_plan_options(plan.attention, plan.cad.tolerance, nullptr);
   std::vector<CadBalanceRow> rows;
   for (int64_t n : o.cad_ranks) {
@@ -346,10 +346,9 @@ std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan
     for (int64_t tick = 0; tick < ticks; ++tick) {
       std::vector<CaPiece> docs;
       for (int64_t rank = 0; rank < n; ++rank) {
-        const PackedBatch b = packer.sequence(tick * n + rank);
-        for (int64_t d = 0; d < b.num_docs(); ++d)
-          docs.push_back({int32_t(rank), int32_t(d), b.cu_seqlens[size_t(d)],
-                          b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)]});
+        int32_t i = 0;  // whole documents (one piece per shared_question segment)
+        for (const DocPiece& d : whole_sequence(packer.sequence(tick * n + rank)).pieces)
+          docs.push_back({int32_t(rank), i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
       }
       const CaPlan plan = plan_core_attention(docs, int(n), opt);
       const auto ratio = [](const std::vector<int64_t>& v) {

@@ -183,18 +183,20 @@ Calibration measure_calibration(const Config& config, const SimulateOptions& o) 
   return c;
 }
 
-// Attention seconds (forward + backward, one layer) of query rows [q0, q0 + q) of a
-// document against their prefix, under the model's mask.
+// Attention seconds (forward + backward, one layer) of a task whose keys start at its
+// document's start, under the model's mask.
 struct AttentionCost {
   const Calibration& cal;
   const std::optional<CaCostModel>& profile;
   double scale;
   AttentionMask mask;
-  double operator()(int64_t q0, int64_t q) const {
-    if (q <= 0) return 0;
-    if (profile) return profile->seconds(q, q0 + q, mask) * scale;  // the task's measured time
-    return cal.attention_per_pair_layer * double(prefix_pairs(q0, q, mask));
+  double operator()(const AttentionTask& t) const {
+    if (t.q_len <= 0) return 0;
+    if (profile) return profile->seconds(t, mask) * scale;  // the task's measured time
+    return cal.attention_per_pair_layer * double(attention_pairs(t, mask));
   }
+  // a piece's queries against the keys they read
+  double operator()(const DocPiece& p) const { return (*this)(p.task(0, 0, p.key_end(mask))); }
 };
 
 struct StepPrediction {
@@ -379,7 +381,8 @@ class CadLayerCost {
       std::vector<CaPiece> docs;
       for (int r = 0; r < n; ++r) {
         int32_t i = 0;
-        for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos});
+        for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
+          docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
       }
       const CaPlan plan = plan_core_attention(docs, n, po_);
       linear[size_t(g)].assign(size_t(n), 0.0);
@@ -391,9 +394,10 @@ class CadLayerCost {
         linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
       std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
       for (const CaTask& t : plan.tasks) {
-        const double c = attn_(t.q_begin, t.q_len);
+        const AttentionTask task = t.attention_task(0, 0, 0);
+        const double c = attn_(task);
         work[size_t(g)][size_t(t.server)] += c;
-        served[size_t(t.server)] += double(prefix_pairs(t.q_begin, t.q_len, mc_.attention_mask));
+        served[size_t(t.server)] += double(attention_pairs(task, mc_.attention_mask));
         if (t.server == t.origin) {
           own[size_t(g)][size_t(t.server)] += c;
           continue;
@@ -579,7 +583,7 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
   out.time.assign(size_t(cp), 0.0);
   std::vector<double> own_attention(size_t(cp), 0.0);
   for (int c = 0; c < cp; ++c)
-    for (const DocPiece& piece : pieces[size_t(c)].pieces) own_attention[size_t(c)] += attn(piece.pos, piece.len);
+    for (const DocPiece& piece : pieces[size_t(c)].pieces) own_attention[size_t(c)] += attn(piece);
   // a ring of `ranks` over blocks of `rows` rows and `kv` K (and V) elements per row
   const auto ring_bytes = [&](int ranks, double rows, double kv) {
     const double n = rows * kv;
@@ -952,7 +956,7 @@ int simulate_data_parallel(const Config& config, const SimulateOptions& o, const
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         if (cad) continue;
         double t = cal.linear_per_token_layer * double(b.num_tokens());
-        for (const DocPiece& d : b.pieces) t += attn(d.pos, d.len);
+        for (const DocPiece& d : b.pieces) t += attn(d);
         p.compute[size_t(r)] += layers * t;
         timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
         served[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));

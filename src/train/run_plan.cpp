@@ -39,14 +39,6 @@ RunPlan make_run_plan(const Config& c, int world) {
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
-  // prefix_lm and shared_question tasks are built from whole documents (LocalBatch::
-  // local_tasks); the placements that cut documents do not carry prefixes or segments yet
-  if (p.model.attention_mask.per_document() && p.placement != Placement::colocated)
-    throw ConfigError(std::string("attention.mask = ") + mask_kind_name(p.model.attention_mask.kind) +
-                      " runs with colocated attention only so far (data and pipeline parallelism); here " +
-                      (p.placement == Placement::cad ? "attention.placement = cad"
-                                                     : "parallel.cp = " + std::to_string(p.layout.cp)));
-
   if (p.placement == Placement::context_parallel &&
       (p.cp_comm == CpComm::ulysses || p.cp_comm == CpComm::hybrid)) {
     const int cp = p.layout.cp;

@@ -93,8 +93,18 @@ int32_t DocStructure::segment(int64_t len, int64_t p) const {
   return int32_t(k);
 }
 
-void DocStructure::append_piece(PackedBatch& b, int64_t len, int64_t offset, int64_t take) const {
-  if (answers > 0) {
+void DocStructure::append_piece(PackedBatch& b, int64_t len, int64_t offset, int64_t take,
+                                std::span<const int32_t> ends) const {
+  if (marks == Marks::segments) {  // position p lies in segment #(ends <= p)
+    auto e = std::upper_bound(ends.begin(), ends.end(), int32_t(offset));
+    for (int64_t p = offset; p < offset + take; ++p) {
+      while (e != ends.end() && *e <= p) ++e;
+      b.segment_ids.push_back(int32_t(e - ends.begin()));
+    }
+  } else if (marks == Marks::prefix) {
+    const int64_t P = ends.empty() ? 0 : ends.front();
+    b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(P - offset, 0, take)));
+  } else if (answers > 0) {
     for (int64_t i = 0; i < take; ++i) b.segment_ids.push_back(segment(len, offset + i));
   } else if (prefix_fraction > 0) {
     b.prefix_lens.push_back(int32_t(std::clamp<int64_t>(prefix(len) - offset, 0, take)));
@@ -151,14 +161,15 @@ PackedBatch SequencePacker::sequence(int64_t index) {
   b.tokens.resize(size_t(seq_len_));
   b.answer_mask.assign(size_t(seq_len_), 0);
   b.cu_seqlens.push_back(0);
-  if (structure_.answers > 0) b.segment_ids.reserve(size_t(seq_len_));
+  if (structure_.segmented()) b.segment_ids.reserve(size_t(seq_len_));
   int64_t filled = 0;
   while (filled < seq_len_) {
     const int64_t doc_len = source_.doc_length(c.doc);
     const int64_t take = std::min(doc_len - c.offset, seq_len_ - filled);
     source_.doc_tokens(c.doc, c.offset, take, b.tokens.data() + filled,
                        b.answer_mask.data() + filled);
-    structure_.append_piece(b, doc_len, c.offset, take);
+    if (structure_.marks != DocStructure::Marks::none) source_.segment_ends(c.doc, ends_);
+    structure_.append_piece(b, doc_len, c.offset, take, ends_);
     filled += take;
     b.cu_seqlens.push_back(int32_t(filled));
     ++c.doc;

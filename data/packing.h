@@ -52,13 +52,22 @@ void derive_targets_and_positions(PackedBatch& batch);
 struct DocStructure {
   double prefix_fraction = 0;  // in [0, 1)
   int32_t answers = 0;         // shared_question: answers per question (0: prefix_lm / none)
+  // Or the source marks each document's structure (DocumentSource::segment_ends, a token
+  // file's data.segment_end_id): the first marked segment is the prefix (prefix_lm; none
+  // without a mark), or every mark closes a segment: the question, then each answer, the
+  // last answer running to the document's end (shared_question; one question without).
+  enum class Marks { none, prefix, segments };
+  Marks marks = Marks::none;
+  bool segmented() const { return answers > 0 || marks == Marks::segments; }
   // The prefix (or question) of a document of len tokens, and the segment id of its
-  // position p (answers > 0).
+  // position p (answers > 0), by the rule.
   int64_t prefix(int64_t len) const;
   int32_t segment(int64_t len, int64_t p) const;
   // Appends to `batch` the mask data of the piece [offset, offset + take) of a document
-  // of len tokens: its prefix_lens entry, or its take segment ids (nothing without a rule).
-  void append_piece(PackedBatch& batch, int64_t len, int64_t offset, int64_t take) const;
+  // of len tokens: its prefix_lens entry, or its take segment ids (nothing without a rule
+  // or marks); `ends` are the document's segment ends under marks.
+  void append_piece(PackedBatch& batch, int64_t len, int64_t offset, int64_t take,
+                    std::span<const int32_t> ends = {}) const;
 };
 
 // Empty when the batch's mask data has the shape its mask needs (prefix lengths of
@@ -111,6 +120,7 @@ class SequencePacker {
   const DocumentSource& source_;
   int64_t seq_len_;
   DocStructure structure_;
+  std::vector<int32_t> ends_;  // the current document's segment ends (marked sources)
   std::function<bool()> stop_;
   static constexpr int64_t kCheckEvery = 256;
   // Cursors of sequences seen so far, every kCacheEvery sequences plus the latest, so

@@ -221,8 +221,8 @@ class TextSource final : public DocumentSource {
 class TokenSource final : public DocumentSource {
  public:
   TokenSource(const std::string& path, TokenDtype dtype, int64_t separator_id,
-              uint64_t seed)
-      : path_(path), order_(1, seed) {
+              uint64_t seed, int64_t segment_end_id)
+      : path_(path), segment_end_id_(segment_end_id), order_(1, seed) {
     width_ = dtype == TokenDtype::uint16 ? 2 : 4;
     // read whole (no mmap: a file truncated while mapped would kill the run with SIGBUS)
     data_ = read_regular_file(path, "data.path");
@@ -264,7 +264,15 @@ class TokenSource final : public DocumentSource {
   int64_t vocab_required() const override { return max_token_ + 1; }
   std::string describe() const override {
     return "tokens '" + path_ + "', " + std::to_string(ranges_.size()) + " documents, " +
-           std::to_string(size_ / width_) + " ids";
+           std::to_string(size_ / width_) + " ids" +
+           (segment_end_id_ >= 0 ? ", segments closed by id " + std::to_string(segment_end_id_) : "");
+  }
+  void segment_ends(int64_t i, std::vector<int32_t>& ends) const override {
+    ends.clear();
+    if (segment_end_id_ < 0) return;
+    const auto& r = ranges_[size_t(order_.doc_at(i))];
+    for (int64_t t = r.first; t < r.second; ++t)
+      if (token(t) == segment_end_id_) ends.push_back(int32_t(t - r.first + 1));
   }
 
  private:
@@ -279,6 +287,7 @@ class TokenSource final : public DocumentSource {
     return x;
   }
   std::string path_;
+  int64_t segment_end_id_ = -1;
   size_t width_ = 2, size_ = 0;
   std::string data_;  // the file's bytes
   std::vector<std::pair<int64_t, int64_t>> ranges_;
@@ -297,8 +306,8 @@ std::unique_ptr<DocumentSource> make_text_source(const std::string& path,
 }
 std::unique_ptr<DocumentSource> make_token_source(const std::string& path,
                                                   TokenDtype dtype, int64_t separator_id,
-                                                  uint64_t seed) {
-  return std::make_unique<TokenSource>(path, dtype, separator_id, seed);
+                                                  uint64_t seed, int64_t segment_end_id) {
+  return std::make_unique<TokenSource>(path, dtype, separator_id, seed, segment_end_id);
 }
 
 }  // namespace lct

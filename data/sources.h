@@ -35,6 +35,13 @@ class DocumentSource {
   virtual bool has_answers() const { return false; }
   // Length of the stream's longest document: 1 means no document has a target.
   virtual int64_t longest_document() const = 0;
+  // The segments document i's marks close, as their in-document (exclusive) ends,
+  // ascending: t + 1 for a mark at position t (data.segment_end_id in a token file);
+  // empty for sources without marks.
+  virtual void segment_ends(int64_t i, std::vector<int32_t>& ends) const {
+    (void)i;
+    ends.clear();
+  }
 };
 
 // Synthetic documents with long-range dependencies (key-value retrieval):
@@ -100,10 +107,13 @@ std::unique_ptr<DocumentSource> make_text_source(const std::string& path,
                                                  const std::string& separator, uint64_t seed);
 
 // Binary token ids (little-endian uint16 or uint32) with a document-separator id; the
-// separator itself is not part of any document. Memory-mapped.
+// separator itself is not part of any document. Read whole at open. segment_end_id >= 0
+// marks segments inside documents (segment_ends): each occurrence closes the segment
+// it ends, and stays part of it (an end-of-prompt or end-of-turn token).
 std::unique_ptr<DocumentSource> make_token_source(const std::string& path,
                                                   TokenDtype dtype,
-                                                  int64_t separator_id, uint64_t seed);
+                                                  int64_t separator_id, uint64_t seed,
+                                                  int64_t segment_end_id = -1);
 
 // Synthetic token ids, exposed for tests and the retrieval metric.
 namespace synthetic_ids {

@@ -199,8 +199,9 @@ TEST(ContextShards, PiecesCarryPrefixesAndSegments) {
         }
         EXPECT_EQ(rows, b.num_tokens());
         EXPECT_EQ(pairs, whole) << mask_kind_name(mask.kind) << " cp " << cp;
-        if (split == CpSplit::zigzag)
+        if (split == CpSplit::zigzag) {
           EXPECT_LT(mx / (sum / cp), 1.01) << mask_kind_name(mask.kind) << " cp " << cp;
+        }
       }
   }
 }

@@ -421,6 +421,75 @@ TEST_F(TextSourceTest, MissingOrEmptyInputIsAClearError) {
   }
 }
 
+// data.segment_end_id: a token file marks each document's structure. Under shared_question
+// every mark closes a segment (the question, then each answer; the last answer runs to the
+// document's end) and stays in it; under prefix_lm the first mark closes the prefix. A
+// document cut by a sequence boundary keeps its segments' ids and its prefix's share.
+TEST_F(TextSourceTest, TokenFileMarksSegments) {
+  constexpr uint16_t M = 9;  // the mark; 0 separates documents
+  const std::vector<uint16_t> ids = {5, 6, M, 7, 8, M, 3, 4, 0, 10, 11, 12, 0, M, 13, 14, 0};
+  std::ofstream(dir / "m.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(ids.data()), std::streamsize(ids.size() * 2));
+  auto src = make_token_source((dir / "m.bin").string(), TokenDtype::uint16, 0, 3, M);
+  for (const DocStructure::Marks marks : {DocStructure::Marks::segments, DocStructure::Marks::prefix}) {
+    DocStructure st;
+    st.marks = marks;
+    SequencePacker packer(*src, 5, st);  // every sequence of 5 tokens cuts documents
+    for (int64_t k = 0; k < 3; ++k) {  // one epoch: 8 + 3 + 3 tokens
+      const PackedBatch b = packer.sequence(k);
+      ASSERT_EQ(check_mask_data(b), "") << k;
+      if (marks == DocStructure::Marks::segments) {
+        ASSERT_EQ(b.segment_ids.size(), b.tokens.size());
+        for (size_t t = 0; t < b.tokens.size(); ++t) {  // a mark is the last token of its segment
+          if (b.tokens[t] == M && t + 1 < b.tokens.size() && b.positions[t + 1] > 0) {
+            EXPECT_EQ(b.segment_ids[t + 1], b.segment_ids[t] + 1) << "sequence " << k << " token " << t;
+          }
+        }
+      } else {
+        ASSERT_EQ(b.prefix_lens.size(), size_t(b.num_docs()));
+      }
+    }
+  }
+  // the whole documents, one by one
+  std::vector<int32_t> ends;
+  int seen = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const int64_t L = src->doc_length(i);
+    std::vector<int32_t> tok(static_cast<size_t>(L));
+    src->doc_tokens(i, 0, L, tok.data(), nullptr);
+    src->segment_ends(i, ends);
+    DocStructure seg, pre;
+    seg.marks = DocStructure::Marks::segments;
+    pre.marks = DocStructure::Marks::prefix;
+    PackedBatch b;
+    seg.append_piece(b, L, 0, L, ends);
+    pre.append_piece(b, L, 0, L, ends);
+    if (tok[0] == 5) {  // 5 6 M | 7 8 M | 3 4
+      EXPECT_EQ(ends, (std::vector<int32_t>{3, 6}));
+      EXPECT_EQ(b.segment_ids, (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 2, 2}));
+      EXPECT_EQ(b.prefix_lens, std::vector<int32_t>{3});
+      PackedBatch tail;  // the piece from offset 4
+      seg.append_piece(tail, L, 4, 4, ends);
+      pre.append_piece(tail, L, 4, 4, ends);
+      EXPECT_EQ(tail.segment_ids, (std::vector<int32_t>{1, 1, 2, 2}));
+      EXPECT_EQ(tail.prefix_lens, std::vector<int32_t>{0});
+      ++seen;
+    } else if (tok[0] == 10) {  // no mark: one question, no prefix
+      EXPECT_TRUE(ends.empty());
+      EXPECT_EQ(b.segment_ids, (std::vector<int32_t>{0, 0, 0}));
+      EXPECT_EQ(b.prefix_lens, std::vector<int32_t>{0});
+      ++seen;
+    } else {  // M 13 14: a one-token question
+      EXPECT_EQ(ends, std::vector<int32_t>{1});
+      EXPECT_EQ(b.segment_ids, (std::vector<int32_t>{0, 1, 1}));
+      EXPECT_EQ(b.prefix_lens, std::vector<int32_t>{1});
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 3);
+  EXPECT_NE(src->describe().find("segments closed by id 9"), std::string::npos);
+}
+
 TEST_F(TextSourceTest, TokenFileSplitsOnSeparatorId) {
   const std::vector<uint32_t> ids = {5, 6, 0, 0, 7, 70000, 8, 0};
   std::ofstream(dir / "t.bin", std::ios::binary)

@@ -83,6 +83,32 @@ for mask in "prefix_lm --data.prefix_fraction 0.25" \
   compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
 done
 
+# a token file that marks each document's structure (data.segment_end_id = 3: closes the
+# prefix, the question and each answer): both masks from the file's marks on cp = 2 and
+# CAD dp = 2 against one process, and the marks change what is trained
+/usr/bin/python3 -c "
+import numpy as np
+r = np.random.default_rng(7)
+out = []
+for d in range(150):
+    doc = r.integers(10, 200, int(r.integers(2, 300)))
+    doc[r.random(len(doc)) < 0.03] = 3
+    out += list(doc) + [0]
+np.array(out, dtype=np.uint16).tofile('marked.bin')"
+TOKENS="--data.source tokens --data.path marked.bin"
+train ref_marked_causal 0 $TOKENS
+for name in prefix_lm shared_question; do
+  m="--attention.mask $name $TOKENS --data.segment_end_id 3"
+  train "ref_marked_$name" 0 $m
+  grep -q "segments closed by id 3" "ref_marked_$name.log" || { cat "ref_marked_$name.log"; echo "FAIL: the log does not say the file marks segments"; exit 1; }
+  if compare "marked $name against causal" "ref_marked_$name" ref_marked_causal > /dev/null; then
+    echo "FAIL: marked $name trains like causal"; exit 1; fi
+  train "cp2_marked_$name" 2 $m --parallel.dp 1 --parallel.cp 2
+  compare "cp=2 ring, $name from a token file's marks" "cp2_marked_$name" "ref_marked_$name"
+  MB=1 train "cad2_marked_$name" 2 $m --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+  compare "CAD dp=2, $name from a token file's marks" "cad2_marked_$name" "ref_marked_$name"
+done
+
 # the mask is part of the model: resuming under another is refused, naming the key
 out=$("$LCT" train $MODEL --train.steps 9 --checkpoint.dir ref_chunked --train.resume auto 2>&1) && {
   echo "$out"; echo "FAIL: resumed a chunked checkpoint under the causal mask"; exit 1; }
@@ -137,4 +163,10 @@ bad "attention.mask = shared_question needs data.answers_per_question >= 1" --at
 bad "data.prefix_fraction must be in \[0, 1)" --attention.mask prefix_lm --data.prefix_fraction 1
 bad "data.prefix_fraction is used only with attention.mask = prefix_lm or shared_question" --data.prefix_fraction 0.5
 bad "takes no data.answers_per_question" --attention.mask prefix_lm --data.prefix_fraction 0.5 --data.answers_per_question 2
+bad "data.segment_end_id marks segments in a token file (data.source = tokens), not in data.source = synthetic" \
+  --attention.mask shared_question --data.segment_end_id 3
+bad "data.segment_end_id = 0 is data.separator_id" --attention.mask shared_question $TOKENS --data.segment_end_id 0
+bad "data.segment_end_id takes the structure from the file: drop data.prefix_fraction" \
+  --attention.mask prefix_lm $TOKENS --data.segment_end_id 3 --data.prefix_fraction 0.5
+bad "data.segment_end_id is used only with attention.mask = prefix_lm or shared_question" $TOKENS --data.segment_end_id 3
 echo "mpi_masks: all passed"

@@ -7,9 +7,9 @@ step throughput of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 o
 `pretrain` mix, by the wall clock in alternating rounds (one rank per core, one thread
 each), as speedups over one rank with the same mask.
 
-prefix_lm and shared_question (per-document data from data.prefix_fraction and
-data.answers_per_question) train with colocated attention only so far, so they are not in
-the layout comparison here.
+prefix_lm and shared_question take their per-document data from the packer
+(data.prefix_fraction; data.answers_per_question): a quarter of each document as the
+bidirectional prefix, and a fifth as the question followed by three answers.
 
   /usr/bin/python3 scripts/experiments/masks.py [--quick] [--out DIR] [--config F]
 """
@@ -24,12 +24,16 @@ NAME = "masks"
 
 def mask_args(quick):
     """The measured masks and their settings: windows of 1/8 of the step's sequence,
-    4 sinks, blocks of 1/4."""
+    4 sinks, blocks of 1/4; prefixes of 1/4 of each document, questions of 1/5 with 3
+    answers."""
     w, b = ("64", "128") if quick else ("1024", "2048")
     return {"causal": [],
             "sliding_window": ["--attention.mask", "sliding_window", "--attention.window", w],
             "sink_window": ["--attention.mask", "sink_window", "--attention.window", w, "--attention.sink_tokens", "4"],
-            "chunked": ["--attention.mask", "chunked", "--attention.block_size", b]}
+            "chunked": ["--attention.mask", "chunked", "--attention.block_size", b],
+            "prefix_lm": ["--attention.mask", "prefix_lm", "--data.prefix_fraction", "0.25"],
+            "shared_question": ["--attention.mask", "shared_question", "--data.prefix_fraction", "0.2",
+                                "--data.answers_per_question", "3"]}
 
 
 def bench(args, quick, config):

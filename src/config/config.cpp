@@ -232,6 +232,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(choice_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
                          parse_token_dtype, token_dtype_name));
   k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
+  k.push_back(int_key("data.segment_end_id", "tokens, attention.mask = prefix_lm or shared_question: the id that closes a document's prefix (its first), question and answers (each); it stays in its segment; -1 = none", [](Config& c) -> auto& { return c.data.segment_end_id; }, -1));
   // [train]
   k.push_back(int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1));
   k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
@@ -468,15 +469,29 @@ void validate_config(const Config& c) {
   {
     const MaskKind mask = c.model.attention_mask.kind;
     const std::string name = std::string("attention.mask = ") + mask_kind_name(mask);
-    if (mask == MaskKind::prefix_lm && !(c.data.prefix_fraction > 0))
+    const bool marked = c.data.segment_end_id >= 0;  // the token file marks the structure
+    if (marked && c.data.source != DataSource::tokens)
+      throw ConfigError(std::string("data.segment_end_id marks segments in a token file (data.source = tokens), not in "
+                                    "data.source = ") + data_source_name(c.data.source));
+    if (marked && c.data.segment_end_id == c.data.separator_id)
+      throw ConfigError("data.segment_end_id = " + std::to_string(c.data.segment_end_id) +
+                        " is data.separator_id, which ends documents; give another id");
+    if (marked && (c.data.prefix_fraction > 0 || c.data.answers_per_question > 0))
+      throw ConfigError(std::string("data.segment_end_id takes the structure from the file: drop ") +
+                        (c.data.prefix_fraction > 0 ? "data.prefix_fraction" : "data.answers_per_question") +
+                        " (the rule for unmarked documents)");
+    if (mask == MaskKind::prefix_lm && !(c.data.prefix_fraction > 0) && !marked)
       throw ConfigError(name + " needs data.prefix_fraction > 0 (each document's bidirectional prefix, as a share of "
-                               "its tokens)");
+                               "its tokens) or data.segment_end_id (a token file's marks)");
     if (mask == MaskKind::prefix_lm && c.data.answers_per_question > 0)
       throw ConfigError(name + " takes no data.answers_per_question (that is shared_question's)");
-    if (mask == MaskKind::shared_question && c.data.answers_per_question < 1)
-      throw ConfigError(name + " needs data.answers_per_question >= 1 (the answers after each document's question)");
-    if (!c.model.attention_mask.per_document() && (c.data.prefix_fraction > 0 || c.data.answers_per_question > 0))
-      throw ConfigError(std::string(c.data.prefix_fraction > 0 ? "data.prefix_fraction" : "data.answers_per_question") +
+    if (mask == MaskKind::shared_question && c.data.answers_per_question < 1 && !marked)
+      throw ConfigError(name + " needs data.answers_per_question >= 1 (the answers after each document's question) "
+                               "or data.segment_end_id (a token file's marks)");
+    if (!c.model.attention_mask.per_document() && (c.data.prefix_fraction > 0 || c.data.answers_per_question > 0 || marked))
+      throw ConfigError(std::string(c.data.prefix_fraction > 0       ? "data.prefix_fraction"
+                                    : c.data.answers_per_question > 0 ? "data.answers_per_question"
+                                                                      : "data.segment_end_id") +
                         " is used only with attention.mask = prefix_lm or shared_question (here " +
                         mask_kind_name(mask) + ")");
   }

@@ -37,6 +37,7 @@ struct DataConfig {
   std::string separator;             // text: document separator ("" = one document per file)
   TokenDtype token_dtype = TokenDtype::uint16;
   int64_t separator_id = 0;          // tokens: document-separator id
+  int64_t segment_end_id = -1;       // tokens: the id closing a prefix, question or answer (-1: none)
   double passkey_depth = -1;         // passkey: the key line's depth in [0, 1] (-1 = uniform per document)
   double prefix_fraction = 0;        // prefix_lm / shared_question: each document's prefix share (data/packing.h)
   int64_t answers_per_question = 0;  // shared_question: answers after each question

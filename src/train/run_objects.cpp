@@ -17,7 +17,7 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
   const uint64_t seed = uint64_t(c.train.seed);
   if (c.data.source == DataSource::text) return make_text_source(c.data.path, c.data.separator, seed);
   if (c.data.source == DataSource::tokens)
-    return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed);
+    return make_token_source(c.data.path, c.data.token_dtype, c.data.separator_id, seed, c.data.segment_end_id);
   if (c.data.source == DataSource::passkey) {
     PasskeyOptions p;
     p.seed = seed;
@@ -39,7 +39,11 @@ std::unique_ptr<DocumentSource> make_document_source(const Config& c) {
 }
 
 DocStructure doc_structure_of(const Config& c) {
-  return {c.data.prefix_fraction, int32_t(c.data.answers_per_question)};
+  DocStructure s{c.data.prefix_fraction, int32_t(c.data.answers_per_question)};
+  if (c.data.segment_end_id >= 0)
+    s.marks = c.model.attention_mask.kind == MaskKind::shared_question ? DocStructure::Marks::segments
+                                                                       : DocStructure::Marks::prefix;
+  return s;
 }
 
 void check_document_source(const DocumentSource& source, const LlamaConfig& model) {

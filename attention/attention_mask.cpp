@@ -4,37 +4,6 @@
 
 namespace lct {
 
-namespace {
-struct MaskName {
-  MaskKind kind;
-  const char* name;
-};
-constexpr MaskName kMaskNames[] = {
-    {MaskKind::causal, "causal"},
-    {MaskKind::sliding_window, "sliding_window"},
-    {MaskKind::sink_window, "sink_window"},
-    {MaskKind::chunked, "chunked"},
-    {MaskKind::prefix_lm, "prefix_lm"},
-    {MaskKind::shared_question, "shared_question"},
-};
-}  // namespace
-
-const char* mask_kind_names() {
-  return "causal, sliding_window, sink_window, chunked, prefix_lm, shared_question";
-}
-
-MaskKind parse_mask_kind(const std::string& name) {
-  for (const MaskName& m : kMaskNames)
-    if (name == m.name) return m.kind;
-  throw std::invalid_argument("unknown attention mask '" + name + "' (expected: " + mask_kind_names() + ")");
-}
-
-const char* mask_kind_name(MaskKind kind) {
-  for (const MaskName& m : kMaskNames)
-    if (kind == m.kind) return m.name;
-  return "?";
-}
-
 std::string AttentionMask::validate() const {
   switch (kind) {
     case MaskKind::sliding_window:

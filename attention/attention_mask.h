@@ -25,14 +25,22 @@
 #include <limits>
 #include <string>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 enum class MaskKind { causal, sliding_window, sink_window, chunked, prefix_lm, shared_question };
 
-MaskKind parse_mask_kind(const std::string& name);  // throws std::invalid_argument
-const char* mask_kind_name(MaskKind kind);
-// The mask names, comma-separated (for messages and --help).
-const char* mask_kind_names();
+inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
+    {MaskKind::causal, "causal"},
+    {MaskKind::sliding_window, "sliding_window"},
+    {MaskKind::sink_window, "sink_window"},
+    {MaskKind::chunked, "chunked"},
+    {MaskKind::prefix_lm, "prefix_lm"},
+    {MaskKind::shared_question, "shared_question"},
+};
+inline MaskKind parse_mask_kind(const std::string& name) { return parse_enum(kMaskKindNames, name, "attention mask"); }
+inline const char* mask_kind_name(MaskKind value) { return enum_name(kMaskKindNames, value); }
 
 struct AttentionMask {
   MaskKind kind = MaskKind::causal;

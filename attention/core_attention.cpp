@@ -9,20 +9,6 @@
 
 namespace lct {
 
-AttentionKernel parse_attention_kernel(const std::string& name) {
-  if (name == "causal") return AttentionKernel::causal;
-  if (name == "dca") return AttentionKernel::dca;
-  throw std::invalid_argument("unknown attention kernel '" + name + "' (expected: causal, dca)");
-}
-
-const char* attention_kernel_name(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::causal: return "causal";
-    case AttentionKernel::dca: return "dca";
-  }
-  return "?";
-}
-
 std::vector<AttentionTask> tasks_for_documents(std::span<const int32_t> cu_seqlens, const MaskData& data) {
   std::vector<AttentionTask> tasks;
   tasks_for_documents(cu_seqlens, tasks, data);

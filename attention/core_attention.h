@@ -24,13 +24,18 @@
 
 #include "attention/attention_mask.h"
 #include "attention/gemm.h"
+#include "attention/enum_names.h"
 
 namespace lct {
 
 enum class AttentionKernel { causal, dca };
 
-AttentionKernel parse_attention_kernel(const std::string& name);  // throws on unknown
-const char* attention_kernel_name(AttentionKernel kernel);
+inline constexpr EnumName<AttentionKernel> kAttentionKernelNames[] = {
+    {AttentionKernel::causal, "causal"},
+    {AttentionKernel::dca, "dca"},
+};
+inline AttentionKernel parse_attention_kernel(const std::string& name) { return parse_enum(kAttentionKernelNames, name, "attention kernel"); }
+inline const char* attention_kernel_name(AttentionKernel value) { return enum_name(kAttentionKernelNames, value); }
 
 struct AttentionTask {
   int64_t q_row = 0;   // first query row in Q / O / LSE / dQ

@@ -17,14 +17,6 @@
 
 namespace lct {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::fp32;
-  if (name == "bf16") return Precision::bf16;
-  throw std::invalid_argument("expected fp32 or bf16, got '" + name + "'");
-}
-
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
-
 namespace {
 
 using dnnl::memory;
@@ -218,22 +210,6 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 
 namespace {
 std::atomic<Fp32Library> g_fp32_library{Fp32Library::openblas};
-}
-
-Fp32Library parse_fp32_library(const std::string& name) {
-  if (name == "auto") return Fp32Library::automatic;
-  if (name == "openblas") return Fp32Library::openblas;
-  if (name == "onednn") return Fp32Library::onednn;
-  throw std::invalid_argument("expected auto, openblas or onednn, got '" + name + "'");
-}
-
-const char* fp32_library_name(Fp32Library library) {
-  switch (library) {
-    case Fp32Library::automatic: return "auto";
-    case Fp32Library::openblas: return "openblas";
-    case Fp32Library::onednn: return "onednn";
-  }
-  return "?";
 }
 
 void set_fp32_library(Fp32Library library) {

@@ -16,11 +16,17 @@
 #include <cstdint>
 #include <string>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 enum class Precision { fp32, bf16 };
-Precision parse_precision(const std::string& name);  // throws std::invalid_argument
-const char* precision_name(Precision precision);
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {Precision::fp32, "fp32"},
+    {Precision::bf16, "bf16"},
+};
+inline Precision parse_precision(const std::string& name) { return parse_enum(kPrecisionNames, name, "precision"); }
+inline const char* precision_name(Precision value) { return enum_name(kPrecisionNames, value); }
 
 // A matrix operand in memory: fp32, or bf16 bits already rounded (a bf16 run's saved
 // activations and weight copies). A bf16 product takes bf16 operands as they are, so
@@ -41,8 +47,13 @@ void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N,
 // is a setting only (the trainer measures and sets one of the two; src/train/fp32_gemm.h).
 // Both sum in fp32 in their own order, so results differ in the last bits between them.
 enum class Fp32Library { automatic, openblas, onednn };
-Fp32Library parse_fp32_library(const std::string& name);  // auto | openblas | onednn
-const char* fp32_library_name(Fp32Library library);
+inline constexpr EnumName<Fp32Library> kFp32LibraryNames[] = {
+    {Fp32Library::automatic, "auto"},
+    {Fp32Library::openblas, "openblas"},
+    {Fp32Library::onednn, "onednn"},
+};
+inline Fp32Library parse_fp32_library(const std::string& name) { return parse_enum(kFp32LibraryNames, name, "fp32 GEMM library"); }
+inline const char* fp32_library_name(Fp32Library value) { return enum_name(kFp32LibraryNames, value); }
 void set_fp32_library(Fp32Library library);  // openblas or onednn
 Fp32Library fp32_library();
 // The oneDNN f32 product by name (tests check it, the trainer and lct bench time it).

@@ -6,14 +6,6 @@
 
 namespace lct {
 
-DpBalance parse_dp_balance(const std::string& name) {
-  if (name == "none") return DpBalance::none;
-  if (name == "packing") return DpBalance::packing;
-  throw std::invalid_argument("expected none or packing, got '" + name + "'");
-}
-
-const char* dp_balance_name(DpBalance b) { return b == DpBalance::packing ? "packing" : "none"; }
-
 std::vector<LocalBatch> pack_for_balance(const std::vector<PackedBatch>& sequences, int ranks,
                                          int micro_batches, int rank,
                                          const std::function<double(int64_t)>& work) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
 #include "data/context_shards.h"
 #include "data/packing.h"
 
@@ -23,8 +24,12 @@ namespace lct {
 
 // parallel.dp_balance
 enum class DpBalance { none, packing };
-DpBalance parse_dp_balance(const std::string& name);  // throws on unknown
-const char* dp_balance_name(DpBalance balance);
+inline constexpr EnumName<DpBalance> kDpBalanceNames[] = {
+    {DpBalance::none, "none"},
+    {DpBalance::packing, "packing"},
+};
+inline DpBalance parse_dp_balance(const std::string& name) { return parse_enum(kDpBalanceNames, name, "data-parallel balance"); }
+inline const char* dp_balance_name(DpBalance value) { return enum_name(kDpBalanceNames, value); }
 
 // ranks x micro_batches bins of whole documents; bin (r, m) is rank r's micro-batch m.
 // work(L) is the cost of one document of L tokens. Empty bins are dropped from a rank's

@@ -7,15 +7,6 @@
 
 namespace lct {
 
-CpSplit parse_cp_split(const std::string& name) {
-  if (name == "zigzag") return CpSplit::zigzag;
-  if (name == "contiguous") return CpSplit::contiguous;
-  throw std::invalid_argument("unknown context-parallel split '" + name +
-                              "' (expected zigzag or contiguous)");
-}
-
-const char* cp_split_name(CpSplit s) { return s == CpSplit::zigzag ? "zigzag" : "contiguous"; }
-
 namespace {
 // Copies the rows of `pieces` (in order) out of the whole sequence.
 void gather_rows(const PackedBatch& b, const std::vector<DocPiece>& pieces, LocalBatch& out) {

@@ -25,14 +25,19 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
 #include "data/local_batch.h"
 #include "data/packing.h"
 
 namespace lct {
 
 enum class CpSplit { zigzag, contiguous };
-CpSplit parse_cp_split(const std::string& name);  // throws on unknown
-const char* cp_split_name(CpSplit split);
+inline constexpr EnumName<CpSplit> kCpSplitNames[] = {
+    {CpSplit::zigzag, "zigzag"},
+    {CpSplit::contiguous, "contiguous"},
+};
+inline CpSplit parse_cp_split(const std::string& name) { return parse_enum(kCpSplitNames, name, "context-parallel split"); }
+inline const char* cp_split_name(CpSplit value) { return enum_name(kCpSplitNames, value); }
 
 // The whole sequence as one rank's batch (reuses out's capacity).
 void whole_sequence(const PackedBatch& batch, LocalBatch& out);

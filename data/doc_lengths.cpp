@@ -63,33 +63,6 @@ const std::vector<LengthBin> kNone;
 
 }  // namespace
 
-DocLengthDist parse_doc_length_dist(const std::string& name) {
-  if (name == "fixed") return DocLengthDist::fixed;
-  if (name == "uniform") return DocLengthDist::uniform;
-  if (name == "pile") return DocLengthDist::pile;
-  if (name == "prolong64k") return DocLengthDist::prolong64k;
-  if (name == "prolong512k") return DocLengthDist::prolong512k;
-  if (name == "pretrain") return DocLengthDist::pretrain;
-  throw std::invalid_argument("unknown document-length distribution '" + name +
-                              "' (expected one of: " + doc_length_dist_choices() + ")");
-}
-
-const char* doc_length_dist_choices() {
-  return "fixed, uniform, pile, prolong64k, prolong512k, pretrain";
-}
-
-const char* doc_length_dist_name(DocLengthDist dist) {
-  switch (dist) {
-    case DocLengthDist::fixed: return "fixed";
-    case DocLengthDist::uniform: return "uniform";
-    case DocLengthDist::pile: return "pile";
-    case DocLengthDist::prolong64k: return "prolong64k";
-    case DocLengthDist::prolong512k: return "prolong512k";
-    case DocLengthDist::pretrain: return "pretrain";
-  }
-  return "?";
-}
-
 const std::vector<LengthBin>& length_bins(DocLengthDist dist) {
   switch (dist) {
     case DocLengthDist::pile: return kPile;

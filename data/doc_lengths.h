@@ -12,13 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 enum class DocLengthDist { fixed, uniform, pile, prolong64k, prolong512k, pretrain };
 
-DocLengthDist parse_doc_length_dist(const std::string& name);  // throws on unknown name
-const char* doc_length_dist_name(DocLengthDist dist);
-const char* doc_length_dist_choices();
+inline constexpr EnumName<DocLengthDist> kDocLengthDistNames[] = {
+    {DocLengthDist::fixed, "fixed"},
+    {DocLengthDist::uniform, "uniform"},
+    {DocLengthDist::pile, "pile"},
+    {DocLengthDist::prolong64k, "prolong64k"},
+    {DocLengthDist::prolong512k, "prolong512k"},
+    {DocLengthDist::pretrain, "pretrain"},
+};
+inline DocLengthDist parse_doc_length_dist(const std::string& name) { return parse_enum(kDocLengthDistNames, name, "document-length distribution"); }
+inline const char* doc_length_dist_name(DocLengthDist value) { return enum_name(kDocLengthDistNames, value); }
 
 struct DocLengthSampler {
   DocLengthDist dist = DocLengthDist::fixed;

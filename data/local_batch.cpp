@@ -71,14 +71,6 @@ void LocalBatch::local_tasks(std::vector<AttentionTask>& tasks, const AttentionM
   }
 }
 
-LossOn parse_loss_on(const std::string& name) {
-  if (name == "all") return LossOn::all;
-  if (name == "answers") return LossOn::answers;
-  throw std::invalid_argument("expected all or answers, got '" + name + "'");
-}
-
-const char* loss_on_name(LossOn loss_on) { return loss_on == LossOn::answers ? "answers" : "all"; }
-
 void keep_answer_targets(LocalBatch& batch) {
   for (size_t t = 0; t < batch.targets.size(); ++t)
     if (t >= batch.answer_mask.size() || batch.answer_mask[t] == 0) batch.targets[t] = -1;

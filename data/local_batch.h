@@ -15,6 +15,7 @@
 
 #include "attention/attention_mask.h"
 #include "attention/core_attention.h"
+#include "attention/enum_names.h"
 
 namespace lct {
 
@@ -85,8 +86,9 @@ struct LocalBatch {
 // answers' (the tokens answer_mask marks, in sources that mark them: synthetic key-value
 // retrieval, passkey). The loss and its gradient are then the mean over answer tokens.
 enum class LossOn { all, answers };
-LossOn parse_loss_on(const std::string& name);  // throws on unknown
-const char* loss_on_name(LossOn loss_on);
+inline constexpr EnumName<LossOn> kLossOnNames[] = {{LossOn::all, "all"}, {LossOn::answers, "answers"}};
+inline LossOn parse_loss_on(const std::string& name) { return parse_enum(kLossOnNames, name, "loss target"); }
+inline const char* loss_on_name(LossOn value) { return enum_name(kLossOnNames, value); }
 // train.loss_on = answers: every target that is not an answer becomes -1 (no loss).
 void keep_answer_targets(LocalBatch& batch);
 

@@ -12,33 +12,6 @@
 
 namespace lct {
 
-DataSource parse_data_source(const std::string& name) {
-  if (name == "synthetic") return DataSource::synthetic;
-  if (name == "text") return DataSource::text;
-  if (name == "tokens") return DataSource::tokens;
-  if (name == "passkey") return DataSource::passkey;
-  if (name == "copy") return DataSource::copy;
-  throw std::invalid_argument("expected synthetic, text, tokens, passkey or copy, got '" + name + "'");
-}
-
-const char* data_source_name(DataSource s) {
-  switch (s) {
-    case DataSource::synthetic: return "synthetic";
-    case DataSource::text: return "text";
-    case DataSource::tokens: return "tokens";
-    case DataSource::passkey: return "passkey";
-    case DataSource::copy: return "copy";
-  }
-  return "?";
-}
-
-TokenDtype parse_token_dtype(const std::string& name) {
-  if (name == "uint16") return TokenDtype::uint16;
-  if (name == "uint32") return TokenDtype::uint32;
-  throw std::invalid_argument("expected uint16 or uint32, got '" + name + "'");
-}
-
-const char* token_dtype_name(TokenDtype d) { return d == TokenDtype::uint16 ? "uint16" : "uint32"; }
 namespace fs = std::filesystem;
 
 namespace {

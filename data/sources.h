@@ -8,17 +8,29 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
 #include "data/doc_lengths.h"
 
 namespace lct {
 
 // data.source and data.token_dtype
 enum class DataSource { synthetic, text, tokens, passkey, copy };
-DataSource parse_data_source(const std::string& name);  // throws on unknown
-const char* data_source_name(DataSource source);
+inline constexpr EnumName<DataSource> kDataSourceNames[] = {
+    {DataSource::synthetic, "synthetic"},
+    {DataSource::text, "text"},
+    {DataSource::tokens, "tokens"},
+    {DataSource::passkey, "passkey"},
+    {DataSource::copy, "copy"},
+};
+inline DataSource parse_data_source(const std::string& name) { return parse_enum(kDataSourceNames, name, "data source"); }
+inline const char* data_source_name(DataSource value) { return enum_name(kDataSourceNames, value); }
 enum class TokenDtype { uint16, uint32 };
-TokenDtype parse_token_dtype(const std::string& name);  // throws on unknown
-const char* token_dtype_name(TokenDtype dtype);
+inline constexpr EnumName<TokenDtype> kTokenDtypeNames[] = {
+    {TokenDtype::uint16, "uint16"},
+    {TokenDtype::uint32, "uint32"},
+};
+inline TokenDtype parse_token_dtype(const std::string& name) { return parse_enum(kTokenDtypeNames, name, "token dtype"); }
+inline const char* token_dtype_name(TokenDtype value) { return enum_name(kTokenDtypeNames, value); }
 
 class DocumentSource {
  public:

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <stdexcept>
 
-
 namespace lct {
 
 namespace {
@@ -439,7 +438,6 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
   embedding_backward(grads.data() + embed_offset_, residual_grad(s), s.batch->tokens.data(),
                      s.tokens(), config_.hidden_size);
 }
-
 
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention");

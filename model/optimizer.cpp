@@ -6,16 +6,6 @@
 
 namespace lct {
 
-OptimizerKind parse_optimizer(const std::string& name) {
-  if (name == "adamw") return OptimizerKind::adamw;
-  if (name == "sgd") return OptimizerKind::sgd;
-  throw std::invalid_argument("unknown optimizer '" + name + "' (expected: adamw, sgd)");
-}
-
-const char* optimizer_name(OptimizerKind kind) {
-  return kind == OptimizerKind::adamw ? "adamw" : "sgd";
-}
-
 double learning_rate(const OptimizerConfig& c, int64_t step) {
   if (c.warmup_steps > 0 && step < c.warmup_steps)
     return c.lr * double(step + 1) / double(c.warmup_steps);

@@ -7,12 +7,17 @@
 #include <vector>
 
 #include "model/tensor_table.h"
+#include "attention/enum_names.h"
 
 namespace lct {
 
 enum class OptimizerKind { adamw, sgd };
-OptimizerKind parse_optimizer(const std::string& name);  // throws on unknown
-const char* optimizer_name(OptimizerKind kind);
+inline constexpr EnumName<OptimizerKind> kOptimizerNames[] = {
+    {OptimizerKind::adamw, "adamw"},
+    {OptimizerKind::sgd, "sgd"},
+};
+inline OptimizerKind parse_optimizer(const std::string& name) { return parse_enum(kOptimizerNames, name, "optimizer"); }
+inline const char* optimizer_name(OptimizerKind value) { return enum_name(kOptimizerNames, value); }
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adamw;

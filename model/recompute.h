@@ -15,12 +15,19 @@
 
 #include <string>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 enum class Recompute { none, selective, full };
 
-Recompute parse_recompute(const std::string& name);  // throws std::invalid_argument
-const char* recompute_name(Recompute mode);
+inline constexpr EnumName<Recompute> kRecomputeNames[] = {
+    {Recompute::none, "none"},
+    {Recompute::selective, "selective"},
+    {Recompute::full, "full"},
+};
+inline Recompute parse_recompute(const std::string& name) { return parse_enum(kRecomputeNames, name, "recompute mode"); }
+inline const char* recompute_name(Recompute value) { return enum_name(kRecomputeNames, value); }
 
 struct RecomputePolicy {
   Recompute mode = Recompute::none;

@@ -7,24 +7,6 @@
 
 namespace lct {
 
-RopeScaling parse_rope_scaling(const std::string& name) {
-  if (name == "none") return RopeScaling::none;
-  if (name == "linear") return RopeScaling::linear;
-  if (name == "dynamic") return RopeScaling::dynamic;
-  if (name == "yarn") return RopeScaling::yarn;
-  throw std::invalid_argument("unknown RoPE scaling '" + name + "' (expected: none, linear, dynamic, yarn)");
-}
-
-const char* rope_scaling_name(RopeScaling scaling) {
-  switch (scaling) {
-    case RopeScaling::none: return "none";
-    case RopeScaling::linear: return "linear";
-    case RopeScaling::dynamic: return "dynamic";
-    case RopeScaling::yarn: return "yarn";
-  }
-  return "?";
-}
-
 std::string rope_scaling_text(const RopeSpec& spec) {
   if (spec.scaling == RopeScaling::none) return {};
   char b[64];

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 // model.rope_scaling: how the rotation frequencies treat positions beyond
@@ -19,8 +21,14 @@ namespace lct {
 //            are kept, a linear ramp in between; the logits are multiplied by
 //            (0.1 ln factor + 1)^2 (cos and sin carry one factor each, for q and for k)
 enum class RopeScaling { none, linear, dynamic, yarn };
-RopeScaling parse_rope_scaling(const std::string& name);  // throws on unknown
-const char* rope_scaling_name(RopeScaling scaling);
+inline constexpr EnumName<RopeScaling> kRopeScalingNames[] = {
+    {RopeScaling::none, "none"},
+    {RopeScaling::linear, "linear"},
+    {RopeScaling::dynamic, "dynamic"},
+    {RopeScaling::yarn, "yarn"},
+};
+inline RopeScaling parse_rope_scaling(const std::string& name) { return parse_enum(kRopeScalingNames, name, "RoPE scaling"); }
+inline const char* rope_scaling_name(RopeScaling value) { return enum_name(kRopeScalingNames, value); }
 
 struct RopeSpec {
   double theta = 10000.0;

@@ -77,34 +77,4 @@ std::string rank_name(const Layout& l, int world_rank) {
          std::to_string(c.pp_rank) + ", cp " + std::to_string(c.cp_rank) + ")";
 }
 
-CpComm parse_cp_comm(const std::string& name) {
-  if (name == "allgather") return CpComm::allgather;
-  if (name == "ring") return CpComm::ring;
-  if (name == "ulysses") return CpComm::ulysses;
-  if (name == "hybrid") return CpComm::hybrid;
-  if (name == "double_ring") return CpComm::double_ring;
-  throw std::invalid_argument("unknown context-parallel exchange '" + name +
-                              "' (expected allgather, ring, ulysses, hybrid or double_ring)");
-}
-
-const char* cp_comm_name(CpComm c) {
-  switch (c) {
-    case CpComm::allgather: return "allgather";
-    case CpComm::ring: return "ring";
-    case CpComm::ulysses: return "ulysses";
-    case CpComm::hybrid: return "hybrid";
-    case CpComm::double_ring: return "double_ring";
-  }
-  return "?";
-}
-
-const char* placement_name(Placement p) {
-  switch (p) {
-    case Placement::colocated: return "colocated";
-    case Placement::context_parallel: return "context-parallel";
-    case Placement::cad: return "cad";
-  }
-  return "?";
-}
-
 }  // namespace lct

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 struct LayoutRequest {
@@ -45,8 +47,15 @@ std::string rank_name(const Layout& layout, int world_rank);
 // hybrid = ulysses inside groups of parallel.cp_ulysses ranks x ring across them:
 // parallel/ulysses_attention.h).
 enum class CpComm { allgather, ring, ulysses, hybrid, double_ring };
-CpComm parse_cp_comm(const std::string& name);  // throws on unknown
-const char* cp_comm_name(CpComm comm);
+inline constexpr EnumName<CpComm> kCpCommNames[] = {
+    {CpComm::allgather, "allgather"},
+    {CpComm::ring, "ring"},
+    {CpComm::ulysses, "ulysses"},
+    {CpComm::hybrid, "hybrid"},
+    {CpComm::double_ring, "double_ring"},
+};
+inline CpComm parse_cp_comm(const std::string& name) { return parse_enum(kCpCommNames, name, "context-parallel exchange"); }
+inline const char* cp_comm_name(CpComm value) { return enum_name(kCpCommNames, value); }
 
 // Where core attention runs. attention.placement chooses colocated or cad; the run plan
 // (src/train/run_plan.h) turns colocated into context_parallel when parallel.cp > 1.
@@ -55,6 +64,18 @@ enum class Placement {
   context_parallel,  // the cp group exchanges keys and values (parallel.cp_comm)
   cad,               // disaggregated over every rank (parallel/cad_attention.h)
 };
-const char* placement_name(Placement placement);
+inline constexpr EnumName<Placement> kPlacementNames[] = {
+    {Placement::colocated, "colocated"},
+    {Placement::context_parallel, "context-parallel"},
+    {Placement::cad, "cad"},
+};
+inline const char* placement_name(Placement value) { return enum_name(kPlacementNames, value); }
+// attention.placement: colocated or cad (context-parallel follows from parallel.cp > 1).
+inline Placement parse_placement(const std::string& name) {
+  for (const EnumName<Placement>& e : kPlacementNames)
+    if (name == e.name && e.value != Placement::context_parallel) return e.value;
+  throw std::invalid_argument("unknown attention placement '" + name +
+                              "' (expected: colocated, cad; context-parallel follows from parallel.cp > 1)");
+}
 
 }  // namespace lct

@@ -7,35 +7,6 @@
 
 namespace lct {
 
-PipelineSchedule parse_pipeline_schedule(const std::string& name) {
-  if (name == "1f1b") return PipelineSchedule::one_f_one_b;
-  if (name == "gpipe") return PipelineSchedule::gpipe;
-  if (name == "ticks") return PipelineSchedule::ticks;
-  throw std::invalid_argument("unknown pipeline schedule '" + name +
-                              "' (expected 1f1b, gpipe or ticks)");
-}
-
-const char* pipeline_schedule_name(PipelineSchedule s) {
-  switch (s) {
-    case PipelineSchedule::gpipe: return "gpipe";
-    case PipelineSchedule::ticks: return "ticks";
-    case PipelineSchedule::one_f_one_b: break;
-  }
-  return "1f1b";
-}
-
-const char* pipe_op_name(PipeOp op) {
-  switch (op) {
-    case PipeOp::recv_forward: return "recv_forward";
-    case PipeOp::forward: return "forward";
-    case PipeOp::send_forward: return "send_forward";
-    case PipeOp::recv_backward: return "recv_backward";
-    case PipeOp::backward: return "backward";
-    case PipeOp::send_backward: return "send_backward";
-  }
-  return "?";
-}
-
 std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int stage, int m) {
   if (pp < 1 || stage < 0 || stage >= pp || m < 1)
     throw std::invalid_argument("pipeline_actions: need pp >= 1, 0 <= stage < pp, m >= 1");

@@ -29,11 +29,18 @@
 #include <string>
 #include <vector>
 
+#include "attention/enum_names.h"
+
 namespace lct {
 
 enum class PipelineSchedule { one_f_one_b, gpipe, ticks };
-PipelineSchedule parse_pipeline_schedule(const std::string& name);  // throws on unknown
-const char* pipeline_schedule_name(PipelineSchedule schedule);
+inline constexpr EnumName<PipelineSchedule> kPipelineScheduleNames[] = {
+    {PipelineSchedule::one_f_one_b, "1f1b"},
+    {PipelineSchedule::gpipe, "gpipe"},
+    {PipelineSchedule::ticks, "ticks"},
+};
+inline PipelineSchedule parse_pipeline_schedule(const std::string& name) { return parse_enum(kPipelineScheduleNames, name, "pipeline schedule"); }
+inline const char* pipeline_schedule_name(PipelineSchedule value) { return enum_name(kPipelineScheduleNames, value); }
 
 enum class PipeOp {
   recv_forward,   // activations of micro-batch mb from stage - 1
@@ -43,7 +50,12 @@ enum class PipeOp {
   backward,       // this stage's backward
   send_backward,  // gradient w.r.t. this stage's input to stage - 1
 };
-const char* pipe_op_name(PipeOp op);
+inline constexpr EnumName<PipeOp> kPipeOpNames[] = {
+    {PipeOp::recv_forward, "recv_forward"},   {PipeOp::forward, "forward"},
+    {PipeOp::send_forward, "send_forward"},   {PipeOp::recv_backward, "recv_backward"},
+    {PipeOp::backward, "backward"},           {PipeOp::send_backward, "send_backward"},
+};
+inline const char* pipe_op_name(PipeOp value) { return enum_name(kPipeOpNames, value); }
 
 struct PipeAction {
   PipeOp op;

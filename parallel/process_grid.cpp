@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-
 namespace lct {
 
 bool launched_by_mpi() {

@@ -4,8 +4,22 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <vector>
 
+#include "attention/attention_mask.h"
+#include "attention/core_attention.h"
+#include "attention/gemm.h"
+#include "data/balance.h"
+#include "data/context_shards.h"
+#include "data/doc_lengths.h"
+#include "data/local_batch.h"
+#include "data/sources.h"
+#include "model/optimizer.h"
+#include "model/recompute.h"
+#include "model/rope.h"
+#include "parallel/layout.h"
+#include "parallel/pipeline_schedule.h"
 #include "src/config/config.h"
 #include "tests/test_util.h"
 
@@ -18,6 +32,53 @@ std::string write_temp(const std::string& content) {
                  ("lct_cfg_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(p) << content;
   return p.string();
+}
+
+// Every choice enum's table (attention/enum_names.h): its values are 0 .. N-1 once each
+// (no value left without a name), its names are distinct, and each value prints and
+// parses back through the same table; an unknown name lists every choice.
+template <typename E, size_t N>
+void check_enum_table(const EnumName<E> (&table)[N], const char* what) {
+  std::set<std::string> names;
+  std::set<int> values;
+  for (const EnumName<E>& e : table) {
+    EXPECT_TRUE(names.insert(e.name).second) << what << ": name '" << e.name << "' twice";
+    EXPECT_TRUE(values.insert(int(e.value)).second) << what << ": value " << int(e.value) << " twice";
+    EXPECT_STREQ(enum_name(table, e.value), e.name) << what;
+    EXPECT_EQ(parse_enum(table, e.name, what), e.value) << what << " " << e.name;
+  }
+  EXPECT_EQ(*values.begin(), 0) << what;
+  EXPECT_EQ(*values.rbegin(), int(N) - 1) << what << ": a value between has no name";
+  try {
+    parse_enum(table, "no-such-choice", what);
+    ADD_FAILURE() << what << " parsed an unknown name";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "unknown " + std::string(what) + " 'no-such-choice' (expected: " +
+                                         enum_choices(table) + ")");
+  }
+}
+
+TEST(Config, EveryChoiceEnumRoundTripsThroughItsTable) {
+  check_enum_table(kRopeScalingNames, "RoPE scaling");
+  check_enum_table(kRecomputeNames, "recompute mode");
+  check_enum_table(kOptimizerNames, "optimizer");
+  check_enum_table(kPrecisionNames, "precision");
+  check_enum_table(kFp32LibraryNames, "fp32 GEMM library");
+  check_enum_table(kMaskKindNames, "attention mask");
+  check_enum_table(kAttentionKernelNames, "attention kernel");
+  check_enum_table(kCpCommNames, "context-parallel exchange");
+  check_enum_table(kPlacementNames, "attention placement");
+  check_enum_table(kPipelineScheduleNames, "pipeline schedule");
+  check_enum_table(kPipeOpNames, "pipeline action");
+  check_enum_table(kDataSourceNames, "data source");
+  check_enum_table(kTokenDtypeNames, "token dtype");
+  check_enum_table(kLossOnNames, "loss target");
+  check_enum_table(kDocLengthDistNames, "document-length distribution");
+  check_enum_table(kDpBalanceNames, "data-parallel balance");
+  check_enum_table(kCpSplitNames, "context-parallel split");
+  // the placement the run plan derives prints, but the config key does not take it
+  EXPECT_EQ(parse_placement("cad"), Placement::cad);
+  EXPECT_THROW(parse_placement("context-parallel"), std::invalid_argument);
 }
 
 TEST(Config, DefaultTomlEqualsBuiltInDefaults) {

@@ -163,13 +163,13 @@ compare "CAD checkpoint resumed colocated" to_colocated ref_causal
 
 # bad settings
 expect_layout_error 2 "attention.cad_tolerance must be > 0" --attention.placement cad --attention.cad_tolerance 0
-expect_layout_error 2 "attention.placement: expected colocated or cad, got 'remote'" --attention.placement remote
+expect_layout_error 2 "attention.placement: unknown attention placement 'remote' (expected: colocated, cad" --attention.placement remote
 MODEL=${MODEL/num_hidden_layers 2/num_hidden_layers 3} expect_layout_error 2 \
   "attention.placement = cad with pipeline parallelism needs the same number of layers" \
   --attention.placement cad --parallel.pp 2 --parallel.pp_layers 1,2
 expect_layout_error 2 "parallel.dp_balance = packing is a baseline for colocated attention" \
   --attention.placement cad --parallel.dp_balance packing
-expect_layout_error 2 "parallel.dp_balance: expected none or packing, got 'lpt'" --parallel.dp_balance lpt
+expect_layout_error 2 "parallel.dp_balance: unknown data-parallel balance 'lpt' (expected: none, packing)" --parallel.dp_balance lpt
 expect_layout_error 2 "attention.cad_profile: cannot open 'missing.txt'" \
   --attention.placement cad --attention.cad_profile missing.txt
 expect_layout_error 2 "attention.cad_profile 'other_model.txt' was measured for causal attention with heads 8/2" \

@@ -294,7 +294,6 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precisi
   return r;
 }
 
-
 // Per-rank attention pairs (data/context_shards.h) of each split over a stream's
 // sequences: max/mean per sequence, averaged, and the worst sequence's.
 struct BalanceRow {

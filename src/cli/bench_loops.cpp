@@ -64,7 +64,6 @@ double fma_loop(int64_t iterations) {
   return flops / s / 1e9;
 }
 
-
 namespace {
 volatile double g_bf16_sink = 0.0;
 

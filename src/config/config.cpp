@@ -157,11 +157,6 @@ ConfigKey choice_key(std::string name, std::string help, Field field, Parse pars
             }
           }};
 }
-Placement parse_placement(const std::string& t) {
-  if (t == "colocated") return Placement::colocated;
-  if (t == "cad") return Placement::cad;
-  throw std::invalid_argument("expected colocated or cad, got '" + t + "'");
-}
 template <typename Field>
 ConfigKey str_key(std::string name, std::string help, Field field,
                   std::function<void(const std::string&)> check = nullptr) {
@@ -205,7 +200,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.attention.cad.pingpong; }));
   k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.attention.cad.rank_speeds; }));
   k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.attention.cad.profile; }));
-  k.push_back(choice_key("attention.mask", std::string("which keys of its document a query reads: ") + mask_kind_names() +
+  k.push_back(choice_key("attention.mask", std::string("which keys of its document a query reads: ") + enum_choices(kMaskKindNames) +
                              " (docs/model.md, Attention masks)",
                          [](Config& c) -> auto& { return c.model.attention_mask.kind; }, parse_mask_kind, mask_kind_name));
   k.push_back(int_key("attention.window", "sliding_window, sink_window: W, the keys a query reads, its own included (j > i - W)", [](Config& c) -> auto& { return c.model.attention_mask.window; }, 1));
@@ -220,7 +215,7 @@ std::vector<ConfigKey> make_keys() {
                          parse_data_source, data_source_name));
   k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
   k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
-  k.push_back(choice_key("data.doc_lengths", std::string("synthetic length distribution: ") + doc_length_dist_choices(),
+  k.push_back(choice_key("data.doc_lengths", std::string("synthetic length distribution: ") + enum_choices(kDocLengthDistNames),
                          [](Config& c) -> auto& { return c.data.doc_lengths; }, parse_doc_length_dist,
                          doc_length_dist_name));
   k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));

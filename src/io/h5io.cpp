@@ -356,9 +356,6 @@ std::vector<int32_t> H5File::read_i32(const std::string& ds) const {
 std::vector<double> H5File::read_f64(const std::string& ds) const {
   return read_as<double>(*this, ds, H5T_NATIVE_DOUBLE);
 }
-std::vector<int64_t> H5File::read_i64(const std::string& ds) const {
-  return read_as<int64_t>(*this, ds, H5T_NATIVE_INT64);
-}
 
 namespace {
 hid_t open_object(const H5File& f, const std::string& object) {

@@ -55,7 +55,6 @@ class H5File {
   std::vector<float> read_f32(const std::string& dataset) const;
   std::vector<int32_t> read_i32(const std::string& dataset) const;
   std::vector<double> read_f64(const std::string& dataset) const;
-  std::vector<int64_t> read_i64(const std::string& dataset) const;
 
   // Attributes on an object ("/" for the root, "/model" for a group), created if needed.
   void set_attr(const std::string& object, const std::string& name, int64_t value);

@@ -65,5 +65,4 @@ std::string check_command_memory(const std::string& what, double bytes, const st
 // L) with the model's weights and gradients (what LlamaModel allocates for them).
 double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int64_t L);
 
-
 }  // namespace lct

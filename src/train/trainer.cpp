@@ -50,14 +50,9 @@ const ProcessGrid& Trainer::single_process_grid() {
   return grid;
 }
 
-Trainer::Trainer(const Config& config) : Trainer(config, single_process_grid()) {}
-
-Trainer::Trainer(const Config& config, const ProcessGrid& grid)
-    : Trainer(config, make_run_plan(config, grid.world_size()), grid) {}
+Trainer::Trainer(const Config& config) : Trainer(config, make_run_plan(config, 1), single_process_grid()) {}
 
 namespace {
-// The CAD cost model (src/train/cad_profile.h), resolved on rank 0 and shared, so that every
-// rank plans with the same one; an error there stops every rank with its message.
 // A choice that rank 0 makes (it may measure, while the other ranks wait asleep: a
 // spinning wait would share the cores being measured) and every rank receives: the
 // strings `decide` returns, or one ConfigError on every rank (error_prefix + what()).
@@ -79,6 +74,8 @@ std::vector<std::string> decided_on_root(const ProcessGrid& grid, size_t count, 
   return std::vector<std::string>(shared.begin() + 1, shared.end());
 }
 
+// The CAD cost model (src/train/cad_profile.h), resolved on rank 0 and shared, so that every
+// rank plans with the same one; an error there stops every rank with its message.
 CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
   const std::vector<std::string> shared = decided_on_root(grid, 2, "", [&] {
     const CadCostChoice choice = resolve_cad_cost(setting, m);
@@ -385,7 +382,6 @@ std::string Trainer::save_checkpoint() {
   barrier(grid_.world());  // written before anyone goes on
   return path;
 }
-
 
 // Every rank checks the folder (read-only: the same verdict everywhere), then rank 0
 // takes it: see src/io/run_folder.h.

@@ -44,8 +44,8 @@ extern std::atomic<int> g_stop_signal;
 // every pipeline stage alike; a context-parallel rank keeps its shard of each. The loss
 // is normalised by the global target count (one small all-reduce per step), so every
 // layout computes the single-process step on the same batch.
-// Execution: the trainer picks a pipeline schedule and an attention placement and runs
-// the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
+// Execution: the trainer builds the placement and the pipeline schedule the run plan
+// chose and runs the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
 // small collectives) is in parallel/. With pp = 1 the executor is plain gradient
 // accumulation. Each stage reduces the gradients it owns over
 // dp x cp, the grad norm sums squares over stages, and the optimizer updates the
@@ -55,8 +55,7 @@ extern std::atomic<int> g_stop_signal;
 // under any layout. Rank 0 logs and writes metrics.
 class Trainer {
  public:
-  explicit Trainer(const Config& config);  // single process
-  Trainer(const Config& config, const ProcessGrid& grid);  // plans for the grid's ranks
+  explicit Trainer(const Config& config);  // single process: plans for one rank
   // The plan must be the config's on this grid (make_run_plan(config, grid.world_size())).
   Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid);
 

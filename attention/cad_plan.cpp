@@ -119,8 +119,9 @@ class Balancer {
     plan_.load_after.assign(size_t(n_), 0.0);
     for (const CaTask& t : plan_.tasks) {
       const AttentionTask a = t.attention_task(0, 0, 0);
-      plan_.pairs_after[size_t(t.server)] += attention_pairs(a, o_.mask);
-      plan_.load_after[size_t(t.server)] += o_.cost ? o_.cost->seconds(a, o_.mask) : double(attention_pairs(a, o_.mask));
+      const int64_t pairs = attention_pairs(a, o_.mask);
+      plan_.pairs_after[size_t(t.server)] += pairs;
+      plan_.load_after[size_t(t.server)] += o_.cost ? o_.cost->seconds(a, o_.mask) : double(pairs);
     }
     return std::move(plan_);
   }

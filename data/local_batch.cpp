@@ -50,7 +50,7 @@ void cut_at_segments(std::vector<DocPiece>& pieces, std::span<const int32_t> seg
 int64_t LocalBatch::attention_pairs(const AttentionMask& mask) const {
   int64_t pairs = 0;
   for (const DocPiece& p : pieces)
-    pairs += mask.causal() ? prefix_pairs(p.pos, p.len) : lct::attention_pairs(p.task(0, 0, p.key_end(mask)), mask);
+    pairs += lct::attention_pairs(p.task(0, 0, p.key_end(mask)), mask);
   return pairs;
 }
 

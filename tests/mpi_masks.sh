@@ -26,15 +26,10 @@ train() {  # dir ranks [extra args]: 2 sequences per step (micro-batches x dp; M
   run_train "$dir" "$np" --train.steps 8 --train.micro_batches "${MB:-2}" $SGD "$@"
 }
 
-train ref_causal 0
-for mask in "sliding_window --attention.window 24" "sink_window --attention.window 16 --attention.sink_tokens 3" \
-            "chunked --attention.block_size 40"; do
-  name=${mask%% *}
-  m="--attention.mask $mask"
-  train "ref_$name" 0 $m
-  grep -q "mask $name" "ref_$name.log" || { cat "ref_$name.log"; echo "FAIL: the log does not name the mask"; exit 1; }
-  # the mask changes the model (these comparisons would hold trivially if it were ignored)
-  if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
+# on_every_layout NAME ARGS: trains mask NAME (ARGS) on dp 2, pp 2, cp 2 (ring, all-gather,
+# Ulysses), cp 4 (hybrid, double ring), CAD dp 2 and CAD dp 2 x cp 2, each against ref_NAME
+on_every_layout() {
+  local name=$1 m=$2 comm
   MB=1 train "dp2_$name" 2 $m --parallel.dp 2
   compare "dp=2, $name" "dp2_$name" "ref_$name"
   train "pp2_$name" 2 $m --parallel.dp 1 --parallel.pp 2
@@ -51,6 +46,18 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
   compare "CAD dp=2, $name" "cad2_$name" "ref_$name"
   MB=1 train "cad_dp2cp2_$name" 4 $m --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
   compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
+}
+
+train ref_causal 0
+for mask in "sliding_window --attention.window 24" "sink_window --attention.window 16 --attention.sink_tokens 3" \
+            "chunked --attention.block_size 40"; do
+  name=${mask%% *}
+  m="--attention.mask $mask"
+  train "ref_$name" 0 $m
+  grep -q "mask $name" "ref_$name.log" || { cat "ref_$name.log"; echo "FAIL: the log does not name the mask"; exit 1; }
+  # the mask changes the model (these comparisons would hold trivially if it were ignored)
+  if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
+  on_every_layout "$name" "$m"
 done
 
 # per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
@@ -63,24 +70,9 @@ for mask in "prefix_lm --data.prefix_fraction 0.25" \
   m="--attention.mask $mask"
   train "ref_$name" 0 $m
   if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
-  MB=1 train "dp2_$name" 2 $m --parallel.dp 2
-  compare "dp=2, $name" "dp2_$name" "ref_$name"
-  train "pp2_$name" 2 $m --parallel.dp 1 --parallel.pp 2
-  compare "pp=2, $name" "pp2_$name" "ref_$name"
-  for comm in ring allgather ulysses; do
-    train "cp2_${comm}_$name" 2 $m --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm "$comm"
-    compare "cp=2 $comm, $name" "cp2_${comm}_$name" "ref_$name"
-  done
+  on_every_layout "$name" "$m"
   train "cp2_contiguous_$name" 2 $m --parallel.dp 1 --parallel.cp 2 --parallel.cp_split contiguous
   compare "cp=2 ring contiguous, $name" "cp2_contiguous_$name" "ref_$name"
-  for comm in hybrid double_ring; do
-    train "cp4_${comm}_$name" 4 $m --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
-    compare "cp=4 $comm, $name" "cp4_${comm}_$name" "ref_$name"
-  done
-  MB=1 train "cad2_$name" 2 $m --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
-  compare "CAD dp=2, $name" "cad2_$name" "ref_$name"
-  MB=1 train "cad_dp2cp2_$name" 4 $m --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
-  compare "CAD dp=2 x cp=2, $name" "cad_dp2cp2_$name" "ref_$name"
 done
 
 # a token file that marks each document's structure (data.segment_end_id = 3: closes the

@@ -32,7 +32,7 @@ enum class AttentionKernel { causal, dca };
 
 inline constexpr EnumName<AttentionKernel> kAttentionKernelNames[] = {
     {AttentionKernel::causal, "causal"},
-    {AttentionKernel::dca, "dca"},
+    {AttentionKernel::dca, "dca", "Dual Chunk Attention"},
 };
 inline AttentionKernel parse_attention_kernel(const std::string& name) { return parse_enum(kAttentionKernelNames, name, "attention kernel"); }
 inline const char* attention_kernel_name(AttentionKernel value) { return enum_name(kAttentionKernelNames, value); }

@@ -15,13 +15,28 @@ template <typename E>
 struct EnumName {
   E value;
   const char* name;
+  const char* help = "";  // what the value means, for --help ("" when the name says it)
+  bool settable = true;   // false: derived, never a setting (not parsed, not offered)
 };
 
-// "a, b, c" (or with another separator, e.g. " | " for --help)
+// "a, b, c": the values a setting may take
 template <typename E, size_t N>
-std::string enum_choices(const EnumName<E> (&table)[N], const char* separator = ", ") {
+std::string enum_choices(const EnumName<E> (&table)[N]) {
   std::string out;
-  for (size_t i = 0; i < N; ++i) out += (i ? separator : "") + std::string(table[i].name);
+  for (const EnumName<E>& e : table)
+    if (e.settable) out += (out.empty() ? "" : ", ") + std::string(e.name);
+  return out;
+}
+
+// "a | b (what b means) | c": the choices as --help lists them
+template <typename E, size_t N>
+std::string enum_help(const EnumName<E> (&table)[N]) {
+  std::string out;
+  for (const EnumName<E>& e : table) {
+    if (!e.settable) continue;
+    out += (out.empty() ? "" : " | ") + std::string(e.name);
+    if (*e.help) out += " (" + std::string(e.help) + ")";
+  }
   return out;
 }
 
@@ -37,7 +52,7 @@ const char* enum_name(const EnumName<E> (&table)[N], E value) {
 template <typename E, size_t N>
 E parse_enum(const EnumName<E> (&table)[N], const std::string& text, const char* what) {
   for (const EnumName<E>& e : table)
-    if (text == e.name) return e.value;
+    if (text == e.name && e.settable) return e.value;
   throw std::invalid_argument("unknown " + std::string(what) + " '" + text + "' (expected: " + enum_choices(table) +
                               ")");
 }

@@ -26,7 +26,7 @@ namespace lct {
 enum class DpBalance { none, packing };
 inline constexpr EnumName<DpBalance> kDpBalanceNames[] = {
     {DpBalance::none, "none"},
-    {DpBalance::packing, "packing"},
+    {DpBalance::packing, "packing", "re-pack the global batch's documents over dp ranks by work, WLB-LLM"},
 };
 inline DpBalance parse_dp_balance(const std::string& name) { return parse_enum(kDpBalanceNames, name, "data-parallel balance"); }
 inline const char* dp_balance_name(DpBalance value) { return enum_name(kDpBalanceNames, value); }

@@ -33,7 +33,7 @@ namespace lct {
 
 enum class CpSplit { zigzag, contiguous };
 inline constexpr EnumName<CpSplit> kCpSplitNames[] = {
-    {CpSplit::zigzag, "zigzag"},
+    {CpSplit::zigzag, "zigzag", "per-document head/tail chunks"},
     {CpSplit::contiguous, "contiguous"},
 };
 inline CpSplit parse_cp_split(const std::string& name) { return parse_enum(kCpSplitNames, name, "context-parallel split"); }

@@ -86,7 +86,7 @@ struct LocalBatch {
 // answers' (the tokens answer_mask marks, in sources that mark them: synthetic key-value
 // retrieval, passkey). The loss and its gradient are then the mean over answer tokens.
 enum class LossOn { all, answers };
-inline constexpr EnumName<LossOn> kLossOnNames[] = {{LossOn::all, "all"}, {LossOn::answers, "answers"}};
+inline constexpr EnumName<LossOn> kLossOnNames[] = {{LossOn::all, "all"}, {LossOn::answers, "answers", "the answer tokens only: synthetic and passkey sources"}};
 inline LossOn parse_loss_on(const std::string& name) { return parse_enum(kLossOnNames, name, "loss target"); }
 inline const char* loss_on_name(LossOn value) { return enum_name(kLossOnNames, value); }
 // train.loss_on = answers: every target that is not an answer becomes -1 (no loss).

@@ -17,10 +17,10 @@ namespace lct {
 enum class DataSource { synthetic, text, tokens, passkey, copy };
 inline constexpr EnumName<DataSource> kDataSourceNames[] = {
     {DataSource::synthetic, "synthetic"},
-    {DataSource::text, "text"},
-    {DataSource::tokens, "tokens"},
-    {DataSource::passkey, "passkey"},
-    {DataSource::copy, "copy"},
+    {DataSource::text, "text", "a text file or folder, byte-level"},
+    {DataSource::tokens, "tokens", "a binary token file"},
+    {DataSource::passkey, "passkey", "pass-key retrieval documents, byte-level"},
+    {DataSource::copy, "copy", "one random byte string repeated: the copy warm-up"},
 };
 inline DataSource parse_data_source(const std::string& name) { return parse_enum(kDataSourceNames, name, "data source"); }
 inline const char* data_source_name(DataSource value) { return enum_name(kDataSourceNames, value); }

@@ -22,9 +22,9 @@ namespace lct {
 enum class Recompute { none, selective, full };
 
 inline constexpr EnumName<Recompute> kRecomputeNames[] = {
-    {Recompute::none, "none"},
-    {Recompute::selective, "selective"},
-    {Recompute::full, "full"},
+    {Recompute::none, "none", "each layer keeps everything its backward reads"},
+    {Recompute::selective, "selective", "keeps its input, attention output and LSE; the rest recomputed"},
+    {Recompute::full, "full", "keeps its input; the whole layer recomputed, attention included"},
 };
 inline Recompute parse_recompute(const std::string& name) { return parse_enum(kRecomputeNames, name, "recompute mode"); }
 inline const char* recompute_name(Recompute value) { return enum_name(kRecomputeNames, value); }

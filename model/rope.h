@@ -23,9 +23,9 @@ namespace lct {
 enum class RopeScaling { none, linear, dynamic, yarn };
 inline constexpr EnumName<RopeScaling> kRopeScalingNames[] = {
     {RopeScaling::none, "none"},
-    {RopeScaling::linear, "linear"},
-    {RopeScaling::dynamic, "dynamic"},
-    {RopeScaling::yarn, "yarn"},
+    {RopeScaling::linear, "linear", "position interpolation: positions / factor"},
+    {RopeScaling::dynamic, "dynamic", "NTK-aware, per batch"},
+    {RopeScaling::yarn, "yarn", "NTK-by-parts with attention temperature"},
 };
 inline RopeScaling parse_rope_scaling(const std::string& name) { return parse_enum(kRopeScalingNames, name, "RoPE scaling"); }
 inline const char* rope_scaling_name(RopeScaling value) { return enum_name(kRopeScalingNames, value); }

@@ -48,11 +48,11 @@ std::string rank_name(const Layout& layout, int world_rank);
 // parallel/ulysses_attention.h).
 enum class CpComm { allgather, ring, ulysses, hybrid, double_ring };
 inline constexpr EnumName<CpComm> kCpCommNames[] = {
-    {CpComm::allgather, "allgather"},
+    {CpComm::allgather, "allgather", "every rank gathers the sequence's keys and values"},
     {CpComm::ring, "ring"},
-    {CpComm::ulysses, "ulysses"},
-    {CpComm::hybrid, "hybrid"},
-    {CpComm::double_ring, "double_ring"},
+    {CpComm::ulysses, "ulysses", "all-to-all: whole sequence, heads / cp per rank"},
+    {CpComm::hybrid, "hybrid", "ulysses inside groups of parallel.cp_ulysses ranks, ring across them"},
+    {CpComm::double_ring, "double_ring", "inner rings of parallel.cp_inner_ring ranks, outer ring across them"},
 };
 inline CpComm parse_cp_comm(const std::string& name) { return parse_enum(kCpCommNames, name, "context-parallel exchange"); }
 inline const char* cp_comm_name(CpComm value) { return enum_name(kCpCommNames, value); }
@@ -66,16 +66,16 @@ enum class Placement {
 };
 inline constexpr EnumName<Placement> kPlacementNames[] = {
     {Placement::colocated, "colocated"},
-    {Placement::context_parallel, "context-parallel"},
-    {Placement::cad, "cad"},
+    {Placement::context_parallel, "context-parallel", "follows from parallel.cp > 1", false},
+    {Placement::cad, "cad", "disaggregated over all ranks, DistCA"},
 };
 inline const char* placement_name(Placement value) { return enum_name(kPlacementNames, value); }
 // attention.placement: colocated or cad (context-parallel follows from parallel.cp > 1).
 inline Placement parse_placement(const std::string& name) {
-  for (const EnumName<Placement>& e : kPlacementNames)
-    if (name == e.name && e.value != Placement::context_parallel) return e.value;
-  throw std::invalid_argument("unknown attention placement '" + name +
-                              "' (expected: colocated, cad; context-parallel follows from parallel.cp > 1)");
+  if (name == placement_name(Placement::context_parallel))
+    throw std::invalid_argument("attention placement 'context-parallel' is not a setting: it follows from parallel.cp > 1 "
+                                "(expected: " + enum_choices(kPlacementNames) + ")");
+  return parse_enum(kPlacementNames, name, "attention placement");
 }
 
 }  // namespace lct

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,7 @@ enum class PipelineSchedule { one_f_one_b, gpipe, ticks };
 inline constexpr EnumName<PipelineSchedule> kPipelineScheduleNames[] = {
     {PipelineSchedule::one_f_one_b, "1f1b"},
     {PipelineSchedule::gpipe, "gpipe"},
-    {PipelineSchedule::ticks, "ticks"},
+    {PipelineSchedule::ticks, "ticks", "same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them"},
 };
 inline PipelineSchedule parse_pipeline_schedule(const std::string& name) { return parse_enum(kPipelineScheduleNames, name, "pipeline schedule"); }
 inline const char* pipeline_schedule_name(PipelineSchedule value) { return enum_name(kPipelineScheduleNames, value); }
@@ -69,6 +70,14 @@ std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int 
 
 // Bubble fraction of the step with equal micro-batch times: (pp - 1) / (m + pp - 1).
 double theoretical_bubble(int pp, int micro_batches);
+
+// The one replay of stage action lists (simulate_pipeline below, and lct simulate's
+// timed replay, src/sim/replay.h): round-robin over the stages, each runs its actions in
+// order while `run(stage, index)` accepts them; an action it refuses (a receive whose
+// message is not there yet) blocks that stage until another stage has progressed.
+// Returns, per stage, how many of its actions ran (its list's size when it completed).
+std::vector<size_t> replay_pipeline(const std::vector<std::vector<PipeAction>>& stages,
+                                    const std::function<bool(int stage, size_t index)>& run);
 
 // Runs every stage's list against each other with unbounded message buffers and
 // returns "" when all complete, else a description of where they got stuck (a

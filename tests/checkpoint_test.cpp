@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "src/io/checkpoint.h"
+#include "src/config/config.h"
 #include "src/train/trainer.h"
 
 namespace lct {
@@ -54,14 +55,14 @@ class CheckpointTest : public ::testing::Test {
 };
 
 void expect_resume_equals_uninterrupted(const Config& c, int64_t stop_at) {
-  Trainer full(c);
+  Trainer full(make_run_plan(c, 1));
   for (int64_t s = 0; s < c.train.steps; ++s) full.train_step();
 
-  Trainer first(c);
+  Trainer first(make_run_plan(c, 1));
   for (int64_t s = 0; s < stop_at; ++s) first.train_step();
   const std::string path = first.save_checkpoint();
 
-  Trainer resumed(c);
+  Trainer resumed(make_run_plan(c, 1));
   resumed.resume_from(path);
   ASSERT_EQ(resumed.steps_done(), stop_at);
   while (resumed.steps_done() < c.train.steps) resumed.train_step();
@@ -87,13 +88,13 @@ TEST_F(CheckpointTest, ResumeEqualsUninterruptedText) {
 
 TEST_F(CheckpointTest, SaveLoadSaveGivesIdenticalTensors) {
   Config c = small_config();
-  Trainer t(c);
+  Trainer t(make_run_plan(c, 1));
   for (int s = 0; s < 3; ++s) t.train_step();
   const std::string a = t.save_checkpoint();
-  Trainer u(c);
+  Trainer u(make_run_plan(c, 1));
   u.resume_from(a);
   c.checkpoint.dir = (dir / "second").string();
-  Trainer v(c);
+  Trainer v(make_run_plan(c, 1));
   v.resume_from(a);
   const std::string b = v.save_checkpoint();
   H5File fa = H5File::open_read(a), fb = H5File::open_read(b);
@@ -119,7 +120,7 @@ class DamagedCheckpoint : public CheckpointTest {
   void SetUp() override {
     CheckpointTest::SetUp();
     config = small_config();
-    Trainer t(config);
+    Trainer t(make_run_plan(config, 1));
     t.train_step();
     good = t.save_checkpoint();
   }
@@ -129,7 +130,7 @@ class DamagedCheckpoint : public CheckpointTest {
     return p;
   }
   void expect_load_error(const std::string& path, const std::string& want) {
-    Trainer t(config);
+    Trainer t(make_run_plan(config, 1));
     const std::vector<float> before = t.model().params;
     try {
       t.resume_from(path);

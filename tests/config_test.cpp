@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "attention/attention_mask.h"
@@ -45,7 +46,10 @@ void check_enum_table(const EnumName<E> (&table)[N], const char* what) {
     EXPECT_TRUE(names.insert(e.name).second) << what << ": name '" << e.name << "' twice";
     EXPECT_TRUE(values.insert(int(e.value)).second) << what << ": value " << int(e.value) << " twice";
     EXPECT_STREQ(enum_name(table, e.value), e.name) << what;
-    EXPECT_EQ(parse_enum(table, e.name, what), e.value) << what << " " << e.name;
+    if (e.settable)
+      EXPECT_EQ(parse_enum(table, e.name, what), e.value) << what << " " << e.name;
+    else  // derived, never a setting
+      EXPECT_THROW(parse_enum(table, e.name, what), std::invalid_argument) << what << " " << e.name;
   }
   EXPECT_EQ(*values.begin(), 0) << what;
   EXPECT_EQ(*values.rbegin(), int(N) - 1) << what << ": a value between has no name";
@@ -56,6 +60,59 @@ void check_enum_table(const EnumName<E> (&table)[N], const char* what) {
     EXPECT_EQ(std::string(e.what()), "unknown " + std::string(what) + " 'no-such-choice' (expected: " +
                                          enum_choices(table) + ")");
   }
+}
+
+// --help lists every value a choice key accepts: the values its parser names when it
+// refuses one ("(expected: a, b, c)") each appear in the key's help, which is made from
+// the same table (enum_help).
+TEST(Config, EveryChoiceKeyListsItsChoicesInHelp) {
+  int choices = 0;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.type != KeyType::string) continue;
+    Config c;
+    std::string error;
+    try {
+      k.set(c, "no-such-choice");
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    const size_t at = error.find("(expected: ");
+    if (at == std::string::npos) continue;  // a name or a path: any text
+    ++choices;
+    std::stringstream list(error.substr(at + 11, error.find(')', at) - at - 11));
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      name.erase(0, name.find_first_not_of(' '));
+      EXPECT_NE(k.help.find(name), std::string::npos) << k.name << " --help does not list '" << name << "': " << k.help;
+    }
+  }
+  EXPECT_GE(choices, 16);  // every choice key refuses an unknown value with its list
+}
+
+// One key scope decides what a resumed run must keep and what lct eval may change.
+TEST(Config, KeyScopesDecideResumeAndEval) {
+  const std::string base = config_to_toml(Config{});
+  const auto with = [](const std::string& key, const std::string& value) {
+    Config c;
+    find_config_key(key)->set(c, value);
+    return config_to_toml(c);
+  };
+  EXPECT_THROW(resume_warnings(with("model.hidden_size", "128"), "ck", base), std::runtime_error);
+  EXPECT_THROW(resume_warnings(with("attention.window", "7"), "ck", base), std::runtime_error);
+  EXPECT_THROW(resume_warnings(with("model.rope_scaling", "linear"), "ck", base), std::runtime_error);
+  EXPECT_EQ(resume_warnings(with("attention.placement", "cad"), "ck", base),
+            std::vector<std::string>{"resuming with attention.placement = colocated (checkpoint had cad)"});
+  EXPECT_EQ(resume_warnings(with("train.lr", "0.5"), "ck", base).size(), 1u);
+  EXPECT_TRUE(resume_warnings(with("train.steps", "7"), "ck", base).empty());
+  EXPECT_TRUE(resume_warnings(with("train.resume", "auto"), "ck", base).empty());
+  EXPECT_TRUE(resume_warnings(base, "ck", base).empty());
+  for (const char* key : {"attention.kernel", "attention.mask", "attention.dca_chunk_size", "model.rope_scaling",
+                          "model.rope_original_length"})
+    EXPECT_EQ(find_config_key(key)->scope, KeyScope::function) << key;  // lct eval may override them
+  for (const char* key : {"model.hidden_size", "model.rope_theta"})
+    EXPECT_EQ(find_config_key(key)->scope, KeyScope::model) << key;
+  EXPECT_EQ(find_config_key("attention.cad_profile")->scope, KeyScope::placement);
+  EXPECT_EQ(find_config_key("train.lr")->scope, KeyScope::setting);
 }
 
 TEST(Config, EveryChoiceEnumRoundTripsThroughItsTable) {

@@ -27,7 +27,7 @@
 #include "model/optimizer.h"
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
-#include "src/cli/eval.h"
+#include "src/io/batch_file.h"
 #include "src/cli/inspect.h"
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "src/cli/eval.h"
+#include "src/io/batch_file.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/io/params_io.h"

@@ -8,6 +8,7 @@
 #include "data/nano_batches.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
+#include "src/config/config.h"
 #include "src/train/trainer.h"
 #include "tests/test_util.h"
 
@@ -290,7 +291,7 @@ Config tiny_run_config() {
 
 TEST(Trainer, TwoRunsWithOneSeedAreBitIdentical) {
   const Config c = tiny_run_config();
-  Trainer a(c), b(c);
+  Trainer a(make_run_plan(c, 1)), b(make_run_plan(c, 1));
   for (int s = 0; s < 4; ++s) {
     const StepRecord ra = a.train_step(), rb = b.train_step();
     EXPECT_EQ(ra.loss, rb.loss) << "step " << s;
@@ -303,7 +304,7 @@ TEST(Trainer, LossFallsOnSyntheticData) {
   Config c = tiny_run_config();
   c.train.steps = 30;
   c.train.lr = 1e-2;
-  Trainer t(c);
+  Trainer t(make_run_plan(c, 1));
   double first = 0, last = 0;
   for (int s = 0; s < 30; ++s) {
     const double l = t.train_step().loss;
@@ -319,7 +320,7 @@ TEST(Trainer, SgdStepMovesAgainstTheGradient) {
   c.train.grad_clip = 0;
   c.train.warmup_steps = 0;
   c.train.min_lr = c.train.lr;
-  Trainer t(c);
+  Trainer t(make_run_plan(c, 1));
   const std::vector<float> before = t.model().params;
   t.train_step();
   const std::vector<float>& g = t.model().grads;
@@ -348,7 +349,7 @@ TEST(Trainer, TrainsOnTextAndTokenFiles) {
     c.data.path = (dir / (source == "text" ? "" : "t.bin")).string();
     c.model.vocab_size = source == "text" ? 256 : 32;
     c.data.seq_len = 64;
-    Trainer t(c);
+    Trainer t(make_run_plan(c, 1));
     const double first = t.train_step().loss;
     double last = first;
     for (int s = 0; s < 3; ++s) last = t.train_step().loss;

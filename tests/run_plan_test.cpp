@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "src/config/config.h"
+#include "src/train/flops.h"
+#include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
+#include "src/train/step_model.h"
 
 namespace lct {
 namespace {
@@ -142,6 +146,68 @@ TEST(RunPlan, Refusals) {
             std::string::npos);
   // unequal stages are fine without CAD
   EXPECT_EQ(refusal(config_with({{"parallel.pp", "2"}, {"parallel.pp_layers", "[1, 3]"}}), 2), "");
+}
+
+}  // namespace
+}  // namespace lct
+
+namespace lct {
+namespace {
+
+// The step model (src/train/step_model.h): replica d of a step starting at `first` reads
+// sequences first + d x mb + m, its context-parallel ranks split each one with every
+// token and attention pair once; packing re-packs exactly the global batch's documents.
+TEST(StepModel, EveryRankTrainsItsShareOfTheGlobalBatch) {
+  for (const char* mask : {"causal", "sliding_window"}) {
+    const Config c = config_with({{"data.seq_len", "512"}, {"data.max_doc_len", "300"}, {"train.micro_batches", "2"},
+                                  {"parallel.cp", "2"}, {"attention.mask", mask}, {"attention.window", "64"}});
+    const RunPlan plan = make_run_plan(c, 4);  // dp 2 x cp 2
+    ASSERT_EQ(plan.layout.dp, 2);
+    DocumentStream stream(plan);
+    const int64_t first = 6, mb = 2;
+    for (int d = 0; d < 2; ++d) {
+      std::vector<std::vector<LocalBatch>> by_cp;
+      for (int cp = 0; cp < 2; ++cp) {
+        std::set<int64_t> asked;
+        by_cp.push_back(step_micro_batches(
+            plan, [&](int64_t i) { asked.insert(i); return stream.sequence(i); }, first, d, cp));
+        EXPECT_EQ(asked, (std::set<int64_t>{first + d * mb, first + d * mb + 1})) << mask;
+        ASSERT_EQ(by_cp.back().size(), size_t(mb));
+      }
+      for (int64_t m = 0; m < mb; ++m) {
+        const LocalBatch whole = whole_sequence(stream.sequence(first + d * mb + m));
+        const MicroBatchCost a = micro_batch_cost(plan, by_cp[0][size_t(m)]), b = micro_batch_cost(plan, by_cp[1][size_t(m)]);
+        EXPECT_EQ(a.tokens + b.tokens, 512) << mask;
+        EXPECT_EQ(a.pairs + b.pairs, whole.attention_pairs(plan.model.attention_mask)) << mask;
+        EXPECT_DOUBLE_EQ(a.forward_flops, forward_flops(plan.model, a.tokens, a.pairs));
+      }
+    }
+  }
+  // packing: the global batch's documents, re-packed by work over the replicas
+  const Config c = config_with({{"data.seq_len", "512"}, {"data.max_doc_len", "300"}, {"train.micro_batches", "2"},
+                                {"parallel.dp_balance", "packing"}});
+  const RunPlan plan = make_run_plan(c, 2);
+  ASSERT_EQ(plan.balance, DpBalance::packing);
+  DocumentStream stream(plan);
+  int64_t tokens = 0, pairs = 0;
+  for (int d = 0; d < 2; ++d) {
+    std::set<int64_t> asked;
+    for (const LocalBatch& b : step_micro_batches(
+             plan, [&](int64_t i) { asked.insert(i); return stream.sequence(i); }, 4, d, 0)) {
+      tokens += micro_batch_cost(plan, b).tokens;
+      pairs += micro_batch_cost(plan, b).pairs;
+    }
+    EXPECT_EQ(asked, (std::set<int64_t>{4, 5, 6, 7}));  // the whole global batch
+  }
+  int64_t global_pairs = 0;
+  for (int64_t i = 4; i < 8; ++i) global_pairs += whole_sequence(stream.sequence(i)).attention_pairs({});
+  EXPECT_EQ(tokens, 4 * 512);
+  EXPECT_EQ(pairs, global_pairs);
+  // the work packing balances is the mask's: a window reads fewer pairs than causal
+  EXPECT_DOUBLE_EQ(document_work(plan, 1000), forward_flops(plan.model, 1000, 1000 * 1001 / 2));
+  const RunPlan windowed =
+      make_run_plan(config_with({{"attention.mask", "sliding_window"}, {"attention.window", "64"}}), 1);
+  EXPECT_LT(document_work(windowed, 1000), document_work(plan, 1000));
 }
 
 }  // namespace

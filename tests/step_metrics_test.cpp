@@ -11,7 +11,7 @@
 #include "src/config/config.h"
 #include "src/io/checkpoint.h"
 #include "src/metrics/step_metrics.h"
-#include "src/train/run_objects.h"
+#include "src/train/run_plan.h"
 #include "tests/test_util.h"
 
 namespace lct {
@@ -72,7 +72,7 @@ TEST(StepMetrics, EveryFieldReachesTheCheckpoint) {
   Config config;
   config.model = test::llama_shape(64, 16, 24, 1, 2, 1);
   LlamaModel model(config.model);
-  Optimizer optimizer(optimizer_config(config), model.table());
+  Optimizer optimizer(make_run_plan(config, 1).optimizer, model.table());
   TrainerState state;
   state.step = 1;
   const StepRecord r = distinct_record();

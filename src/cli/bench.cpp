@@ -250,17 +250,15 @@ Config config_at_length(const Config& base, int64_t L) {
 // The first packed sequence of length L from the config's data: its documents, and their
 // prefixes or segments under a per-document mask.
 PackedBatch first_sequence(const Config& base, int64_t L) {
-  const Config c = config_at_length(base, L);
-  const std::unique_ptr<DocumentSource> source = make_document_source(c);
-  SequencePacker packer(*source, L, doc_structure_of(c));
-  return packer.sequence(0);
+  DocumentStream stream(make_run_plan(config_at_length(base, L), 1));
+  return stream.sequence(0);
 }
 
 // The documents of one document of L tokens (no tokens), with its prefix or segments.
 PackedBatch one_document(const Config& config, int64_t L) {
   PackedBatch b;
   b.cu_seqlens = {0, int32_t(L)};
-  doc_structure_of(config).append_piece(b, L, 0, L);
+  doc_structure_of(config.data, config.model.attention_mask.kind).append_piece(b, L, 0, L);
   return b;
 }
 
@@ -274,7 +272,7 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precisi
   {
     Config c = config_at_length(base, L);
     c.train.precision = precision;
-    Trainer trainer(c);
+    Trainer trainer(make_run_plan(c, 1));
     const auto runs = repeat_timed(o, [&] {
       const StepRecord s = trainer.train_step();
       return std::vector<double>{s.ms, double(s.tokens), s.gflops * s.ms};  // GFLOP/s x ms
@@ -302,11 +300,10 @@ struct BalanceRow {
   double mean_max_over_mean = 0, worst_max_over_mean = 0;
 };
 
-std::vector<BalanceRow> cp_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
-  const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len, plan.doc_structure);
+std::vector<BalanceRow> cp_balance(const RunPlan& plan, const BenchOptions& o) {
+  DocumentStream stream(plan);
   std::vector<PackedBatch> sequences;
-  for (int64_t k = 0; k < o.balance_sequences; ++k) sequences.push_back(packer.sequence(k));
+  for (int64_t k = 0; k < o.balance_sequences; ++k) sequences.push_back(stream.sequence(k));
   std::vector<BalanceRow> rows;
   for (int64_t cp : o.cp_degrees)
     for (CpSplit split : {CpSplit::zigzag, CpSplit::contiguous}) {
@@ -334,9 +331,8 @@ struct CadBalanceRow {
   double before = 0, after = 0, worst_after = 0, mib_per_layer = 0;
 };
 
-std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan, const BenchOptions& o) {
-  const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len, plan.doc_structure);
+std::vector<CadBalanceRow> cad_balance(const RunPlan& plan, const BenchOptions& o) {
+  DocumentStream stream(plan);
   const CaPlanOptions opt = ca_plan_options(plan.attention, plan.cad.tolerance, nullptr);
   std::vector<CadBalanceRow> rows;
   for (int64_t n : o.cad_ranks) {
@@ -346,7 +342,7 @@ std::vector<CadBalanceRow> cad_balance(const Config& config, const RunPlan& plan
       std::vector<CaPiece> docs;
       for (int64_t rank = 0; rank < n; ++rank) {
         int32_t i = 0;  // whole documents (one piece per shared_question segment)
-        for (const DocPiece& d : whole_sequence(packer.sequence(tick * n + rank)).pieces)
+        for (const DocPiece& d : whole_sequence(stream.sequence(tick * n + rank)).pieces)
           docs.push_back({int32_t(rank), i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
       }
       const CaPlan plan = plan_core_attention(docs, int(n), opt);
@@ -526,7 +522,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
   // config, and the attention kernel's Q, K, V, O, LSE, their gradients and its scratch
   // at the longest --attention-lengths
   if (wants(o, "step") || wants(o, "profile")) {
-    const std::string no = check_memory_budget(estimate_rank_memory(config, plan), available_memory(1));
+    const std::string no = check_memory_budget(estimate_rank_memory(plan), available_memory(1));
     if (!no.empty()) throw std::invalid_argument("lct bench --sections step: " + no);
   }
   if (wants(o, "attention") && !o.attention_lengths.empty()) {
@@ -649,7 +645,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         (long long)o.balance_sequences, (long long)config.data.seq_len,
         doc_length_dist_name(config.data.doc_lengths));
     say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
-    res.cp_balance = cp_balance(config, plan, o);
+    res.cp_balance = cp_balance(plan, o);
     for (const BalanceRow& r : res.cp_balance)
       say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
           r.worst_max_over_mean);
@@ -662,7 +658,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "documents, tolerance %.3g): attention pairs max/mean per rank\n",
         (long long)config.data.seq_len, doc_length_dist_name(config.data.doc_lengths), config.attention.cad.tolerance);
     say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
-    res.cad_balance = cad_balance(config, plan, o);
+    res.cad_balance = cad_balance(plan, o);
     for (const CadBalanceRow& r : res.cad_balance)
       say(o, "  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
           r.worst_after, r.mib_per_layer);

@@ -10,18 +10,6 @@
 
 namespace lct {
 
-// Reads datasets `tokens` int32 [T] and `cu_seqlens` int32 [n+1], and the optional
-// `answer_mask` int32 [T] (1 where the next token is a synthetic retrieval answer);
-// validates them (boundaries, token range, 0/1 mask) and derives targets/positions.
-// Throws with one line.
-PackedBatch read_batch_file(const std::string& path, int64_t vocab_size);
-class H5File;
-PackedBatch read_batch(const H5File& file, int64_t vocab_size);  // the same, from an open file
-// Keeps the batch's per-document mask data that `mask` reads (prefix_lens for prefix_lm,
-// segment_ids for shared_question; refused with one line when the file lacks it), drops
-// the rest, and the targets the mask does not train (drop_masked_targets).
-void apply_batch_mask(PackedBatch& batch, const AttentionMask& mask, const std::string& path);
-
 // Loads params (and /model config) from a checkpoint or parameter file. The optional
 // hook may change the attention settings (kernel, DCA keys) before the model is built:
 // core attention has no weights, so any checkpoint can be evaluated under DCA.

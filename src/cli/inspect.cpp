@@ -15,7 +15,7 @@
 #include "data/files.h"
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
-#include "src/cli/eval.h"
+#include "src/io/batch_file.h"
 #include "src/io/params_io.h"
 
 namespace lct {

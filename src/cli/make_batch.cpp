@@ -7,11 +7,12 @@
 
 #include "data/packing.h"
 #include "src/cli/command.h"
-#include "src/io/h5io.h"
+#include "src/io/batch_file.h"
 #include "src/io/output_files.h"
 #include "src/io/paths.h"
 #include "src/train/memory_budget.h"
 #include "src/train/run_objects.h"
+#include "src/train/run_plan.h"
 
 namespace lct {
 namespace {
@@ -37,33 +38,23 @@ void write_batch_from_config(const Config& config, int64_t first, int64_t count,
           "write fewer --sequences per file");
       !no.empty())
     throw std::invalid_argument(no);
-  const std::unique_ptr<DocumentSource> source = make_document_source(config);
-  SequencePacker packer(*source, config.data.seq_len, doc_structure_of(config));
-  std::vector<int32_t> tokens, cu{0}, answer_mask, prefix_lens, segment_ids;
+  DocumentStream stream(make_run_plan(config, 1));
+  const bool answers = stream.source().has_answers();
+  PackedBatch all;  // the sequences, one after another
+  all.cu_seqlens = {0};
   for (int64_t k = first; k < first + count; ++k) {
-    const PackedBatch b = packer.sequence(k);
-    const int32_t base = int32_t(tokens.size());
-    tokens.insert(tokens.end(), b.tokens.begin(), b.tokens.end());
-    prefix_lens.insert(prefix_lens.end(), b.prefix_lens.begin(), b.prefix_lens.end());
-    segment_ids.insert(segment_ids.end(), b.segment_ids.begin(), b.segment_ids.end());
-    if (source->has_answers())
-      for (size_t t = 0; t < b.tokens.size(); ++t)
-        answer_mask.push_back(b.answer_mask.empty() ? 0 : int32_t(b.answer_mask[t]));
-    for (size_t d = 1; d < b.cu_seqlens.size(); ++d) cu.push_back(base + b.cu_seqlens[d]);
+    const PackedBatch b = stream.sequence(k);
+    const int32_t base = int32_t(all.tokens.size());
+    all.tokens.insert(all.tokens.end(), b.tokens.begin(), b.tokens.end());
+    all.prefix_lens.insert(all.prefix_lens.end(), b.prefix_lens.begin(), b.prefix_lens.end());
+    all.segment_ids.insert(all.segment_ids.end(), b.segment_ids.begin(), b.segment_ids.end());
+    if (answers) {
+      if (b.answer_mask.empty()) all.answer_mask.insert(all.answer_mask.end(), b.tokens.size(), 0);
+      else all.answer_mask.insert(all.answer_mask.end(), b.answer_mask.begin(), b.answer_mask.end());
+    }
+    for (size_t d = 1; d < b.cu_seqlens.size(); ++d) all.cu_seqlens.push_back(base + b.cu_seqlens[d]);
   }
-  write_h5_atomically(path, [&](H5File& f) {
-    f.write_i32("/tokens", {int64_t(tokens.size())}, tokens.data());
-    f.write_i32("/cu_seqlens", {int64_t(cu.size())}, cu.data());
-    if (!answer_mask.empty())
-      f.write_i32("/answer_mask", {int64_t(answer_mask.size())}, answer_mask.data());
-    if (!prefix_lens.empty())  // prefix_lm
-      f.write_i32("/prefix_lens", {int64_t(prefix_lens.size())}, prefix_lens.data());
-    if (!segment_ids.empty())  // shared_question
-      f.write_i32("/segment_ids", {int64_t(segment_ids.size())}, segment_ids.data());
-    f.set_attr("/", "source", source->describe());
-    f.set_attr("/", "first_sequence", first);
-    f.set_attr("/", "seq_len", config.data.seq_len);
-  });
+  write_batch_file(path, all, answers, {stream.source().describe(), first, seq_len});
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "src/io/checkpoint.h"
 #include "src/io/paths.h"
 #include "src/train/cad_profile.h"
+#include "src/train/machine_choices.h"
 #include "src/train/memory_budget.h"
 #include "src/train/rank_agreement.h"
 #include "src/train/run_objects.h"
@@ -42,7 +43,7 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
     refuse_aliasing({{"trace.path", config.trace.path}},
                     {{"--config", config_file},
                      {"data.path", config.data.path},
-                     {"train.resume", config.train.resume == "auto" ? "" : config.train.resume},
+                     {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
                      {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}});
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());
@@ -50,7 +51,7 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
 }
 
 // lct train --dry-run: the plan, the step and the memory estimate, nothing run.
-void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
+void print_dry_run(const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
   const LlamaConfig& mc = plan.model;
   std::printf("lct train --dry-run: the data was opened and checked; nothing is trained or written\n");
   std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
@@ -61,9 +62,9 @@ void print_dry_run(const Config& c, const RunPlan& plan, const MemoryEstimate& e
   std::printf("activations: %s\n", describe_activations(plan).c_str());
   std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
               "optimizer %s; checkpoints in %s every %lld steps\n",
-              (long long)plan.micro_batches, (long long)plan.seq_len, (long long)plan.tokens_per_step(),
-              (long long)c.train.steps, optimizer_name(plan.optimizer.kind), c.checkpoint.dir.c_str(),
-              (long long)c.checkpoint.every);
+              (long long)plan.micro_batches, (long long)plan.data.seq_len, (long long)plan.tokens_per_step(),
+              (long long)plan.run.steps, optimizer_name(plan.optimizer.kind), plan.run.checkpoint.dir.c_str(),
+              (long long)plan.run.checkpoint.every);
   std::printf("%s\n", describe_estimate(e, a).c_str());
   const std::string verdict = check_memory_budget(e, a);
   std::printf("%s\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
@@ -80,28 +81,31 @@ int run_train(const TrainOptions& o, int rank, int world) {
     refuse_overlapping_files(config, o.config.file);
     plan = make_run_plan(config, world);
     // the data as training opens it: --dry-run refuses what training would refuse
-    if (o.dry_run) check_document_source(*make_document_source(config), plan.model);
-    if (config.train.resume == "auto") latest = latest_checkpoint(config.checkpoint.dir);
+    if (o.dry_run) {
+      const DocumentStream stream(plan);
+    }
+    if (plan.run.resume.from == Resume::From::latest) latest = latest_checkpoint(plan.run.checkpoint.dir);
   } catch (const ConfigError& e) {
     error = e.what();
   }
   // (a checkpoint given by path is read as it is: its content counts too)
-  const std::string resume_from = !latest.empty() || config.train.resume == "auto" ? latest : config.train.resume;
+  const std::string resume_from = plan.run.resume.from == Resume::From::latest ? latest : plan.run.resume.path;
   agree_across_ranks(error,
-                     error.empty() && world > 1 ? training_inputs_text(config, resume_from) + "dry run = " +
-                                         (o.dry_run ? "true" : "false") + "\n"
-                                   : "",
+                     error.empty() && world > 1
+                         ? training_inputs_text(config_key_lines(config), config.data.path, resume_from) +
+                               "dry run = " + (o.dry_run ? "true" : "false") + "\n"
+                         : "",
                      world);
-  configure_threads(config.train.threads);
+  configure_threads(plan.run.threads);
   const ProcessGrid grid = mpi_active() ? ProcessGrid(plan.layout) : ProcessGrid();
   // the memory budget, before anything is allocated or written; every rank must agree
   // (a rank's MemAvailable moves), so one that does not fit stops them all
-  const MemoryEstimate estimate = estimate_rank_memory(config, plan);
+  const MemoryEstimate estimate = estimate_rank_memory(plan);
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
   const std::string memory_error = check_memory_budget(estimate, available);
   if (o.dry_run) {
-    if (rank == 0) print_dry_run(config, plan, estimate, available);
+    if (rank == 0) print_dry_run(plan, estimate, available);
     if (!memory_error.empty()) throw ConfigError(memory_error);
     return 0;
   }
@@ -109,15 +113,13 @@ int run_train(const TrainOptions& o, int rank, int world) {
     if (!memory_error.empty()) throw ConfigError(memory_error);
     throw ConfigError("not enough memory on another rank (see its estimate with lct train --dry-run)");
   }
-  Trainer trainer(config, plan, grid);
-  if (config.train.resume == "auto") {
-    if (latest.empty())
-      log_info("train.resume = auto: no checkpoint in %s, starting fresh", config.checkpoint.dir.c_str());
-    else
-      trainer.resume_from(latest);
-  } else if (!config.train.resume.empty()) {
-    trainer.resume_from(config.train.resume);
-  }
+  // the machine's choices (fp32 library, CAD cost model), on rank 0 for every rank
+  resolve_machine_choices(plan, grid);
+  Trainer trainer(plan, grid);
+  if (!resume_from.empty())
+    trainer.resume_from(resume_from);
+  else if (plan.run.resume.from == Resume::From::latest)
+    log_info("train.resume = auto: no checkpoint in %s, starting fresh", plan.run.checkpoint.dir.c_str());
   install_stop_signal_handlers();
   return trainer.run();
 }

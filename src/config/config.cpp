@@ -174,48 +174,57 @@ ConfigKey str_key(std::string name, std::string help, Field field,
           }};
 }
 
+// The key with its scope (ConfigKey::scope; keys are settings unless said).
+ConfigKey in(KeyScope scope, ConfigKey key) {
+  key.scope = scope;
+  return key;
+}
+
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
   // [model] (Hugging Face LlamaConfig names)
-  k.push_back(int_key("model.vocab_size", "vocabulary size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1));
-  k.push_back(int_key("model.hidden_size", "model width C", [](Config& c) -> auto& { return c.model.hidden_size; }, 1));
-  k.push_back(int_key("model.intermediate_size", "SwiGLU MLP width", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1));
-  k.push_back(int_key("model.num_hidden_layers", "decoder layers", [](Config& c) -> auto& { return c.model.num_hidden_layers; }, 1));
-  k.push_back(int_key("model.num_attention_heads", "query heads H", [](Config& c) -> auto& { return c.model.num_attention_heads; }, 1));
-  k.push_back(int_key("model.num_key_value_heads", "key/value heads (GQA), divides H", [](Config& c) -> auto& { return c.model.num_key_value_heads; }, 1));
-  k.push_back(num_key("model.rope_theta", "RoPE base", [](Config& c) -> auto& { return c.model.rope_theta; }));
-  k.push_back(choice_key("model.rope_scaling", "RoPE beyond the trained length: none | linear (position interpolation) | dynamic (NTK-aware, per batch) | yarn",
-                         [](Config& c) -> auto& { return c.model.rope_scaling; }, parse_rope_scaling, rope_scaling_name));
-  k.push_back(num_key("model.rope_scaling_factor", "RoPE scaling factor s >= 1 (linear: positions / s)", [](Config& c) -> auto& { return c.model.rope_scaling_factor; }));
-  k.push_back(int_key("model.rope_original_length", "the trained length RoPE scaling refers to (dynamic, yarn)", [](Config& c) -> auto& { return c.model.rope_original_length; }, 0));
-  k.push_back(num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; }));
-  k.push_back(bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; }));
-  k.push_back(num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; }));
+  k.push_back(in(KeyScope::model, int_key("model.vocab_size", "vocabulary size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1)));
+  k.push_back(in(KeyScope::model, int_key("model.hidden_size", "model width C", [](Config& c) -> auto& { return c.model.hidden_size; }, 1)));
+  k.push_back(in(KeyScope::model, int_key("model.intermediate_size", "SwiGLU MLP width", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1)));
+  k.push_back(in(KeyScope::model, int_key("model.num_hidden_layers", "decoder layers", [](Config& c) -> auto& { return c.model.num_hidden_layers; }, 1)));
+  k.push_back(in(KeyScope::model, int_key("model.num_attention_heads", "query heads H", [](Config& c) -> auto& { return c.model.num_attention_heads; }, 1)));
+  k.push_back(in(KeyScope::model, int_key("model.num_key_value_heads", "key/value heads (GQA), divides H", [](Config& c) -> auto& { return c.model.num_key_value_heads; }, 1)));
+  k.push_back(in(KeyScope::model, num_key("model.rope_theta", "RoPE base", [](Config& c) -> auto& { return c.model.rope_theta; })));
+  k.push_back(in(KeyScope::function, choice_key("model.rope_scaling", std::string("RoPE beyond the trained length: ") + enum_help(kRopeScalingNames),
+                         [](Config& c) -> auto& { return c.model.rope_scaling; }, parse_rope_scaling, rope_scaling_name)));
+  k.push_back(in(KeyScope::function, num_key("model.rope_scaling_factor", "RoPE scaling factor s >= 1 (linear: positions / s)", [](Config& c) -> auto& { return c.model.rope_scaling_factor; })));
+  k.push_back(in(KeyScope::function, int_key("model.rope_original_length", "the trained length RoPE scaling refers to (dynamic, yarn)", [](Config& c) -> auto& { return c.model.rope_original_length; }, 0)));
+  k.push_back(in(KeyScope::model, num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; })));
+  k.push_back(in(KeyScope::model, bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; })));
+  k.push_back(in(KeyScope::model, num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; })));
   // [attention]
-  k.push_back(choice_key("attention.kernel", "core attention kernel: causal | dca (Dual Chunk Attention)", [](Config& c) -> auto& { return c.model.attention_kernel; },
-                         parse_attention_kernel, attention_kernel_name));
-  k.push_back(choice_key("attention.placement", "where core attention runs: colocated | cad (disaggregated over all ranks, DistCA)", [](Config& c) -> auto& { return c.attention.placement; },
-                         parse_placement, placement_name));
-  k.push_back(num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.attention.cad.tolerance; }));
-  k.push_back(bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.attention.cad.pingpong; }));
-  k.push_back(bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.attention.cad.rank_speeds; }));
-  k.push_back(str_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.attention.cad.profile; }));
-  k.push_back(choice_key("attention.mask", std::string("which keys of its document a query reads: ") + enum_choices(kMaskKindNames) +
-                             " (docs/model.md, Attention masks)",
-                         [](Config& c) -> auto& { return c.model.attention_mask.kind; }, parse_mask_kind, mask_kind_name));
-  k.push_back(int_key("attention.window", "sliding_window, sink_window: W, the keys a query reads, its own included (j > i - W)", [](Config& c) -> auto& { return c.model.attention_mask.window; }, 1));
-  k.push_back(int_key("attention.sink_tokens", "sink_window: S, the document's first tokens every query also reads", [](Config& c) -> auto& { return c.model.attention_mask.sink_tokens; }, 0));
-  k.push_back(int_key("attention.block_size", "chunked: B, queries read only keys of their own block of B positions", [](Config& c) -> auto& { return c.model.attention_mask.block_size; }, 1));
-  k.push_back(int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1));
-  k.push_back(int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0));
-  k.push_back(num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; }));
-  k.push_back(int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0));
+  k.push_back(in(KeyScope::function, choice_key("attention.kernel", std::string("core attention kernel: ") + enum_help(kAttentionKernelNames),
+                         [](Config& c) -> auto& { return c.model.attention_kernel; },
+                         parse_attention_kernel, attention_kernel_name)));
+  k.push_back(in(KeyScope::placement, choice_key("attention.placement", std::string("where core attention runs: ") + enum_help(kPlacementNames),
+                         [](Config& c) -> auto& { return c.attention.placement; },
+                         parse_placement, placement_name)));
+  k.push_back(in(KeyScope::placement, num_key("attention.cad_tolerance", "CAD: stop balancing when every server is within this fraction of the mean cost (see attention.cad_profile)", [](Config& c) -> auto& { return c.attention.cad.tolerance; })));
+  k.push_back(in(KeyScope::placement, bool_or_auto_key("attention.cad_pingpong", "CAD: split each micro-batch into two nano-batches of whole documents whose attention traffic and token-linear compute overlap (DistCA ping-pong); auto: on under pipeline parallelism (same-phase ticks, where it was measured faster), off otherwise (measured slower with data parallelism on one host, where the exchange is about 1% of a step)", [](Config& c) -> auto& { return c.attention.cad.pingpong; })));
+  k.push_back(in(KeyScope::placement, bool_key("attention.cad_rank_speeds", "CAD with a measured cost model and without ping-pong: learn each rank's speed from every step (its compute time against the model) and balance each rank's whole time, token-linear layers included; false assumes equal ranks (plans then depend on the data only, so reruns repeat bit for bit)", [](Config& c) -> auto& { return c.attention.cad.rank_speeds; })));
+  k.push_back(in(KeyScope::placement, choice_key("attention.cad_profile", "CAD: what the planner balances: auto (this machine's measured kernel time, cached per CPU, model shape and threads), pairs (attention pairs; also \"\", as configs before auto wrote it), or a cost model file from lct bench --sections profile --profile-out", [](Config& c) -> auto& { return c.attention.cad.profile; },
+                         parse_cad_profile, cad_profile_text)));
+  k.push_back(in(KeyScope::function, choice_key("attention.mask", std::string("which keys of its document a query reads: ") + enum_help(kMaskKindNames) + " (docs/model.md, Attention masks)",
+                         [](Config& c) -> auto& { return c.model.attention_mask.kind; }, parse_mask_kind, mask_kind_name)));
+  k.push_back(in(KeyScope::function, int_key("attention.window", "sliding_window, sink_window: W, the keys a query reads, its own included (j > i - W)", [](Config& c) -> auto& { return c.model.attention_mask.window; }, 1)));
+  k.push_back(in(KeyScope::function, int_key("attention.sink_tokens", "sink_window: S, the document's first tokens every query also reads", [](Config& c) -> auto& { return c.model.attention_mask.sink_tokens; }, 0)));
+  k.push_back(in(KeyScope::function, int_key("attention.block_size", "chunked: B, queries read only keys of their own block of B positions", [](Config& c) -> auto& { return c.model.attention_mask.block_size; }, 1)));
+  k.push_back(in(KeyScope::function, int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1)));
+  k.push_back(in(KeyScope::function, int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0)));
+  k.push_back(in(KeyScope::function, num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; })));
+  k.push_back(in(KeyScope::function, int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0)));
   // [data]
-  k.push_back(choice_key("data.source", "synthetic | text | tokens | passkey (pass-key retrieval documents, byte-level) | copy (one random byte string repeated: the copy warm-up)", [](Config& c) -> auto& { return c.data.source; },
+  k.push_back(choice_key("data.source", std::string("the documents: ") + enum_help(kDataSourceNames),
+                         [](Config& c) -> auto& { return c.data.source; },
                          parse_data_source, data_source_name));
   k.push_back(str_key("data.path", "text file/folder (text) or binary token file (tokens)", [](Config& c) -> auto& { return c.data.path; }));
   k.push_back(int_key("data.seq_len", "tokens per packed sequence (one micro-batch)", [](Config& c) -> auto& { return c.data.seq_len; }, 2));
-  k.push_back(choice_key("data.doc_lengths", std::string("synthetic length distribution: ") + enum_choices(kDocLengthDistNames),
+  k.push_back(choice_key("data.doc_lengths", std::string("synthetic length distribution: ") + enum_help(kDocLengthDistNames),
                          [](Config& c) -> auto& { return c.data.doc_lengths; }, parse_doc_length_dist,
                          doc_length_dist_name));
   k.push_back(int_key("data.max_doc_len", "synthetic: longest document (distributions are scaled to it)", [](Config& c) -> auto& { return c.data.max_doc_len; }, 1));
@@ -224,23 +233,25 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(num_key("data.prefix_fraction", "attention.mask = prefix_lm: each document's bidirectional prefix, as a share of its tokens in [0, 1) (floor(share x length)); shared_question: its question's share", [](Config& c) -> auto& { return c.data.prefix_fraction; }));
   k.push_back(int_key("data.answers_per_question", "attention.mask = shared_question: the answers after each document's question (its tokens after the question, cut into this many near-equal segments)", [](Config& c) -> auto& { return c.data.answers_per_question; }, 0));
   k.push_back(str_key("data.separator", "text: document separator string (empty: one document per file)", [](Config& c) -> auto& { return c.data.separator; }));
-  k.push_back(choice_key("data.token_dtype", "tokens: uint16 | uint32", [](Config& c) -> auto& { return c.data.token_dtype; },
+  k.push_back(choice_key("data.token_dtype", std::string("tokens: the file's integer type: ") + enum_help(kTokenDtypeNames),
+                         [](Config& c) -> auto& { return c.data.token_dtype; },
                          parse_token_dtype, token_dtype_name));
   k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
   k.push_back(int_key("data.segment_end_id", "tokens, attention.mask = prefix_lm or shared_question: the id that closes a document's prefix (its first), question and answers (each); it stays in its segment; -1 = none", [](Config& c) -> auto& { return c.data.segment_end_id; }, -1));
   // [train]
-  k.push_back(int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1));
+  k.push_back(in(KeyScope::run, int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1)));
   k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
   k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
-  k.push_back(choice_key("train.optimizer", "adamw | sgd", [](Config& c) -> auto& { return c.train.optimizer; },
+  k.push_back(choice_key("train.optimizer", std::string("") + enum_help(kOptimizerNames),
+                         [](Config& c) -> auto& { return c.train.optimizer; },
                          parse_optimizer, optimizer_name));
-  k.push_back(choice_key("train.loss_on", "all | answers (train on the answer tokens only: synthetic and passkey sources)",
+  k.push_back(choice_key("train.loss_on", std::string("whose targets train: ") + enum_help(kLossOnNames),
                          [](Config& c) -> auto& { return c.train.loss_on; }, parse_loss_on, loss_on_name));
-  k.push_back(choice_key("train.precision", "fp32 | bf16 (linear layers' products in bf16 with fp32 sums; fp32 weights, gradients and optimizer)",
+  k.push_back(choice_key("train.precision", std::string("the linear layers' products: ") + enum_help(kPrecisionNames),
                          [](Config& c) -> auto& { return c.train.precision; }, parse_precision, precision_name));
-  k.push_back(choice_key("train.fp32_gemm", "auto | openblas | onednn: the library of fp32 linear products (auto: the faster here, measured once and cached)",
+  k.push_back(choice_key("train.fp32_gemm", std::string("the library of fp32 linear products: ") + enum_help(kFp32LibraryNames),
                          [](Config& c) -> auto& { return c.train.fp32_gemm; }, parse_fp32_library, fp32_library_name));
-  k.push_back(choice_key("train.recompute", "none | selective | full: what each decoder layer keeps for its backward (none: everything; selective: its input, attention output and LSE, the rest recomputed; full: its input, the whole layer recomputed, attention included)",
+  k.push_back(choice_key("train.recompute", std::string("what each decoder layer keeps for its backward: ") + enum_help(kRecomputeNames),
                          [](Config& c) -> auto& { return c.train.recompute; }, parse_recompute, recompute_name));
   k.push_back(int_key("train.recompute_layers", "with train.recompute: only the first N layers of the model recompute (0 = every layer)",
                       [](Config& c) -> auto& { return c.train.recompute_layers; }, 0));
@@ -255,23 +266,27 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(num_key("train.weight_decay", "AdamW decoupled weight decay (matrices only)", [](Config& c) -> auto& { return c.train.weight_decay; }));
   k.push_back(num_key("train.grad_clip", "clip gradients to this global L2 norm (0 = off)", [](Config& c) -> auto& { return c.train.grad_clip; }));
   k.push_back(int_key("train.threads", "threads for BLAS and kernels (0 = all cores)", [](Config& c) -> auto& { return c.train.threads; }, 0));
-  k.push_back(int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1));
-  k.push_back(str_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
-                      [](Config& c) -> auto& { return c.train.resume; }));
+  k.push_back(in(KeyScope::run, int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1)));
+  k.push_back(in(KeyScope::run, choice_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
+                         [](Config& c) -> auto& { return c.train.resume; }, parse_resume, resume_text)));
   // [parallel]
   k.push_back(int_key("parallel.dp", "data-parallel degree (-1 = world size / (pp x cp))", [](Config& c) -> auto& { return c.parallel.dp; }, -1));
   k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
   k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
   k.push_back(int_list_key("parallel.pp_layers", "layers per pipeline stage, e.g. [3, 5] ([] = split evenly)", [](Config& c) -> auto& { return c.parallel.pp_layers; }));
-  k.push_back(choice_key("parallel.pp_schedule", "pipeline schedule: 1f1b | gpipe | ticks (same-phase ticks with dummy micro-batches; CAD with pp > 1 always uses them)", [](Config& c) -> auto& { return c.parallel.pp_schedule; },
+  k.push_back(choice_key("parallel.pp_schedule", std::string("pipeline schedule: ") + enum_help(kPipelineScheduleNames),
+                         [](Config& c) -> auto& { return c.parallel.pp_schedule; },
                          parse_pipeline_schedule, pipeline_schedule_name));
-  k.push_back(choice_key("parallel.cp_split", "context-parallel split: zigzag (per-document head/tail chunks) | contiguous", [](Config& c) -> auto& { return c.parallel.cp_split; },
+  k.push_back(choice_key("parallel.cp_split", std::string("context-parallel split: ") + enum_help(kCpSplitNames),
+                         [](Config& c) -> auto& { return c.parallel.cp_split; },
                          parse_cp_split, cp_split_name));
-  k.push_back(choice_key("parallel.cp_comm", "context-parallel exchange: ring | allgather | ulysses (all-to-all: whole sequence, heads / cp per rank) | hybrid (ulysses inside groups of parallel.cp_ulysses ranks, ring across them) | double_ring (inner rings of parallel.cp_inner_ring ranks, outer ring across them)", [](Config& c) -> auto& { return c.parallel.cp_comm; },
+  k.push_back(choice_key("parallel.cp_comm", std::string("context-parallel exchange: ") + enum_help(kCpCommNames),
+                         [](Config& c) -> auto& { return c.parallel.cp_comm; },
                          parse_cp_comm, cp_comm_name));
   k.push_back(int_key("parallel.cp_ulysses", "cp_comm = hybrid: ranks per all-to-all group U (cp = U x R ring steps; 1 < U < cp)", [](Config& c) -> auto& { return c.parallel.cp_ulysses; }, 1));
   k.push_back(int_key("parallel.cp_inner_ring", "cp_comm = double_ring: ranks per inner ring (1 < inner < cp, divides cp)", [](Config& c) -> auto& { return c.parallel.cp_inner_ring; }, 1));
-  k.push_back(choice_key("parallel.dp_balance", "data-parallel balance: none | packing (re-pack the global batch's documents over dp ranks by work, WLB-LLM)", [](Config& c) -> auto& { return c.parallel.dp_balance; },
+  k.push_back(choice_key("parallel.dp_balance", std::string("data-parallel balance: ") + enum_help(kDpBalanceNames),
+                         [](Config& c) -> auto& { return c.parallel.dp_balance; },
                          parse_dp_balance, dp_balance_name));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
@@ -279,7 +294,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
   k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
   k.push_back(int_key("checkpoint.keep", "keep this run's newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
-  k.push_back(bool_key("checkpoint.overwrite", "let a fresh run replace another run's checkpoints and metrics in checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.overwrite; }));
+  k.push_back(in(KeyScope::run, bool_key("checkpoint.overwrite", "let a fresh run replace another run's checkpoints and metrics in checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.overwrite; })));
   // [trace]
   k.push_back(str_key("trace.path", "write a Chrome trace-event JSON timeline of every rank's phases and waits here (\"\" = off)", [](Config& c) -> auto& { return c.trace.path; }));
   return k;
@@ -311,8 +326,27 @@ void apply_toml_file(Config& config, const std::string& path) {
 std::vector<ConfigDifference> config_differences(const Config& a, const Config& b) {
   std::vector<ConfigDifference> d;
   for (const ConfigKey& k : config_keys())
-    if (k.get(a) != k.get(b)) d.push_back({k.name, k.get(a), k.get(b)});
+    if (k.get(a) != k.get(b)) d.push_back({k.name, k.get(a), k.get(b), k.scope});
   return d;
+}
+
+std::vector<ConfigDifference> config_text_differences(const std::string& a, const std::string& origin_a,
+                                                      const std::string& b) {
+  Config ca, cb;
+  apply_toml_text(ca, a, origin_a);
+  apply_toml_text(cb, b, "this run's configuration");
+  return config_differences(ca, cb);
+}
+
+std::vector<std::string> resume_warnings(const std::string& saved, const std::string& origin, const std::string& run) {
+  std::vector<std::string> warnings;
+  for (const ConfigDifference& d : config_text_differences(saved, origin, run)) {
+    if (d.scope == KeyScope::model || d.scope == KeyScope::function)
+      throw std::runtime_error(origin + ": cannot resume: " + d.key + " is " + d.a + " in the checkpoint but " + d.b +
+                               " in this run");
+    if (d.scope != KeyScope::run) warnings.push_back("resuming with " + d.key + " = " + d.b + " (checkpoint had " + d.a + ")");
+  }
+  return warnings;
 }
 
 void check_toml_nesting(const std::string& text, const std::string& origin) {
@@ -546,6 +580,12 @@ void validate_config(const Config& c) {
              std::to_string(c.model.dca_chunk_size - c.model.dca_local_size) +
              ") is not above attention.dca_local_size (" + std::to_string(c.model.dca_local_size) +
              "): DCA's successive part then never keeps exact distances beyond the chunk");
+}
+
+std::string config_key_lines(const Config& config) {
+  std::string t;
+  for (const ConfigKey& k : config_keys()) t += k.name + " = " + k.get(config) + "\n";
+  return t;
 }
 
 std::string config_to_toml(const Config& config) {

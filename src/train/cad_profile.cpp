@@ -9,7 +9,6 @@
 #include "data/files.h"
 #include "model/ops.h"
 #include "model/rope.h"
-#include "src/config/config.h"
 #include "src/util/log.h"
 #include "src/train/machine_cache.h"
 #include "src/util/machine.h"
@@ -101,9 +100,9 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
 
 }  // namespace
 
-CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m) {
-  if (setting == "pairs" || setting.empty()) return {std::nullopt, "", "attention pairs"};
-  if (setting != "auto") return from_file(setting, m);
+CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m) {
+  if (setting.kind == CadProfile::Kind::pairs) return {std::nullopt, "", "attention pairs"};
+  if (setting.kind == CadProfile::Kind::file) return from_file(setting.path, m);
   const CaCostModel setup = this_setup(m);
   const CachedMeasurement c = measured_once(
       cache_file(setup),

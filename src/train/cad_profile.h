@@ -1,9 +1,9 @@
-// Which cost model the CAD planner balances with (attention.cad_profile):
-//   "auto"   (default) this machine's measured kernel time: a cached cost model for the
+// Which cost model the CAD planner balances with (attention.cad_profile, src/config/sections.h):
+//   auto     (default) this machine's measured kernel time: a cached cost model for the
 //            model's attention (kernel, heads, KV heads, head dim), this CPU, BLAS and
 //            thread count, measured at start when there is none or the cached one was
 //            measured for something else, and cached then;
-//   "pairs"  attention pairs (no measurement: the cost of a pair is the same everywhere);
+//   pairs    attention pairs (no measurement: the cost of a pair is the same everywhere);
 //            "" too, which configs written before "auto" hold;
 //   a path   a cost model written by `lct bench --sections profile --profile-out`.
 // Per-pair time varies several-fold with a task's shape (small tasks pay tile padding
@@ -21,6 +21,7 @@
 
 #include "attention/cad_cost.h"
 #include "model/llama_config.h"
+#include "src/config/sections.h"
 
 namespace lct {
 
@@ -31,14 +32,14 @@ struct CadCostChoice {
 };
 
 // The file attention.cad_profile names ("" for auto and pairs).
-inline std::string cad_profile_file(const std::string& setting) {
-  return setting == "auto" || setting == "pairs" ? "" : setting;  // ("" is pairs too)
+inline std::string cad_profile_file(const CadProfile& setting) {
+  return setting.kind == CadProfile::Kind::file ? setting.path : "";
 }
 
 // Resolves attention.cad_profile for the model `m` on this process (threads: the
 // OpenMP threads the run uses). May measure (a few seconds) for "auto".
 // Throws ConfigError naming the key for an unreadable or mismatched file.
-CadCostChoice resolve_cad_cost(const std::string& setting, const LlamaConfig& m);
+CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m);
 // The same choice on another rank, from resolve_cad_cost's text and description.
 CadCostChoice cad_cost_from_text(const std::string& text, const std::string& description);
 

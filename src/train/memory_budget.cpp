@@ -34,12 +34,12 @@ int peak_slots(PipelineSchedule schedule, int pp, int stage, int m) {
   return std::max(peak, 1);
 }
 
-double corpus_bytes(const Config& c) {
-  if (c.data.source == DataSource::synthetic) return 0;
+double corpus_bytes(const DataConfig& d) {
+  if (d.source == DataSource::synthetic) return 0;
   std::error_code ec;
-  if (fs::is_regular_file(c.data.path, ec)) return double(fs::file_size(c.data.path, ec));
+  if (fs::is_regular_file(d.path, ec)) return double(fs::file_size(d.path, ec));
   double total = 0;
-  for (const auto& e : fs::recursive_directory_iterator(c.data.path, ec))
+  for (const auto& e : fs::recursive_directory_iterator(d.path, ec))
     if (e.is_regular_file(ec)) total += double(e.file_size(ec));
   return total;
 }
@@ -49,7 +49,7 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
   const LlamaConfig& mc = plan.model;
   const double f = sizeof(float), hd = double(mc.head_dim());
   const double H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads), kvdim = KV * hd;
-  const double seq = double(plan.seq_len);
+  const double seq = double(plan.data.seq_len);
   const double partial = T * H * (hd + 1) * f;  // the ring's partial O and LSE of a block
   switch (plan.cp_comm) {
     case CpComm::ring: return 4 * T * 2 * kvdim * f + partial;  // two blocks in flight, two accumulators
@@ -69,7 +69,7 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
 }
 }  // namespace
 
-MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
+MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const double f = sizeof(float);
@@ -79,7 +79,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   const bool cad = plan.placement == Placement::cad;
   const int lanes = plan.lanes;
   const int m = int(std::min<int64_t>(plan.micro_batches, std::numeric_limits<int>::max()));
-  const double T = std::ceil(double(plan.seq_len) / layout.cp);  // tokens per rank and slot
+  const double T = std::ceil(double(plan.data.seq_len) / layout.cp);  // tokens per rank and slot
 
   MemoryEstimate e;
   e.weights = 2 * params * f + (plan.precision == Precision::bf16 ? params * 2 : 0);  // + bf16 copies
@@ -97,7 +97,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
     // ping-pong: two slots per micro-batch, whose halves differ by at most the longest
     // document (data/nano_batches.h), so together they hold T + min(T, longest) / 2 tokens
     const double tokens =
-        lanes == 2 ? T + std::min(T, double(config.data.max_doc_len)) / 2 : T;
+        lanes == 2 ? T + std::min(T, double(plan.data.max_doc_len)) / 2 : T;
     const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
     // the recomputation workspace: one per lane, for the whole sequence of one layer
     const double workspace =
@@ -110,16 +110,16 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   }
   e.tokens_per_slot = int64_t(T);
 
-  double rope_rows = std::max(double(config.data.seq_len), double(config.data.max_doc_len));
+  double rope_rows = std::max(double(plan.data.seq_len), double(plan.data.max_doc_len));
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most max(64K, the longest document)
   // rows (attention/core_attention.h), on every core of the rank at most
-  const double kernel_rows = std::min(double(plan.seq_len),
-                                      std::max(double(kAttentionChunkRows), double(config.data.max_doc_len)));
-  const int threads = config.train.threads > 0 ? int(std::min<int64_t>(config.train.threads, 1 << 16))
+  const double kernel_rows = std::min(double(plan.data.seq_len),
+                                      std::max(double(kAttentionChunkRows), double(plan.data.max_doc_len)));
+  const int threads = plan.run.threads > 0 ? int(std::min<int64_t>(plan.run.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
   if (plan.precision == Precision::bf16) {  // the bf16 products' dense copies of their two operands
@@ -135,9 +135,9 @@ MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan) {
   // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)
   e.libraries = 32.0 * 1048576 * threads + (plan.world > 1 ? 16.0 * 1048576 : 0);
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
-  if (cad) e.attention = double(config.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
+  if (cad) e.attention = double(plan.data.seq_len) * (4 * kvdim + 3 * qdim) * f;
   // the step's micro-batches (tokens, targets, positions, mask) and the corpus in memory
-  e.data = double(m) * T * 13 + corpus_bytes(config);
+  e.data = double(m) * T * 13 + corpus_bytes(plan.data);
   // rank 0 builds the checkpoint in memory (HDF5's copy and the image), then verifies it
   e.checkpoint = 2 * (params + (plan.optimizer.kind == OptimizerKind::adamw ? 2 * params : 0)) * f + params * f;
   e.process = proc_kib_field("/proc/self/status", "VmRSS");

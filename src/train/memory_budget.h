@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <string>
 
-#include "src/config/config.h"
 #include "src/util/machine.h"
 #include "src/train/run_plan.h"
 
@@ -48,7 +47,7 @@ struct MemoryEstimate {
 };
 
 // The largest rank's estimate (rank 0 carries the checkpoint image).
-MemoryEstimate estimate_rank_memory(const Config& config, const RunPlan& plan);
+MemoryEstimate estimate_rank_memory(const RunPlan& plan);
 
 // One line per component, for --dry-run.
 std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a);

@@ -60,9 +60,9 @@ void agree_across_ranks(const std::string& error, const std::string& text, int w
   if (!shared[0].empty()) throw ConfigError(shared[0]);
 }
 
-std::string training_inputs_text(const Config& config, const std::string& resume_checkpoint) {
-  std::string t;
-  for (const ConfigKey& k : config_keys()) t += k.name + " = " + k.get(config) + "\n";
+std::string training_inputs_text(const std::string& config_lines, const std::string& data_path,
+                                 const std::string& resume_checkpoint) {
+  std::string t = config_lines;
   // what each rank reads, by content: files of one size may still differ
   const auto hash = [](const std::string& path, const char* what) {
     if (path.empty()) return std::string("none");
@@ -72,7 +72,7 @@ std::string training_inputs_text(const Config& config, const std::string& resume
       return std::string("unreadable");
     }
   };
-  t += "data file content = " + hash(config.data.path, "data.path") + "\n";
+  t += "data file content = " + hash(data_path, "data.path") + "\n";
   t += "resume checkpoint = " + resume_checkpoint + "\n";
   t += "resume checkpoint content = " + hash(resume_checkpoint, "train.resume") + "\n";
   return t;

@@ -9,15 +9,17 @@
 
 #include <string>
 
-#include "src/config/config.h"
+#include "src/config/sections.h"
 
 namespace lct {
 
 // Collective over MPI_COMM_WORLD when world > 1; otherwise throws the error, if any.
 void agree_across_ranks(const std::string& error, const std::string& text, int world);
 
-// The "name = value" lines a training run's ranks must agree on: every config key, the
-// content of the data file (or folder) and of the checkpoint a resume starts from.
-std::string training_inputs_text(const Config& config, const std::string& resume_checkpoint);
+// The "name = value" lines a training run's ranks must agree on: every config key
+// (config_lines, config_key_lines in src/config/config.h), the content of the data file
+// (or folder) and of the checkpoint a resume starts from.
+std::string training_inputs_text(const std::string& config_lines, const std::string& data_path,
+                                 const std::string& resume_checkpoint);
 
 }  // namespace lct

@@ -1,9 +1,28 @@
 #include "src/train/run_plan.h"
 
+#include "src/config/config.h"
 #include "src/train/flops.h"
 #include "src/train/run_objects.h"
 
 namespace lct {
+namespace {
+
+OptimizerConfig optimizer_config(const Config& c) {
+  OptimizerConfig o;
+  o.kind = c.train.optimizer;
+  o.lr = c.train.lr;
+  o.min_lr = c.train.min_lr;
+  o.warmup_steps = c.train.warmup_steps;
+  o.total_steps = c.train.steps;
+  o.beta1 = c.train.beta1;
+  o.beta2 = c.train.beta2;
+  o.eps = c.train.eps;
+  o.weight_decay = c.train.weight_decay;
+  o.grad_clip = c.train.grad_clip;
+  return o;
+}
+
+}  // namespace
 
 RunPlan make_run_plan(const Config& c, int world) {
   RunPlan p;
@@ -16,9 +35,19 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.tile_tokens = c.train.tile_tokens;
   p.loss_on = c.train.loss_on;
   p.attention.precision = p.precision;  // what CAD plans move travels in it
-  p.seq_len = c.data.seq_len;
+  p.fp32_gemm = c.train.fp32_gemm;
+  p.data = c.data;
+  p.seed = c.train.seed;
   p.micro_batches = c.train.micro_batches;
-  p.doc_structure = doc_structure_of(c);
+  p.doc_structure = doc_structure_of(c.data, p.model.attention_mask.kind);
+  p.reduction = {c.parallel.bucket_size, c.parallel.overlap_grad_reduce};
+  p.run.steps = c.train.steps;
+  p.run.log_every = c.train.log_every;
+  p.run.threads = c.train.threads;
+  p.run.checkpoint = c.checkpoint;
+  p.run.trace_path = c.trace.path;
+  p.run.resume = c.train.resume;
+  p.config_text = config_to_toml(c);
   p.cp_split = c.parallel.cp_split;
   p.cp_split_work = {p.model.attention_mask, linear_pairs_per_token(p.model)};
   p.cp_comm = c.parallel.cp_comm;
@@ -101,12 +130,10 @@ RunPlan make_run_plan(const Config& c, int world) {
     p.balance = p.layout.dp > 1 ? DpBalance::packing : DpBalance::none;
   }
 
-  p.cad.tolerance = cc.tolerance;
-  p.cad.profile = cc.profile;
+  p.cad = cc;
   // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
   // and a cost model in seconds to set them against (pairs have no time)
-  p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile != "pairs" &&
-                      !cc.profile.empty();
+  p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile.measured();
   return p;
 }
 

@@ -1,7 +1,11 @@
-// The run plan: every decision a configuration implies for a run on N ranks, made once,
-// by one pure function (no MPI, nothing allocated), and consumed by the trainer, the
-// memory budget, `lct train --dry-run`, `lct simulate` and `lct bench`. None of them
-// re-derives a layout, a schedule, the lanes or the placement from the config.
+// The run plan: the resolved run. Every decision a configuration implies for a run on N
+// ranks, made once by one pure function (no MPI, nothing allocated), and everything the
+// run reads past start-up: the trainer, the memory budget, `lct train --dry-run`,
+// `lct simulate` and `lct bench` take a plan, never a Config (only src/cli/ and
+// make_run_plan see one). None of them re-derives a layout, a schedule, the lanes or the
+// placement. What depends on the machine (the fp32 library, the CAD cost model) is
+// filled in one step after planning, on rank 0 for every rank
+// (src/train/machine_choices.h).
 //
 // Cross-field rules, all here (each refusal is one line naming the keys):
 //   layout      dp x pp x cp = N (one degree may be -1), stages from parallel.pp_layers,
@@ -25,9 +29,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "attention/cad_cost.h"
 #include "attention/core_attention.h"
 #include "data/context_shards.h"
 #include "model/llama_config.h"
@@ -35,14 +41,35 @@
 #include "model/stage.h"
 #include "parallel/layout.h"
 #include "parallel/pipeline_schedule.h"
-#include "src/config/config.h"
+#include "src/config/sections.h"
 
 namespace lct {
 
-struct CadSettings {
-  double tolerance = 0.1;   // attention.cad_tolerance
-  std::string profile;      // attention.cad_profile as given (src/train/cad_profile.h resolves it)
-  bool rank_speeds = false; // learn each rank's speed (only where it applies, see above)
+struct Config;
+
+// How gradients are reduced over dp x cp (parallel/grad_reducer.h).
+struct GradReductionPlan {
+  int64_t bucket_size = 1000000;  // parallel.bucket_size
+  bool overlap = true;            // parallel.overlap_grad_reduce
+};
+
+// How long the run goes, what it writes and where it starts.
+struct RunControl {
+  int64_t steps = 1, log_every = 1;  // train.steps, train.log_every
+  int64_t threads = 0;               // train.threads (0 = all cores)
+  CheckpointConfig checkpoint;       // [checkpoint]
+  std::string trace_path;            // trace.path ("" = no timeline)
+  Resume resume;                     // train.resume
+};
+
+// What this machine decides (resolve_machine_choices, src/train/machine_choices.h): made
+// on rank 0 (which may measure) and the same on every rank.
+struct MachineChoices {
+  bool resolved = false;
+  Fp32Library fp32_library = Fp32Library::openblas;  // fp32 runs: train.fp32_gemm resolved
+  std::string fp32_description;                       // (log) the library and why; "" for bf16
+  std::optional<CaCostModel> cad_cost;                // CAD: the measured cost model (none: pairs)
+  std::string cad_cost_description;                   // (log) what the CAD planner balances
 };
 
 struct RunPlan {
@@ -62,18 +89,25 @@ struct RunPlan {
   int cp_inner_ring = 1;           // ranks per inner ring (double_ring), else 1
   LlamaConfig model;               // [model] with the [attention] kernel and DCA keys
   AttentionParams attention;       // what every attention call of this model gets
-  CadSettings cad;                 // with placement == cad
+  CadConfig cad;                   // with placement == cad; rank_speeds only where it applies (above)
   OptimizerConfig optimizer;
   Precision precision = Precision::fp32;  // the linear layers' products (train.precision)
   RecomputePolicy recompute;              // train.recompute, train.recompute_layers
   int64_t tile_tokens = 4096;             // train.tile_tokens
   LossOn loss_on = LossOn::all;           // whose targets train (train.loss_on)
-  int64_t seq_len = 0, micro_batches = 1;
-  DocStructure doc_structure;  // prefix_lm / shared_question: the packer's per-document data
+  Fp32Library fp32_gemm = Fp32Library::automatic;  // train.fp32_gemm as set (machine.fp32_library runs)
+  DataConfig data;                 // the document source's settings; data.seq_len tokens per sequence
+  int64_t seed = 0;                // train.seed: init and data
+  int64_t micro_batches = 1;       // sequences per data-parallel rank and step
+  DocStructure doc_structure;      // prefix_lm / shared_question: the packer's per-document data
+  GradReductionPlan reduction;
+  RunControl run;
+  MachineChoices machine;          // filled by resolve_machine_choices
+  std::string config_text;         // the configuration as TOML: checkpoints and the run's identity
 
   bool pipelined() const { return layout.pp > 1; }
   // tokens of one optimizer step over all data-parallel replicas
-  int64_t tokens_per_step() const { return seq_len * micro_batches * layout.dp; }
+  int64_t tokens_per_step() const { return data.seq_len * micro_batches * layout.dp; }
 };
 
 // The plan of `config` on `world` ranks; throws ConfigError (one line) when a rule above

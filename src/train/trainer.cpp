@@ -20,9 +20,10 @@
 #include "parallel/trace_gather.h"
 #include "src/io/output_files.h"
 #include "src/io/trace_json.h"
-#include "src/train/cad_profile.h"
-#include "src/train/fp32_gemm.h"
+#include "src/config/config_text.h"
 #include "src/train/flops.h"
+#include "src/train/machine_choices.h"
+#include "src/train/step_model.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
 #include "src/io/params_io.h"
@@ -50,137 +51,50 @@ const ProcessGrid& Trainer::single_process_grid() {
   return grid;
 }
 
-Trainer::Trainer(const Config& config) : Trainer(config, make_run_plan(config, 1), single_process_grid()) {}
+Trainer::Trainer(RunPlan plan)
+    : Trainer(
+          [&] {
+            resolve_machine_choices(plan, single_process_grid());
+            return plan;
+          }(),
+          single_process_grid()) {}
 
-namespace {
-// A choice that rank 0 makes (it may measure, while the other ranks wait asleep: a
-// spinning wait would share the cores being measured) and every rank receives: the
-// strings `decide` returns, or one ConfigError on every rank (error_prefix + what()).
-std::vector<std::string> decided_on_root(const ProcessGrid& grid, size_t count, const std::string& error_prefix,
-                                         const std::function<std::vector<std::string>()>& decide) {
-  std::vector<std::string> shared(count + 1);  // error, then decide's strings
-  if (grid.is_root()) {
-    try {
-      const std::vector<std::string> made = decide();
-      std::copy(made.begin(), made.end(), shared.begin() + 1);
-    } catch (const std::exception& e) {
-      shared[0] = error_prefix + e.what();
-    }
-  }
-  const MPI_Comm world = grid.world_size() > 1 ? grid.world() : MPI_COMM_NULL;
-  barrier_sleeping(world);
-  broadcast_strings(shared, world);
-  if (!shared[0].empty()) throw ConfigError(shared[0]);
-  return std::vector<std::string>(shared.begin() + 1, shared.end());
-}
-
-// The CAD cost model (src/train/cad_profile.h), resolved on rank 0 and shared, so that every
-// rank plans with the same one; an error there stops every rank with its message.
-CadCostChoice shared_cad_cost(const std::string& setting, const LlamaConfig& m, const ProcessGrid& grid) {
-  const std::vector<std::string> shared = decided_on_root(grid, 2, "", [&] {
-    const CadCostChoice choice = resolve_cad_cost(setting, m);
-    return std::vector<std::string>{choice.text, choice.description};  // cost model text, description
-  });
-  return cad_cost_from_text(shared[0], shared[1]);
-}
-
-// train.fp32_gemm resolved on rank 0 and set on every rank: one library for the whole run.
-std::string shared_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens, const ProcessGrid& grid) {
-  const std::vector<std::string> shared = decided_on_root(grid, 2, "train.fp32_gemm: ", [&] {
-    const Fp32GemmChoice choice = resolve_fp32_gemm(setting, m, tokens);
-    return std::vector<std::string>{fp32_library_name(choice.library), choice.description};
-  });
-  set_fp32_library(parse_fp32_library(shared[0]));
-  return shared[1];
-}
-
-const DocumentSource& checked(const DocumentSource& source, const LlamaConfig& model) {
-  check_document_source(source, model);
-  return source;
-}
-
-}  // namespace
-
-Trainer::Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid)
-    : config_(config),
-      plan_(plan),
+Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
+    : plan_(plan),
       grid_(grid),
-      source_(make_document_source(config)),
-      packer_(checked(*source_, plan.model), plan.seq_len, plan.doc_structure),
+      stream_(plan),
       model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
       owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
       counted_(counted_ranges(model_.table(), model_.config(), model_.stage())),
       tied_(tied_embedding_range(model_.table(), model_.config(), model_.stage())),
       optimizer_(plan.optimizer, model_.table()),
-      reducer_(model_.table(), owned_, grid.dp_cp(), config.parallel.bucket_size,
-               config.parallel.overlap_grad_reduce),
+      reducer_(model_.table(), owned_, grid.dp_cp(), plan.reduction.bucket_size, plan.reduction.overlap),
       executor_(model_, grid.pp(), plan.layout.pp, grid.coords().pp_rank, plan.schedule, plan.lanes) {
   if (plan.world != grid.world_size() || plan.layout.dp != grid.layout().dp ||
       plan.layout.pp != grid.layout().pp || plan.layout.cp != grid.layout().cp)
     throw std::logic_error("Trainer: the run plan's layout is not the process grid's");
+  if (!plan.machine.resolved) throw std::logic_error("Trainer: the run plan's machine choices are not resolved");
   // a SIGINT/SIGTERM while seeking the data stream (a resumed run's first step) ends the
   // seek at once: nothing is lost, the resumed checkpoint is untouched
-  packer_.set_interrupt([] { return g_stop_signal.load() != 0; });
+  stream_.packer().set_interrupt([] { return g_stop_signal.load() != 0; });
   model_.set_precision(plan.precision);
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
-  if (plan.precision == Precision::fp32)
-    // (the products run on token tiles: their row count is a tile's, at most)
-    fp32_gemm_description_ = shared_fp32_gemm(config.train.fp32_gemm, plan.model,
-                                               std::min(plan.seq_len, plan.tile_tokens), grid);
-  switch (plan.placement) {
-    case Placement::cad: {
-      CadCostChoice cost = shared_cad_cost(plan.cad.profile, model_.config(), grid);
-      cad_cost_description_ = cost.description;
-      auto cad = std::make_unique<CadAttention>(grid.world(), plan.cad.tolerance, std::move(cost.model),
-                                                plan.cad.rank_speeds);
-      cad_attention_ = cad.get();
-      placement_ = std::move(cad);
-      break;
-    }
-    case Placement::context_parallel: {
-      cp_exchange_ = true;
-      if (plan.cp_comm == CpComm::ulysses || plan.cp_comm == CpComm::hybrid) {
-        auto cp = std::make_unique<UlyssesAttention>(grid.cp(), plan.cp_ulysses);
-        cp_bandwidth_ = cp->probe_bandwidth();
-        placement_ = std::move(cp);
-      } else {
-        auto cp = std::make_unique<ContextParallelAttention>(grid.cp(), plan.cp_comm, plan.cp_inner_ring);
-        cp_bandwidth_ = cp->probe_bandwidth();
-        placement_ = std::move(cp);
-      }
-      break;
-    }
-    case Placement::colocated:
-      placement_ = std::make_unique<ColocatedAttention>();
-      break;
-  }
+  if (plan.precision == Precision::fp32) set_fp32_library(plan.machine.fp32_library);
+  placement_ = make_placement(plan, grid);
   optimizer_.set_owned_ranges(owned_);
-  init_llama_params(model_.table(), model_.config(), uint64_t(config.train.seed),
-                    model_.params.data());
-  state_.seed = config.train.seed;
+  init_llama_params(model_.table(), model_.config(), uint64_t(plan.seed), model_.params.data());
+  state_.seed = plan.seed;
 }
 
 void Trainer::resume_from(const std::string& path) {
   H5File f = H5File::open_read(path);
   const CheckpointContents c = read_checkpoint_header(f);
-  Config saved;
-  apply_toml_text(saved, c.config_toml, path + ":/config");
-  for (const ConfigDifference& d : config_differences(saved, config_)) {
-    // the model and its attention kernel must match; where attention runs (placement and
-    // the CAD settings) may change
-    const bool shape_key = (d.key.rfind("model.", 0) == 0 || d.key.rfind("attention.", 0) == 0) &&
-                           d.key != "attention.placement" && d.key.rfind("attention.cad_", 0) != 0;
-    if (shape_key)
-      throw std::runtime_error(path + ": cannot resume: " + d.key + " is " + d.a +
-                               " in the checkpoint but " + d.b + " in this run");
-    if (d.key != "train.resume" && d.key != "train.steps" && d.key != "train.log_every" &&
-        d.key != "checkpoint.overwrite")
-      log_warn("resuming with " + d.key + " = " + d.b + " (checkpoint had " + d.a + ")");
-  }
-  if (c.state.step > config_.train.steps)
+  // the model and its attention function must match; where attention runs may change
+  for (const std::string& w : resume_warnings(c.config_toml, path + ":/config", plan_.config_text)) log_warn(w);
+  if (c.state.step > plan_.run.steps)
     throw std::runtime_error(path + ": checkpoint is at step " + std::to_string(c.state.step) +
-                             ", beyond train.steps = " + std::to_string(config_.train.steps));
+                             ", beyond train.steps = " + std::to_string(plan_.run.steps));
   // Load into copies first so a failure leaves this trainer untouched. Checkpoints are
   // layout-free: every rank reads the whole file and uses its stage's part.
   LlamaModel model(model_.config());
@@ -191,54 +105,33 @@ void Trainer::resume_from(const std::string& path) {
   optimizer_.exp_avg_sq() = std::move(optimizer.exp_avg_sq());
   optimizer_.set_step_count(optimizer.step_count());
   state_ = c.state;
-  state_.seed = config_.train.seed;
+  state_.seed = plan_.seed;
   resumed_ = true;
   history_ = c.history;
 }
 
-// This dp replica's sequences of the step's global batch (dp ranks x mb sequences);
-// every pipeline stage of the replica packs the same ones, and each context-parallel
-// rank keeps its share of every sequence.
+// This rank's share of the step's micro-batches (the step model, src/train/step_model.h).
 void Trainer::take_local_batches() {
-  const int64_t mb = config_.train.micro_batches;
-  const Layout& layout = grid_.layout();
-  if (plan_.balance == DpBalance::packing) {
-    // the whole global batch, re-packed by work over the dp ranks (data/balance.h)
-    std::vector<PackedBatch> global;
-    for (int64_t s = 0; s < layout.dp * mb; ++s) global.push_back(packer_.sequence(state_.next_sequence + s));
-    const LlamaConfig& mc = model_.config();
-    local_ = pack_for_balance(global, layout.dp, int(mb), grid_.coords().dp_rank, [&mc](int64_t L) {
-      return forward_flops(mc, L, prefix_pairs(0, L, mc.attention_mask));
-    });
-  } else {
-    const int64_t first = state_.next_sequence + grid_.coords().dp_rank * mb;
-    local_.resize(size_t(mb));
-    for (int64_t m = 0; m < mb; ++m) {
-      const PackedBatch packed = packer_.sequence(first + m);
-      if (layout.cp > 1)
-        local_[size_t(m)] = shard_sequence(packed, layout.cp, grid_.coords().cp_rank, plan_.cp_split, plan_.cp_split_work);
-      else
-        whole_sequence(packed, local_[size_t(m)]);
-    }
-  }
-  if (plan_.loss_on == LossOn::answers)
-    for (LocalBatch& local : local_) keep_answer_targets(local);
+  local_ = step_micro_batches(
+      plan_, [this](int64_t index) { return stream_.sequence(index); }, state_.next_sequence, grid_.coords().dp_rank,
+      grid_.coords().cp_rank);
 }
 
 StepRecord Trainer::train_step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const int64_t step = state_.step;  // 0-based index of this step
-  const int64_t mb = config_.train.micro_batches;
+  const int64_t mb = plan_.micro_batches;
   const Layout& layout = grid_.layout();
   double comm_s = 0;  // this rank's time inside MPI calls
 
   take_local_batches();
   double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
   for (const LocalBatch& local : local_) {
+    const MicroBatchCost cost = micro_batch_cost(plan_, local);
     counts[0] += double(local.num_targets());
-    counts[1] += double(local.num_tokens());
-    counts[2] += double(local.attention_pairs(model_.config().attention_mask));
+    counts[1] += double(cost.tokens);
+    counts[2] += double(cost.pairs);
   }
   const double my_pairs = counts[2];
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
@@ -256,11 +149,11 @@ StepRecord Trainer::train_step() {
 
   model_.zero_grads();
   model_.refresh_weight_copies();  // bf16: the weights as the last optimizer step left them
-  placement_->reset_stats();
+  placement_.placement->reset_stats();
   const PipelineStepStats pipe =
-      executor_.run(local_, grad_scale, reducer_, *placement_, grid_.tied_embedding(), tied_);
+      executor_.run(local_, grad_scale, reducer_, *placement_.placement, grid_.tied_embedding(), tied_);
   comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
-  const PlacementStats cp = placement_->stats();
+  const PlacementStats cp = placement_.placement->stats();
   comm_s += cp.exposed_seconds;
 
   // Loss and retrieval counts (only the last stage has them), and whether any rank was
@@ -329,7 +222,7 @@ StepRecord Trainer::train_step() {
   reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
   int64_t my_tokens = 0;
   for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
-  placement_->observe_step(step_s - comm_s, my_tokens);
+  placement_.placement->observe_step(step_s - comm_s, my_tokens);
   if (layout.pp > 1) r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
   else r.bubble_fraction = 0;
 
@@ -348,7 +241,7 @@ std::string Trainer::save_checkpoint() {
   const ScopedSpan span("checkpoint");
   char name[64];
   std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
-  const std::string path = (fs::path(config_.checkpoint.dir) / name).string();
+  const std::string path = (fs::path(plan_.run.checkpoint.dir) / name).string();
   // Every rank of a stage holds the same weights and optimizer state; rank 0 (the first
   // stage of dp replica 0) collects the other stages' parts and writes one file.
   if (grid_.coords().dp_rank == 0 && grid_.coords().cp_rank == 0) {
@@ -370,14 +263,14 @@ std::string Trainer::save_checkpoint() {
                                    " is not finite; checkpoint not written (earlier checkpoints are "
                                    "untouched); lower train.lr or check the data");
     }
-    fs::create_directories(config_.checkpoint.dir);
+    fs::create_directories(plan_.run.checkpoint.dir);
     try {
-      write_checkpoint(path, config_to_toml(config_), model_, optimizer_, state_, history_);
+      write_checkpoint(path, plan_.config_text, model_, optimizer_, state_, history_);
     } catch (const std::exception& e) {
       throw std::runtime_error("checkpoint of step " + std::to_string(state_.step) +
                                " not written (earlier checkpoints are untouched): " + e.what());
     }
-    rotate_checkpoints(own_checkpoints_, config_.checkpoint.keep, path);
+    rotate_checkpoints(own_checkpoints_, plan_.run.checkpoint.keep, path);
   }
   barrier(grid_.world());  // written before anyone goes on
   return path;
@@ -386,7 +279,7 @@ std::string Trainer::save_checkpoint() {
 // Every rank checks the folder (read-only: the same verdict everywhere), then rank 0
 // takes it: see src/io/run_folder.h.
 void Trainer::claim_run_folder() {
-  const std::string& dir = config_.checkpoint.dir;
+  const std::string& dir = plan_.run.checkpoint.dir;
   // one writer: rank 0 locks the folder for the whole run (a second run is refused at
   // once, on every rank), then clears temporaries of writes a dead run left behind
   std::vector<std::string> refused(1);
@@ -407,22 +300,22 @@ void Trainer::claim_run_folder() {
   // --train.resume auto on a run that died before its first checkpoint: the folder is
   // that run's (run.toml, maybe metrics) with nothing to resume from, so it starts
   // afresh as the same run
-  const bool restart = !resumed_ && config_.train.resume == "auto" && contents.checkpoints.empty() &&
+  const bool restart = !resumed_ && plan_.run.resume.from == Resume::From::latest && contents.checkpoints.empty() &&
                        contents.owner.has_value();
   if (restart) {
     state_.run_id = contents.owner->run_id;
     log_info("resume auto: %s holds run %s but no checkpoint yet; starting it afresh", dir.c_str(),
              state_.run_id.c_str());
   }
-  check_run_folder(dir, contents, state_.run_id, resumed_ || restart, config_.checkpoint.overwrite);
+  check_run_folder(dir, contents, state_.run_id, resumed_ || restart, plan_.run.checkpoint.overwrite);
   barrier(grid_.world());
   if (grid_.is_root()) {
-    RunIdentity identity = new_run_identity(config_to_toml(config_), config_.train.seed);
+    RunIdentity identity = new_run_identity(plan_.config_text, plan_.seed);
     if (!state_.run_id.empty()) identity.run_id = state_.run_id;
     state_.run_id = identity.run_id;
-    TakenRunFolder taken = take_run_folder(dir, contents, identity, config_.checkpoint.overwrite);
+    TakenRunFolder taken = take_run_folder(dir, contents, identity, plan_.run.checkpoint.overwrite);
     own_checkpoints_ = std::move(taken.own_checkpoints);
-    if (config_.checkpoint.overwrite && !contents.empty())
+    if (plan_.run.checkpoint.overwrite && !contents.empty())
       log_info("checkpoint.overwrite: %s now belongs to run %s (%lld checkpoint(s) of the previous run removed)",
                dir.c_str(), identity.run_id.c_str(), (long long)taken.removed);
   }
@@ -433,7 +326,7 @@ void Trainer::claim_run_folder() {
 // checkpoint's rows (dropping lines of steps after the checkpoint), then appended.
 void Trainer::open_metrics_file() {
   if (!grid_.is_root()) return;
-  const std::string path = (fs::path(config_.checkpoint.dir) / "metrics.jsonl").string();
+  const std::string path = (fs::path(plan_.run.checkpoint.dir) / "metrics.jsonl").string();
   std::ostringstream rows;
   rows.precision(10);
   for (const StepRecord& r : history_) write_metrics_json(rows, r);
@@ -445,13 +338,13 @@ void Trainer::log_header() const {
   const Layout& layout = grid_.layout();
   const int64_t tokens_per_step = plan_.tokens_per_step();
   log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
-           omp_get_max_threads(), source_->describe().c_str());
+           omp_get_max_threads(), stream_.source().describe().c_str());
   if (grid_.world_size() > 1)
     log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
              "buckets: %zu (>= %lld elements each), overlap %s",
              grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
-             (long long)config_.parallel.bucket_size,
-             config_.parallel.overlap_grad_reduce ? "on" : "off");
+             (long long)plan_.reduction.bucket_size,
+             plan_.reduction.overlap ? "on" : "off");
   if (layout.pp > 1) {
     std::string split;
     for (const StageSpec& s : plan_.stages)
@@ -460,27 +353,27 @@ void Trainer::log_header() const {
     log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
              "bubble (pp-1)/(m+pp-1) = %.1f%%",
              layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
-             (long long)config_.train.micro_batches,
-             100.0 * theoretical_bubble(layout.pp, int(config_.train.micro_batches)));
+             (long long)plan_.micro_batches,
+             100.0 * theoretical_bubble(layout.pp, int(plan_.micro_batches)));
   }
   if (plan_.balance == DpBalance::packing)
     log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
              "by work)", layout.dp);
-  if (cad_attention_)
+  if (placement_.cad)
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
              "%s, probed point-to-point bandwidth %.2f GB/s",
              grid_.world_size(), plan_.cad.tolerance,
-             cad_cost_description_.c_str(),
+             plan_.machine.cad_cost_description.c_str(),
              plan_.cad.rank_speeds ? " and each rank's measured speed" : "",
              ((plan_.lanes == 2 ? std::string("ping-pong nano-batches") : std::string("one exchange at a time (no ping-pong)")) +
               (plan_.lanes_reason.empty() ? "" : " (" + plan_.lanes_reason + ")")).c_str(),
-             cad_attention_->probe_bandwidth() / 1e9);
-  if (cad_attention_ && plan_.lanes == 2 && !plan_.pipelined() && all_ranks_on_one_host(grid_.world()))
+             placement_.probed_bandwidth / 1e9);
+  if (placement_.cad && plan_.lanes == 2 && !plan_.pipelined() && all_ranks_on_one_host(grid_.world()))
     log_warn("attention.cad_pingpong = true on one host: the exchange is cheap here, and the two "
              "nano-batches (whole documents, so often of unequal size) make the ranks wait for each "
              "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
              "(bench/cad_scaling.sh, docs/parallelism.md, 'Core attention disaggregation')");
-  if (layout.cp > 1 && cp_exchange_)
+  if (plan_.placement == Placement::context_parallel)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s%s, probed "
              "point-to-point bandwidth %.2f GB/s",
              layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
@@ -493,7 +386,7 @@ void Trainer::log_header() const {
                  ? (" (inner rings of " + std::to_string(plan_.cp_inner_ring) + ", outer ring of " +
                     std::to_string(layout.cp / plan_.cp_inner_ring) + ")").c_str()
                  : "",
-             cp_bandwidth_ / 1e9);
+             placement_.probed_bandwidth / 1e9);
   else if (layout.cp > 1)
     log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
              "pieces like documents (parallel.cp_comm is not used)",
@@ -507,11 +400,12 @@ void Trainer::log_header() const {
            describe_attention(mc).c_str());
   if (mc.rope_scaling != RopeScaling::none) log_info("%s", rope_scaling_text(mc.rope()).c_str());
   log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
-           (long long)config_.train.steps, (long long)(config_.train.micro_batches * layout.dp),
-           (long long)config_.data.seq_len, (long long)tokens_per_step,
+           (long long)plan_.run.steps, (long long)(plan_.micro_batches * layout.dp),
+           (long long)plan_.data.seq_len, (long long)tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
   log_info("activations: %s", describe_activations(plan_).c_str());
-  if (!fp32_gemm_description_.empty()) log_info("fp32 products: %s", fp32_gemm_description_.c_str());
+  if (!plan_.machine.fp32_description.empty())
+    log_info("fp32 products: %s", plan_.machine.fp32_description.c_str());
   if (plan_.precision == Precision::bf16)
     log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
              "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32): %s",
@@ -536,12 +430,12 @@ int Trainer::run() {
     std::unique_ptr<Trace> trace;
     ~TraceGuard() { Trace::activate(nullptr); }
   } timeline;
-  if (!config_.trace.path.empty()) {
+  if (!plan_.run.trace_path.empty()) {
     // fail now, on every rank, before the run folder is taken, if rank 0 cannot write it
     std::string why;
     if (grid_.is_root()) {
       try {
-        require_writable_output(config_.trace.path, "trace.path", true);
+        require_writable_output(plan_.run.trace_path, "trace.path", true);
       } catch (const std::runtime_error& e) {
         why = e.what();
       }
@@ -549,31 +443,31 @@ int Trainer::run() {
     double writable = why.empty() ? 1 : 0;
     allreduce_sum(&writable, 1, grid_.world(), nullptr);
     if (writable < double(grid_.world_size()))
-      throw ConfigError(grid_.is_root() ? why : "trace.path: rank 0 cannot write '" + config_.trace.path + "'");
+      throw ConfigError(grid_.is_root() ? why : "trace.path: rank 0 cannot write '" + plan_.run.trace_path + "'");
   }
   claim_run_folder();
   open_metrics_file();
-  if (!config_.trace.path.empty()) {
+  if (!plan_.run.trace_path.empty()) {
     timeline.trace = std::make_unique<Trace>(start_aligned_trace(grid_));
     Trace::activate(timeline.trace.get());
-    log_info("timeline: recording every rank's phases and waits for %s", config_.trace.path.c_str());
+    log_info("timeline: recording every rank's phases and waits for %s", plan_.run.trace_path.c_str());
   }
   const auto write_timeline = [&] {
     if (!timeline.trace) return;
     Trace::activate(nullptr);
     const std::vector<TraceProcess> ranks = gather_trace(*timeline.trace, grid_);
-    if (grid_.is_root()) write_trace_json(config_.trace.path, ranks, "trace.path");
+    if (grid_.is_root()) write_trace_json(plan_.run.trace_path, ranks, "trace.path");
     log_info("timeline: %s (%zu spans on this rank; open in https://ui.perfetto.dev)",
-             config_.trace.path.c_str(), timeline.trace->spans().size());
+             plan_.run.trace_path.c_str(), timeline.trace->spans().size());
     timeline.trace.reset();
   };
 
-  while (state_.step < config_.train.steps) {
+  while (state_.step < plan_.run.steps) {
     const StepRecord r = train_step();
-    if (r.step % config_.train.log_every == 0 || r.step == config_.train.steps || r.step == 1) {
+    if (r.step % plan_.run.log_every == 0 || r.step == plan_.run.steps || r.step == 1) {
       const LogContext context{grid_.world_size(), plan_.pipelined(),
-                               cp_exchange_ || cad_attention_ != nullptr};
-      log_info("step %5lld/%lld | %s", (long long)r.step, (long long)config_.train.steps,
+                               plan_.placement != Placement::colocated};
+      log_info("step %5lld/%lld | %s", (long long)r.step, (long long)plan_.run.steps,
                step_log_fields(r, context).c_str());
     }
     if (grid_.is_root()) {
@@ -586,12 +480,12 @@ int Trainer::run() {
       const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
       log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
                save_checkpoint().c_str());
-      log_info("resume with: --train.resume auto --checkpoint.dir %s", config_.checkpoint.dir.c_str());
+      log_info("resume with: --train.resume auto --checkpoint.dir %s", plan_.run.checkpoint.dir.c_str());
       write_timeline();
       return 128 + sig;
     }
-    if (config_.checkpoint.every > 0 && r.step % config_.checkpoint.every == 0 &&
-        r.step != config_.train.steps)
+    if (plan_.run.checkpoint.every > 0 && r.step % plan_.run.checkpoint.every == 0 &&
+        r.step != plan_.run.steps)
       log_info("checkpoint: %s", save_checkpoint().c_str());
   }
   // every rank counted the same global targets: a run that learned nothing fails alike
@@ -603,7 +497,7 @@ int Trainer::run() {
   if (!history_.empty())
     log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
              history_.front().loss, history_.back().loss,
-             (long long)state_.step, config_.checkpoint.dir.c_str());
+             (long long)state_.step, plan_.run.checkpoint.dir.c_str());
   return 0;
 }
 

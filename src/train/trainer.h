@@ -10,22 +10,18 @@
 #include <vector>
 
 #include "data/balance.h"
-#include "data/packing.h"
-#include "data/sources.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "parallel/cad_attention.h"
 #include "parallel/collectives.h"
-#include "parallel/context_parallel.h"
 #include "parallel/grad_reducer.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_grid.h"
-#include "parallel/ulysses_attention.h"
 #include "src/io/checkpoint.h"
 #include "src/io/output_files.h"
-#include "src/config/config.h"
-#include "src/util/machine.h"
 #include "src/io/run_folder.h"
+#include "src/util/machine.h"
+#include "src/train/make_placement.h"
 #include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
 
@@ -44,8 +40,8 @@ extern std::atomic<int> g_stop_signal;
 // every pipeline stage alike; a context-parallel rank keeps its shard of each. The loss
 // is normalised by the global target count (one small all-reduce per step), so every
 // layout computes the single-process step on the same batch.
-// Execution: the trainer builds the placement and the pipeline schedule the run plan
-// chose and runs the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
+// Execution: the trainer builds the placement (src/train/make_placement.h) and the
+// pipeline schedule the run plan chose and runs the PipelineExecutor; every MPI call (executor, placements, reductions, the step's
 // small collectives) is in parallel/. With pp = 1 the executor is plain gradient
 // accumulation. Each stage reduces the gradients it owns over
 // dp x cp, the grad norm sums squares over stages, and the optimizer updates the
@@ -55,13 +51,16 @@ extern std::atomic<int> g_stop_signal;
 // under any layout. Rank 0 logs and writes metrics.
 class Trainer {
  public:
-  explicit Trainer(const Config& config);  // single process: plans for one rank
-  // The plan must be the config's on this grid (make_run_plan(config, grid.world_size())).
-  Trainer(const Config& config, const RunPlan& plan, const ProcessGrid& grid);
+  // Single process: `plan` made for one rank; its machine choices are resolved here.
+  explicit Trainer(RunPlan plan);
+  // The plan must be made for this grid (make_run_plan(config, grid.world_size())) and
+  // have its machine choices resolved (resolve_machine_choices); the trainer only reads it.
+  Trainer(const RunPlan& plan, const ProcessGrid& grid);
 
-  // Continue from a checkpoint: validates its format and that the model matches this
-  // run's [model]/[attention] (other differences are warnings), then restores params,
-  // optimizer, data position and metrics history. Throws before changing anything.
+  // Continue from a checkpoint: validates its format and that its model and attention
+  // function match this run's (the keys' scopes, src/config/config_text.h; other
+  // differences are warnings), then restores params, optimizer, data position and
+  // metrics history. Throws before changing anything.
   void resume_from(const std::string& path);
 
   StepRecord train_step();  // runs step number steps_done() + 1
@@ -84,22 +83,15 @@ class Trainer {
   void open_metrics_file();
   void log_header() const;
   static const ProcessGrid& single_process_grid();
-  Config config_;
-  RunPlan plan_;  // every decision of this run (src/train/run_plan.h)
+  RunPlan plan_;  // the resolved run (src/train/run_plan.h)
   const ProcessGrid& grid_;
-  std::unique_ptr<DocumentSource> source_;
-  SequencePacker packer_;
+  DocumentStream stream_;
   LlamaModel model_;               // this rank's stage
   std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)
   ArenaRange tied_;                          // its tied embedding copy, if any
   Optimizer optimizer_;
   GradReducer reducer_;
-  std::unique_ptr<AttentionPlacement> placement_;  // colocated, or context-parallel
-  bool cp_exchange_ = false;          // placement_ is a context-parallel exchange (cp > 1, no CAD)
-  double cp_bandwidth_ = 0;           // its probed point-to-point bandwidth, bytes/s (log)
-  CadAttention* cad_attention_ = nullptr;             // placement_ with attention.placement = cad
-  std::string cad_cost_description_;                  // what its planner balances (log)
-  std::string fp32_gemm_description_;                 // train.fp32_gemm resolved (log; fp32 runs)
+  PlacementChoice placement_;                          // the plan's attention placement
   std::unique_ptr<RunFolderLock> folder_lock_;        // rank 0: this run's folder, locked
   PipelineExecutor executor_;
   TrainerState state_;

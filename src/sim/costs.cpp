@@ -1,0 +1,248 @@
+#include "src/sim/costs.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "data/context_shards.h"
+#include "data/nano_batches.h"
+#include "model/llama.h"
+
+namespace lct {
+
+CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const {
+  const int n = int(batches.size());
+  // the groups: the batches themselves, or their two nano-batches
+  std::vector<std::vector<LocalBatch>> groups(static_cast<size_t>(lanes_));
+  for (const LocalBatch& b : batches) {
+    if (lanes_ == 2) {
+      const std::array<LocalBatch, 2> h = split_nano_batches(b);
+      groups[0].push_back(h[0]);
+      groups[1].push_back(h[1]);
+    } else {
+      groups[0].push_back(b);
+    }
+  }
+  CadLayer out;
+  std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
+      own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_));
+  for (int g = 0; g < lanes_; ++g) {
+    std::vector<CaPiece> docs;
+    for (int r = 0; r < n; ++r) {
+      int32_t i = 0;
+      for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
+        docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
+    }
+    const CaPlan plan = plan_core_attention(docs, n, po_);
+    linear[size_t(g)].assign(size_t(n), 0.0);
+    work[size_t(g)].assign(size_t(n), 0.0);
+    own[size_t(g)].assign(size_t(n), 0.0);
+    comm[size_t(g)].assign(size_t(n), 0.0);
+    std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+    for (int r = 0; r < n; ++r)
+      linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
+    std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
+    for (const CaTask& t : plan.tasks) {
+      const AttentionTask task = t.attention_task(0, 0, 0);
+      const double c = attn_(task);
+      work[size_t(g)][size_t(t.server)] += c;
+      served[size_t(t.server)] += double(attention_pairs(task, mc_.attention_mask));
+      if (t.server == t.origin) {
+        own[size_t(g)][size_t(t.server)] += c;
+        continue;
+      }
+      // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
+      const double q = double(t.q_len) * double((2 * qd_ + mc_.num_attention_heads) +
+                                                (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
+      bytes[size_t(t.origin)] += q;
+      bytes[size_t(t.server)] += q;
+      int64_t& pre = prefix[{t.server, t.origin, t.doc}];
+      pre = std::max<int64_t>(pre, t.kv_len());
+    }
+    for (const auto& [key, rows] : prefix) {
+      // K, V there twice (forward, backward) and dK, dV back
+      const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
+      bytes[size_t(std::get<0>(key))] += kv;  // the server
+      bytes[size_t(std::get<1>(key))] += kv;  // the query's holder
+    }
+    for (int r = 0; r < n; ++r) {
+      comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth_ + (n > 1 ? 4 * latency_ : 0);
+      out.bytes += bytes[size_t(r)] / 2.0;
+    }
+  }
+  out.busy.assign(size_t(n), 0.0);
+  for (int r = 0; r < n; ++r) {
+    double t = 0;
+    for (int g = 0; g < lanes_; ++g) {
+      const double hide = lanes_ == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
+      t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
+           std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
+      out.busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
+    }
+    out.seconds = std::max(out.seconds, t);
+  }
+  return out;
+}
+
+// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
+// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
+// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
+double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages, int reducers,
+                              double bandwidth, double latency) {
+  if (reducers <= 1) return 0.0;
+  const double grad_bytes = double(build_llama_table(mc).total()) * sizeof(float) / stages;
+  const double tail = plan.reduction.overlap
+                          ? std::min(grad_bytes, double(plan.reduction.bucket_size) * sizeof(float))
+                          : grad_bytes;
+  return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
+}
+
+namespace {
+// The step's global batch as the step model reads it (sequence i of the step is global[i]).
+SequenceAt sequences_of(const std::vector<PackedBatch>& global) {
+  return [&global](int64_t i) { return global[size_t(i)]; };
+}
+}  // namespace
+
+// Replica d's micro-batches of a step's global batch, as the trainer takes them
+// (src/train/step_model.h): [m][c], micro-batch m's piece on context-parallel rank c.
+std::vector<std::vector<LocalBatch>> replica_pieces(const RunPlan& plan, const std::vector<PackedBatch>& global,
+                                                    int d) {
+  std::vector<std::vector<LocalBatch>> pieces(size_t(plan.micro_batches));
+  for (int c = 0; c < plan.layout.cp; ++c) {
+    std::vector<LocalBatch> local = step_micro_batches(plan, sequences_of(global), 0, d, c);
+    for (size_t m = 0; m < local.size(); ++m) pieces[m].push_back(std::move(local[m]));
+  }
+  return pieces;
+}
+
+// Every rank's micro-batches of a step (without pipeline parallelism), as the trainer
+// takes them (src/train/step_model.h): rank d * cp + c holds piece c of replica d's.
+std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
+                                                         const std::vector<PackedBatch>& global) {
+  std::vector<std::vector<LocalBatch>> local;
+  for (int r = 0; r < plan.world; ++r)
+    local.push_back(step_micro_batches(plan, sequences_of(global), 0, r / plan.layout.cp, r % plan.layout.cp));
+  return local;
+}
+
+CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
+                      const AttentionCost& attn, const Calibration& cal, double bandwidth, double latency) {
+  const int cp = plan.layout.cp;
+  const LlamaConfig& mc = plan.model;
+  const double hd = double(mc.head_dim()), H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads);
+  const double wire = plan.precision == Precision::bf16 ? 2.0 : 4.0, f32 = 4.0;
+  CpLayer out;
+  out.busy.assign(size_t(cp), 0.0);
+  out.time.assign(size_t(cp), 0.0);
+  std::vector<double> own_attention(size_t(cp), 0.0);
+  for (int c = 0; c < cp; ++c)
+    for (const DocPiece& piece : pieces[size_t(c)].pieces) own_attention[size_t(c)] += attn(piece);
+  // a ring of `ranks` over blocks of `rows` rows and `kv` K (and V) elements per row
+  const auto ring_bytes = [&](int ranks, double rows, double kv) {
+    const double n = rows * kv;
+    return 2.0 * double(ranks - 1) * 2.0 * n * wire + double(ranks) * 2.0 * n * f32;
+  };
+  const auto link_seconds = [&](double bytes, double messages) { return bytes / bandwidth + messages * latency; };
+  if (cp <= 1) {
+    for (int c = 0; c < cp; ++c) {
+      out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + own_attention[size_t(c)];
+      out.time[size_t(c)] = out.busy[size_t(c)];
+    }
+    return out;
+  }
+  if (plan.cp_comm == CpComm::ring || plan.cp_comm == CpComm::double_ring || plan.cp_comm == CpComm::allgather) {
+    // the all-gather sends its block twice (forward, backward) and its share of the
+    // dK/dV reduce-scatter (fp32)
+    const double n = tokens / cp * KV * hd;
+    out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + f32)
+                                                  : ring_bytes(cp, tokens / cp, KV * hd);
+    const double transfer = link_seconds(out.bytes, 3.0 * (cp - 1));
+    for (int c = 0; c < cp; ++c) {
+      const double a = own_attention[size_t(c)];
+      out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + a;
+      out.time[size_t(c)] =
+          out.busy[size_t(c)] + (plan.cp_comm == CpComm::allgather ? transfer : std::max(0.0, transfer - a));
+    }
+    return out;
+  }
+  // ulysses (U = cp) and hybrid (U x R)
+  const int U = plan.cp_ulysses, R = cp / U;
+  const double hq = H / U, hk = KV >= U ? KV / U : 1.0;
+  // bytes per row: out (a rank's own rows to each other member) forward Q, K, V and
+  // backward Q, K, V, O, dO + LSE; back (each other member's rows to it) forward O + LSE
+  // and backward dQ, dK, dV
+  const double out_row = (hq + 2 * hk) * hd * wire + (3 * hq + 2 * hk) * hd * wire + hq * f32;
+  const double back_row = (hq * hd + hq) * f32 + (hq + 2 * hk) * hd * f32;
+  double total = 0;  // over the group's ranks
+  for (int g = 0; g < R; ++g) {
+    double group_attention = 0, group_rows = 0;
+    for (int j = 0; j < U; ++j) {
+      group_attention += own_attention[size_t(g * U + j)];
+      group_rows += double(pieces[size_t(g * U + j)].num_tokens());
+    }
+    const double share = group_attention / U;  // its heads of the group's attention
+    const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
+    const double ring_time = R > 1 ? link_seconds(ring, 3.0 * (R - 1)) : 0.0;
+    for (int j = 0; j < U; ++j) {
+      const int c = g * U + j;
+      const double rows = double(pieces[size_t(c)].num_tokens());
+      const double a2a = double(U - 1) * rows * out_row + (group_rows - rows) * back_row;
+      out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
+      out.time[size_t(c)] =
+          out.busy[size_t(c)] + link_seconds(a2a, 4.0 * (U - 1)) + std::max(0.0, ring_time - share);
+      total += a2a + ring;
+    }
+  }
+  out.bytes = total / cp;  // per rank, as the ring's
+  return out;
+}
+
+// One replica's StageCosts: per stage and micro-batch the group's forward and backward
+// seconds (the slowest rank's layer time, exchange included) and each piece's own
+// compute; pieces[m][c] is micro-batch m's piece on context-parallel rank c, holding
+// seq_tokens[m] tokens in all. Adds the replica's tokens, compute and exchange bytes to
+// p, and its attention pairs to pairs (per rank_of(stage, piece)).
+StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vector<LocalBatch>>& pieces,
+                               const std::vector<double>& seq_tokens, const AttentionCost& attn,
+                               const Calibration& cal, const SimulateOptions& o,
+                               const std::function<int(int, int)>& rank_of, StepPrediction& p,
+                               std::vector<double>& pairs) {
+  const int pp = plan.layout.pp, cp = plan.layout.cp;
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const size_t S = size_t(pp), M = pieces.size(), P = size_t(cp);
+  StageCosts t;
+  t.fwd.assign(S, std::vector<double>(M));
+  t.bwd = t.fwd;
+  t.own_f.assign(S, std::vector<std::vector<double>>(M, std::vector<double>(P)));
+  t.own_b = t.own_f;
+  for (size_t m = 0; m < M; ++m) {
+    const CpLayer cpl = cp_layer_cost(plan, pieces[m], seq_tokens[m], attn, cal, bandwidth, latency);
+    double layer = 0, head = 0;
+    std::vector<double> head_c(P);
+    for (int c = 0; c < cp; ++c) {
+      const LocalBatch& l = pieces[m][size_t(c)];
+      layer = std::max(layer, cpl.time[size_t(c)]);
+      head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
+      head = std::max(head, head_c[size_t(c)]);
+      p.tokens += l.num_tokens();
+      for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, c))] += double(l.attention_pairs(plan.model.attention_mask));
+    }
+    for (int s = 0; s < pp; ++s) {
+      const double layers = double(plan.stages[size_t(s)].num_layers());
+      const bool last = s == pp - 1;
+      t.fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);
+      t.bwd[size_t(s)][m] = 2.0 * layers * layer / 3.0;
+      for (size_t c = 0; c < P; ++c) {
+        t.own_f[size_t(s)][m][c] = layers * cpl.busy[c] / 3.0 + (last ? head_c[c] : 0.0);
+        t.own_b[size_t(s)][m][c] = 2.0 * layers * cpl.busy[c] / 3.0;
+        p.compute[size_t(rank_of(s, int(c)))] += t.own_f[size_t(s)][m][c] + t.own_b[size_t(s)][m][c];
+        p.exposed_per_rank += layers * (cpl.time[c] - cpl.busy[c]) / double(o.ranks);
+      }
+      p.bytes_per_rank += cpl.bytes * layers * double(cp) / double(o.ranks);
+    }
+  }
+  return t;
+}
+
+}  // namespace lct

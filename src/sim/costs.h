@@ -1,0 +1,128 @@
+// lct simulate's costs of a step's parts: attention per task, CAD's layer over every
+// rank, a context-parallel group's layer, a replica's stages, and the gradient
+// all-reduce's tail; and the step model's batches (src/train/step_model.h) as the
+// prediction reads them.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "attention/cad_cost.h"
+#include "attention/cad_plan.h"
+#include "data/local_batch.h"
+#include "data/packing.h"
+#include "src/sim/calibration.h"
+#include "src/sim/options.h"
+#include "src/sim/prediction.h"
+#include "src/sim/replay.h"
+#include "src/train/run_plan.h"
+#include "src/train/step_model.h"
+
+namespace lct {
+
+// Attention seconds (forward + backward, one layer) of a task whose keys start at its
+// document's start, under the model's mask.
+struct AttentionCost {
+  const Calibration& cal;
+  const std::optional<CaCostModel>& profile;
+  double scale;
+  AttentionMask mask;
+  double operator()(const AttentionTask& t) const {
+    if (t.q_len <= 0) return 0;
+    if (profile) return profile->seconds(t, mask) * scale;  // the task's measured time
+    return cal.attention_per_pair_layer * double(attention_pairs(t, mask));
+  }
+  // a piece's queries against the keys they read
+  double operator()(const DocPiece& p) const { return (*this)(p.task(0, 0, p.key_end(mask))); }
+};
+
+// CAD's cost of one decoder layer (forward + backward) over every rank's batch (possibly
+// empty: a pipeline tick's dummy): lct's planner over the documents (or, with
+// ping-pong, over each nano-batch), its tasks charged to their servers; a rank's layer
+// time is its linear work + the attention it serves + its exchange not hidden (behind
+// its own tasks, or with ping-pong behind the other nano-batch's linear layers), and the
+// layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
+// K, V (twice) and dK, dV of the longest prefix a server needs of each document, charged
+// to the server and to the query's holder (with cp the prefix has several holders: an
+// approximation).
+struct CadLayer {
+  double seconds = 0;
+  std::vector<double> busy;  // per rank: linear + attention served
+  double bytes = 0;          // sent, summed over the ranks
+};
+
+class CadLayerCost {
+ public:
+  CadLayerCost(const RunPlan& plan, const Calibration& cal, const AttentionCost& attn,
+               const std::optional<CaCostModel>& profile, double bandwidth, double latency)
+      : mc_(plan.model), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
+        lanes_(plan.lanes) {
+    qd_ = mc_.num_attention_heads * mc_.head_dim();
+    kvd_ = mc_.num_key_value_heads * mc_.head_dim();
+    po_ = ca_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
+  }
+  int lanes() const { return lanes_; }
+
+  // `served` (per rank) accumulates the attention pairs each rank computes.
+  CadLayer cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const;
+
+ private:
+  const LlamaConfig& mc_;
+  const Calibration& cal_;
+  const AttentionCost& attn_;
+  double bandwidth_, latency_;
+  int lanes_;
+  int64_t qd_ = 0, kvd_ = 0;
+  CaPlanOptions po_;
+};
+
+// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
+// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
+// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
+double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages, int reducers,
+                              double bandwidth, double latency);
+
+// Replica d's micro-batches of a step's global batch, as the trainer takes them
+// (src/train/step_model.h): [m][c], micro-batch m's piece on context-parallel rank c.
+std::vector<std::vector<LocalBatch>> replica_pieces(const RunPlan& plan, const std::vector<PackedBatch>& global,
+                                                    int d);
+// Every rank's micro-batches of a step (without pipeline parallelism), as the trainer
+// takes them (src/train/step_model.h): rank d * cp + c holds piece c of replica d's.
+std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
+                                                         const std::vector<PackedBatch>& global);
+
+// One layer of a context-parallel group on one micro-batch (pieces[c]: rank c's piece of
+// a sequence of `tokens` tokens): each rank's compute (token-linear rows + the attention
+// it computes) and its layer time, the compute plus the exchange it waits for; and the
+// bytes each rank sends per layer (forward and backward). K, V, Q, O and dO travel in
+// the run's precision, the LSE and every gradient in fp32, as lct sends them.
+//   ring, double_ring  K, V blocks travel while the rank computes the block in hand:
+//                      cp - 1 blocks forward, cp - 1 backward plus cp dK/dV accumulators
+//                      (fp32); the part not hidden behind the rank's attention waits.
+//                      On one bandwidth the double ring moves the same bytes.
+//   allgather          its block twice and its share of the dK/dV reduce-scatter, in
+//                      blocking collectives: all exposed.
+//   ulysses, hybrid    two blocking all-to-alls per direction inside groups of U ranks;
+//                      each rank computes its group's attention for H / U heads
+//                      (hybrid: its group's pieces against the sequence, with a K/V ring
+//                      of R = cp / U groups on H / U heads, hidden as the ring's).
+struct CpLayer {
+  std::vector<double> busy, time;
+  double bytes = 0;
+};
+CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
+                      const AttentionCost& attn, const Calibration& cal, double bandwidth, double latency);
+
+// One replica's StageCosts: per stage and micro-batch the group's forward and backward
+// seconds (the slowest rank's layer time, exchange included) and each piece's own
+// compute; pieces[m][c] is micro-batch m's piece on context-parallel rank c, holding
+// seq_tokens[m] tokens in all. Adds the replica's tokens, compute and exchange bytes to
+// p, and its attention pairs to pairs (per rank_of(stage, piece)).
+StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vector<LocalBatch>>& pieces,
+                               const std::vector<double>& seq_tokens, const AttentionCost& attn,
+                               const Calibration& cal, const SimulateOptions& o,
+                               const std::function<int(int, int)>& rank_of, StepPrediction& p,
+                               std::vector<double>& pairs);
+
+}  // namespace lct

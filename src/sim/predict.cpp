@@ -1,0 +1,329 @@
+#include "src/sim/predict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include "src/sim/costs.h"
+#include "src/sim/replay.h"
+#include "src/train/cad_profile.h"
+#include "src/train/run_objects.h"
+#include "src/util/machine.h"
+
+namespace lct {
+namespace {
+
+// --profile, or attention.cad_profile as training resolves it (src/train/cad_profile.h): the
+// same cost model the run's planner would balance with
+std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
+  if (o.profile.empty() || o.tflops > 0) return std::nullopt;
+  try {
+    return resolve_cad_cost(parse_cad_profile(o.profile), m).model;
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument(std::string("lct simulate: ") + e.what());
+  }
+}
+
+// Pipeline (colocated, the configured schedule) and/or context parallelism (the
+// configured split, ring), with data parallelism around them. Per micro-batch of a
+// replica and stage:
+//   cp  every layer waits for the group's exchange: layer time = max over the group of
+//       linear(T_r) + the attention r computes + the exchange r waits for
+//       (cp_layer_cost, per parallel.cp_comm; without cp: the whole sequence's linear +
+//       attention);
+//   pp  a stage's forward costs a third and its backward two thirds of its layers' time
+//       (the last stage's forward also runs the loss); the stages' action lists
+//       (parallel/pipeline_schedule.h) run against each other with messages of
+//       T / cp x hidden floats over the bandwidth, and what a stage waits on a receive
+//       is its bubble.
+// The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
+Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan,
+                            const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = plan.micro_batches;
+  const double allreduce = allreduce_tail_seconds(plan, mc, pp, dp * cp, bandwidth, latency);
+  const CpSplit split = plan.cp_split;
+  // a stage updates only its own parameters: about 1/pp of the optimizer step
+  Calibration per_stage = cal;
+  per_stage.optimizer = cal.optimizer / pp;
+  const double optimizer = per_stage.optimizer;
+  const PipelineSchedule schedule = plan.schedule;
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
+
+  DocumentStream stream(plan);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(plan.run.trace_path, n);
+  double bubble_sum = 0;
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0);
+    std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
+    double slowest = 0, bubble = 0;
+    // the step's global batch, as the trainer takes it: replica d trains sequences
+    // d * mb + m, or with packing the whole batch re-packed over the replicas by work
+    std::vector<PackedBatch> global;
+    for (int64_t i = 0; i < dp * mb; ++i) global.push_back(stream.sequence(step * dp * mb + i));
+    for (int d = 0; d < dp; ++d) {
+      // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
+      const std::vector<std::vector<LocalBatch>> pieces = replica_pieces(plan, global, d);
+      std::vector<double> seq_tokens;
+      for (const std::vector<LocalBatch>& m : pieces) {
+        seq_tokens.push_back(0);
+        for (const LocalBatch& l : m) seq_tokens.back() += double(l.num_tokens());
+      }
+      double replica = 0;
+      const StageCosts costs = replica_stage_costs(
+          plan, pieces, seq_tokens, attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
+      // the stages' action lists against each other, with message times (each rank of a
+      // stage sends its T / cp rows to its peer of the next stage)
+      const std::vector<double> message = [&] {
+        std::vector<double> t;
+        for (const double tokens : seq_tokens)
+          t.push_back(tokens / cp * double(mc.hidden_size) * sizeof(float) / bandwidth + latency);
+        return t;
+      }();
+      const StageClocks run = run_stage_lists(schedule, int(mb), cp, costs, message,
+                                              [&](int s, int c) { return rank_of(s, d, c); }, timeline);
+      const std::vector<double>&clock = run.clock, &wait = run.wait;
+      for (int s = 0; s < pp; ++s) {
+        replica = std::max(replica, clock[size_t(s)]);
+        for (int c = 0; c < cp; ++c) finish[size_t(rank_of(s, d, c))] = clock[size_t(s)];
+        // activations out and gradients back, one direction at each end stage
+        const int directions = (s > 0 ? 1 : 0) + (s < pp - 1 ? 1 : 0);
+        for (const double t : seq_tokens)
+          p.bytes_per_rank += double(directions) * t * double(mc.hidden_size) * sizeof(float) / double(n);
+      }
+      if (pp > 1)
+        for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
+      slowest = std::max(slowest, replica);
+    }
+    p.seconds = slowest + allreduce + optimizer;
+    p.pairs_before = p.pairs_after = max_over_mean(pairs);
+    bubble_sum += bubble / double(o.steps);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + allreduce);
+      timeline.compute(r, "optimizer", slowest + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+  std::string placement =
+      cp > 1 ? std::string("context-parallel ") + cp_comm_name(plan.cp_comm) + ", " + cp_split_name(split) : "colocated";
+  if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
+  timeline.write(layout);
+  return {layout_name(layout), placement,
+         per_stage, profile.has_value(), threads, std::move(steps), bubble_sum};
+}
+
+// CAD under pipeline parallelism, as lct trains it: same-phase ticks
+// (parallel/pipeline_schedule.h). In forward tick k stage s runs micro-batch k - s of
+// its replica, in backward tick k micro-batch k - (pp - 1 - s); out of range it runs a
+// dummy that only serves attention. All ranks of all stages serve one plan per tick
+// (CadLayerCost over every rank's batch, empty for dummies), so each of the stage's
+// layers ends with the slowest rank; a forward tick costs a third of the layer cost,
+// a backward tick two thirds. The last stage's forward tick adds its embedding + loss;
+// after each tick the stages' activations (gradients) travel to the next (previous)
+// stage, exposed. With cp > 1 every rank holds its piece of the sequences.
+Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
+                       const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
+  const int64_t mb = plan.micro_batches;
+  const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
+  const double stage_layers = double(stages[0].num_layers());
+  const CpSplit split = plan.cp_split;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
+  const double allreduce = allreduce_tail_seconds(plan, mc, pp, dp * cp, bandwidth, latency);
+  Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
+  per_stage.optimizer = cal.optimizer / pp;
+  const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
+
+  DocumentStream stream(plan);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(plan.run.trace_path, n);
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
+    // batches[d][m][c]: replica d's micro-batch m, piece c
+    std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    for (int d = 0; d < dp; ++d)
+      for (int64_t m = 0; m < mb; ++m) {
+        const PackedBatch b = stream.sequence((step * dp + d) * mb + m);
+        batches[size_t(d)].emplace_back();
+        for (int c = 0; c < cp; ++c) {
+          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split, plan.cp_split_work) : whole_sequence(b));
+          const LocalBatch& l = batches[size_t(d)].back().back();
+          p.tokens += l.num_tokens();
+          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs(plan.model.attention_mask));
+        }
+      }
+    double t = 0;  // the tick's start
+    for (const bool forward : {true, false})
+      for (int64_t k = 0; k < mb + pp - 1; ++k) {
+        std::vector<LocalBatch> tick(static_cast<size_t>(n));  // empty: a dummy
+        for (int s = 0; s < pp; ++s) {
+          const int64_t m = forward ? k - s : k - (pp - 1 - s);
+          if (m < 0 || m >= mb) continue;
+          for (int d = 0; d < dp; ++d)
+            for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
+        }
+        const CadLayer cost = cad_layer.cost(tick, served);
+        const double w = forward ? 1.0 / 3.0 : 2.0 / 3.0, layer = w * cost.seconds;
+        std::vector<double> head(static_cast<size_t>(n), 0.0);
+        double head_max = 0, message = 0;
+        for (int r = 0; r < n; ++r) {
+          const double tokens = double(tick[size_t(r)].num_tokens());
+          const int s = grid_coordinates(layout, r).pp_rank;
+          if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
+          head_max = std::max(head_max, head[size_t(r)]);
+          if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
+            const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
+            message = std::max(message, bytes / bandwidth + latency);
+            p.bytes_per_rank += bytes / double(n);
+          }
+          p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
+          for (int64_t l = 0; l < stages[0].num_layers() && timeline.on(); ++l) {
+            const double t0 = t + double(l) * layer;
+            timeline.compute(r, forward ? "tick forward layer (linear + attention served)"
+                                        : "tick backward layer (linear + attention served)",
+                             t0, t0 + w * cost.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + w * cost.busy[size_t(r)], t0 + layer);
+          }
+        }
+        p.bytes_per_rank += stage_layers * w * cost.bytes / double(n);
+        const double body = stage_layers * layer;
+        for (int r = 0; r < n && timeline.on(); ++r) {
+          timeline.compute(r, "embedding + loss", t + body, t + body + head[size_t(r)]);
+          timeline.wait(r, "pipeline send/receive", t + body + head[size_t(r)], t + body + head_max + message);
+        }
+        t += body + head_max + message;
+      }
+    p.seconds = t + allreduce + per_stage.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      timeline.wait(r, "gradient all-reduce", t, t + allreduce);
+      timeline.compute(r, "optimizer", t + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+  timeline.write(layout);
+  return {layout_name(layout),
+         cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
+         profile.has_value(), threads, std::move(steps), 0.0};
+}
+
+// Data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
+// d * cp + c holds piece c of replica d's sequences.
+Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
+                           const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const bool cad = plan.placement == Placement::cad;
+  const int n = o.ranks, cp = layout.cp, dp = layout.dp;
+  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
+  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const double layers = double(mc.num_hidden_layers);
+  const int64_t mb = plan.micro_batches;
+  const bool packing = plan.balance == DpBalance::packing;
+  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
+  const int lanes = cad ? cad_layer.lanes() : 1;
+  const double allreduce = allreduce_tail_seconds(plan, mc, 1, n, bandwidth, latency);
+
+  DocumentStream stream(plan);
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline(plan.run.trace_path, n);
+  for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
+    std::vector<PackedBatch> global;
+    for (int64_t s = 0; s < dp * mb; ++s) global.push_back(stream.sequence(step * dp * mb + s));
+    const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
+    StepPrediction p;
+    p.compute.assign(size_t(n), 0.0);
+    std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
+    double sync = 0;  // CAD: time of the per-layer synchronised part
+    std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank
+    for (int r = 0; r < n; ++r)
+      for (const LocalBatch& b : local[size_t(r)]) {
+        p.tokens += b.num_tokens();
+        pairs[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
+        const double begin = p.compute[size_t(r)];
+        head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+        p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
+        if (cad) continue;
+        double t = cal.linear_per_token_layer * double(b.num_tokens());
+        for (const DocPiece& d : b.pieces) t += attn(d);
+        p.compute[size_t(r)] += layers * t;
+        timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
+        served[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
+      }
+    if (cad) {
+      for (int64_t m = 0; m < mb; ++m) {
+        std::vector<LocalBatch> micro;
+        for (int r = 0; r < n; ++r) micro.push_back(local[size_t(r)][size_t(m)]);
+        const CadLayer layer = cad_layer.cost(micro, served);
+        for (int r = 0; r < n && timeline.on(); ++r)  // every layer ends when the slowest rank's does
+          for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+            const double t0 = sync + double(l) * layer.seconds;
+            timeline.compute(r, "layer (linear + attention served)", t0, t0 + layer.busy[size_t(r)]);
+            timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
+          }
+        sync += layers * layer.seconds;
+        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+        p.bytes_per_rank += layer.bytes * layers / double(n);
+      }
+    }
+    const double slowest = *std::max_element(p.compute.begin(), p.compute.end());
+    const double head_max = *std::max_element(head.begin(), head.end());
+    const double work_end = cad ? sync + head_max : slowest;
+    p.seconds = work_end + allreduce + cal.optimizer;
+    p.pairs_before = max_over_mean(pairs);
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(p);
+    for (int r = 0; r < n; ++r) {
+      if (cad) timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
+      timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],
+                    work_end + allreduce);
+      timeline.compute(r, "optimizer", work_end + allreduce, p.seconds);
+    }
+    timeline.end_step(p.seconds);
+  }
+
+  const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
+                                    : packing ? "colocated + packing" : "colocated";
+  timeline.write(layout);
+  return {cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
+         placement, cal, profile.has_value(), threads, std::move(steps), 0.0};
+}
+
+}  // namespace
+
+Prediction predict(const RunPlan& plan, const SimulateOptions& options) {
+  SimulateOptions o = options;
+  // a cost model file, as training would balance with it; not "auto": the calibration
+  // run times attention in place (an isolated kernel profile is 15-20% faster per pair
+  // than attention inside a step, which made every prediction that much too fast)
+  if (o.profile.empty()) o.profile = cad_profile_file(plan.cad.profile);
+  const LlamaConfig& mc = plan.model;
+  const Layout& layout = plan.layout;
+  const bool cad = plan.placement == Placement::cad;
+  const std::optional<CaCostModel> profile = load_profile(o, mc);
+  const int threads = o.tflops > 0 ? 0 : configure_threads(plan.run.threads);
+  const Calibration cal = calibrate(plan, o);
+  if (cad && layout.pp > 1) return simulate_cad_ticks(o, plan, profile, threads, cal);
+  if (!cad && (layout.pp > 1 || layout.cp > 1))
+    return simulate_model_parallel(o, plan, profile, threads, cal);
+  return simulate_data_parallel(o, plan, profile, threads, cal);
+}
+
+}  // namespace lct

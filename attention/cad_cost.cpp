@@ -40,74 +40,20 @@ double CaCostModel::seconds(const AttentionTask& task, const AttentionMask& mask
   return per_pair * double(pairs);
 }
 
-std::string CaCostModel::to_text() const {
-  std::ostringstream out;
-  out.precision(9);
-  out << "cpu " << cpu << "\nblas " << blas << "\nthreads " << threads << "\nkernel " << kernel
-      << "\nheads " << heads << "\nkv_heads " << kv_heads << "\nhead_dim " << head_dim << "\nq_grid";
-  for (int64_t q : q_grid) out << ' ' << q;
-  out << "\nkv_grid";
-  for (int64_t k : kv_grid) out << ' ' << k;
-  out << '\n';
-  for (size_t i = 0; i < q_grid.size(); ++i) {
-    out << "seconds_per_pair";
-    for (size_t j = 0; j < kv_grid.size(); ++j) out << ' ' << seconds_per_pair[i * kv_grid.size() + j];
-    out << '\n';
+std::string CaCostModel::problem() const {
+  for (const auto* g : {&q_grid, &kv_grid}) {
+    const char* name = g == &q_grid ? "q_grid" : "kv_grid";
+    if (g->empty()) return "q_grid and kv_grid are required";
+    for (size_t i = 0; i < g->size(); ++i)
+      if ((*g)[i] < 1 || (i > 0 && (*g)[i] <= (*g)[i - 1])) return std::string(name) + " must be ascending and >= 1";
   }
-  return out.str();
-}
-
-CaCostModel CaCostModel::parse(const std::string& text, const std::string& origin) {
-  CaCostModel m;
-  const auto fail = [&](const std::string& why) {
-    throw std::invalid_argument("CAD profile '" + origin + "': " + why);
-  };
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string key;
-    if (!(ls >> key)) continue;
-    std::string rest;
-    std::getline(ls, rest);
-    rest.erase(0, rest.find_first_not_of(' '));
-    std::istringstream vs(rest);
-    const auto number = [&](auto& v) {
-      if (!(vs >> v)) fail("'" + key + "' needs a number");
-    };
-    if (key == "cpu") m.cpu = rest;
-    else if (key == "blas") m.blas = rest;
-    else if (key == "kernel") m.kernel = rest;
-    else if (key == "threads") number(m.threads);
-    else if (key == "heads") number(m.heads);
-    else if (key == "kv_heads") number(m.kv_heads);
-    else if (key == "head_dim") number(m.head_dim);
-    else if (key == "q_grid" || key == "kv_grid") {
-      std::vector<int64_t>& g = key == "q_grid" ? m.q_grid : m.kv_grid;
-      int64_t v;
-      while (vs >> v) {
-        if (v < 1 || (!g.empty() && v <= g.back())) fail(key + " must be ascending and >= 1");
-        g.push_back(v);
-      }
-    } else if (key == "seconds_per_pair") {
-      double v;
-      size_t n = 0;
-      while (vs >> v) {
-        if (!(v > 0) || !std::isfinite(v)) fail("seconds_per_pair values must be > 0");
-        m.seconds_per_pair.push_back(v);
-        ++n;
-      }
-      if (n != m.kv_grid.size()) fail("a seconds_per_pair line needs one value per kv_grid entry");
-    } else {
-      fail("unknown key '" + key + "'");
-    }
-  }
-  if (m.q_grid.empty() || m.kv_grid.empty()) fail("q_grid and kv_grid are required");
-  if (m.seconds_per_pair.size() != m.q_grid.size() * m.kv_grid.size())
-    fail("needs one seconds_per_pair line per q_grid entry");
-  if (m.heads < 1 || m.kv_heads < 1 || m.head_dim < 1 || m.kernel.empty())
-    fail("kernel, heads, kv_heads and head_dim are required");
-  return m;
+  if (seconds_per_pair.size() != q_grid.size() * kv_grid.size())
+    return "seconds_per_pair needs one row per q_grid entry with one value per kv_grid entry";
+  for (double v : seconds_per_pair)
+    if (!(v > 0) || !std::isfinite(v)) return "seconds_per_pair values must be > 0";
+  if (heads < 1 || kv_heads < 1 || head_dim < 1 || kernel.empty())
+    return "kernel, heads, kv_heads and head_dim are required";
+  return "";
 }
 
 bool CaCostModel::same_setup(const CaCostModel& o) const {

@@ -5,9 +5,7 @@
 // at the grid's edges. Pairs alone miss what small tasks cost beyond their pairs (tile
 // padding, per-task overhead); the profile sees it.
 //
-// Text format (one `key value...` per line): cpu, blas, threads, kernel, heads,
-// kv_heads, head_dim (what it was measured for), q_grid, kv_grid, then one
-// `seconds_per_pair` line per q of the grid with one value per kv.
+// Its file format (TOML) is src/train/cad_profile.h's.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +29,9 @@ struct CaCostModel {
   // The same for any task whose keys start at its document's start (kv_pos = 0; a CAD
   // task): per pair at (q_len, kv_len), times the pairs it attends under `mask`.
   double seconds(const AttentionTask& task, const AttentionMask& mask) const;
-  std::string to_text() const;
-  // Throws std::invalid_argument with one line naming `origin` and the problem.
-  static CaCostModel parse(const std::string& text, const std::string& origin);
+  // What makes it unusable ("" when nothing): grids not ascending from 1, a time that
+  // is not positive, not one time per grid cell, or no kernel and shape.
+  std::string problem() const;
   // Measured for the same attention (kernel and shape) on the same machine (cpu, BLAS)
   // with the same threads: the fields that say where its times hold.
   bool same_setup(const CaCostModel& other) const;

@@ -80,6 +80,72 @@ LocalBatch whole_sequence(const PackedBatch& b) {
   return out;
 }
 
+namespace {
+
+// Document d's 2 cp chunk boundaries for the zigzag split (doc_tasks: scratch).
+std::vector<int32_t> zigzag_cuts(const PackedBatch& b, int64_t d, int cp, const SplitWork& work,
+                                 std::vector<AttentionTask>& doc_tasks) {
+  // chunk boundaries: equal tokens under the causal mask (the head and tail chunks
+  // then pair up to equal pairs); under another mask, equal shares of the work (a
+  // sliding window's first chunk has fewer pairs than the rest)
+  const int32_t start = b.cu_seqlens[size_t(d)], L = b.cu_seqlens[size_t(d + 1)] - start;
+  std::vector<int32_t> cuts(size_t(2 * cp + 1));
+  for (int c = 0; c <= 2 * cp; ++c) cuts[size_t(c)] = int32_t(int64_t(c) * L / (2 * cp));
+  if (!work.mask.causal()) {
+    doc_tasks.clear();  // the document's tasks under its prefix or segments
+    append_document_tasks(doc_tasks, 0, L, b.prefix_lens.empty() ? 0 : b.prefix_lens[size_t(d)],
+                          b.segment_ids.empty() ? nullptr : b.segment_ids.data() + start);
+    const auto work_below = [&](int64_t x) {  // work of the document's rows [0, x)
+      int64_t pairs = 0;
+      for (AttentionTask t : doc_tasks) {
+        if (t.q_pos >= x) break;
+        t.q_len = int32_t(std::min<int64_t>(t.q_len, x - t.q_pos));
+        pairs += attention_pairs(t, work.mask);
+      }
+      return double(pairs) + work.pairs_per_token * double(x);
+    };
+    const double total = work_below(L);
+    for (int c = 1; c < 2 * cp; ++c) {  // the first x with work_below(x) >= c / 2cp of it
+      int64_t lo = cuts[size_t(c - 1)], hi = L;
+      const double want = total * c / (2 * cp);
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (work_below(mid) >= want) hi = mid;
+        else lo = mid + 1;
+      }
+      cuts[size_t(c)] = int32_t(lo);
+    }
+  }
+  return cuts;
+}
+
+// No rank may be left without tokens (every layer phase and exchange needs its rows):
+// when short documents leave one empty, it takes the last token of the rank holding the
+// most (ties: the lowest), which keeps both ranks' pieces in document order.
+void give_every_rank_a_token(std::vector<std::vector<DocPiece>>& pieces, std::vector<int64_t>& rows) {
+  const int cp = int(pieces.size());
+  for (int r = 0; r < cp; ++r)
+    while (rows[size_t(r)] == 0) {
+      const size_t s = size_t(std::max_element(rows.begin(), rows.end()) - rows.begin());
+      if (rows[s] < 2) throw std::invalid_argument("shard_pieces: fewer tokens than ranks");
+      DocPiece& last = pieces[s].back();
+      DocPiece moved = last;
+      if (last.len >= 2) {
+        moved.pos = last.pos + last.len - 1;
+        moved.len = 1;
+        last.len -= 1;
+      } else {
+        pieces[s].pop_back();
+      }
+      moved.row = 0;
+      pieces[size_t(r)].push_back(moved);
+      rows[s] -= moved.len;
+      rows[size_t(r)] += moved.len;
+    }
+}
+
+}  // namespace
+
 std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, CpSplit split,
                                                 const SplitWork& work) {
   if (cp < 1) throw std::invalid_argument("shard_pieces: cp must be >= 1");
@@ -103,36 +169,7 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
       add_piece(pieces[size_t(r)], rows[size_t(r)], int32_t(d), start, L, 0, L);
       continue;
     }
-    // chunk boundaries: equal tokens under the causal mask (the head and tail chunks
-    // then pair up to equal pairs); under another mask, equal shares of the work (a
-    // sliding window's first chunk has fewer pairs than the rest)
-    std::vector<int32_t> cuts(size_t(2 * cp + 1));
-    for (int c = 0; c <= 2 * cp; ++c) cuts[size_t(c)] = int32_t(int64_t(c) * L / (2 * cp));
-    if (!work.mask.causal()) {
-      doc_tasks.clear();  // the document's tasks under its prefix or segments
-      append_document_tasks(doc_tasks, 0, L, b.prefix_lens.empty() ? 0 : b.prefix_lens[size_t(d)],
-                            b.segment_ids.empty() ? nullptr : b.segment_ids.data() + start);
-      const auto work_below = [&](int64_t x) {  // work of the document's rows [0, x)
-        int64_t pairs = 0;
-        for (AttentionTask t : doc_tasks) {
-          if (t.q_pos >= x) break;
-          t.q_len = int32_t(std::min<int64_t>(t.q_len, x - t.q_pos));
-          pairs += attention_pairs(t, work.mask);
-        }
-        return double(pairs) + work.pairs_per_token * double(x);
-      };
-      const double total = work_below(L);
-      for (int c = 1; c < 2 * cp; ++c) {  // the first x with work_below(x) >= c / 2cp of it
-        int64_t lo = cuts[size_t(c - 1)], hi = L;
-        const double want = total * c / (2 * cp);
-        while (lo < hi) {
-          const int64_t mid = (lo + hi) / 2;
-          if (work_below(mid) >= want) hi = mid;
-          else lo = mid + 1;
-        }
-        cuts[size_t(c)] = int32_t(lo);
-      }
-    }
+    const std::vector<int32_t> cuts = zigzag_cuts(b, d, cp, work, doc_tasks);
     const auto cut = [&](int c) { return cuts[size_t(c)]; };
     for (int r = 0; r < cp; ++r) {
       const int head = r, tail = 2 * cp - 1 - r;
@@ -142,27 +179,7 @@ std::vector<std::vector<DocPiece>> shard_pieces(const PackedBatch& b, int cp, Cp
                 cut(tail + 1) - cut(tail));
     }
   }
-  // No rank may be left without tokens (every layer phase and exchange needs its rows):
-  // when short documents leave one empty, it takes the last token of the rank holding
-  // the most (ties: the lowest), which keeps both ranks' pieces in document order.
-  for (int r = 0; r < cp; ++r)
-    while (rows[size_t(r)] == 0) {
-      const size_t s = size_t(std::max_element(rows.begin(), rows.end()) - rows.begin());
-      if (rows[s] < 2) throw std::invalid_argument("shard_pieces: fewer tokens than ranks");
-      DocPiece& last = pieces[s].back();
-      DocPiece moved = last;
-      if (last.len >= 2) {
-        moved.pos = last.pos + last.len - 1;
-        moved.len = 1;
-        last.len -= 1;
-      } else {
-        pieces[s].pop_back();
-      }
-      moved.row = 0;
-      pieces[size_t(r)].push_back(moved);
-      rows[s] -= moved.len;
-      rows[size_t(r)] += moved.len;
-    }
+  give_every_rank_a_token(pieces, rows);
   for (std::vector<DocPiece>& list : pieces) {  // per-document mask data
     if (!b.prefix_lens.empty())
       for (DocPiece& p : list) p.prefix_len = b.prefix_lens[size_t(p.doc)];

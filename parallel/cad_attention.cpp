@@ -116,49 +116,53 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   plans_[in.round] = std::move(p);
 }
 
+size_t CadAttention::piece_of(const Plan& p, const CaTask& t) {
+  return p.first_doc[size_t(t.origin)] + size_t(t.doc);
+}
+
+// A task runs in place when its server holds the keys it reads as one local run of
+// consecutive pieces from position 0 (always so without context parallelism; pieces of
+// shared_question segments follow each other): the run's first row, else -1.
+int64_t CadAttention::in_place_row(const Plan& p, const CaTask& t) {
+  if (t.origin != t.server) return -1;
+  int64_t row = -1, end = 0, next_row = 0;  // the run from position 0: first row, end position
+  for (const auto& [holder, i] : p.doc_pieces[size_t(p.gdoc[piece_of(p, t)])]) {
+    const CaPiece& d = p.docs[i];
+    if (holder != t.server) continue;
+    if (d.pos == 0) row = d.row, end = d.len, next_row = d.row + d.len;
+    else if (row >= 0 && d.pos == end && d.row == next_row) end += d.len, next_row += d.len;
+    if (row >= 0 && end >= t.kv_len()) return row;
+  }
+  return -1;
+}
+
 void CadAttention::route(Plan& p) const {
   const size_t n = size_t(size_);
-  const auto piece_of = [&](const CaTask& t) -> size_t { return p.first_doc[size_t(t.origin)] + size_t(t.doc); };
   // every document's pieces by position: (holder, index in docs)
-  std::vector<std::vector<std::pair<int32_t, size_t>>> pieces(p.doc_len.size());
-  for (size_t i = 0; i < p.docs.size(); ++i) pieces[size_t(p.gdoc[i])].push_back({p.docs[i].origin, i});
-  for (auto& list : pieces)
+  p.doc_pieces.assign(p.doc_len.size(), {});
+  for (size_t i = 0; i < p.docs.size(); ++i) p.doc_pieces[size_t(p.gdoc[i])].push_back({p.docs[i].origin, i});
+  for (auto& list : p.doc_pieces)
     std::sort(list.begin(), list.end(), [&](const auto& x, const auto& y) {
       return p.docs[x.second].pos < p.docs[y.second].pos;
     });
-  // a task runs in place when its server holds the keys it reads as one local run of
-  // consecutive pieces from position 0 (always so without context parallelism; pieces of
-  // shared_question segments follow each other); the row of it
-  const auto in_place_row = [&](const CaTask& t) -> int64_t {
-    if (t.origin != t.server) return -1;
-    int64_t row = -1, end = 0, next_row = 0;  // the run from position 0: first row, end position
-    for (const auto& [holder, i] : pieces[size_t(p.gdoc[piece_of(t)])]) {
-      const CaPiece& d = p.docs[i];
-      if (holder != t.server) continue;
-      if (d.pos == 0) row = d.row, end = d.len, next_row = d.row + d.len;
-      else if (row >= 0 && d.pos == end && d.row == next_row) end += d.len, next_row += d.len;
-      if (row >= 0 && end >= t.kv_len()) return row;
-    }
-    return -1;
-  };
   // key prefixes each server needs (document -> P) for its tasks not run in place
   std::vector<std::map<int32_t, int32_t>> need(n);
   for (const CaTask& t : p.plan.tasks)
-    if (in_place_row(t) < 0) {
-      int32_t& P = need[size_t(t.server)][p.gdoc[piece_of(t)]];
+    if (in_place_row(p, t) < 0) {
+      int32_t& P = need[size_t(t.server)][p.gdoc[piece_of(p, t)]];
       P = std::max(P, t.kv_len());
     }
   const auto flow = [&](int h, int s) {
     Flow f;
     for (size_t i = 0; i < p.plan.tasks.size(); ++i) {
       const CaTask& t = p.plan.tasks[i];
-      if (t.origin == h && t.server == s && (h != s || in_place_row(t) < 0)) {
+      if (t.origin == h && t.server == s && (h != s || in_place_row(p, t) < 0)) {
         f.tasks.push_back(int32_t(i));
         f.q_rows += t.q_len;
       }
     }
     for (const auto& [g, P] : need[size_t(s)])
-      for (const auto& [holder, i] : pieces[size_t(g)]) {
+      for (const auto& [holder, i] : p.doc_pieces[size_t(g)]) {
         const CaPiece& d = p.docs[i];
         if (holder != h || d.pos >= P) continue;
         const int32_t len = std::min(d.len, P - d.pos);
@@ -183,28 +187,34 @@ void CadAttention::route(Plan& p) const {
   if (covered != p.ws_rows)
     throw std::logic_error("CAD: the holders' key segments cover " + std::to_string(covered) +
                            " of " + std::to_string(p.ws_rows) + " workspace rows");
+  list_tasks(p, own);
+}
+
+// This rank's attention tasks: its own run in place, its own on the workspace, and the
+// ones it serves for each origin (in the order of that origin's message).
+void CadAttention::list_tasks(Plan& p, const Flow& own) const {
   const auto task_of = [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
-    return t.attention_task(q_row, kv_row, p.doc_len[size_t(p.gdoc[piece_of(t)])]);
+    return t.attention_task(q_row, kv_row, p.doc_len[size_t(p.gdoc[piece_of(p, t)])]);
   };
   const auto local_row = [&](const CaTask& t) {
-    const CaPiece& d = p.docs[piece_of(t)];
+    const CaPiece& d = p.docs[piece_of(p, t)];
     return int64_t(d.row) + (t.q_begin - d.pos);
   };
   for (const CaTask& t : p.plan.tasks) {
-    const int64_t row = in_place_row(t);
+    const int64_t row = in_place_row(p, t);
     if (t.server == rank_ && row >= 0) p.own_local.push_back(task_of(t, local_row(t), row));
   }
   for (int32_t i : own.tasks) {
     const CaTask& t = p.plan.tasks[size_t(i)];
-    p.own_ws.push_back(task_of(t, local_row(t), p.ws_row.at(p.gdoc[piece_of(t)])));
+    p.own_ws.push_back(task_of(t, local_row(t), p.ws_row.at(p.gdoc[piece_of(p, t)])));
   }
-  p.served.assign(n, {});
+  p.served.assign(size_t(size_), {});
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
     int64_t q_row = 0;
     for (int32_t i : p.in[size_t(o)].tasks) {
       const CaTask& t = p.plan.tasks[size_t(i)];
-      p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_row.at(p.gdoc[piece_of(t)])));
+      p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_row.at(p.gdoc[piece_of(p, t)])));
       q_row += t.q_len;
     }
   }
@@ -374,16 +384,14 @@ void CadAttention::run_own(Lane& L, int part, int parts) {
   }
 }
 
-void CadAttention::serve_lane(Lane& L, bool with_own) {
-  if (!L.plan) throw std::logic_error("CAD: serve before start");
-  wait(L);  // the requests
+// The key workspace of a lane being served: each needed document's prefix, from this
+// rank's rows and the segments that came with the requests; returns each origin's
+// request arrays (msg[o]; empty for this rank).
+std::vector<std::vector<float*>> CadAttention::gather_keys(Lane& L) {
   const Plan& p = *L.plan;
   const AttentionParams& prm = *L.params;
   const int64_t kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
-  const size_t nq = L.in.q.size();  // forward: Q | K, V;  backward: Q, O, dO, LSE | K, V
-
-  // the key workspace: each needed document's prefix, from this rank's rows and the
-  // segments that came with the requests
+  const size_t nq = L.in.q.size();
   const size_t ws = size_t(p.ws_rows * kvd);
   if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
   const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row, bool bf16) {
@@ -408,8 +416,13 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     L.ws_dk.assign(ws, 0.0f);  // every task's key gradient, summed per document
     L.ws_dv.assign(ws, 0.0f);
   }
+  return msg;
+}
 
-  // replies: O, LSE (forward) or dQ and the segments' dK, dV (backward)
+// The replies' buffer (L.back) and each origin's arrays in it: O, LSE (forward) or dQ
+// and the segments' dK, dV (backward).
+std::vector<std::vector<float*>> CadAttention::reply_arrays(Lane& L) {
+  const Plan& p = *L.plan;
   L.reply_counts.assign(size_t(size_), 0);
   L.reply_recv_counts.assign(size_t(size_), 0);
   int64_t total = 0;
@@ -427,6 +440,37 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     reply[size_t(o)] = arrays_of(L.back.data() + back_at, p.in[size_t(o)], L.reply);
     back_at += L.reply_counts[size_t(o)];
   }
+  return reply;
+}
+
+// Backward: the holders' key gradients of the segments they sent, into their replies.
+void CadAttention::return_key_gradients(Lane& L, const std::vector<std::vector<float*>>& reply) {
+  const Plan& p = *L.plan;
+  const AttentionParams& prm = *L.params;
+  const int64_t kvd = int64_t(prm.num_kv_heads) * prm.head_dim;
+  for (int o = 0; o < size_; ++o) {
+    if (o == rank_) continue;
+    int64_t row = 0;
+    const Reply r = reply_of(reply[size_t(o)], true);
+    for (const KvPiece& g : p.in[size_t(o)].kv) {
+      const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+      std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, r.dk + row * kvd);
+      std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, r.dv + row * kvd);
+      row += g.len;
+    }
+  }
+}
+
+
+void CadAttention::serve_lane(Lane& L, bool with_own) {
+  if (!L.plan) throw std::logic_error("CAD: serve before start");
+  wait(L);  // the requests
+  const Plan& p = *L.plan;
+  const AttentionParams& prm = *L.params;
+  const size_t nq = L.in.q.size();  // forward: Q | K, V;  backward: Q, O, dO, LSE | K, V
+
+  const std::vector<std::vector<float*>> msg = gather_keys(L);
+  const std::vector<std::vector<float*>> reply = reply_arrays(L);
   // origin o's query arrays as fp32 (bf16 ones widened into L.wide), and after them in
   // L.wide room for the fp32 O of a forward whose reply carries O in bf16
   float* wide_out = nullptr;
@@ -469,18 +513,7 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     }
     progress();
   }
-  if (L.backward)  // the holders' key gradients of the segments they sent
-    for (int o = 0; o < size_; ++o) {
-      if (o == rank_) continue;
-      int64_t row = 0;
-      const Reply r = reply_of(reply[size_t(o)], true);
-      for (const KvPiece& g : p.in[size_t(o)].kv) {
-        const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
-        std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, r.dk + row * kvd);
-        std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, r.dv + row * kvd);
-        row += g.len;
-      }
-    }
+  if (L.backward) return_key_gradients(L, reply);
   start_alltoallv(L, L.back, L.reply_counts, L.back_recv, L.reply_recv_counts);
   if (with_own) run_own(L, 0, 1);  // while the replies travel
 }

@@ -49,6 +49,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -114,6 +115,7 @@ class CadAttention final : public AttentionPlacement {
     std::vector<size_t> first_doc;  // index in docs of each rank's first piece
     std::vector<int32_t> gdoc;      // per docs entry: its document, numbered over the job
     std::vector<int32_t> doc_len;   // per document: tokens of the whole document
+    std::vector<std::vector<std::pair<int32_t, size_t>>> doc_pieces;  // per document: (holder, index in docs) by position
     std::vector<Flow> out;          // [server]: this rank's rows to each server
     std::vector<Flow> in;           // [origin]: each rank's rows to this one
     // This rank as a server: every document it needs keys of (for tasks not run in
@@ -173,6 +175,9 @@ class CadAttention final : public AttentionPlacement {
   Lane& lane_at(int lane);
   void make_plan(const AttentionInput& in, bool counted);  // counted: into pairs_before/after
   void route(Plan& p) const;  // the flows, workspace and task lists of this rank
+  void list_tasks(Plan& p, const Flow& own) const;  // route's task lists
+  static size_t piece_of(const Plan& p, const CaTask& t);
+  static int64_t in_place_row(const Plan& p, const CaTask& t);
   const Plan& plan_of(const AttentionInput& in) const;
   int64_t message_floats(const Flow& f, const Widths& w) const;
 
@@ -186,6 +191,9 @@ class CadAttention final : public AttentionPlacement {
   void start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
                   const std::vector<RowArray>& kv_arrays);
   void serve_lane(Lane& L, bool with_own = true);
+  std::vector<std::vector<float*>> gather_keys(Lane& L);   // serve_lane's parts
+  std::vector<std::vector<float*>> reply_arrays(Lane& L);
+  void return_key_gradients(Lane& L, const std::vector<std::vector<float*>>& reply);
   void finish_lane(Lane& L);
   void run_own(Lane& L, int part, int parts);  // part `part` of `parts`, by pairs
   void start_alltoallv(Lane& L, const std::vector<float>& send, const std::vector<int>& send_counts,

@@ -11,6 +11,7 @@ packages=(
   libhdf5-dev hdf5-tools        # checkpoints (serial HDF5 C library) and h5ls/h5dump
   libcli11-dev                  # command line
   libtomlplusplus-dev           # TOML config files
+  nlohmann-json3-dev            # every JSON lct writes (src/util/json.h)
   libgtest-dev                  # unit tests
   libdnnl-dev                   # oneDNN: bf16 matmul (train.precision = bf16) on CPUs with bf16 instructions
 )

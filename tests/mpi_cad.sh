@@ -84,11 +84,11 @@ grep -q "balancing measured kernel time (measured now, .* s; cached in $LCT_CACH
 grep -q "balancing measured kernel time (cached $LCT_CACHE_DIR/cad_profile-causal-" single2_causal.log
 grep -q "balancing measured kernel time (measured now" cad2_dca.log  # another kernel, another model
 # a cached model that records another setup (here: threads) is measured again and replaced
-cached=$(ls "$LCT_CACHE_DIR"/cad_profile-causal-*.txt)
-sed -i 's/^threads .*/threads 64/' "$cached"
+cached=$(ls "$LCT_CACHE_DIR"/cad_profile-causal-*.toml)
+sed -i 's/^threads = .*/threads = 64/' "$cached"
 train cad2_stale 2 2 $SGD --attention.placement cad
 grep -q "balancing measured kernel time (measured now" cad2_stale.log
-grep -q "^threads 1$" "$cached"
+grep -q "^threads = 1$" "$cached"
 # ... and so is one that does not parse
 echo "garbage" > "$cached"
 train cad2_broken_cache 2 2 $SGD --attention.placement cad
@@ -126,14 +126,14 @@ compare "CAD dp=2, ping-pong with empty nano-batches" cad_long ref_long
 # model shape is refused, one from another machine is used with a warning
 "$LCT" bench --sections profile --profile-out profile.txt $MODEL > profile.log 2>&1 \
   || { cat profile.log; echo "FAIL: profile"; exit 1; }
-grep -q "^seconds_per_pair" profile.txt
+grep -q "^seconds_per_pair = " profile.txt
 train cad2_profile 2 2 $SGD --attention.placement cad --attention.cad_profile profile.txt
 compare "CAD dp=2 with a measured cost model" cad2_profile ref_causal
 grep -q "balancing measured kernel time (profile.txt)" cad2_profile.log
-sed 's/^threads .*/threads 64/' profile.txt > other_machine.txt
+sed 's/^threads = .*/threads = 64/' profile.txt > other_machine.txt
 train cad2_other 2 2 $SGD --attention.placement cad --attention.cad_profile other_machine.txt
 grep -q "was measured with .* 64 threads" cad2_other.log
-sed 's/^heads .*/heads 8/' profile.txt > other_model.txt
+sed 's/^heads = .*/heads = 8/' profile.txt > other_model.txt
 
 # the packing baseline re-packs the same global batch: same loss and parameters
 for dp in 2 4; do
@@ -174,7 +174,7 @@ expect_layout_error 2 "attention.cad_profile: cannot open 'missing.txt'" \
   --attention.placement cad --attention.cad_profile missing.txt
 expect_layout_error 2 "attention.cad_profile 'other_model.txt' was measured for causal attention with heads 8/2" \
   --attention.placement cad --attention.cad_profile other_model.txt
-printf 'q_grid 4 2\n' > broken_profile.txt
+printf 'q_grid = [4, 2]\nkv_grid = [1]\n' > broken_profile.txt
 expect_layout_error 2 "attention.cad_profile: CAD profile 'broken_profile.txt': q_grid must be ascending" \
   --attention.placement cad --attention.cad_profile broken_profile.txt
 echo "mpi_cad: all passed"

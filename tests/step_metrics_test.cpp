@@ -12,6 +12,7 @@
 #include "src/io/checkpoint.h"
 #include "src/metrics/step_metrics.h"
 #include "src/train/run_plan.h"
+#include "src/util/json.h"
 #include "tests/test_util.h"
 
 namespace lct {
@@ -39,12 +40,11 @@ TEST(StepMetrics, EveryFieldReachesMetricsJsonl) {
   const StepRecord r = distinct_record();
   std::ostringstream out;
   write_metrics_json(out, r);
+  const Json row = Json::parse(out.str());  // one line of JSON, every value exactly
   for (const StepMetric& m : step_metrics()) {
-    std::ostringstream want;
-    want << '"' << m.name << "\":";
-    if (m.integer) want << int64_t(m.get(r));
-    else want << m.get(r);
-    EXPECT_NE(out.str().find(want.str()), std::string::npos) << want.str() << " not in " << out.str();
+    ASSERT_TRUE(row.contains(m.name)) << m.name << " not in " << out.str();
+    if (m.integer) EXPECT_EQ(row[m.name].get<int64_t>(), int64_t(m.get(r))) << m.name;
+    else EXPECT_EQ(row[m.name].get<double>(), m.get(r)) << m.name;
   }
 }
 

@@ -1,7 +1,8 @@
 #include "src/cli/bench.h"
 #include "src/cli/bench_loops.h"
 #include "src/cli/command.h"
-#include "src/io/json.h"
+#include "src/train/cad_profile.h"
+#include "src/util/json.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -443,84 +444,106 @@ void profile_section(const LlamaConfig& model, const BenchOptions& o, const Benc
     say(o, "\n");
   }
   if (!o.profile_out.empty()) {
-    write_text_atomically(o.profile_out, m.to_text());
+    write_text_atomically(o.profile_out, cad_cost_toml(m));
     say(o, "  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
   }
 }
 
-// The --json document.
-void print_bench_json(const BenchResults& res) {
-  std::ostringstream j;
-  j.precision(6);
-  j << "{\"machine\":{\"cpu\":" << json_string(res.cpu) << ",\"threads\":" << res.threads
-    << ",\"openblas_threads\":" << openblas_get_num_threads() << ",\"openblas_core\":\""
-    << openblas_get_corename() << "\",\"openblas_coretype_env\":"
-    << (res.coretype ? json_string(res.coretype) : std::string("null"))
-    << ",\"blas_warning\":" << json_string(res.blas_warning) << "}";
-  j << ",\"ceilings\":{\"sgemm_n\":" << res.sgemm_n << ",\"sgemm_gflops\":" << res.sgemm
-    << ",\"fma_gflops\":" << res.fma << ",\"bf16_gemm_gflops\":" << res.bf16_gemm
-    << ",\"bf16_dot_gflops\":" << res.bf16_dot << "}";
-  j << ",\"gemm\":{\"tokens\":" << res.gemm_tokens << ",\"bf16_kernel\":" << json_string(bf16_support().kernel)
-    << ",\"bf16_instructions\":" << (bf16_support().instructions ? "true" : "false") << ",\"rows\":[";
-  for (size_t i = 0; i < res.gemm.size(); ++i) {
-    const GemmRow& r = res.gemm[i];
-    j << (i ? "," : "") << "{\"product\":" << json_string(r.name) << ",\"m\":" << r.M << ",\"n\":" << r.N
-      << ",\"k\":" << r.K << ",\"fp32_gflops\":" << r.fp32 << ",\"fp32_onednn_gflops\":" << r.fp32_onednn
-      << ",\"bf16_gflops\":" << r.bf16
-      << ",\"bf16_kernel_gflops\":" << r.bf16_kernel << ",\"bf16_fallback_gflops\":" << r.bf16_fallback << "}";
+Json attention_rows_json(const BenchResults& res) {
+  Json attention = Json::array();
+  for (const AttentionRow& r : res.attention) {
+    Json row = {{"layout", r.layout},
+                {"kernel", r.kernel},
+                {"precision", r.precision},
+                {"tokens", r.tokens},
+                {"documents", r.documents},
+                {"pairs", r.pairs},
+                {"fwd_ms", 1e3 * r.fwd_s},
+                {"bwd_ms", 1e3 * r.bwd_s},
+                {"fwd_gflops", r.fwd_gflops},
+                {"bwd_gflops", r.bwd_gflops},
+                {"fwd_bwd_gflops", r.total_gflops},
+                {"fwd_bwd_vs_sgemm", r.total_gflops / res.sgemm},
+                {"fwd_bwd_vs_ceiling", r.total_gflops / r.ceiling}};
+    if (r.time_vs_causal > 0) row["time_vs_causal"] = r.time_vs_causal;
+    row["runs"] = r.runs;
+    attention.push_back(row);
   }
-  j << "]}";
-  j << ",\"attention\":{\"dca_chunk_size\":" << res.dca.dca.chunk_size
-    << ",\"dca_local_size\":" << res.dca.dca.local_size << ",\"heads\":" << res.causal.num_heads << ",\"kv_heads\":" << res.causal.num_kv_heads
-    << ",\"head_dim\":" << res.causal.head_dim << ",\"rows\":[";
-  for (size_t i = 0; i < res.attention.size(); ++i) {
-    const AttentionRow& r = res.attention[i];
-    j << (i ? "," : "") << "{\"layout\":\"" << r.layout << "\",\"kernel\":\"" << r.kernel
-      << "\",\"precision\":\"" << r.precision << "\",\"tokens\":" << r.tokens
-      << ",\"documents\":" << r.documents << ",\"pairs\":" << r.pairs
-      << ",\"fwd_ms\":" << 1e3 * r.fwd_s << ",\"bwd_ms\":" << 1e3 * r.bwd_s
-      << ",\"fwd_gflops\":" << r.fwd_gflops << ",\"bwd_gflops\":" << r.bwd_gflops
-      << ",\"fwd_bwd_gflops\":" << r.total_gflops
-      << ",\"fwd_bwd_vs_sgemm\":" << r.total_gflops / res.sgemm
-      << ",\"fwd_bwd_vs_ceiling\":" << r.total_gflops / r.ceiling;
-    if (r.time_vs_causal > 0) j << ",\"time_vs_causal\":" << r.time_vs_causal;
-    j << ",\"runs\":" << r.runs << "}";
-  }
-  j << "]},\"step\":[";
-  for (size_t i = 0; i < res.step.size(); ++i) {
-    const StepRow& r = res.step[i];
-    j << (i ? "," : "") << "{\"tokens\":" << r.seq_len << ",\"documents\":" << r.documents
-      << ",\"precision\":\"" << r.precision << "\",\"ms\":" << r.ms << ",\"tokens_per_s\":" << r.tokens_per_s
-      << ",\"gflops\":" << r.gflops << ",\"gemm_ceiling_gflops\":" << r.gemm_ceiling
-      << ",\"peak_ceiling_gflops\":" << r.peak_ceiling << ",\"mfu_vs_gemm\":" << r.gflops / r.gemm_ceiling
-      << ",\"mfu_vs_peak\":" << r.gflops / r.peak_ceiling << ",\"peak_rss_bytes\":" << r.peak_rss
-      << ",\"activation_bytes\":" << r.activation_bytes << ",\"runs\":" << r.runs << "}";
-  }
-  j << "],\"cp_balance\":[";
-  for (size_t i = 0; i < res.cp_balance.size(); ++i) {
-    const BalanceRow& r = res.cp_balance[i];
-    j << (i ? "," : "") << "{\"cp\":" << r.cp << ",\"split\":\"" << r.split
-      << "\",\"mean_max_over_mean\":" << r.mean_max_over_mean
-      << ",\"worst_max_over_mean\":" << r.worst_max_over_mean << "}";
-  }
-  j << "],\"cad_balance\":[";
-  for (size_t i = 0; i < res.cad_balance.size(); ++i) {
-    const CadBalanceRow& r = res.cad_balance[i];
-    j << (i ? "," : "") << "{\"ranks\":" << r.ranks << ",\"colocated_max_over_mean\":" << r.before
-      << ",\"cad_max_over_mean\":" << r.after << ",\"cad_worst_max_over_mean\":" << r.worst_after
-      << ",\"mib_moved_per_layer\":" << r.mib_per_layer << "}";
-  }
-  j << "]}";
-  std::printf("%s\n", j.str().c_str());
+  return attention;
 }
 
-int run_bench(const Config& config, const BenchOptions& o) {
-  const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
-  const LlamaConfig& model = plan.model;
-  AttentionParams ap = plan.attention;
-  // what the sections will allocate, before any of them runs: a training step of the
-  // config, and the attention kernel's Q, K, V, O, LSE, their gradients and its scratch
-  // at the longest --attention-lengths
+// The --json document.
+void print_bench_json(const BenchResults& res) {
+  Json j;
+  j["machine"] = {{"cpu", res.cpu},
+                  {"threads", res.threads},
+                  {"openblas_threads", openblas_get_num_threads()},
+                  {"openblas_core", openblas_get_corename()},
+                  {"openblas_coretype_env", res.coretype ? Json(res.coretype) : Json(nullptr)},
+                  {"blas_warning", res.blas_warning}};
+  j["ceilings"] = {{"sgemm_n", res.sgemm_n},
+                   {"sgemm_gflops", res.sgemm},
+                   {"fma_gflops", res.fma},
+                   {"bf16_gemm_gflops", res.bf16_gemm},
+                   {"bf16_dot_gflops", res.bf16_dot}};
+  Json gemm = Json::array();
+  for (const GemmRow& r : res.gemm)
+    gemm.push_back({{"product", r.name},
+                    {"m", r.M},
+                    {"n", r.N},
+                    {"k", r.K},
+                    {"fp32_gflops", r.fp32},
+                    {"fp32_onednn_gflops", r.fp32_onednn},
+                    {"bf16_gflops", r.bf16},
+                    {"bf16_kernel_gflops", r.bf16_kernel},
+                    {"bf16_fallback_gflops", r.bf16_fallback}});
+  j["gemm"] = {{"tokens", res.gemm_tokens},
+               {"bf16_kernel", bf16_support().kernel},
+               {"bf16_instructions", bf16_support().instructions},
+               {"rows", gemm}};
+  const Json attention = attention_rows_json(res);
+  j["attention"] = {{"dca_chunk_size", res.dca.dca.chunk_size},
+                    {"dca_local_size", res.dca.dca.local_size},
+                    {"heads", res.causal.num_heads},
+                    {"kv_heads", res.causal.num_kv_heads},
+                    {"head_dim", res.causal.head_dim},
+                    {"rows", attention}};
+  j["step"] = Json::array();
+  for (const StepRow& r : res.step)
+    j["step"].push_back({{"tokens", r.seq_len},
+                         {"documents", r.documents},
+                         {"precision", r.precision},
+                         {"ms", r.ms},
+                         {"tokens_per_s", r.tokens_per_s},
+                         {"gflops", r.gflops},
+                         {"gemm_ceiling_gflops", r.gemm_ceiling},
+                         {"peak_ceiling_gflops", r.peak_ceiling},
+                         {"mfu_vs_gemm", r.gflops / r.gemm_ceiling},
+                         {"mfu_vs_peak", r.gflops / r.peak_ceiling},
+                         {"peak_rss_bytes", r.peak_rss},
+                         {"activation_bytes", r.activation_bytes},
+                         {"runs", r.runs}});
+  j["cp_balance"] = Json::array();
+  for (const BalanceRow& r : res.cp_balance)
+    j["cp_balance"].push_back({{"cp", r.cp},
+                               {"split", r.split},
+                               {"mean_max_over_mean", r.mean_max_over_mean},
+                               {"worst_max_over_mean", r.worst_max_over_mean}});
+  j["cad_balance"] = Json::array();
+  for (const CadBalanceRow& r : res.cad_balance)
+    j["cad_balance"].push_back({{"ranks", r.ranks},
+                                {"colocated_max_over_mean", r.before},
+                                {"cad_max_over_mean", r.after},
+                                {"cad_worst_max_over_mean", r.worst_after},
+                                {"mib_moved_per_layer", r.mib_per_layer}});
+  std::printf("%s\n", json_text(j).c_str());
+}
+
+// What the sections will allocate, before any of them runs: a training step of the
+// config, and the attention kernel's Q, K, V, O, LSE, their gradients and its scratch at
+// the longest --attention-lengths.
+void check_bench_memory(const RunPlan& plan, const BenchOptions& o) {
+  const AttentionParams& ap = plan.attention;
   if (wants(o, "step") || wants(o, "profile")) {
     const std::string no = check_memory_budget(estimate_rank_memory(plan), available_memory(1));
     if (!no.empty()) throw std::invalid_argument("lct bench --sections step: " + no);
@@ -535,6 +558,105 @@ int run_bench(const Config& config, const BenchOptions& o) {
                                                 "give shorter --attention-lengths");
     if (!no.empty()) throw std::invalid_argument(no);
   }
+}
+
+// The same run's ceilings: SGEMM and the FMA loop, oneDNN's bf16 GEMM and the bf16 dot loop.
+void ceilings_section(const BenchOptions& o, BenchResults& res) {
+  double &sgemm = res.sgemm, &fma = res.fma;
+  const int64_t sgemm_n = res.sgemm_n;
+  sgemm = sgemm_gflops(o, sgemm_n);
+  fma = fma_peak_gflops(o);
+  say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
+      (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+  res.bf16_gemm = bf16_gemm_gflops(o, sgemm_n);
+  res.bf16_dot = bf16_dot_peak_gflops(o);
+  if (res.bf16_gemm > 0 || res.bf16_dot > 0)
+    say(o, "          bf16 GEMM %lld^3 (oneDNN, bf16 operands): %.1f GFLOP/s | bf16 dot loop (VDPBF16PS): %.1f GFLOP/s\n",
+        (long long)sgemm_n, res.bf16_gemm, res.bf16_dot);
+  else
+    say(o, "          bf16: this CPU has no bf16 instructions; bf16 runs as fp32 on rounded operands "
+           "(its ceilings are the fp32 ones)\n");
+}
+
+// The linear layers' products in each library and precision.
+void gemm_section(const LlamaConfig& model, int64_t tokens, const BenchOptions& o, BenchResults& res) {
+  res.gemm_tokens = tokens;
+  say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
+      (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
+      bf16_support().kernel.c_str());
+  say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16/fp32: bf16 over the faster fp32\n");
+  say(o, "  %-16s %17s %9s %10s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
+      "bf16 kernel", "bf16 fallback", "bf16/fp32");
+  res.gemm = gemm_rows(o, model, res.gemm_tokens);
+  for (const GemmRow& r : res.gemm) {
+    const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
+    say(o, "  %-16s %17s %9.1f %10.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
+        r.fp32_onednn, r.bf16, r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-",
+        r.bf16_fallback, r.bf16 / std::max(r.fp32, r.fp32_onednn));
+  }
+  {
+    const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
+    say(o, "  train.fp32_gemm = auto here: %s (all the model's linear products: oneDNN f32 %.0f, OpenBLAS %.0f "
+           "GFLOP/s; oneDNN needs a 10%% lead)\n", fp32_library_name(faster_fp32_library(rates)), rates.onednn, rates.openblas);
+  }
+}
+
+// Whole training steps at each --step-lengths and precision, against the ceilings.
+void step_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
+  const double sgemm = res.sgemm, fma = res.fma;
+  say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+      "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
+      "(fp32: SGEMM, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 runs as fp32)\n",
+      model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
+      model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
+      (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
+  say(o, "  %-9s %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "precision", "tokens", "docs", "ms", "tokens/s",
+      "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
+  std::vector<Precision> precisions;
+  for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
+  if (precisions.empty()) precisions.push_back(config.train.precision);
+  for (const Precision precision : precisions)
+    for (int64_t L : o.step_lengths) {
+      StepRow r = bench_step(o, config, L, precision);
+      const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
+      r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : sgemm;
+      r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
+      res.step.push_back(r);
+      say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
+          (long long)r.seq_len, (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
+          r.gflops / r.peak_ceiling, double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0,
+          r.runs);
+    }
+}
+
+void cp_balance_section(const RunPlan& plan, const BenchOptions& o, BenchResults& res) {
+  say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
+      "%lld tokens (%s documents)\n",
+      (long long)o.balance_sequences, (long long)plan.data.seq_len,
+      doc_length_dist_name(plan.data.doc_lengths));
+  say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
+  res.cp_balance = cp_balance(plan, o);
+  for (const BalanceRow& r : res.cp_balance)
+    say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
+        r.worst_max_over_mean);
+}
+
+void cad_balance_section(const RunPlan& plan, const BenchOptions& o, BenchResults& res) {
+  say(o, "\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
+      "documents, tolerance %.3g): attention pairs max/mean per rank\n",
+      (long long)plan.data.seq_len, doc_length_dist_name(plan.data.doc_lengths), plan.cad.tolerance);
+  say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
+  res.cad_balance = cad_balance(plan, o);
+  for (const CadBalanceRow& r : res.cad_balance)
+    say(o, "  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
+        r.worst_after, r.mib_per_layer);
+}
+
+int run_bench(const Config& config, const BenchOptions& o) {
+  const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
+  const LlamaConfig& model = plan.model;
+  AttentionParams ap = plan.attention;
+  check_bench_memory(plan, o);
   // DCA beside causal on the same shapes: [attention] dca_* keys of the config, with a
   // RoPE table covering positions 0..C
   const RopeTable dca_rope =
@@ -563,44 +685,9 @@ int run_bench(const Config& config, const BenchOptions& o) {
   if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
   say(o, "each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
 
-  double &sgemm = res.sgemm, &fma = res.fma;
-  const int64_t sgemm_n = res.sgemm_n;
-  if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) {
-    sgemm = sgemm_gflops(o, sgemm_n);
-    fma = fma_peak_gflops(o);
-    say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
-        (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
-    res.bf16_gemm = bf16_gemm_gflops(o, sgemm_n);
-    res.bf16_dot = bf16_dot_peak_gflops(o);
-    if (res.bf16_gemm > 0 || res.bf16_dot > 0)
-      say(o, "          bf16 GEMM %lld^3 (oneDNN, bf16 operands): %.1f GFLOP/s | bf16 dot loop (VDPBF16PS): %.1f GFLOP/s\n",
-          (long long)sgemm_n, res.bf16_gemm, res.bf16_dot);
-    else
-      say(o, "          bf16: this CPU has no bf16 instructions; bf16 runs as fp32 on rounded operands "
-             "(its ceilings are the fp32 ones)\n");
-  }
+  if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) ceilings_section(o, res);
 
-  if (wants(o, "gemm")) {
-    res.gemm_tokens = config.data.seq_len;
-    say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
-        (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
-        bf16_support().kernel.c_str());
-    say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16/fp32: bf16 over the faster fp32\n");
-    say(o, "  %-16s %17s %9s %10s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
-        "bf16 kernel", "bf16 fallback", "bf16/fp32");
-    res.gemm = gemm_rows(o, model, res.gemm_tokens);
-    for (const GemmRow& r : res.gemm) {
-      const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
-      say(o, "  %-16s %17s %9.1f %10.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
-          r.fp32_onednn, r.bf16, r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-",
-          r.bf16_fallback, r.bf16 / std::max(r.fp32, r.fp32_onednn));
-    }
-    {
-      const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
-      say(o, "  train.fp32_gemm = auto here: %s (all the model's linear products: oneDNN f32 %.0f, OpenBLAS %.0f "
-             "GFLOP/s; oneDNN needs a 10%% lead)\n", fp32_library_name(faster_fp32_library(rates)), rates.onednn, rates.openblas);
-    }
-  }
+  if (wants(o, "gemm")) gemm_section(model, config.data.seq_len, o, res);
 
   if (wants(o, "attention")) {
     say(o, "\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
@@ -613,56 +700,13 @@ int run_bench(const Config& config, const BenchOptions& o) {
     attention_section(config, o, res);
   }
 
-  if (wants(o, "step")) {
-    say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
-        "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
-        "(fp32: SGEMM, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 runs as fp32)\n",
-        model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
-        model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
-        (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
-    say(o, "  %-9s %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "precision", "tokens", "docs", "ms", "tokens/s",
-        "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
-    std::vector<Precision> precisions;
-    for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
-    if (precisions.empty()) precisions.push_back(config.train.precision);
-    for (const Precision precision : precisions)
-      for (int64_t L : o.step_lengths) {
-        StepRow r = bench_step(o, config, L, precision);
-        const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
-        r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : sgemm;
-        r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
-        res.step.push_back(r);
-        say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
-            (long long)r.seq_len, (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
-            r.gflops / r.peak_ceiling, double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0,
-            r.runs);
-      }
-  }
+  if (wants(o, "step")) step_section(config, model, o, res);
 
-  if (wants(o, "cp_balance")) {
-    say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
-        "%lld tokens (%s documents)\n",
-        (long long)o.balance_sequences, (long long)config.data.seq_len,
-        doc_length_dist_name(config.data.doc_lengths));
-    say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
-    res.cp_balance = cp_balance(plan, o);
-    for (const BalanceRow& r : res.cp_balance)
-      say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
-          r.worst_max_over_mean);
-  }
+  if (wants(o, "cp_balance")) cp_balance_section(plan, o, res);
 
   if (wants(o, "profile")) profile_section(model, o, res);
 
-  if (wants(o, "cad_balance")) {
-    say(o, "\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
-        "documents, tolerance %.3g): attention pairs max/mean per rank\n",
-        (long long)config.data.seq_len, doc_length_dist_name(config.data.doc_lengths), config.attention.cad.tolerance);
-    say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
-    res.cad_balance = cad_balance(plan, o);
-    for (const CadBalanceRow& r : res.cad_balance)
-      say(o, "  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
-          r.worst_after, r.mib_per_layer);
-  }
+  if (wants(o, "cad_balance")) cad_balance_section(plan, o, res);
 
   if (o.json) print_bench_json(res);
   return 0;

@@ -1,6 +1,6 @@
 #include "src/cli/inspect.h"
 #include "src/cli/command.h"
-#include "src/io/json.h"
+#include "src/util/json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -200,30 +200,33 @@ std::string model_line(const LlamaConfig& m) {
   return line;
 }
 
-std::string tensors_json(const std::vector<TensorStats>& ts) {
-  std::string o = "[";
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const TensorStats& t = ts[i];
-    std::string shape = "[";
-    for (size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
-    o += (i ? "," : "") + std::string("{\"name\":") + json_string(t.name) + ",\"shape\":" + shape +
-         "],\"dtype\":" + json_string(t.dtype) + ",\"mean\":" + json_number(t.mean) +
-         ",\"std\":" + json_number(t.std) + ",\"max_abs\":" + json_number(t.max_abs) +
-         ",\"norm\":" + json_number(t.norm) + ",\"checksum\":" + json_string(t.checksum) + "}";
-  }
-  return o + "]";
+Json tensors_json(const std::vector<TensorStats>& ts) {
+  Json o = Json::array();
+  for (const TensorStats& t : ts)
+    o.push_back({{"name", t.name},
+                 {"shape", t.shape},
+                 {"dtype", t.dtype},
+                 {"mean", t.mean},
+                 {"std", t.std},
+                 {"max_abs", t.max_abs},
+                 {"norm", t.norm},
+                 {"checksum", t.checksum}});
+  return o;
 }
 
-std::string summary_json(const RunSummary& s) {
-  std::string o = "{\"steps\":" + std::to_string(s.steps) + ",\"first_loss\":" + json_number(s.first_loss) +
-                  ",\"last_loss\":" + json_number(s.last_loss) + ",\"head_loss\":" + json_number(s.head_loss) +
-                  ",\"tail_loss\":" + json_number(s.tail_loss) + ",\"window\":" + std::to_string(s.window) +
-                  ",\"tokens_per_s_p10\":" + json_number(s.tokens_per_s_p10) +
-                  ",\"tokens_per_s_p50\":" + json_number(s.tokens_per_s_p50) +
-                  ",\"tokens_per_s_p90\":" + json_number(s.tokens_per_s_p90);
+Json summary_json(const RunSummary& s) {
+  Json o = {{"steps", s.steps},
+            {"first_loss", s.first_loss},
+            {"last_loss", s.last_loss},
+            {"head_loss", s.head_loss},
+            {"tail_loss", s.tail_loss},
+            {"window", s.window},
+            {"tokens_per_s_p10", s.tokens_per_s_p10},
+            {"tokens_per_s_p50", s.tokens_per_s_p50},
+            {"tokens_per_s_p90", s.tokens_per_s_p90}};
   for (const StepMetric& m : step_metrics())
-    if (m.summary != Summary::none) o += ",\"" + m.name + "\":" + json_number(s[m.name]);
-  return o + "}";
+    if (m.summary != Summary::none) o[m.name] = s[m.name];
+  return o;
 }
 
 void print_summary(const RunSummary& s) {
@@ -251,7 +254,7 @@ void print_summary(const RunSummary& s) {
 }  // namespace
 
 std::string metrics_summary_json(const std::vector<StepRecord>& history) {
-  return summary_json(summarize(history));
+  return json_text(summary_json(summarize(history)));
 }
 
 // A batch file (lct make-batch; tokens, cu_seqlens[, answer_mask, prefix_lens, segment_ids]): its documents.
@@ -272,13 +275,20 @@ int inspect_batch(const std::string& path, bool json) {
     for (int32_t t = b.cu_seqlens[size_t(d)]; t < b.cu_seqlens[size_t(d + 1)]; ++t)
       segments += t == b.cu_seqlens[size_t(d)] || b.segment_ids[size_t(t)] != b.segment_ids[size_t(t - 1)];
   if (json) {
-    std::printf("{\"file\":%s,\"format\":\"batch\",\"tokens\":%lld,\"documents\":%lld,\"targets\":%lld,"
-                "\"longest_document\":%lld,\"median_document\":%lld,\"max_token\":%d,\"answers\":%lld,"
-                "\"prefix_lens\":%s,\"prefix_tokens\":%lld,\"segment_ids\":%s,\"segments\":%lld}\n",
-                json_string(path).c_str(), (long long)b.num_tokens(), (long long)b.num_docs(),
-                (long long)b.num_targets(), (long long)longest, (long long)median_len, max_token,
-                (long long)answers, b.prefix_lens.empty() ? "false" : "true", (long long)prefix_tokens,
-                b.segment_ids.empty() ? "false" : "true", (long long)segments);
+    const Json j = {{"file", path},
+                    {"format", "batch"},
+                    {"tokens", b.num_tokens()},
+                    {"documents", b.num_docs()},
+                    {"targets", b.num_targets()},
+                    {"longest_document", longest},
+                    {"median_document", median_len},
+                    {"max_token", max_token},
+                    {"answers", answers},
+                    {"prefix_lens", !b.prefix_lens.empty()},
+                    {"prefix_tokens", prefix_tokens},
+                    {"segment_ids", !b.segment_ids.empty()},
+                    {"segments", segments}};
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
   }
   std::printf("file: %s\nformat: batch (lct make-batch)\n", path.c_str());
@@ -312,10 +322,10 @@ int inspect_per_position(const std::string& path, bool json) {
   }
   const double mean = targets > 0 ? weighted / double(targets) : NAN;
   if (json) {
-    std::printf("{\"file\":%s,\"format\":\"per_position\",\"bins\":%lld,\"positions\":%lld,"
-                "\"targets\":%lld,\"mean_loss\":%s,\"min_bin_loss\":%s,\"max_bin_loss\":%s}\n",
-                json_string(path).c_str(), (long long)bins, (long long)last_end, (long long)targets,
-                json_number(mean).c_str(), json_number(lo).c_str(), json_number(hi).c_str());
+    const Json j = {{"file", path},      {"format", "per_position"}, {"bins", bins},
+                    {"positions", last_end}, {"targets", targets},       {"mean_loss", mean},
+                    {"min_bin_loss", lo},    {"max_bin_loss", hi}};
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
   }
   std::printf("file: %s\nformat: per-position loss (lct eval --per-position-out)\n", path.c_str());
@@ -325,6 +335,50 @@ int inspect_per_position(const std::string& path, bool json) {
 }
 
 const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss";
+
+// inspect --json of a checkpoint or parameter file.
+Json file_json(const std::string& path, const FileReport& r, int64_t num_params) {
+  const LlamaConfig& m = r.model;
+  Json model = {{"vocab_size", m.vocab_size},
+                {"hidden_size", m.hidden_size},
+                {"intermediate_size", m.intermediate_size},
+                {"num_hidden_layers", m.num_hidden_layers},
+                {"num_attention_heads", m.num_attention_heads},
+                {"num_key_value_heads", m.num_key_value_heads},
+                {"rope_theta", m.rope_theta},
+                {"rope_scaling", rope_scaling_name(m.rope_scaling)},
+                {"rope_scaling_factor", m.rope_scaling_factor},
+                {"rope_original_length", m.rope_original_length},
+                {"rms_norm_eps", m.rms_norm_eps},
+                {"tie_word_embeddings", m.tie_word_embeddings},
+                {"attention_kernel", attention_kernel_name(m.attention_kernel)},
+                {"attention_mask", mask_kind_name(m.attention_mask.kind)},
+                {"attention_window", m.attention_mask.window},
+                {"attention_sink_tokens", m.attention_mask.sink_tokens},
+                {"attention_block_size", m.attention_mask.block_size}};
+  if (m.attention_kernel == AttentionKernel::dca) {
+    model["dca_chunk_size"] = m.dca_chunk_size;
+    model["dca_local_size"] = m.dca_local_size;
+    model["dca_mscale"] = m.dca_mscale;
+    model["dca_mscale_original_length"] = m.dca_mscale_original_length;
+  }
+  model["num_params"] = num_params;
+  Json o = {{"file", path}, {"format", r.format}, {"format_version", r.format_version}, {"model", model}};
+  if (r.is_checkpoint) {
+    o["step"] = r.header.state.step;
+    o["tokens_seen"] = r.header.state.tokens_seen;
+    o["next_sequence"] = r.header.state.next_sequence;
+    o["optimizer"] = {{"kind", r.header.optimizer_kind},
+                      {"step_count", r.header.optimizer_step},
+                      {"moments", !r.optim.empty()}};
+    o["metrics"] = summary_json(r.summary);
+  }
+  if (r.has_config) o["config"] = config_to_toml(r.config);
+  o["checksums"] = {{"checked", r.checked}, {"failed", r.corrupt}, {"non_finite", r.non_finite}};
+  o["tensors"] = tensors_json(r.params);
+  o["optimizer_tensors"] = tensors_json(r.optim);
+  return o;
+}
 
 int inspect_file(const std::string& path, bool json) {
   {  // every file lct writes: checkpoints, parameter and gradient files, batches, CSVs
@@ -348,46 +402,7 @@ int inspect_file(const std::string& path, bool json) {
     return n;
   }();
   if (json) {
-    std::string o = "{\"file\":" + json_string(path) + ",\"format\":" + json_string(r.format) +
-                    ",\"format_version\":" + std::to_string(r.format_version) +
-                    ",\"model\":{\"vocab_size\":" + std::to_string(r.model.vocab_size) +
-                    ",\"hidden_size\":" + std::to_string(r.model.hidden_size) +
-                    ",\"intermediate_size\":" + std::to_string(r.model.intermediate_size) +
-                    ",\"num_hidden_layers\":" + std::to_string(r.model.num_hidden_layers) +
-                    ",\"num_attention_heads\":" + std::to_string(r.model.num_attention_heads) +
-                    ",\"num_key_value_heads\":" + std::to_string(r.model.num_key_value_heads) +
-                    ",\"rope_theta\":" + json_number(r.model.rope_theta) +
-                    ",\"rope_scaling\":" + json_string(rope_scaling_name(r.model.rope_scaling)) +
-                    ",\"rope_scaling_factor\":" + json_number(r.model.rope_scaling_factor) +
-                    ",\"rope_original_length\":" + std::to_string(r.model.rope_original_length) +
-                    ",\"rms_norm_eps\":" + json_number(r.model.rms_norm_eps) +
-                    ",\"tie_word_embeddings\":" + (r.model.tie_word_embeddings ? "true" : "false") +
-                    ",\"attention_kernel\":" + json_string(attention_kernel_name(r.model.attention_kernel)) +
-                    ",\"attention_mask\":" + json_string(mask_kind_name(r.model.attention_mask.kind)) +
-                    ",\"attention_window\":" + std::to_string(r.model.attention_mask.window) +
-                    ",\"attention_sink_tokens\":" + std::to_string(r.model.attention_mask.sink_tokens) +
-                    ",\"attention_block_size\":" + std::to_string(r.model.attention_mask.block_size) +
-                    (r.model.attention_kernel == AttentionKernel::dca
-                         ? ",\"dca_chunk_size\":" + std::to_string(r.model.dca_chunk_size) +
-                               ",\"dca_local_size\":" + std::to_string(r.model.dca_local_size) +
-                               ",\"dca_mscale\":" + json_number(r.model.dca_mscale) +
-                               ",\"dca_mscale_original_length\":" +
-                               std::to_string(r.model.dca_mscale_original_length)
-                         : std::string()) +
-                    ",\"num_params\":" + std::to_string(num_params) + "}";
-    if (r.is_checkpoint)
-      o += ",\"step\":" + std::to_string(r.header.state.step) +
-           ",\"tokens_seen\":" + std::to_string(r.header.state.tokens_seen) +
-           ",\"next_sequence\":" + std::to_string(r.header.state.next_sequence) +
-           ",\"optimizer\":{\"kind\":" + json_string(r.header.optimizer_kind) +
-           ",\"step_count\":" + std::to_string(r.header.optimizer_step) +
-           ",\"moments\":" + (r.optim.empty() ? "false" : "true") + "}" +
-           ",\"metrics\":" + summary_json(r.summary);
-    if (r.has_config) o += ",\"config\":" + json_string(config_to_toml(r.config));
-    o += ",\"checksums\":{\"checked\":" + std::to_string(r.checked) +
-         ",\"failed\":" + std::to_string(r.corrupt) + ",\"non_finite\":" + std::to_string(r.non_finite) + "}";
-    o += ",\"tensors\":" + tensors_json(r.params) + ",\"optimizer_tensors\":" + tensors_json(r.optim) + "}";
-    std::printf("%s\n", o.c_str());
+    std::printf("%s\n", json_text(file_json(path, r, num_params)).c_str());
     return r.failed() ? 2 : 0;
   }
 
@@ -434,16 +449,13 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   const RunSummary& sa = ra.summary;
   const RunSummary& sb = rb.summary;
   if (json) {
-    std::string o = "{\"a\":{\"file\":" + json_string(a) + ",\"step\":" +
-                    std::to_string(ra.header.state.step) + ",\"metrics\":" + summary_json(sa) +
-                    "},\"b\":{\"file\":" + json_string(b) + ",\"step\":" +
-                    std::to_string(rb.header.state.step) + ",\"metrics\":" + summary_json(sb) +
-                    "},\"tokens_per_s_ratio_b_over_a\":" + json_number(sb["tokens_per_s"] / sa["tokens_per_s"]) +
-                    ",\"config_differences\":[";
-    for (size_t i = 0; i < diffs.size(); ++i)
-      o += (i ? "," : "") + std::string("{\"key\":") + json_string(diffs[i].key) +
-           ",\"a\":" + json_string(diffs[i].a) + ",\"b\":" + json_string(diffs[i].b) + "}";
-    std::printf("%s]}\n", o.c_str());
+    Json differences = Json::array();
+    for (const ConfigDifference& d : diffs) differences.push_back({{"key", d.key}, {"a", d.a}, {"b", d.b}});
+    const Json o = {{"a", {{"file", a}, {"step", ra.header.state.step}, {"metrics", summary_json(sa)}}},
+                    {"b", {{"file", b}, {"step", rb.header.state.step}, {"metrics", summary_json(sb)}}},
+                    {"tokens_per_s_ratio_b_over_a", sb["tokens_per_s"] / sa["tokens_per_s"]},
+                    {"config_differences", differences}};
+    std::printf("%s\n", json_text(o).c_str());
     return 0;
   }
   auto row = [](const char* label, const std::string& x, const std::string& y, const std::string& note = "") {

@@ -15,89 +15,126 @@
 #include "src/sim/predict.h"
 #include "src/train/cad_profile.h"
 #include "src/train/memory_budget.h"
+#include "src/util/json.h"
 #include "src/util/machine.h"
 
 namespace lct {
 namespace {
 
 
-// Means over the simulated steps, printed (or one JSON object).
-void report(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction) {
-  const int n = o.ranks;
-  const std::string &layout = prediction.layout, &placement = prediction.placement;
-  const Calibration& cal = prediction.calibration;
-  const bool profile = prediction.profile;
-  const int threads = prediction.threads;
+// The means over the simulated steps that the report gives.
+struct Means {
+  double step_s = 0, tokens_per_s = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0, exposed = 0;
+  MemoryEstimate estimate;  // lct's estimate of a rank (src/train/memory_budget.h)
+  double memory = 0;        // without the process baseline: this process is not a rank
+};
+
+Means means_of(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction) {
   const std::vector<StepPrediction>& steps = prediction.steps;
-  const double bubble = prediction.bubble;
-  // lct's estimate of a rank's weights, optimizer, activations and buffers
-  // (src/train/memory_budget.h), without the process baseline: this process is not a rank
-  const MemoryEstimate estimate = estimate_rank_memory(plan);
-  const double memory = estimate.total() - estimate.process;
-  double seconds = 0, tokens = 0, cmm = 0, idle = 0, before = 0, after = 0, bytes = 0, exposed = 0;
+  const double count = double(steps.size());
+  Means m;
+  m.estimate = estimate_rank_memory(plan);
+  m.memory = m.estimate.total() - m.estimate.process;
+  double seconds = 0, tokens = 0, exposed = 0;
   for (const StepPrediction& p : steps) {
     seconds += p.seconds;
     tokens += double(p.tokens);
-    cmm += max_over_mean(p.compute) / double(steps.size());
+    m.cmm += max_over_mean(p.compute) / count;
     double busy = 0;
-    for (double c : p.compute) busy += (c + cal.optimizer) / p.seconds / double(n);
-    idle += (1.0 - busy) / double(steps.size());
-    before += p.pairs_before / double(steps.size());
-    after += p.pairs_after / double(steps.size());
-    bytes += p.bytes_per_rank / double(steps.size());
+    for (double c : p.compute) busy += (c + prediction.calibration.optimizer) / p.seconds / double(o.ranks);
+    m.idle += (1.0 - busy) / count;
+    m.before += p.pairs_before / count;
+    m.after += p.pairs_after / count;
+    m.bytes += p.bytes_per_rank / count;
     exposed += p.exposed_per_rank;
   }
-  const double step_s = seconds / double(steps.size());
-  for (const double v : {step_s, tokens / seconds, cmm, idle, bubble, before, after, bytes, exposed, memory})
+  m.step_s = seconds / count;
+  m.tokens_per_s = tokens / seconds;
+  m.exposed = exposed / seconds;  // a fraction of the step
+  for (const double v : {m.step_s, m.tokens_per_s, m.cmm, m.idle, prediction.bubble, m.before, m.after, m.bytes,
+                         m.exposed, m.memory})
     if (!std::isfinite(v))
       throw std::runtime_error("lct simulate: the prediction is not a finite number (from --bandwidth, "
                                "--latency, --tflops or the scales?)");
-  if (o.json) {
-    std::printf("{\"ranks\":%d,\"layout\":\"%s\",\"placement\":\"%s\",\"step_seconds\":%.6g,"
-                "\"tokens_per_s\":%.6g,\"compute_max_over_mean\":%.6g,\"idle_fraction\":%.6g,"
-                "\"bubble_fraction\":%.6g,\"attention_pairs_max_over_mean\":%.6g,"
-                "\"attention_pairs_served_max_over_mean\":%.6g,\"exchange_bytes_per_rank\":%.6g,"
-                "\"exchange_exposed_fraction\":%.6g,\"memory_per_rank_bytes\":%.6g,"
-                "\"recompute\":\"%s\",\"stored_bytes_per_token\":%.6g,"
-                "\"calibration\":{\"linear_per_token_layer\":%.6g,\"head_per_token\":%.6g,"
-                "\"attention_per_pair_layer\":%.6g,\"optimizer\":%.6g,\"threads\":%d,"
-                "\"linear_forward\":%.6g,\"attention_forward\":%.6g,\"recompute_linear_per_token_layer\":%.6g,"
-                "\"recompute_attention_per_pair_layer\":%.6g}}\n",
-                n, layout.c_str(), placement.c_str(), step_s, tokens / seconds, cmm, idle, bubble,
-                before, after, bytes, exposed / seconds, memory, recompute_name(plan.recompute.mode),
-                estimate.stored_per_token, cal.linear_per_token_layer, cal.head_per_token,
-                cal.attention_per_pair_layer, cal.optimizer, threads, cal.linear_forward, cal.attention_forward,
-                cal.recompute_linear, cal.recompute_attention);
-    return;
+  return m;
+}
+
+void print_json(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction, const Means& m) {
+  const Calibration& cal = prediction.calibration;
+  const Json calibration = {{"linear_per_token_layer", cal.linear_per_token_layer},
+                            {"head_per_token", cal.head_per_token},
+                            {"attention_per_pair_layer", cal.attention_per_pair_layer},
+                            {"optimizer", cal.optimizer},
+                            {"threads", prediction.threads},
+                            {"linear_forward", cal.linear_forward},
+                            {"attention_forward", cal.attention_forward},
+                            {"recompute_linear_per_token_layer", cal.recompute_linear},
+                            {"recompute_attention_per_pair_layer", cal.recompute_attention}};
+  Json j = {{"ranks", o.ranks},
+            {"layout", prediction.layout},
+            {"placement", prediction.placement},
+            {"step_seconds", m.step_s},
+            {"tokens_per_s", m.tokens_per_s},
+            {"compute_max_over_mean", m.cmm},
+            {"idle_fraction", m.idle},
+            {"bubble_fraction", prediction.bubble},
+            {"attention_pairs_max_over_mean", m.before},
+            {"attention_pairs_served_max_over_mean", m.after},
+            {"exchange_bytes_per_rank", m.bytes},
+            {"exchange_exposed_fraction", m.exposed},
+            {"memory_per_rank_bytes", m.memory},
+            {"recompute", recompute_name(plan.recompute.mode)},
+            {"stored_bytes_per_token", m.estimate.stored_per_token},
+            {"calibration", calibration},
+            {"steps", Json::array()}};
+  for (const StepPrediction& p : prediction.steps) {  // what each rank trains, as lct train's metrics.jsonl
+    Json row = {{"rank_tokens", Json::array()}, {"rank_attention_pairs", Json::array()}};
+    for (size_t r = 0; r < p.rank_tokens.size(); ++r) {
+      row["rank_tokens"].push_back(int64_t(p.rank_tokens[r]));
+      row["rank_attention_pairs"].push_back(int64_t(p.rank_pairs[r]));
+    }
+    j["steps"].push_back(row);
   }
+  std::printf("%s\n", json_text(j).c_str());
+}
+
+void print_text(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction, const Means& m) {
+  const Calibration& cal = prediction.calibration;
   std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
-              blas_description().c_str(), n, layout.c_str(), placement.c_str(), (long long)o.steps,
-              (long long)plan.micro_batches, (long long)plan.data.seq_len);
+              blas_description().c_str(), o.ranks, prediction.layout.c_str(), prediction.placement.c_str(),
+              (long long)o.steps, (long long)plan.micro_batches, (long long)plan.data.seq_len);
   char source[96];
   if (o.tflops > 0)
     std::snprintf(source, sizeof source, "analytic at %.4g TFLOP/s (attention %.4g)", o.tflops,
                   o.attention_tflops > 0 ? o.attention_tflops : o.tflops);
   else
-    std::snprintf(source, sizeof source, "calibrated at %d thread(s) on %lld tokens", threads,
+    std::snprintf(source, sizeof source, "calibrated at %d thread(s) on %lld tokens", prediction.threads,
                   (long long)cal.tokens);
   std::printf("%s: linear %.4g ns/token/layer, embedding + loss "
               "%.4g ns/token, attention %.4g ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
               "latency %.1f us\n",
               source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
-              1e9 * cal.attention_per_pair_layer, profile ? " (tasks: the profile)" : "",
+              1e9 * cal.attention_per_pair_layer, prediction.profile ? " (tasks: the profile)" : "",
               1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
   std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
               "attention pairs max/mean %.3f -> %.3f",
-              1e3 * step_s, tokens / seconds, cmm, 100 * idle, before, after);
-  if (bubble > 0) std::printf(" | bubble %.1f%%", 100 * bubble);
-  if (bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", bytes / 1048576.0);
-  if (exposed > 0) std::printf(" | exchange exposed %.1f%%", 100 * exposed / seconds);
-  std::printf(" | memory per rank %.0f MiB (estimate, without the process baseline)\n", memory / 1048576.0);
+              1e3 * m.step_s, m.tokens_per_s, m.cmm, 100 * m.idle, m.before, m.after);
+  if (prediction.bubble > 0) std::printf(" | bubble %.1f%%", 100 * prediction.bubble);
+  if (m.bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", m.bytes / 1048576.0);
+  if (m.exposed > 0) std::printf(" | exchange exposed %.1f%%", 100 * m.exposed);
+  std::printf(" | memory per rank %.0f MiB (estimate, without the process baseline)\n", m.memory / 1048576.0);
   if (plan.recompute.mode != Recompute::none)
     std::printf("%s: %.4g ns/token/layer and %.4g ns/pair/layer of the costs above are recomputation; "
                 "%.1f KiB stored per token\n",
                 describe_activations(plan).c_str(), 1e9 * cal.recompute_linear, 1e9 * cal.recompute_attention,
-                estimate.stored_per_token / 1024);
+                m.estimate.stored_per_token / 1024);
+}
+
+// Means over the simulated steps, printed (or one JSON object).
+void report(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction) {
+  const Means m = means_of(o, plan, prediction);
+  if (o.json) print_json(o, plan, prediction, m);
+  else print_text(o, plan, prediction, m);
 }
 
 }  // namespace

@@ -180,9 +180,8 @@ ConfigKey in(KeyScope scope, ConfigKey key) {
   return key;
 }
 
-std::vector<ConfigKey> make_keys() {
-  std::vector<ConfigKey> k;
-  // [model] (Hugging Face LlamaConfig names)
+// [model] (Hugging Face LlamaConfig names)
+void add_model_keys(std::vector<ConfigKey>& k) {
   k.push_back(in(KeyScope::model, int_key("model.vocab_size", "vocabulary size", [](Config& c) -> auto& { return c.model.vocab_size; }, 1)));
   k.push_back(in(KeyScope::model, int_key("model.hidden_size", "model width C", [](Config& c) -> auto& { return c.model.hidden_size; }, 1)));
   k.push_back(in(KeyScope::model, int_key("model.intermediate_size", "SwiGLU MLP width", [](Config& c) -> auto& { return c.model.intermediate_size; }, 1)));
@@ -197,7 +196,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(in(KeyScope::model, num_key("model.rms_norm_eps", "RMSNorm epsilon", [](Config& c) -> auto& { return c.model.rms_norm_eps; })));
   k.push_back(in(KeyScope::model, bool_key("model.tie_word_embeddings", "LM head shares the embedding matrix", [](Config& c) -> auto& { return c.model.tie_word_embeddings; })));
   k.push_back(in(KeyScope::model, num_key("model.init_std", "std of normal init (output projections / sqrt(2 layers))", [](Config& c) -> auto& { return c.model.init_std; })));
-  // [attention]
+}
+
+// [attention]
+void add_attention_keys(std::vector<ConfigKey>& k) {
   k.push_back(in(KeyScope::function, choice_key("attention.kernel", std::string("core attention kernel: ") + enum_help(kAttentionKernelNames),
                          [](Config& c) -> auto& { return c.model.attention_kernel; },
                          parse_attention_kernel, attention_kernel_name)));
@@ -218,7 +220,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(in(KeyScope::function, int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0)));
   k.push_back(in(KeyScope::function, num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; })));
   k.push_back(in(KeyScope::function, int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0)));
-  // [data]
+}
+
+// [data]
+void add_data_keys(std::vector<ConfigKey>& k) {
   k.push_back(choice_key("data.source", std::string("the documents: ") + enum_help(kDataSourceNames),
                          [](Config& c) -> auto& { return c.data.source; },
                          parse_data_source, data_source_name));
@@ -238,7 +243,10 @@ std::vector<ConfigKey> make_keys() {
                          parse_token_dtype, token_dtype_name));
   k.push_back(int_key("data.separator_id", "tokens: document-separator token id", [](Config& c) -> auto& { return c.data.separator_id; }, 0));
   k.push_back(int_key("data.segment_end_id", "tokens, attention.mask = prefix_lm or shared_question: the id that closes a document's prefix (its first), question and answers (each); it stays in its segment; -1 = none", [](Config& c) -> auto& { return c.data.segment_end_id; }, -1));
-  // [train]
+}
+
+// [train]
+void add_train_keys(std::vector<ConfigKey>& k) {
   k.push_back(in(KeyScope::run, int_key("train.steps", "optimizer steps", [](Config& c) -> auto& { return c.train.steps; }, 1)));
   k.push_back(int_key("train.seed", "seed for init and data", [](Config& c) -> auto& { return c.train.seed; }, 0));
   k.push_back(int_key("train.micro_batches", "sequences per step (gradient accumulation)", [](Config& c) -> auto& { return c.train.micro_batches; }, 1));
@@ -269,7 +277,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back(in(KeyScope::run, int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1)));
   k.push_back(in(KeyScope::run, choice_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
                          [](Config& c) -> auto& { return c.train.resume; }, parse_resume, resume_text)));
-  // [parallel]
+}
+
+// [parallel]
+void add_parallel_keys(std::vector<ConfigKey>& k) {
   k.push_back(int_key("parallel.dp", "data-parallel degree (-1 = world size / (pp x cp))", [](Config& c) -> auto& { return c.parallel.dp; }, -1));
   k.push_back(int_key("parallel.pp", "pipeline-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.pp; }, -1));
   k.push_back(int_key("parallel.cp", "context-parallel degree (-1 = infer)", [](Config& c) -> auto& { return c.parallel.cp; }, -1));
@@ -290,13 +301,23 @@ std::vector<ConfigKey> make_keys() {
                          parse_dp_balance, dp_balance_name));
   k.push_back(int_key("parallel.bucket_size", "gradient elements per data-parallel reduction bucket (whole tensors, at least this many)", [](Config& c) -> auto& { return c.parallel.bucket_size; }, 1));
   k.push_back(bool_key("parallel.overlap_grad_reduce", "reduce gradient buckets during backward (false: all after backward)", [](Config& c) -> auto& { return c.parallel.overlap_grad_reduce; }));
-  // [checkpoint]
+}
+
+// [checkpoint]
+void add_checkpoint_keys(std::vector<ConfigKey>& k) {
   k.push_back(str_key("checkpoint.dir", "folder for checkpoints and metrics.jsonl", [](Config& c) -> auto& { return c.checkpoint.dir; }));
   k.push_back(int_key("checkpoint.every", "write a checkpoint every N steps (0 = only at the end)", [](Config& c) -> auto& { return c.checkpoint.every; }, 0));
   k.push_back(int_key("checkpoint.keep", "keep this run's newest N checkpoints", [](Config& c) -> auto& { return c.checkpoint.keep; }, 1));
   k.push_back(in(KeyScope::run, bool_key("checkpoint.overwrite", "let a fresh run replace another run's checkpoints and metrics in checkpoint.dir", [](Config& c) -> auto& { return c.checkpoint.overwrite; })));
   // [trace]
   k.push_back(str_key("trace.path", "write a Chrome trace-event JSON timeline of every rank's phases and waits here (\"\" = off)", [](Config& c) -> auto& { return c.trace.path; }));
+}
+
+std::vector<ConfigKey> make_keys() {
+  std::vector<ConfigKey> k;
+  for (const auto add : {add_model_keys, add_attention_keys, add_data_keys, add_train_keys, add_parallel_keys,
+                         add_checkpoint_keys})
+    add(k);
   return k;
 }
 
@@ -328,6 +349,16 @@ std::vector<ConfigDifference> config_differences(const Config& a, const Config& 
   for (const ConfigKey& k : config_keys())
     if (k.get(a) != k.get(b)) d.push_back({k.name, k.get(a), k.get(b), k.scope});
   return d;
+}
+
+void set_model_key(LlamaConfig& model, const std::string& key, const std::string& text) {
+  const ConfigKey* k = find_config_key(key);
+  if (!k || (k->scope != KeyScope::model && k->scope != KeyScope::function))
+    throw std::logic_error("set_model_key: '" + key + "' is not a model key");
+  Config c;
+  c.model = model;
+  k->set(c, text);
+  model = c.model;
 }
 
 std::vector<ConfigDifference> config_text_differences(const std::string& a, const std::string& origin_a,
@@ -480,9 +511,10 @@ void apply_overrides(Config& config, const std::map<std::string, std::string>& o
   }
 }
 
-void validate_config(const Config& c) {
-  const std::string model_error = c.model.validate();
-  if (!model_error.empty()) throw ConfigError(model_error);
+namespace {
+
+// data.* and the per-document mask keys they feed
+void validate_data(const Config& c) {
   if ((c.data.source == DataSource::text || c.data.source == DataSource::tokens) && c.data.path.empty())
     throw ConfigError(std::string("data.path is required when data.source = ") + data_source_name(c.data.source));
   if (c.data.min_doc_len > c.data.max_doc_len)
@@ -524,15 +556,6 @@ void validate_config(const Config& c) {
                         " is used only with attention.mask = prefix_lm or shared_question (here " +
                         mask_kind_name(mask) + ")");
   }
-  if (c.model.rope_scaling == RopeScaling::dynamic &&
-      (c.parallel.pp > 1 || c.parallel.cp > 1 || c.attention.placement == Placement::cad))
-    throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "
-                      "colocated without pipeline or context parallelism (parallel.pp = " +
-                      std::to_string(c.parallel.pp) + ", parallel.cp = " + std::to_string(c.parallel.cp) +
-                      ", attention.placement = " + placement_name(c.attention.placement) + ")");
-  if (c.train.threads > kMaxThreads)
-    throw ConfigError("train.threads = " + std::to_string(c.train.threads) + " is more than lct runs (at most " +
-                      std::to_string(kMaxThreads) + "; 0 = all cores)");
   if (c.data.max_doc_len < 2 && (c.data.source == DataSource::synthetic || c.data.source == DataSource::passkey ||
                                  c.data.source == DataSource::copy))
     throw ConfigError("data.max_doc_len = " + std::to_string(c.data.max_doc_len) +
@@ -551,6 +574,19 @@ void validate_config(const Config& c) {
                         " (the introduction, the key line, the question and the answer), got " +
                         std::to_string(shortest));
   }
+}
+
+// train.*, the CAD and DCA settings, checkpoint.dir
+void validate_training(const Config& c) {
+  if (c.model.rope_scaling == RopeScaling::dynamic &&
+      (c.parallel.pp > 1 || c.parallel.cp > 1 || c.attention.placement == Placement::cad))
+    throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "
+                      "colocated without pipeline or context parallelism (parallel.pp = " +
+                      std::to_string(c.parallel.pp) + ", parallel.cp = " + std::to_string(c.parallel.cp) +
+                      ", attention.placement = " + placement_name(c.attention.placement) + ")");
+  if (c.train.threads > kMaxThreads)
+    throw ConfigError("train.threads = " + std::to_string(c.train.threads) + " is more than lct runs (at most " +
+                      std::to_string(kMaxThreads) + "; 0 = all cores)");
   if (!(c.attention.cad.tolerance > 0)) throw ConfigError("attention.cad_tolerance must be > 0");
   if (c.train.recompute_layers > c.model.num_hidden_layers)
     throw ConfigError("train.recompute_layers must be in 0..model.num_hidden_layers = " +
@@ -580,6 +616,15 @@ void validate_config(const Config& c) {
              std::to_string(c.model.dca_chunk_size - c.model.dca_local_size) +
              ") is not above attention.dca_local_size (" + std::to_string(c.model.dca_local_size) +
              "): DCA's successive part then never keeps exact distances beyond the chunk");
+}
+
+}  // namespace
+
+void validate_config(const Config& c) {
+  const std::string model_error = c.model.validate();
+  if (!model_error.empty()) throw ConfigError(model_error);
+  validate_data(c);
+  validate_training(c);
 }
 
 std::string config_key_lines(const Config& config) {

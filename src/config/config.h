@@ -63,13 +63,6 @@ const ConfigKey* find_config_key(const std::string& name);
 void apply_toml_file(Config& config, const std::string& path);
 // Same, from TOML text (origin names it in errors, e.g. a checkpoint's /config).
 void apply_toml_text(Config& config, const std::string& text, const std::string& origin);
-// Every TOML text lct reads (config files, a checkpoint's /config, run.toml) is checked
-// first: the parser recurses once per level of nested arrays and inline tables and per
-// part of a dotted key, so a crafted text thousands of levels deep would overflow the
-// stack. Throws ConfigError naming `origin` and the line when brackets nest deeper than
-// kMaxTomlNesting or a line's keys have more parts than that (lct's own texts need 3).
-constexpr int kMaxTomlNesting = 32;
-void check_toml_nesting(const std::string& text, const std::string& origin);
 // Applies "section.key" -> text overrides (from the command line).
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
 // Cross-field validation; throws ConfigError naming the key.

@@ -1,6 +1,7 @@
 #include "src/io/params_io.h"
 
-#include "src/config/config.h"
+#include "src/config/config_text.h"
+#include "src/config/sections.h"
 
 #include <cstdio>
 #include <limits>
@@ -50,10 +51,10 @@ LlamaConfig read_model_attrs(const H5File& f) {
   // Every value goes through the config key a user would type it as, with the same
   // checks (ranges before narrowing, float32's range, known names): a crafted file gets
   // no value a config file could not give.
-  Config typed;
+  LlamaConfig typed;
   const auto set = [&](const char* attr, const char* key, const std::string& text) {
     try {
-      find_config_key(key)->set(typed, text);
+      set_model_key(typed, key, text);
     } catch (const ConfigError& e) {
       throw std::runtime_error(f.path() + ": /model@" + attr + ": " + e.what());
     }
@@ -97,7 +98,7 @@ LlamaConfig read_model_attrs(const H5File& f) {
     set("tie_word_embeddings", "model.tie_word_embeddings", *tie == 0 ? "false" : *tie == 1 ? "true" : std::to_string(*tie));
   }
   string_attr("attention_kernel", "attention.kernel");
-  if (typed.model.attention_kernel == AttentionKernel::dca) {
+  if (typed.attention_kernel == AttentionKernel::dca) {
     int_attr("dca_chunk_size", "attention.dca_chunk_size");
     int_attr("dca_local_size", "attention.dca_local_size");
     number_attr("dca_mscale", "attention.dca_mscale");
@@ -109,7 +110,7 @@ LlamaConfig read_model_attrs(const H5File& f) {
     int_attr("attention_sink_tokens", "attention.sink_tokens");
     int_attr("attention_block_size", "attention.block_size");
   }
-  const LlamaConfig c = typed.model;
+  const LlamaConfig c = typed;
   const std::string err = c.validate();
   if (!err.empty()) throw std::runtime_error(f.path() + ": /model attributes: " + err);
   if (auto hd = f.attr_int("/model", "head_dim"); hd && *hd != c.head_dim())

@@ -16,7 +16,8 @@
 
 #include "data/files.h"
 #include "src/io/checkpoint.h"
-#include "src/config/config.h"
+#include "src/config/config_text.h"
+#include "src/config/sections.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"

@@ -1,5 +1,7 @@
 #include "src/metrics/step_metrics.h"
 
+#include "src/util/json.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -152,22 +154,21 @@ void reduce_over_ranks(const std::vector<double>& rows, const std::vector<int>& 
 }
 
 void write_metrics_json(std::ostream& out, const StepRecord& r) {
-  const char* sep = "{";
+  Json row;
   for (const StepMetric& m : step_metrics()) {
-    out << sep << '"' << m.name << "\":";
-    if (m.integer) out << int64_t(m.get(r));
-    else out << m.get(r);
-    sep = ",";
+    if (m.integer) row[m.name] = int64_t(m.get(r));
+    else row[m.name] = m.get(r);
   }
   if (r.stage_bubble.size() > 1) {
-    out << ",\"stage_bubble\":[";
-    for (size_t s = 0; s < r.stage_bubble.size(); ++s) out << (s ? "," : "") << r.stage_bubble[s];
-    out << "],\"stage_activation_bytes\":[";
-    for (size_t s = 0; s < r.stage_activation_bytes.size(); ++s) out << (s ? "," : "") << r.stage_activation_bytes[s];
-    out << "]";
+    row["stage_bubble"] = r.stage_bubble;
+    row["stage_activation_bytes"] = r.stage_activation_bytes;
   }
-  if (r.answers > 0) out << ",\"retrieval_acc\":" << r.retrieval_acc();
-  out << "}\n";
+  if (r.answers > 0) row["retrieval_acc"] = r.retrieval_acc();
+  if (!r.rank_tokens.empty()) {
+    row["rank_tokens"] = r.rank_tokens;
+    row["rank_attention_pairs"] = r.rank_attention_pairs;
+  }
+  out << json_text(row) << "\n";
 }
 
 std::string step_log_fields(const StepRecord& r, const LogContext& c) {

@@ -50,6 +50,10 @@ struct StepRecord {
   // Per pipeline stage (log and metrics.jsonl only, not checkpointed).
   std::vector<double> stage_bubble;
   std::vector<int64_t> stage_activation_bytes;
+  // Per rank, in world-rank order (metrics.jsonl only, not checkpointed): the tokens of
+  // the micro-batches it trained and the attention pairs its queries read under the mask
+  // (the step model, src/train/step_model.h; lct simulate --json predicts the same).
+  std::vector<int64_t> rank_tokens, rank_attention_pairs;
   double retrieval_acc() const;  // NaN when the step had no answers
 };
 

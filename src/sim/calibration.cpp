@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <toml++/toml.h>
 #include <map>
 #include <stdexcept>
 #include <string>
 
+#include "data/files.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "model/trace.h"
+#include "src/config/config_text.h"
 #include "src/io/output_files.h"
 #include "src/train/flops.h"
 #include "src/train/run_objects.h"
@@ -103,11 +108,59 @@ Calibration measure_calibration(const RunPlan& plan, const SimulateOptions& o) {
   return c;
 }
 
+// The calibration file (TOML; --calibration-out writes it, --calibration reads it):
+// linear_per_token_layer, head_per_token, attention_per_pair_layer and optimizer in
+// seconds; tokens and pairs timed; linear_forward and attention_forward, fractions.
+std::string calibration_toml(const Calibration& c) {
+  const toml::table t{{"linear_per_token_layer", c.linear_per_token_layer},
+                      {"head_per_token", c.head_per_token},
+                      {"attention_per_pair_layer", c.attention_per_pair_layer},
+                      {"optimizer", c.optimizer},
+                      {"tokens", c.tokens},
+                      {"pairs", c.pairs},
+                      {"linear_forward", c.linear_forward},
+                      {"attention_forward", c.attention_forward}};
+  std::ostringstream out;
+  out << t << "\n";
+  return out.str();
+}
+
+Calibration read_calibration(const std::string& path) {
+  const std::string refused = "lct simulate: --calibration '" + path + "' is not a calibration written by --calibration-out";
+  Calibration c;
+  try {
+    const std::string text = read_regular_file(path, "--calibration");  // never a FIFO or a device
+    check_toml_nesting(text, path);
+    const toml::table t = toml::parse(text, path);
+    const auto number = [&](const char* key) {
+      const std::optional<double> v = t[key].value<double>();
+      if (!v) throw std::invalid_argument(refused + " (" + key + " missing)");
+      return *v;
+    };
+    c.linear_per_token_layer = number("linear_per_token_layer");
+    c.head_per_token = number("head_per_token");
+    c.attention_per_pair_layer = number("attention_per_pair_layer");
+    c.optimizer = number("optimizer");
+    c.tokens = int64_t(number("tokens"));
+    c.pairs = int64_t(number("pairs"));
+    c.linear_forward = number("linear_forward");
+    c.attention_forward = number("attention_forward");
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {  // unreadable, or not TOML
+    throw std::invalid_argument(refused + " (" + e.what() + ")");
+  }
+  if (!std::isfinite(c.linear_per_token_layer + c.head_per_token + c.attention_per_pair_layer + c.optimizer) ||
+      !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) || !(c.head_per_token >= 0) ||
+      !(c.optimizer >= 0) || !(c.linear_forward > 0 && c.linear_forward < 1) ||
+      !(c.attention_forward > 0 && c.attention_forward < 1))
+    throw std::invalid_argument(refused + " (a cost out of range)");
+  return c;
+}
+
 }  // namespace
 
-// The costs: timed here, or read from --calibration (one line: linear_per_token_layer
-// head_per_token attention_per_pair_layer optimizer tokens pairs linear_forward
-// attention_forward, in seconds and fractions); written to --calibration-out when
+// The costs: timed here, or read from --calibration; written to --calibration-out when
 // asked. The scales apply to read costs too; train.recompute's cost is added last.
 Calibration calibrate(const RunPlan& plan, const SimulateOptions& o) {
   Calibration c;
@@ -119,24 +172,10 @@ Calibration calibrate(const RunPlan& plan, const SimulateOptions& o) {
   } else if (o.calibration.empty()) {
     c = measure_calibration(plan, o);  // unscaled
   } else {
-    std::ifstream in(o.calibration);
-    std::string key;
-    if (!(in >> key >> c.linear_per_token_layer >> c.head_per_token >> c.attention_per_pair_layer >>
-          c.optimizer >> c.tokens >> c.pairs >> c.linear_forward >> c.attention_forward) ||
-        key != "calibration" || !std::isfinite(c.linear_per_token_layer + c.head_per_token + c.attention_per_pair_layer + c.optimizer) ||
-        !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) ||
-        !(c.linear_forward > 0 && c.linear_forward < 1) || !(c.attention_forward > 0 && c.attention_forward < 1))
-      throw std::invalid_argument("lct simulate: --calibration '" + o.calibration +
-                                  "' is not a calibration written by --calibration-out");
+    c = read_calibration(o.calibration);
   }
-  if (!o.calibration_out.empty()) {  // as measured: the scales apply when it is used
-    std::ostringstream out;
-    out.precision(10);
-    out << "calibration " << c.linear_per_token_layer << ' ' << c.head_per_token << ' '
-        << c.attention_per_pair_layer << ' ' << c.optimizer << ' ' << c.tokens << ' ' << c.pairs << ' '
-        << c.linear_forward << ' ' << c.attention_forward << '\n';
-    write_text_atomically(o.calibration_out, out.str());
-  }
+  // as measured: the scales apply when it is used
+  if (!o.calibration_out.empty()) write_text_atomically(o.calibration_out, calibration_toml(c));
   c.linear_per_token_layer *= o.linear_scale;  // token-linear work: layers, head, optimizer
   c.head_per_token *= o.linear_scale;
   c.optimizer *= o.linear_scale;

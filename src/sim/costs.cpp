@@ -226,7 +226,10 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
       head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
       head = std::max(head, head_c[size_t(c)]);
       p.tokens += l.num_tokens();
-      for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, c))] += double(l.attention_pairs(plan.model.attention_mask));
+      for (int s = 0; s < pp; ++s) {
+        pairs[size_t(rank_of(s, c))] += double(l.attention_pairs(plan.model.attention_mask));
+        p.rank_tokens[size_t(rank_of(s, c))] += double(l.num_tokens());
+      }
     }
     for (int s = 0; s < pp; ++s) {
       const double layers = double(plan.stages[size_t(s)].num_layers());

@@ -40,7 +40,7 @@ struct SimulateOptions {
   std::string profile;          // CAD cost profile for attention time ("" = calibrated pairs)
   double bandwidth_gbps = 4.0;  // point-to-point GB/s (lct train logs the probed value)
   double latency_us = 5.0;
-  // Reuse a calibration (the 'calibration' line of an earlier --calibration-out) instead
+  // Reuse a calibration (the TOML file an earlier --calibration-out wrote) instead
   // of timing again, so that several predictions share the same costs.
   std::string calibration;
   std::string calibration_out;  // write this run's calibration there

@@ -25,6 +25,35 @@ std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaCon
   }
 }
 
+// The step's global batch: dp x micro_batches sequences of the stream, from the step's
+// first (a fresh run's: step x dp x mb).
+std::vector<PackedBatch> step_sequences(DocumentStream& stream, const RunPlan& plan, int64_t step) {
+  const int64_t count = int64_t(plan.layout.dp) * plan.micro_batches;
+  std::vector<PackedBatch> global;
+  for (int64_t i = 0; i < count; ++i) global.push_back(stream.sequence(step * count + i));
+  return global;
+}
+
+// Each micro-batch's tokens over its context-parallel pieces (pieces[m][c]).
+std::vector<double> sequence_tokens(const std::vector<std::vector<LocalBatch>>& pieces) {
+  std::vector<double> tokens;
+  for (const std::vector<LocalBatch>& m : pieces) {
+    tokens.push_back(0);
+    for (const LocalBatch& l : m) tokens.back() += double(l.num_tokens());
+  }
+  return tokens;
+}
+
+// Each micro-batch's pipeline message time: every rank of a stage sends its T / cp rows
+// of activations (gradients) to its peer of the next (previous) stage.
+std::vector<double> pipeline_messages(const RunPlan& plan, const std::vector<double>& seq_tokens, double bandwidth,
+                                      double latency) {
+  std::vector<double> t;
+  for (const double tokens : seq_tokens)
+    t.push_back(tokens / plan.layout.cp * double(plan.model.hidden_size) * sizeof(float) / bandwidth + latency);
+  return t;
+}
+
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
 // configured split, ring), with data parallelism around them. Per micro-batch of a
 // replica and stage:
@@ -62,32 +91,22 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
+    p.rank_tokens.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
     std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
     double slowest = 0, bubble = 0;
     // the step's global batch, as the trainer takes it: replica d trains sequences
     // d * mb + m, or with packing the whole batch re-packed over the replicas by work
-    std::vector<PackedBatch> global;
-    for (int64_t i = 0; i < dp * mb; ++i) global.push_back(stream.sequence(step * dp * mb + i));
+    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
     for (int d = 0; d < dp; ++d) {
       // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
       const std::vector<std::vector<LocalBatch>> pieces = replica_pieces(plan, global, d);
-      std::vector<double> seq_tokens;
-      for (const std::vector<LocalBatch>& m : pieces) {
-        seq_tokens.push_back(0);
-        for (const LocalBatch& l : m) seq_tokens.back() += double(l.num_tokens());
-      }
+      const std::vector<double> seq_tokens = sequence_tokens(pieces);
       double replica = 0;
       const StageCosts costs = replica_stage_costs(
           plan, pieces, seq_tokens, attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
-      // the stages' action lists against each other, with message times (each rank of a
-      // stage sends its T / cp rows to its peer of the next stage)
-      const std::vector<double> message = [&] {
-        std::vector<double> t;
-        for (const double tokens : seq_tokens)
-          t.push_back(tokens / cp * double(mc.hidden_size) * sizeof(float) / bandwidth + latency);
-        return t;
-      }();
+      // the stages' action lists against each other, with message times
+      const std::vector<double> message = pipeline_messages(plan, seq_tokens, bandwidth, latency);
       const StageClocks run = run_stage_lists(schedule, int(mb), cp, costs, message,
                                               [&](int s, int c) { return rank_of(s, d, c); }, timeline);
       const std::vector<double>&clock = run.clock, &wait = run.wait;
@@ -105,6 +124,7 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
     }
     p.seconds = slowest + allreduce + optimizer;
     p.pairs_before = p.pairs_after = max_over_mean(pairs);
+    p.rank_pairs = pairs;
     bubble_sum += bubble / double(o.steps);
     steps.push_back(p);
     for (int r = 0; r < n; ++r) {
@@ -119,6 +139,77 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
   timeline.write(layout);
   return {layout_name(layout), placement,
          per_stage, profile.has_value(), threads, std::move(steps), bubble_sum};
+}
+
+// One same-phase tick of every rank (tick[r]: rank r's micro-batch piece, empty for a
+// dummy), forward or backward, starting at t: its CAD layers, the last stage's head and
+// the pipeline message; adds compute and bytes to p, served pairs to `served`. Returns the
+// tick's seconds.
+double cad_tick(const RunPlan& plan, const CadLayerCost& cad_layer, const Calibration& cal,
+                const std::vector<LocalBatch>& tick, bool forward, double t, double bandwidth, double latency,
+                StepPrediction& p, std::vector<double>& served, SimTimeline& timeline) {
+  const Layout& layout = plan.layout;
+  const int n = plan.world, pp = layout.pp;
+  const double stage_layers = double(plan.stages[0].num_layers());
+  const LlamaConfig& mc = plan.model;
+  const CadLayer cost = cad_layer.cost(tick, served);
+  const double w = forward ? 1.0 / 3.0 : 2.0 / 3.0, layer = w * cost.seconds;
+  std::vector<double> head(static_cast<size_t>(n), 0.0);
+  double head_max = 0, message = 0;
+  for (int r = 0; r < n; ++r) {
+    const double tokens = double(tick[size_t(r)].num_tokens());
+    const int s = grid_coordinates(layout, r).pp_rank;
+    if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
+    head_max = std::max(head_max, head[size_t(r)]);
+    if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
+      const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
+      message = std::max(message, bytes / bandwidth + latency);
+      p.bytes_per_rank += bytes / double(n);
+    }
+    p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
+    for (int64_t l = 0; l < plan.stages[0].num_layers() && timeline.on(); ++l) {
+      const double t0 = t + double(l) * layer;
+      timeline.compute(r, forward ? "tick forward layer (linear + attention served)"
+                                  : "tick backward layer (linear + attention served)",
+                       t0, t0 + w * cost.busy[size_t(r)]);
+      timeline.wait(r, "attention exchange (CAD)", t0 + w * cost.busy[size_t(r)], t0 + layer);
+    }
+  }
+  p.bytes_per_rank += stage_layers * w * cost.bytes / double(n);
+  const double body = stage_layers * layer;
+  for (int r = 0; r < n && timeline.on(); ++r) {
+    timeline.compute(r, "embedding + loss", t + body, t + body + head[size_t(r)]);
+    timeline.wait(r, "pipeline send/receive", t + body + head[size_t(r)], t + body + head_max + message);
+  }
+  return body + head_max + message;
+}
+
+// CAD without pipeline parallelism: every micro-batch's layers over all ranks (local[r]:
+// rank r's micro-batches), each layer ending with its slowest rank. Adds compute and
+// bytes to p, served pairs to `served`; returns the seconds of the synchronised part.
+double cad_micro_batches(const RunPlan& plan, const CadLayerCost& cad_layer,
+                         const std::vector<std::vector<LocalBatch>>& local, std::vector<double>& served,
+                         StepPrediction& p, SimTimeline& timeline) {
+  const int n = plan.world;
+  const int64_t mb = plan.micro_batches;
+  const LlamaConfig& mc = plan.model;
+  const double layers = double(mc.num_hidden_layers);
+  double sync = 0;
+  for (int64_t m = 0; m < mb; ++m) {
+    std::vector<LocalBatch> micro;
+    for (int r = 0; r < n; ++r) micro.push_back(local[size_t(r)][size_t(m)]);
+    const CadLayer layer = cad_layer.cost(micro, served);
+    for (int r = 0; r < n && timeline.on(); ++r)  // every layer ends when the slowest rank's does
+      for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+        const double t0 = sync + double(l) * layer.seconds;
+        timeline.compute(r, "layer (linear + attention served)", t0, t0 + layer.busy[size_t(r)]);
+        timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
+      }
+    sync += layers * layer.seconds;
+    for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+    p.bytes_per_rank += layer.bytes * layers / double(n);
+  }
+  return sync;
 }
 
 // CAD under pipeline parallelism, as lct trains it: same-phase ticks
@@ -140,7 +231,6 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
   const int64_t mb = plan.micro_batches;
   const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
   const double stage_layers = double(stages[0].num_layers());
-  const CpSplit split = plan.cp_split;
   const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
   const double allreduce = allreduce_tail_seconds(plan, mc, pp, dp * cp, bandwidth, latency);
   Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
@@ -155,18 +245,22 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
     std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
+    p.rank_tokens.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
-    for (int d = 0; d < dp; ++d)
-      for (int64_t m = 0; m < mb; ++m) {
-        const PackedBatch b = stream.sequence((step * dp + d) * mb + m);
-        batches[size_t(d)].emplace_back();
-        for (int c = 0; c < cp; ++c) {
-          batches[size_t(d)].back().push_back(cp > 1 ? shard_sequence(b, cp, c, split, plan.cp_split_work) : whole_sequence(b));
-          const LocalBatch& l = batches[size_t(d)].back().back();
+    // the step model's batches (src/train/step_model.h), as the trainer takes them
+    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
+    for (int d = 0; d < dp; ++d) {
+      batches[size_t(d)] = replica_pieces(plan, global, d);
+      for (int c = 0; c < cp; ++c)
+        for (const std::vector<LocalBatch>& micro : batches[size_t(d)]) {
+          const LocalBatch& l = micro[size_t(c)];
           p.tokens += l.num_tokens();
-          for (int s = 0; s < pp; ++s) pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs(plan.model.attention_mask));
+          for (int s = 0; s < pp; ++s) {
+            pairs[size_t(rank_of(s, d, c))] += double(l.attention_pairs(plan.model.attention_mask));
+            p.rank_tokens[size_t(rank_of(s, d, c))] += double(l.num_tokens());
+          }
         }
-      }
+    }
     double t = 0;  // the tick's start
     for (const bool forward : {true, false})
       for (int64_t k = 0; k < mb + pp - 1; ++k) {
@@ -177,39 +271,11 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
           for (int d = 0; d < dp; ++d)
             for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
         }
-        const CadLayer cost = cad_layer.cost(tick, served);
-        const double w = forward ? 1.0 / 3.0 : 2.0 / 3.0, layer = w * cost.seconds;
-        std::vector<double> head(static_cast<size_t>(n), 0.0);
-        double head_max = 0, message = 0;
-        for (int r = 0; r < n; ++r) {
-          const double tokens = double(tick[size_t(r)].num_tokens());
-          const int s = grid_coordinates(layout, r).pp_rank;
-          if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
-          head_max = std::max(head_max, head[size_t(r)]);
-          if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
-            const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
-            message = std::max(message, bytes / bandwidth + latency);
-            p.bytes_per_rank += bytes / double(n);
-          }
-          p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
-          for (int64_t l = 0; l < stages[0].num_layers() && timeline.on(); ++l) {
-            const double t0 = t + double(l) * layer;
-            timeline.compute(r, forward ? "tick forward layer (linear + attention served)"
-                                        : "tick backward layer (linear + attention served)",
-                             t0, t0 + w * cost.busy[size_t(r)]);
-            timeline.wait(r, "attention exchange (CAD)", t0 + w * cost.busy[size_t(r)], t0 + layer);
-          }
-        }
-        p.bytes_per_rank += stage_layers * w * cost.bytes / double(n);
-        const double body = stage_layers * layer;
-        for (int r = 0; r < n && timeline.on(); ++r) {
-          timeline.compute(r, "embedding + loss", t + body, t + body + head[size_t(r)]);
-          timeline.wait(r, "pipeline send/receive", t + body + head[size_t(r)], t + body + head_max + message);
-        }
-        t += body + head_max + message;
+        t += cad_tick(plan, cad_layer, cal, tick, forward, t, bandwidth, latency, p, served, timeline);
       }
     p.seconds = t + allreduce + per_stage.optimizer;
     p.pairs_before = max_over_mean(pairs);
+    p.rank_pairs = pairs;
     p.pairs_after = max_over_mean(served);
     steps.push_back(p);
     for (int r = 0; r < n; ++r) {
@@ -245,11 +311,11 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
   std::vector<StepPrediction> steps;
   SimTimeline timeline(plan.run.trace_path, n);
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
-    std::vector<PackedBatch> global;
-    for (int64_t s = 0; s < dp * mb; ++s) global.push_back(stream.sequence(step * dp * mb + s));
+    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
     const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
     StepPrediction p;
     p.compute.assign(size_t(n), 0.0);
+    p.rank_tokens.assign(size_t(n), 0.0);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank
@@ -257,6 +323,7 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
       for (const LocalBatch& b : local[size_t(r)]) {
         p.tokens += b.num_tokens();
         pairs[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
+        p.rank_tokens[size_t(r)] += double(b.num_tokens());
         const double begin = p.compute[size_t(r)];
         head[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
@@ -267,27 +334,13 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
         timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
         served[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
       }
-    if (cad) {
-      for (int64_t m = 0; m < mb; ++m) {
-        std::vector<LocalBatch> micro;
-        for (int r = 0; r < n; ++r) micro.push_back(local[size_t(r)][size_t(m)]);
-        const CadLayer layer = cad_layer.cost(micro, served);
-        for (int r = 0; r < n && timeline.on(); ++r)  // every layer ends when the slowest rank's does
-          for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
-            const double t0 = sync + double(l) * layer.seconds;
-            timeline.compute(r, "layer (linear + attention served)", t0, t0 + layer.busy[size_t(r)]);
-            timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
-          }
-        sync += layers * layer.seconds;
-        for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
-        p.bytes_per_rank += layer.bytes * layers / double(n);
-      }
-    }
+    if (cad) sync = cad_micro_batches(plan, cad_layer, local, served, p, timeline);
     const double slowest = *std::max_element(p.compute.begin(), p.compute.end());
     const double head_max = *std::max_element(head.begin(), head.end());
     const double work_end = cad ? sync + head_max : slowest;
     p.seconds = work_end + allreduce + cal.optimizer;
     p.pairs_before = max_over_mean(pairs);
+    p.rank_pairs = pairs;
     p.pairs_after = max_over_mean(served);
     steps.push_back(p);
     for (int r = 0; r < n; ++r) {

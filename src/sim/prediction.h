@@ -28,6 +28,9 @@ struct StepPrediction {
   double bytes_per_rank = 0;    // exchanged per step (CAD, context parallelism)
   double exposed_per_rank = 0;  // seconds a rank waits for its own context-parallel exchange
   int64_t tokens = 0;
+  // per rank: the tokens it trains and the attention pairs its queries read (the step
+  // model's batches, as lct train's metrics.jsonl records them)
+  std::vector<double> rank_tokens, rank_pairs;
 };
 
 // The predicted timeline (trace.path): every rank's compute and wait spans of each

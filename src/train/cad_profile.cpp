@@ -5,15 +5,108 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <sstream>
+#include <stdexcept>
+
+#include <toml++/toml.h>
 
 #include "data/files.h"
 #include "model/ops.h"
 #include "model/rope.h"
+#include "src/config/config_text.h"
 #include "src/util/log.h"
 #include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {
+
+std::string cad_cost_toml(const CaCostModel& m) {
+  toml::table t{{"cpu", m.cpu},         {"blas", m.blas},         {"threads", m.threads},
+                {"kernel", m.kernel},   {"heads", m.heads},       {"kv_heads", m.kv_heads},
+                {"head_dim", m.head_dim}};
+  toml::array q, kv, rows;
+  for (int64_t v : m.q_grid) q.push_back(v);
+  for (int64_t v : m.kv_grid) kv.push_back(v);
+  for (size_t i = 0; i < m.q_grid.size(); ++i) {
+    toml::array row;
+    for (size_t j = 0; j < m.kv_grid.size(); ++j) row.push_back(m.seconds_per_pair[i * m.kv_grid.size() + j]);
+    rows.push_back(std::move(row));
+  }
+  t.insert("q_grid", std::move(q));
+  t.insert("kv_grid", std::move(kv));
+  t.insert("seconds_per_pair", std::move(rows));
+  std::ostringstream out;
+  out << t << "\n";
+  return out.str();
+}
+
+CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin) {
+  const auto fail = [&](const std::string& why) -> CaCostModel {
+    throw std::invalid_argument("CAD profile '" + origin + "': " + why);
+  };
+  toml::table t;
+  try {
+    check_toml_nesting(text, origin);
+    t = toml::parse(text, origin);
+  } catch (const std::exception& e) {
+    return fail(std::string("not a TOML cost model (") + e.what() + "); measure it again with lct bench --sections profile");
+  }
+  CaCostModel m;
+  const auto text_of = [&](const char* key, std::string& v) {
+    if (!t.contains(key)) return;
+    if (!t[key].is_string()) fail(std::string(key) + " must be a string");
+    v = t[key].value<std::string>().value();
+  };
+  const auto int_of = [&](const char* key, int& v) {
+    if (!t.contains(key)) return;
+    const std::optional<int64_t> x = t[key].value<int64_t>();
+    if (!t[key].is_integer() || !x || *x < 0 || *x > (int64_t(1) << 30)) fail(std::string(key) + " must be an integer");
+    v = int(*x);
+  };
+  const auto numbers = [&](const toml::node* node, const std::string& key, auto push) {
+    const toml::array* a = node ? node->as_array() : nullptr;
+    if (!a) fail(key + " must be an array of numbers");
+    for (const toml::node& e : *a) {
+      if (!e.is_number()) fail(key + " must be an array of numbers");
+      push(e);
+    }
+  };
+  for (auto&& [key, value] : t) {
+    const std::string k(key.str());
+    if (k != "cpu" && k != "blas" && k != "kernel" && k != "threads" && k != "heads" && k != "kv_heads" &&
+        k != "head_dim" && k != "q_grid" && k != "kv_grid" && k != "seconds_per_pair")
+      fail("unknown key '" + k + "'");
+  }
+  text_of("cpu", m.cpu);
+  text_of("blas", m.blas);
+  text_of("kernel", m.kernel);
+  int_of("threads", m.threads);
+  int_of("heads", m.heads);
+  int_of("kv_heads", m.kv_heads);
+  int_of("head_dim", m.head_dim);
+  for (const char* key : {"q_grid", "kv_grid"}) {
+    std::vector<int64_t>& g = std::string(key) == "q_grid" ? m.q_grid : m.kv_grid;
+    if (t.contains(key))
+      numbers(t.get(key), key, [&](const toml::node& e) {
+        if (!e.is_integer()) fail(std::string(key) + " must hold integers");
+        g.push_back(e.value<int64_t>().value());
+      });
+  }
+  if (t.contains("seconds_per_pair")) {
+    const toml::array* rows = t.get("seconds_per_pair")->as_array();
+    if (!rows) fail("seconds_per_pair must be an array of rows");
+    for (const toml::node& row : *rows) {
+      size_t n = 0;
+      numbers(&row, "seconds_per_pair", [&](const toml::node& e) {
+        m.seconds_per_pair.push_back(e.value<double>().value());
+        ++n;
+      });
+      if (n != m.kv_grid.size()) fail("a seconds_per_pair row needs one value per kv_grid entry");
+    }
+  }
+  if (const std::string p = m.problem(); !p.empty()) fail(p);
+  return m;
+}
 
 namespace {
 
@@ -32,7 +125,7 @@ CaCostModel this_setup(const LlamaConfig& m) {
 
 std::string cache_file(const CaCostModel& s) {
   char name[192];
-  std::snprintf(name, sizeof name, "cad_profile-%s-h%d-kv%d-d%d-t%d-%016zx.txt", s.kernel.c_str(),
+  std::snprintf(name, sizeof name, "cad_profile-%s-h%d-kv%d-d%d-t%d-%016zx.toml", s.kernel.c_str(),
                 s.heads, s.kv_heads, s.head_dim, s.threads,
                 std::hash<std::string>{}(s.cpu + "|" + s.blas));
   return name;
@@ -53,7 +146,7 @@ CaCostModel measure(const LlamaConfig& m, const CaCostModel& setup) {
 
 std::optional<CaCostModel> parse_quietly(const std::string& text, const std::string& origin) {
   try {
-    return CaCostModel::parse(text, origin);
+    return parse_cad_cost_toml(text, origin);
   } catch (const std::invalid_argument&) {
     return std::nullopt;
   }
@@ -61,7 +154,7 @@ std::optional<CaCostModel> parse_quietly(const std::string& text, const std::str
 
 CadCostChoice from_model(CaCostModel m, std::string description) {
   CadCostChoice c;
-  c.text = m.to_text();
+  c.text = cad_cost_toml(m);
   c.model = std::move(m);
   c.description = std::move(description);
   return c;
@@ -77,7 +170,7 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
   }
   CaCostModel p;
   try {
-    p = CaCostModel::parse(text, path);
+    p = parse_cad_cost_toml(text, path);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("attention.cad_profile: ") + e.what());
   }
@@ -110,13 +203,13 @@ CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m) 
         const std::optional<CaCostModel> cached = parse_quietly(text, "the cached CAD cost model");
         return cached && cached->same_setup(setup);
       },
-      [&] { return measure(m, setup).to_text(); });
-  return from_model(CaCostModel::parse(c.text, "the CAD cost model"), "measured kernel time (" + c.where + ")");
+      [&] { return cad_cost_toml(measure(m, setup)); });
+  return from_model(parse_cad_cost_toml(c.text, "the CAD cost model"), "measured kernel time (" + c.where + ")");
 }
 
 CadCostChoice cad_cost_from_text(const std::string& text, const std::string& description) {
   if (text.empty()) return {std::nullopt, "", description};
-  return from_model(CaCostModel::parse(text, "the first rank's CAD cost model"), description);
+  return from_model(parse_cad_cost_toml(text, "the first rank's CAD cost model"), description);
 }
 
 }  // namespace lct

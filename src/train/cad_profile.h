@@ -9,8 +9,15 @@
 // Per-pair time varies several-fold with a task's shape (small tasks pay tile padding
 // and per-task overhead), so balancing pairs leaves time unbalanced; hence "auto".
 //
+// The file (TOML; what `lct bench --sections profile --profile-out` writes, the cache
+// holds and rank 0 sends the others):
+//   cpu = "...", blas = "...", threads = 2      where it was measured
+//   kernel = "causal", heads = 4, kv_heads = 2, head_dim = 64   for which attention
+//   q_grid = [16, 64, ...], kv_grid = [16, 64, ...]             query and key rows
+//   seconds_per_pair = [[...], ...]   one row per q_grid entry, one value per kv_grid entry
+//
 // The cache: $LCT_CACHE_DIR, else $XDG_CACHE_HOME/lct, else $HOME/.cache/lct; one text
-// file per setup (cad_profile-<kernel>-h<H>-kv<KV>-d<hd>-t<threads>-<machine hash>.txt),
+// file per setup (cad_profile-<kernel>-h<H>-kv<KV>-d<hd>-t<threads>-<machine hash>.toml),
 // written atomically. A cached file is used only when it parses and its recorded CPU,
 // BLAS, threads, kernel and shape equal this run's; otherwise it is measured again and
 // replaced. Without a writable cache the model is measured and used uncached.
@@ -35,6 +42,11 @@ struct CadCostChoice {
 inline std::string cad_profile_file(const CadProfile& setting) {
   return setting.kind == CadProfile::Kind::file ? setting.path : "";
 }
+
+// The cost model as TOML, and back: parse throws std::invalid_argument with one line
+// naming `origin` and the problem.
+std::string cad_cost_toml(const CaCostModel& m);
+CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin);
 
 // Resolves attention.cad_profile for the model `m` on this process (threads: the
 // OpenMP threads the run uses). May measure (a few seconds) for "auto".

@@ -1,5 +1,7 @@
 #include "src/train/fp32_gemm.h"
 
+#include <toml++/toml.h>
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -10,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "src/config/config_text.h"
 #include "src/train/machine_cache.h"
 #include "src/util/machine.h"
 
@@ -62,7 +65,7 @@ double seconds_per_pass(const std::vector<Product>& products, bool onednn, int r
 
 std::string cache_file(const LlamaConfig& m, int64_t T) {
   char name[160];
-  std::snprintf(name, sizeof name, "fp32_gemm-c%lld-i%lld-q%lld-t%lld-th%d-%016zx.txt", (long long)m.hidden_size,
+  std::snprintf(name, sizeof name, "fp32_gemm-c%lld-i%lld-q%lld-t%lld-th%d-%016zx.toml", (long long)m.hidden_size,
                 (long long)m.intermediate_size, (long long)(m.num_attention_heads * m.head_dim()), (long long)T,
                 omp_get_max_threads(), std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
   return name;
@@ -98,14 +101,17 @@ Fp32Library faster_fp32_library(const Fp32GemmRates& r) {
 Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens) {
   if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
   if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
-  // the cache's text: "<library> <openblas GFLOP/s> <onednn GFLOP/s>"
+  // the cache's text (TOML): library = "openblas" | "onednn", openblas_gflops, onednn_gflops
   const auto parse = [](const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
-    std::istringstream in(text);
-    std::string name;
-    if (!(in >> name >> r.openblas >> r.onednn)) return false;
     try {
-      library = parse_fp32_library(name);
-    } catch (const std::invalid_argument&) {
+      check_toml_nesting(text, "the fp32 GEMM cache");
+      const toml::table t = toml::parse(text, std::string("the fp32 GEMM cache"));
+      const std::optional<std::string> name = t["library"].value<std::string>();
+      const std::optional<double> blas = t["openblas_gflops"].value<double>(), dnn = t["onednn_gflops"].value<double>();
+      if (!name || !blas || !dnn) return false;
+      library = parse_fp32_library(*name);
+      r = {*blas, *dnn};
+    } catch (const std::exception&) {  // toml::parse_error, an unknown library, a ConfigError
       return false;
     }
     return library != Fp32Library::automatic;
@@ -119,8 +125,12 @@ Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int6
       },
       [&] {
         const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
-        return std::string(fp32_library_name(faster_fp32_library(r))) + " " + std::to_string(r.openblas) + " " +
-               std::to_string(r.onednn) + "\n";
+        const toml::table t{{"library", fp32_library_name(faster_fp32_library(r))},
+                            {"openblas_gflops", r.openblas},
+                            {"onednn_gflops", r.onednn}};
+        std::ostringstream out;
+        out << t << "\n";
+        return out.str();
       });
   Fp32Library library = Fp32Library::openblas;
   Fp32GemmRates r;

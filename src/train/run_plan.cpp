@@ -22,6 +22,72 @@ OptimizerConfig optimizer_config(const Config& c) {
   return o;
 }
 
+// The context-parallel exchange's group sizes and what they need of the heads
+// (ulysses, hybrid, double_ring; the rules at the top of run_plan.h).
+void plan_cp_exchange(RunPlan& p, const ParallelConfig& par) {
+  if (p.placement == Placement::context_parallel &&
+      (p.cp_comm == CpComm::ulysses || p.cp_comm == CpComm::hybrid)) {
+    const int cp = p.layout.cp;
+    const std::string name = cp_comm_name(p.cp_comm);
+    if (p.cp_comm == CpComm::hybrid) {
+      if (par.cp_ulysses <= 1 || par.cp_ulysses >= cp || cp % par.cp_ulysses != 0)
+        throw ConfigError("parallel.cp_comm = hybrid needs parallel.cp_ulysses = " +
+                          std::to_string(par.cp_ulysses) + " to divide parallel.cp = " + std::to_string(cp) +
+                          " and lie strictly between 1 and it (use ulysses or ring for the ends)");
+      p.cp_ulysses = int(par.cp_ulysses);
+    } else {
+      p.cp_ulysses = cp;
+    }
+    const int U = p.cp_ulysses, H = int(p.model.num_attention_heads), KV = int(p.model.num_key_value_heads);
+    const std::string group = p.cp_comm == CpComm::ulysses ? "parallel.cp = " : "parallel.cp_ulysses = ";
+    if (H % U != 0)
+      throw ConfigError("parallel.cp_comm = " + name + ": model.num_attention_heads = " + std::to_string(H) +
+                        " does not split over " + group + std::to_string(U) + " ranks (it must be a multiple)");
+    if (KV % U != 0 && U % KV != 0)
+      throw ConfigError("parallel.cp_comm = " + name + ": model.num_key_value_heads = " + std::to_string(KV) +
+                        " must be a multiple or a divisor of " + group + std::to_string(U));
+  }
+
+  if (p.placement == Placement::context_parallel && p.cp_comm == CpComm::double_ring) {
+    const int64_t cp = p.layout.cp, inner = par.cp_inner_ring;
+    if (inner <= 1 || inner >= cp || cp % inner != 0)
+      throw ConfigError("parallel.cp_comm = double_ring needs parallel.cp_inner_ring = " + std::to_string(inner) +
+                        " to divide parallel.cp = " + std::to_string(cp) +
+                        " and lie strictly between 1 and it (an inner ring of cp ranks is the ring)");
+    p.cp_inner_ring = int(inner);
+  }
+}
+
+// CAD's pipeline schedule, lanes and settings (`cad`: CAD runs on more than one rank).
+void plan_cad(RunPlan& p, const ParallelConfig& par, const CadConfig& cc, bool cad) {
+  p.schedule = par.pp_schedule;
+  if (cad && p.pipelined()) {
+    for (const StageSpec& s : p.stages)
+      if (s.num_layers() != p.stages[0].num_layers())
+        throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
+                          "number of layers on every stage (parallel.pp_layers)");
+    if (p.schedule != PipelineSchedule::ticks)
+      p.schedule_reason = std::string("CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = ") +
+                          pipeline_schedule_name(par.pp_schedule) + " is not used)";
+    p.schedule = PipelineSchedule::ticks;
+  }
+
+  // ping-pong: measured (bench/cad_scaling.sh) slower than one exchange at a time with
+  // data parallelism on one host, and faster under pipeline ticks, where the second
+  // lane gives the stage that would wait in the exchange other work to serve
+  if (cad && cc.pingpong == Switch::automatic) {
+    p.lanes = p.pipelined() ? 2 : 1;
+    p.lanes_reason = p.pipelined() ? "attention.cad_pingpong = auto: on under pipeline ticks"
+                                   : "attention.cad_pingpong = auto: off without pipeline parallelism";
+  } else {
+    p.lanes = cad && cc.pingpong == Switch::on ? 2 : 1;
+  }
+  p.cad = cc;
+  // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
+  // and a cost model in seconds to set them against (pairs have no time)
+  p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile.measured();
+}
+
 }  // namespace
 
 RunPlan make_run_plan(const Config& c, int world) {
@@ -68,61 +134,8 @@ RunPlan make_run_plan(const Config& c, int world) {
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
-  if (p.placement == Placement::context_parallel &&
-      (p.cp_comm == CpComm::ulysses || p.cp_comm == CpComm::hybrid)) {
-    const int cp = p.layout.cp;
-    const std::string name = cp_comm_name(p.cp_comm);
-    if (p.cp_comm == CpComm::hybrid) {
-      if (par.cp_ulysses <= 1 || par.cp_ulysses >= cp || cp % par.cp_ulysses != 0)
-        throw ConfigError("parallel.cp_comm = hybrid needs parallel.cp_ulysses = " +
-                          std::to_string(par.cp_ulysses) + " to divide parallel.cp = " + std::to_string(cp) +
-                          " and lie strictly between 1 and it (use ulysses or ring for the ends)");
-      p.cp_ulysses = int(par.cp_ulysses);
-    } else {
-      p.cp_ulysses = cp;
-    }
-    const int U = p.cp_ulysses, H = int(p.model.num_attention_heads), KV = int(p.model.num_key_value_heads);
-    const std::string group = name == "ulysses" ? "parallel.cp = " : "parallel.cp_ulysses = ";
-    if (H % U != 0)
-      throw ConfigError("parallel.cp_comm = " + name + ": model.num_attention_heads = " + std::to_string(H) +
-                        " does not split over " + group + std::to_string(U) + " ranks (it must be a multiple)");
-    if (KV % U != 0 && U % KV != 0)
-      throw ConfigError("parallel.cp_comm = " + name + ": model.num_key_value_heads = " + std::to_string(KV) +
-                        " must be a multiple or a divisor of " + group + std::to_string(U));
-  }
-
-  if (p.placement == Placement::context_parallel && p.cp_comm == CpComm::double_ring) {
-    const int64_t cp = p.layout.cp, inner = par.cp_inner_ring;
-    if (inner <= 1 || inner >= cp || cp % inner != 0)
-      throw ConfigError("parallel.cp_comm = double_ring needs parallel.cp_inner_ring = " + std::to_string(inner) +
-                        " to divide parallel.cp = " + std::to_string(cp) +
-                        " and lie strictly between 1 and it (an inner ring of cp ranks is the ring)");
-    p.cp_inner_ring = int(inner);
-  }
-
-  p.schedule = par.pp_schedule;
-  if (cad && p.pipelined()) {
-    for (const StageSpec& s : p.stages)
-      if (s.num_layers() != p.stages[0].num_layers())
-        throw ConfigError("attention.placement = cad with pipeline parallelism needs the same "
-                          "number of layers on every stage (parallel.pp_layers)");
-    if (p.schedule != PipelineSchedule::ticks)
-      p.schedule_reason = std::string("CAD with pp > 1 runs same-phase ticks (parallel.pp_schedule = ") +
-                          pipeline_schedule_name(par.pp_schedule) + " is not used)";
-    p.schedule = PipelineSchedule::ticks;
-  }
-
-  // ping-pong: measured (bench/cad_scaling.sh) slower than one exchange at a time with
-  // data parallelism on one host, and faster under pipeline ticks, where the second
-  // lane gives the stage that would wait in the exchange other work to serve
-  if (cad && cc.pingpong == Switch::automatic) {
-    p.lanes = p.pipelined() ? 2 : 1;
-    p.lanes_reason = p.pipelined() ? "attention.cad_pingpong = auto: on under pipeline ticks"
-                                   : "attention.cad_pingpong = auto: off without pipeline parallelism";
-  } else {
-    p.lanes = cad && cc.pingpong == Switch::on ? 2 : 1;
-  }
-
+  plan_cp_exchange(p, par);
+  plan_cad(p, par, cc, cad);
   if (par.dp_balance == DpBalance::packing) {
     if (p.layout.cp > 1 || c.attention.placement == Placement::cad)
       throw ConfigError("parallel.dp_balance = packing is a baseline for colocated attention "
@@ -130,10 +143,6 @@ RunPlan make_run_plan(const Config& c, int world) {
     p.balance = p.layout.dp > 1 ? DpBalance::packing : DpBalance::none;
   }
 
-  p.cad = cc;
-  // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
-  // and a cost model in seconds to set them against (pairs have no time)
-  p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile.measured();
   return p;
 }
 

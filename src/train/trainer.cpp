@@ -117,6 +117,77 @@ void Trainer::take_local_batches() {
       grid_.coords().cp_rank);
 }
 
+// The step's targets, tokens and attention pairs over dp x cp (one small all-reduce), and
+// this rank's own pairs.
+Trainer::StepCounts Trainer::count_step(double& comm_s) {
+  double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs
+  for (const LocalBatch& local : local_) {
+    const MicroBatchCost cost = micro_batch_cost(plan_, local);
+    counts[0] += double(local.num_targets());
+    counts[1] += double(cost.tokens);
+    counts[2] += double(cost.pairs);
+  }
+  const double mine = counts[2];
+  allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
+  return {int64_t(counts[0]), int64_t(counts[1]), int64_t(counts[2]), mine};
+}
+
+// A step whose loss or gradient is not finite stops the run before the optimizer uses it.
+void Trainer::refuse_non_finite(const StepRecord& r) const {
+  if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss)) {
+    // before any update the parameters are the init's (or a checkpoint's): the learning
+    // rate cannot be the cause of a first step that is not finite
+    const bool first = r.step == 1 && !resumed_;
+    char init[64];
+    std::snprintf(init, sizeof init, "model.init_std = %g is likely too large", double(model_.config().init_std));
+    throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
+                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); " +
+                             (first ? std::string(init) + ", or check the data" : "lower train.lr or check the data"));
+  }
+}
+
+// Every rank's figures of the step, reduced over ranks into r (src/metrics/step_metrics.h):
+// compute and communication time, its stage's bubble and peak activation bytes, the
+// exchange's bytes and time, and what each rank trained (rank_tokens, rank_attention_pairs).
+void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp,
+                                  double step_s, double comm_s, double my_pairs) {
+  const Layout& layout = grid_.layout();
+  const int64_t mb = plan_.micro_batches;
+  // this rank's own value of every figure reduced over ranks (src/metrics/step_metrics.h)
+  StepRecord mine;
+  mine.compute_max_over_mean = step_s - comm_s;  // compute seconds
+  mine.idle_fraction = comm_s;  // seconds: the schema divides by the step's time
+  mine.bubble_fraction = pipe.bubble_fraction();
+  mine.peak_activation_bytes = pipe.peak_activation_bytes;
+  mine.attention_pairs_max_over_mean = my_pairs;
+  mine.attention_pairs_served_max_over_mean = cp.pairs_served;
+  mine.exchange_bytes_sent = double(cp.bytes_sent);
+  mine.exchange_exposed_fraction = cp.exposed_seconds;
+  mine.exchange_hidden_fraction = cp.hidden_seconds;
+  const double layer_calls =
+      double(plan_.stages[size_t(grid_coordinates(layout, grid_.world_rank()).pp_rank)].num_layers()) * double(mb);
+  mine.exchange_bytes_per_layer = double(cp.bytes_sent) / layer_calls;
+  mine.exchange_exposed_ms_per_layer = 1e3 * cp.exposed_seconds / layer_calls;
+  mine.peak_rss_bytes = peak_rss_bytes();
+  int64_t largest = 1;  // tokens of this rank's largest micro-batch
+  for (const LocalBatch& local : local_) largest = std::max(largest, local.num_tokens());
+  mine.activation_bytes_per_token = double(model_.stored_bytes()) / double(largest);
+  mine.scratch_bytes_per_token = double(model_.scratch_bytes()) / double(largest);
+  std::vector<int> stage_of(size_t(grid_.world_size()));
+  for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
+  reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
+  int64_t my_tokens = 0;
+  for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
+  // what every rank trained (the step model's batches), for metrics.jsonl
+  const std::vector<double> trained = allgather_rows({double(my_tokens), my_pairs}, grid_.world());
+  for (size_t k = 0; k + 1 < trained.size(); k += 2) {
+    r.rank_tokens.push_back(int64_t(trained[k]));
+    r.rank_attention_pairs.push_back(int64_t(trained[k + 1]));
+  }
+  if (layout.pp > 1) r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
+  else r.bubble_fraction = 0;
+}
+
 StepRecord Trainer::train_step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -126,17 +197,9 @@ StepRecord Trainer::train_step() {
   double comm_s = 0;  // this rank's time inside MPI calls
 
   take_local_batches();
-  double counts[3] = {0, 0, 0};  // targets, tokens, attention pairs: summed over dp x cp
-  for (const LocalBatch& local : local_) {
-    const MicroBatchCost cost = micro_batch_cost(plan_, local);
-    counts[0] += double(local.num_targets());
-    counts[1] += double(cost.tokens);
-    counts[2] += double(cost.pairs);
-  }
-  const double my_pairs = counts[2];
-  allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
-  const int64_t targets = int64_t(counts[0]), tokens = int64_t(counts[1]),
-                pairs = int64_t(counts[2]);
+  const StepCounts counts = count_step(comm_s);
+  const int64_t targets = counts.targets, tokens = counts.tokens, pairs = counts.pairs;
+  const double my_pairs = counts.my_pairs;
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)
@@ -170,16 +233,7 @@ StepRecord Trainer::train_step() {
   double sq = sum_of_squares(model_.grads, counted_);
   allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
   r.grad_norm = std::sqrt(sq);
-  if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss)) {
-    // before any update the parameters are the init's (or a checkpoint's): the learning
-    // rate cannot be the cause of a first step that is not finite
-    const bool first = step == 0 && !resumed_;
-    char init[64];
-    std::snprintf(init, sizeof init, "model.init_std = %g is likely too large", double(model_.config().init_std));
-    throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
-                             std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); " +
-                             (first ? std::string(init) + ", or check the data" : "lower train.lr or check the data"));
-  }
+  refuse_non_finite(r);
   const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
                           ? plan_.optimizer.grad_clip / r.grad_norm
                           : 1.0;
@@ -197,35 +251,10 @@ StepRecord Trainer::train_step() {
   const auto t_end = Clock::now();
   const double step_s = std::chrono::duration<double>(t_end - t0).count();
   trace_span("step", TraceTrack::step, t0, t_end, state_.step);
-  // this rank's own value of every figure reduced over ranks (src/metrics/step_metrics.h)
-  StepRecord mine;
-  mine.compute_max_over_mean = step_s - comm_s;  // compute seconds
-  mine.idle_fraction = comm_s;  // seconds: the schema divides by the step's time
-  mine.bubble_fraction = pipe.bubble_fraction();
-  mine.peak_activation_bytes = pipe.peak_activation_bytes;
-  mine.attention_pairs_max_over_mean = my_pairs;
-  mine.attention_pairs_served_max_over_mean = cp.pairs_served;
-  mine.exchange_bytes_sent = double(cp.bytes_sent);
-  mine.exchange_exposed_fraction = cp.exposed_seconds;
-  mine.exchange_hidden_fraction = cp.hidden_seconds;
-  const double layer_calls =
-      double(plan_.stages[size_t(grid_coordinates(layout, grid_.world_rank()).pp_rank)].num_layers()) * double(mb);
-  mine.exchange_bytes_per_layer = double(cp.bytes_sent) / layer_calls;
-  mine.exchange_exposed_ms_per_layer = 1e3 * cp.exposed_seconds / layer_calls;
-  mine.peak_rss_bytes = peak_rss_bytes();
-  int64_t largest = 1;  // tokens of this rank's largest micro-batch
-  for (const LocalBatch& local : local_) largest = std::max(largest, local.num_tokens());
-  mine.activation_bytes_per_token = double(model_.stored_bytes()) / double(largest);
-  mine.scratch_bytes_per_token = double(model_.scratch_bytes()) / double(largest);
-  std::vector<int> stage_of(size_t(grid_.world_size()));
-  for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
-  reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
+  record_rank_figures(r, pipe, cp, step_s, comm_s, my_pairs);
   int64_t my_tokens = 0;
   for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
-  placement_.placement->observe_step(step_s - comm_s, my_tokens);
-  if (layout.pp > 1) r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
-  else r.bubble_fraction = 0;
-
+  placement_.placement->observe_step(step_s - comm_s, my_tokens);  // CAD learns this rank's speed
   r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens = tokens;
   r.targets = targets;
@@ -333,32 +362,9 @@ void Trainer::open_metrics_file() {
   metrics_ = AppendFile(path, rows.str());
 }
 
-void Trainer::log_header() const {
-  const LlamaConfig& mc = model_.config();
+// What the placement does: CAD's planner and lanes, or the context-parallel exchange.
+void Trainer::log_placement() const {
   const Layout& layout = grid_.layout();
-  const int64_t tokens_per_step = plan_.tokens_per_step();
-  log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
-           omp_get_max_threads(), stream_.source().describe().c_str());
-  if (grid_.world_size() > 1)
-    log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
-             "buckets: %zu (>= %lld elements each), overlap %s",
-             grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
-             (long long)plan_.reduction.bucket_size,
-             plan_.reduction.overlap ? "on" : "off");
-  if (layout.pp > 1) {
-    std::string split;
-    for (const StageSpec& s : plan_.stages)
-      split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
-               std::to_string(s.end_layer - 1);
-    log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
-             "bubble (pp-1)/(m+pp-1) = %.1f%%",
-             layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
-             (long long)plan_.micro_batches,
-             100.0 * theoretical_bubble(layout.pp, int(plan_.micro_batches)));
-  }
-  if (plan_.balance == DpBalance::packing)
-    log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
-             "by work)", layout.dp);
   if (placement_.cad)
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
              "%s, probed point-to-point bandwidth %.2f GB/s",
@@ -391,6 +397,35 @@ void Trainer::log_header() const {
     log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
              "pieces like documents (parallel.cp_comm is not used)",
              layout.cp, cp_split_name(plan_.cp_split));
+}
+
+void Trainer::log_header() const {
+  const LlamaConfig& mc = model_.config();
+  const Layout& layout = grid_.layout();
+  const int64_t tokens_per_step = plan_.tokens_per_step();
+  log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
+           omp_get_max_threads(), stream_.source().describe().c_str());
+  if (grid_.world_size() > 1)
+    log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
+             "buckets: %zu (>= %lld elements each), overlap %s",
+             grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
+             (long long)plan_.reduction.bucket_size,
+             plan_.reduction.overlap ? "on" : "off");
+  if (layout.pp > 1) {
+    std::string split;
+    for (const StageSpec& s : plan_.stages)
+      split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
+               std::to_string(s.end_layer - 1);
+    log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
+             "bubble (pp-1)/(m+pp-1) = %.1f%%",
+             layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
+             (long long)plan_.micro_batches,
+             100.0 * theoretical_bubble(layout.pp, int(plan_.micro_batches)));
+  }
+  if (plan_.balance == DpBalance::packing)
+    log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
+             "by work)", layout.dp);
+  log_placement();
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
   log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
            "%.2fM params, attention %s",

@@ -80,8 +80,17 @@ class Trainer {
   // Checks checkpoint.dir on every rank, then rank 0 takes it for this run (run()).
   void claim_run_folder();
   void take_local_batches();  // this rank's share of the step's micro-batches, into local_
+  struct StepCounts {
+    int64_t targets = 0, tokens = 0, pairs = 0;  // over dp x cp
+    double my_pairs = 0;                          // this rank's
+  };
+  StepCounts count_step(double& comm_s);
+  void refuse_non_finite(const StepRecord& r) const;
+  void record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp, double step_s,
+                           double comm_s, double my_pairs);
   void open_metrics_file();
   void log_header() const;
+  void log_placement() const;
   static const ProcessGrid& single_process_grid();
   RunPlan plan_;  // the resolved run (src/train/run_plan.h)
   const ProcessGrid& grid_;

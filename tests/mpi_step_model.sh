@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The step model (src/train/step_model.h): `lct simulate` predicts a step from the same
+# per-rank batches `lct train` trains. For dp, pp, cp and CAD layouts (and dp balance
+# packing, and a mask), every rank's tokens and attention pairs of every step in
+# metrics.jsonl (what the trainer ran, gathered from every rank) equal the simulator's
+# prediction of the same steps (simulate --json "steps"), exactly: both are integer
+# counts of the same documents.
+set -euo pipefail
+LCT=$1
+source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
+
+MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
+  --data.max_doc_len 200 --data.doc_lengths pretrain --train.threads 1 --train.micro_batches 2"
+STEPS=3
+
+check() {  # name ranks args...: train and simulate the layout, compare per-rank counts
+  local name=$1 np=$2
+  shift 2
+  run_train "$name" "$np" --train.steps $STEPS "$@"
+  "$LCT" simulate $MODEL --ranks "$np" --steps $STEPS --tflops 1 --json "$@" > "$name.sim.json" 2> "$name.sim.log" \
+    || { cat "$name.sim.log"; echo "FAIL: simulate $name"; exit 1; }
+  /usr/bin/python3 - "$name" <<'PY'
+import json, sys
+name = sys.argv[1]
+ran = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
+sim = json.load(open(f"{name}.sim.json"))["steps"]
+assert len(ran) == len(sim), (name, len(ran), len(sim))
+for k, (r, s) in enumerate(zip(ran, sim)):
+    for key in ("rank_tokens", "rank_attention_pairs"):
+        if r[key] != s[key]:
+            sys.exit(f"FAIL: {name} step {k + 1} {key}: trained {r[key]}, simulated {s[key]}")
+    assert sum(r["rank_tokens"]) > 0
+print(f"ok   {name}: per-rank tokens and attention pairs of {len(ran)} steps as simulated "
+      f"(step 1: tokens {ran[0]['rank_tokens']}, pairs {ran[0]['rank_attention_pairs']})")
+PY
+}
+
+check dp2 2 --parallel.dp 2
+check packing2 2 --parallel.dp 2 --parallel.dp_balance packing
+check pp2 2 --parallel.dp 1 --parallel.pp 2
+check cp2 2 --parallel.dp 1 --parallel.cp 2
+check cp2_window 2 --parallel.dp 1 --parallel.cp 2 --attention.mask sliding_window --attention.window 32
+check cad2 2 --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+check cad2_pp2 4 --parallel.dp 2 --parallel.pp 2 --attention.placement cad --attention.cad_profile pairs
+check cad2_cp2 4 --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
+check dp2_pp2 4 --parallel.dp 2 --parallel.pp 2

@@ -29,15 +29,9 @@
 #                             [--per-step 0|1] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=20
-ROUNDS=5
-RANKS=$(nproc)
 LAYOUTS="colocated packing cad cad_pingpong cp"
-MICRO_BATCHES=4
-PER_STEP=0
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
-bench_options "steps rounds ranks layouts micro-batches per-step" "$@"
+bench_options "steps=20 rounds=5 ranks=$(nproc) layouts micro-batches=4 per-step=0" "$@"
 set -- "${BENCH_REST[@]}"
 
 layout_args() {  # the lct train arguments of a layout

@@ -8,12 +8,20 @@ export OMP_WAIT_POLICY=PASSIVE
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# bench_options "NAMES" ARGS...: reads the script's leading options --config and each
-# --name of NAMES (space-separated) with its value into the upper-case variable (dashes
-# become underscores: --micro-batches sets MICRO_BATCHES); stops at the first other
-# argument and leaves the rest, the extra lct train arguments, in BENCH_REST.
+# bench_options "NAME=DEFAULT ..." ARGS...: sets each option's upper-case variable (a
+# NAME without =DEFAULT keeps the value the script set)
+# (dashes become underscores: micro-batches=8 sets MICRO_BATCHES=8; CONFIG defaults to
+# configs/default.toml), then reads the script's leading options --config and each
+# --name with its value over them; stops at the first other argument and leaves the
+# rest, the extra lct train arguments, in BENCH_REST.
 bench_options() {
-  local names="config $1" matched name
+  local names="config" matched name entry
+  CONFIG=${CONFIG:-configs/default.toml}
+  for entry in $1; do
+    name=${entry%%=*}
+    names="$names $name"
+    [ "$entry" = "$name" ] || printf -v "$(echo "$name" | tr 'a-z-' 'A-Z_')" '%s' "${entry#*=}"
+  done
   shift
   while [ $# -gt 0 ]; do
     matched=""

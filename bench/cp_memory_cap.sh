@@ -11,12 +11,8 @@
 #                               [--config configs/default.toml] [extra lct train args...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-CAP_MIB=2200
-LENGTH=32768
-STEPS=1
 source bench/common.sh  # LCT, MPI as root, $work, bench_options
-bench_options "cap-mib length steps" "$@"
+bench_options "cap-mib=2200 length=32768 steps=1" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # label ranks length [extra args]; prints the outcome, returns lct's exit code

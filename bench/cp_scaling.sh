@@ -16,13 +16,8 @@
 #                            [--rounds 3] [--ranks N] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-LENGTH=16384
-STEPS=4
-ROUNDS=3
-RANKS=$(nproc)
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
-bench_options "length steps rounds ranks" "$@"
+bench_options "length=16384 steps=4 rounds=3 ranks=$(nproc)" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # ranks dir [extra args]

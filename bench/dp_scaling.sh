@@ -11,12 +11,8 @@
 #                            [--ranks N] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=12
-ROUNDS=3
-RANKS=$(nproc)
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
-bench_options "steps rounds ranks" "$@"
+bench_options "steps=12 rounds=3 ranks=$(nproc)" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # ranks dir [extra args]

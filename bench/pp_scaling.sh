@@ -12,13 +12,8 @@
 #                            [--stages N] [--micro-batches 8] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=6
-ROUNDS=3
-STAGES=$(nproc)
-MICRO_BATCHES=8
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
-bench_options "steps rounds stages micro-batches" "$@"
+bench_options "steps=6 rounds=3 stages=$(nproc) micro-batches=8" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # ranks dir steps [extra args]

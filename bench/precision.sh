@@ -18,14 +18,8 @@
 #                           [--long 16384] [--quality 150] [--seeds 3] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=8
-ROUNDS=3
-LONG=16384
-QUALITY=0
-SEEDS=1
 source bench/common.sh  # LCT, $work, bench_options
-bench_options "steps rounds long quality seeds" "$@"
+bench_options "steps=8 rounds=3 long=16384 quality=0 seeds=1" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name precision [extra args]

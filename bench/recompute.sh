@@ -13,12 +13,8 @@
 #                           [--long 16384] [extra lct train args, e.g. --train.precision bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=6
-ROUNDS=3
-LONG=16384
 source bench/common.sh  # LCT, $work, bench_options
-bench_options "steps rounds long" "$@"
+bench_options "steps=6 rounds=3 long=16384" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name mode [extra args]

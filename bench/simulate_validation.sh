@@ -11,12 +11,8 @@
 #                                     [--rounds 3] [--ranks N] [extra lct args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIG=configs/default.toml
-STEPS=20
-ROUNDS=3
-RANKS=$(nproc)
 source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
-bench_options "steps rounds ranks" "$@"
+bench_options "steps=20 rounds=3 ranks=$(nproc)" "$@"
 set -- "${BENCH_REST[@]}"
 
 declare -A ARGS=(

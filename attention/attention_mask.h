@@ -32,12 +32,12 @@ namespace lct {
 enum class MaskKind { causal, sliding_window, sink_window, chunked, prefix_lm, shared_question };
 
 inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
-    {MaskKind::causal, "causal"},
-    {MaskKind::sliding_window, "sliding_window"},
-    {MaskKind::sink_window, "sink_window"},
-    {MaskKind::chunked, "chunked"},
-    {MaskKind::prefix_lm, "prefix_lm"},
-    {MaskKind::shared_question, "shared_question"},
+    {MaskKind::causal, "causal", "its own key and every earlier one"},
+    {MaskKind::sliding_window, "sliding_window", "the last attention.window keys"},
+    {MaskKind::sink_window, "sink_window", "the window and the first attention.sink_tokens"},
+    {MaskKind::chunked, "chunked", "causal within its attention.block_size block"},
+    {MaskKind::prefix_lm, "prefix_lm", "the whole bidirectional prefix, then causal"},
+    {MaskKind::shared_question, "shared_question", "the question and its own answer"},
 };
 inline MaskKind parse_mask_kind(const std::string& name) { return parse_enum(kMaskKindNames, name, "attention mask"); }
 inline const char* mask_kind_name(MaskKind value) { return enum_name(kMaskKindNames, value); }

@@ -19,12 +19,12 @@ namespace lct {
 enum class DocLengthDist { fixed, uniform, pile, prolong64k, prolong512k, pretrain };
 
 inline constexpr EnumName<DocLengthDist> kDocLengthDistNames[] = {
-    {DocLengthDist::fixed, "fixed"},
-    {DocLengthDist::uniform, "uniform"},
-    {DocLengthDist::pile, "pile"},
-    {DocLengthDist::prolong64k, "prolong64k"},
-    {DocLengthDist::prolong512k, "prolong512k"},
-    {DocLengthDist::pretrain, "pretrain"},
+    {DocLengthDist::fixed, "fixed", "every document data.max_doc_len tokens"},
+    {DocLengthDist::uniform, "uniform", "uniform in [data.min_doc_len, data.max_doc_len]"},
+    {DocLengthDist::pile, "pile", "LongCA-bench's Pile histogram"},
+    {DocLengthDist::prolong64k, "prolong64k", "LongCA-bench's ProLong 64K histogram"},
+    {DocLengthDist::prolong512k, "prolong512k", "LongCA-bench's ProLong 512K histogram"},
+    {DocLengthDist::pretrain, "pretrain", "DistCA's Pretrain mix, long documents up-sampled"},
 };
 inline DocLengthDist parse_doc_length_dist(const std::string& name) { return parse_enum(kDocLengthDistNames, name, "document-length distribution"); }
 inline const char* doc_length_dist_name(DocLengthDist value) { return enum_name(kDocLengthDistNames, value); }

@@ -11,6 +11,11 @@ cd "$work"
 # CAD's measured cost model is cached here, not in the user's cache (src/train/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 
+# The small model most layout tests train (2 layers, 4 query and 2 key/value heads),
+# one thread per rank; scripts add their data and schedule.
+TINY_MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+  --model.num_attention_heads 4 --model.num_key_value_heads 2 --train.threads 1"
+
 # compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters
 compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
 

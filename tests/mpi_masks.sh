@@ -15,9 +15,7 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
-  --data.max_doc_len 128 --data.doc_lengths pretrain --train.threads 1 --train.warmup_steps 3"
+MODEL="$TINY_MODEL --data.seq_len 128 --data.max_doc_len 128 --data.doc_lengths pretrain --train.warmup_steps 3"
 SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 train() {  # dir ranks [extra args]: 2 sequences per step (micro-batches x dp; MB, default 2)

@@ -9,9 +9,7 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
-  --data.max_doc_len 200 --data.doc_lengths pretrain --train.threads 1 --train.micro_batches 2"
+MODEL="$TINY_MODEL --data.seq_len 256 --data.max_doc_len 200 --data.doc_lengths pretrain --train.micro_batches 2"
 STEPS=3
 
 check() {  # name ranks args...: train and simulate the layout, compare per-rank counts

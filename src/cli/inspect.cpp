@@ -203,27 +203,15 @@ std::string model_line(const LlamaConfig& m) {
 Json tensors_json(const std::vector<TensorStats>& ts) {
   Json o = Json::array();
   for (const TensorStats& t : ts)
-    o.push_back({{"name", t.name},
-                 {"shape", t.shape},
-                 {"dtype", t.dtype},
-                 {"mean", t.mean},
-                 {"std", t.std},
-                 {"max_abs", t.max_abs},
-                 {"norm", t.norm},
-                 {"checksum", t.checksum}});
+    o.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", t.dtype}, {"mean", t.mean}, {"std", t.std},
+                 {"max_abs", t.max_abs}, {"norm", t.norm}, {"checksum", t.checksum}});
   return o;
 }
 
 Json summary_json(const RunSummary& s) {
-  Json o = {{"steps", s.steps},
-            {"first_loss", s.first_loss},
-            {"last_loss", s.last_loss},
-            {"head_loss", s.head_loss},
-            {"tail_loss", s.tail_loss},
-            {"window", s.window},
-            {"tokens_per_s_p10", s.tokens_per_s_p10},
-            {"tokens_per_s_p50", s.tokens_per_s_p50},
-            {"tokens_per_s_p90", s.tokens_per_s_p90}};
+  Json o = {{"steps", s.steps}, {"first_loss", s.first_loss}, {"last_loss", s.last_loss}, {"head_loss", s.head_loss},
+            {"tail_loss", s.tail_loss}, {"window", s.window}, {"tokens_per_s_p10", s.tokens_per_s_p10},
+            {"tokens_per_s_p50", s.tokens_per_s_p50}, {"tokens_per_s_p90", s.tokens_per_s_p90}};
   for (const StepMetric& m : step_metrics())
     if (m.summary != Summary::none) o[m.name] = s[m.name];
   return o;
@@ -275,18 +263,10 @@ int inspect_batch(const std::string& path, bool json) {
     for (int32_t t = b.cu_seqlens[size_t(d)]; t < b.cu_seqlens[size_t(d + 1)]; ++t)
       segments += t == b.cu_seqlens[size_t(d)] || b.segment_ids[size_t(t)] != b.segment_ids[size_t(t - 1)];
   if (json) {
-    const Json j = {{"file", path},
-                    {"format", "batch"},
-                    {"tokens", b.num_tokens()},
-                    {"documents", b.num_docs()},
-                    {"targets", b.num_targets()},
-                    {"longest_document", longest},
-                    {"median_document", median_len},
-                    {"max_token", max_token},
-                    {"answers", answers},
-                    {"prefix_lens", !b.prefix_lens.empty()},
-                    {"prefix_tokens", prefix_tokens},
-                    {"segment_ids", !b.segment_ids.empty()},
+    const Json j = {{"file", path}, {"format", "batch"}, {"tokens", b.num_tokens()}, {"documents", b.num_docs()},
+                    {"targets", b.num_targets()}, {"longest_document", longest}, {"median_document", median_len},
+                    {"max_token", max_token}, {"answers", answers}, {"prefix_lens", !b.prefix_lens.empty()},
+                    {"prefix_tokens", prefix_tokens}, {"segment_ids", !b.segment_ids.empty()},
                     {"segments", segments}};
     std::printf("%s\n", json_text(j).c_str());
     return 0;
@@ -339,18 +319,12 @@ const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss"
 // inspect --json of a checkpoint or parameter file.
 Json file_json(const std::string& path, const FileReport& r, int64_t num_params) {
   const LlamaConfig& m = r.model;
-  Json model = {{"vocab_size", m.vocab_size},
-                {"hidden_size", m.hidden_size},
-                {"intermediate_size", m.intermediate_size},
-                {"num_hidden_layers", m.num_hidden_layers},
-                {"num_attention_heads", m.num_attention_heads},
-                {"num_key_value_heads", m.num_key_value_heads},
-                {"rope_theta", m.rope_theta},
-                {"rope_scaling", rope_scaling_name(m.rope_scaling)},
-                {"rope_scaling_factor", m.rope_scaling_factor},
-                {"rope_original_length", m.rope_original_length},
-                {"rms_norm_eps", m.rms_norm_eps},
-                {"tie_word_embeddings", m.tie_word_embeddings},
+  Json model = {{"vocab_size", m.vocab_size}, {"hidden_size", m.hidden_size},
+                {"intermediate_size", m.intermediate_size}, {"num_hidden_layers", m.num_hidden_layers},
+                {"num_attention_heads", m.num_attention_heads}, {"num_key_value_heads", m.num_key_value_heads},
+                {"rope_theta", m.rope_theta}, {"rope_scaling", rope_scaling_name(m.rope_scaling)},
+                {"rope_scaling_factor", m.rope_scaling_factor}, {"rope_original_length", m.rope_original_length},
+                {"rms_norm_eps", m.rms_norm_eps}, {"tie_word_embeddings", m.tie_word_embeddings},
                 {"attention_kernel", attention_kernel_name(m.attention_kernel)},
                 {"attention_mask", mask_kind_name(m.attention_mask.kind)},
                 {"attention_window", m.attention_mask.window},

@@ -112,13 +112,9 @@ Calibration measure_calibration(const RunPlan& plan, const SimulateOptions& o) {
 // linear_per_token_layer, head_per_token, attention_per_pair_layer and optimizer in
 // seconds; tokens and pairs timed; linear_forward and attention_forward, fractions.
 std::string calibration_toml(const Calibration& c) {
-  const toml::table t{{"linear_per_token_layer", c.linear_per_token_layer},
-                      {"head_per_token", c.head_per_token},
-                      {"attention_per_pair_layer", c.attention_per_pair_layer},
-                      {"optimizer", c.optimizer},
-                      {"tokens", c.tokens},
-                      {"pairs", c.pairs},
-                      {"linear_forward", c.linear_forward},
+  const toml::table t{{"linear_per_token_layer", c.linear_per_token_layer}, {"head_per_token", c.head_per_token},
+                      {"attention_per_pair_layer", c.attention_per_pair_layer}, {"optimizer", c.optimizer},
+                      {"tokens", c.tokens}, {"pairs", c.pairs}, {"linear_forward", c.linear_forward},
                       {"attention_forward", c.attention_forward}};
   std::ostringstream out;
   out << t << "\n";

@@ -34,10 +34,8 @@ extern std::atomic<int> g_stop_signal;
 
 // One training run on a process grid (a single process by default).
 //
-// Data: step k's global batch is sequences [next, next + dp * micro_batches) of the
-// stream; dp rank r trains sequences next + r * micro_batches + m (with
-// parallel.dp_balance = packing, the global batch's documents re-packed by work), on
-// every pipeline stage alike; a context-parallel rank keeps its shard of each. The loss
+// Data: each rank trains what the step model (src/train/step_model.h) gives it of the
+// step's global batch, sequences [next, next + dp * micro_batches) of the stream. The loss
 // is normalised by the global target count (one small all-reduce per step), so every
 // layout computes the single-process step on the same batch.
 // Execution: the trainer builds the placement (src/train/make_placement.h) and the

@@ -127,9 +127,10 @@ Trainer::StepCounts Trainer::count_step(double& comm_s) {
     counts[1] += double(cost.tokens);
     counts[2] += double(cost.pairs);
   }
-  const double mine = counts[2];
+  const double my_pairs = counts[2];
+  const int64_t my_tokens = int64_t(counts[1]);
   allreduce_sum(counts, 3, grid_.dp_cp(), &comm_s);
-  return {int64_t(counts[0]), int64_t(counts[1]), int64_t(counts[2]), mine};
+  return {int64_t(counts[0]), int64_t(counts[1]), int64_t(counts[2]), my_pairs, my_tokens};
 }
 
 // A step whose loss or gradient is not finite stops the run before the optimizer uses it.
@@ -150,7 +151,7 @@ void Trainer::refuse_non_finite(const StepRecord& r) const {
 // compute and communication time, its stage's bubble and peak activation bytes, the
 // exchange's bytes and time, and what each rank trained (rank_tokens, rank_attention_pairs).
 void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp,
-                                  double step_s, double comm_s, double my_pairs) {
+                                  double step_s, double comm_s, const StepCounts& counts) {
   const Layout& layout = grid_.layout();
   const int64_t mb = plan_.micro_batches;
   // this rank's own value of every figure reduced over ranks (src/metrics/step_metrics.h)
@@ -159,7 +160,7 @@ void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, 
   mine.idle_fraction = comm_s;  // seconds: the schema divides by the step's time
   mine.bubble_fraction = pipe.bubble_fraction();
   mine.peak_activation_bytes = pipe.peak_activation_bytes;
-  mine.attention_pairs_max_over_mean = my_pairs;
+  mine.attention_pairs_max_over_mean = counts.my_pairs;
   mine.attention_pairs_served_max_over_mean = cp.pairs_served;
   mine.exchange_bytes_sent = double(cp.bytes_sent);
   mine.exchange_exposed_fraction = cp.exposed_seconds;
@@ -176,10 +177,8 @@ void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, 
   std::vector<int> stage_of(size_t(grid_.world_size()));
   for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
   reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
-  int64_t my_tokens = 0;
-  for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
   // what every rank trained (the step model's batches), for metrics.jsonl
-  const std::vector<double> trained = allgather_rows({double(my_tokens), my_pairs}, grid_.world());
+  const std::vector<double> trained = allgather_rows({double(counts.my_tokens), counts.my_pairs}, grid_.world());
   for (size_t k = 0; k + 1 < trained.size(); k += 2) {
     r.rank_tokens.push_back(int64_t(trained[k]));
     r.rank_attention_pairs.push_back(int64_t(trained[k + 1]));
@@ -199,7 +198,6 @@ StepRecord Trainer::train_step() {
   take_local_batches();
   const StepCounts counts = count_step(comm_s);
   const int64_t targets = counts.targets, tokens = counts.tokens, pairs = counts.pairs;
-  const double my_pairs = counts.my_pairs;
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)
@@ -251,10 +249,8 @@ StepRecord Trainer::train_step() {
   const auto t_end = Clock::now();
   const double step_s = std::chrono::duration<double>(t_end - t0).count();
   trace_span("step", TraceTrack::step, t0, t_end, state_.step);
-  record_rank_figures(r, pipe, cp, step_s, comm_s, my_pairs);
-  int64_t my_tokens = 0;
-  for (const LocalBatch& local : local_) my_tokens += local.num_tokens();
-  placement_.placement->observe_step(step_s - comm_s, my_tokens);  // CAD learns this rank's speed
+  record_rank_figures(r, pipe, cp, step_s, comm_s, counts);
+  placement_.placement->observe_step(step_s - comm_s, counts.my_tokens);  // CAD learns this rank's speed
   r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens = tokens;
   r.targets = targets;

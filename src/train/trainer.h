@@ -81,11 +81,12 @@ class Trainer {
   struct StepCounts {
     int64_t targets = 0, tokens = 0, pairs = 0;  // over dp x cp
     double my_pairs = 0;                          // this rank's
+    int64_t my_tokens = 0;                        // this rank's
   };
   StepCounts count_step(double& comm_s);
   void refuse_non_finite(const StepRecord& r) const;
   void record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp, double step_s,
-                           double comm_s, double my_pairs);
+                           double comm_s, const StepCounts& counts);
   void open_metrics_file();
   void log_header() const;
   void log_placement() const;

@@ -1,10 +1,13 @@
 #include "attention/gemm.h"
 
 #include "attention/bf16_tiles.h"
+#include "attention/parallel_for.h"
 
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -26,8 +29,7 @@ using dnnl::memory;
 // from bf16 bits (exact)
 template <typename From, typename To>
 void dense_copy(const From* src, int64_t rows, int64_t cols, int64_t ld, To* out) {
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
-  for (int64_t r = 0; r < rows; ++r)
+  parallel_for(rows, rows * cols, [&](int64_t r) {
     for (int64_t c = 0; c < cols; ++c) {
       const From x = src[r * ld + c];
       if constexpr (std::is_same_v<From, float> && std::is_same_v<To, uint16_t>) out[r * cols + c] = bf16_bits(x);
@@ -35,15 +37,19 @@ void dense_copy(const From* src, int64_t rows, int64_t cols, int64_t ld, To* out
       else if constexpr (std::is_same_v<To, uint16_t>) out[r * cols + c] = x;
       else out[r * cols + c] = bf16_value(x);
     }
+  });
 }
 
-// One oneDNN matmul per shape (operand type, M, N, K, transposes, alpha, beta, leading
-// dimensions), created on first use and reused. bf16: operands are dense bf16 copies;
-// f32: the operands in place. The output is fp32 in place.
+// One oneDNN matmul per shape (operand and output types, M, N, K, transposes, alpha,
+// beta, leading dimensions), created on first use and reused. bf16: operands are dense
+// bf16 copies; f32: the operands in place. The output (fp32, or bf16 bits) in place.
+// Executed through the C API with an argument array built once: the C++ wrapper's
+// execute() builds a vector of the arguments on every call, an allocation in lct's own
+// code (tests/step_alloc_test.cpp).
 struct OneDnnMatmul {
   dnnl::matmul primitive;
   memory a, b, c;
-  std::unordered_map<int, memory> args;  // built once
+  std::array<dnnl_exec_arg_t, 3> args{};
 };
 
 class OneDnn {
@@ -67,35 +73,44 @@ class OneDnn {
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
            const uint16_t* B, float beta, float* C, int64_t ldc) {
     // dense bf16 copies: lda = ta ? M : K, ldb = tb ? K : N
-    execute(memory::data_type::bf16, ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, ldc);
+    execute(memory::data_type::bf16, memory::data_type::f32, ta, tb, M, N, K, alpha, A, ta ? M : K, B,
+            tb ? K : N, beta, C, ldc);
+  }
+  // the same with C written as bf16 bits (beta 0)
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, const uint16_t* B, uint16_t* C,
+           int64_t ldc) {
+    execute(memory::data_type::bf16, memory::data_type::bf16, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B,
+            tb ? K : N, 0.0f, C, ldc);
   }
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    execute(memory::data_type::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    execute(memory::data_type::f32, memory::data_type::f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 
  private:
-  void execute(memory::data_type type, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-               const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-    const auto key = std::make_tuple(int(type), ta, tb, M, N, K, alpha, beta, lda, ldb, ldc);
+  void execute(memory::data_type type, memory::data_type dst, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+               float alpha, const void* A, int64_t lda, const void* B, int64_t ldb, float beta, void* C,
+               int64_t ldc) {
+    const auto key = std::make_tuple(int(type), int(dst), ta, tb, M, N, K, alpha, beta, lda, ldb, ldc);
     auto it = cache_.find(key);
     if (it == cache_.end())
-      it = cache_.emplace(key, create(type, ta, tb, M, N, K, alpha, beta, lda, ldb, ldc)).first;
+      it = cache_.emplace(key, create(type, dst, ta, tb, M, N, K, alpha, beta, lda, ldb, ldc)).first;
     OneDnnMatmul& m = *it->second;
     m.a.set_data_handle(const_cast<void*>(A));
     m.b.set_data_handle(const_cast<void*>(B));
     m.c.set_data_handle(C);
-    m.primitive.execute(stream_, m.args);
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(m.primitive.get(), stream_.get(), int(m.args.size()), m.args.data()),
+                            "could not execute a oneDNN matmul");
     stream_.wait();
   }
 
-  std::unique_ptr<OneDnnMatmul> create(memory::data_type type, bool ta, bool tb, int64_t M, int64_t N,
-                                       int64_t K, float alpha, float beta, int64_t lda, int64_t ldb,
-                                       int64_t ldc) {
+  std::unique_ptr<OneDnnMatmul> create(memory::data_type type, memory::data_type dst, bool ta, bool tb,
+                                       int64_t M, int64_t N, int64_t K, float alpha, float beta, int64_t lda,
+                                       int64_t ldb, int64_t ldc) {
     // A is M x K stored as (ta ? K x M : M x K) with leading dimension lda; B likewise
     const memory::desc a({M, K}, type, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
     const memory::desc b({K, N}, type, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-    const memory::desc c({M, N}, memory::data_type::f32, {ldc, 1});
+    const memory::desc c({M, N}, dst, {ldc, 1});
     dnnl::primitive_attr attr;
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (beta != 0.0f) {
@@ -109,13 +124,13 @@ class OneDnn {
     m->a = memory(a, engine_, nullptr);
     m->b = memory(b, engine_, nullptr);
     m->c = memory(c, engine_, nullptr);
-    m->args = {{DNNL_ARG_SRC, m->a}, {DNNL_ARG_WEIGHTS, m->b}, {DNNL_ARG_DST, m->c}};
+    m->args = {{{DNNL_ARG_SRC, m->a.get()}, {DNNL_ARG_WEIGHTS, m->b.get()}, {DNNL_ARG_DST, m->c.get()}}};
     return m;
   }
 
   dnnl::engine engine_;
   dnnl::stream stream_;
-  std::map<std::tuple<int, bool, bool, int64_t, int64_t, int64_t, float, float, int64_t, int64_t, int64_t>,
+  std::map<std::tuple<int, int, bool, bool, int64_t, int64_t, int64_t, float, float, int64_t, int64_t, int64_t>,
            std::unique_ptr<OneDnnMatmul>>
       cache_;
 };
@@ -158,14 +173,23 @@ const float* sgemm_operand(Operand x, bool round, int64_t rows, int64_t cols, in
 
 }  // namespace
 
+// (in chunks of 4,096 values over the threads, each chunk a vectorized loop)
 void to_bf16_bits(const float* src, int64_t n, uint16_t* dst) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits(src[i]);
+  constexpr int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n, [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * chunk);
+#pragma omp simd
+    for (int64_t i = c * chunk; i < end; ++i) dst[i] = bf16_bits(src[i]);
+  });
 }
 
 void from_bf16_bits(const uint16_t* src, int64_t n, float* dst) {
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_value(src[i]);
+  constexpr int64_t chunk = 4096;
+  parallel_for((n + chunk - 1) / chunk, n, [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * chunk);
+#pragma omp simd
+    for (int64_t i = c * chunk; i < end; ++i) dst[i] = bf16_value(src[i]);
+  });
 }
 
 const Bf16Support& bf16_support() {
@@ -193,8 +217,7 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
           int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (precision == Precision::bf16) {
-    gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, ta, tb, M, N, K,
-              alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_bf16(bf16_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   // fp32: bf16 operands are widened (exactly); fp32 ones are used in place
@@ -210,6 +233,19 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 
 namespace {
 std::atomic<Fp32Library> g_fp32_library{Fp32Library::openblas};
+std::atomic<int> g_bf16_kernel{-1};  // -1: by the CPU
+}
+
+void set_bf16_kernel(Bf16Kernel kernel) {
+  if (kernel == Bf16Kernel::onednn && !bf16_support().instructions)
+    throw std::invalid_argument("bf16 kernel onednn: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
+  g_bf16_kernel.store(int(kernel));
+}
+
+Bf16Kernel bf16_kernel() {
+  const int k = g_bf16_kernel.load();
+  if (k >= 0) return Bf16Kernel(k);
+  return bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm;
 }
 
 void set_fp32_library(Fp32Library library) {
@@ -231,6 +267,32 @@ void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   if (!bf16_support().instructions)
     throw std::runtime_error("bf16 product on oneDNN: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
   onednn().run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+void gemm_to_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda,
+                  Operand B, int64_t ldb, uint16_t* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+  if (kernel == Bf16Kernel::onednn && K > 0) {
+    if (!bf16_support().instructions)
+      throw std::runtime_error("bf16 product on oneDNN: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
+    static thread_local std::vector<uint16_t> sa, sb;
+    onednn().run(ta, tb, M, N, K, dense_bf16(A, a_rows, a_cols, lda, sa), dense_bf16(B, b_rows, b_cols, ldb, sb), C,
+                 ldc);
+    return;
+  }
+  // the fp32 sums in grow-only scratch, then rounded (what oneDNN's bf16 output does)
+  static thread_local std::vector<float> sums;
+  float* out = scratch(sums, M * N);
+  gemm_bf16(kernel, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out, N);
+  parallel_for(M, M * N, [&](int64_t r) {
+    for (int64_t c = 0; c < N; ++c) C[r * ldc + c] = bf16_bits(out[r * N + c]);
+  });
+}
+
+void gemm_to_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda, Operand B, int64_t ldb,
+                  uint16_t* C, int64_t ldc) {
+  gemm_to_bf16(bf16_kernel(), ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,

@@ -64,8 +64,22 @@ void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 // both): gemm(bf16, ...) takes onednn where the CPU has bf16 instructions, else
 // rounded_sgemm. onednn throws std::runtime_error on a CPU without them.
 enum class Bf16Kernel { onednn, rounded_sgemm };
+// The kernel gemm(bf16, ...) uses, process-wide: onednn where the CPU has bf16
+// instructions, else rounded_sgemm, until set (tests and lct bench run the fallback on a
+// CPU that has them; setting onednn on a CPU without throws std::invalid_argument).
+void set_bf16_kernel(Bf16Kernel kernel);
+Bf16Kernel bf16_kernel();
 void gemm_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// A bf16 product written as bf16 bits, C = op(A) op(B) (alpha 1, beta 0; each value its
+// fp32 sum rounded to nearest even): a bf16 run's products whose output only feeds other
+// products and elementwise steps (the MLP's gate and up), so no fp32 copy is written and
+// rounded in a second pass. oneDNN writes bf16 itself; the fallback rounds SGEMM's sums.
+void gemm_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda, Operand B,
+                  int64_t ldb, uint16_t* C, int64_t ldc);
+void gemm_to_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Operand A,
+                  int64_t lda, Operand B, int64_t ldb, uint16_t* C, int64_t ldc);
 
 // The oneDNN bf16 product of operands already in bf16 (dense: lda = ta ? M : K, ldb =
 // tb ? K : N), fp32 C: the kernel alone, without rounding passes (lct bench's bf16

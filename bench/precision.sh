@@ -14,12 +14,12 @@
 # (train.fp32_gemm openblas vs onednn: fp32 again, only summed in another order) shows
 # how far two runs drift apart from last-bit differences alone.
 #
-#   bash bench/precision.sh [--config configs/default.toml] [--steps 8] [--rounds 3]
+#   bash bench/precision.sh [--config configs/default.toml] [--steps 8] [--rounds 5]
 #                           [--long 16384] [--quality 150] [--seeds 3] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh  # LCT, $work, bench_options
-bench_options "steps=8 rounds=3 long=16384 quality=0 seeds=1" "$@"
+bench_options "steps=8 rounds=5 long=16384 quality=0 seeds=1" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name precision [extra args]

@@ -1,9 +1,9 @@
 // One decoder layer's math on plain arrays, in the two halves around core attention
 // (core attention itself has no weights and goes through an AttentionPlacement):
 //
-//   attn_in   h1 = rmsnorm(x_in, attn_norm); q, k, v = h1 Wq^T, h1 Wk^T, h1 Wv^T; RoPE
+//   attn_in   h1 = rmsnorm(x_in, attn_norm); [q k v] = h1 [Wq; Wk; Wv]^T; RoPE
 //   attn_out  x_mid = x_in + attn Wo^T; h2 = rmsnorm(x_mid, mlp_norm);
-//             x_out = x_mid + (silu(h2 Wgate^T) * (h2 Wup^T)) Wdown^T
+//             [gate up] = h2 [Wgate; Wup]^T; x_out = x_mid + (silu(gate) * up) Wdown^T
 //
 // RoPE: the causal kernel gets q and k rotated by in-document position; DCA gets k
 // rotated by its key position (t mod s) and q unrotated (the kernel rotates it).
@@ -28,20 +28,24 @@ struct LayerShape {
   const RopeTable* rope = nullptr;
 };
 
-struct LayerTensors {  // a layer's fp32 weights, or their gradients (same layout)
-  float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
+// A layer's fp32 weights, or their gradients (same layout). Q, K and V are one matrix
+// [(H + 2 KV) hd, C] (rows of q_proj, then k_proj, then v_proj: the arena joins them,
+// model/tensor_table.h) and gate and up one [2I, C], so each pair of products that
+// shares an input is one product.
+struct LayerTensors {
+  float *attn_norm, *wqkv, *wo, *mlp_norm, *wgate_up, *wdown;
 };
 
 // The weights a layer computes with: fp32 norms, and the products' matrices in fp32 or,
 // in a bf16 run, as the bf16 copies refreshed after each optimizer step.
 struct LayerWeights {
   const float *attn_norm, *mlp_norm;
-  Operand wq, wk, wv, wo, wgate, wup, wdown;
+  Operand wqkv, wo, wgate_up, wdown;
 };
 
 // A saved activation that only feeds products and elementwise steps: fp32, or in a bf16
-// run bf16 bits (exactly one is set). Rounding it when it is written gives the bits a
-// bf16 product would round it to anyway, once instead of at every product.
+// run bf16 bits (exactly one is set). Storing it in bf16 gives the bits a bf16 product
+// would round it to anyway, once, where it is written.
 struct SavedRows {
   float* f32 = nullptr;
   uint16_t* bf16 = nullptr;
@@ -52,29 +56,29 @@ struct LayerActivations {  // saved by forward for backward; x_out is the next l
   float *x_in, *rstd1;
   SavedRows h1;
   float *q, *k, *v, *attn, *lse, *x_mid, *rstd2;
-  SavedRows h2, gate, up;
-  float* act;  // fp32 runs; a bf16 run recomputes act = silu(gate) * up in backward
+  SavedRows h2;
+  SavedRows gate_up;  // [T, 2I]: gate | up per row, the fused product's output
+  SavedRows act;      // silu(gate) * up [T, I]
   float* x_out;
 };
 
-struct LayerScratch {  // backward temporaries; dq/dk/dv/dattn meet the placement
-  float *dh, *dq, *dk, *dv, *dattn, *dgate, *dup, *dact;
+// Backward temporaries; dq/dk/dv/dattn meet the placement (whole sequence). The tile's:
+// qkv [T, (H + 2 KV) hd] holds the fused Q/K/V product's output in forward (fp32, before
+// RoPE splits it) and its output gradient in backward (bf16 bits in a bf16 run);
+// dgate_up [T, 2I] the MLP's (bf16 bits in a bf16 run), dact [T, I] fp32. They hold
+// nothing between phases, so forwards may use them while backwards are in flight.
+struct LayerScratch {
+  float *dh, *dq, *dk, *dv, *dattn, *qkv, *dgate_up, *dact;
 };
 
-// A bf16 run's attn_out_forward uses scratch.dgate and scratch.dup (T x I fp32 each) for
-// the MLP's fp32 gate and up before they are rounded and scratch.dact for act, and its
-// attn_out_backward recomputes act into scratch.dgate before that is written: the MLP
-// scratch holds nothing between phases, so forwards may use it while backwards are in
-// flight.
-void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
+void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
+                     const LayerScratch& scratch);
 // Recomputation's parts of the forward (model/recompute.h), bit for bit as the forward
-// computes them: h1 and rstd1 (attn_in_forward's norm), and x_mid, rstd2, h2, gate, up
-// and (fp32 runs) act (attn_out_forward up to the down projection, same scratch use).
+// computes them: h1 and rstd1 (attn_in_forward's norm), and x_mid, rstd2, h2, gate_up
+// and act (attn_out_forward up to the down projection).
 void attn_norm_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
-void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
-                    const LayerScratch& scratch);
-void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
-                      const LayerScratch& scratch);
+void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
+void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a);
 // dx: dLoss/d(x_out) on entry, dLoss/d(x_mid) on exit; writes scratch.dattn = dLoss/d(attn).
 void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
                        const LayerActivations& a, const LayerScratch& scratch, float* dx);

@@ -35,10 +35,16 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto at = [&](const char* n) { return table_.get(p + n).offset; };
     layer_offsets_.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
-                              at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
                               at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-                              at("mlp.gate_proj.weight"), at("mlp.up_proj.weight"),
-                              at("mlp.down_proj.weight")});
+                              at("mlp.gate_proj.weight"), at("mlp.down_proj.weight")});
+    // the fused products read Q, K, V (gate, up) as one matrix: the table joins them
+    const int64_t C = config_.hidden_size, I = config_.intermediate_size;
+    const int64_t qdim = config_.num_attention_heads * config_.head_dim();
+    const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
+    const LayerOffsets& o = layer_offsets_.back();
+    if (at("self_attn.k_proj.weight") != o.wqkv + qdim * C || at("self_attn.v_proj.weight") != o.wqkv + (qdim + kvdim) * C ||
+        at("mlp.up_proj.weight") != o.wgate_up + I * C)
+      throw std::logic_error("the parameter table does not join Q, K, V and gate, up");
   }
   embed_offset_ = table_.get("model.embed_tokens.weight").offset;
   lm_head_offset_ =
@@ -103,18 +109,18 @@ void LlamaModel::refresh_weight_copies() {
 // H query heads, hd head dim, I MLP width), for each layer of the stage that does not
 // recompute (train.recompute = none):
 //   x_in C, rstd1 1, h1 C, q H*hd, k KV*hd, v KV*hd, attn H*hd, lse H,
-//   x_mid C, rstd2 1, h2 C, gate I, up I, act I
+//   x_mid C, rstd2 1, h2 C, gate_up 2I, act I
 // a selective layer only x_in, attn and lse, a full one only x_in (model/recompute.h);
 // then the stage output x_out C (the last layer's output: sent to the next stage, or
 // the final norm's input) and dx C, the residual-stream gradient (received from the
 // next stage, sent to the previous one). The head's norm output and statistics live
 // only in a token tile (head_forward_backward runs forward and backward together).
-// In a bf16 run, h1, h2, gate and up are stored as bf16 bits: they feed only
-// products (which round them anyway) and the SwiGLU, and act = silu(gate) * up is not
-// stored at all but recomputed from them in backward (one elementwise pass). Everything the
-// backward needs at full precision stays fp32: the residual stream (x_in, x_mid, x_out,
-// dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the kernel reads
-// fp32; it rounds its own operands), and the LSE.
+// (gate and up are one tensor, gate_up [2I], the fused product's output.) In a bf16 run,
+// h1, h2, gate_up and act are stored as bf16 bits: they feed only products (which round
+// them anyway) and the SwiGLU, and the products and the SwiGLU write them in bf16 directly.
+// Everything the backward needs at full precision stays fp32: the residual stream (x_in,
+// x_mid, x_out, dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the
+// kernel reads fp32; it rounds its own operands), and the LSE.
 ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSpec& stage,
                                              Precision precision, const RecomputePolicy& recompute,
                                              ActivationIds* ids) {
@@ -146,9 +152,8 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     i.x_mid = t.add(p + "x_mid", C);
     i.rstd2 = t.add(p + "rstd2", 1);
     i.h2 = t.add(p + "h2", C, product_input);
-    i.gate = t.add(p + "gate", I, product_input);
-    i.up = t.add(p + "up", I, product_input);
-    if (precision == Precision::fp32) i.act = t.add(p + "act", I);  // bf16: recomputed
+    i.gate_up = t.add(p + "gate_up", 2 * I, product_input);
+    i.act = t.add(p + "act", I, product_input);
     out.layers.push_back(i);
   }
   out.x_out = t.add("x_out", C);
@@ -176,17 +181,18 @@ int64_t LlamaModel::workspace_floats_per_token(const LlamaConfig& c, const Stage
 
 namespace {
 // a token tile's intermediates (TileBuffers, all fp32-sized): rstd1, h1, x_mid, rstd2,
-// h2, gate, up, act, rstd_final, h_final per row
+// h2, gate_up (2I), act, rstd_final, h_final per row
 int64_t tile_floats_per_row(const LlamaConfig& c) { return 3 + 4 * c.hidden_size + 3 * c.intermediate_size; }
 }  // namespace
 
 // whole sequence: dq qdim, dk kvdim, dv kvdim, dattn qdim per token; one token tile:
-// dh C, dgate/dup/dact I per row and the tile buffers; the LM head's logit rows
-// (processed kLogitRows at a time)
+// dh C, qkv qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM
+// head's logit rows (processed kLogitRows at a time)
 int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens);
-  return T * (2 * qdim + 2 * kvdim) + tile * (c.hidden_size + 3 * c.intermediate_size + tile_floats_per_row(c)) +
+  return T * (2 * qdim + 2 * kvdim) +
+         tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
 }
 
@@ -200,20 +206,17 @@ void LlamaModel::zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
 LayerTensors LlamaModel::layer_tensors(std::vector<float>& arena, int l) {
   const LayerOffsets& o = layer_offsets_[size_t(l)];
   float* a = arena.data();
-  return {a + o.attn_norm, a + o.wq, a + o.wk,    a + o.wv,   a + o.wo,
-          a + o.mlp_norm,  a + o.wgate, a + o.wup, a + o.wdown};
+  return {a + o.attn_norm, a + o.wqkv, a + o.wo, a + o.mlp_norm, a + o.wgate_up, a + o.wdown};
 }
 
 LayerWeights LlamaModel::layer_weights(int l) const {
   const LayerOffsets& o = layer_offsets_[size_t(l)];
   const float* p = params.data();
   if (precision_ == Precision::fp32)
-    return {p + o.attn_norm, p + o.mlp_norm, p + o.wq, p + o.wk, p + o.wv, p + o.wo, p + o.wgate, p + o.wup,
-            p + o.wdown};
+    return {p + o.attn_norm, p + o.mlp_norm, p + o.wqkv, p + o.wo, p + o.wgate_up, p + o.wdown};
   if (!weight_copies_fresh_) throw std::logic_error("bf16 run without refresh_weight_copies()");
   const uint16_t* b = weight_copies_.data();
-  return {p + o.attn_norm, p + o.mlp_norm, b + o.wq, b + o.wk, b + o.wv, b + o.wo, b + o.wgate, b + o.wup,
-          b + o.wdown};
+  return {p + o.attn_norm, p + o.mlp_norm, b + o.wqkv, b + o.wo, b + o.wgate_up, b + o.wdown};
 }
 
 Operand LlamaModel::lm_head_weight() const {
@@ -253,9 +256,8 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
   a.x_mid = tile_rows(i.x_mid, tile_.x_mid, C);
   a.rstd2 = tile_rows(i.rstd2, tile_.rstd2, 1);
   a.h2 = tile_saved(i.h2, tile_.h2, C);
-  a.gate = tile_saved(i.gate, tile_.gate, I);
-  a.up = tile_saved(i.up, tile_.up, I);
-  a.act = precision_ == Precision::fp32 ? tile_rows(i.act, tile_.act, I) : nullptr;
+  a.gate_up = tile_saved(i.gate_up, tile_.gate_up, 2 * I);
+  a.act = tile_saved(i.act, tile_.act, I);
   a.x_out = x_out + r0 * C;
   return a;
 }
@@ -309,8 +311,8 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   d_.dv = take(T, kvdim);
   d_.dattn = take(T, qdim);
   d_.dh = take(tile, C);  // one token tile
-  d_.dgate = take(tile, I);
-  d_.dup = take(tile, I);
+  d_.qkv = take(tile, qdim + 2 * kvdim);
+  d_.dgate_up = take(tile, 2 * I);
   d_.dact = take(tile, I);
   // the tile buffers: each array fp32-sized, bf16 ones used as bits from its start
   auto saved = [&](int64_t n) -> SavedRows {
@@ -323,9 +325,8 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   tile_.x_mid = take(tile, C);
   tile_.rstd2 = take(tile, 1);
   tile_.h2 = saved(C);
-  tile_.gate = saved(I);
-  tile_.up = saved(I);
-  tile_.act = take(tile, I);
+  tile_.gate_up = saved(2 * I);
+  tile_.act = saved(I);
   tile_.rstd_final = take(tile, 1);
   tile_.h_final = saved(C);
   logits_ = p;
@@ -443,7 +444,7 @@ void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention");
   const LayerWeights w = layer_weights(l);
   for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-    lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
+    lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
   });
 }
 
@@ -487,7 +488,7 @@ void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention");
   const LayerWeights w = layer_weights(l);
   for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-    lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
+    lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
   });
 }
 
@@ -501,7 +502,7 @@ void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
     const LayerShape sh = layer_shape(s, r0, n);
     const LayerActivations a = layer_activations(l, s, r0);
     const LayerScratch d = scratch_of(s, r0);
-    if (recompute) lct::mlp_in_forward(sh, w, a, d);  // x_mid, h2, gate, up (act) of the tile
+    if (recompute) lct::mlp_in_forward(sh, w, a);  // x_mid, h2, gate_up, act of the tile
     lct::attn_out_backward(sh, w, g, a, d, dx + r0 * config_.hidden_size);
   });
 }

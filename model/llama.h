@@ -177,11 +177,11 @@ class LlamaModel {
 
  private:
   struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
-    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, wgate, wup, wdown;
+    int64_t attn_norm, wqkv, wo, mlp_norm, wgate_up, wdown;  // wqkv: q_proj's, wgate_up: gate_proj's
   };
   struct LayerIds {  // activation ids of one layer (saved by forward for backward; -1: recomputed)
     int x_in = -1, rstd1 = -1, h1 = -1, q = -1, k = -1, v = -1, attn = -1, lse = -1, x_mid = -1,
-        rstd2 = -1, h2 = -1, gate = -1, up = -1, act = -1;  // act: fp32 runs
+        rstd2 = -1, h2 = -1, gate_up = -1, act = -1;
     Recompute mode = Recompute::none;
   };
   struct ActivationIds {
@@ -203,8 +203,8 @@ class LlamaModel {
   // rows, shared: they hold nothing between phases).
   struct TileBuffers {
     std::vector<float> data;
-    float *rstd1 = nullptr, *x_mid = nullptr, *rstd2 = nullptr, *act = nullptr, *rstd_final = nullptr;
-    SavedRows h1, h2, gate, up, h_final;
+    float *rstd1 = nullptr, *x_mid = nullptr, *rstd2 = nullptr, *rstd_final = nullptr;
+    SavedRows h1, h2, gate_up, act, h_final;
   };
   void build_activation_table();
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
@@ -220,7 +220,7 @@ class LlamaModel {
   AttentionInput attention_input(int l, const ActivationSlot& s, bool backward, bool recomputed = false) const;
   // Backward scratch of a slot from row r0 on: whole-sequence arrays (dattn, dq, dk, dv,
   // which live across a split-phase attention and which lane 1 has its own of) at row
-  // r0, the tile's (dh, dgate, dup, dact) from their start.
+  // r0, the tile's (dh, qkv, dgate_up, dact) from their start.
   LayerScratch scratch_of(const ActivationSlot& s, int64_t r0 = 0) const;
   // Backward of layer l repeats what its recompute mode did not keep (nothing for none).
   void recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement);

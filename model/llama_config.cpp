@@ -66,12 +66,13 @@ TensorTable build_llama_table(const LlamaConfig& c) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t.add(p + "input_layernorm.weight", {C}, TensorInit::ones, l, false);
-    t.add(p + "self_attn.q_proj.weight", {qdim, C}, TensorInit::normal, l, true);
-    t.add(p + "self_attn.k_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
+    // Q, K and V joined (one [qdim + 2 kvdim, C] product), gate and up too ([2I, C])
+    t.add(p + "self_attn.q_proj.weight", {qdim, C}, TensorInit::normal, l, true, true);
+    t.add(p + "self_attn.k_proj.weight", {kvdim, C}, TensorInit::normal, l, true, true);
     t.add(p + "self_attn.v_proj.weight", {kvdim, C}, TensorInit::normal, l, true);
     t.add(p + "self_attn.o_proj.weight", {C, qdim}, TensorInit::normal_output, l, true);
     t.add(p + "post_attention_layernorm.weight", {C}, TensorInit::ones, l, false);
-    t.add(p + "mlp.gate_proj.weight", {I, C}, TensorInit::normal, l, true);
+    t.add(p + "mlp.gate_proj.weight", {I, C}, TensorInit::normal, l, true, true);
     t.add(p + "mlp.up_proj.weight", {I, C}, TensorInit::normal, l, true);
     t.add(p + "mlp.down_proj.weight", {C, I}, TensorInit::normal_output, l, true);
   }

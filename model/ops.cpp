@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/vector_math.h"
+#include "model/trace.h"
 
 namespace lct {
 namespace {
@@ -18,23 +19,36 @@ constexpr int64_t kReduceChunk = 256;
 
 void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
                     Precision precision) {
+  const ScopedSpan span("product", TraceTrack::product);
   gemm(precision, false, true, T, out_dim, in_dim, 1.0f, x, in_dim, w, in_dim, 0.0f, out, out_dim);
 }
 
-void matmul_backward(float* dx, float* dw, const float* dout, Operand x, Operand w, int64_t T,
+void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim) {
+  const ScopedSpan span("product", TraceTrack::product);
+  gemm_to_bf16(false, true, T, out_dim, in_dim, x, in_dim, w, in_dim, out, out_dim);
+}
+
+void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
                      int64_t in_dim, int64_t out_dim, Precision precision) {
   // forward was out = x W^T, so dx = dout W and dW = dout^T x. In bf16 both products
-  // read dout rounded: it is rounded once here instead of in each.
+  // read dout rounded: it is rounded once here instead of in each (a dout that is stored
+  // in bf16 is read as it is).
   Operand g = dout;
-  if (precision == Precision::bf16 && dx && dw) {
+  if (precision == Precision::bf16 && !dout.bf16 && dx && dw) {
     static thread_local std::vector<uint16_t> rounded;
     const int64_t n = T * out_dim;
     if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
-    to_bf16_bits(dout, n, rounded.data());
+    to_bf16_bits(static_cast<const float*>(dout.data), n, rounded.data());
     g = Operand(static_cast<const uint16_t*>(rounded.data()));
   }
-  if (dx) gemm(precision, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
-  if (dw) gemm(precision, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);
+  if (dx) {
+    const ScopedSpan span("product", TraceTrack::product);
+    gemm(precision, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
+  }
+  if (dw) {
+    const ScopedSpan span("product", TraceTrack::product);
+    gemm(precision, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);
+  }
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
@@ -124,56 +138,66 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
     for (int64_t c = 0; c < C; ++c) dw[c] += dw_partial[ch * C + c];
 }
 
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + fast_exp(-g)) * up[i];
-  }
-}
-
-void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const float* gate,
-                    const float* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    gate_out[i] = bf16_bits(gate[i]);
-    up_out[i] = bf16_bits(up[i]);
-  }
-  swiglu_forward(out, gate_out, up_out, n);  // the very loop backward recomputes it with
-}
-
-void swiglu_forward(uint16_t* out, const uint16_t* gate, const uint16_t* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = bf16_value(gate[i]);
-    out[i] = bf16_bits(g / (1.0f + fast_exp(-g)) * bf16_value(up[i]));
-  }
-}
-
 namespace {
+template <typename T>
+float widen(T x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return bf16_value(x);
+}
+template <typename T>
+T narrow(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return bf16_bits(x);
+}
+
+template <typename In, typename Out>
+void swiglu_rows(Out* out, const In* gate_up, int64_t T, int64_t I) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const In* gate = gate_up + t * 2 * I;
+    const In* up = gate + I;
+    Out* o = out + t * I;
+#pragma omp simd
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = widen(gate[i]);
+      o[i] = narrow<Out>(g / (1.0f + fast_exp(-g)) * widen(up[i]));
+    }
+  }
+}
+
 // silu(g) = g * s(g), s = sigmoid; silu'(g) = s(g) * (1 + g * (1 - s(g)))
-template <typename In>
-void swiglu_grads(float* dgate, float* dup, const float* dout, const In* gate, const In* up, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float g, u;
-    if constexpr (std::is_same_v<In, float>) g = gate[i], u = up[i];
-    else g = bf16_value(gate[i]), u = bf16_value(up[i]);
-    const float s = 1.0f / (1.0f + fast_exp(-g));
-    dup[i] = dout[i] * g * s;
-    dgate[i] = dout[i] * u * s * (1.0f + g * (1.0f - s));
+template <typename T>
+void swiglu_grad_rows(T* dgate_up, const float* dout, const T* gate_up, int64_t T_, int64_t I) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T_; ++t) {
+    const T* gate = gate_up + t * 2 * I;
+    const T* up = gate + I;
+    const float* d = dout + t * I;
+    T* dgate = dgate_up + t * 2 * I;
+    T* dup = dgate + I;
+#pragma omp simd
+    for (int64_t i = 0; i < I; ++i) {
+      const float g = widen(gate[i]), u = widen(up[i]);
+      const float s = 1.0f / (1.0f + fast_exp(-g));
+      dup[i] = narrow<T>(d[i] * g * s);
+      dgate[i] = narrow<T>(d[i] * u * s * (1.0f + g * (1.0f - s)));
+    }
   }
 }
 }  // namespace
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n) {
-  swiglu_grads(dgate, dup, dout, gate, up, n);
+void swiglu_forward(float* out, const float* gate_up, int64_t T, int64_t I) { swiglu_rows(out, gate_up, T, I); }
+
+void swiglu_forward(uint16_t* out, const uint16_t* gate_up, int64_t T, int64_t I) {
+  swiglu_rows(out, gate_up, T, I);
 }
 
-void swiglu_backward(float* dgate, float* dup, const float* dout, const uint16_t* gate,
-                     const uint16_t* up, int64_t n) {
-  swiglu_grads(dgate, dup, dout, gate, up, n);
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t T, int64_t I) {
+  swiglu_grad_rows(dgate_up, dout, gate_up, T, I);
+}
+
+void swiglu_backward(uint16_t* dgate_up, const float* dout, const uint16_t* gate_up, int64_t T, int64_t I) {
+  swiglu_grad_rows(dgate_up, dout, gate_up, T, I);
 }
 
 void cross_entropy_forward_backward(float* logits, const int32_t* targets,

@@ -19,10 +19,15 @@ namespace lct {
 // (attention/gemm.h: bf16 rounds x and W unless they are stored in bf16, sums in fp32)
 void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
                     Precision precision = Precision::fp32);
+// The same in bf16 with out written as bf16 bits (each value its fp32 sum rounded)
+void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim);
 // dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either; bf16 rounds
-// dout, and W and x unless stored in bf16; the gradients accumulate in fp32)
-void matmul_backward(float* dx, float* dw, const float* dout, Operand x, Operand w, int64_t T,
+// dout once for both unless it is stored in bf16, and W and x unless stored in bf16; the
+// gradients accumulate in fp32)
+void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
                      int64_t in_dim, int64_t out_dim, Precision precision = Precision::fp32);
+// Every product above is one span on the trace's product track (model/trace.h), so a
+// timeline splits each phase into products and everything else.
 
 // out[T, C] = table[tokens[t], :]
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
@@ -40,20 +45,16 @@ void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w,
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
 
-// out[n] = silu(gate) * up
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
-// bf16 runs: gate and up rounded to bf16, and out (bf16 bits) computed from the rounded
-// values in fp32, then rounded. gate_out and up_out receive the rounded gate and up; the
-// second form recomputes out from them, bit for bit as the first gave it.
-void swiglu_forward(uint16_t* out, uint16_t* gate_out, uint16_t* up_out, const float* gate,
-                    const float* up, int64_t n);
-void swiglu_forward(uint16_t* out, const uint16_t* gate, const uint16_t* up, int64_t n);
-// writes dgate, dup from dout
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n);
-// The same from gate and up stored as bf16 bits
-void swiglu_backward(float* dgate, float* dup, const float* dout, const uint16_t* gate,
-                     const uint16_t* up, int64_t n);
+// The SwiGLU on the fused gate and up product: gate_up[T, 2I] holds row t's gate in
+// columns [0, I) and its up in [I, 2I) (one product of h and [Wgate; Wup]).
+// out[T, I] = silu(gate) * up, in one pass; bf16 runs read gate_up and write out as bf16
+// bits (computed in fp32 from the stored values, then rounded).
+void swiglu_forward(float* out, const float* gate_up, int64_t T, int64_t I);
+void swiglu_forward(uint16_t* out, const uint16_t* gate_up, int64_t T, int64_t I);
+// writes dgate_up[T, 2I] (dgate | dup per row) from dout[T, I]; bf16 runs write it as
+// bf16 bits, the rounding the products it feeds would apply, in the same pass
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t T, int64_t I);
+void swiglu_backward(uint16_t* dgate_up, const float* dout, const uint16_t* gate_up, int64_t T, int64_t I);
 
 struct CrossEntropyStats {
   double loss_sum = 0.0;    // sum of -log p(target) over rows with a target

@@ -6,20 +6,25 @@
 namespace lct {
 
 void TensorTable::add(std::string name, std::vector<int64_t> shape, TensorInit init, int layer,
-                      bool weight_decay) {
+                      bool weight_decay, bool joined) {
   TensorSpec s;
   s.name = std::move(name);
   s.shape = std::move(shape);
   s.init = init;
   s.layer = layer;
   s.weight_decay = weight_decay;
-  s.offset = total_;
   s.numel = 1;
   for (int64_t d : s.shape) s.numel *= d;
-  // keep every tensor 16-float (64-byte) aligned inside the arena for vector loads
-  total_ += (s.numel + 15) / 16 * 16;
+  // every tensor 16-float (64-byte) aligned inside the arena for vector loads, except
+  // the second and later of a joined run, which follow the one before directly
+  if (!join_next_) total_ = (total_ + 15) / 16 * 16;
+  s.offset = total_;
+  total_ += s.numel;
+  join_next_ = joined;
   specs_.push_back(std::move(s));
 }
+
+int64_t TensorTable::total() const { return (total_ + 15) / 16 * 16; }
 
 const TensorSpec* TensorTable::find(const std::string& name) const {
   for (const TensorSpec& s : specs_)

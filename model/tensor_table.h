@@ -28,16 +28,21 @@ struct TensorSpec {
 
 class TensorTable {
  public:
+  // Each tensor starts 16-float (64-byte) aligned, unless the one before was added with
+  // `joined`: then it follows that one's last element directly, so matrices that share
+  // an input form one matrix (Q, K and V; gate and up) that one product computes with.
+  // The arena layout is invisible outside the process: checkpoints store tensors by name.
   void add(std::string name, std::vector<int64_t> shape, TensorInit init, int layer,
-           bool weight_decay);
+           bool weight_decay, bool joined = false);
   const std::vector<TensorSpec>& specs() const { return specs_; }
   const TensorSpec& get(const std::string& name) const;  // throws if absent
   const TensorSpec* find(const std::string& name) const;
-  int64_t total() const { return total_; }
+  int64_t total() const;  // the arena's floats
 
  private:
   std::vector<TensorSpec> specs_;
   int64_t total_ = 0;
+  bool join_next_ = false;
 };
 
 // "model.layers.0.mlp.up_proj.weight" -> "model/layers/0/mlp/up_proj/weight"

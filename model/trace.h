@@ -1,12 +1,14 @@
 // Timelines (trace.path): the spans one process records while a Trace is active, for
 // Chrome trace-event JSON that Perfetto opens (parallel/trace_gather.h merges the ranks).
 //
-// Three tracks per rank: `compute` (the model's phases, the optimizer, checkpoints),
+// Four tracks per rank: `compute` (the model's phases, the optimizer, checkpoints),
 // `wait` (every interval a rank spends blocked in MPI: pipeline receives and sends,
 // attention exchanges, gradient reduction, all-reduces; the same intervals the trainer
-// sums into its idle figure) and `step` (one span per training step). Spans on one
-// track never overlap: phases are leaves, and a wait happens inside a phase but on its
-// own track.
+// sums into its idle figure), `step` (one span per training step) and `products` (every
+// matrix product of the linear layers, model/ops.h). Spans on one track never overlap:
+// phases are leaves, and a wait or a product happens inside a phase but on its own
+// track, so a phase's time less its products' is everything else it did (norms, RoPE,
+// SwiGLU, residual adds, rounding passes).
 //
 // Off by default: with no active Trace, recording is one pointer test per span. MPI-free,
 // so the model records its phases itself.
@@ -14,13 +16,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace lct {
 
 using TraceClock = std::chrono::steady_clock;
 
-enum class TraceTrack : int { compute = 0, wait = 1, step = 2 };
+enum class TraceTrack : int { compute = 0, wait = 1, step = 2, product = 3 };
 
 struct TraceSpan {
   const char* name;  // a string literal
@@ -72,6 +76,16 @@ class ScopedSpan {
   bool on_;
   TraceClock::time_point begin_{};
 };
+
+// What a phase of the compute track took in a set of spans: its total time, the time of
+// the product spans inside it (TraceTrack::product), and how many spans of it there
+// were. The rest, seconds - product_seconds, is its elementwise work and overhead.
+struct PhaseTime {
+  double seconds = 0, product_seconds = 0;
+  int64_t count = 0;
+};
+// Per name of the compute track's spans (lct bench's profile, the simulator's calibration).
+std::map<std::string, PhaseTime> phase_times(const std::vector<TraceSpan>& spans);
 
 // A rank's spans as events in microseconds since the trace's epoch, named for the file
 // (src/io/trace_json.h writes them).

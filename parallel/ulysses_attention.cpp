@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention/parallel_for.h"
 #include "parallel/collectives.h"
 #include "parallel/context_parallel.h"
 #include "parallel/mpi_util.h"
@@ -208,8 +209,7 @@ void UlyssesAttention::to_union(const std::vector<Field>& fields) {
     for (const Field& f : fields) {
       const int64_t w = slice_heads(f.kv) * f.per_head, off = slice_first_head(s, f.kv) * f.per_head;
       const int64_t eb = f.bf16 ? 2 : 4;
-#pragma omp parallel for schedule(static) if (T * w > 65536)
-      for (int64_t r = 0; r < T; ++r) put(f.local + r * f.width + off, w, f.bf16, send_.data() + at + r * w * eb);
+      parallel_for(T, T * w, [&](int64_t r) { put(f.local + r * f.width + off, w, f.bf16, send_.data() + at + r * w * eb); });
       at += T * w * eb;
     }
   exchange(send_bytes_, recv_bytes_);
@@ -248,9 +248,7 @@ void UlyssesAttention::from_union(const std::vector<Field>& fields) {
     for (const Field& f : fields) {
       const int64_t w = slice_heads(f.kv) * f.per_head, off = slice_first_head(s, f.kv) * f.per_head;
       const int64_t eb = f.bf16 ? 2 : 4;
-#pragma omp parallel for schedule(static) if (T * w > 65536)
-      for (int64_t r = 0; r < T; ++r)
-        get(recv_.data() + from + r * w * eb, w, f.bf16, f.local_out + r * f.width + off, f.add);
+      parallel_for(T, T * w, [&](int64_t r) { get(recv_.data() + from + r * w * eb, w, f.bf16, f.local_out + r * f.width + off, f.add); });
       from += T * w * eb;
     }
 }

@@ -17,7 +17,9 @@ r = json.load(open(sys.argv[1]))
 m = r["machine"]
 assert m["openblas_core"] and m["threads"] >= 1, m
 c = r["ceilings"]
-assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0, c
+assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0 and c["onednn_f32_gflops"] > 0, c
+# the fp32 ceiling is the faster of the two fp32 libraries lct can call
+assert c["fp32_gemm_gflops"] == max(c["sgemm_gflops"], c["onednn_f32_gflops"]), c
 assert (c["bf16_gemm_gflops"] > 0) == r["gemm"]["bf16_instructions"], c
 assert c["bf16_dot_gflops"] >= 0, c
 g = r["gemm"]
@@ -43,12 +45,37 @@ for x in steps:
     assert x["tokens_per_s"] > 0 and x["peak_rss_bytes"] > 0 and x["activation_bytes"] > 0, x
     # MFU against the precision's ceilings (bf16 on a CPU without bf16 instructions: fp32's)
     bf16_ceilings = x["precision"] == "bf16" and g["bf16_instructions"]
-    assert x["gemm_ceiling_gflops"] == (c["bf16_gemm_gflops"] if bf16_ceilings else c["sgemm_gflops"]), x
+    assert x["gemm_ceiling_gflops"] == (c["bf16_gemm_gflops"] if bf16_ceilings else c["fp32_gemm_gflops"]), x
     assert x["peak_ceiling_gflops"] == (c["bf16_dot_gflops"] if bf16_ceilings else c["fma_gflops"]), x
     # (the JSON's numbers carry 6 significant digits)
     assert abs(x["mfu_vs_gemm"] - x["gflops"] / x["gemm_ceiling_gflops"]) <= 1e-5 * x["mfu_vs_gemm"], x
     assert x["mfu_vs_peak"] > 0, x
 print("bench_smoke: JSON ok")
+PY
+
+# the profile section: each phase's time per step, split into the linear products and
+# the rest, in both precisions (the CAD cost model follows it)
+"$LCT" bench --json --sections profile --step-lengths 256 --step-precisions fp32,bf16 --repeats 1 --budget 5 \
+  --model.num_hidden_layers 2 > "$out"
+python3 - "$out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["profile"]
+assert [(x["precision"], x["tokens"]) for x in rows] == [("fp32", 256), ("bf16", 256)], rows
+for x in rows:
+    p = x["phases"]
+    assert x["steps"] >= 3 and x["step_ms"] > 0, x
+    for name in ("before attention", "attention", "after attention", "after attention backward",
+                 "attention backward", "before attention backward", "loss", "optimizer"):
+        assert name in p, (name, sorted(p))
+    # two layers: two spans per layer phase and step; products only in the linear phases
+    assert p["before attention"]["spans"] == 2 * x["steps"], p["before attention"]
+    for name, t in p.items():
+        assert 0 <= t["product_ms_per_step"] <= t["ms_per_step"], (name, t)
+    for name in ("before attention", "after attention", "before attention backward", "after attention backward"):
+        assert p[name]["product_ms_per_step"] > 0, (name, p[name])
+    assert p["attention"]["product_ms_per_step"] == 0 and p["optimizer"]["product_ms_per_step"] == 0, p
+    assert sum(t["ms_per_step"] for t in p.values()) <= x["step_ms"] * 1.001, x
+print("bench_smoke: profile ok")
 PY
 
 # the context-parallel balance section: zigzag balances, contiguous does not

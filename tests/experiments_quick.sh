@@ -26,9 +26,9 @@ check placements source mix ranks seq_len placement tokens_per_s speedup_over_co
 check memory placement ranks seq_len tokens_per_rank peak_activation_mib peak_rss_mib activation_vs_colocated
 check recompute seq_len precision recompute estimate_gib fits peak_rss_gib estimate_over_peak step_s step_vs_none \
   stored_kib_per_token scratch_kib_per_token
-check attention_kernel distribution kernel tokens documents fwd_gflops bwd_gflops fwd_vs_sgemm bwd_vs_sgemm \
-  fwd_bwd_vs_sgemm sgemm_gflops dca_time_vs_causal
-check masks part mask layout tokens pairs fwd_bwd_ms fwd_gflops bwd_gflops fwd_bwd_vs_sgemm sgemm_gflops us_per_token \
+check attention_kernel distribution kernel tokens documents fwd_gflops bwd_gflops fwd_vs_gemm bwd_vs_gemm \
+  fwd_bwd_vs_gemm fwd_bwd_vs_fma gemm_gflops gemm_library dca_time_vs_causal
+check masks part mask layout tokens pairs fwd_bwd_ms fwd_gflops bwd_gflops fwd_bwd_vs_gemm fwd_bwd_vs_fma gemm_gflops us_per_token \
   tokens_per_s speedup_over_one_rank speedup_spread compute_max_over_mean pairs_max_over_mean
 grep -q "^kernel,sliding_window,one-doc,1024,63520," "$work/results/masks/masks.csv"  # the mask's pairs, not causal's
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall

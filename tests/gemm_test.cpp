@@ -175,6 +175,45 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
     }
 }
 
+// gemm_to_bf16 (a product written as bf16 bits) is the fp32 sum rounded once: against
+// the float64 sum of the rounded operands, each value within gamma_K of it (the fp32 sum)
+// plus one rounding to bf16 (at most 2^-8 of its magnitude, bf16's unit roundoff), on both kernels,
+// dense and strided, with ldc wider than N (only its N columns written).
+TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded_sgemm};
+  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::onednn);
+  const std::vector<Problem> problems = {
+      {false, true, 37, 29, 53, 53, 53, 31, 1.0f, 0.0f},
+      {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 0.0f},
+  };
+  std::mt19937 rng(12);
+  for (const Bf16Kernel kernel : kernels)
+    for (const Problem& p : problems) {
+      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
+      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      std::vector<uint16_t> C(size_t(p.M * p.ldc), 0x7fc1);  // a NaN marks columns not to write
+      gemm_to_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, A.data(), p.lda, B.data(), p.ldb, C.data(), p.ldc);
+      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      double worst = 0;
+      for (int64_t i = 0; i < p.M; ++i) {
+        for (int64_t j = 0; j < p.N; ++j) {
+          double exact = 0, bound = 0;
+          for (int64_t k = 0; k < p.K; ++k) {
+            const double a = round_to_bf16(p.ta ? A[size_t(k * p.lda + i)] : A[size_t(i * p.lda + k)]);
+            const double b = round_to_bf16(p.tb ? B[size_t(j * p.ldb + k)] : B[size_t(k * p.ldb + j)]);
+            exact += a * b;
+            bound += std::fabs(a * b);
+          }
+          const double got = bf16_value(C[size_t(i * p.ldc + j)]);
+          const double allowed = gamma * bound + 0x1p-8 * (std::fabs(exact) + gamma * bound);
+          worst = std::max(worst, std::fabs(got - exact) / allowed);
+        }
+        for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], 0x7fc1) << "column " << j;
+      }
+      EXPECT_LE(worst, 1.0) << "M " << p.M << (kernel == Bf16Kernel::onednn ? " onednn" : " rounded_sgemm");
+    }
+}
+
 // The attention kernel's AVX512-BF16 microkernel (attention/bf16_tiles.h): C = alpha A B
 // (+ C) with A bf16 rows starting at any element and B as pair words, every register
 // block shape and tail, against the float64 sum of the same bf16 values (gamma_K bound

@@ -156,17 +156,66 @@ TEST(Ops, RopeScalingsFollowTheirDefinitions) {
 }
 
 TEST(Ops, SwigluGradientsMatchFiniteDifferences) {
-  const int64_t n = 24;
-  auto gate = random_vector(n, 11, 2.0), up = random_vector(n, 12), r = random_vector(n, 13);
-  std::vector<float> out(static_cast<size_t>(n));
+  // the fused layout: row t holds gate in [0, I) and up in [I, 2I)
+  const int64_t T = 3, I = 8;
+  auto gate_up = random_vector(T * 2 * I, 11, 2.0), r = random_vector(T * I, 13);
+  std::vector<float> out(static_cast<size_t>(T * I));
   auto loss = [&] {
-    swiglu_forward(out.data(), gate.data(), up.data(), n);
+    swiglu_forward(out.data(), gate_up.data(), T, I);
     return dot(out, r);
   };
-  std::vector<float> dg(static_cast<size_t>(n)), du(static_cast<size_t>(n));
-  swiglu_backward(dg.data(), du.data(), r.data(), gate.data(), up.data(), n);
-  EXPECT_LT(rel_error(pick(dg, all_indices(n)), finite_difference(gate, loss, 1e-3, all_indices(n))), kTol);
-  EXPECT_LT(rel_error(pick(du, all_indices(n)), finite_difference(up, loss, kEps, all_indices(n))), kTol);
+  std::vector<float> d(static_cast<size_t>(T * 2 * I));
+  swiglu_backward(d.data(), r.data(), gate_up.data(), T, I);
+  EXPECT_LT(rel_error(pick(d, all_indices(T * 2 * I)), finite_difference(gate_up, loss, 1e-3, all_indices(T * 2 * I))),
+            kTol);
+  // bf16: the same arithmetic on the stored bf16 values, each output rounded once
+  std::vector<uint16_t> gu16(gate_up.size()), out16(out.size()), d16(d.size());
+  to_bf16_bits(gate_up.data(), int64_t(gate_up.size()), gu16.data());
+  std::vector<float> rounded(gate_up.size());
+  from_bf16_bits(gu16.data(), int64_t(gu16.size()), rounded.data());
+  swiglu_forward(out.data(), rounded.data(), T, I);
+  swiglu_backward(d.data(), r.data(), rounded.data(), T, I);
+  swiglu_forward(out16.data(), gu16.data(), T, I);
+  swiglu_backward(d16.data(), r.data(), gu16.data(), T, I);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out16[i], bf16_bits(out[i])) << i;
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d16[i], bf16_bits(d[i])) << i;
+}
+
+TEST(Ops, RopeSplitOfTheFusedProductAndItsGradient) {
+  // rope_split_qkv is the fused Q/K/V rows split and rotated as rope_forward rotates them
+  // in place, and rope_join_qkv_grad its gradient (finite differences), with and without
+  // q's rotation (DCA rotates q in its kernel)
+  const int64_t T = 3, H = 2, KV = 1, hd = 8, qdim = H * hd, kvdim = KV * hd, width = qdim + 2 * kvdim;
+  const RopeTable table = build_rope_table(64, hd, 10000.0);
+  const std::vector<int32_t> pos = {0, 5, 41}, kpos = {7, 2, 63};
+  for (const bool rotate_q : {true, false}) {
+    auto qkv = random_vector(T * width, 31), rq = random_vector(T * qdim, 32), rk = random_vector(T * kvdim, 33),
+         rv = random_vector(T * kvdim, 34);
+    std::vector<float> q(size_t(T * qdim)), k(size_t(T * kvdim)), v(size_t(T * kvdim));
+    const int32_t* qp = rotate_q ? pos.data() : nullptr;
+    rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, kpos.data(), table, T, H, KV, hd);
+    std::vector<float> q_ref(size_t(T * qdim)), k_ref(size_t(T * kvdim));
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(qkv.begin() + t * width, qdim, q_ref.begin() + t * qdim);
+      std::copy_n(qkv.begin() + t * width + qdim, kvdim, k_ref.begin() + t * kvdim);
+      for (int64_t i = 0; i < kvdim; ++i) EXPECT_EQ(v[size_t(t * kvdim + i)], qkv[size_t(t * width + qdim + kvdim + i)]);
+    }
+    if (rotate_q) rope_forward(q_ref.data(), pos.data(), table, T, H, hd);
+    rope_forward(k_ref.data(), kpos.data(), table, T, KV, hd);
+    EXPECT_EQ(q, q_ref);
+    EXPECT_EQ(k, k_ref);
+    auto loss = [&] {
+      rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, kpos.data(), table, T, H, KV, hd);
+      return dot(q, rq) + dot(k, rk) + dot(v, rv);
+    };
+    std::vector<float> d(size_t(T * width));
+    rope_join_qkv_grad(d.data(), rq.data(), rk.data(), rv.data(), qp, kpos.data(), table, T, H, KV, hd);
+    EXPECT_LT(rel_error(pick(d, all_indices(T * width)), finite_difference(qkv, loss, kEps, all_indices(T * width))),
+              kTol);
+    std::vector<uint16_t> d16(d.size());
+    rope_join_qkv_grad(d16.data(), rq.data(), rk.data(), rv.data(), qp, kpos.data(), table, T, H, KV, hd);
+    for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d16[i], bf16_bits(d[i])) << i;
+  }
 }
 
 TEST(Ops, CrossEntropyGradientMatchesFiniteDifferences) {

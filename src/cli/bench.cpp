@@ -16,13 +16,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 
+#include "attention/bf16_tiles.h"
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
 #include "model/rope.h"
+#include "model/trace.h"
 #include "attention/cad_cost.h"
 #include "attention/cad_plan.h"
 #include "data/context_shards.h"
@@ -88,6 +91,18 @@ double sgemm_gflops(const BenchOptions& o, int64_t n) {
   return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
 }
 
+// oneDNN's f32 matmul on the same n^3 product (the other fp32 library lct can call)
+double onednn_f32_gflops(const BenchOptions& o, int64_t n) {
+  std::vector<float> a(size_t(n * n)), b(size_t(n * n)), c(size_t(n * n));
+  for (int64_t i = 0; i < n * n; ++i) a[size_t(i)] = float(i % 7) * 0.1f, b[size_t(i)] = float(i % 5) * 0.1f;
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+    gemm_fp32_onednn(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    return std::vector<double>{seconds_since(t0)};
+  });
+  return 2.0 * double(n) * n * n / mean(column(runs, 0)) / 1e9;
+}
+
 // One product shape of the linear layers, in each way lct can run it (GFLOP/s; 0 = not
 // on this CPU): fp32 OpenBLAS and oneDNN f32 (train.fp32_gemm); bf16 as the model runs
 // it (rounding passes included);
@@ -98,7 +113,33 @@ struct GemmRow {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0;
   double fp32 = 0, fp32_onednn = 0, bf16 = 0, bf16_kernel = 0, bf16_fallback = 0;
+  double lct_tiles = 0;  // lct's own AVX512-BF16 microkernel on the same operands, prepacked (0: not run)
 };
+
+// lct's attention microkernel (attention/bf16_tiles.h) as a linear layer's product: A
+// dense bf16 rows, B packed into pair words once (a weight would be packed once per step),
+// the rows split between the threads in blocks of 64, GFLOP/s. Products with a
+// transposed A (the weight gradient) would pack A on every call: not measured (0).
+double lct_tiles_rate(const BenchOptions& o, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                      const std::vector<uint16_t>& A, const std::vector<uint16_t>& B) {
+  if (ta || !bf16_tiles::available() || K % 2 != 0) return 0;
+  const int64_t kp = K / 2;
+  std::vector<uint32_t> packed(size_t(kp * N));
+  if (tb) bf16_tiles::transpose_pairs(B.data(), N, K, K, packed.data(), N);  // B stored [N, K]
+  else bf16_tiles::interleave_rows(B.data(), K, N, N, packed.data(), N);     // B stored [K, N]
+  std::vector<float> C(size_t(M * N));
+  const int64_t block = 64, blocks = (M + block - 1) / block;
+  const auto runs = repeat_timed(o, [&] {
+    const auto t0 = Clock::now();
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * block, rows = std::min(block, M - r0);
+      bf16_tiles::gemm(rows, N, kp, 1.0f, A.data() + r0 * K, K, packed.data(), N, false, C.data() + r0 * N, N);
+    }
+    return std::vector<double>{seconds_since(t0)};
+  });
+  return 2.0 * double(M) * double(N) * double(K) / mean(column(runs, 0)) / 1e9;
+}
 
 GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool tb, int64_t M, int64_t N,
                  int64_t K) {
@@ -128,17 +169,23 @@ GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool t
     for (size_t i = 0; i < a.size(); ++i) ab[i] = bf16_bits(a[i]);
     for (size_t i = 0; i < b.size(); ++i) bb[i] = bf16_bits(b[i]);
     r.bf16_kernel = rate([&] { gemm_bf16_operands(ta, tb, M, N, K, 1.0f, ab.data(), bb.data(), 0.0f, c.data(), N); });
+    r.lct_tiles = lct_tiles_rate(o, ta, tb, M, N, K, ab, bb);
   }
   return r;
 }
 
-// The linear layers' products at T tokens (forward x W^T, backward dx = dout W and
-// dW = dout^T x of the widest layers), and a square product.
+// The linear layers' products at T tokens as the model runs them (Q, K, V fused into one
+// product, gate and up into one: model/decoder_layer.h): forward x W^T, backward
+// dx = dout W and dW = dout^T x, and a square product.
 std::vector<GemmRow> gemm_rows(const BenchOptions& o, const LlamaConfig& m, int64_t T) {
   const int64_t C = m.hidden_size, I = m.intermediate_size;
-  return {gemm_row(o, "fwd x Wup^T", false, true, T, I, C), gemm_row(o, "fwd x Wdown^T", false, true, T, C, I),
-          gemm_row(o, "fwd x Wq^T", false, true, T, C, C), gemm_row(o, "bwd dx = d Wup", false, false, T, C, I),
-          gemm_row(o, "bwd dW = d^T x", true, false, I, C, T), gemm_row(o, "square 2048^3", false, false, 2048, 2048, 2048)};
+  const int64_t qkv = (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim(),
+                qdim = m.num_attention_heads * m.head_dim();
+  return {gemm_row(o, "fwd x Wqkv^T", false, true, T, qkv, C),       gemm_row(o, "fwd x Wo^T", false, true, T, C, qdim),
+          gemm_row(o, "fwd x Wgate_up^T", false, true, T, 2 * I, C), gemm_row(o, "fwd x Wdown^T", false, true, T, C, I),
+          gemm_row(o, "bwd dx = d Wgate_up", false, false, T, C, 2 * I),
+          gemm_row(o, "bwd dW = d^T x", true, false, 2 * I, C, T),
+          gemm_row(o, "square 2048^3", false, false, 2048, 2048, 2048)};
 }
 
 // oneDNN's bf16 matmul alone on n^3 operands already in bf16 (0 on a CPU without bf16
@@ -173,7 +220,7 @@ double fma_peak_gflops(const BenchOptions& o) {
 
 struct AttentionRow {
   std::string layout, kernel, precision;
-  double ceiling = 0;         // GFLOP/s of this precision's GEMM ceiling (SGEMM or bf16 GEMM)
+  double ceiling = 0;         // GFLOP/s of this precision's GEMM ceiling (best fp32 GEMM or bf16 GEMM)
   double time_vs_causal = 0;  // DCA rows: (fwd+bwd time) / causal's on the same input
   int64_t tokens = 0, documents = 0, pairs = 0;
   double fwd_s = 0, bwd_s = 0, fwd_gflops = 0, bwd_gflops = 0, total_gflops = 0;
@@ -293,6 +340,41 @@ StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precisi
   return r;
 }
 
+// Where a step's time goes (the profile section): each phase's time per step over traced
+// steps after two warm-up steps, split into the linear layers' products (the trace's
+// product track) and everything else the phase does.
+struct PhaseRow {
+  std::string precision;
+  int64_t seq_len = 0;
+  int steps = 0;
+  double step_ms = 0;                     // wall clock per step
+  std::map<std::string, PhaseTime> phases;  // totals over the traced steps
+};
+
+PhaseRow profile_step(const BenchOptions& o, const Config& base, int64_t L, Precision precision) {
+  PhaseRow r;
+  r.precision = precision_name(precision);
+  r.seq_len = L;
+  r.steps = std::max(3, o.repeats);
+  Config c = config_at_length(base, L);
+  c.train.precision = precision;
+  Trainer trainer(make_run_plan(c, 1));
+  for (int i = 0; i < 2; ++i) trainer.train_step();  // warm-up (allocations, primitives)
+  Trace trace(TraceClock::now());
+  Trace::activate(&trace);
+  try {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < r.steps; ++i) trainer.train_step();
+    r.step_ms = 1e3 * seconds_since(t0) / r.steps;
+  } catch (...) {
+    Trace::activate(nullptr);
+    throw;
+  }
+  Trace::activate(nullptr);
+  r.phases = phase_times(trace.spans());
+  return r;
+}
+
 // Per-rank attention pairs (data/context_shards.h) of each split over a stream's
 // sequences: max/mean per sequence, averaged, and the worst sequence's.
 struct BalanceRow {
@@ -374,7 +456,12 @@ struct BenchResults {
   const char* coretype = nullptr;  // OPENBLAS_CORETYPE, if set
   int threads = 0;
   int64_t sgemm_n = 2048;
-  double sgemm = 0, fma = 0;
+  double sgemm = 0, fma = 0;  // OpenBLAS SGEMM, the FMA loop
+  double onednn_f32 = 0;      // oneDNN's f32 matmul, the same product
+  // The fp32 GEMM ceiling: the faster of the two fp32 libraries lct can call here (fp32
+  // figures are set against it, so that a slow BLAS does not flatter them)
+  double fp32_gemm = 0;
+  const char* fp32_gemm_library = "OpenBLAS";
   double bf16_gemm = 0, bf16_dot = 0;  // 0: this CPU has no bf16 instructions
   AttentionParams causal, dca;  // the attention shapes measured
   std::vector<AttentionRow> attention;
@@ -383,6 +470,7 @@ struct BenchResults {
   std::vector<CadBalanceRow> cad_balance;
   std::vector<GemmRow> gemm;
   int64_t gemm_tokens = 0;
+  std::vector<PhaseRow> phases;
 };
 
 // Prints unless --json.
@@ -394,7 +482,7 @@ void say(const BenchOptions& o, const char* fmt, Args... args) {
 // The attention section: causal and DCA, in each precision, on one document and on
 // packed documents (with attention.mask other than causal: the masked kernel alone, its
 // FLOP/s counting only the pairs the mask lets through). Each row is set against its precision's GEMM ceiling (bf16 on a CPU
-// without bf16 instructions: SGEMM, what it runs on).
+// without bf16 instructions: the fp32 one, what it runs on).
 void attention_section(const Config& config, const BenchOptions& o, BenchResults& res) {
   // bf16-fallback: bf16 the way a CPU without bf16 instructions runs it (rounded SGEMM)
   const std::vector<std::string>& precisions = o.attention_precisions;
@@ -412,7 +500,7 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
           AttentionRow r = bench_attention(o, params, layout, *cu);
           r.precision = precisions[pi];
           const bool bf16_kernel = params.precision == Precision::bf16 && !fallback && res.bf16_gemm > 0;
-          r.ceiling = bf16_kernel ? res.bf16_gemm : res.sgemm;
+          r.ceiling = bf16_kernel ? res.bf16_gemm : res.fp32_gemm;
           if (base == &res.causal) causal_s[pi] = r.fwd_s + r.bwd_s;
           else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s[pi];
           res.attention.push_back(r);
@@ -429,8 +517,39 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
   }
 }
 
-// The profile section: the CAD cost model of this machine (and --profile-out).
-void profile_section(const LlamaConfig& model, const BenchOptions& o, const BenchResults& res) {
+// The profile section's first part: per precision and step length, each phase's ms per
+// step, split into the linear products and the rest.
+void phase_profile(const Config& config, const BenchOptions& o, BenchResults& res) {
+  say(o, "\nprofile  where a step goes: ms per step of each phase (the spans trace.path records), split into the "
+      "linear layers' products and everything else (norms, RoPE, SwiGLU, residual adds, rounding, copies)\n");
+  std::vector<Precision> precisions;
+  for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
+  if (precisions.empty()) precisions.push_back(config.train.precision);
+  for (int64_t L : o.step_lengths)
+    for (const Precision precision : precisions) {
+      const PhaseRow r = profile_step(o, config, L, precision);
+      res.phases.push_back(r);
+      say(o, "  %s, %lld tokens, %d steps after 2 warm-up: %.1f ms per step\n", r.precision.c_str(), (long long)L,
+          r.steps, r.step_ms);
+      say(o, "    %-28s %9s %9s %9s\n", "phase", "ms/step", "products", "other");
+      PhaseTime all;
+      for (const auto& [name, t] : r.phases) {
+        say(o, "    %-28s %9.2f %9.2f %9.2f\n", name.c_str(), 1e3 * t.seconds / r.steps,
+            1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
+        if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
+          all.seconds += t.seconds;
+          all.product_seconds += t.product_seconds;
+        }
+      }
+      say(o, "    %-28s %9.2f %9.2f %9.2f   (untraced: %.2f)\n", "all phases", 1e3 * all.seconds / r.steps,
+          1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
+          r.step_ms - 1e3 * all.seconds / r.steps);
+    }
+}
+
+// The profile section: where a step goes, and the CAD cost model of this machine (and --profile-out).
+void profile_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
+  phase_profile(config, o, res);
   const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
   const CaCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
   say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
@@ -455,7 +574,8 @@ Json attention_rows_json(const BenchResults& res) {
     Json row = {{"layout", r.layout}, {"kernel", r.kernel}, {"precision", r.precision}, {"tokens", r.tokens},
                 {"documents", r.documents}, {"pairs", r.pairs}, {"fwd_ms", 1e3 * r.fwd_s}, {"bwd_ms", 1e3 * r.bwd_s},
                 {"fwd_gflops", r.fwd_gflops}, {"bwd_gflops", r.bwd_gflops}, {"fwd_bwd_gflops", r.total_gflops},
-                {"fwd_bwd_vs_sgemm", r.total_gflops / res.sgemm}, {"fwd_bwd_vs_ceiling", r.total_gflops / r.ceiling}};
+                {"fwd_bwd_vs_sgemm", r.total_gflops / res.sgemm}, {"fwd_bwd_vs_fp32_gemm", r.total_gflops / res.fp32_gemm},
+                {"fwd_bwd_vs_fma", r.total_gflops / res.fma}, {"fwd_bwd_vs_ceiling", r.total_gflops / r.ceiling}};
     if (r.time_vs_causal > 0) row["time_vs_causal"] = r.time_vs_causal;
     row["runs"] = r.runs;
     attention.push_back(row);
@@ -470,13 +590,15 @@ void print_bench_json(const BenchResults& res) {
                   {"openblas_core", openblas_get_corename()},
                   {"openblas_coretype_env", res.coretype ? Json(res.coretype) : Json(nullptr)},
                   {"blas_warning", res.blas_warning}};
-  j["ceilings"] = {{"sgemm_n", res.sgemm_n}, {"sgemm_gflops", res.sgemm}, {"fma_gflops", res.fma},
+  j["ceilings"] = {{"sgemm_n", res.sgemm_n}, {"sgemm_gflops", res.sgemm}, {"onednn_f32_gflops", res.onednn_f32},
+                   {"fp32_gemm_gflops", res.fp32_gemm}, {"fp32_gemm_library", res.fp32_gemm_library}, {"fma_gflops", res.fma},
                    {"bf16_gemm_gflops", res.bf16_gemm}, {"bf16_dot_gflops", res.bf16_dot}};
   Json gemm = Json::array();
   for (const GemmRow& r : res.gemm)
     gemm.push_back({{"product", r.name}, {"m", r.M}, {"n", r.N}, {"k", r.K}, {"fp32_gflops", r.fp32},
                     {"fp32_onednn_gflops", r.fp32_onednn}, {"bf16_gflops", r.bf16},
-                    {"bf16_kernel_gflops", r.bf16_kernel}, {"bf16_fallback_gflops", r.bf16_fallback}});
+                    {"bf16_kernel_gflops", r.bf16_kernel}, {"bf16_fallback_gflops", r.bf16_fallback},
+                    {"lct_tiles_gflops", r.lct_tiles}});
   j["gemm"] = {{"tokens", res.gemm_tokens}, {"bf16_kernel", bf16_support().kernel},
                {"bf16_instructions", bf16_support().instructions}, {"rows", gemm}};
   const Json attention = attention_rows_json(res);
@@ -490,6 +612,15 @@ void print_bench_json(const BenchResults& res) {
                          {"gemm_ceiling_gflops", r.gemm_ceiling}, {"peak_ceiling_gflops", r.peak_ceiling},
                          {"mfu_vs_gemm", r.gflops / r.gemm_ceiling}, {"mfu_vs_peak", r.gflops / r.peak_ceiling},
                          {"peak_rss_bytes", r.peak_rss}, {"activation_bytes", r.activation_bytes}, {"runs", r.runs}});
+  j["profile"] = Json::array();
+  for (const PhaseRow& r : res.phases) {
+    Json phases = Json::object();
+    for (const auto& [name, t] : r.phases)
+      phases[name] = {{"ms_per_step", 1e3 * t.seconds / r.steps}, {"product_ms_per_step", 1e3 * t.product_seconds / r.steps},
+                      {"spans", t.count}};
+    j["profile"].push_back({{"precision", r.precision}, {"tokens", r.seq_len}, {"steps", r.steps},
+                            {"step_ms", r.step_ms}, {"phases", phases}});
+  }
   j["cp_balance"] = Json::array();
   for (const BalanceRow& r : res.cp_balance)
     j["cp_balance"].push_back({{"cp", r.cp}, {"split", r.split}, {"mean_max_over_mean", r.mean_max_over_mean},
@@ -523,14 +654,19 @@ void check_bench_memory(const RunPlan& plan, const BenchOptions& o) {
   }
 }
 
-// The same run's ceilings: SGEMM and the FMA loop, oneDNN's bf16 GEMM and the bf16 dot loop.
+// The same run's ceilings: the fp32 GEMM of both libraries (the faster is the fp32 ceiling)
+// and the FMA loop, oneDNN's bf16 GEMM and the bf16 dot loop.
 void ceilings_section(const BenchOptions& o, BenchResults& res) {
   double &sgemm = res.sgemm, &fma = res.fma;
   const int64_t sgemm_n = res.sgemm_n;
   sgemm = sgemm_gflops(o, sgemm_n);
+  res.onednn_f32 = onednn_f32_gflops(o, sgemm_n);
+  res.fp32_gemm = std::max(sgemm, res.onednn_f32);
+  res.fp32_gemm_library = res.onednn_f32 > sgemm ? "oneDNN f32" : "OpenBLAS";
   fma = fma_peak_gflops(o);
-  say(o, "\nceilings  SGEMM %lld^3: %.1f GFLOP/s | FMA loop: %.1f GFLOP/s (SGEMM = %.0f%% of FMA)\n",
-      (long long)sgemm_n, sgemm, fma, 100.0 * sgemm / fma);
+  say(o, "\nceilings  fp32 GEMM %lld^3: OpenBLAS %.1f, oneDNN f32 %.1f GFLOP/s (the fp32 ceiling: %s) | FMA loop: "
+      "%.1f GFLOP/s (best GEMM = %.0f%% of FMA)\n",
+      (long long)sgemm_n, sgemm, res.onednn_f32, res.fp32_gemm_library, fma, 100.0 * res.fp32_gemm / fma);
   res.bf16_gemm = bf16_gemm_gflops(o, sgemm_n);
   res.bf16_dot = bf16_dot_peak_gflops(o);
   if (res.bf16_gemm > 0 || res.bf16_dot > 0)
@@ -547,15 +683,18 @@ void gemm_section(const LlamaConfig& model, int64_t tokens, const BenchOptions& 
   say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
       (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
       bf16_support().kernel.c_str());
-  say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16/fp32: bf16 over the faster fp32\n");
-  say(o, "  %-16s %17s %9s %10s %9s %11s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
-      "bf16 kernel", "bf16 fallback", "bf16/fp32");
+  say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16: as the model runs it (oneDNN, rounding "
+         "included); bf16 kernel: oneDNN alone on bf16 operands; lct tiles: lct's AVX512-BF16 microkernel alone, "
+         "B prepacked; bf16/fp32: bf16 over the faster fp32\n");
+  say(o, "  %-20s %17s %9s %10s %9s %11s %9s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
+      "bf16 kernel", "lct tiles", "bf16 fallback", "bf16/fp32");
   res.gemm = gemm_rows(o, model, res.gemm_tokens);
+  const auto cell = [](double v) { return v > 0 ? std::to_string(int(v + 0.5)) : std::string("-"); };
   for (const GemmRow& r : res.gemm) {
     const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
-    say(o, "  %-16s %17s %9.1f %10.1f %9.1f %11s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
-        r.fp32_onednn, r.bf16, r.bf16_kernel > 0 ? std::to_string(int(r.bf16_kernel + 0.5)).c_str() : "-",
-        r.bf16_fallback, r.bf16 / std::max(r.fp32, r.fp32_onednn));
+    say(o, "  %-20s %17s %9.1f %10.1f %9.1f %11s %9s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
+        r.fp32_onednn, r.bf16, cell(r.bf16_kernel).c_str(), cell(r.lct_tiles).c_str(), r.bf16_fallback,
+        r.bf16 / std::max(r.fp32, r.fp32_onednn));
   }
   {
     const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
@@ -566,10 +705,11 @@ void gemm_section(const LlamaConfig& model, int64_t tokens, const BenchOptions& 
 
 // Whole training steps at each --step-lengths and precision, against the ceilings.
 void step_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
-  const double sgemm = res.sgemm, fma = res.fma;
+  const double fp32_gemm = res.fp32_gemm, fma = res.fma;
   say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
       "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
-      "(fp32: SGEMM, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 runs as fp32)\n",
+      "(fp32: the faster fp32 GEMM library, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 "
+      "runs as fp32)\n",
       model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
       model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
       (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
@@ -582,7 +722,7 @@ void step_section(const Config& config, const LlamaConfig& model, const BenchOpt
     for (int64_t L : o.step_lengths) {
       StepRow r = bench_step(o, config, L, precision);
       const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
-      r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : sgemm;
+      r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : fp32_gemm;
       r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
       res.step.push_back(r);
       say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
@@ -657,7 +797,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
         dca_ap.dca.chunk_len());
-    say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32 and bf16-fallback: SGEMM; bf16: bf16 GEMM)\n");
+    say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32 and bf16-fallback: the faster fp32 GEMM; bf16: bf16 GEMM)\n");
     say(o, "  %-8s %-7s %-13s %7s %5s %9s %9s %9s %7s %9s %9s %5s\n", "layout", "kernel", "precision", "tokens",
         "docs", "fwd", "bwd", "fwd+bwd", "xceil", "f+b ms", "t/causal", "runs");
     attention_section(config, o, res);
@@ -667,7 +807,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
 
   if (wants(o, "cp_balance")) cp_balance_section(plan, o, res);
 
-  if (wants(o, "profile")) profile_section(model, o, res);
+  if (wants(o, "profile")) profile_section(config, model, o, res);
 
   if (wants(o, "cad_balance")) cad_balance_section(plan, o, res);
 
@@ -689,7 +829,7 @@ Command add_bench_command(CLI::App& lct) {
   // tokens already need tens of GiB
   const CLI::Range length(int64_t(1), int64_t(1) << 24);
   CLI::App* bench = lct.add_subcommand(
-      "bench", "throughput of attention and training steps against same-run SGEMM/FMA ceilings");
+      "bench", "throughput of attention and training steps against same-run GEMM and FMA ceilings");
   BenchOptions& b = o->bench;
   bench->add_option("--attention-precisions", b.attention_precisions,
                     "precisions of the attention kernel (bf16-fallback: bf16 as CPUs without bf16 instructions run it)")

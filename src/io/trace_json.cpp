@@ -14,6 +14,7 @@ const char* track_name(TraceTrack track) {
     case TraceTrack::compute: return "compute";
     case TraceTrack::wait: return "wait (blocked in MPI)";
     case TraceTrack::step: return "steps";
+    case TraceTrack::product: return "products (linear layers)";
   }
   return "?";
 }
@@ -33,7 +34,7 @@ void write_trace_json(const std::string& path, const std::vector<TraceProcess>& 
     const int pid = int(r);
     event({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", ranks[r].name}}}});
     event({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
-    for (TraceTrack t : {TraceTrack::compute, TraceTrack::wait, TraceTrack::step})
+    for (TraceTrack t : {TraceTrack::compute, TraceTrack::wait, TraceTrack::step, TraceTrack::product})
       event({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", int(t)}, {"args", {{"name", track_name(t)}}}});
     for (const TraceEvent& s : ranks[r].events) {
       Json e = {{"ph", "X"},  {"pid", pid}, {"tid", int(s.track)}, {"ts", s.begin_us}, {"dur", s.end_us - s.begin_us},

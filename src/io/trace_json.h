@@ -1,5 +1,5 @@
 // Chrome trace-event JSON (https://ui.perfetto.dev, chrome://tracing) of per-rank spans:
-// one process per rank, one thread per track (compute, wait, steps), every span a
+// one process per rank, one thread per track (compute, wait, steps, products), every span a
 // complete event ("ph": "X") in microseconds. Shared by the training timeline (spans
 // gathered from the ranks by parallel/trace_gather.h) and `lct simulate`'s predicted
 // timeline. Written atomically (a temporary file, then a rename).

@@ -88,8 +88,7 @@ Calibration measure_calibration(const RunPlan& plan, const SimulateOptions& o) {
   }
   Trace::activate(nullptr);
   std::map<std::string, double> seconds;
-  for (const TraceSpan& s : trace.spans())
-    seconds[s.name] += std::chrono::duration<double>(s.end - s.begin).count();
+  for (const auto& [name, t] : phase_times(trace.spans())) seconds[name] = t.seconds;
   const double layers = double(mc.num_hidden_layers);
   c.linear_per_token_layer = (seconds["before attention"] + seconds["after attention"] +
                               seconds["before attention backward"] +

@@ -233,19 +233,21 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 
 namespace {
 std::atomic<Fp32Library> g_fp32_library{Fp32Library::openblas};
-std::atomic<int> g_bf16_kernel{-1};  // -1: by the CPU
+std::atomic<Bf16Kernel> g_bf16_kernel{Bf16Kernel::automatic};  // automatic: by the CPU
 }
 
 void set_bf16_kernel(Bf16Kernel kernel) {
-  if (kernel == Bf16Kernel::onednn && !bf16_support().instructions)
-    throw std::invalid_argument("bf16 kernel onednn: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
-  g_bf16_kernel.store(int(kernel));
+  if (kernel == Bf16Kernel::automatic)
+    throw std::invalid_argument("set_bf16_kernel: auto is resolved by measurement first");
+  if (kernel == Bf16Kernel::native && !bf16_support().instructions)
+    throw std::invalid_argument("bf16 kernel native: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
+  g_bf16_kernel.store(kernel);
 }
 
 Bf16Kernel bf16_kernel() {
-  const int k = g_bf16_kernel.load();
-  if (k >= 0) return Bf16Kernel(k);
-  return bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm;
+  const Bf16Kernel k = g_bf16_kernel.load();
+  if (k != Bf16Kernel::automatic) return k;
+  return bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded;
 }
 
 void set_fp32_library(Fp32Library library) {
@@ -273,7 +275,7 @@ void gemm_to_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int
                   Operand B, int64_t ldb, uint16_t* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
-  if (kernel == Bf16Kernel::onednn && K > 0) {
+  if (kernel == Bf16Kernel::native && K > 0) {
     if (!bf16_support().instructions)
       throw std::runtime_error("bf16 product on oneDNN: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
     static thread_local std::vector<uint16_t> sa, sb;
@@ -298,7 +300,6 @@ void gemm_to_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, 
 void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
                int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  const CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   // stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N)
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (K == 0) {  // C = beta C: no operand is read
@@ -306,16 +307,16 @@ void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     return;
   }
-  if (kernel == Bf16Kernel::onednn) {
+  if (kernel == Bf16Kernel::native) {
     static thread_local std::vector<uint16_t> sa, sb;
     gemm_bf16_operands(ta, tb, M, N, K, alpha, dense_bf16(A, a_rows, a_cols, lda, sa),
                        dense_bf16(B, b_rows, b_cols, ldb, sb), beta, C, ldc);
-  } else {
+  } else {  // the rounded values through the fp32 library (train.fp32_gemm)
     static thread_local std::vector<float> sa, sb;
     int64_t la = 0, lb = 0;
     const float* a = sgemm_operand(A, true, a_rows, a_cols, lda, sa, &la);
     const float* b = sgemm_operand(B, true, b_rows, b_cols, ldb, sb, &lb);
-    cblas_sgemm(CblasRowMajor, opa, opb, int(M), int(N), int(K), alpha, a, int(la), b, int(lb), beta, C, int(ldc));
+    gemm(Precision::fp32, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   }
 }
 

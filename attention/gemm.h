@@ -4,12 +4,11 @@
 //   fp32  OpenBLAS SGEMM, or oneDNN's f32 matmul where that is faster (below).
 //   bf16  both operands rounded to bfloat16 (round to nearest even), products summed
 //         in fp32 (mixed precision as Megatron-LM and torchtitan train: fp32 master
-//         weights, bf16 matmul inputs, fp32 accumulation and output). On a CPU with bf16
-//         instructions (AVX512-BF16 or AMX-BF16) the product runs in oneDNN's bf16
-//         matmul (created once per shape and reused); on one without, the rounded
-//         operands go through OpenBLAS SGEMM, which gives the same numbers up to fp32
-//         summation order and costs the conversion on top of the fp32 product
-//         (bf16_support() says which runs).
+//         weights, bf16 matmul inputs, fp32 accumulation and output), by one of two
+//         kernels (Bf16Kernel below): oneDNN's bf16 matmul (created once per shape and
+//         reused) on a CPU with bf16 instructions (AVX512-BF16 or AMX-BF16), or the
+//         rounded operands through the fp32 library, the same numbers up to fp32
+//         summation order (bf16_support() says what the CPU has).
 #pragma once
 
 #include <bit>
@@ -44,7 +43,7 @@ void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N,
 
 // The library of gemm(fp32, ...) (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
 // matmul (primitives created once per shape), process-wide, OpenBLAS until set. automatic
-// is a setting only (the trainer measures and sets one of the two; src/train/fp32_gemm.h).
+// is a setting only (the trainer measures and sets one of the two; src/train/gemm_choice.h).
 // Both sum in fp32 in their own order, so results differ in the last bits between them.
 enum class Fp32Library { automatic, openblas, onednn };
 inline constexpr EnumName<Fp32Library> kFp32LibraryNames[] = {
@@ -60,13 +59,28 @@ Fp32Library fp32_library();
 void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// The two ways of a bf16 product, callable by name (tests check both; lct bench times
-// both): gemm(bf16, ...) takes onednn where the CPU has bf16 instructions, else
-// rounded_sgemm. onednn throws std::runtime_error on a CPU without them.
-enum class Bf16Kernel { onednn, rounded_sgemm };
-// The kernel gemm(bf16, ...) uses, process-wide: onednn where the CPU has bf16
-// instructions, else rounded_sgemm, until set (tests and lct bench run the fallback on a
-// CPU that has them; setting onednn on a CPU without throws std::invalid_argument).
+// The two ways of a bf16 product (train.bf16_kernel), callable by name (tests check
+// both; lct bench times both):
+//   native   oneDNN's bf16 matmul (the attention kernel: lct's AVX512-BF16 tiles); needs
+//            bf16 instructions
+//   rounded  the operands rounded to bf16 and multiplied in fp32, on the fp32 library
+//            (train.fp32_gemm; the attention kernel: fp32 tiles of rounded values): the
+//            same numbers up to fp32 summation order, on any CPU
+// automatic is a setting only (src/train/gemm_choice.h measures and sets one). Where a
+// CPU's bf16 instructions are slower than its fp32 FMAs (seen: an Intel Xeon of family
+// 6, model 207, without AMX, whose VDPBF16PS loop runs at 0.67x its FMA loop), rounded
+// is the faster of the two.
+enum class Bf16Kernel { automatic, native, rounded };
+inline constexpr EnumName<Bf16Kernel> kBf16KernelNames[] = {
+    {Bf16Kernel::automatic, "auto", "native where this CPU has bf16 instructions and they are faster here, measured once and cached"},
+    {Bf16Kernel::native, "native", "the CPU's bf16 instructions: oneDNN's bf16 matmul, lct's AVX512-BF16 attention tiles"},
+    {Bf16Kernel::rounded, "rounded", "operands rounded to bf16, multiplied in fp32 (any CPU)"},
+};
+inline Bf16Kernel parse_bf16_kernel(const std::string& name) { return parse_enum(kBf16KernelNames, name, "bf16 kernel"); }
+inline const char* bf16_kernel_name(Bf16Kernel value) { return enum_name(kBf16KernelNames, value); }
+// The kernel gemm(bf16, ...) and the attention kernel's bf16 tiles use, process-wide:
+// native where the CPU has bf16 instructions, else rounded, until set (native on a CPU
+// without them, or automatic, throws std::invalid_argument).
 void set_bf16_kernel(Bf16Kernel kernel);
 Bf16Kernel bf16_kernel();
 void gemm_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

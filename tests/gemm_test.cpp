@@ -74,8 +74,8 @@ std::vector<float> random_matrix(int64_t n, std::mt19937& rng) {
 }
 
 TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
-  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded_sgemm};
-  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::onednn);
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
+  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 29, 1.0f, 0.0f},    // linear forward: x W^T
       {false, false, 37, 53, 29, 29, 53, 53, 1.0f, 1.0f},   // dx += dout W
@@ -100,7 +100,7 @@ TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
       gemm_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(),
                 p.ldc);
       const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
-      const char* name = kernel == Bf16Kernel::onednn ? "onednn" : "rounded_sgemm";
+      const char* name = kernel == Bf16Kernel::native ? "onednn" : "rounded_sgemm";
       EXPECT_LE(worst_ratio(p, A, B, C0, C, true, gamma), 1.0) << name << " M " << p.M << " K " << p.K;
       // and it is not the fp32 product: against unrounded operands it is off by bf16's
       // rounding, far beyond fp32's summation error
@@ -122,13 +122,13 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
   EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0);
   std::vector<float> D(C.size()), E(C.size());
   gemm(Precision::bf16, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, D.data(), p.ldc);
-  gemm_bf16(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm, p.ta, p.tb, p.M, p.N,
+  gemm_bf16(bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded, p.ta, p.tb, p.M, p.N,
             p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, E.data(), p.ldc);
   EXPECT_EQ(D, E);
   EXPECT_FALSE(bf16_support().kernel.empty());
   EXPECT_FALSE(bf16_support().note.empty());
   if (!bf16_support().instructions)
-    EXPECT_THROW(gemm_bf16(Bf16Kernel::onednn, false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
+    EXPECT_THROW(gemm_bf16(Bf16Kernel::native, false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
                            D.data(), 1),
                  std::runtime_error);
 }
@@ -138,8 +138,8 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
 // values: both kernels, dense and strided, as A and as B; an fp32 product widens them,
 // giving the product of the widened floats.
 TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
-  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded_sgemm};
-  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::onednn);
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
+  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 29, 1.0f, 0.0f},   // dense
       {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 1.0f},   // strided A and B
@@ -180,8 +180,8 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
 // plus one rounding to bf16 (at most 2^-8 of its magnitude, bf16's unit roundoff), on both kernels,
 // dense and strided, with ldc wider than N (only its N columns written).
 TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
-  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded_sgemm};
-  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::onednn);
+  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
+  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 31, 1.0f, 0.0f},
       {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 0.0f},
@@ -210,7 +210,7 @@ TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
         }
         for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], 0x7fc1) << "column " << j;
       }
-      EXPECT_LE(worst, 1.0) << "M " << p.M << (kernel == Bf16Kernel::onednn ? " onednn" : " rounded_sgemm");
+      EXPECT_LE(worst, 1.0) << "M " << p.M << (kernel == Bf16Kernel::native ? " onednn" : " rounded_sgemm");
     }
 }
 

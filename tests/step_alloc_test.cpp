@@ -161,7 +161,7 @@ struct ProductPath {
   const char* name;
   Precision precision;
   Fp32Library fp32 = Fp32Library::openblas;
-  Bf16Kernel bf16 = Bf16Kernel::rounded_sgemm;
+  Bf16Kernel bf16 = Bf16Kernel::rounded;
 };
 
 void expect_steady_state_bounded(const ProductPath& path) {
@@ -198,7 +198,7 @@ void expect_steady_state_bounded(const ProductPath& path) {
   std::printf("  %s: allocations per steady-state step: %s%s\n", path.name, text(steps[0]).c_str(),
               kCAllocatorsSeen ? "" : " (operator new only: a sanitizer build owns malloc)");
   set_fp32_library(Fp32Library::openblas);
-  set_bf16_kernel(bf16_support().instructions ? Bf16Kernel::onednn : Bf16Kernel::rounded_sgemm);
+  set_bf16_kernel(bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded);
 }
 
 TEST(SteadyStateStep, Fp32OnOpenBlas) {
@@ -211,12 +211,12 @@ TEST(SteadyStateStep, Fp32OnOneDnn) {
 
 TEST(SteadyStateStep, Bf16OnRoundedSgemm) {
   expect_steady_state_bounded({"bf16 on rounded SGEMM", Precision::bf16, Fp32Library::openblas,
-                               Bf16Kernel::rounded_sgemm});
+                               Bf16Kernel::rounded});
 }
 
 TEST(SteadyStateStep, Bf16OnOneDnn) {
   if (!bf16_support().instructions) GTEST_SKIP() << "this CPU has no bf16 instructions: " << bf16_support().kernel;
-  expect_steady_state_bounded({"bf16 on oneDNN", Precision::bf16, Fp32Library::openblas, Bf16Kernel::onednn});
+  expect_steady_state_bounded({"bf16 on oneDNN", Precision::bf16, Fp32Library::openblas, Bf16Kernel::native});
 }
 
 // The test can fail: an allocation made by lct's code while recording is attributed to lct.

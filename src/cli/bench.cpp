@@ -31,7 +31,7 @@
 #include "data/context_shards.h"
 #include "src/train/flops.h"
 #include "src/train/memory_budget.h"
-#include "src/train/fp32_gemm.h"
+#include "src/train/gemm_choice.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
@@ -162,7 +162,7 @@ GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool t
   r.fp32_onednn = rate([&] { gemm_fp32_onednn(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
   r.bf16 = rate([&] { gemm(Precision::bf16, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
   r.bf16_fallback = rate([&] {
-    gemm_bf16(Bf16Kernel::rounded_sgemm, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
+    gemm_bf16(Bf16Kernel::rounded, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
   });
   if (bf16_support().instructions) {
     std::vector<uint16_t> ab(a.size()), bb(b.size());

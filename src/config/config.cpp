@@ -259,6 +259,8 @@ void add_train_keys(std::vector<ConfigKey>& k) {
                          [](Config& c) -> auto& { return c.train.precision; }, parse_precision, precision_name));
   k.push_back(choice_key("train.fp32_gemm", std::string("the library of fp32 linear products: ") + enum_help(kFp32LibraryNames),
                          [](Config& c) -> auto& { return c.train.fp32_gemm; }, parse_fp32_library, fp32_library_name));
+  k.push_back(choice_key("train.bf16_kernel", std::string("what runs a bf16 run's products and attention tiles: ") + enum_help(kBf16KernelNames),
+                         [](Config& c) -> auto& { return c.train.bf16_kernel; }, parse_bf16_kernel, bf16_kernel_name));
   k.push_back(choice_key("train.recompute", std::string("what each decoder layer keeps for its backward: ") + enum_help(kRecomputeNames),
                          [](Config& c) -> auto& { return c.train.recompute; }, parse_recompute, recompute_name));
   k.push_back(int_key("train.recompute_layers", "with train.recompute: only the first N layers of the model recompute (0 = every layer)",

@@ -85,7 +85,8 @@ struct TrainConfig {
   OptimizerKind optimizer = OptimizerKind::adamw;
   Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
   LossOn loss_on = LossOn::all;            // data/local_batch.h
-  Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/fp32_gemm.h
+  Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/gemm_choice.h
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // src/train/gemm_choice.h
   Recompute recompute = Recompute::none;   // model/recompute.h
   int64_t recompute_layers = 0;            // the first N layers recompute (0 = every layer)
   int64_t tile_tokens = 4096;              // rows of a token tile (model/llama.h)

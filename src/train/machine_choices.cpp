@@ -7,7 +7,7 @@
 
 #include "parallel/collectives.h"
 #include "src/train/cad_profile.h"
-#include "src/train/fp32_gemm.h"
+#include "src/train/gemm_choice.h"
 
 namespace lct {
 namespace {
@@ -36,15 +36,23 @@ std::vector<std::string> decided_on_root(const ProcessGrid& grid, size_t count, 
 
 void resolve_machine_choices(RunPlan& plan, const ProcessGrid& grid) {
   MachineChoices m;
-  if (plan.precision == Precision::fp32) {
+  {
     // (the products run on token tiles: their row count is a tile's, at most)
     const int64_t rows = std::min(plan.data.seq_len, plan.tile_tokens);
-    const std::vector<std::string> shared = decided_on_root(grid, 2, "train.fp32_gemm: ", [&] {
-      const Fp32GemmChoice choice = resolve_fp32_gemm(plan.fp32_gemm, plan.model, rows);
-      return std::vector<std::string>{fp32_library_name(choice.library), choice.description};
+    const bool bf16 = plan.precision == Precision::bf16;
+    const std::vector<std::string> shared = decided_on_root(grid, 4, "", [&] {
+      const Fp32GemmChoice fp32 = resolve_fp32_gemm(plan.fp32_gemm, plan.model, rows);
+      if (!bf16) return std::vector<std::string>{fp32_library_name(fp32.library), fp32.description, "", ""};
+      const Bf16KernelChoice k = resolve_bf16_kernel(plan.bf16_kernel, plan.model, rows, fp32.library);
+      return std::vector<std::string>{fp32_library_name(fp32.library), fp32.description, bf16_kernel_name(k.kernel),
+                                      k.description};
     });
     m.fp32_library = parse_fp32_library(shared[0]);
     m.fp32_description = shared[1];
+    if (bf16) {
+      m.bf16_kernel = parse_bf16_kernel(shared[2]);
+      m.bf16_description = shared[3];
+    }
   }
   if (plan.placement == Placement::cad) {
     const std::vector<std::string> shared = decided_on_root(grid, 2, "", [&] {

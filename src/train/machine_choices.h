@@ -1,5 +1,5 @@
 // The run's machine-dependent choices, made once after planning: train.fp32_gemm resolved
-// (fp32 runs; src/train/fp32_gemm.h) and attention.cad_profile's cost model (CAD runs;
+// (fp32 runs; src/train/gemm_choice.h) and attention.cad_profile's cost model (CAD runs;
 // src/train/cad_profile.h), both from the cache of this machine's measurements or
 // measured now. Rank 0 decides (it may measure while the others wait asleep: a spinning
 // wait would share the cores being measured) and every rank receives the same choice, so

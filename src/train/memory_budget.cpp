@@ -129,7 +129,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   }
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
   // working buffers and primitive scratchpads (more on a run that first measures the
-  // fp32 library, src/train/fp32_gemm.h), and OpenMPI's shared-memory segments between
+  // fp32 library, src/train/gemm_choice.h), and OpenMPI's shared-memory segments between
   // ranks; an allowance (not derived: the libraries do not say), set from peak RSS
   // measured above the other parts at 8K-16K tokens (up to 29 MiB for one thread, 16-28
   // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)

@@ -102,6 +102,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.loss_on = c.train.loss_on;
   p.attention.precision = p.precision;  // what CAD plans move travels in it
   p.fp32_gemm = c.train.fp32_gemm;
+  p.bf16_kernel = c.train.bf16_kernel;
   p.data = c.data;
   p.seed = c.train.seed;
   p.micro_batches = c.train.micro_batches;

@@ -66,8 +66,10 @@ struct RunControl {
 // on rank 0 (which may measure) and the same on every rank.
 struct MachineChoices {
   bool resolved = false;
-  Fp32Library fp32_library = Fp32Library::openblas;  // fp32 runs: train.fp32_gemm resolved
-  std::string fp32_description;                       // (log) the library and why; "" for bf16
+  Fp32Library fp32_library = Fp32Library::openblas;  // train.fp32_gemm resolved (bf16's rounded kernel runs on it too)
+  std::string fp32_description;                       // (log) the library and why
+  Bf16Kernel bf16_kernel = Bf16Kernel::rounded;       // bf16 runs: train.bf16_kernel resolved
+  std::string bf16_description;                       // (log) the kernel and why; "" for fp32
   std::optional<CaCostModel> cad_cost;                // CAD: the measured cost model (none: pairs)
   std::string cad_cost_description;                   // (log) what the CAD planner balances
 };
@@ -96,6 +98,7 @@ struct RunPlan {
   int64_t tile_tokens = 4096;             // train.tile_tokens
   LossOn loss_on = LossOn::all;           // whose targets train (train.loss_on)
   Fp32Library fp32_gemm = Fp32Library::automatic;  // train.fp32_gemm as set (machine.fp32_library runs)
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // train.bf16_kernel as set (machine.bf16_kernel runs)
   DataConfig data;                 // the document source's settings; data.seq_len tokens per sequence
   int64_t seed = 0;                // train.seed: init and data
   int64_t micro_batches = 1;       // sequences per data-parallel rank and step

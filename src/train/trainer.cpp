@@ -80,7 +80,8 @@ Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
   model_.set_precision(plan.precision);
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
-  if (plan.precision == Precision::fp32) set_fp32_library(plan.machine.fp32_library);
+  set_fp32_library(plan.machine.fp32_library);
+  if (plan.precision == Precision::bf16) set_bf16_kernel(plan.machine.bf16_kernel);
   placement_ = make_placement(plan, grid);
   optimizer_.set_owned_ranges(owned_);
   init_llama_params(model_.table(), model_.config(), uint64_t(plan.seed), model_.params.data());
@@ -439,8 +440,8 @@ void Trainer::log_header() const {
     log_info("fp32 products: %s", plan_.machine.fp32_description.c_str());
   if (plan_.precision == Precision::bf16)
     log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
-             "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32): %s",
-             bf16_support().note.c_str());
+             "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32), "
+             "bf16 kernel %s", plan_.machine.bf16_description.c_str());
   log_info("GFLOP/s: mask-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x attention pairs) per step; pairs: %s",
            mc.attention_mask.causal() ? "sum L_i(L_i+1)/2 (causal)" : "those attention.mask lets through");

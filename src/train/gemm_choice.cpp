@@ -1,0 +1,257 @@
+#include "src/train/gemm_choice.h"
+
+#include <toml++/toml.h>
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "src/config/config_text.h"
+#include "src/config/sections.h"
+#include "src/train/machine_cache.h"
+#include "src/util/machine.h"
+
+namespace lct {
+
+namespace {
+
+struct Product {
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+// The linear layers' products at T tokens as the model runs them: forward x W^T,
+// backward dx = d W and dW = d^T x, for the fused Q/K/V, the output projection, the
+// fused gate/up and the down projection (model/decoder_layer.h).
+std::vector<Product> model_products(const LlamaConfig& m, int64_t T) {
+  const int64_t C = m.hidden_size, I = m.intermediate_size, q = m.num_attention_heads * m.head_dim();
+  const int64_t qkv = q + 2 * m.num_key_value_heads * m.head_dim();
+  std::vector<Product> p;
+  for (auto [in, out] : {std::pair{C, qkv}, std::pair{q, C}, std::pair{C, 2 * I}, std::pair{I, C}}) {
+    p.push_back({false, true, T, out, in});   // forward
+    p.push_back({false, false, T, in, out});  // dx
+    p.push_back({true, false, out, in, T});   // dW
+  }
+  return p;
+}
+
+// The ways a product can run here.
+enum class Way { openblas, onednn_f32, bf16_native, bf16_rounded };
+
+// Seconds for one pass over the products run `way`, best of `repeats` after a warm-up
+// (bf16: operands stored in bf16, as the model stores them).
+double seconds_per_pass(const std::vector<Product>& products, Way way, int repeats) {
+  int64_t most = 0;
+  for (const Product& p : products) most = std::max({most, p.M * p.K, p.K * p.N, p.M * p.N});
+  std::vector<float> a(size_t(most), 0.01f), b(size_t(most), 0.02f), c(size_t(most), 0.0f);
+  std::vector<uint16_t> a16(size_t(most), bf16_bits(0.01f)), b16(size_t(most), bf16_bits(0.02f));
+  const auto pass = [&] {
+    for (const Product& p : products) {
+      const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;
+      switch (way) {
+        case Way::onednn_f32:
+          gemm_fp32_onednn(p.ta, p.tb, p.M, p.N, p.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), p.N);
+          break;
+        case Way::openblas:
+          cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, int(p.M),
+                      int(p.N), int(p.K), 1.0f, a.data(), int(lda), b.data(), int(ldb), 0.0f, c.data(), int(p.N));
+          break;
+        case Way::bf16_native:
+        case Way::bf16_rounded:
+          gemm_bf16(way == Way::bf16_native ? Bf16Kernel::native : Bf16Kernel::rounded, p.ta, p.tb, p.M, p.N, p.K,
+                    1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(), p.N);
+          break;
+      }
+    }
+  };
+  pass();  // warm-up (and oneDNN's primitive creation)
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pass();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+std::string cache_file(const LlamaConfig& m, int64_t T) {
+  char name[160];
+  // (kv names the fused products' shapes: a measurement of the unfused ones is not reused)
+  std::snprintf(name, sizeof name, "fp32_gemm-c%lld-i%lld-q%lld-kv%lld-t%lld-th%d-%016zx.toml", (long long)m.hidden_size,
+                (long long)m.intermediate_size, (long long)(m.num_attention_heads * m.head_dim()),
+                (long long)(m.num_key_value_heads * m.head_dim()), (long long)T, omp_get_max_threads(),
+                std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
+  return name;
+}
+
+std::string describe(Fp32Library library, const Fp32GemmRates& r, int64_t T, const std::string& where) {
+  char text[256];
+  std::snprintf(text, sizeof text, "%s (the model's linear products at %lld tokens: oneDNN f32 %.0f GFLOP/s, "
+                "OpenBLAS %.0f GFLOP/s; %s)", library == Fp32Library::onednn ? "oneDNN f32 matmul" : "OpenBLAS SGEMM",
+                (long long)T, r.onednn, r.openblas, where.c_str());
+  return text;
+}
+
+}  // namespace
+
+Fp32GemmRates measure_fp32_gemm(const LlamaConfig& m, int64_t tokens) {
+  const std::vector<Product> products = model_products(m, tokens);
+  double flops = 0;
+  for (const Product& p : products) flops += 2.0 * double(p.M) * double(p.N) * double(p.K);
+  // alternate the libraries so that a slow moment of the machine hits both
+  double blas = 1e300, dnn = 1e300;
+  for (int round = 0; round < 2; ++round) {
+    blas = std::min(blas, seconds_per_pass(products, Way::openblas, 2));
+    dnn = std::min(dnn, seconds_per_pass(products, Way::onednn_f32, 2));
+  }
+  return {flops / blas / 1e9, flops / dnn / 1e9};
+}
+
+Fp32Library faster_fp32_library(const Fp32GemmRates& r) {
+  return r.onednn >= 1.1 * r.openblas ? Fp32Library::onednn : Fp32Library::openblas;
+}
+
+Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens) {
+  if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
+  if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
+  // the cache's text (TOML): library = "openblas" | "onednn", openblas_gflops, onednn_gflops
+  const auto parse = [](const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+    try {
+      check_toml_nesting(text, "the fp32 GEMM cache");
+      const toml::table t = toml::parse(text, std::string("the fp32 GEMM cache"));
+      const std::optional<std::string> name = t["library"].value<std::string>();
+      const std::optional<double> blas = t["openblas_gflops"].value<double>(), dnn = t["onednn_gflops"].value<double>();
+      if (!name || !blas || !dnn) return false;
+      library = parse_fp32_library(*name);
+      r = {*blas, *dnn};
+    } catch (const std::exception&) {  // toml::parse_error, an unknown library, a ConfigError
+      return false;
+    }
+    return library != Fp32Library::automatic;
+  };
+  const CachedMeasurement c = measured_once(
+      cache_file(m, tokens),
+      [&](const std::string& text) {
+        Fp32Library library;
+        Fp32GemmRates r;
+        return parse(text, library, r);
+      },
+      [&] {
+        const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
+        const toml::table t{{"library", fp32_library_name(faster_fp32_library(r))},
+                            {"openblas_gflops", r.openblas},
+                            {"onednn_gflops", r.onednn}};
+        std::ostringstream out;
+        out << t << "\n";
+        return out.str();
+      });
+  Fp32Library library = Fp32Library::openblas;
+  Fp32GemmRates r;
+  if (!parse(c.text, library, r)) throw std::logic_error("train.fp32_gemm: unreadable measurement text");
+  return {library, describe(library, r, tokens, c.where)};
+}
+
+Bf16KernelRates measure_bf16_kernels(const LlamaConfig& m, int64_t tokens, Fp32Library fp32) {
+  const std::vector<Product> products = model_products(m, tokens);
+  double flops = 0;
+  for (const Product& p : products) flops += 2.0 * double(p.M) * double(p.N) * double(p.K);
+  const Fp32Library before = fp32_library();
+  set_fp32_library(fp32);  // the library the rounded kernel runs on
+  double native = 1e300, rounded = 1e300;
+  try {
+    for (int round = 0; round < 2; ++round) {  // alternating, as above
+      if (bf16_support().instructions) native = std::min(native, seconds_per_pass(products, Way::bf16_native, 2));
+      rounded = std::min(rounded, seconds_per_pass(products, Way::bf16_rounded, 2));
+    }
+  } catch (...) {
+    set_fp32_library(before);
+    throw;
+  }
+  set_fp32_library(before);
+  return {bf16_support().instructions ? flops / native / 1e9 : 0.0, flops / rounded / 1e9};
+}
+
+Bf16Kernel faster_bf16_kernel(const Bf16KernelRates& r) {
+  return r.native > 0 && r.rounded < 1.1 * r.native ? Bf16Kernel::native : Bf16Kernel::rounded;
+}
+
+namespace {
+std::string bf16_cache_file(const LlamaConfig& m, int64_t T, Fp32Library fp32) {
+  char name[200];
+  std::snprintf(name, sizeof name, "bf16_kernel-c%lld-i%lld-q%lld-kv%lld-t%lld-th%d-%s-%016zx.toml",
+                (long long)m.hidden_size, (long long)m.intermediate_size,
+                (long long)(m.num_attention_heads * m.head_dim()), (long long)(m.num_key_value_heads * m.head_dim()),
+                (long long)T, omp_get_max_threads(), fp32_library_name(fp32),
+                std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
+  return name;
+}
+
+// "native: oneDNN bf16 matmul (...), attention in ... (the model's bf16 products at T
+// tokens: native N GFLOP/s, rounded R; why)"
+std::string describe(Bf16Kernel kernel, const Bf16KernelRates& r, int64_t T, const std::string& why) {
+  const std::string what = kernel == Bf16Kernel::native
+                               ? "native: " + bf16_support().kernel + ", attention in " + bf16_support().attention
+                               : std::string("rounded: operands rounded to bf16 and multiplied on the fp32 library, "
+                                             "attention in fp32 tiles of rounded values");
+  if (r.rounded <= 0) return what + " (" + why + ")";
+  char rates[160];
+  std::snprintf(rates, sizeof rates, " (the model's bf16 products at %lld tokens: native %.0f GFLOP/s, rounded %.0f; ",
+                (long long)T, r.native, r.rounded);
+  return what + rates + why + ")";
+}
+}  // namespace
+
+Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, int64_t tokens, Fp32Library fp32) {
+  if (setting == Bf16Kernel::native) {
+    if (!bf16_support().instructions)
+      throw ConfigError("train.bf16_kernel = native: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16); "
+                        "use auto or rounded");
+    return {setting, describe(setting, {}, tokens, "train.bf16_kernel = native")};
+  }
+  if (setting == Bf16Kernel::rounded) return {setting, describe(setting, {}, tokens, "train.bf16_kernel = rounded")};
+  if (!bf16_support().instructions)
+    return {Bf16Kernel::rounded, describe(Bf16Kernel::rounded, {}, tokens, "this CPU has no bf16 instructions")};
+  // the cache's text (TOML): kernel = "native" | "rounded", native_gflops, rounded_gflops
+  const auto parse = [](const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
+    try {
+      check_toml_nesting(text, "the bf16 kernel cache");
+      const toml::table t = toml::parse(text, std::string("the bf16 kernel cache"));
+      const std::optional<std::string> name = t["kernel"].value<std::string>();
+      const std::optional<double> native = t["native_gflops"].value<double>(), rounded = t["rounded_gflops"].value<double>();
+      if (!name || !native || !rounded) return false;
+      kernel = parse_bf16_kernel(*name);
+      r = {*native, *rounded};
+    } catch (const std::exception&) {  // toml::parse_error, an unknown kernel, a ConfigError
+      return false;
+    }
+    return kernel != Bf16Kernel::automatic;
+  };
+  const CachedMeasurement c = measured_once(
+      bf16_cache_file(m, tokens, fp32),
+      [&](const std::string& text) {
+        Bf16Kernel kernel;
+        Bf16KernelRates r;
+        return parse(text, kernel, r);
+      },
+      [&] {
+        const Bf16KernelRates r = measure_bf16_kernels(m, tokens, fp32);
+        const toml::table t{{"kernel", bf16_kernel_name(faster_bf16_kernel(r))},
+                            {"native_gflops", r.native},
+                            {"rounded_gflops", r.rounded}};
+        std::ostringstream out;
+        out << t << "\n";
+        return out.str();
+      });
+  Bf16Kernel kernel = Bf16Kernel::native;
+  Bf16KernelRates r;
+  if (!parse(c.text, kernel, r)) throw std::logic_error("train.bf16_kernel: unreadable measurement text");
+  return {kernel, describe(kernel, r, tokens, c.where)};
+}
+
+}  // namespace lct

@@ -5,8 +5,13 @@
 # (default 16K). fp32 and bf16 alternate for --rounds rounds; each round's speedup is
 # the ratio of the two adjacent runs' wall-clock throughput (bench/throughput.py: total
 # tokens over total time of the steps after the first two), and the figure is the
-# median over rounds with their range. Also: the peak activation memory of each (the
-# slot pool's peak, metrics.jsonl), and what runs the bf16 products here.
+# median over rounds with their range. bf16 runs on its default kernel (train.bf16_kernel
+# = auto: the CPU's bf16 instructions, or rounded operands on the fp32 library where that
+# is faster here); on a CPU with bf16 instructions each round also runs the other kernel
+# (native or rounded, whichever auto did not pick), so both are set against fp32 in the
+# same rounds. fp32 runs on its default library (train.fp32_gemm = auto). Also: the peak
+# activation memory of each (the slot pool's peak, metrics.jsonl), and what runs the
+# bf16 products here.
 #
 # With --quality N (default 0: off) it then trains the config N steps in each precision
 # for each of --seeds seeds (default 1; the same seed for both), and sets the mean loss of
@@ -25,41 +30,60 @@ set -- "${BENCH_REST[@]}"
 run() {  # name precision [extra args]
   local dir=$work/$1 precision=$2
   shift 2
-  "$LCT" train --config "$CONFIG" --train.steps "$STEPS" --train.precision "$precision" \
+  "$LCT" train --config "$CONFIG" --train.steps "${RUN_STEPS:-$STEPS}" --train.precision "$precision" \
     --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
 }
 
 LONG_ARGS=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
 echo "precision | config $CONFIG | $ROUNDS rounds x $STEPS steps | one process, all cores"
 lscpu | grep -E "^Model name" | sed 's/  */ /g'
+# the kernel auto does not pick, where the CPU has bf16 instructions ("" without them)
+OTHER=""
+if [ "$ROUNDS" -gt 0 ]; then
+  RUN_STEPS=1 run probe bf16 "$@"
+  if lscpu | grep -qwE "avx512_bf16|amx_bf16"; then
+    if grep -q "bf16 kernel native" "$work/probe.log"; then OTHER=rounded; else OTHER=native; fi
+  fi
+fi
 for r in $(seq "$ROUNDS"); do
-  run "r${r}_mix_fp32" fp32 "$@"
-  run "r${r}_mix_bf16" bf16 "$@"
-  run "r${r}_long_fp32" fp32 "${LONG_ARGS[@]}" "$@"
-  run "r${r}_long_bf16" bf16 "${LONG_ARGS[@]}" "$@"
+  for load in mix long; do
+    args=("$@")
+    [ "$load" = long ] && args=("${LONG_ARGS[@]}" "$@")
+    run "r${r}_${load}_fp32" fp32 "${args[@]}"
+    run "r${r}_${load}_bf16" bf16 "${args[@]}"
+    [ -z "$OTHER" ] || run "r${r}_${load}_bf16_$OTHER" bf16 --train.bf16_kernel "$OTHER" "${args[@]}"
+  done
 done
 if [ "$ROUNDS" -gt 0 ]; then  # (--rounds 0: the quality runs only)
 grep -m1 "lct train |" "$work/r1_mix_fp32.log"
-grep -m1 "precision bf16" "$work/r1_mix_bf16.log" | sed 's/^.*precision bf16/precision bf16/'
-PYTHONPATH=bench python3 - "$work" "$ROUNDS" <<'PY'
+grep -m1 "fp32 products" "$work/r1_mix_fp32.log" | sed 's/^.*fp32 products/fp32 products/'
+grep -m1 "precision bf16" "$work/r1_mix_bf16.log" | sed 's/^.*bf16 kernel/bf16 (auto) kernel/'
+PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$OTHER" <<'PY'
 import statistics, sys
 from throughput import load, measured, wall_clock
-work, rounds = sys.argv[1], int(sys.argv[2])
+work, rounds, other = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+runs = ["bf16"] + ([f"bf16_{other}"] if other else [])
+names = {"bf16": "bf16 (auto)", f"bf16_{other}": f"bf16 {other}"}
 print("  throughput = total tokens / total wall-clock time of steps 3.. of each run")
 for load_name, label in (("mix", "config's mix"), ("long", "one long document")):
-    ratios = []
+    ratios = {x: [] for x in runs}
     print(f"  {label}:")
-    print(f"  {'round':>5} {'fp32 tok/s':>11} {'bf16 tok/s':>11} {'bf16/fp32':>10}")
+    print(f"  {'round':>5} {'fp32 tok/s':>11}" + "".join(f" {names[x] + ' tok/s':>19} {'/ fp32':>7}" for x in runs))
     for r in range(1, rounds + 1):
-        a, b = load(f"{work}/r{r}_{load_name}_fp32"), load(f"{work}/r{r}_{load_name}_bf16")
-        ta, tb = wall_clock(a)["tokens_per_s"], wall_clock(b)["tokens_per_s"]
-        ratios.append(tb / ta)
-        print(f"  {r:>5} {ta:>11.0f} {tb:>11.0f} {tb / ta:>9.2f}x")
+        ta = wall_clock(load(f"{work}/r{r}_{load_name}_fp32"))["tokens_per_s"]
+        line = f"  {r:>5} {ta:>11.0f}"
+        for x in runs:
+            tb = wall_clock(load(f"{work}/r{r}_{load_name}_{x}"))["tokens_per_s"]
+            ratios[x].append(tb / ta)
+            line += f" {tb:>19.0f} {tb / ta:>6.2f}x"
+        print(line)
     peak = lambda rows: max(x["peak_activation_bytes"] for x in rows) / 2**20
     a, b = load(f"{work}/r1_{load_name}_fp32"), load(f"{work}/r1_{load_name}_bf16")
-    print(f"  bf16 / fp32 by wall clock: {statistics.median(ratios):.2f}x "
-          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); peak activations "
-          f"fp32 {peak(a):.0f} MiB, bf16 {peak(b):.0f} MiB")
+    for x in runs:
+        v = ratios[x]
+        print(f"  {names[x]} / fp32 by wall clock: {statistics.median(v):.2f}x (median of {rounds} rounds, "
+              f"{min(v):.2f}-{max(v):.2f})")
+    print(f"  peak activations fp32 {peak(a):.0f} MiB, bf16 {peak(b):.0f} MiB ({peak(b) / peak(a):.2f}x)")
 PY
 fi
 

@@ -41,12 +41,48 @@ int PipelineExecutor::tag(int mb, int lane, bool gradient) const {
   return 2 * (lanes_ * mb + lane) + (gradient ? 1 : 0);
 }
 
+uint16_t* PipelineExecutor::wire(int mb, int lane, Wire which, int64_t values) {
+  std::vector<uint16_t>& w = wire_[size_t(mb)][size_t(lane * 4 + which)];
+  if (int64_t(w.size()) < values) w.resize(size_t(values));
+  return w.data();
+}
+
+// A micro-batch's (lane's) message: T x C values of `rows`, to the next stage (forward)
+// or the previous one (gradient); bf16 through its wire buffer.
+void PipelineExecutor::post_send(float* rows, int mb, int lane, bool gradient, MPI_Request* request) {
+  const ActivationSlot& s = *flight_[size_t(mb)].slots[lane];
+  const int count = message_count(s), to = gradient ? stage_ - 1 : stage_ + 1;
+  if (bf16_wire_) {
+    uint16_t* w = wire(mb, lane, gradient ? backward_out : forward_out, count);
+    to_bf16_bits(rows, count, w);
+    MPI_Isend(w, count, MPI_UINT16_T, to, tag(mb, lane, gradient), comm_, request);
+  } else {
+    MPI_Isend(rows, count, MPI_FLOAT, to, tag(mb, lane, gradient), comm_, request);
+  }
+  bytes_sent_ += int64_t(count) * int64_t(bf16_wire_ ? sizeof(uint16_t) : sizeof(float));
+}
+
+void PipelineExecutor::post_recv(float* rows, int mb, int lane, bool gradient, MPI_Request* request) {
+  const ActivationSlot& s = *flight_[size_t(mb)].slots[lane];
+  const int count = message_count(s), from = gradient ? stage_ + 1 : stage_ - 1;
+  if (bf16_wire_)
+    MPI_Irecv(wire(mb, lane, gradient ? backward_in : forward_in, count), count, MPI_UINT16_T, from,
+              tag(mb, lane, gradient), comm_, request);
+  else
+    MPI_Irecv(rows, count, MPI_FLOAT, from, tag(mb, lane, gradient), comm_, request);
+}
+
+void PipelineExecutor::widen_received(float* rows, int mb, int lane, bool gradient) {
+  if (!bf16_wire_) return;
+  const int count = message_count(*flight_[size_t(mb)].slots[lane]);
+  from_bf16_bits(wire(mb, lane, gradient ? backward_in : forward_in, count), count, rows);
+}
+
 void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches, int mb) {
   InFlight& f = flight_[size_t(mb)];
   acquire(batches, mb);
   for (int i = 0; i < lanes_; ++i)
-    MPI_Irecv(model_.stage_input(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT, stage_ - 1,
-              tag(mb, i, false), comm_, &f.recv_forward[i]);
+    post_recv(model_.stage_input(*f.slots[i]), mb, i, false, &f.recv_forward[i]);
   f.forward_posted = true;
   next_forward_post_ = mb + 1;
 }
@@ -54,8 +90,7 @@ void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches,
 void PipelineExecutor::post_recv_backward(int mb) {
   InFlight& f = flight_[size_t(mb)];
   for (int i = 0; i < lanes_; ++i)
-    MPI_Irecv(model_.residual_grad(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
-              stage_ + 1, tag(mb, i, true), comm_, &f.recv_backward[i]);
+    post_recv(model_.residual_grad(*f.slots[i]), mb, i, true, &f.recv_backward[i]);
   f.backward_posted = true;
 }
 
@@ -178,6 +213,9 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
     micro_batches_ = m;
   }
   flight_.assign(size_t(m), InFlight{});
+  if (wire_.size() < size_t(m)) wire_.resize(size_t(m));  // (grow-only: kept across steps)
+  bf16_wire_ = model_.precision() == Precision::bf16;
+  bytes_sent_ = 0;
   if (lanes_ == 2) {
     nano_.resize(size_t(m));
     for (int mb = 0; mb < m; ++mb) nano_[size_t(mb)] = split_nano_batches(batches[size_t(mb)]);
@@ -201,28 +239,32 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
     switch (a.op) {
       case PipeOp::recv_forward:
         if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
-        for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_forward[i]);
+        for (int i = 0; i < lanes_; ++i) {
+          st.recv_wait_seconds += wait_for(f.recv_forward[i]);
+          widen_received(model_.stage_input(*f.slots[i]), a.micro_batch, i, false);
+        }
         break;
       case PipeOp::forward:
         run_forward(a, batches, grad_scale, placement, st.loss);
         break;
       case PipeOp::send_forward:
         for (int i = 0; i < lanes_; ++i)
-          MPI_Isend(model_.stage_output(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
-                    stage_ + 1, tag(a.micro_batch, i, false), comm_, &f.send_forward[i]);
+          post_send(model_.stage_output(*f.slots[i]), a.micro_batch, i, false, &f.send_forward[i]);
         post_recv_backward(a.micro_batch);  // its gradient can land in dx from now on
         break;
       case PipeOp::recv_backward:
         if (!f.backward_posted) post_recv_backward(a.micro_batch);
-        for (int i = 0; i < lanes_; ++i) st.recv_wait_seconds += wait_for(f.recv_backward[i]);
+        for (int i = 0; i < lanes_; ++i) {
+          st.recv_wait_seconds += wait_for(f.recv_backward[i]);
+          widen_received(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true);
+        }
         break;
       case PipeOp::backward:
         run_backward(a, a.micro_batch == m - 1, reducer, placement);
         break;
       case PipeOp::send_backward:
         for (int i = 0; i < lanes_; ++i)
-          MPI_Isend(model_.residual_grad(*f.slots[i]), message_count(*f.slots[i]), MPI_FLOAT,
-                    stage_ - 1, tag(a.micro_batch, i, true), comm_, &f.send_backward[i]);
+          post_send(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true, &f.send_backward[i]);
         f.done = true;
         break;
     }
@@ -238,6 +280,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
   st.peak_activation_bytes = model_.slot_pool().peak_bytes();
   st.seconds = seconds_since(t_start);
   st.send_wait_seconds = send_wait_;
+  st.bytes_sent = bytes_sent_;
 
   reducer.finish();
   // Tied embeddings: the first stage's embedding and the last stage's head are two

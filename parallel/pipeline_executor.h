@@ -4,13 +4,19 @@
 // neighbouring stages of the pp communicator; the tag is 2 * micro-batch (+1 for
 // gradients; see ping-pong below) and every message is T x C floats (T = the
 // micro-batch's tokens, or a nano-batch's with ping-pong, known to both sides from the
-// same packed batch). Receives are posted early (MPI_Irecv) so data can arrive while
+// same packed batch). In a bf16 run (train.precision = bf16) they travel as bf16: the
+// stage output and the residual gradient are rounded into a wire buffer before the send
+// and widened into the slot after the receive, half the bytes; the receiving stage's
+// residual stream then starts from bf16-rounded values (as Megatron-LM's bf16 pipeline
+// sends them), which moves each value by at most 2^-9 of itself (tests/mpi_precision.sh
+// bounds what that does to the run). Receives are posted early (MPI_Irecv) so data can arrive while
 // the stage computes: a gradient's as soon as the micro-batch's activations have been
 // sent on, the next micro-batch's activations as soon as free slots exist (never
 // growing the pool for it); the receive action then only waits. Each micro-batch in
-// flight holds one activation slot (two with ping-pong) from the model's pool: sends go straight out of the slot (stage
-// output forward, residual gradient back) and receives land in it, so nothing is
-// copied. A slot returns to the pool when its backward is done and its sends have
+// flight holds one activation slot (two with ping-pong) from the model's pool: fp32 sends
+// go straight out of the slot (stage output forward, residual gradient back) and
+// receives land in it, so nothing is copied; bf16 ones go through the wire buffers
+// (grow-only, four per micro-batch and lane, so a send never shares one with a receive). A slot returns to the pool when its backward is done and its sends have
 // completed. OpenMPI does not progress requests on its own, so the model calls back
 // between phases and the executor tests its requests there.
 //
@@ -50,6 +56,7 @@ struct PipelineStepStats {
   double bubble_fraction() const { return seconds > 0 ? recv_wait_seconds / seconds : 0.0; }
   int peak_slots = 0;             // micro-batches held at once
   int64_t peak_activation_bytes = 0;  // peak slots x slot bytes
+  int64_t bytes_sent = 0;         // activations and gradients sent to neighbouring stages
 };
 
 class PipelineExecutor {
@@ -87,6 +94,13 @@ class PipelineExecutor {
   void free_slot(InFlight& f, bool wait);
   void release_finished(bool wait);  // free_slot for every finished micro-batch
   int message_count(const ActivationSlot& slot) const;
+  // A message's buffer: the slot's fp32 rows, or in a bf16 run wire buffer `which` of
+  // (mb, lane): 0 forward receive, 1 forward send, 2 backward receive, 3 backward send.
+  enum Wire { forward_in = 0, forward_out = 1, backward_in = 2, backward_out = 3 };
+  uint16_t* wire(int mb, int lane, Wire which, int64_t values);
+  void post_send(float* rows, int mb, int lane, bool gradient, MPI_Request* request);
+  void post_recv(float* rows, int mb, int lane, bool gradient, MPI_Request* request);
+  void widen_received(float* rows, int mb, int lane, bool gradient);  // after the receive completed
   void run_dummy(const PipeAction& a, AttentionPlacement& placement);
   // one forward (and, on the last stage, the loss) / one backward of a micro-batch
   void run_forward(const PipeAction& a, const std::vector<LocalBatch>& batches, float grad_scale,
@@ -105,6 +119,9 @@ class PipelineExecutor {
   int micro_batches_ = 0;
   std::vector<PipeAction> actions_;
   std::vector<InFlight> flight_;  // per micro-batch
+  bool bf16_wire_ = false;        // messages in bf16 (the model's precision)
+  std::vector<std::array<std::vector<uint16_t>, 8>> wire_;  // per micro-batch: [lane * 4 + Wire]
+  int64_t bytes_sent_ = 0;
   int next_forward_post_ = 0;     // next micro-batch whose activations are not yet asked for
   double send_wait_ = 0;
 };

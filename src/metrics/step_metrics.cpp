@@ -68,6 +68,8 @@ std::vector<StepMetric> make_schema() {
             W::pipeline, "theory %4.1f%%", 100),
       field("peak_activation_bytes", "bytes", &StepRecord::peak_activation_bytes, O::max, S::median, true,
             W::pipeline, "activations %.1f MiB", kMiB),
+      field("pipeline_bytes_sent", "bytes", &StepRecord::pipeline_bytes_sent, O::mean, S::median, true,
+            W::pipeline, "pipe %.2f MiB sent/rank", kMiB),
       // placements (added with context parallelism): each rank's attention pairs (its
       // queries', and those it computed), exchange bytes and exposed / hidden seconds
       field("attention_pairs_max_over_mean", "ratio", &StepRecord::attention_pairs_max_over_mean,

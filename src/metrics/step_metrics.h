@@ -34,6 +34,9 @@ struct StepRecord {
   // theoretical (pp - 1) / (m + pp - 1), and the largest stage's peak activation bytes.
   double bubble_fraction = 0.0, bubble_theoretical = 0.0;
   int64_t peak_activation_bytes = 0;
+  // Bytes this rank sent to its neighbouring pipeline stages (activations forward,
+  // gradients back; bf16 in a bf16 run), mean over ranks.
+  double pipeline_bytes_sent = 0.0;
   // Attention work (pairs) of the busiest rank over the mean, before and after the
   // placement (CAD's plan); exchange bytes sent per rank (mean) and the step's fractions
   // of exposed and hidden exchange time (mean over ranks); the largest rank's peak

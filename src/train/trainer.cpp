@@ -161,6 +161,7 @@ void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, 
   mine.idle_fraction = comm_s;  // seconds: the schema divides by the step's time
   mine.bubble_fraction = pipe.bubble_fraction();
   mine.peak_activation_bytes = pipe.peak_activation_bytes;
+  mine.pipeline_bytes_sent = double(pipe.bytes_sent);
   mine.attention_pairs_max_over_mean = counts.my_pairs;
   mine.attention_pairs_served_max_over_mean = cp.pairs_served;
   mine.exchange_bytes_sent = double(cp.bytes_sent);

@@ -122,10 +122,18 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   const int threads = plan.run.threads > 0 ? int(std::min<int64_t>(plan.run.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
-  if (plan.precision == Precision::bf16) {  // the bf16 products' dense copies of their two operands
-    const double widest = std::max({double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
+  if (plan.precision == Precision::bf16) {
+    // the bf16 products' copies of their two operands (attention/gemm.cpp): dense bf16
+    // ones on the native kernel, fp32 ones on the rounded kernel, whose bf16-output
+    // products (gate/up) also keep their fp32 sums; and the rounded output gradient of a
+    // product pair (model/ops.cpp). The kernel may be chosen later (train.bf16_kernel =
+    // auto): the rounded kernel's, the larger, unless native is set.
+    const double widest = std::max({2.0 * double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
     const double rows = std::min(T, double(plan.tile_tokens));
-    e.scratch += 2 * std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size)) * 2;
+    const double operand = std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size));
+    const bool native = plan.bf16_kernel == Bf16Kernel::native;
+    e.scratch += 2 * operand * (native ? 2 : 4) + (native ? 0 : rows * 2.0 * double(mc.intermediate_size) * 4) +
+                 operand * 2;
   }
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
   // working buffers and primitive scratchpads (more on a run that first measures the

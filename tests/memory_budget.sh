@@ -53,6 +53,14 @@ common=(--train.steps 2 --train.threads 1 --checkpoint.every 0)
 if [[ -n ${LCT_SANITIZED:-} ]]; then
   echo "skip memory estimate vs peak RSS and ulimit -v: sanitizer build"
 else
+# lct measures its GEMM kernels on first use on a machine and caches the choice
+# (src/train/gemm_choice.h): a first-use run's peak also holds the measurement's buffers
+# and what they leave in the allocator. Measure once here, outside the checks: every run
+# below has 4096-row token tiles and one thread per rank, in fp32 or bf16.
+for precision in fp32 bf16; do
+  "$LCT" train --train.steps 1 --train.threads 1 --checkpoint.every 0 --data.seq_len 4096 --train.precision "$precision" \
+    --checkpoint.dir "warm_$precision" > "warm_$precision.log" 2>&1 || { fail "warm-up $precision"; tail -3 "warm_$precision.log"; }
+done
 check "one_process_16k" 1 "${common[@]}" --data.seq_len 16384
 check "dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.dp 2
 check "pp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4

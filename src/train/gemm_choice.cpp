@@ -49,8 +49,9 @@ enum class Way { openblas, onednn_f32, bf16_native, bf16_rounded };
 double seconds_per_pass(const std::vector<Product>& products, Way way, int repeats) {
   int64_t most = 0;
   for (const Product& p : products) most = std::max({most, p.M * p.K, p.K * p.N, p.M * p.N});
-  std::vector<float> a(size_t(most), 0.01f), b(size_t(most), 0.02f), c(size_t(most), 0.0f);
-  std::vector<uint16_t> a16(size_t(most), bf16_bits(0.01f)), b16(size_t(most), bf16_bits(0.02f));
+  const bool bf16 = way == Way::bf16_native || way == Way::bf16_rounded;
+  std::vector<float> a(bf16 ? 0 : size_t(most), 0.01f), b(bf16 ? 0 : size_t(most), 0.02f), c(size_t(most), 0.0f);
+  std::vector<uint16_t> a16(bf16 ? size_t(most) : 0, bf16_bits(0.01f)), b16(bf16 ? size_t(most) : 0, bf16_bits(0.02f));
   const auto pass = [&] {
     for (const Product& p : products) {
       const int64_t lda = p.ta ? p.M : p.K, ldb = p.tb ? p.K : p.N;

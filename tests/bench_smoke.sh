@@ -59,10 +59,10 @@ for x in steps:
 print("bench_smoke: JSON ok")
 PY
 
-# the profile section: each phase's time per step, split into the linear products and
-# the rest, in both precisions (the CAD cost model follows it)
-"$LCT" bench --json --sections profile --step-lengths 256 --step-precisions fp32,bf16 --repeats 1 --budget 5 \
-  --model.num_hidden_layers 2 > "$out"
+# the profile section: each phase's time per step at the config's length, split into the
+# linear products and the rest, in both precisions (the CAD cost model follows it)
+"$LCT" bench --json --sections profile --step-precisions fp32,bf16 --repeats 1 --budget 5 \
+  --model.num_hidden_layers 2 --data.seq_len 256 --data.max_doc_len 256 > "$out"
 python3 - "$out" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))["profile"]

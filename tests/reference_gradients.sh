@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # lct eval --grads-out must agree with an independent float64 PyTorch implementation
-# (scripts/reference_llama.py) on loss and every parameter gradient, rtol 1e-5, on
+# (scripts/reference_llama.py) on loss and every parameter gradient, rtol 3e-5, on
 # packed documents of mixed lengths (including 1-token documents and lengths that
 # straddle the attention tiles), for GQA and MHA, tied and untied heads, and on a
-# checkpoint written by `lct train`.
+# checkpoint written by `lct train`. The tolerance, from the arithmetic: a gradient is
+# an fp32 sum over the batch's tokens at the end of the backward chain (the norm weights'
+# and the embedding's over all T = 443 tokens of mixed.h5), and fp32 summation of n terms
+# is within gamma_n ~ n u = 443 x 2^-24 = 2.6e-5 of the terms' magnitudes in any order;
+# norm-wise, errors of random sign stay well inside it (measured up to 1.0e-5, on the first
+# layer's norm of the random-weight checkpoint, whose weights of std 1 amplify the
+# products' last bits through three layers). A wrong formula moves gradients by far more.
 #
 # bf16 (lct eval --precision bf16, i.e. train.precision = bf16: every linear layer's
 # products and every block product of core attention round their operands to bf16,
@@ -12,7 +18,7 @@
 #     bf16-rounded operands, summed in float64, and the same rounded values where lct
 #     stores or reads them in bf16), on every checkpoint: every tensor within 3e-2, and
 #     at most half as far from lct as the plain float64 reference is (the emulation must
-#     explain most of bf16's deviation). They cannot agree to fp32's 1e-5: lct's float32
+#     explain most of bf16's deviation). They cannot agree to fp32's 3e-5: lct's float32
 #     values upstream of each rounding differ from float64 in the last bits, which now
 #     and then puts an operand on the other side of a bf16 rounding boundary (a 2^-8
 #     change), and the random-weight checkpoints (std about 1) amplify that through the
@@ -21,7 +27,7 @@
 #     float64 is 8-18 %; the emulation without those roundings is 5.7 % from lct there).
 #     A product computed otherwise (an operand left unrounded, a wrong transpose) moves
 #     gradients by the bf16 error itself. And the plain float64 reference at fp32's
-#     1e-5 must fail: bf16 is really applied.
+#     3e-5 must fail: bf16 is really applied.
 #   - against the plain float64 reference, every tensor within 5e-2 on the checkpoints
 #     that lct trains from its own init (weights of std 0.02, causal and DCA, packed
 #     documents).
@@ -38,7 +44,7 @@ cd "$work"
 
 check() {  # name checkpoint batch
   "$LCT" eval --checkpoint "$2" --batch-file "$3" --grads-out "$1.grads.h5"
-  /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.grads.h5" --rtol 1e-5 > "$1.compare.txt" \
+  /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.grads.h5" --rtol 3e-5 > "$1.compare.txt" \
     || { cat "$1.compare.txt"; echo "FAIL: $1"; exit 1; }
   tail -1 "$1.compare.txt"
 }
@@ -52,7 +58,7 @@ check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
   bf16_eval "$@"
   /usr/bin/python3 "$REF" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-2 \
     > "$1.bf16.compare.txt" || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16 against the emulated reference"; exit 1; }
-  if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 1e-5 > "$1.fp64.txt"; then
+  if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-5 > "$1.fp64.txt"; then
     echo "FAIL: $1: bf16 gradients are within fp32's tolerance of float64 (is bf16 applied?)"
     exit 1
   fi
@@ -144,7 +150,7 @@ check_bf16 trained_dca_emulated trained_dca/step_00000003.h5 trained_batch.h5
 # 200 tokens: shorter and longer than W, S, B and the prefixes, some cut at a sequence
 # boundary), against the reference's dense masks written from the mask definitions and
 # its own choice of trained targets (prefix_lm: none inside the prefix; shared_question:
-# none across segments), fp32 at 1e-5 and bf16 within 5e-2 of float64
+# none across segments), fp32 at 3e-5 (the check above) and bf16 within 5e-2 of float64
 MASK_RUN="--model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64
   --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2
   --data.seq_len 256 --data.max_doc_len 200 --data.doc_lengths pretrain"

@@ -517,7 +517,9 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
   }
 }
 
-// The profile section's first part: per precision and step length, each phase's ms per
+// The profile section's first part: per precision (--step-precisions), at the config's
+// sequence length (data.seq_len: the length the run trains at; not --step-lengths, so
+// that writing a CAD cost model with --profile-out stays cheap), each phase's ms per
 // step, split into the linear products and the rest.
 void phase_profile(const Config& config, const BenchOptions& o, BenchResults& res) {
   say(o, "\nprofile  where a step goes: ms per step of each phase (the spans trace.path records), split into the "
@@ -525,26 +527,26 @@ void phase_profile(const Config& config, const BenchOptions& o, BenchResults& re
   std::vector<Precision> precisions;
   for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
   if (precisions.empty()) precisions.push_back(config.train.precision);
-  for (int64_t L : o.step_lengths)
-    for (const Precision precision : precisions) {
-      const PhaseRow r = profile_step(o, config, L, precision);
-      res.phases.push_back(r);
-      say(o, "  %s, %lld tokens, %d steps after 2 warm-up: %.1f ms per step\n", r.precision.c_str(), (long long)L,
-          r.steps, r.step_ms);
-      say(o, "    %-28s %9s %9s %9s\n", "phase", "ms/step", "products", "other");
-      PhaseTime all;
-      for (const auto& [name, t] : r.phases) {
-        say(o, "    %-28s %9.2f %9.2f %9.2f\n", name.c_str(), 1e3 * t.seconds / r.steps,
-            1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
-        if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
-          all.seconds += t.seconds;
-          all.product_seconds += t.product_seconds;
-        }
+  const int64_t L = config.data.seq_len;
+  for (const Precision precision : precisions) {
+    const PhaseRow r = profile_step(o, config, L, precision);
+    res.phases.push_back(r);
+    say(o, "  %s, %lld tokens, %d steps after 2 warm-up: %.1f ms per step\n", r.precision.c_str(), (long long)L,
+        r.steps, r.step_ms);
+    say(o, "    %-28s %9s %9s %9s\n", "phase", "ms/step", "products", "other");
+    PhaseTime all;
+    for (const auto& [name, t] : r.phases) {
+      say(o, "    %-28s %9.2f %9.2f %9.2f\n", name.c_str(), 1e3 * t.seconds / r.steps,
+          1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
+      if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
+        all.seconds += t.seconds;
+        all.product_seconds += t.product_seconds;
       }
-      say(o, "    %-28s %9.2f %9.2f %9.2f   (untraced: %.2f)\n", "all phases", 1e3 * all.seconds / r.steps,
-          1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
-          r.step_ms - 1e3 * all.seconds / r.steps);
     }
+    say(o, "    %-28s %9.2f %9.2f %9.2f   (untraced: %.2f)\n", "all phases", 1e3 * all.seconds / r.steps,
+        1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
+        r.step_ms - 1e3 * all.seconds / r.steps);
+  }
 }
 
 // The profile section: where a step goes, and the CAD cost model of this machine (and --profile-out).

@@ -198,16 +198,7 @@ const Bf16Support& bf16_support() {
     const std::string impl = onednn().probe();
     s.instructions = !impl.empty();
     s.attention = bf16_tiles::available() ? "lct's AVX512-BF16 tile kernel" : "OpenBLAS SGEMM on bf16-rounded tiles";
-    if (s.instructions) {
-      s.kernel = "oneDNN bf16 matmul (" + impl + ")";
-      s.note = "bf16 products run on this CPU's bf16 instructions: linear layers in " + s.kernel +
-               ", attention in " + s.attention;
-    } else {
-      s.kernel = "OpenBLAS SGEMM on bf16-rounded operands";
-      s.note = "this CPU has no bf16 instructions (no AVX512-BF16 or AMX-BF16): bf16 products run as "
-               "fp32 SGEMM on bf16-rounded operands (the same numbers; the rounding pass costs extra, "
-               "nothing is faster than fp32)";
-    }
+    s.kernel = s.instructions ? "oneDNN bf16 matmul (" + impl + ")" : "fp32 GEMM (train.fp32_gemm) on bf16-rounded operands";
     return s;
   }();
   return support;

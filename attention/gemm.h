@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "attention/enum_names.h"
 
@@ -106,7 +107,6 @@ struct Bf16Support {
   bool instructions = false;  // the CPU has AVX512-BF16 or AMX-BF16 and oneDNN uses them
   std::string kernel;         // "oneDNN bf16 (avx512_core_bf16)" or the fallback's name
   std::string attention;      // what runs the attention kernel's bf16 tiles
-  std::string note;           // one line for the log: what runs and what it costs
 };
 const Bf16Support& bf16_support();
 
@@ -120,6 +120,18 @@ inline uint16_t bf16_bits(float x) {
 }
 inline float bf16_value(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
 inline float round_to_bf16(float x) { return bf16_value(bf16_bits(x)); }
+// A value stored as T (float, or bf16 bits as uint16_t) read as a float, and a float
+// stored as T (rounded to bf16 for uint16_t): for loops written once for both storages.
+template <typename T>
+inline float stored_value(T x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return bf16_value(x);
+}
+template <typename T>
+inline T store_as(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  else return bf16_bits(x);
+}
 // n values rounded to bf16 bits, and n bf16 bits widened back to floats (OpenMP threads
 // over long arrays)
 void to_bf16_bits(const float* src, int64_t n, uint16_t* dst);

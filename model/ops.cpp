@@ -87,8 +87,7 @@ void rmsnorm_rows(Out* out, float* rstd, const float* x, const float* w, int64_t
     Out* ot = out + t * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      if constexpr (std::is_same_v<Out, float>) ot[c] = xt[c] * r * w[c];
-      else ot[c] = bf16_bits(xt[c] * r * w[c]);
+      ot[c] = store_as<Out>(xt[c] * r * w[c]);
     }
   }
 }
@@ -139,17 +138,6 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 }
 
 namespace {
-template <typename T>
-float widen(T x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else return bf16_value(x);
-}
-template <typename T>
-T narrow(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  else return bf16_bits(x);
-}
-
 template <typename In, typename Out>
 void swiglu_rows(Out* out, const In* gate_up, int64_t T, int64_t I) {
 #pragma omp parallel for schedule(static)
@@ -159,8 +147,8 @@ void swiglu_rows(Out* out, const In* gate_up, int64_t T, int64_t I) {
     Out* o = out + t * I;
 #pragma omp simd
     for (int64_t i = 0; i < I; ++i) {
-      const float g = widen(gate[i]);
-      o[i] = narrow<Out>(g / (1.0f + fast_exp(-g)) * widen(up[i]));
+      const float g = stored_value(gate[i]);
+      o[i] = store_as<Out>(g / (1.0f + fast_exp(-g)) * stored_value(up[i]));
     }
   }
 }
@@ -177,10 +165,10 @@ void swiglu_grad_rows(T* dgate_up, const float* dout, const T* gate_up, int64_t 
     T* dup = dgate + I;
 #pragma omp simd
     for (int64_t i = 0; i < I; ++i) {
-      const float g = widen(gate[i]), u = widen(up[i]);
+      const float g = stored_value(gate[i]), u = stored_value(up[i]);
       const float s = 1.0f / (1.0f + fast_exp(-g));
-      dup[i] = narrow<T>(d[i] * g * s);
-      dgate[i] = narrow<T>(d[i] * u * s * (1.0f + g * (1.0f - s)));
+      dup[i] = store_as<T>(d[i] * g * s);
+      dgate[i] = store_as<T>(d[i] * u * s * (1.0f + g * (1.0f - s)));
     }
   }
 }

@@ -2,7 +2,7 @@
 
 #include <type_traits>
 
-#include "attention/gemm.h"  // bf16_bits
+#include "attention/gemm.h"  // store_as
 
 #include <algorithm>
 #include <cmath>
@@ -118,12 +118,6 @@ void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, i
 }
 
 namespace {
-template <typename Out>
-Out store(float x) {
-  if constexpr (std::is_same_v<Out, float>) return x;
-  else return bf16_bits(x);
-}
-
 // `heads` heads of one row from src to dst, rotated by the table's row cs/sn (sign -1:
 // the transpose rotation), or copied where cs is null
 template <typename Out>
@@ -135,14 +129,14 @@ void rotate_heads(Out* dst, const float* src, const float* cs, const float* sn, 
     Out* y = dst + h * head_dim;
     if (!cs) {
 #pragma omp simd
-      for (int64_t i = 0; i < head_dim; ++i) y[i] = store<Out>(x[i]);
+      for (int64_t i = 0; i < head_dim; ++i) y[i] = store_as<Out>(x[i]);
       continue;
     }
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
       const float a = x[i], b = x[i + half], s = sign * sn[i];
-      y[i] = store<Out>(a * cs[i] - b * s);
-      y[i + half] = store<Out>(b * cs[i] + a * s);
+      y[i] = store_as<Out>(a * cs[i] - b * s);
+      y[i + half] = store_as<Out>(b * cs[i] + a * s);
     }
   }
 }

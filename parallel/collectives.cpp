@@ -67,6 +67,12 @@ void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm) {
   }
 }
 
+std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm) {
+  std::vector<std::string> all = gather_strings(mine, comm);
+  broadcast_strings(all, comm);
+  return all;
+}
+
 void barrier_sleeping(MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return;
   MPI_Request request;

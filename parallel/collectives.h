@@ -25,6 +25,8 @@ bool all_ranks_on_one_host(MPI_Comm comm);
 // Every rank's string, on rank 0 (in rank order; other ranks get an empty list).
 // Collective.
 std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm);
+// Every rank's string on every rank (in rank order; {mine} for MPI_COMM_NULL). Collective.
+std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm);
 // Rank 0's strings on every rank of comm (no-op for MPI_COMM_NULL). Collective.
 void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm);
 // Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 8 MiB to

@@ -59,7 +59,8 @@ int run_command(int argc, char** argv, int rank, int world) {
     try {
       std::string command = help ? "--help" : "(none)";
       if (!help && !app.get_subcommands().empty()) command = app.get_subcommands().front()->get_name();
-      agree_across_ranks(parse_error, "command = " + command + "\n", world);
+      // the same build on every rank (each host of a cluster loads its own copy)
+      agree_across_ranks(parse_error, "command = " + command + "\n" + binary_identity_line(), world);
     } catch (const ConfigError& e) {
       if (rank == 0) std::fprintf(stderr, "lct: error: %s\n", e.what());
       return 1;
@@ -79,7 +80,7 @@ int run_command(int argc, char** argv, int rank, int world) {
     // anything else may be this rank's alone: report it with the rank and end the
     // whole job, so no other rank waits forever in a collective
     if (world > 1) {
-      std::fprintf(stderr, "lct: error (rank %d of %d): %s\n", rank, world, e.what());
+      std::fprintf(stderr, "lct: error (rank %d of %d, host %s): %s\n", rank, world, host_name().c_str(), e.what());
       mpi_abort_job(1);
     }
     std::fprintf(stderr, "lct: error: %s\n", e.what());

@@ -208,7 +208,7 @@ for _ in $(seq 200); do [[ -s busy/metrics.jsonl ]] && break; sleep 0.05; done
 start=$(date +%s)
 err=$("$LCT" train "${args[@]}" --train.steps 5 --checkpoint.dir busy --train.resume auto 2>&1 >/dev/null)
 rc=$?
-[[ $rc -eq 1 && $err == *"checkpoint.dir 'busy' is in use by another lct run (pid $holder)"* ]] \
+[[ $rc -eq 1 && $err == *"checkpoint.dir 'busy' is in use by another lct run (pid $holder on $(hostname))"* ]] \
   || fail "second writer: exit $rc, '$err'"
 (( $(date +%s) - start < 10 )) || fail "second writer: not refused at once"
 kill -9 $holder; wait $holder 2>/dev/null

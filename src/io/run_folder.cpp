@@ -11,8 +11,11 @@
 #include <cstring>
 #include <chrono>
 #include <ctime>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "data/files.h"
 #include "src/io/checkpoint.h"
@@ -21,6 +24,7 @@
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"
+#include "src/util/machine.h"
 
 namespace fs = std::filesystem;
 
@@ -177,19 +181,31 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
     throw ConfigError("checkpoint.dir: the lock file '" + path + "' is not a regular file (remove it)");
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    char pid[32] = {0};
-    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
-    std::string holder = n > 0 ? std::string(pid, size_t(n)) : "unknown";
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    char text[512] = {0};
+    const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
+    std::istringstream fields(n > 0 ? std::string(text, size_t(n)) : "");
+    std::string pid = "unknown", host;
+    fields >> pid >> host;
     ::close(fd_);
     fd_ = -1;
-    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + holder +
+    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + pid +
+                      (host.empty() ? "" : " on " + host) +
                       "): two runs writing one folder would overwrite each other's checkpoints");
   }
-  const std::string me = std::to_string(::getpid()) + "\n";
+  std::random_device random;
+  char token[33];
+  std::snprintf(token, sizeof token, "%08x%08x%08x%08x", random(), random(), random(), random());
+  token_ = token;
+  const std::string me = std::to_string(::getpid()) + " " + host_name() + " " + token_ + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
     // the pid is only for the message a second run prints; the lock itself holds
   }
+}
+
+bool lock_seen_in(const std::string& dir, const std::string& token) {
+  std::ifstream in(fs::path(dir) / "run.lock");
+  std::string pid, host, seen;
+  return in >> pid >> host >> seen && seen == token;
 }
 
 RunFolderLock::~RunFolderLock() {

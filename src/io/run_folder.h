@@ -62,17 +62,25 @@ void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::
 
 // One writer per run folder: an advisory lock (flock) on <dir>/run.lock, held while the
 // returned object lives (the folder is created if missing). A folder another live
-// process holds is refused at once with ConfigError naming that process's pid.
+// process holds is refused at once with ConfigError naming that process's pid and host.
+// The lock file reads "<pid> <host> <token>": the token, random per lock, lets the
+// other ranks of a job check that they see this very folder (lock_seen_in).
 class RunFolderLock {
  public:
   explicit RunFolderLock(const std::string& dir);
   ~RunFolderLock();
   RunFolderLock(const RunFolderLock&) = delete;
   RunFolderLock& operator=(const RunFolderLock&) = delete;
+  const std::string& token() const { return token_; }
 
  private:
   int fd_ = -1;
+  std::string token_;
 };
+
+// Whether <dir>/run.lock here holds `token`: false when this process sees another
+// folder under that path (another host's disk) or none.
+bool lock_seen_in(const std::string& dir, const std::string& token);
 
 // Temporaries of interrupted checkpoint writes (step_*.h5.lct-XXXXXX, regular files, never
 // symlinks; src/io/output_files.h) left in `dir` by a run that

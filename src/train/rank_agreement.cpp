@@ -1,5 +1,6 @@
 #include "src/train/rank_agreement.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -7,6 +8,7 @@
 
 #include "data/files.h"
 #include "parallel/collectives.h"
+#include "src/util/machine.h"
 
 namespace lct {
 namespace {
@@ -22,12 +24,28 @@ std::vector<std::pair<std::string, std::string>> lines_of(const std::string& tex
   return out;
 }
 
+// What a disagreement on `key` asks for: on a cluster, each host has its own copy of the
+// binary and may have its own disk.
+std::string remedy(const std::string& key) {
+  if (key == "lct binary") return "every rank must run the same lct build: install it alike on every host";
+  if (key.rfind("resume checkpoint", 0) == 0)
+    return "every rank reads the checkpoint it resumes from: every host must see checkpoint.dir on a shared "
+           "file system";
+  if (key == "data file content") return "every rank reads the data: every host must see the same data.path";
+  return "every rank must run the same config and inputs";
+}
+
 // Rank 0's verdict from every rank's (error, text): "" when all agree.
-std::string verdict(const std::vector<std::string>& errors, const std::vector<std::string>& texts) {
+std::string verdict(const std::vector<std::string>& errors, const std::vector<std::string>& texts,
+                    const RankHosts& hosts) {
   const int n = int(errors.size());
   for (int r = 0; r < n; ++r)
-    if (!errors[size_t(r)].empty())
-      return r == 0 ? errors[0] : "rank " + std::to_string(r) + " of " + std::to_string(n) + ": " + errors[size_t(r)];
+    if (!errors[size_t(r)].empty()) {
+      if (r == 0) return errors[0];
+      std::string who = "rank " + std::to_string(r) + " of " + std::to_string(n);
+      if (hosts.count() > 1) who += " (" + hosts.names[size_t(r)] + ")";
+      return who + ": " + errors[size_t(r)];
+    }
   const auto mine = lines_of(texts[0]);
   for (int r = 1; r < n; ++r) {
     std::map<std::string, std::string> theirs;
@@ -36,16 +54,70 @@ std::string verdict(const std::vector<std::string>& errors, const std::vector<st
       const auto it = theirs.find(k);
       const std::string other = it == theirs.end() ? "(absent)" : it->second;
       if (other != v)
-        return "ranks disagree: " + k + " = " + v + " on rank 0 but " + other + " on rank " +
-               std::to_string(r) + " (every rank must run the same config and inputs)";
+        return "ranks disagree: " + k + " = " + v + " on " + hosts.rank(0) + " but " + other + " on " +
+               hosts.rank(r) + " (" + remedy(k) + ")";
     }
     if (theirs.size() != mine.size())
-      return "ranks disagree: rank " + std::to_string(r) + " has other settings than rank 0";
+      return "ranks disagree: " + hosts.rank(r) + " has other settings than " + hosts.rank(0);
   }
   return "";
 }
 
 }  // namespace
+
+int RankHosts::count() const {
+  std::vector<std::string> distinct = names;
+  std::sort(distinct.begin(), distinct.end());
+  return int(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+}
+
+std::string RankHosts::rank(int r) const {
+  std::string s = "rank " + std::to_string(r);
+  if (count() > 1 && r >= 0 && size_t(r) < names.size()) s += " (" + names[size_t(r)] + ")";
+  return s;
+}
+
+std::string RankHosts::describe() const {
+  // hosts in order of their first rank, each with its ranks as ranges
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> ranks;
+  for (size_t r = 0; r < names.size(); ++r) {
+    if (ranks.find(names[r]) == ranks.end()) order.push_back(names[r]);
+    ranks[names[r]].push_back(int(r));
+  }
+  std::string out;
+  for (const std::string& host : order) {
+    const std::vector<int>& rs = ranks[host];
+    std::string list;
+    for (size_t i = 0; i < rs.size();) {
+      size_t j = i;
+      while (j + 1 < rs.size() && rs[j + 1] == rs[j] + 1) ++j;
+      if (!list.empty()) list += ",";
+      list += std::to_string(rs[i]) + (j > i ? "-" + std::to_string(rs[j]) : "");
+      i = j + 1;
+    }
+    if (!out.empty()) out += ", ";
+    out += host + " (rank" + (rs.size() > 1 ? "s " : " ") + list + ")";
+  }
+  return out;
+}
+
+RankHosts gather_rank_hosts(int world) {
+  return {world > 1 ? allgather_strings(host_name(), MPI_COMM_WORLD) : std::vector<std::string>{host_name()}};
+}
+
+std::string binary_identity_line() {
+  static const std::string line = [] {
+    std::string hash;
+    try {
+      hash = content_hash("/proc/self/exe", "the lct binary");
+    } catch (const std::exception&) {
+      hash = "unreadable";
+    }
+    return "lct binary = " + hash + "\n";
+  }();
+  return line;
+}
 
 void agree_across_ranks(const std::string& error, const std::string& text, int world) {
   if (world <= 1) {
@@ -54,8 +126,9 @@ void agree_across_ranks(const std::string& error, const std::string& text, int w
   }
   const std::vector<std::string> errors = gather_strings(error, MPI_COMM_WORLD);
   const std::vector<std::string> texts = gather_strings(text, MPI_COMM_WORLD);
+  const RankHosts hosts{gather_strings(host_name(), MPI_COMM_WORLD)};
   std::vector<std::string> shared(1);
-  if (!errors.empty()) shared[0] = verdict(errors, texts);
+  if (!errors.empty()) shared[0] = verdict(errors, texts, hosts);
   broadcast_strings(shared, MPI_COMM_WORLD);
   if (!shared[0].empty()) throw ConfigError(shared[0]);
 }

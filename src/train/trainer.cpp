@@ -62,6 +62,7 @@ Trainer::Trainer(RunPlan plan)
 Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
     : plan_(plan),
       grid_(grid),
+      hosts_(gather_rank_hosts(grid.world_size())),
       stream_(plan),
       model_(plan.model, plan.stages[size_t(grid.coords().pp_rank)]),
       owned_(owned_ranges(model_.table(), model_.config(), model_.stage())),
@@ -303,6 +304,28 @@ std::string Trainer::save_checkpoint() {
   return path;
 }
 
+// Rank 0 writes checkpoint.dir and every rank reads the checkpoint it resumes from, so
+// on a cluster every host must see the same folder (a shared file system): each rank
+// looks for rank 0's lock token in its run.lock, and the first that does not find it
+// stops the job with one line naming its host.
+void Trainer::require_shared_folder() const {
+  if (grid_.world_size() <= 1) return;
+  const std::string& dir = plan_.run.checkpoint.dir;
+  std::vector<std::string> token(1);
+  if (folder_lock_) token[0] = folder_lock_->token();
+  broadcast_strings(token, grid_.world());
+  const std::vector<std::string> seen = gather_strings(lock_seen_in(dir, token[0]) ? "yes" : "no", grid_.world());
+  std::vector<std::string> verdict(1);
+  for (size_t r = 0; r < seen.size() && verdict[0].empty(); ++r)
+    if (seen[r] != "yes")
+      verdict[0] = "checkpoint.dir '" + dir + "' on " + hosts_.rank(int(r)) + " is not the folder " +
+                   hosts_.rank(0) + " writes (its run.lock is missing or another's): every host must see " +
+                   "checkpoint.dir on a shared file system (rank 0 writes checkpoints; every rank reads " +
+                   "the one it resumes from)";
+  broadcast_strings(verdict, grid_.world());
+  if (!verdict[0].empty()) throw ConfigError(verdict[0]);
+}
+
 // Every rank checks the folder (read-only: the same verdict everywhere), then rank 0
 // takes it: see src/io/run_folder.h.
 void Trainer::claim_run_folder() {
@@ -321,6 +344,7 @@ void Trainer::claim_run_folder() {
   }
   broadcast_strings(refused, grid_.world());
   if (!refused[0].empty()) throw ConfigError(refused[0]);
+  require_shared_folder();
   const RunFolderContents contents = survey_run_folder(dir);
   // a checkpoint from before run ids continues the folder's run
   if (resumed_ && state_.run_id.empty() && contents.owner) state_.run_id = contents.owner->run_id;
@@ -403,12 +427,14 @@ void Trainer::log_header() const {
   const int64_t tokens_per_step = plan_.tokens_per_step();
   log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
            omp_get_max_threads(), stream_.source().describe().c_str());
-  if (grid_.world_size() > 1)
+  if (grid_.world_size() > 1) {
     log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
              "buckets: %zu (>= %lld elements each), overlap %s",
              grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
              (long long)plan_.reduction.bucket_size,
              plan_.reduction.overlap ? "on" : "off");
+    log_info("hosts: %d, %s", hosts_.count(), hosts_.describe().c_str());
+  }
   if (layout.pp > 1) {
     std::string split;
     for (const StageSpec& s : plan_.stages)

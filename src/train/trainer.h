@@ -22,6 +22,7 @@
 #include "src/io/run_folder.h"
 #include "src/util/machine.h"
 #include "src/train/make_placement.h"
+#include "src/train/rank_agreement.h"
 #include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
 
@@ -87,12 +88,14 @@ class Trainer {
   void refuse_non_finite(const StepRecord& r) const;
   void record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp, double step_s,
                            double comm_s, const StepCounts& counts);
+  void require_shared_folder() const;
   void open_metrics_file();
   void log_header() const;
   void log_placement() const;
   static const ProcessGrid& single_process_grid();
   RunPlan plan_;  // the resolved run (src/train/run_plan.h)
   const ProcessGrid& grid_;
+  RankHosts hosts_;  // every rank's host (names ranks in the log and in errors)
   DocumentStream stream_;
   LlamaModel model_;               // this rank's stage
   std::vector<ArenaRange> owned_, counted_;  // this stage's arena ranges (stage.h)

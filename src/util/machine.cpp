@@ -43,6 +43,12 @@ std::string cpu_model_name() {
   return "unknown CPU";
 }
 
+std::string host_name() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == 0) return "unknown host";
+  return name;
+}
+
 namespace {
 constexpr const char* kChosenFrom = "LCT_OPENBLAS_CHOSE";  // what OpenBLAS picked itself, before lct set the core
 

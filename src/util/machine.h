@@ -12,6 +12,7 @@ namespace lct {
 int configure_threads(int64_t threads);
 std::string blas_description();
 std::string cpu_model_name();  // /proc/cpuinfo's model name
+std::string host_name();       // gethostname(), "unknown host" when it fails
 // Where lct caches what it measured about this machine: $LCT_CACHE_DIR, else
 // $XDG_CACHE_HOME/lct, else $HOME/.cache/lct; "" when none is set.
 std::string cache_folder();

@@ -13,6 +13,13 @@ bool launched_by_mpi() {
 void mpi_init_if_launched(int* argc, char*** argv) {
   if (!launched_by_mpi() || mpi_active()) return;
   int provided = 0;
+  // The gradient all-reduce (MPI_Iallreduce, parallel/grad_reducer.h) as a ring, unless
+  // the user chose: OpenMPI's non-blocking collectives (libnbc) pick a binomial tree
+  // below 4 ranks, a reduce to one rank and a broadcast back, which uses each direction
+  // of a link half the time. Across two hosts on a 200 Mbit/s link a 4 MiB bucket took
+  // 298 ms that way and 177 ms as a ring (docs/clusters.md). With two ranks both sum
+  // a + b, so results do not change.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", 0);
   // Only the main thread calls MPI (OpenMP threads never do).
   // MPI's default error handler stays (errors are fatal to the whole job).
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);

@@ -25,6 +25,10 @@
 # TCP between hosts (shared memory only within a host): btl tcp,vader,self, with both
 # the daemons' and the ranks' TCP restricted to the cluster's subnet. The file system is
 # the machine's (a shared file system, as on a real cluster) unless --bind changes it.
+# Two TCP connections per pair of ranks (btl_tcp_links 2): over one, a pair that sends
+# both ways at once got half the link each way (an 8 MiB MPI_Sendrecv at 61 MB/s on a
+# 1 Gbit/s link, 12 MB/s at 200 Mbit/s); over two, 119 and 23.6 MB/s, the rate less
+# TCP's overhead (docs/clusters.md).
 #
 # Exit code: COMMAND's (mpirun's); 1 with one line when namespaces cannot be made here
 # (not root, no ip, no network namespaces): tests skip on that line.
@@ -168,7 +172,7 @@ echo "cluster: $hosts hosts x $ranks_per_host ranks (node1..node$hosts, $links, 
 # mpirun's output passes through unchanged and is kept, to name a lost host afterwards
 sh "$state/enter" node1 mpirun --hostfile "$state/hostfile" -np $(( hosts * ranks_per_host )) \
   --bind-to none --oversubscribe --mca plm_rsh_agent "$state/agent" --mca orte_tmpdir_base "$state/tmp" \
-  --mca oob_tcp_if_include "$net" --mca btl tcp,vader,self --mca btl_tcp_if_include "$net" \
+  --mca oob_tcp_if_include "$net" --mca btl tcp,vader,self --mca btl_tcp_if_include "$net" --mca btl_tcp_links 2 \
   "${mpirun_args[@]}" "$@" > >(tee "$state/out") 2> >(tee "$state/err" >&2) &
 job=$!
 wait "$job"

@@ -389,7 +389,7 @@ void Trainer::log_placement() const {
   const Layout& layout = grid_.layout();
   if (placement_.cad)
     log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
-             "%s, probed point-to-point bandwidth %.2f GB/s",
+             "%s, probed point-to-point bandwidth %.3g GB/s",
              grid_.world_size(), plan_.cad.tolerance,
              plan_.machine.cad_cost_description.c_str(),
              plan_.cad.rank_speeds ? " and each rank's measured speed" : "",
@@ -403,7 +403,7 @@ void Trainer::log_placement() const {
              "(bench/cad_scaling.sh, docs/parallelism.md, 'Core attention disaggregation')");
   if (plan_.placement == Placement::context_parallel)
     log_info("context parallel: %d ranks per sequence, split %s, exchange %s%s, probed "
-             "point-to-point bandwidth %.2f GB/s",
+             "point-to-point bandwidth %.3g GB/s",
              layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
              plan_.cp_comm == CpComm::ulysses
                  ? " (all-to-all over the group: whole sequence, heads / cp per rank)"

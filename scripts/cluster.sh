@@ -58,7 +58,8 @@ done
 [[ $name =~ ^[A-Za-z][A-Za-z0-9]{0,9}$ ]] || die "--name '$name': want a letter and at most 9 letters or digits"
 for b in "${binds[@]}"; do
   IFS=: read -r bh bs bd <<< "$b"
-  [[ $bh =~ ^node[1-4]$ && -n $bs && -n $bd ]] || die "--bind '$b': want HOST:SRC:DST, HOST one of node1..node$hosts"
+  [[ $bh =~ ^node[1-4]$ && ${bh#node} -le $hosts && -n $bs && -n $bd ]] ||
+    die "--bind '$b': want HOST:SRC:DST, HOST one of node1..node$hosts"
   [[ -e $bs ]] || die "--bind '$b': $bs does not exist"
   [[ -e $bd ]] || die "--bind '$b': $bd does not exist"
 done

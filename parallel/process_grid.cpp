@@ -18,7 +18,8 @@ void mpi_init_if_launched(int* argc, char*** argv) {
   // below 4 ranks, a reduce to one rank and a broadcast back, which uses each direction
   // of a link half the time. Across two hosts on a 200 Mbit/s link a 4 MiB bucket took
   // 298 ms that way and 177 ms as a ring (docs/clusters.md). With two ranks both sum
-  // a + b, so results do not change.
+  // a + b, so results do not change; with three the order of the sum does (float
+  // rounding, as between any two layouts).
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", 0);
   // Only the main thread calls MPI (OpenMP threads never do).
   // MPI's default error handler stays (errors are fatal to the whole job).

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 
@@ -164,6 +165,22 @@ void rotate_checkpoints(std::vector<std::string>& own, int64_t keep, const std::
   own.push_back(just_written);
 }
 
+namespace {
+
+// run.lock's text, "<pid> <host> <token>\n" (lct before hosts wrote the pid alone); read
+// by a second run (who holds the folder) and by a job's other ranks (do they see it)
+struct LockText {
+  std::string pid = "unknown", host, token;
+};
+LockText parse_lock_text(const std::string& text) {
+  LockText t;
+  std::istringstream fields(text);
+  fields >> t.pid >> t.host >> t.token;
+  return t;
+}
+
+}  // namespace
+
 RunFolderLock::RunFolderLock(const std::string& dir) {
   fs::create_directories(dir);
   const std::string path = (fs::path(dir) / "run.lock").string();
@@ -183,13 +200,11 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     char text[512] = {0};
     const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
-    std::istringstream fields(n > 0 ? std::string(text, size_t(n)) : "");
-    std::string pid = "unknown", host;
-    fields >> pid >> host;
+    const LockText holder = parse_lock_text(n > 0 ? std::string(text, size_t(n)) : "");
     ::close(fd_);
     fd_ = -1;
-    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + pid +
-                      (host.empty() ? "" : " on " + host) +
+    throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + holder.pid +
+                      (holder.host.empty() ? "" : " on " + holder.host) +
                       "): two runs writing one folder would overwrite each other's checkpoints");
   }
   std::random_device random;
@@ -197,15 +212,20 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
   std::snprintf(token, sizeof token, "%08x%08x%08x%08x", random(), random(), random(), random());
   token_ = token;
   const std::string me = std::to_string(::getpid()) + " " + host_name() + " " + token_ + "\n";
+  // (the lock itself holds whatever is written; the text names this run to a second one,
+  // and its token is what the job's other ranks look for)
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size())) {
-    // the pid is only for the message a second run prints; the lock itself holds
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw ConfigError("checkpoint.dir: cannot write the lock file '" + path + "': " + std::strerror(err));
   }
 }
 
 bool lock_seen_in(const std::string& dir, const std::string& token) {
   std::ifstream in(fs::path(dir) / "run.lock");
-  std::string pid, host, seen;
-  return in >> pid >> host >> seen && seen == token;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return !token.empty() && parse_lock_text(text).token == token;
 }
 
 RunFolderLock::~RunFolderLock() {

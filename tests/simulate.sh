@@ -91,6 +91,7 @@ expect_error() {  # message args...
   grep -q -- "$msg" <<< "$out" || { echo "$out"; echo "FAIL: missing '$msg'"; exit 1; }
   echo "ok   error: $msg"
 }
+expect_error "--hosts 3 must divide --ranks 2" --ranks 2 --hosts 3
 expect_error "--tflops replaces the calibration" --ranks 2 --tflops 100 --calibration-out x.txt
 expect_error "parallel.pp = 3 must divide model.num_hidden_layers = 2" --ranks 3 --parallel.pp 3
 expect_error "parallel.dp x parallel.pp x parallel.cp = 4 x 1 x 1 = 4" --ranks 2 --parallel.dp 4
@@ -111,6 +112,26 @@ for layout in "4 --attention.placement cad --parallel.pp 2 --train.micro_batches
   /usr/bin/python3 "$(dirname "$0")/check_trace.py" "$work/trace.json" "$work/sim.json" "$ranks"
   /usr/bin/python3 -c "import json, sys; r = json.load(open(sys.argv[1])); print('     ', r['layout'], '|', r['placement'], '|', round(r['tokens_per_s']), 'tok/s | idle', round(100 * r['idle_fraction'], 1), '%')" "$work/sim.json"
 done
+# hosts (src/sim/network.h): the same calibration, so only the links change. dp = 2 on
+# two hosts exposes the gradient all-reduce; dp 2 x cp 2 on two hosts keeps each
+# context-parallel pair on one host, so its exchange is charged as on one host while the
+# all-reduce crosses at the host link
+one_host=$(sim --ranks 2 --bandwidth 0.05)
+two_hosts=$(sim --ranks 2 --hosts 2 --host-bandwidth 0.05 --host-latency 60)
+cp_one=$(sim --ranks 4 --parallel.cp 2 --bandwidth 0.05)
+cp_two=$(sim --ranks 4 --parallel.cp 2 --bandwidth 0.05 --hosts 2 --host-bandwidth 0.01)
+/usr/bin/python3 - "$one_host" "$two_hosts" "$cp_one" "$cp_two" <<'PY'
+import json, sys
+one, two, cp_one, cp_two = (json.loads(a) for a in sys.argv[1:])
+assert one["hosts"] == 1 and two["hosts"] == 2 and two["host_bandwidth_gbps"] == 0.05, two
+assert two["step_seconds"] > one["step_seconds"], (one, two)
+assert cp_two["step_seconds"] > cp_one["step_seconds"], (cp_one, cp_two)
+exposed = lambda r: r["exchange_exposed_fraction"] * r["step_seconds"]
+assert exposed(cp_one) > 0 and abs(exposed(cp_two) - exposed(cp_one)) <= 1e-9 * exposed(cp_one), (cp_one, cp_two)
+print(f"ok   simulate hosts: dp=2 {one['step_seconds']*1e3:.1f} ms on one host, {two['step_seconds']*1e3:.1f} ms "
+      f"on two; dp 2 x cp 2 {cp_one['step_seconds']*1e3:.1f} -> {cp_two['step_seconds']*1e3:.1f} ms, "
+      f"context-parallel exchange exposed {exposed(cp_one)*1e3:.2f} ms on both")
+PY
 # the papers' machine: analytic costs of a Llama-8B-shaped model at 990 TFLOP/s, no
 # calibration and no model allocated (8B parameters would take 32 GB)
 paper=$("$LCT" simulate --json --ranks 8 --steps 1 --tflops 990 --bandwidth 50 --model.hidden_size 4096 \

@@ -12,6 +12,7 @@
 #include "src/cli/command.h"
 #include "src/io/output_files.h"
 #include "src/io/paths.h"
+#include "src/sim/costs.h"
 #include "src/sim/predict.h"
 #include "src/train/cad_profile.h"
 #include "src/train/memory_budget.h"
@@ -68,7 +69,9 @@ void print_json(const SimulateOptions& o, const RunPlan& plan, const Prediction&
                             {"attention_forward", cal.attention_forward},
                             {"recompute_linear_per_token_layer", cal.recompute_linear},
                             {"recompute_attention_per_pair_layer", cal.recompute_attention}};
-  Json j = {{"ranks", o.ranks}, {"layout", prediction.layout}, {"placement", prediction.placement},
+  const Network net = network_of(o);
+  Json j = {{"ranks", o.ranks}, {"hosts", o.hosts}, {"host_bandwidth_gbps", net.host_bandwidth / 1e9},
+            {"host_latency_us", net.host_latency * 1e6}, {"layout", prediction.layout}, {"placement", prediction.placement},
             {"step_seconds", m.step_s}, {"tokens_per_s", m.tokens_per_s}, {"compute_max_over_mean", m.cmm},
             {"idle_fraction", m.idle}, {"bubble_fraction", prediction.bubble},
             {"attention_pairs_max_over_mean", m.before}, {"attention_pairs_served_max_over_mean", m.after},
@@ -105,6 +108,12 @@ void print_text(const SimulateOptions& o, const RunPlan& plan, const Prediction&
               source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
               1e9 * cal.attention_per_pair_layer, prediction.profile ? " (tasks: the profile)" : "",
               1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
+  if (o.hosts > 1) {
+    const Network net = network_of(o);
+    std::printf("%d hosts of %d ranks: between them %.3g GB/s, latency %.1f us, nothing overlapped "
+                "(src/sim/network.h)\n",
+                o.hosts, net.ranks_per_host, net.host_bandwidth / 1e9, net.host_latency * 1e6);
+  }
   std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
               "attention pairs max/mean %.3f -> %.3f",
               1e3 * m.step_s, m.tokens_per_s, m.cmm, 100 * m.idle, m.before, m.after);
@@ -155,10 +164,22 @@ Command add_simulate_command(CLI::App& lct) {
       ->capture_default_str();
   simulate->add_option("--profile", s.profile,
                        "attention time per task from a CAD profile (lct bench --sections profile)");
-  simulate->add_option("--bandwidth", s.bandwidth_gbps, "point-to-point GB/s")->check(positive())->capture_default_str();
-  simulate->add_option("--latency", s.latency_us, "point-to-point latency, us")
+  simulate->add_option("--bandwidth", s.bandwidth_gbps, "point-to-point GB/s (within a host)")
+      ->check(positive())
+      ->capture_default_str();
+  simulate->add_option("--latency", s.latency_us, "point-to-point latency, us (within a host)")
       ->check(non_negative())
       ->capture_default_str();
+  simulate->add_option("--hosts", s.hosts,
+                       "the ranks over this many hosts, ranks / hosts consecutive ranks each; between hosts "
+                       "nothing overlaps compute (TCP)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  simulate->add_option("--host-bandwidth", s.host_bandwidth_gbps,
+                       "GB/s between hosts (default: --bandwidth; lct train logs the probed value)")
+      ->check(positive());
+  simulate->add_option("--host-latency", s.host_latency_us, "latency between hosts, us (default: --latency)")
+      ->check(non_negative());
   simulate->add_option("--tflops", s.tflops,
                        "analytic costs at this TFLOP/s per rank instead of timing here (e.g. 990 for H200)")
       ->check(positive());
@@ -188,6 +209,10 @@ Command add_simulate_command(CLI::App& lct) {
             if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
             if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path", true);
             if (s.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
+            if (s.ranks % s.hosts != 0)
+              throw std::invalid_argument("lct simulate: --hosts " + std::to_string(s.hosts) +
+                                          " must divide --ranks " + std::to_string(s.ranks) +
+                                          " (each host runs ranks / hosts consecutive ranks)");
             RunPlan plan;
             try {
               plan = make_run_plan(config, s.ranks);  // the layouts lct train accepts, and no others

@@ -24,8 +24,10 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     }
   }
   CadLayer out;
+  // per lane and rank: linear work, attention served, of it the rank's own tasks, and
+  // the exchange within the host (hideable) and with other hosts (not)
   std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
-      own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_));
+      own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_)), remote(static_cast<size_t>(lanes_));
   for (int g = 0; g < lanes_; ++g) {
     std::vector<CaPiece> docs;
     for (int r = 0; r < n; ++r) {
@@ -34,11 +36,11 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
         docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
     }
     const CaPlan plan = plan_core_attention(docs, n, po_);
-    linear[size_t(g)].assign(size_t(n), 0.0);
-    work[size_t(g)].assign(size_t(n), 0.0);
-    own[size_t(g)].assign(size_t(n), 0.0);
-    comm[size_t(g)].assign(size_t(n), 0.0);
-    std::vector<double> bytes(static_cast<size_t>(n), 0.0);
+    for (std::vector<std::vector<double>>* v : {&linear, &work, &own, &comm, &remote})
+      (*v)[size_t(g)].assign(size_t(n), 0.0);
+    // bytes each rank sends and receives: [0] within its host, [1] with other hosts
+    std::array<std::vector<double>, 2> bytes;
+    bytes.fill(std::vector<double>(static_cast<size_t>(n), 0.0));
     for (int r = 0; r < n; ++r)
       linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
     std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
@@ -54,20 +56,29 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
       // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
       const double q = double(t.q_len) * double((2 * qd_ + mc_.num_attention_heads) +
                                                 (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
-      bytes[size_t(t.origin)] += q;
-      bytes[size_t(t.server)] += q;
+      const size_t across = net_.host_of(t.origin) != net_.host_of(t.server) ? 1 : 0;
+      bytes[across][size_t(t.origin)] += q;
+      bytes[across][size_t(t.server)] += q;
       int64_t& pre = prefix[{t.server, t.origin, t.doc}];
       pre = std::max<int64_t>(pre, t.kv_len());
     }
     for (const auto& [key, rows] : prefix) {
       // K, V there twice (forward, backward) and dK, dV back
       const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
-      bytes[size_t(std::get<0>(key))] += kv;  // the server
-      bytes[size_t(std::get<1>(key))] += kv;  // the query's holder
+      const int server = std::get<0>(key), origin = std::get<1>(key);
+      const size_t across = net_.host_of(origin) != net_.host_of(server) ? 1 : 0;
+      bytes[across][size_t(server)] += kv;
+      bytes[across][size_t(origin)] += kv;  // the query's holder
     }
+    // sent and received at once: half of a rank's bytes each way; the exchange's four
+    // rounds of messages (counts, K/V and Q there, results back) at the latency of the
+    // farthest link the rank uses
     for (int r = 0; r < n; ++r) {
-      comm[size_t(g)][size_t(r)] = bytes[size_t(r)] / 2.0 / bandwidth_ + (n > 1 ? 4 * latency_ : 0);
-      out.bytes += bytes[size_t(r)] / 2.0;
+      const double within = bytes[0][size_t(r)] / 2.0, across = bytes[1][size_t(r)] / 2.0;
+      const double rounds = n > 1 ? 4.0 : 0.0;
+      comm[size_t(g)][size_t(r)] = net_.seconds(within, across > 0 ? 0.0 : rounds, false);
+      if (across > 0) remote[size_t(g)][size_t(r)] = net_.seconds(across, rounds, true);
+      out.bytes += within + across;
     }
   }
   out.busy.assign(size_t(n), 0.0);
@@ -76,7 +87,7 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     for (int g = 0; g < lanes_; ++g) {
       const double hide = lanes_ == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
       t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
-           std::max(0.0, comm[size_t(g)][size_t(r)] - hide);
+           std::max(0.0, comm[size_t(g)][size_t(r)] - hide) + remote[size_t(g)][size_t(r)];
       out.busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
     }
     out.seconds = std::max(out.seconds, t);
@@ -84,17 +95,24 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
   return out;
 }
 
-// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
-// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
-// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
-double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages, int reducers,
-                              double bandwidth, double latency) {
-  if (reducers <= 1) return 0.0;
+Network network_of(const SimulateOptions& o) {
+  Network net = Network::one_host(std::max(1, o.ranks / std::max(1, o.hosts)), o.bandwidth_gbps * 1e9,
+                                  o.latency_us * 1e-6);
+  if (o.host_bandwidth_gbps > 0) net.host_bandwidth = o.host_bandwidth_gbps * 1e9;
+  if (o.host_latency_us >= 0) net.host_latency = o.host_latency_us * 1e-6;
+  return net;
+}
+
+double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages,
+                              const std::vector<int>& reducers, const Network& net) {
+  const double n = double(reducers.size());
+  if (n <= 1) return 0.0;
+  const bool across = net.spans_hosts(reducers);
   const double grad_bytes = double(build_llama_table(mc).total()) * sizeof(float) / stages;
-  const double tail = plan.reduction.overlap
+  const double tail = plan.reduction.overlap && !across
                           ? std::min(grad_bytes, double(plan.reduction.bucket_size) * sizeof(float))
                           : grad_bytes;
-  return 2.0 * (reducers - 1) / reducers * tail / bandwidth + 2.0 * (reducers - 1) * latency;
+  return net.seconds(2.0 * (n - 1) / n * tail, 2.0 * (n - 1), across);
 }
 
 namespace {
@@ -127,7 +145,8 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
 }
 
 CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
-                      const AttentionCost& attn, const Calibration& cal, double bandwidth, double latency) {
+                      const AttentionCost& attn, const Calibration& cal, const Network& net,
+                      const std::vector<int>& ranks) {
   const int cp = plan.layout.cp;
   const LlamaConfig& mc = plan.model;
   const double hd = double(mc.head_dim()), H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads);
@@ -143,7 +162,12 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     const double n = rows * kv;
     return 2.0 * double(ranks - 1) * 2.0 * n * wire + double(ranks) * 2.0 * n * f32;
   };
-  const auto link_seconds = [&](double bytes, double messages) { return bytes / bandwidth + messages * latency; };
+  // the ranks c0, c0 + step, ... (count of them): on more than one host?
+  const auto spans = [&](int c0, int step, int count) {
+    std::vector<int> members;
+    for (int i = 0; i < count; ++i) members.push_back(ranks[size_t(c0 + i * step)]);
+    return net.spans_hosts(members);
+  };
   if (cp <= 1) {
     for (int c = 0; c < cp; ++c) {
       out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + own_attention[size_t(c)];
@@ -157,12 +181,14 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     const double n = tokens / cp * KV * hd;
     out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + f32)
                                                   : ring_bytes(cp, tokens / cp, KV * hd);
-    const double transfer = link_seconds(out.bytes, 3.0 * (cp - 1));
+    // a ring (or double ring) that crosses hosts anywhere runs at the host link, exposed
+    const bool across = spans(0, 1, cp);
+    const double transfer = net.seconds(out.bytes, 3.0 * (cp - 1), across);
     for (int c = 0; c < cp; ++c) {
       const double a = own_attention[size_t(c)];
       out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + a;
-      out.time[size_t(c)] =
-          out.busy[size_t(c)] + (plan.cp_comm == CpComm::allgather ? transfer : std::max(0.0, transfer - a));
+      const bool hidden = plan.cp_comm != CpComm::allgather && !across;
+      out.time[size_t(c)] = out.busy[size_t(c)] + (hidden ? std::max(0.0, transfer - a) : transfer);
     }
     return out;
   }
@@ -183,14 +209,17 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     }
     const double share = group_attention / U;  // its heads of the group's attention
     const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
-    const double ring_time = R > 1 ? link_seconds(ring, 3.0 * (R - 1)) : 0.0;
+    // the all-to-all inside the group, and the ring of member j across the groups
+    const bool a2a_across = spans(g * U, 1, U);
     for (int j = 0; j < U; ++j) {
       const int c = g * U + j;
+      const bool ring_across = R > 1 && spans(j, U, R);
+      const double ring_time = R > 1 ? net.seconds(ring, 3.0 * (R - 1), ring_across) : 0.0;
       const double rows = double(pieces[size_t(c)].num_tokens());
       const double a2a = double(U - 1) * rows * out_row + (group_rows - rows) * back_row;
       out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
-      out.time[size_t(c)] =
-          out.busy[size_t(c)] + link_seconds(a2a, 4.0 * (U - 1)) + std::max(0.0, ring_time - share);
+      out.time[size_t(c)] = out.busy[size_t(c)] + net.seconds(a2a, 4.0 * (U - 1), a2a_across) +
+                            (ring_across ? ring_time : std::max(0.0, ring_time - share));
       total += a2a + ring;
     }
   }
@@ -209,20 +238,22 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
                                const std::function<int(int, int)>& rank_of, StepPrediction& p,
                                std::vector<double>& pairs) {
   const int pp = plan.layout.pp, cp = plan.layout.cp;
-  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const Network net = network_of(o);
   const size_t S = size_t(pp), M = pieces.size(), P = size_t(cp);
+  // each stage's context-parallel group (its links may differ from stage to stage)
+  std::vector<std::vector<int>> group(S);
+  for (int s = 0; s < pp; ++s)
+    for (int c = 0; c < cp; ++c) group[size_t(s)].push_back(rank_of(s, c));
   StageCosts t;
   t.fwd.assign(S, std::vector<double>(M));
   t.bwd = t.fwd;
   t.own_f.assign(S, std::vector<std::vector<double>>(M, std::vector<double>(P)));
   t.own_b = t.own_f;
   for (size_t m = 0; m < M; ++m) {
-    const CpLayer cpl = cp_layer_cost(plan, pieces[m], seq_tokens[m], attn, cal, bandwidth, latency);
-    double layer = 0, head = 0;
+    double head = 0;
     std::vector<double> head_c(P);
     for (int c = 0; c < cp; ++c) {
       const LocalBatch& l = pieces[m][size_t(c)];
-      layer = std::max(layer, cpl.time[size_t(c)]);
       head_c[size_t(c)] = cal.head_per_token * double(l.num_tokens());
       head = std::max(head, head_c[size_t(c)]);
       p.tokens += l.num_tokens();
@@ -232,6 +263,8 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
       }
     }
     for (int s = 0; s < pp; ++s) {
+      const CpLayer cpl = cp_layer_cost(plan, pieces[m], seq_tokens[m], attn, cal, net, group[size_t(s)]);
+      const double layer = *std::max_element(cpl.time.begin(), cpl.time.end());
       const double layers = double(plan.stages[size_t(s)].num_layers());
       const bool last = s == pp - 1;
       t.fwd[size_t(s)][m] = layers * layer / 3.0 + (last ? head : 0.0);

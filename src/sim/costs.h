@@ -13,6 +13,7 @@
 #include "data/local_batch.h"
 #include "data/packing.h"
 #include "src/sim/calibration.h"
+#include "src/sim/network.h"
 #include "src/sim/options.h"
 #include "src/sim/prediction.h"
 #include "src/sim/replay.h"
@@ -45,7 +46,8 @@ struct AttentionCost {
 // layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
 // K, V (twice) and dK, dV of the longest prefix a server needs of each document, charged
 // to the server and to the query's holder (with cp the prefix has several holders: an
-// approximation).
+// approximation). A rank's bytes to and from ranks on other hosts travel at the host
+// link and are not hidden (src/sim/network.h).
 struct CadLayer {
   double seconds = 0;
   std::vector<double> busy;  // per rank: linear + attention served
@@ -55,9 +57,8 @@ struct CadLayer {
 class CadLayerCost {
  public:
   CadLayerCost(const RunPlan& plan, const Calibration& cal, const AttentionCost& attn,
-               const std::optional<CaCostModel>& profile, double bandwidth, double latency)
-      : mc_(plan.model), cal_(cal), attn_(attn), bandwidth_(bandwidth), latency_(latency),
-        lanes_(plan.lanes) {
+               const std::optional<CaCostModel>& profile, const Network& net)
+      : mc_(plan.model), cal_(cal), attn_(attn), net_(net), lanes_(plan.lanes) {
     qd_ = mc_.num_attention_heads * mc_.head_dim();
     kvd_ = mc_.num_key_value_heads * mc_.head_dim();
     po_ = ca_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
@@ -71,17 +72,21 @@ class CadLayerCost {
   const LlamaConfig& mc_;
   const Calibration& cal_;
   const AttentionCost& attn_;
-  double bandwidth_, latency_;
+  Network net_;
   int lanes_;
   int64_t qd_ = 0, kvd_ = 0;
   CaPlanOptions po_;
 };
 
-// The gradient all-reduce after the last backward over `reducers` ranks, of one stage's
-// share of the arena (1/stages): with overlap only the last bucket (the embedding end)
-// is left when backward ends; a ring all-reduce moves 2 (n - 1) / n of it.
-double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages, int reducers,
-                              double bandwidth, double latency);
+// The links of options --hosts, --bandwidth, --host-bandwidth, ... (src/sim/network.h).
+Network network_of(const SimulateOptions& o);
+
+// The gradient all-reduce after the last backward over the ranks `reducers`, of one
+// stage's share of the arena (1/stages): with overlap only the last bucket (the embedding
+// end) is left when backward ends (within a host; across hosts all of it); a ring
+// all-reduce moves 2 (n - 1) / n of it.
+double allreduce_tail_seconds(const RunPlan& plan, const LlamaConfig& mc, int stages,
+                              const std::vector<int>& reducers, const Network& net);
 
 // Replica d's micro-batches of a step's global batch, as the trainer takes them
 // (src/train/step_model.h): [m][c], micro-batch m's piece on context-parallel rank c.
@@ -107,12 +112,15 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
 //                      each rank computes its group's attention for H / U heads
 //                      (hybrid: its group's pieces against the sequence, with a K/V ring
 //                      of R = cp / U groups on H / U heads, hidden as the ring's).
+// ranks[c] is piece c's world rank: an exchange whose ranks span hosts runs at the host
+// link and is exposed in full (src/sim/network.h).
 struct CpLayer {
   std::vector<double> busy, time;
   double bytes = 0;
 };
 CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
-                      const AttentionCost& attn, const Calibration& cal, double bandwidth, double latency);
+                      const AttentionCost& attn, const Calibration& cal, const Network& net,
+                      const std::vector<int>& ranks);
 
 // One replica's StageCosts: per stage and micro-batch the group's forward and backward
 // seconds (the slowest rank's layer time, exchange included) and each piece's own

@@ -40,6 +40,12 @@ struct SimulateOptions {
   std::string profile;          // CAD cost profile for attention time ("" = calibrated pairs)
   double bandwidth_gbps = 4.0;  // point-to-point GB/s (lct train logs the probed value)
   double latency_us = 5.0;
+  // The ranks over `hosts` hosts (ranks / hosts consecutive ranks each); links between
+  // them at host_bandwidth_gbps and host_latency_us (<= 0: the same as within a host),
+  // nothing overlapped (src/sim/network.h).
+  int hosts = 1;
+  double host_bandwidth_gbps = 0;
+  double host_latency_us = -1;
   // Reuse a calibration (the TOML file an earlier --calibration-out wrote) instead
   // of timing again, so that several predictions share the same costs.
   std::string calibration;

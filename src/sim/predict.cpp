@@ -45,13 +45,33 @@ std::vector<double> sequence_tokens(const std::vector<std::vector<LocalBatch>>& 
 }
 
 // Each micro-batch's pipeline message time: every rank of a stage sends its T / cp rows
-// of activations (gradients) to its peer of the next (previous) stage.
-std::vector<double> pipeline_messages(const RunPlan& plan, const std::vector<double>& seq_tokens, double bandwidth,
-                                      double latency) {
+// of activations (gradients) to its peer of the next (previous) stage, at the host link
+// if any of replica d's stage boundaries crosses hosts.
+std::vector<double> pipeline_messages(const RunPlan& plan, const std::vector<double>& seq_tokens, const Network& net,
+                                      int d) {
+  const Layout& layout = plan.layout;
+  bool across = false;
+  for (int s = 0; s + 1 < layout.pp; ++s)
+    for (int c = 0; c < layout.cp; ++c)
+      across = across || net.host_of(world_rank_of(layout, {d, s, c})) != net.host_of(world_rank_of(layout, {d, s + 1, c}));
   std::vector<double> t;
   for (const double tokens : seq_tokens)
-    t.push_back(tokens / plan.layout.cp * double(plan.model.hidden_size) * sizeof(float) / bandwidth + latency);
+    t.push_back(net.seconds(tokens / layout.cp * double(plan.model.hidden_size) * sizeof(float), 1, across));
   return t;
+}
+
+// The gradient all-reduce's tail (allreduce_tail_seconds): each stage's dp x cp ranks
+// reduce its parameters at once; the slowest stage's.
+double allreduce_seconds(const RunPlan& plan, const Network& net) {
+  const Layout& layout = plan.layout;
+  double slowest = 0;
+  for (int s = 0; s < layout.pp; ++s) {
+    std::vector<int> reducers;
+    for (int d = 0; d < layout.dp; ++d)
+      for (int c = 0; c < layout.cp; ++c) reducers.push_back(world_rank_of(layout, {d, s, c}));
+    slowest = std::max(slowest, allreduce_tail_seconds(plan, plan.model, layout.pp, reducers, net));
+  }
+  return slowest;
 }
 
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
@@ -72,10 +92,10 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const Network net = network_of(o);
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
-  const double allreduce = allreduce_tail_seconds(plan, mc, pp, dp * cp, bandwidth, latency);
+  const double allreduce = allreduce_seconds(plan, net);
   const CpSplit split = plan.cp_split;
   // a stage updates only its own parameters: about 1/pp of the optimizer step
   Calibration per_stage = cal;
@@ -106,7 +126,7 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
       const StageCosts costs = replica_stage_costs(
           plan, pieces, seq_tokens, attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
       // the stages' action lists against each other, with message times
-      const std::vector<double> message = pipeline_messages(plan, seq_tokens, bandwidth, latency);
+      const std::vector<double> message = pipeline_messages(plan, seq_tokens, net, d);
       const StageClocks run = run_stage_lists(schedule, int(mb), cp, costs, message,
                                               [&](int s, int c) { return rank_of(s, d, c); }, timeline);
       const std::vector<double>&clock = run.clock, &wait = run.wait;
@@ -146,7 +166,7 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
 // the pipeline message; adds compute and bytes to p, served pairs to `served`. Returns the
 // tick's seconds.
 double cad_tick(const RunPlan& plan, const CadLayerCost& cad_layer, const Calibration& cal,
-                const std::vector<LocalBatch>& tick, bool forward, double t, double bandwidth, double latency,
+                const std::vector<LocalBatch>& tick, bool forward, double t, const Network& net,
                 StepPrediction& p, std::vector<double>& served, SimTimeline& timeline) {
   const Layout& layout = plan.layout;
   const int n = plan.world, pp = layout.pp;
@@ -158,12 +178,14 @@ double cad_tick(const RunPlan& plan, const CadLayerCost& cad_layer, const Calibr
   double head_max = 0, message = 0;
   for (int r = 0; r < n; ++r) {
     const double tokens = double(tick[size_t(r)].num_tokens());
-    const int s = grid_coordinates(layout, r).pp_rank;
+    GridCoordinates at = grid_coordinates(layout, r);
+    const int s = at.pp_rank;
     if (forward && s == pp - 1) head[size_t(r)] = cal.head_per_token * tokens;
     head_max = std::max(head_max, head[size_t(r)]);
     if (tokens > 0 && (forward ? s < pp - 1 : s > 0)) {  // to the next (previous) stage
       const double bytes = tokens * double(mc.hidden_size) * sizeof(float);
-      message = std::max(message, bytes / bandwidth + latency);
+      at.pp_rank += forward ? 1 : -1;
+      message = std::max(message, net.seconds(bytes, 1, net.host_of(r) != net.host_of(world_rank_of(layout, at))));
       p.bytes_per_rank += bytes / double(n);
     }
     p.compute[size_t(r)] += stage_layers * w * cost.busy[size_t(r)] + head[size_t(r)];
@@ -226,13 +248,13 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const Network net = network_of(o);
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
   const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
   const double stage_layers = double(stages[0].num_layers());
-  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
-  const double allreduce = allreduce_tail_seconds(plan, mc, pp, dp * cp, bandwidth, latency);
+  const CadLayerCost cad_layer(plan, cal, attn, profile, net);
+  const double allreduce = allreduce_seconds(plan, net);
   Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
   per_stage.optimizer = cal.optimizer / pp;
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
@@ -271,7 +293,7 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
           for (int d = 0; d < dp; ++d)
             for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
         }
-        t += cad_tick(plan, cad_layer, cal, tick, forward, t, bandwidth, latency, p, served, timeline);
+        t += cad_tick(plan, cad_layer, cal, tick, forward, t, net, p, served, timeline);
       }
     p.seconds = t + allreduce + per_stage.optimizer;
     p.pairs_before = max_over_mean(pairs);
@@ -299,13 +321,13 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
   const bool cad = plan.placement == Placement::cad;
   const int n = o.ranks, cp = layout.cp, dp = layout.dp;
   const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const double bandwidth = o.bandwidth_gbps * 1e9, latency = o.latency_us * 1e-6;
+  const Network net = network_of(o);
   const double layers = double(mc.num_hidden_layers);
   const int64_t mb = plan.micro_batches;
   const bool packing = plan.balance == DpBalance::packing;
-  const CadLayerCost cad_layer(plan, cal, attn, profile, bandwidth, latency);
+  const CadLayerCost cad_layer(plan, cal, attn, profile, net);
   const int lanes = cad ? cad_layer.lanes() : 1;
-  const double allreduce = allreduce_tail_seconds(plan, mc, 1, n, bandwidth, latency);
+  const double allreduce = allreduce_seconds(plan, net);
 
   DocumentStream stream(plan);
   std::vector<StepPrediction> steps;

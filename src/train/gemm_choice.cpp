@@ -99,6 +99,27 @@ std::string describe(Fp32Library library, const Fp32GemmRates& r, int64_t T, con
   return text;
 }
 
+// The fp32 cache's text (TOML): library = "openblas" | "onednn", openblas_gflops, onednn_gflops.
+bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+  try {
+    check_toml_nesting(text, "the fp32 GEMM cache");
+    const toml::table t = toml::parse(text, std::string("the fp32 GEMM cache"));
+    const std::optional<std::string> name = t["library"].value<std::string>();
+    const std::optional<double> blas = t["openblas_gflops"].value<double>(), dnn = t["onednn_gflops"].value<double>();
+    if (!name || !blas || !dnn) return false;
+    library = parse_fp32_library(*name);
+    r = {*blas, *dnn};
+  } catch (const std::exception&) {  // toml::parse_error, an unknown library, a ConfigError
+    return false;
+  }
+  return library != Fp32Library::automatic;
+}
+bool usable_fp32_cache(const std::string& text) {
+  Fp32Library library;
+  Fp32GemmRates r;
+  return parse_fp32_cache(text, library, r);
+}
+
 }  // namespace
 
 Fp32GemmRates measure_fp32_gemm(const LlamaConfig& m, int64_t tokens) {
@@ -121,28 +142,8 @@ Fp32Library faster_fp32_library(const Fp32GemmRates& r) {
 Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int64_t tokens) {
   if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
   if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
-  // the cache's text (TOML): library = "openblas" | "onednn", openblas_gflops, onednn_gflops
-  const auto parse = [](const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
-    try {
-      check_toml_nesting(text, "the fp32 GEMM cache");
-      const toml::table t = toml::parse(text, std::string("the fp32 GEMM cache"));
-      const std::optional<std::string> name = t["library"].value<std::string>();
-      const std::optional<double> blas = t["openblas_gflops"].value<double>(), dnn = t["onednn_gflops"].value<double>();
-      if (!name || !blas || !dnn) return false;
-      library = parse_fp32_library(*name);
-      r = {*blas, *dnn};
-    } catch (const std::exception&) {  // toml::parse_error, an unknown library, a ConfigError
-      return false;
-    }
-    return library != Fp32Library::automatic;
-  };
   const CachedMeasurement c = measured_once(
-      cache_file(m, tokens),
-      [&](const std::string& text) {
-        Fp32Library library;
-        Fp32GemmRates r;
-        return parse(text, library, r);
-      },
+      cache_file(m, tokens), usable_fp32_cache,
       [&] {
         const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
         const toml::table t{{"library", fp32_library_name(faster_fp32_library(r))},
@@ -154,7 +155,7 @@ Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int6
       });
   Fp32Library library = Fp32Library::openblas;
   Fp32GemmRates r;
-  if (!parse(c.text, library, r)) throw std::logic_error("train.fp32_gemm: unreadable measurement text");
+  if (!parse_fp32_cache(c.text, library, r)) throw std::logic_error("train.fp32_gemm: unreadable measurement text");
   return {library, describe(library, r, tokens, c.where)};
 }
 
@@ -208,6 +209,27 @@ std::string describe(Bf16Kernel kernel, const Bf16KernelRates& r, int64_t T, con
                 (long long)T, r.native, r.rounded);
   return what + rates + why + ")";
 }
+
+// The bf16 cache's text (TOML): kernel = "native" | "rounded", native_gflops, rounded_gflops.
+bool parse_bf16_cache(const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
+  try {
+    check_toml_nesting(text, "the bf16 kernel cache");
+    const toml::table t = toml::parse(text, std::string("the bf16 kernel cache"));
+    const std::optional<std::string> name = t["kernel"].value<std::string>();
+    const std::optional<double> native = t["native_gflops"].value<double>(), rounded = t["rounded_gflops"].value<double>();
+    if (!name || !native || !rounded) return false;
+    kernel = parse_bf16_kernel(*name);
+    r = {*native, *rounded};
+  } catch (const std::exception&) {  // toml::parse_error, an unknown kernel, a ConfigError
+    return false;
+  }
+  return kernel != Bf16Kernel::automatic;
+}
+bool usable_bf16_cache(const std::string& text) {
+  Bf16Kernel kernel;
+  Bf16KernelRates r;
+  return parse_bf16_cache(text, kernel, r);
+}
 }  // namespace
 
 Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, int64_t tokens, Fp32Library fp32) {
@@ -220,28 +242,8 @@ Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, i
   if (setting == Bf16Kernel::rounded) return {setting, describe(setting, {}, tokens, "train.bf16_kernel = rounded")};
   if (!bf16_support().instructions)
     return {Bf16Kernel::rounded, describe(Bf16Kernel::rounded, {}, tokens, "this CPU has no bf16 instructions")};
-  // the cache's text (TOML): kernel = "native" | "rounded", native_gflops, rounded_gflops
-  const auto parse = [](const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
-    try {
-      check_toml_nesting(text, "the bf16 kernel cache");
-      const toml::table t = toml::parse(text, std::string("the bf16 kernel cache"));
-      const std::optional<std::string> name = t["kernel"].value<std::string>();
-      const std::optional<double> native = t["native_gflops"].value<double>(), rounded = t["rounded_gflops"].value<double>();
-      if (!name || !native || !rounded) return false;
-      kernel = parse_bf16_kernel(*name);
-      r = {*native, *rounded};
-    } catch (const std::exception&) {  // toml::parse_error, an unknown kernel, a ConfigError
-      return false;
-    }
-    return kernel != Bf16Kernel::automatic;
-  };
   const CachedMeasurement c = measured_once(
-      bf16_cache_file(m, tokens, fp32),
-      [&](const std::string& text) {
-        Bf16Kernel kernel;
-        Bf16KernelRates r;
-        return parse(text, kernel, r);
-      },
+      bf16_cache_file(m, tokens, fp32), usable_bf16_cache,
       [&] {
         const Bf16KernelRates r = measure_bf16_kernels(m, tokens, fp32);
         const toml::table t{{"kernel", bf16_kernel_name(faster_bf16_kernel(r))},
@@ -253,8 +255,27 @@ Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, i
       });
   Bf16Kernel kernel = Bf16Kernel::native;
   Bf16KernelRates r;
-  if (!parse(c.text, kernel, r)) throw std::logic_error("train.bf16_kernel: unreadable measurement text");
+  if (!parse_bf16_cache(c.text, kernel, r)) throw std::logic_error("train.bf16_kernel: unreadable measurement text");
   return {kernel, describe(kernel, r, tokens, c.where)};
+}
+
+std::optional<Bf16Kernel> known_bf16_kernel(Bf16Kernel setting, Fp32Library fp32_setting, const LlamaConfig& m,
+                                            int64_t tokens) {
+  if (setting != Bf16Kernel::automatic) return setting;
+  if (!bf16_support().instructions) return Bf16Kernel::rounded;
+  Fp32Library fp32 = fp32_setting;
+  Fp32GemmRates fr;
+  if (fp32 == Fp32Library::automatic) {
+    const std::optional<std::string> text = cached_text(cache_file(m, tokens), usable_fp32_cache);
+    if (!text) return std::nullopt;
+    parse_fp32_cache(*text, fp32, fr);
+  }
+  const std::optional<std::string> text = cached_text(bf16_cache_file(m, tokens, fp32), usable_bf16_cache);
+  if (!text) return std::nullopt;
+  Bf16Kernel kernel = Bf16Kernel::rounded;
+  Bf16KernelRates r;
+  parse_bf16_cache(*text, kernel, r);
+  return kernel;
 }
 
 }  // namespace lct

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "attention/gemm.h"
@@ -61,5 +62,10 @@ Bf16Kernel faster_bf16_kernel(const Bf16KernelRates& rates);
 // Resolves the setting on this process (may measure for auto); `fp32` is the resolved
 // fp32 library the rounded kernel runs on.
 Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, int64_t tokens, Fp32Library fp32);
+// The kernel resolve_bf16_kernel would give, when that is known without measuring (set,
+// no bf16 instructions, or auto with this setup's fp32 and bf16 choices cached);
+// nullopt otherwise. For the memory estimate, made before anything is measured.
+std::optional<Bf16Kernel> known_bf16_kernel(Bf16Kernel setting, Fp32Library fp32_setting, const LlamaConfig& m,
+                                            int64_t tokens);
 
 }  // namespace lct

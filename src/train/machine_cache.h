@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace lct {
@@ -14,6 +15,10 @@ struct CachedMeasurement {
   // "measured now, <s> s; not cached: <why>"
   std::string where;
 };
+
+// The text in cache_folder()/file when there is one and usable(text) accepts it; nothing
+// is measured.
+std::optional<std::string> cached_text(const std::string& file, const std::function<bool(const std::string&)>& usable);
 
 // The text in cache_folder()/file when usable(text) accepts it; else measure() now, its
 // text written there atomically (a write that fails only says so in `where`).

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -15,8 +16,9 @@
 #include "attention/core_attention.h"
 #include "model/llama.h"
 #include "parallel/pipeline_schedule.h"
-#include "src/util/machine.h"
+#include "src/train/gemm_choice.h"
 #include "src/train/run_objects.h"
+#include "src/util/machine.h"
 
 namespace fs = std::filesystem;
 
@@ -126,12 +128,17 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
     // the bf16 products' copies of their two operands (attention/gemm.cpp): dense bf16
     // ones on the native kernel, fp32 ones on the rounded kernel, whose bf16-output
     // products (gate/up) also keep their fp32 sums; and the rounded output gradient of a
-    // product pair (model/ops.cpp). The kernel may be chosen later (train.bf16_kernel =
-    // auto): the rounded kernel's, the larger, unless native is set.
+    // product pair (model/ops.cpp). The kernel: the one resolved, set, or cached for
+    // this setup (train.bf16_kernel = auto, src/train/gemm_choice.h); when auto has not
+    // measured yet, the rounded kernel's, the larger.
     const double widest = std::max({2.0 * double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
     const double rows = std::min(T, double(plan.tile_tokens));
     const double operand = std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size));
-    const bool native = plan.bf16_kernel == Bf16Kernel::native;
+    const std::optional<Bf16Kernel> kernel =
+        plan.machine.resolved ? std::optional<Bf16Kernel>(plan.machine.bf16_kernel)
+                              : known_bf16_kernel(plan.bf16_kernel, plan.fp32_gemm, mc,
+                                                  std::min(plan.data.seq_len, plan.tile_tokens));
+    const bool native = kernel == Bf16Kernel::native;
     e.scratch += 2 * operand * (native ? 2 : 4) + (native ? 0 : rows * 2.0 * double(mc.intermediate_size) * 4) +
                  operand * 2;
   }

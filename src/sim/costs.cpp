@@ -38,12 +38,24 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     const CaPlan plan = plan_core_attention(docs, n, po_);
     for (std::vector<std::vector<double>>* v : {&linear, &work, &own, &comm, &remote})
       (*v)[size_t(g)].assign(size_t(n), 0.0);
-    // bytes each rank sends and receives: [0] within its host, [1] with other hosts
-    std::array<std::vector<double>, 2> bytes;
-    bytes.fill(std::vector<double>(static_cast<size_t>(n), 0.0));
+    // bytes each rank sends and receives, per phase of the exchange (forward there and
+    // back, backward there and back: one MPI_Ialltoallv each, the next waiting for the
+    // last) and link: [phase][0] within its host, [phase][1] with other hosts
+    std::array<std::array<std::vector<double>, 2>, 4> sent, received;
+    for (int ph = 0; ph < 4; ++ph)
+      for (int k = 0; k < 2; ++k) {
+        sent[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
+        received[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
+      }
+    const auto move = [&](int phase, int from, int to, double b) {
+      const size_t k = net_.host_of(from) != net_.host_of(to) ? 1 : 0;
+      sent[size_t(phase)][k][size_t(from)] += b;
+      received[size_t(phase)][k][size_t(to)] += b;
+    };
     for (int r = 0; r < n; ++r)
       linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
     std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
+    const double H = double(mc_.num_attention_heads), f = sizeof(float);
     for (const CaTask& t : plan.tasks) {
       const AttentionTask task = t.attention_task(0, 0, 0);
       const double c = attn_(task);
@@ -53,32 +65,43 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
         own[size_t(g)][size_t(t.server)] += c;
         continue;
       }
-      // Q there and O, LSE back in forward; Q, O, dO, LSE there and dQ back in backward
-      const double q = double(t.q_len) * double((2 * qd_ + mc_.num_attention_heads) +
-                                                (3 * qd_ + mc_.num_attention_heads + qd_)) * sizeof(float);
-      const size_t across = net_.host_of(t.origin) != net_.host_of(t.server) ? 1 : 0;
-      bytes[across][size_t(t.origin)] += q;
-      bytes[across][size_t(t.server)] += q;
+      // forward: Q there, O and LSE back; backward: Q, O, dO and LSE there, dQ back
+      const double rows = double(t.q_len);
+      move(0, t.origin, t.server, rows * double(qd_) * f);
+      move(1, t.server, t.origin, rows * (double(qd_) + H) * f);
+      move(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
+      move(3, t.server, t.origin, rows * double(qd_) * f);
       int64_t& pre = prefix[{t.server, t.origin, t.doc}];
       pre = std::max<int64_t>(pre, t.kv_len());
     }
     for (const auto& [key, rows] : prefix) {
-      // K, V there twice (forward, backward) and dK, dV back
-      const double kv = double(rows) * 3.0 * 2.0 * double(kvd_) * sizeof(float);
+      // K, V there in forward and again in backward, dK, dV back
+      const double kv = double(rows) * 2.0 * double(kvd_) * f;
       const int server = std::get<0>(key), origin = std::get<1>(key);
-      const size_t across = net_.host_of(origin) != net_.host_of(server) ? 1 : 0;
-      bytes[across][size_t(server)] += kv;
-      bytes[across][size_t(origin)] += kv;  // the query's holder
+      move(0, origin, server, kv);
+      move(2, origin, server, kv);
+      move(3, server, origin, kv);
     }
-    // sent and received at once: half of a rank's bytes each way; the exchange's four
-    // rounds of messages (counts, K/V and Q there, results back) at the latency of the
-    // farthest link the rank uses
+    // a phase takes the larger of what the rank sends and receives in it (both ways at
+    // once), the phases one after the other; four rounds of messages at the latency of
+    // the farthest link the rank uses
     for (int r = 0; r < n; ++r) {
-      const double within = bytes[0][size_t(r)] / 2.0, across = bytes[1][size_t(r)] / 2.0;
+      std::array<double, 2> seconds{0.0, 0.0}, bytes{0.0, 0.0};
+      for (int ph = 0; ph < 4; ++ph)
+        for (const size_t k : {size_t(0), size_t(1)}) {
+          const double most = std::max(sent[size_t(ph)][k][size_t(r)], received[size_t(ph)][k][size_t(r)]);
+          seconds[k] += most / net_.bandwidth_of(k == 1);
+          bytes[k] += sent[size_t(ph)][k][size_t(r)];
+        }
+      const bool across = bytes[1] > 0 || [&] {
+        for (int ph = 0; ph < 4; ++ph)
+          if (received[size_t(ph)][1][size_t(r)] > 0) return true;
+        return false;
+      }();
       const double rounds = n > 1 ? 4.0 : 0.0;
-      comm[size_t(g)][size_t(r)] = net_.seconds(within, across > 0 ? 0.0 : rounds, false);
-      if (across > 0) remote[size_t(g)][size_t(r)] = net_.seconds(across, rounds, true);
-      out.bytes += within + across;
+      comm[size_t(g)][size_t(r)] = seconds[0] + (across ? 0.0 : rounds * net_.latency);
+      if (across) remote[size_t(g)][size_t(r)] = seconds[1] + rounds * net_.host_latency;
+      out.bytes += bytes[0] + bytes[1];
     }
   }
   out.busy.assign(size_t(n), 0.0);

@@ -44,10 +44,12 @@ struct AttentionCost {
 // time is its linear work + the attention it serves + its exchange not hidden (behind
 // its own tasks, or with ping-pong behind the other nano-batch's linear layers), and the
 // layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
-// K, V (twice) and dK, dV of the longest prefix a server needs of each document, charged
-// to the server and to the query's holder (with cp the prefix has several holders: an
-// approximation). A rank's bytes to and from ranks on other hosts travel at the host
-// link and are not hidden (src/sim/network.h).
+// K, V (twice) and dK, dV of the longest prefix a server needs of each document, between
+// the server and the query's holder (with cp the prefix has several holders: an
+// approximation). The exchange runs in four phases, one after the other (forward there,
+// back; backward there, back), each as long as the larger of what the rank sends and
+// receives in it. A rank's bytes to and from ranks on other hosts travel at the host link
+// and are not hidden (src/sim/network.h).
 struct CadLayer {
   double seconds = 0;
   std::vector<double> busy;  // per rank: linear + attention served

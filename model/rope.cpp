@@ -38,14 +38,16 @@ std::vector<double> rope_inv_freq(const RopeSpec& spec, int64_t head_dim, int64_
     // pair i turns original_length * inv_freq[i] / 2pi times over the trained length:
     // blend weight 0 (keep) above 32 turns, 1 (interpolate) below 1 turn, linear in
     // between (the ramp is over the pair index, from where 32 turns happen to where 1
-    // does, as the YaRN paper defines it)
+    // does, as the YaRN paper defines it; its ends rounded down and up and clamped to
+    // [0, head_dim - 1] as the YaRN reference code and Hugging Face's do, so that a model
+    // exported with rope_scaling yarn computes the same there)
     const double two_pi = 2.0 * std::acos(-1.0);
     auto pair_at_turns = [&](double turns) {  // the (fractional) pair index turning `turns` times
       return double(head_dim) * std::log(double(spec.original_length) / (turns * two_pi)) /
              (2.0 * std::log(spec.theta));
     };
-    const double lo = std::clamp(std::floor(pair_at_turns(32.0)), 0.0, double(half - 1));
-    double hi = std::clamp(std::ceil(pair_at_turns(1.0)), 0.0, double(half - 1));
+    const double lo = std::max(std::floor(pair_at_turns(32.0)), 0.0);
+    double hi = std::min(std::ceil(pair_at_turns(1.0)), double(head_dim - 1));
     if (hi == lo) hi += 1e-3;
     for (int64_t i = 0; i < half; ++i) {
       const double w = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);

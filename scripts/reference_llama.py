@@ -300,8 +300,9 @@ def rope_inv_freq(hd, theta):
         # pair index j at which L0 * inv_j / (2 pi) = r turns: j = hd ln(L0 / (2 pi r)) / (2 ln theta)
         def at(r):
             return hd * math.log(L0 / (2 * math.pi * r)) / (2 * math.log(theta))
-        lo = min(max(math.floor(at(32.0)), 0), hd // 2 - 1)
-        hi = min(max(math.ceil(at(1.0)), 0), hd // 2 - 1)
+        # the ends rounded outwards and clamped to [0, hd - 1], as the YaRN reference does
+        lo = max(math.floor(at(32.0)), 0)
+        hi = min(math.ceil(at(1.0)), hd - 1)
         if hi == lo:
             hi += 1e-3
         w = ((i - lo) / (hi - lo)).clamp(0.0, 1.0)    # 1: interpolate, 0: keep

@@ -37,7 +37,8 @@ int run_command(int argc, char** argv, int rank, int world) {
   app.set_help_all_flag("--help-all", "help for every subcommand");
   const std::vector<Command> commands = {
       add_train_command(app, rank, world), add_bench_command(app),      add_simulate_command(app),
-      add_eval_command(app),               add_make_batch_command(app), add_inspect_command(app)};
+      add_eval_command(app),               add_make_batch_command(app), add_inspect_command(app),
+      add_export_command(app)};
 
   std::string parse_error;
   bool help = false;

@@ -133,6 +133,13 @@ TEST(Ops, RopeScalingsFollowTheirDefinitions) {
     EXPECT_LE(y[size_t(i)], base[size_t(i)]);
     EXPECT_GE(y[size_t(i)], base[size_t(i)] / 8.0 * (1 - 1e-15));
   }
+  // the ramp's ends as the YaRN reference (and Hugging Face) take them: over L0 = 65536,
+  // 32 turns at pair 5.03 (rounded down: 5) and 1 turn at 8.03 (rounded up: 9, kept
+  // although beyond the last pair, 7, since the clamp is to hd - 1): pair 7 is halfway
+  RopeSpec long_yarn{theta, RopeScaling::yarn, 8.0, 65536};
+  const std::vector<double> ly = rope_inv_freq(long_yarn, hd, 0);
+  EXPECT_DOUBLE_EQ(ly[7], base[7] * (1.0 - 0.5) + base[7] / 8.0 * 0.5);
+  EXPECT_DOUBLE_EQ(ly[5], base[5]);
   const RopeTable t = build_rope_table(32, hd, yarn, 0);
   const double m = 0.1 * std::log(8.0) + 1.0;
   for (int64_t p = 0; p < 32; ++p)

@@ -26,6 +26,7 @@ Command add_simulate_command(CLI::App& lct);
 Command add_eval_command(CLI::App& lct);
 Command add_make_batch_command(CLI::App& lct);
 Command add_inspect_command(CLI::App& lct);
+Command add_export_command(CLI::App& lct);
 
 // --config FILE and every config key as --section.key, collected into `overrides`.
 struct ConfigOptions {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
@@ -13,6 +14,7 @@
 #include "src/io/output_files.h"
 #include "src/io/batch_file.h"
 #include "src/io/h5io.h"
+#include "src/io/hf_model.h"
 #include "src/config/config.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
@@ -22,8 +24,18 @@ namespace lct {
 
 LlamaModel load_model(const std::string& checkpoint_path,
                       const std::function<void(LlamaConfig&)>& adjust) {
-  H5File f = H5File::open_read(checkpoint_path);
-  LlamaConfig config = read_model_attrs(f);
+  // a Hugging Face folder (config.json + safetensors), or an lct HDF5 file
+  const bool hf = is_hf_model_path(checkpoint_path);
+  std::optional<H5File> f;
+  HfModelFiles files;
+  LlamaConfig config;
+  if (hf) {
+    files = find_hf_model_files(checkpoint_path);
+    config = read_hf_config(files.config);
+  } else {
+    f.emplace(H5File::open_read(checkpoint_path));
+    config = read_model_attrs(*f);
+  }
   if (adjust) {
     adjust(config);
     const std::string err = config.validate();
@@ -33,11 +45,12 @@ LlamaModel load_model(const std::string& checkpoint_path,
   const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
   const MemoryAvailable available = available_memory(1);
   if (bytes > available.bytes)
-    throw std::runtime_error(checkpoint_path + ": its /model attributes describe a model of " +
-                             bytes_text(bytes) + " (parameters and gradients), more than the " +
+    throw std::runtime_error(checkpoint_path + ": " + (hf ? "its config.json" : "its /model attributes") +
+                             " describe a model of " + bytes_text(bytes) + " (parameters and gradients), more than the " +
                              bytes_text(available.bytes) + " available (" + available.limit + ")");
   LlamaModel model(config);
-  read_tensors(f, "/params", model.table(), model.params.data());
+  if (hf) read_hf_params(files, config, model.table(), model.params.data());
+  else read_tensors(*f, "/params", model.table(), model.params.data());
   return model;
 }
 
@@ -133,7 +146,9 @@ Command add_eval_command(CLI::App& lct) {
   };
   auto o = std::make_shared<Options>();
   CLI::App* eval = lct.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
-  eval->add_option("--checkpoint", o->checkpoint, "parameter or checkpoint file (.h5)")->required();
+  eval->add_option("--checkpoint", o->checkpoint,
+                   "parameter or checkpoint file (.h5), or a Hugging Face Llama folder (config.json + safetensors)")
+      ->required();
   eval->add_option("--batch-file", o->batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")->required();
   eval->add_option("--grads-out", o->eval.grads_out, "write /grads/... and @loss to this HDF5 file");
   eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(CLI::Range(int64_t(0), kMaxThreads));

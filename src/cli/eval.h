@@ -10,7 +10,8 @@
 
 namespace lct {
 
-// Loads params (and /model config) from a checkpoint or parameter file. The optional
+// Loads params (and /model config) from a checkpoint or parameter file, or a Hugging Face
+// Llama folder or safetensors file (src/io/hf_model.h). The optional
 // hook may change the attention settings (kernel, DCA keys) before the model is built:
 // core attention has no weights, so any checkpoint can be evaluated under DCA.
 LlamaModel load_model(const std::string& checkpoint_path,

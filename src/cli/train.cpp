@@ -92,7 +92,8 @@ int run_train(const TrainOptions& o, int rank, int world) {
   const std::string resume_from = plan.run.resume.from == Resume::From::latest ? latest : plan.run.resume.path;
   agree_across_ranks(error,
                      error.empty() && world > 1
-                         ? training_inputs_text(config_key_lines(config), config.data.path, resume_from) +
+                         ? training_inputs_text(config_key_lines(config), config.data.path, resume_from,
+                                                config.train.init_from) +
                                "dry run = " + (o.dry_run ? "true" : "false") + "\n"
                          : "",
                      world);
@@ -120,6 +121,7 @@ int run_train(const TrainOptions& o, int rank, int world) {
     trainer.resume_from(resume_from);
   else if (plan.run.resume.from == Resume::From::latest)
     log_info("train.resume = auto: no checkpoint in %s, starting fresh", plan.run.checkpoint.dir.c_str());
+  if (resume_from.empty() && !plan.run.init_from.empty()) trainer.init_from(plan.run.init_from);
   install_stop_signal_handlers();
   return trainer.run();
 }

@@ -279,6 +279,8 @@ void add_train_keys(std::vector<ConfigKey>& k) {
   k.push_back(in(KeyScope::run, int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1)));
   k.push_back(in(KeyScope::run, choice_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
                          [](Config& c) -> auto& { return c.train.resume; }, parse_resume, resume_text)));
+  k.push_back(in(KeyScope::run, str_key("train.init_from", "a fresh run starts from this Hugging Face Llama folder or safetensors file (weights, and the model keys from its config.json)",
+                                        [](Config& c) -> auto& { return c.train.init_from; })));
 }
 
 // [parallel]

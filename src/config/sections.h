@@ -99,6 +99,9 @@ struct TrainConfig {
   int64_t threads = 0;  // 0 = all cores
   int64_t log_every = 1;
   Resume resume;        // train.resume
+  // A Hugging Face Llama folder (config.json + safetensors) or file a fresh run starts
+  // from: its weights, and the model keys from its config.json (src/cli/options.cpp)
+  std::string init_from;  // train.init_from ("" = the seeded init)
 };
 
 struct ParallelConfig {

@@ -32,6 +32,8 @@ std::string remedy(const std::string& key) {
     return "every rank reads the checkpoint it resumes from: every host must see checkpoint.dir on a shared "
            "file system";
   if (key == "data file content") return "every rank reads the data: every host must see the same data.path";
+  if (key == "init_from content")
+    return "every rank reads the model it starts from: every host must see the same train.init_from";
   return "every rank must run the same config and inputs";
 }
 
@@ -134,7 +136,7 @@ void agree_across_ranks(const std::string& error, const std::string& text, int w
 }
 
 std::string training_inputs_text(const std::string& config_lines, const std::string& data_path,
-                                 const std::string& resume_checkpoint) {
+                                 const std::string& resume_checkpoint, const std::string& init_from) {
   std::string t = config_lines;
   // what each rank reads, by content: files of one size may still differ
   const auto hash = [](const std::string& path, const char* what) {
@@ -148,6 +150,7 @@ std::string training_inputs_text(const std::string& config_lines, const std::str
   t += "data file content = " + hash(data_path, "data.path") + "\n";
   t += "resume checkpoint = " + resume_checkpoint + "\n";
   t += "resume checkpoint content = " + hash(resume_checkpoint, "train.resume") + "\n";
+  t += "init_from content = " + hash(init_from, "train.init_from") + "\n";
   return t;
 }
 

@@ -36,8 +36,9 @@ std::string binary_identity_line();
 
 // The "name = value" lines a training run's ranks must agree on: every config key
 // (config_lines, config_key_lines in src/config/config.h), the content of the data file
-// (or folder) and of the checkpoint a resume starts from.
+// (or folder), of the checkpoint a resume starts from and of the Hugging Face folder a
+// fresh run starts from (train.init_from).
 std::string training_inputs_text(const std::string& config_lines, const std::string& data_path,
-                                 const std::string& resume_checkpoint);
+                                 const std::string& resume_checkpoint, const std::string& init_from = "");
 
 }  // namespace lct

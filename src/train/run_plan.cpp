@@ -114,6 +114,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.run.checkpoint = c.checkpoint;
   p.run.trace_path = c.trace.path;
   p.run.resume = c.train.resume;
+  p.run.init_from = c.train.init_from;
   p.config_text = config_to_toml(c);
   p.cp_split = c.parallel.cp_split;
   p.cp_split_work = {p.model.attention_mask, linear_pairs_per_token(p.model)};

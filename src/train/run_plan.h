@@ -60,6 +60,7 @@ struct RunControl {
   CheckpointConfig checkpoint;       // [checkpoint]
   std::string trace_path;            // trace.path ("" = no timeline)
   Resume resume;                     // train.resume
+  std::string init_from;             // train.init_from ("" = the seeded init)
 };
 
 // What this machine decides (resolve_machine_choices, src/train/machine_choices.h): made

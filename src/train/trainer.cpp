@@ -25,6 +25,7 @@
 #include "src/train/machine_choices.h"
 #include "src/train/step_model.h"
 #include "src/io/h5io.h"
+#include "src/io/hf_model.h"
 #include "src/util/log.h"
 #include "src/io/params_io.h"
 #include "src/io/run_folder.h"
@@ -110,6 +111,15 @@ void Trainer::resume_from(const std::string& path) {
   state_.seed = plan_.seed;
   resumed_ = true;
   history_ = c.history;
+}
+
+void Trainer::init_from(const std::string& path) {
+  const HfModelFiles files = find_hf_model_files(path);
+  LlamaModel model(model_.config());
+  read_hf_params(files, model_.config(), model.table(), model.params.data());
+  model_.params = std::move(model.params);
+  if (grid_.is_root())
+    log_info("train.init_from: parameters from %s (%zu weight file(s))", path.c_str(), files.weights.size());
 }
 
 // This rank's share of the step's micro-batches (the step model, src/train/step_model.h).

@@ -61,6 +61,10 @@ class Trainer {
   // differences are warnings), then restores params, optimizer, data position and
   // metrics history. Throws before changing anything.
   void resume_from(const std::string& path);
+  // A fresh run's parameters from a Hugging Face Llama folder or safetensors file
+  // (train.init_from, src/io/hf_model.h) in place of the seeded init: every rank reads
+  // it (each host must see the path, as data.path). Throws before changing anything.
+  void init_from(const std::string& path);
 
   StepRecord train_step();  // runs step number steps_done() + 1
   // All remaining steps with logging and checkpoints; returns the process exit code

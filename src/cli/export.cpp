@@ -1,0 +1,64 @@
+// lct export: a checkpoint (or parameter file) as a Hugging Face Llama folder,
+// model.safetensors + config.json (src/io/hf_model.h), that transformers' Llama loads and
+// train.init_from and lct eval read back.
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "src/cli/command.h"
+#include "src/cli/eval.h"
+#include "src/config/config.h"
+#include "src/io/h5io.h"
+#include "src/io/hf_model.h"
+#include "src/io/paths.h"
+
+namespace lct {
+namespace {
+
+// The length the model was trained at: the checkpoint's data.seq_len (its /config), or
+// with RoPE scaling the length it refers to; a parameter file without /config gives the
+// longest of RoPE's and DCA's lengths, else 2048 (said in the output).
+int64_t trained_length(const std::string& path, const LlamaConfig& m, std::string& note) {
+  if (!is_hf_model_path(path)) {
+    const H5File f = H5File::open_read(path);
+    if (f.exists("/config")) {
+      Config c;
+      apply_toml_text(c, f.read_string("/config"), path + ":/config");
+      return c.data.seq_len;
+    }
+  }
+  if (m.rope_original_length > 0) return m.rope_original_length;
+  note = "max_position_embeddings: the trained length is not in " + path + "; 2048 written";
+  return 2048;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& lct) {
+  struct Options {
+    std::string checkpoint, out, dtype = "fp32";
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = lct.add_subcommand(
+      "export", "write a checkpoint as a Hugging Face Llama folder (model.safetensors + config.json)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint or parameter file (.h5)")->required();
+  cmd->add_option("--out", o->out, "the folder to write (made if missing)")->required();
+  cmd->add_option("--dtype", o->dtype, "fp32 | bf16: the tensors' dtype in model.safetensors")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  return {cmd, [o] {
+            refuse_aliasing({{"--out", o->out}}, {{"--checkpoint", o->checkpoint}});
+            const LlamaModel model = load_model(o->checkpoint);
+            std::string note;
+            const int64_t length = trained_length(o->checkpoint, model.config(), note);
+            const SafetensorsDtype dtype = o->dtype == "bf16" ? SafetensorsDtype::bf16 : SafetensorsDtype::f32;
+            for (const std::string& line :
+                 write_hf_model(o->out, model.config(), model.table(), model.params.data(), length, dtype))
+              std::printf("%s\n", line.c_str());
+            if (!note.empty()) std::printf("note: %s\n", note.c_str());
+            return 0;
+          }};
+}
+
+}  // namespace lct

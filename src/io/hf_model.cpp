@@ -1,0 +1,402 @@
+#include "src/io/hf_model.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include "data/files.h"
+#include "src/config/config_text.h"
+#include "src/config/sections.h"
+#include "src/io/output_files.h"
+#include "src/util/json.h"
+
+namespace lct {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kMaxJsonBytes = 64 << 20;  // a config.json or an index of that size is not one
+
+// A JSON file parsed, refused in one line when it is not a regular file, too large, not
+// JSON or nested deeper than any config needs.
+Json read_json_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > kMaxJsonBytes)
+    throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than a JSON config can be (" +
+                             std::to_string(kMaxJsonBytes >> 20) + " MiB)");
+  const std::string text = read_regular_file(path, "the JSON file");
+  try {
+    return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {
+      if (depth > 32) throw std::runtime_error("nested deeper than 32 levels");
+      return true;
+    });
+  } catch (const Json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+}
+
+// A JSON value as the text a config key parses ("true", "12", "1e-05", "yarn").
+std::string value_text(const Json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  if (v.is_number_float()) {
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17g", v.get<double>());
+    return text;
+  }
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();  // an object, list or null: the key's parser refuses it by name
+}
+
+const char* kLctNote =
+    "lct's attention settings: transformers ignores this object (and the lct.* keys of the safetensors "
+    "metadata) and runs the model with causal attention over every key";
+
+}  // namespace
+
+bool is_hf_model_path(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return fs::exists(fs::path(path) / "config.json", ec);
+  return fs::path(path).extension() == ".safetensors";
+}
+
+HfModelFiles find_hf_model_files(const std::string& path) {
+  std::error_code ec;
+  HfModelFiles files;
+  if (!fs::exists(path, ec)) throw std::runtime_error(path + ": no such file or folder");
+  const bool folder = fs::is_directory(path, ec);
+  const fs::path dir = folder ? fs::path(path) : fs::path(path).parent_path().empty() ? fs::path(".")
+                                                                                       : fs::path(path).parent_path();
+  files.config = (dir / "config.json").string();
+  if (!fs::is_regular_file(files.config, ec))
+    throw std::runtime_error(path + ": no config.json " + (folder ? "in the folder" : "beside the file") +
+                             " (a Hugging Face model folder holds config.json and model.safetensors)");
+  if (!folder) {
+    files.weights = {path};
+    return files;
+  }
+  const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  if (fs::exists(single, ec)) {
+    files.weights = {single.string()};
+    return files;
+  }
+  if (!fs::exists(index, ec))
+    throw std::runtime_error(path + ": neither model.safetensors nor model.safetensors.index.json in the folder "
+                                    "(lct reads safetensors weights, not pytorch_model.bin)");
+  files.index = index.string();
+  const Json j = read_json_file(files.index);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw std::runtime_error(files.index + ": no weight_map object");
+  std::set<std::string> seen;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string())
+      throw std::runtime_error(files.index + ": weight_map." + it.key() + " is not a file name");
+    const std::string shard = it.value().get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
+      throw std::runtime_error(files.index + ": weight_map." + it.key() + " = '" + shard +
+                               "' is not a file name in the folder");
+    if (seen.insert(shard).second) files.weights.push_back((dir / shard).string());
+  }
+  if (files.weights.empty()) throw std::runtime_error(files.index + ": the weight_map lists no tensors");
+  return files;
+}
+
+LlamaConfig read_hf_config(const std::string& path) {
+  const Json j = read_json_file(path);
+  const auto fail = [&](const std::string& key, const std::string& why) {
+    return std::runtime_error(path + ": " + key + ": " + why);
+  };
+  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
+  if (j.contains("model_type") && j["model_type"] != "llama")
+    throw fail("model_type", value_text(j["model_type"]) + ", lct reads Llama models (model_type \"llama\")");
+  if (j.contains("architectures")) {
+    bool llama = false;
+    if (j["architectures"].is_array())
+      for (const Json& a : j["architectures"]) llama = llama || a == "LlamaForCausalLM";
+    if (!llama) throw fail("architectures", j["architectures"].dump() + " does not list LlamaForCausalLM");
+  }
+  for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"})
+    if (j.contains(moe) && !j[moe].is_null())
+      throw fail(moe, "a mixture of experts; lct's Llama has one MLP per layer");
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    throw fail("hidden_act", value_text(j["hidden_act"]) + ", lct's MLP is SwiGLU (silu)");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (j.contains(bias) && j[bias] != false) throw fail(bias, value_text(j[bias]) + ", lct's Llama has no biases");
+  if (j.contains("pretraining_tp") && j["pretraining_tp"] != 1)
+    throw fail("pretraining_tp", value_text(j["pretraining_tp"]) + ": split projections are not supported");
+
+  LlamaConfig c;
+  const auto set = [&](const std::string& json_key, const std::string& lct_key, const Json& v) {
+    try {
+      set_model_key(c, lct_key, value_text(v));
+    } catch (const ConfigError& e) {
+      throw fail(json_key, e.what());
+    }
+  };
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
+    if (!j.contains(key)) throw fail(key, "missing");
+    set(key, std::string("model.") + key, j[key]);
+  }
+  set("num_key_value_heads", "model.num_key_value_heads",
+      j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? j["num_key_value_heads"]
+                                                                                 : j["num_attention_heads"]);
+  set("rms_norm_eps", "model.rms_norm_eps", j.value("rms_norm_eps", Json(1e-6)));  // LlamaConfig's default
+  set("tie_word_embeddings", "model.tie_word_embeddings", j.value("tie_word_embeddings", Json(false)));
+
+  // RoPE: rope_parameters (newer transformers) or rope_theta + rope_scaling
+  Json rope = Json::object();
+  std::string rope_key = "rope_scaling";
+  double theta = 10000.0;
+  if (j.contains("rope_theta")) {
+    if (!j["rope_theta"].is_number()) throw fail("rope_theta", "not a number");
+    theta = j["rope_theta"].get<double>();
+  }
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    rope_key = "rope_parameters";
+    if (!j["rope_parameters"].is_object()) throw fail(rope_key, "not an object");
+    rope = j["rope_parameters"];
+    if (rope.contains("rope_theta")) {
+      if (!rope["rope_theta"].is_number()) throw fail("rope_parameters.rope_theta", "not a number");
+      theta = rope["rope_theta"].get<double>();
+    }
+  } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    if (!j["rope_scaling"].is_object()) throw fail(rope_key, "not an object");
+    rope = j["rope_scaling"];
+  }
+  set("rope_theta", "model.rope_theta", Json(theta));
+  std::string type = "default";
+  for (const char* k : {"rope_type", "type"})
+    if (rope.contains(k)) {
+      if (!rope[k].is_string()) throw fail(rope_key + "." + k, "not a string");
+      type = rope[k].get<std::string>();
+    }
+  const std::map<std::string, std::set<std::string>> allowed = {
+      {"default", {}},
+      {"linear", {"factor"}},
+      {"dynamic", {"factor", "original_max_position_embeddings"}},
+      {"yarn", {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"}}};
+  const auto kind = allowed.find(type);
+  if (kind == allowed.end())
+    throw fail(rope_key, "rope type '" + type + "' (lct applies default, linear, dynamic and yarn)");
+  for (auto it = rope.begin(); it != rope.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "rope_type" || k == "type" || k == "rope_theta" || kind->second.count(k)) continue;
+    throw fail(rope_key + "." + k, "not applied by lct's " + type + " RoPE");
+  }
+  if (type != "default") {
+    set(rope_key + ".rope_type", "model.rope_scaling", Json(type));
+    if (!rope.contains("factor")) throw fail(rope_key + ".factor", "missing");
+    set(rope_key + ".factor", "model.rope_scaling_factor", rope["factor"]);
+    // the trained length: original_max_position_embeddings, else max_position_embeddings
+    // (as transformers reads it for dynamic and yarn)
+    const Json original = rope.contains("original_max_position_embeddings") ? rope["original_max_position_embeddings"]
+                          : j.contains("max_position_embeddings")           ? j["max_position_embeddings"]
+                                                                            : Json(0);
+    if (type != "linear") set(rope_key + ".original_max_position_embeddings", "model.rope_original_length", original);
+    if (type == "yarn") {
+      const auto check = [&](const char* k, double want) {
+        if (rope.contains(k) && !(rope[k].is_number() && std::fabs(rope[k].get<double>() - want) <= 1e-9 * want))
+          throw fail(rope_key + "." + k, value_text(rope[k]) + ", lct's yarn applies " + value_text(Json(want)));
+      };
+      check("beta_fast", 32.0);
+      check("beta_slow", 1.0);
+      check("attention_factor", 0.1 * std::log(c.rope_scaling_factor) + 1.0);
+      if (rope.contains("truncate") && rope["truncate"] != true)
+        throw fail(rope_key + ".truncate", value_text(rope["truncate"]) + ", lct's yarn rounds the ramp's ends");
+    }
+  }
+  if (j.contains("head_dim") && !j["head_dim"].is_null() &&
+      !(j["head_dim"].is_number_integer() && j["head_dim"].get<int64_t>() == c.hidden_size / c.num_attention_heads))
+    throw fail("head_dim", value_text(j["head_dim"]) + ", lct's head_dim is hidden_size / num_attention_heads = " +
+                               std::to_string(c.hidden_size / std::max(1, c.num_attention_heads)));
+  // lct's own attention settings (an lct export), else causal
+  if (j.contains("lct")) {
+    const Json& l = j["lct"];
+    if (!l.is_object()) throw fail("lct", "not an object");
+    const std::map<std::string, std::string> keys = {
+        {"attention_kernel", "attention.kernel"},       {"dca_chunk_size", "attention.dca_chunk_size"},
+        {"dca_local_size", "attention.dca_local_size"}, {"dca_mscale", "attention.dca_mscale"},
+        {"dca_mscale_original_length", "attention.dca_mscale_original_length"},
+        {"attention_mask", "attention.mask"},           {"attention_window", "attention.window"},
+        {"attention_sink_tokens", "attention.sink_tokens"}, {"attention_block_size", "attention.block_size"}};
+    for (auto it = l.begin(); it != l.end(); ++it) {
+      if (it.key() == "note" || it.key() == "format") continue;
+      const auto k = keys.find(it.key());
+      if (k == keys.end()) throw fail("lct." + it.key(), "not an lct attention setting");
+      set("lct." + it.key(), k->second, it.value());
+    }
+  }
+  if (const std::string err = c.validate(); !err.empty()) throw std::runtime_error(path + ": " + err);
+  return c;
+}
+
+namespace {
+
+// Every tensor of `table` located in the weight files, once each, with its shape; no
+// tensor lct's model lacks (a tied model's lm_head aside).
+struct LocatedTensors {
+  std::vector<std::unique_ptr<SafetensorsFile>> open;
+  std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsEntry*>> where;
+};
+
+LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table) {
+  LocatedTensors t;
+  for (const std::string& w : files.weights) {
+    t.open.push_back(std::make_unique<SafetensorsFile>(w));
+    for (const SafetensorsEntry& e : t.open.back()->entries()) {
+      if (const auto it = t.where.find(e.name); it != t.where.end())
+        throw std::runtime_error(w + ": tensor '" + e.name + "' is also in " + it->second.first->path());
+      t.where[e.name] = {t.open.back().get(), &e};
+    }
+  }
+  std::set<std::string> wanted;
+  for (const TensorSpec& s : table.specs()) wanted.insert(s.name);
+  for (const auto& [name, at] : t.where) {
+    if (wanted.count(name)) continue;
+    if (name.ends_with("rotary_emb.inv_freq")) continue;  // older exports keep RoPE's table; lct computes it
+    if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // checked when read
+    const std::string why = name.ends_with(".bias") ? "a bias (lct's Llama has none)"
+                                                    : "not a tensor of lct's Llama with this config.json";
+    throw std::runtime_error(at.first->path() + ": tensor '" + name + "': " + why);
+  }
+  for (const TensorSpec& s : table.specs()) {
+    const auto it = t.where.find(s.name);
+    if (it == t.where.end())
+      throw std::runtime_error((files.index.empty() ? files.weights[0] : files.index) + ": no tensor '" + s.name + "'");
+    const SafetensorsEntry& e = *it->second.second;
+    if (e.shape != s.shape) {
+      std::string got, want;
+      for (const int64_t d : e.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      for (const int64_t d : s.shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      throw std::runtime_error(it->second.first->path() + ": tensor '" + s.name + "' has shape [" + got +
+                               "], config.json's model needs [" + want + "]");
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+void check_hf_params(const HfModelFiles& files, const LlamaConfig& config) {
+  locate_tensors(files, config, build_llama_table(config));
+}
+
+void read_hf_params(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table, float* arena) {
+  const LocatedTensors located = locate_tensors(files, config, table);
+  const auto& where = located.where;
+  for (const TensorSpec& s : table.specs()) {
+    const auto& [file, entry] = where.at(s.name);
+    file->read_f32(*entry, arena + s.offset);
+  }
+  // a tied model's lm_head, when a file carries it, must be the embedding
+  if (const auto it = where.find("lm_head.weight"); it != where.end() && config.tie_word_embeddings) {
+    const TensorSpec& emb = table.get("model.embed_tokens.weight");
+    const SafetensorsEntry& e = *it->second.second;
+    std::vector<float> head(size_t(e.numel()));
+    if (e.shape != emb.shape) throw std::runtime_error(it->second.first->path() + ": lm_head.weight's shape is not the embedding's");
+    it->second.first->read_f32(e, head.data());
+    if (std::memcmp(head.data(), arena + emb.offset, head.size() * sizeof(float)) != 0)
+      throw std::runtime_error(it->second.first->path() +
+                               ": lm_head.weight differs from model.embed_tokens.weight but config.json ties them");
+  }
+}
+
+std::string hf_config_json(const LlamaConfig& c, int64_t trained_length, SafetensorsDtype dtype) {
+  // max_position_embeddings: the length the model runs at; with dynamic scaling the
+  // trained one (transformers scales beyond it), with linear and yarn the scaled one
+  int64_t max_positions = trained_length;
+  Json scaling = nullptr;
+  Json parameters = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+  if (c.rope_scaling != RopeScaling::none) {
+    const std::string type = rope_scaling_name(c.rope_scaling);
+    scaling = {{"rope_type", type}, {"type", type}, {"factor", c.rope_scaling_factor}};
+    parameters = {{"rope_type", type}, {"rope_theta", c.rope_theta}, {"factor", c.rope_scaling_factor}};
+    if (c.rope_scaling != RopeScaling::linear) {
+      scaling["original_max_position_embeddings"] = c.rope_original_length;
+      parameters["original_max_position_embeddings"] = c.rope_original_length;
+    }
+    if (c.rope_scaling == RopeScaling::dynamic) max_positions = c.rope_original_length;
+    if (c.rope_scaling == RopeScaling::yarn || (c.rope_scaling == RopeScaling::linear && c.rope_original_length > 0))
+      max_positions = int64_t(std::llround(double(c.rope_original_length) * c.rope_scaling_factor));
+  }
+  Json lct = {{"note", kLctNote}, {"attention_kernel", attention_kernel_name(c.attention_kernel)}};
+  if (c.attention_kernel == AttentionKernel::dca) {
+    lct["dca_chunk_size"] = c.dca_chunk_size;
+    lct["dca_local_size"] = c.dca_local_size;
+    lct["dca_mscale"] = c.dca_mscale;
+    lct["dca_mscale_original_length"] = c.dca_mscale_original_length;
+  }
+  lct["attention_mask"] = mask_kind_name(c.attention_mask.kind);
+  if (c.attention_mask.kind != MaskKind::causal) {
+    lct["attention_window"] = c.attention_mask.window;
+    lct["attention_sink_tokens"] = c.attention_mask.sink_tokens;
+    lct["attention_block_size"] = c.attention_mask.block_size;
+  }
+  const Json j = {{"architectures", {"LlamaForCausalLM"}},
+                  {"model_type", "llama"},
+                  {"vocab_size", c.vocab_size},
+                  {"hidden_size", c.hidden_size},
+                  {"intermediate_size", c.intermediate_size},
+                  {"num_hidden_layers", c.num_hidden_layers},
+                  {"num_attention_heads", c.num_attention_heads},
+                  {"num_key_value_heads", c.num_key_value_heads},
+                  {"head_dim", c.head_dim()},
+                  {"hidden_act", "silu"},
+                  {"rms_norm_eps", c.rms_norm_eps},
+                  {"rope_theta", c.rope_theta},
+                  {"rope_scaling", scaling},
+                  {"rope_parameters", parameters},
+                  {"max_position_embeddings", max_positions},
+                  {"tie_word_embeddings", c.tie_word_embeddings},
+                  {"attention_bias", false},
+                  {"mlp_bias", false},
+                  {"attention_dropout", 0.0},
+                  {"torch_dtype", dtype == SafetensorsDtype::bf16 ? "bfloat16" : "float32"},
+                  {"lct", lct}};
+  return j.dump(2) + "\n";
+}
+
+std::vector<std::string> write_hf_model(const std::string& out_dir, const LlamaConfig& config, const TensorTable& table,
+                                        const float* arena, int64_t trained_length, SafetensorsDtype dtype) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (!fs::is_directory(out_dir))
+    throw std::runtime_error("--out " + out_dir + ": cannot make the folder" + (ec ? " (" + ec.message() + ")" : ""));
+  std::vector<SafetensorsTensor> tensors;
+  for (const TensorSpec& s : table.specs()) tensors.push_back({s.name, s.shape, arena + s.offset});
+  // the metadata: transformers requires format "pt"; lct's attention settings beside it
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  const Json lct = Json::parse(hf_config_json(config, trained_length, dtype))["lct"];
+  for (auto it = lct.begin(); it != lct.end(); ++it)
+    metadata["lct." + it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+  const std::string weights = (fs::path(out_dir) / "model.safetensors").string();
+  const std::string cfg = (fs::path(out_dir) / "config.json").string();
+  const std::string bytes = safetensors_bytes(tensors, dtype, metadata), text = hf_config_json(config, trained_length, dtype);
+  // both written whole before either replaces anything (an existing export of another
+  // model stays whole until the two renames)
+  for (const std::string& target : {weights, cfg}) require_replaceable_output(target, "--out");
+  TempFile weights_file(weights), config_file(cfg);
+  weights_file.write_all_and_close(bytes.data(), bytes.size());
+  config_file.write_all_and_close(text.data(), text.size());
+  weights_file.commit();
+  config_file.commit();
+  char line[256];
+  std::snprintf(line, sizeof line, "%s: %zu tensors, %s, %.1f MiB", weights.c_str(), tensors.size(),
+                safetensors_dtype_name(dtype), double(bytes.size()) / 1048576.0);
+  std::vector<std::string> out = {line, cfg + ": LlamaForCausalLM, " + describe_attention(config)};
+  if (config.attention_kernel != AttentionKernel::causal || config.attention_mask.kind != MaskKind::causal)
+    out.push_back("note: transformers ignores lct's attention settings (config.json \"lct\", the lct.* metadata): "
+                  "it runs this model with causal attention over every key, not " + describe_attention(config));
+  return out;
+}
+
+}  // namespace lct

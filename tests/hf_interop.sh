@@ -130,6 +130,14 @@ expect_error "hf_bad/model.safetensors: the header length 1099511627775 is above
   "$LCT" eval --checkpoint hf_bad --batch-file batch.h5
 expect_error "hf_bad/model.safetensors: the header length" \
   "$LCT" train --train.init_from hf_bad --train.steps 1 --checkpoint.dir x --data.seq_len 128
+$PY - hf_sharded/model.safetensors.index.json <<'PY'
+import json, sys
+index = json.load(open(sys.argv[1]))
+index["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors"  # it is in the second
+json.dump(index, open(sys.argv[1], "w"))
+PY
+expect_error "model.safetensors.index.json: tensor 'model.norm.weight' is listed in" \
+  "$LCT" eval --checkpoint hf_sharded --batch-file batch.h5
 sed -i 's/"silu"/"gelu"/' hf_bad/config.json
 expect_error "hf_bad/config.json: hidden_act: gelu" "$LCT" eval --checkpoint hf_bad --batch-file batch.h5
 echo "hf_interop: all passed"

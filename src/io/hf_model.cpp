@@ -105,6 +105,7 @@ HfModelFiles find_hf_model_files(const std::string& path) {
       throw std::runtime_error(files.index + ": weight_map." + it.key() + " = '" + shard +
                                "' is not a file name in the folder");
     if (seen.insert(shard).second) files.weights.push_back((dir / shard).string());
+    files.weight_map[it.key()] = (dir / shard).string();
   }
   if (files.weights.empty()) throw std::runtime_error(files.index + ": the weight_map lists no tensors");
   return files;
@@ -258,6 +259,18 @@ LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& conf
       t.where[e.name] = {t.open.back().get(), &e};
     }
   }
+  // a sharded folder's index names each tensor's file: it must be where the index says
+  for (const auto& [name, at] : t.where)
+    if (!files.weight_map.empty()) {
+      const auto listed = files.weight_map.find(name);
+      if (listed == files.weight_map.end())
+        throw std::runtime_error(at.first->path() + ": tensor '" + name + "' is not in " + files.index);
+      if (listed->second != at.first->path())
+        throw std::runtime_error(files.index + ": tensor '" + name + "' is listed in " + listed->second +
+                                 " but is in " + at.first->path());
+    }
+  for (const auto& [name, file] : files.weight_map)
+    if (!t.where.count(name)) throw std::runtime_error(files.index + ": tensor '" + name + "' is in no shard");
   std::set<std::string> wanted;
   for (const TensorSpec& s : table.specs()) wanted.insert(s.name);
   for (const auto& [name, at] : t.where) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct HfModelFiles {
   std::string config;                 // .../config.json
   std::vector<std::string> weights;   // the safetensors files, in the index's order
   std::string index;                  // model.safetensors.index.json, or ""
+  std::map<std::string, std::string> weight_map;  // the index's tensor -> weight file path
 };
 
 // A folder holding config.json, or a *.safetensors file with config.json beside it.

@@ -47,7 +47,7 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
         sent[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
         received[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
       }
-    const auto move = [&](int phase, int from, int to, double b) {
+    const auto ship = [&](int phase, int from, int to, double b) {
       const size_t k = net_.host_of(from) != net_.host_of(to) ? 1 : 0;
       sent[size_t(phase)][k][size_t(from)] += b;
       received[size_t(phase)][k][size_t(to)] += b;
@@ -67,10 +67,10 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
       }
       // forward: Q there, O and LSE back; backward: Q, O, dO and LSE there, dQ back
       const double rows = double(t.q_len);
-      move(0, t.origin, t.server, rows * double(qd_) * f);
-      move(1, t.server, t.origin, rows * (double(qd_) + H) * f);
-      move(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
-      move(3, t.server, t.origin, rows * double(qd_) * f);
+      ship(0, t.origin, t.server, rows * double(qd_) * f);
+      ship(1, t.server, t.origin, rows * (double(qd_) + H) * f);
+      ship(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
+      ship(3, t.server, t.origin, rows * double(qd_) * f);
       int64_t& pre = prefix[{t.server, t.origin, t.doc}];
       pre = std::max<int64_t>(pre, t.kv_len());
     }
@@ -78,9 +78,9 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
       // K, V there in forward and again in backward, dK, dV back
       const double kv = double(rows) * 2.0 * double(kvd_) * f;
       const int server = std::get<0>(key), origin = std::get<1>(key);
-      move(0, origin, server, kv);
-      move(2, origin, server, kv);
-      move(3, server, origin, kv);
+      ship(0, origin, server, kv);
+      ship(2, origin, server, kv);
+      ship(3, server, origin, kv);
     }
     // a phase takes the larger of what the rank sends and receives in it (both ways at
     // once), the phases one after the other; four rounds of messages at the latency of

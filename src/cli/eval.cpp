@@ -23,7 +23,7 @@
 namespace lct {
 
 LlamaModel load_model(const std::string& checkpoint_path,
-                      const std::function<void(LlamaConfig&)>& adjust) {
+                      const std::function<void(LlamaConfig&)>& adjust, std::string* config_toml) {
   // a Hugging Face folder (config.json + safetensors), or an lct HDF5 file
   const bool hf = is_hf_model_path(checkpoint_path);
   std::optional<H5File> f;
@@ -36,6 +36,7 @@ LlamaModel load_model(const std::string& checkpoint_path,
     f.emplace(H5File::open_read(checkpoint_path));
     config = read_model_attrs(*f);
   }
+  if (config_toml) *config_toml = f && f->exists("/config") ? f->read_string("/config") : "";
   if (adjust) {
     adjust(config);
     const std::string err = config.validate();

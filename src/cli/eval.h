@@ -14,8 +14,10 @@ namespace lct {
 // Llama folder or safetensors file (src/io/hf_model.h). The optional
 // hook may change the attention settings (kernel, DCA keys) before the model is built:
 // core attention has no weights, so any checkpoint can be evaluated under DCA.
+// With `config_toml`, a checkpoint's /config (its run configuration) is put there ("" for
+// a parameter file or a Hugging Face folder), from the same read.
 LlamaModel load_model(const std::string& checkpoint_path,
-                      const std::function<void(LlamaConfig&)>& adjust = {});
+                      const std::function<void(LlamaConfig&)>& adjust = {}, std::string* config_toml = nullptr);
 
 struct EvalOptions {
   std::string grads_out;          // write /grads/<hf path> and @loss here

@@ -3,13 +3,11 @@
 // train.init_from and lct eval read back.
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 
 #include "src/cli/command.h"
 #include "src/cli/eval.h"
 #include "src/config/config.h"
-#include "src/io/h5io.h"
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
 
@@ -17,16 +15,14 @@ namespace lct {
 namespace {
 
 // The length the model was trained at: the checkpoint's data.seq_len (its /config), or
-// with RoPE scaling the length it refers to; a parameter file without /config gives the
-// longest of RoPE's and DCA's lengths, else 2048 (said in the output).
-int64_t trained_length(const std::string& path, const LlamaConfig& m, std::string& note) {
-  if (!is_hf_model_path(path)) {
-    const H5File f = H5File::open_read(path);
-    if (f.exists("/config")) {
-      Config c;
-      apply_toml_text(c, f.read_string("/config"), path + ":/config");
-      return c.data.seq_len;
-    }
+// with RoPE scaling the length it refers to; a file without /config gives 2048 (said in
+// the output).
+int64_t trained_length(const std::string& path, const std::string& config_toml, const LlamaConfig& m,
+                       std::string& note) {
+  if (!config_toml.empty()) {
+    Config c;
+    apply_toml_text(c, config_toml, path + ":/config");
+    return c.data.seq_len;
   }
   if (m.rope_original_length > 0) return m.rope_original_length;
   note = "max_position_embeddings: the trained length is not in " + path + "; 2048 written";
@@ -49,9 +45,9 @@ Command add_export_command(CLI::App& lct) {
       ->capture_default_str();
   return {cmd, [o] {
             refuse_aliasing({{"--out", o->out}}, {{"--checkpoint", o->checkpoint}});
-            const LlamaModel model = load_model(o->checkpoint);
-            std::string note;
-            const int64_t length = trained_length(o->checkpoint, model.config(), note);
+            std::string config_toml, note;
+            const LlamaModel model = load_model(o->checkpoint, {}, &config_toml);
+            const int64_t length = trained_length(o->checkpoint, config_toml, model.config(), note);
             const SafetensorsDtype dtype = o->dtype == "bf16" ? SafetensorsDtype::bf16 : SafetensorsDtype::f32;
             for (const std::string& line :
                  write_hf_model(o->out, model.config(), model.table(), model.params.data(), length, dtype))

@@ -1,12 +1,7 @@
-#include <toml++/toml.h>
-
 #include <cmath>
 #include <cstdio>
-#include <set>
 
-#include "data/files.h"
 #include "src/cli/command.h"
-#include "src/config/config_text.h"
 #include "src/io/hf_model.h"
 
 namespace lct {
@@ -65,28 +60,14 @@ void add_config_options(CLI::App* command, ConfigOptions& options) {
 
 namespace {
 
-// The keys the file or the command line set, and where ("in FILE", "on the command line").
-std::map<std::string, std::string> given_keys(const ConfigOptions& options) {
-  std::map<std::string, std::string> given;
-  if (!options.file.empty()) {
-    // the file parsed as apply_toml_file has just accepted it
-    const std::string text = read_regular_file(options.file, "--config");
-    check_toml_nesting(text, options.file);
-    const toml::table t = toml::parse(text, options.file);
-    for (const auto& [section, value] : t)
-      if (const toml::table* keys = value.as_table())
-        for (const auto& [key, v] : *keys) given[std::string(section.str()) + "." + std::string(key.str())] = "in " + options.file;
-  }
-  for (const auto& [key, v] : options.overrides) given[key] = "on the command line";
-  return given;
-}
-
 // train.init_from: the model keys become the Hugging Face config.json's. A weight-shape
 // key (model scope) given otherwise must agree with it; what attention and RoPE compute
 // (function scope: attention.kernel, the mask, DCA, model.rope_scaling*) may be given to
 // differ (a causal Llama fine-tuned with DCA or YaRN) and is otherwise taken from the
 // folder (its "lct" object, or causal without RoPE scaling).
-void apply_init_from(Config& config, const ConfigOptions& options) {
+// `given`: the keys the file or the command line set, and where ("in FILE", "on the
+// command line").
+void apply_init_from(Config& config, const std::map<std::string, std::string>& given) {
   const std::string& path = config.train.init_from;
   LlamaConfig hf;
   try {
@@ -99,7 +80,6 @@ void apply_init_from(Config& config, const ConfigOptions& options) {
   Config from;
   from.model = hf;
   from.model.init_std = config.model.init_std;  // not a Hugging Face key: the run's
-  const std::map<std::string, std::string> given = given_keys(options);
   for (const ConfigKey& k : config_keys()) {
     if (k.scope != KeyScope::model && k.scope != KeyScope::function) continue;
     const std::string theirs = k.get(from), ours = k.get(config);
@@ -117,9 +97,12 @@ void apply_init_from(Config& config, const ConfigOptions& options) {
 
 Config resolve_config(const ConfigOptions& options) {
   Config config;
-  if (!options.file.empty()) apply_toml_file(config, options.file);
+  std::map<std::string, std::string> given;  // key -> where it was set
+  if (!options.file.empty())
+    for (const std::string& key : apply_toml_file(config, options.file)) given[key] = "in " + options.file;
   apply_overrides(config, options.overrides);
-  if (!config.train.init_from.empty()) apply_init_from(config, options);
+  for (const auto& [key, text] : options.overrides) given[key] = "on the command line";
+  if (!config.train.init_from.empty()) apply_init_from(config, given);
   validate_config(config);
   return config;
 }

@@ -338,14 +338,14 @@ const ConfigKey* find_config_key(const std::string& name) {
   return nullptr;
 }
 
-void apply_toml_file(Config& config, const std::string& path) {
+std::vector<std::string> apply_toml_file(Config& config, const std::string& path) {
   std::string text;
   try {
     text = read_regular_file(path, "config file");
   } catch (const std::runtime_error& e) {
     throw ConfigError(e.what());
   }
-  apply_toml_text(config, text, path);
+  return apply_toml_text(config, text, path);
 }
 
 std::vector<ConfigDifference> config_differences(const Config& a, const Config& b) {
@@ -434,8 +434,9 @@ void check_toml_nesting(const std::string& text, const std::string& origin) {
   }
 }
 
-void apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
+std::vector<std::string> apply_toml_text(Config& config, const std::string& text, const std::string& origin) {
   check_toml_nesting(text, origin);
+  std::vector<std::string> set;
   toml::table root;
   try {
     root = toml::parse(text, origin);
@@ -503,8 +504,10 @@ void apply_toml_text(Config& config, const std::string& text, const std::string&
       } catch (const ConfigError& e) {
         throw ConfigError("config file '" + origin + "': " + e.what());
       }
+      set.push_back(name);
     }
   }
+  return set;
 }
 
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides) {

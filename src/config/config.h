@@ -58,11 +58,11 @@ struct ConfigKey {
 const std::vector<ConfigKey>& config_keys();
 const ConfigKey* find_config_key(const std::string& name);
 
-// Applies a TOML file onto config. Unknown sections/keys and wrong types are errors
-// naming the file and the key.
-void apply_toml_file(Config& config, const std::string& path);
+// Applies a TOML file onto config and returns the names ("section.key") of the keys it
+// set. Unknown sections/keys and wrong types are errors naming the file and the key.
+std::vector<std::string> apply_toml_file(Config& config, const std::string& path);
 // Same, from TOML text (origin names it in errors, e.g. a checkpoint's /config).
-void apply_toml_text(Config& config, const std::string& text, const std::string& origin);
+std::vector<std::string> apply_toml_text(Config& config, const std::string& text, const std::string& origin);
 // Applies "section.key" -> text overrides (from the command line).
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
 // Cross-field validation; throws ConfigError naming the key.

@@ -86,18 +86,15 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     // once), the phases one after the other; four rounds of messages at the latency of
     // the farthest link the rank uses
     for (int r = 0; r < n; ++r) {
-      std::array<double, 2> seconds{0.0, 0.0}, bytes{0.0, 0.0};
+      std::array<double, 2> seconds{0.0, 0.0}, bytes{0.0, 0.0}, waited{0.0, 0.0};
       for (int ph = 0; ph < 4; ++ph)
         for (const size_t k : {size_t(0), size_t(1)}) {
           const double most = std::max(sent[size_t(ph)][k][size_t(r)], received[size_t(ph)][k][size_t(r)]);
+          waited[k] += most;
           seconds[k] += most / net_.bandwidth_of(k == 1);
           bytes[k] += sent[size_t(ph)][k][size_t(r)];
         }
-      const bool across = bytes[1] > 0 || [&] {
-        for (int ph = 0; ph < 4; ++ph)
-          if (received[size_t(ph)][1][size_t(r)] > 0) return true;
-        return false;
-      }();
+      const bool across = waited[1] > 0;  // the rank sends or receives across hosts
       const double rounds = n > 1 ? 4.0 : 0.0;
       comm[size_t(g)][size_t(r)] = seconds[0] + (across ? 0.0 : rounds * net_.latency);
       if (across) remote[size_t(g)][size_t(r)] = seconds[1] + rounds * net_.host_latency;

@@ -99,19 +99,37 @@ std::string describe(Fp32Library library, const Fp32GemmRates& r, int64_t T, con
   return text;
 }
 
-// The fp32 cache's text (TOML): library = "openblas" | "onednn", openblas_gflops, onednn_gflops.
-bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+// A cached choice's text (TOML): `name_key` = the choice's name and two rates, `a_key`
+// and `b_key`; nullopt when the text is not that (then it is measured again).
+struct CachedChoice {
+  std::string name;
+  double a = 0, b = 0;
+};
+std::optional<CachedChoice> parse_choice_cache(const std::string& text, const std::string& what, const char* name_key,
+                                               const char* a_key, const char* b_key) {
   try {
-    check_toml_nesting(text, "the fp32 GEMM cache");
-    const toml::table t = toml::parse(text, std::string("the fp32 GEMM cache"));
-    const std::optional<std::string> name = t["library"].value<std::string>();
-    const std::optional<double> blas = t["openblas_gflops"].value<double>(), dnn = t["onednn_gflops"].value<double>();
-    if (!name || !blas || !dnn) return false;
-    library = parse_fp32_library(*name);
-    r = {*blas, *dnn};
-  } catch (const std::exception&) {  // toml::parse_error, an unknown library, a ConfigError
+    check_toml_nesting(text, what);
+    const toml::table t = toml::parse(text, what);
+    const std::optional<std::string> name = t[name_key].value<std::string>();
+    const std::optional<double> a = t[a_key].value<double>(), b = t[b_key].value<double>();
+    if (!name || !a || !b) return std::nullopt;
+    return CachedChoice{*name, *a, *b};
+  } catch (const std::exception&) {  // toml::parse_error, a ConfigError
+    return std::nullopt;
+  }
+}
+
+// The fp32 cache's text: library = "openblas" | "onednn", openblas_gflops, onednn_gflops.
+bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+  const std::optional<CachedChoice> c =
+      parse_choice_cache(text, "the fp32 GEMM cache", "library", "openblas_gflops", "onednn_gflops");
+  if (!c) return false;
+  try {
+    library = parse_fp32_library(c->name);
+  } catch (const std::exception&) {  // an unknown library
     return false;
   }
+  r = {c->a, c->b};
   return library != Fp32Library::automatic;
 }
 bool usable_fp32_cache(const std::string& text) {
@@ -210,19 +228,17 @@ std::string describe(Bf16Kernel kernel, const Bf16KernelRates& r, int64_t T, con
   return what + rates + why + ")";
 }
 
-// The bf16 cache's text (TOML): kernel = "native" | "rounded", native_gflops, rounded_gflops.
+// The bf16 cache's text: kernel = "native" | "rounded", native_gflops, rounded_gflops.
 bool parse_bf16_cache(const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
+  const std::optional<CachedChoice> c =
+      parse_choice_cache(text, "the bf16 kernel cache", "kernel", "native_gflops", "rounded_gflops");
+  if (!c) return false;
   try {
-    check_toml_nesting(text, "the bf16 kernel cache");
-    const toml::table t = toml::parse(text, std::string("the bf16 kernel cache"));
-    const std::optional<std::string> name = t["kernel"].value<std::string>();
-    const std::optional<double> native = t["native_gflops"].value<double>(), rounded = t["rounded_gflops"].value<double>();
-    if (!name || !native || !rounded) return false;
-    kernel = parse_bf16_kernel(*name);
-    r = {*native, *rounded};
-  } catch (const std::exception&) {  // toml::parse_error, an unknown kernel, a ConfigError
+    kernel = parse_bf16_kernel(c->name);
+  } catch (const std::exception&) {  // an unknown kernel
     return false;
   }
+  r = {c->a, c->b};
   return kernel != Bf16Kernel::automatic;
 }
 bool usable_bf16_cache(const std::string& text) {

@@ -31,21 +31,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
   params.assign(size_t(table_.total()), 0.0f);
   grads.assign(size_t(table_.total()), 0.0f);
   attn_params_ = attention_params_of(config_);
-  for (int l = 0; l < config_.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto at = [&](const char* n) { return table_.get(p + n).offset; };
-    layer_offsets_.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
-                              at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-                              at("mlp.gate_proj.weight"), at("mlp.down_proj.weight")});
-    // the fused products read Q, K, V (gate, up) as one matrix: the table joins them
-    const int64_t C = config_.hidden_size, I = config_.intermediate_size;
-    const int64_t qdim = config_.num_attention_heads * config_.head_dim();
-    const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
-    const LayerOffsets& o = layer_offsets_.back();
-    if (at("self_attn.k_proj.weight") != o.wqkv + qdim * C || at("self_attn.v_proj.weight") != o.wqkv + (qdim + kvdim) * C ||
-        at("mlp.up_proj.weight") != o.wgate_up + I * C)
-      throw std::logic_error("the parameter table does not join Q, K, V and gate, up");
-  }
+  for (int l = 0; l < config_.num_hidden_layers; ++l) layer_offsets_.push_back(layer_offsets(table_, config_, l));
   embed_offset_ = table_.get("model.embed_tokens.weight").offset;
   lm_head_offset_ =
       config_.tie_word_embeddings ? embed_offset_ : table_.get("lm_head.weight").offset;

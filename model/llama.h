@@ -176,9 +176,6 @@ class LlamaModel {
   SlotPool& slot_pool() { return pool_; }
 
  private:
-  struct LayerOffsets {  // arena offsets of one layer's tensors (looked up once)
-    int64_t attn_norm, wqkv, wo, mlp_norm, wgate_up, wdown;  // wqkv: q_proj's, wgate_up: gate_proj's
-  };
   struct LayerIds {  // activation ids of one layer (saved by forward for backward; -1: recomputed)
     int x_in = -1, rstd1 = -1, h1 = -1, q = -1, k = -1, v = -1, attn = -1, lse = -1, x_mid = -1,
         rstd2 = -1, h2 = -1, gate_up = -1, act = -1;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 #include "data/rng.h"
 
@@ -105,6 +106,21 @@ int64_t matmul_params_per_token(const LlamaConfig& c) {
   const int64_t kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t per_layer = qdim * C * 2 + kvdim * C * 2 + 3 * I * C;
   return per_layer * c.num_hidden_layers + c.vocab_size * C;
+}
+
+LayerOffsets layer_offsets(const TensorTable& table, const LlamaConfig& config, int l) {
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  auto at = [&](const char* n) { return table.get(p + n).offset; };
+  const LayerOffsets o{at("input_layernorm.weight"),          at("self_attn.q_proj.weight"),
+                       at("self_attn.o_proj.weight"),         at("post_attention_layernorm.weight"),
+                       at("mlp.gate_proj.weight"),            at("mlp.down_proj.weight")};
+  const int64_t C = config.hidden_size, I = config.intermediate_size;
+  const int64_t qdim = config.num_attention_heads * config.head_dim();
+  const int64_t kvdim = config.num_key_value_heads * config.head_dim();
+  if (at("self_attn.k_proj.weight") != o.wqkv + qdim * C || at("self_attn.v_proj.weight") != o.wqkv + (qdim + kvdim) * C ||
+      at("mlp.up_proj.weight") != o.wgate_up + I * C)
+    throw std::logic_error("the parameter table does not join Q, K, V and gate, up");
+  return o;
 }
 
 AttentionParams attention_params_of(const LlamaConfig& c) {

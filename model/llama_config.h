@@ -46,6 +46,15 @@ struct LlamaConfig {
 
 TensorTable build_llama_table(const LlamaConfig& config);
 
+// Arena offsets of layer l's tensors in build_llama_table's layout. The table joins the
+// products that share an input: wqkv is q_proj's offset, with k_proj and v_proj right
+// after it (one [(H + 2 KV) hd, C] matrix), and wgate_up gate_proj's, with up_proj after
+// it ([2I, C]); this checks that it does.
+struct LayerOffsets {
+  int64_t attn_norm, wqkv, wo, mlp_norm, wgate_up, wdown;
+};
+LayerOffsets layer_offsets(const TensorTable& table, const LlamaConfig& config, int l);
+
 // Core attention's parameters for this model: kernel, heads, head dim, scale and the DCA
 // settings (the DCA RoPE table is the caller's: rope_cos/sin/positions stay unset).
 AttentionParams attention_params_of(const LlamaConfig& config);

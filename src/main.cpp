@@ -3,6 +3,8 @@
 //   lct simulate [--config FILE] [--section.key VALUE ...] --ranks N [--tflops T ...]
 //   lct eval --checkpoint FILE --batch-file B.h5 [--grads-out G.h5] [--per-position-out P.csv]
 //            [--attention.kernel dca --attention.dca_chunk_size C ...]
+//   lct generate --checkpoint FILE|DIR --prompt TEXT | --prompt-file F | --prompt-tokens F
+//            [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S] [--attention.* ...]
 //   lct make-batch [--config FILE] [--section.key VALUE ...] --out B.h5 [--sequences N]
 //   lct inspect FILE [--json] | lct inspect --compare A.h5 B.h5 [--json]
 //   lct bench [--config FILE] [--section.key VALUE ...] [--json] [--attention-lengths ...]
@@ -38,7 +40,7 @@ int run_command(int argc, char** argv, int rank, int world) {
   const std::vector<Command> commands = {
       add_train_command(app, rank, world), add_bench_command(app),      add_simulate_command(app),
       add_eval_command(app),               add_make_batch_command(app), add_inspect_command(app),
-      add_export_command(app)};
+      add_export_command(app),             add_generate_command(app)};
 
   std::string parse_error;
   bool help = false;

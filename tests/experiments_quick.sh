@@ -34,7 +34,7 @@ grep -q "^kernel,sliding_window,one-doc,1024,63520," "$work/results/masks/masks.
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit
-check passkey task kernel length_factor length depth documents accuracy digit_recall loss
+check passkey task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss
 grep -q "^passkey,dca,2,512,0.5," "$work/results/passkey/passkey.csv"
 grep -q "ulysses,.*does not split over parallel.cp = 8" "$work/results/cp_methods/cp_methods.csv"
 grep -q "!\[stragglers\]" "$work/results/README.md"

@@ -35,7 +35,7 @@ def help_flags(command):
     return flags, keys
 
 ok = True
-commands = ["train", "eval", "make-batch", "inspect", "bench", "simulate", "export"]
+commands = ["train", "eval", "make-batch", "inspect", "bench", "simulate", "export", "generate"]
 for c in commands:
     flags, _ = help_flags(c)
     if c not in usage:

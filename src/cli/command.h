@@ -27,6 +27,7 @@ Command add_eval_command(CLI::App& lct);
 Command add_make_batch_command(CLI::App& lct);
 Command add_inspect_command(CLI::App& lct);
 Command add_export_command(CLI::App& lct);
+Command add_generate_command(CLI::App& lct);
 
 // --config FILE and every config key as --section.key, collected into `overrides`.
 struct ConfigOptions {
@@ -36,6 +37,18 @@ struct ConfigOptions {
 void add_config_options(CLI::App* command, ConfigOptions& options);
 // Defaults, then the file, then the overrides; validated (throws ConfigError).
 Config resolve_config(const ConfigOptions& options);
+
+// The attention and RoPE-scaling overrides of a command that reads a model (eval,
+// generate): every key of function scope (attention.*, model.rope_scaling*) as
+// --section.key. Core attention and RoPE have no weights, so a checkpoint trained with
+// one kernel or scaling can be run with another (causal-trained, run with DCA or YaRN).
+struct ModelOverrides {
+  std::map<std::string, std::string> values;
+  // Applies them to a model config through lct train's parser and errors; empty when
+  // none was given.
+  std::function<void(LlamaConfig&)> adjuster() const;
+};
+void add_model_overrides(CLI::App* command, ModelOverrides& overrides);
 
 // Lower bounds for numeric options, in place of CLI11's PositiveNumber/NonNegativeNumber
 // (whose messages print the largest double, 309 digits): "--x: must be > 0, got 0".

@@ -14,7 +14,7 @@
 #include "src/io/output_files.h"
 #include "src/io/batch_file.h"
 #include "src/io/h5io.h"
-#include "src/io/hf_model.h"
+#include "src/io/model_file.h"
 #include "src/config/config.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
@@ -22,36 +22,30 @@
 
 namespace lct {
 
-LlamaModel load_model(const std::string& checkpoint_path,
-                      const std::function<void(LlamaConfig&)>& adjust, std::string* config_toml) {
-  // a Hugging Face folder (config.json + safetensors), or an lct HDF5 file
-  const bool hf = is_hf_model_path(checkpoint_path);
-  std::optional<H5File> f;
-  HfModelFiles files;
-  LlamaConfig config;
-  if (hf) {
-    files = find_hf_model_files(checkpoint_path);
-    config = read_hf_config(files.config);
-  } else {
-    f.emplace(H5File::open_read(checkpoint_path));
-    config = read_model_attrs(*f);
-  }
-  if (config_toml) *config_toml = f && f->exists("/config") ? f->read_string("/config") : "";
+LlamaConfig adjusted_config(const ModelFile& file, const std::function<void(LlamaConfig&)>& adjust) {
+  LlamaConfig config = file.config();
   if (adjust) {
     adjust(config);
     const std::string err = config.validate();
     if (!err.empty()) throw std::invalid_argument(err);
   }
+  return config;
+}
+
+LlamaModel load_model(const std::string& checkpoint_path,
+                      const std::function<void(LlamaConfig&)>& adjust, std::string* config_toml) {
+  ModelFile file(checkpoint_path);
+  const LlamaConfig config = adjusted_config(file, adjust);
+  if (config_toml) *config_toml = file.run_config();
   // parameters and gradients of the model the file describes, before allocating them
   const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
   const MemoryAvailable available = available_memory(1);
   if (bytes > available.bytes)
-    throw std::runtime_error(checkpoint_path + ": " + (hf ? "its config.json" : "its /model attributes") +
-                             " describe a model of " + bytes_text(bytes) + " (parameters and gradients), more than the " +
+    throw std::runtime_error(checkpoint_path + ": " + file.config_source() + " describe a model of " +
+                             bytes_text(bytes) + " (parameters and gradients), more than the " +
                              bytes_text(available.bytes) + " available (" + available.limit + ")");
   LlamaModel model(config);
-  if (hf) read_hf_params(files, config, model.table(), model.params.data());
-  else read_tensors(*f, "/params", model.table(), model.params.data());
+  file.read_params(config, model.table(), model.params.data());
   return model;
 }
 
@@ -143,7 +137,7 @@ Command add_eval_command(CLI::App& lct) {
     std::string checkpoint, batch_file;
     int64_t threads = 0;
     EvalOptions eval;
-    std::map<std::string, std::string> attention;  // --attention.* and --model.rope_* overrides
+    ModelOverrides overrides;  // --attention.* and --model.rope_* overrides
   };
   auto o = std::make_shared<Options>();
   CLI::App* eval = lct.add_subcommand("eval", "loss and gradients of a checkpoint on a packed batch");
@@ -162,16 +156,7 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
       ->check(positive())
       ->capture_default_str();
-  // Attention and RoPE-scaling overrides: core attention and RoPE have no weights, so a
-  // checkpoint trained with one kernel or scaling can be evaluated with another (e.g.
-  // causal-trained, evaluated with DCA or with position interpolation).
-  for (const ConfigKey& k : config_keys()) {
-    if (k.scope != KeyScope::function) continue;
-    eval->add_option_function<std::string>(
-            "--" + k.name, [o, name = k.name](const std::string& v) { o->attention[name] = v; },
-            k.help + " (overrides the checkpoint)")
-        ->group("[attention] and RoPE-scaling overrides");
-  }
+  add_model_overrides(eval, o->overrides);
   return {eval, [o] {
             refuse_aliasing({{"--grads-out", o->eval.grads_out}, {"--per-position-out", o->eval.per_position_out}},
                             {{"--checkpoint", o->checkpoint}, {"--batch-file", o->batch_file}});
@@ -180,16 +165,7 @@ Command add_eval_command(CLI::App& lct) {
             if (!o->eval.per_position_out.empty()) require_writable_output(o->eval.per_position_out, "--per-position-out");
             configure_threads(o->threads);
             EvalOptions options = o->eval;
-            if (!o->attention.empty()) {
-              // the checkpoint's model as a config, with the [attention] keys applied through
-              // the same parser and errors as `lct train`
-              options.adjust_model = [o](LlamaConfig& m) {
-                Config c;
-                c.model = m;
-                apply_overrides(c, o->attention);
-                m = c.model;
-              };
-            }
+            options.adjust_model = o->overrides.adjuster();
             const EvalResult r = run_eval(o->checkpoint, o->batch_file, options);
             char recall[192] = "";
             if (r.answers > 0)

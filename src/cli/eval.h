@@ -7,8 +7,13 @@
 
 #include "data/packing.h"
 #include "model/llama.h"
+#include "src/io/model_file.h"
 
 namespace lct {
+
+// The file's model config with the attention and RoPE overrides of `adjust` applied and
+// validated (throws std::invalid_argument naming the key).
+LlamaConfig adjusted_config(const ModelFile& file, const std::function<void(LlamaConfig&)>& adjust);
 
 // Loads params (and /model config) from a checkpoint or parameter file, or a Hugging Face
 // Llama folder or safetensors file (src/io/hf_model.h). The optional

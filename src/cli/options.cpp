@@ -58,6 +58,29 @@ void add_config_options(CLI::App* command, ConfigOptions& options) {
   command->get_formatter()->column_width(36);
 }
 
+void add_model_overrides(CLI::App* command, ModelOverrides& overrides) {
+  for (const ConfigKey& k : config_keys()) {
+    if (k.scope != KeyScope::function) continue;
+    command
+        ->add_option_function<std::string>(
+            "--" + k.name, [&overrides, name = k.name](const std::string& v) { overrides.values[name] = v; },
+            k.help + " (overrides the checkpoint)")
+        ->group("[attention] and RoPE-scaling overrides");
+  }
+}
+
+std::function<void(LlamaConfig&)> ModelOverrides::adjuster() const {
+  if (values.empty()) return {};
+  // the checkpoint's model as a config, with the keys applied through the same parser
+  // and errors as lct train
+  return [values = values](LlamaConfig& m) {
+    Config c;
+    c.model = m;
+    apply_overrides(c, values);
+    m = c.model;
+  };
+}
+
 namespace {
 
 // train.init_from: the model keys become the Hugging Face config.json's. A weight-shape

@@ -1,0 +1,78 @@
+#include "model/generation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <vector>
+
+#include "data/rng.h"
+
+namespace lct {
+
+namespace {
+constexpr uint64_t kSamplingStream = 0x67656e6572617465ULL;  // "generate"
+
+int32_t argmax(const float* logits, int64_t V) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < V; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return int32_t(best);
+}
+}  // namespace
+
+int32_t next_token(const float* logits, int64_t V, const SamplingSettings& s, int64_t step) {
+  if (V < 1) throw std::invalid_argument("next_token: an empty vocabulary");
+  if (!(s.temperature >= 0.0) || s.top_k < 0)
+    throw std::invalid_argument("next_token: temperature must be >= 0 and top_k >= 0");
+  if (s.temperature == 0.0) return argmax(logits, V);
+  // the candidates: the k largest logits (of equal ones the lower ids), in that order
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t k = s.top_k > 0 ? std::min(s.top_k, V) : V;
+  auto larger = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), larger);
+  // softmax over them in double, from the largest (every weight in (0, 1])
+  const double top = logits[ids[0]];
+  std::vector<double> cumulative(static_cast<size_t>(k));
+  double sum = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    sum += std::exp((double(logits[ids[size_t(i)]]) - top) / s.temperature);
+    cumulative[size_t(i)] = sum;
+  }
+  Rng rng(s.seed, kSamplingStream, uint64_t(step));
+  const double u = rng.uniform() * sum;
+  const int64_t i = std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin();
+  return ids[size_t(std::min(i, k - 1))];
+}
+
+Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, int64_t new_tokens,
+                    const SamplingSettings& settings) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t V = decoder.config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(V));
+  Generation g;
+  g.tokens.reserve(static_cast<size_t>(new_tokens));
+  const Clock::time_point start = Clock::now();
+  decoder.append(prompt, logits.data());
+  const Clock::time_point prompt_done = Clock::now();
+  g.prompt_pairs = decoder.pairs();
+  for (int64_t step = 0; step < new_tokens; ++step) {
+    for (float x : logits)
+      if (!std::isfinite(x))
+        throw std::runtime_error("the model's logits are not finite at new token " + std::to_string(step + 1) +
+                                 " (a diverged checkpoint?)");
+    const int32_t token = next_token(logits.data(), V, settings, step);
+    g.tokens.push_back(token);
+    if (step + 1 < new_tokens) decoder.append({&token, 1}, logits.data());
+  }
+  const Clock::time_point end = Clock::now();
+  g.decode_pairs = decoder.pairs() - g.prompt_pairs;
+  g.prompt_seconds = std::chrono::duration<double>(prompt_done - start).count();
+  g.decode_seconds = std::chrono::duration<double>(end - prompt_done).count();
+  return g;
+}
+
+}  // namespace lct

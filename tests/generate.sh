@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# lct generate (issue 41): greedy continuations are the argmax of lct eval's full forward
+# at every new token (checked through eval's answer recall on the finished document, with
+# the new tokens as the answers: causal, DCA, YaRN and a mask); the same from a Hugging
+# Face export; --per-line equals one prompt at a time; seeded sampling repeats itself;
+# tokens/s is reported; bad input is one line and exit 1.
+set -euo pipefail
+LCT=$1
+PY=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+TINY=(--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
+      --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256 --train.threads 1)
+"$LCT" train "${TINY[@]}" --train.steps 20 --train.lr 0.01 --checkpoint.dir ck > /dev/null
+CK=ck/step_00000020.h5
+PROMPT="The pass key is 12345. Remember it. The pass key is "
+# A model whose attention is sharp and position-sensitive, so that the kernel and the RoPE
+# scaling decide the tokens (20 steps of training leave predictions that barely depend on
+# attention): the checkpoint's export with every weight redrawn at scale 0.4 (norms
+# 1 + 0.2 N(0, 1)), written as safetensors from the format's spec.
+"$LCT" export --checkpoint "$CK" --out hf > /dev/null
+mkdir sharp
+cp hf/config.json sharp/
+$PY - hf/model.safetensors sharp/model.safetensors <<'PY'
+import json, struct, sys
+import numpy as np
+src, dst = sys.argv[1], sys.argv[2]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+data = bytearray(raw[8 + n:])
+rng = np.random.default_rng(3)
+for name, t in header.items():
+    if name == "__metadata__":
+        continue
+    assert t["dtype"] == "F32"
+    b, e = t["data_offsets"]
+    shape = t["shape"]
+    w = 1 + 0.2 * rng.standard_normal(shape) if name.endswith("norm.weight") else 0.4 * rng.standard_normal(shape)
+    data[b:e] = w.astype("<f4").tobytes()
+open(dst, "wb").write(raw[:8 + n] + bytes(data))
+PY
+
+# greedy: the new tokens as a batch file's answers, so eval's recall is the share of new
+# tokens that are the full forward's argmax given the document before them
+check_greedy() {  # name new-tokens overrides...
+  local name=$1 n=$2
+  shift 2
+  "$LCT" generate --checkpoint sharp --prompt "$PROMPT" --max-new-tokens "$n" --json --threads 1 "$@" \
+    > "gen_$name.json" 2> "gen_$name.err"
+  grep -qE "generate: [0-9]+ prompt tokens in [0-9.]+ s \([0-9.]+ tokens/s\) \| $n new tokens in [0-9.]+ s \([0-9.]+ tokens/s\)" \
+    "gen_$name.err" || { cat "gen_$name.err"; fail "$name: no tokens/s line"; }
+  $PY - "gen_$name.json" "batch_$name.h5" "$PROMPT" "$n" <<'PY'
+import json, sys, h5py, numpy as np
+out, path, prompt, n = sys.argv[1], sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
+j = json.loads(open(out).read())
+assert j["prompt_tokens"] == len(prompt) and j["new_tokens"] == n and len(j["tokens"]) == n, j
+assert all(0 <= t < 256 for t in j["tokens"])
+doc = list(prompt) + j["tokens"]
+mask = np.zeros(len(doc), np.int32)
+mask[len(prompt) - 1:len(doc) - 1] = 1  # rows whose next token is a new one
+with h5py.File(path, "w") as f:
+    f["tokens"] = np.array(doc, np.int32)
+    f["cu_seqlens"] = np.array([0, len(doc)], np.int32)
+    f["answer_mask"] = mask
+    f["prefix_lens"] = np.array([len(prompt)], np.int32)
+PY
+  local e
+  e=$("$LCT" eval --checkpoint sharp --batch-file "batch_$name.h5" --threads 1 "$@")
+  echo "$e" | grep -q "recall 1.0000 ($n of $n answers)" || fail "$name: greedy tokens are not eval's argmax: $e"
+  echo "ok   $name: $n greedy tokens = the full forward's argmax ($(grep -oE '[0-9.]+ tokens/s\)' "gen_$name.err" | tail -1 | tr -d ')') new)"
+}
+check_greedy causal 40
+check_greedy dca 60 --attention.kernel dca --attention.dca_chunk_size 24 --attention.dca_local_size 6
+check_greedy yarn 40 --model.rope_scaling yarn --model.rope_scaling_factor 4 --model.rope_original_length 32
+check_greedy prefix_lm 30 --attention.mask prefix_lm
+# the overrides decide the tokens (DCA's chunks and YaRN's scaling are in force)
+tokens_of() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'][:40])" "gen_$1.json"; }
+[[ $(tokens_of dca) != "$(tokens_of causal)" ]] || fail "DCA and causal attention wrote the same 40 tokens"
+[[ $(tokens_of yarn) != "$(tokens_of causal)" ]] || fail "YaRN and plain RoPE wrote the same 40 tokens"
+
+# the trained model from here on
+"$LCT" generate --checkpoint "$CK" --prompt "$PROMPT" --max-new-tokens 40 --json 2> /dev/null > gen_ck.json
+
+# text out: the continuation and a line break, nothing else on stdout
+"$LCT" generate --checkpoint "$CK" --prompt "$PROMPT" --max-new-tokens 16 > text.out 2> /dev/null
+[[ $(stat -c %s text.out) == 17 ]] || fail "text output is $(stat -c %s text.out) bytes, not 16 and a line break"
+$PY -c "import json,sys; j=json.load(open('gen_ck.json')); sys.exit(0 if bytes(j['tokens'][:16]) + b'\n' == open('text.out','rb').read() else 1)" \
+  || fail "the text output differs from the --json tokens"
+
+# a Hugging Face export generates the same; --per-line is one prompt at a time; --ids
+"$LCT" generate --checkpoint hf --prompt "$PROMPT" --max-new-tokens 40 --json 2> /dev/null > gen_hf.json
+$PY -c "import json,sys; a=json.load(open('gen_hf.json')); b=json.load(open('gen_ck.json')); sys.exit(a['tokens'] != b['tokens'])" \
+  || fail "the export generates other tokens than its checkpoint"
+printf '%s\nabc\n' "$PROMPT" > prompts.txt
+"$LCT" generate --checkpoint "$CK" --prompt-file prompts.txt --per-line --max-new-tokens 40 --ids > lines.out 2> lines.err
+[[ $(wc -l < lines.out) == 2 ]] || fail "--per-line: $(wc -l < lines.out) output lines for 2 prompts"
+grep -q "2 prompts, 55 prompt tokens" lines.err || { cat lines.err; fail "--per-line's summary"; }
+first=$($PY -c "import json; print(' '.join(map(str, json.load(open('gen_ck.json'))['tokens'])))")
+[[ $(head -1 lines.out) == "$first" ]] || fail "--per-line's first prompt differs from the same prompt alone"
+printf 'abc' | od -An -tu1 | tr -s ' ' '\n' | grep -v '^$' > abc.ids
+"$LCT" generate --checkpoint "$CK" --prompt-tokens abc.ids --max-new-tokens 40 --ids > abc.out 2> /dev/null
+[[ $(cat abc.out) == "$(sed -n 2p lines.out)" ]] || fail "--prompt-tokens and the same bytes as text differ"
+
+# seeded sampling repeats itself; another seed gives another continuation
+sample() { "$LCT" generate --checkpoint "$CK" --prompt "$PROMPT" --max-new-tokens 48 --temperature 1.2 --top-k 40 --seed "$1" --ids 2> /dev/null; }
+a=$(sample 5)
+b=$(sample 5)
+c=$(sample 6)
+[[ $a == "$b" ]] || fail "the same seed gave two continuations"
+[[ $a != "$c" ]] || fail "seeds 5 and 6 gave the same 48 tokens"
+echo "ok   sampling: seed 5 twice alike, seed 6 another"
+
+# bad input: one line on stderr, exit 1
+expect_error() {  # expected-substring lct-args...
+  local want=$1
+  shift
+  set +e
+  "$LCT" "$@" > err.out 2> err.txt
+  local rc=$?
+  set -e
+  [[ $rc == 1 ]] || { cat err.txt; fail "exit $rc, not 1: lct $*"; }
+  [[ $(wc -l < err.txt) == 1 ]] || { cat err.txt; fail "not one line: lct $*"; }
+  grep -qF -- "$want" err.txt || { cat err.txt; fail "'$want' not in the error of lct $*"; }
+}
+G=(generate --checkpoint "$CK")
+printf '1 2 256\n' > oov.ids
+expect_error "oov.ids: the 3rd token '256' is outside the model's vocabulary [0, 256)" "${G[@]}" --prompt-tokens oov.ids
+printf '1 x2 3\n' > nan.ids
+expect_error "nan.ids: the 2nd token 'x2' is not an integer" "${G[@]}" --prompt-tokens nan.ids
+printf '1 -4\n' > neg.ids
+expect_error "the 2nd token '-4' is outside the model's vocabulary" "${G[@]}" --prompt-tokens neg.ids
+expect_error "--prompt: an empty prompt" "${G[@]}" --prompt ""
+: > empty.txt
+expect_error "--prompt-file empty.txt: an empty prompt" "${G[@]}" --prompt-file empty.txt
+printf 'a\n\nb\n' > gap.txt
+expect_error "--prompt-file gap.txt: line 2: an empty prompt" "${G[@]}" --prompt-file gap.txt --per-line
+expect_error "give exactly one of --prompt, --prompt-file and --prompt-tokens" "${G[@]}" --prompt a --prompt-tokens oov.ids
+expect_error "give exactly one of" "${G[@]}"
+expect_error "--temperature: must be >= 0, got -1" "${G[@]}" --prompt a --temperature -1
+expect_error "--top-k: must be > 0, got 0" "${G[@]}" --prompt a --top-k 0
+expect_error "--max-new-tokens: must be > 0, got 0" "${G[@]}" --prompt a --max-new-tokens 0
+expect_error "not enough memory: lct generate of 1 prompt and 2000000000 new tokens needs about" \
+  "${G[@]}" --prompt a --max-new-tokens 2000000000
+expect_error "more than a document can hold" "${G[@]}" --prompt a --max-new-tokens 3000000000
+expect_error "no_such.txt" "${G[@]}" --prompt-file no_such.txt
+expect_error "attention.dca_local_size" "${G[@]}" --prompt a --attention.kernel dca --attention.dca_chunk_size 8 --attention.dca_local_size 8
+"$LCT" train "${TINY[@]}" --model.vocab_size 300 --train.steps 1 --checkpoint.dir ck300 > /dev/null
+expect_error "--prompt: text is lct's byte-level vocabulary of 256 tokens, but ck300/step_00000001.h5 has a vocabulary of 300" \
+  generate --checkpoint ck300/step_00000001.h5 --prompt a
+printf '299 0 1' > v300.ids
+"$LCT" generate --checkpoint ck300/step_00000001.h5 --prompt-tokens v300.ids --max-new-tokens 5 > v300.out 2> /dev/null
+[[ $(wc -w < v300.out) == 5 ]] || fail "a 300-token vocabulary prints ids: $(cat v300.out)"
+echo "ok   errors: one line and exit 1 each; a non-byte vocabulary reads and prints ids"
+echo "generate: all checks passed"

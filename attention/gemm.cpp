@@ -215,11 +215,23 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   static thread_local std::vector<float> sa, sb;
   const float* a = sgemm_operand(A, false, ta ? K : M, ta ? M : K, lda, sa, &lda);
   const float* b = sgemm_operand(B, false, tb ? N : K, tb ? K : N, ldb, sb, &ldb);
-  if (fp32_library() == Fp32Library::onednn && K > 0)
+  if (fp32_library() == Fp32Library::onednn && K > 0) {
     gemm_fp32_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
-  else
+  } else if (M == 1 && K > 0) {
+    // One row (a decoding step of lct generate, a query tile of one row): OpenBLAS's
+    // matrix-vector product. Its sgemm packs the whole of B for a single row, a copy of
+    // every weight per token (measured: half of a decoding step's time). C's row is
+    // cleared first when beta is 0, so that nothing stale in it can come through.
+    if (beta == 0.0f) std::fill(C, C + N, 0.0f);
+    const int incx = ta ? int(lda) : 1;  // op(A)'s one row: A's row, or a column of A^T
+    if (tb)  // B [N, K]: C = B a
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(N), int(K), alpha, b, int(ldb), a, incx, beta, C, 1);
+    else  // B [K, N]: C = B^T a
+      cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, b, int(ldb), a, incx, beta, C, 1);
+  } else {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N),
                 int(K), alpha, a, int(lda), b, int(ldb), beta, C, int(ldc));
+  }
 }
 
 namespace {

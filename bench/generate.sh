@@ -12,6 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh  # LCT, $work, bench_options
+# One process: OpenMP's default wait policy (common.sh sets PASSIVE for ranks that share
+# cores). Under PASSIVE every parallel region wakes its sleeping threads, and a decoding
+# step of a small model is dozens of tiny regions: docs/generation.md gives the cost.
+unset OMP_WAIT_POLICY
 bench_options "lengths new=128 rounds=3 threads=2" "$@"
 LENGTHS=${LENGTHS:-"1024 8192 32768"}
 set -- "${BENCH_REST[@]}"

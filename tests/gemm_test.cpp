@@ -126,10 +126,34 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
             p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, E.data(), p.ldc);
   EXPECT_EQ(D, E);
   EXPECT_FALSE(bf16_support().kernel.empty());
-  if (!bf16_support().instructions)
+  if (!bf16_support().instructions) {
     EXPECT_THROW(gemm_bf16(Bf16Kernel::native, false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
                            D.data(), 1),
                  std::runtime_error);
+  }
+}
+
+// One row (M = 1: a decoding step) goes through OpenBLAS's matrix-vector product: every
+// transpose, strided operands, alpha and beta, within the fp32 bound of a K-term sum; a
+// NaN left in C does not come through beta = 0.
+TEST(Gemm, Fp32OneRowIsAnFp32Product) {
+  std::mt19937 rng(5);
+  const double u = 0x1p-24;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true})
+      for (const float beta : {0.0f, 0.5f}) {
+        const int64_t N = 37, K = 29;
+        const Problem p{ta, tb, 1, N, K, ta ? 3 : K + 2, tb ? K + 1 : N + 3, N, 1.5f, beta};
+        const std::vector<float> A = random_matrix((ta ? K : 1) * p.lda, rng),
+                                 B = random_matrix((tb ? N : K) * p.ldb, rng);
+        std::vector<float> C0 = random_matrix(N, rng);
+        if (beta == 0.0f) C0[3] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> C = C0;
+        gemm(Precision::fp32, ta, tb, 1, N, K, p.alpha, A.data(), p.lda, B.data(), p.ldb, beta, C.data(), p.ldc);
+        if (beta == 0.0f) C0[3] = 0.0f;  // (the reference: beta C is nothing)
+        const double gamma = double(K + 2) * u / (1 - double(K + 2) * u);  // and alpha's and beta's roundings
+        EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0) << "ta " << ta << " tb " << tb << " beta " << beta;
+      }
 }
 
 // Operands stored as bf16 bits (a bf16 run's saved activations and weight copies) give

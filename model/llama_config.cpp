@@ -153,4 +153,9 @@ std::string describe_attention(const LlamaConfig& m) {
   return t;
 }
 
+std::string describe_attention_and_rope(const LlamaConfig& m) {
+  const std::string rope = rope_scaling_text(m.rope());  // "" without scaling
+  return describe_attention(m) + (rope.empty() ? "" : ", " + rope);
+}
+
 }  // namespace lct

@@ -63,6 +63,9 @@ AttentionParams attention_params_of(const LlamaConfig& config);
 // "dca (C 2048, w 256[, mscale 1.2][, yarn length 4096])", "causal, mask sliding_window
 // (window 4096)".
 std::string describe_attention(const LlamaConfig& config);
+// The same, and with RoPE scaling its rope_scaling_text: "causal, RoPE scaling yarn x4
+// (trained length 512)" (eval, generate, inspect).
+std::string describe_attention_and_rope(const LlamaConfig& config);
 
 // Deterministic init: every element is a pure function of (seed, tensor name, index).
 void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint64_t seed,

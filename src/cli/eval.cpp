@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
@@ -93,8 +92,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
     }
   r.precision = options.precision == Precision::bf16 ? "bf16 (" + bf16_support().kernel + ")" : "fp32";
   const LlamaConfig& mc = model.config();
-  r.attention = describe_attention(mc);
-  if (mc.rope_scaling != RopeScaling::none) r.attention += ", " + rope_scaling_text(mc.rope());
+  r.attention = describe_attention_and_rope(mc);
 
   if (!options.per_position_out.empty()) {
     // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))

@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -63,14 +65,11 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
     const std::string item = text.substr(i, e - i);
     const std::string what = where + ": the " + ordinal(int64_t(ids.size()) + 1) + " token '" +
                              (item.size() > 24 ? item.substr(0, 24) + "..." : item) + "'";
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used, 10);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || !(std::isdigit(static_cast<unsigned char>(item[0])) || item[0] == '-'))
+    // decimal digits with an optional minus (strtoll would also take a '+' or spaces)
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || !(std::isdigit(static_cast<unsigned char>(item[0])) || item[0] == '-'))
       throw std::runtime_error(what + " is not an integer");
     if (v < 0 || v >= V)
       throw std::runtime_error(what + " is outside the model's vocabulary [0, " + std::to_string(V) + ")");
@@ -160,8 +159,7 @@ int run_generate(const Options& o) {
   sampling.top_k = o.top_k;
   sampling.seed = o.seed;
   const bool text = V == kByteVocabulary && !o.ids;
-  std::string attention = describe_attention(config);
-  if (config.rope_scaling != RopeScaling::none) attention += ", " + rope_scaling_text(config.rope());
+  const std::string attention = describe_attention_and_rope(config);
   const std::string how = o.temperature == 0.0 ? "greedy"
                                                : "temperature " + std::to_string(o.temperature) +
                                                      (o.top_k > 0 ? ", top-k " + std::to_string(o.top_k) : "") +

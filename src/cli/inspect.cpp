@@ -190,14 +190,11 @@ std::string model_line(const LlamaConfig& m) {
   char b[256];
   std::snprintf(b, sizeof b,
                 "%d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
-                "rope_theta %g, %s, attention %s",
+                "rope_theta %g, %s, attention ",
                 m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
                 m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
-                (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied",
-                describe_attention(m).c_str());
-  std::string line = b;
-  if (m.rope_scaling != RopeScaling::none) line += ", " + rope_scaling_text(m.rope());
-  return line;
+                (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied");
+  return b + describe_attention_and_rope(m);
 }
 
 Json tensors_json(const std::vector<TensorStats>& ts) {

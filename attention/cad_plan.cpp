@@ -178,7 +178,8 @@ class Balancer {
   // would cost them their balance).
   std::pair<int64_t, int64_t> split_rows(size_t i, int64_t m) const {
     const CaPiece& d = docs_[i];
-    const int64_t align = d.len >= kAlignedPieceTiles * o_.split_align ? o_.split_align : 1;
+    const int64_t align =
+        o_.align_short_pieces || d.len >= kAlignedPieceTiles * o_.split_align ? o_.split_align : 1;
     const int64_t lo = int64_t(d.pos) + head_[i], hi = int64_t(d.pos) + d.len - tail_[i];
     int64_t head_end = (lo + m) / align * align, tail_begin = (hi - m + align - 1) / align * align;
     head_end = std::max(head_end, lo), tail_begin = std::min(tail_begin, hi);

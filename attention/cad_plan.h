@@ -73,6 +73,12 @@ struct CaPlanOptions {
   // whichever plan cut them (ca_plan_options sets it; 1 = anywhere). Shorter pieces are
   // cut anywhere: a tile's granularity would cost them their balance.
   int64_t split_align = 1;
+  // true: shorter pieces too are cut only at multiples of split_align (whole when shorter
+  // than it). A row's O and LSE are then the same bits under any two plans even where the
+  // BLAS's rows depend on the product's row count (OpenBLAS's Haswell SGEMM does; its
+  // SkylakeX one does not): for plans that must agree bit for bit (full recomputation
+  // under pipeline ticks).
+  bool align_short_pieces = false;
   // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
   // attention pairs.
   const CaCostModel* cost = nullptr;

@@ -60,7 +60,8 @@ class ActivationSlot {
   int64_t capacity_bytes() const { return int64_t(data_.capacity() * sizeof(float)); }
 
   // The micro-batch this slot holds (owned by the caller, alive while the slot is used),
-  // its attention tasks and, for DCA, each key's RoPE position.
+  // its attention tasks and, for DCA, each key's RoPE position, and under
+  // attention.logit_scaling each query's factor.
   const LocalBatch* batch = nullptr;
   // The placement's round (AttentionInput::round) of its forward, and of its backward
   // when that runs in a different round (pipeline ticks; -1: the forward's).
@@ -69,6 +70,7 @@ class ActivationSlot {
   int lane = 0;  // ping-pong: nano-batch 0 or 1 of its micro-batch (own backward scratch)
   std::vector<AttentionTask> tasks;
   std::vector<int32_t> key_positions;
+  std::vector<float> q_scale;  // attention.logit_scaling: each row's query factor (empty: none)
 
  private:
   std::vector<float> data_;

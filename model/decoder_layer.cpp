@@ -22,7 +22,7 @@ void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActi
   attn_norm_forward(s, w, a);
   // one product for q, k and v, then RoPE writes them to their own arrays
   matmul_forward(scratch.qkv, a.h1.operand(), w.wqkv, s.T, s.C, qkv_width(s), s.precision);
-  rope_split_qkv(a.q, a.k, a.v, scratch.qkv, q_positions(s), k_positions(s), *s.rope, s.T, s.H, s.KV, s.hd);
+  rope_split_qkv(a.q, a.k, a.v, scratch.qkv, q_positions(s), s.q_scale, k_positions(s), *s.rope, s.T, s.H, s.KV, s.hd);
 }
 
 void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
@@ -86,10 +86,10 @@ void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTen
   Operand dqkv = d.qkv;
   if (s.precision == Precision::bf16) {
     uint16_t* bits = reinterpret_cast<uint16_t*>(d.qkv);
-    rope_join_qkv_grad(bits, d.dq, d.dk, d.dv, q_positions(s), k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
+    rope_join_qkv_grad(bits, d.dq, d.dk, d.dv, q_positions(s), s.q_scale, k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
     dqkv = Operand(static_cast<const uint16_t*>(bits));
   } else {
-    rope_join_qkv_grad(d.qkv, d.dq, d.dk, d.dv, q_positions(s), k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
+    rope_join_qkv_grad(d.qkv, d.dq, d.dk, d.dv, q_positions(s), s.q_scale, k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
   }
   std::fill(d.dh, d.dh + T * C, 0.0f);
   matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.precision);

@@ -25,6 +25,7 @@ struct LayerShape {
   Precision precision = Precision::fp32;               // of the linear layers' products
   const int32_t* positions = nullptr;      // [T] in-document positions (causal RoPE)
   const int32_t* key_positions = nullptr;  // [T] DCA key positions
+  const float* q_scale = nullptr;          // [T] attention.logit_scaling's factors (null: none)
   const RopeTable* rope = nullptr;
 };
 

@@ -67,6 +67,7 @@ void KvCacheDecoder::ensure_rows(int64_t n) {
   lse_.resize(size_t(n * H_));
   positions_.resize(size_t(n));
   key_positions_.resize(size_t(n));
+  if (config_.logit_scaling.on()) q_scale_.resize(size_t(n));
   const size_t tile = size_t(std::min(n, kTileTokens));
   rstd1_.resize(tile);
   rstd2_.resize(tile);
@@ -111,6 +112,7 @@ void KvCacheDecoder::append(std::span<const int32_t> tokens, float* logits, bool
   for (int64_t i = 0; i < n; ++i) {
     positions_[size_t(i)] = int32_t(t0 + i);
     key_positions_[size_t(i)] = dca ? dca_key_position(t0 + i, attn_.dca) : int32_t(t0 + i);
+    if (!q_scale_.empty()) q_scale_[size_t(i)] = logit_scale(config_.logit_scaling, t0 + i);
   }
   const float* p = params_;
   embedding_forward(x_.data(), tokens.data(), p + embed_offset_, n, C_);
@@ -134,6 +136,7 @@ void KvCacheDecoder::append(std::span<const int32_t> tokens, float* logits, bool
       sh.T = rn;
       sh.positions = positions_.data() + r0;
       sh.key_positions = key_positions_.data() + r0;
+      sh.q_scale = q_scale_.empty() ? nullptr : q_scale_.data() + r0;
       LayerActivations a{};
       a.x_in = x_.data() + r0 * C_;
       a.rstd1 = rstd1_.data();

@@ -78,6 +78,7 @@ class KvCacheDecoder {
   int64_t rows_ = 0;
   std::vector<float> x_, q_, attn_out_, lse_;
   std::vector<int32_t> positions_, key_positions_;
+  std::vector<float> q_scale_;  // attention.logit_scaling's query factors (empty: none)
   // one token tile's intermediates (min(rows, kTileTokens) rows)
   std::vector<float> rstd1_, h1_, qkv_, x_mid_, rstd2_, h2_, gate_up_, act_, h_final_;
   std::vector<AttentionTask> tasks_;

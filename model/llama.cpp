@@ -262,6 +262,7 @@ LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t 
   sh.precision = precision_;
   sh.positions = s.batch->positions.data() + r0;
   sh.key_positions = s.key_positions.data() + (s.key_positions.empty() ? 0 : r0);
+  sh.q_scale = s.q_scale.empty() ? nullptr : s.q_scale.data() + r0;
   sh.rope = &rope_;
   return sh;
 }
@@ -398,6 +399,11 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)
       s.key_positions[size_t(t)] = dca_key_position(batch.positions[size_t(t)], attn_params_.dca);
+  }
+  s.q_scale.clear();  // (capacity kept: steady-state steps allocate nothing)
+  if (config_.logit_scaling.on()) {
+    s.q_scale.resize(size_t(T));
+    for (int64_t t = 0; t < T; ++t) s.q_scale[size_t(t)] = logit_scale(config_.logit_scaling, batch.positions[size_t(t)]);
   }
 }
 

@@ -51,6 +51,17 @@ std::string LlamaConfig::validate() const {
   // (the kernel's parameters are int32: range-checked here, before they are narrowed)
   if (dca_mscale_original_length < 0 || dca_mscale_original_length > (int64_t(1) << 30))
     return "attention.dca_mscale_original_length must be in [0, 2^30]";
+  if (logit_scaling.on()) {
+    if (logit_scaling.length < 2 || logit_scaling.length > (int64_t(1) << 30))
+      return std::string("attention.logit_scaling = ") + logit_scaling_name(logit_scaling.kind) +
+             " needs attention.logit_scaling_length in [2, 2^30] (got " + std::to_string(logit_scaling.length) + ")";
+    // n = p + 1 counts the keys a causal query reads; other masks read other counts
+    if (!attention_mask.causal())
+      return std::string("attention.logit_scaling = ") + logit_scaling_name(logit_scaling.kind) +
+             " takes only attention.mask = causal (got " + mask_kind_name(attention_mask.kind) + ")";
+  } else if (logit_scaling.length < 0 || logit_scaling.length > (int64_t(1) << 30)) {
+    return "attention.logit_scaling_length must be in [0, 2^30]";
+  }
   if (const std::string bad = attention_mask.validate(); !bad.empty()) return bad;
   if (attention_kernel == AttentionKernel::dca && !attention_mask.causal())
     return std::string("attention.kernel = dca takes only attention.mask = causal (got ") +
@@ -150,6 +161,7 @@ std::string describe_attention(const LlamaConfig& m) {
     t += ")";
   }
   if (!m.attention_mask.causal()) t += ", mask " + m.attention_mask.describe();
+  if (m.logit_scaling.on()) t += ", " + logit_scaling_text(m.logit_scaling);
   return t;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attention/core_attention.h"
+#include "model/logit_scaling.h"
 #include "model/rope.h"
 #include "model/tensor_table.h"
 
@@ -34,6 +35,9 @@ struct LlamaConfig {
   int64_t dca_local_size = 256;
   double dca_mscale = 1.0;                  // constant logit multiplier
   int64_t dca_mscale_original_length = 0;   // > 0: times max(1, 0.1 ln(L_doc / it) + 1)
+  // Length-dependent logit scaling per query (attention.logit_scaling,
+  // attention.logit_scaling_length; model/logit_scaling.h): any kernel, causal mask only.
+  LogitScaling logit_scaling;
   // Which keys of its document a query reads ([attention] mask, window, sink_tokens,
   // block_size; attention/attention_mask.h). Unused fields keep their defaults.
   AttentionMask attention_mask{MaskKind::causal, 4096, 4, 8192};

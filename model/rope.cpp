@@ -120,23 +120,23 @@ void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, i
 }
 
 namespace {
-// `heads` heads of one row from src to dst, rotated by the table's row cs/sn (sign -1:
-// the transpose rotation), or copied where cs is null
+// `heads` heads of one row from src to dst, times mult, rotated by the table's row cs/sn
+// (sign -1: the transpose rotation), or copied where cs is null (mult 1 changes no bit)
 template <typename Out>
 void rotate_heads(Out* dst, const float* src, const float* cs, const float* sn, int64_t heads, int64_t head_dim,
-                  float sign) {
+                  float sign, float mult = 1.0f) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < heads; ++h) {
     const float* x = src + h * head_dim;
     Out* y = dst + h * head_dim;
     if (!cs) {
 #pragma omp simd
-      for (int64_t i = 0; i < head_dim; ++i) y[i] = store_as<Out>(x[i]);
+      for (int64_t i = 0; i < head_dim; ++i) y[i] = store_as<Out>(x[i] * mult);
       continue;
     }
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
-      const float a = x[i], b = x[i + half], s = sign * sn[i];
+      const float a = x[i] * mult, b = x[i + half] * mult, s = sign * sn[i];
       y[i] = store_as<Out>(a * cs[i] - b * s);
       y[i + half] = store_as<Out>(b * cs[i] + a * s);
     }
@@ -145,15 +145,15 @@ void rotate_heads(Out* dst, const float* src, const float* cs, const float* sn, 
 
 template <typename Out>
 void join_qkv_grad(Out* dqkv, const float* dq, const float* dk, const float* dv, const int32_t* q_positions,
-                   const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H, int64_t KV,
-                   int64_t hd) {
+                   const float* q_scale, const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H,
+                   int64_t KV, int64_t hd) {
   const int64_t half = hd / 2, qdim = H * hd, kvdim = KV * hd, width = qdim + 2 * kvdim;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     Out* row = dqkv + t * width;
     const int64_t qp = q_positions ? q_positions[t] : 0, kp = k_positions[t];
     rotate_heads(row, dq + t * qdim, q_positions ? rope.cos.data() + qp * half : nullptr,
-                 rope.sin.data() + qp * half, H, hd, -1.0f);
+                 rope.sin.data() + qp * half, H, hd, -1.0f, q_scale ? q_scale[t] : 1.0f);
     rotate_heads(row + qdim, dk + t * kvdim, rope.cos.data() + kp * half, rope.sin.data() + kp * half, KV, hd, -1.0f);
     rotate_heads(row + qdim + kvdim, dv + t * kvdim, nullptr, nullptr, KV, hd, 1.0f);
   }
@@ -161,30 +161,30 @@ void join_qkv_grad(Out* dqkv, const float* dq, const float* dk, const float* dv,
 }  // namespace
 
 void rope_split_qkv(float* q, float* k, float* v, const float* qkv, const int32_t* q_positions,
-                    const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H, int64_t KV,
-                    int64_t hd) {
+                    const float* q_scale, const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H,
+                    int64_t KV, int64_t hd) {
   const int64_t half = hd / 2, qdim = H * hd, kvdim = KV * hd, width = qdim + 2 * kvdim;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* row = qkv + t * width;
     const int64_t qp = q_positions ? q_positions[t] : 0, kp = k_positions[t];
     rotate_heads(q + t * qdim, row, q_positions ? rope.cos.data() + qp * half : nullptr, rope.sin.data() + qp * half,
-                 H, hd, 1.0f);
+                 H, hd, 1.0f, q_scale ? q_scale[t] : 1.0f);
     rotate_heads(k + t * kvdim, row + qdim, rope.cos.data() + kp * half, rope.sin.data() + kp * half, KV, hd, 1.0f);
     rotate_heads(v + t * kvdim, row + qdim + kvdim, nullptr, nullptr, KV, hd, 1.0f);
   }
 }
 
 void rope_join_qkv_grad(float* dqkv, const float* dq, const float* dk, const float* dv, const int32_t* q_positions,
-                        const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H, int64_t KV,
-                        int64_t hd) {
-  join_qkv_grad(dqkv, dq, dk, dv, q_positions, k_positions, rope, T, H, KV, hd);
+                        const float* q_scale, const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H,
+                        int64_t KV, int64_t hd) {
+  join_qkv_grad(dqkv, dq, dk, dv, q_positions, q_scale, k_positions, rope, T, H, KV, hd);
 }
 
 void rope_join_qkv_grad(uint16_t* dqkv, const float* dq, const float* dk, const float* dv,
-                        const int32_t* q_positions, const int32_t* k_positions, const RopeTable& rope, int64_t T,
-                        int64_t H, int64_t KV, int64_t hd) {
-  join_qkv_grad(dqkv, dq, dk, dv, q_positions, k_positions, rope, T, H, KV, hd);
+                        const int32_t* q_positions, const float* q_scale, const int32_t* k_positions,
+                        const RopeTable& rope, int64_t T, int64_t H, int64_t KV, int64_t hd) {
+  join_qkv_grad(dqkv, dq, dk, dv, q_positions, q_scale, k_positions, rope, T, H, KV, hd);
 }
 
 }  // namespace lct

@@ -67,20 +67,22 @@ void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, i
                    int64_t heads, int64_t head_dim);
 
 // The fused Q/K/V product's rows qkv[T, (H + 2 KV) hd] (q | k | v per row) split into
-// q[T, H hd], k[T, KV hd] and v[T, KV hd]: k rotated by k_positions, q by q_positions or
-// copied unrotated where q_positions is null (DCA: its kernel rotates q), v copied. One
-// pass: the rotation reads and writes each value once, as rope_forward in place would.
+// q[T, H hd], k[T, KV hd] and v[T, KV hd]: k rotated by k_positions, q times q_scale[t]
+// (attention.logit_scaling; null: 1) and rotated by q_positions or copied unrotated where
+// q_positions is null (DCA: its kernel rotates q), v copied. One pass: the rotation reads
+// and writes each value once, as rope_forward in place would.
 void rope_split_qkv(float* q, float* k, float* v, const float* qkv, const int32_t* q_positions,
-                    const int32_t* k_positions, const RopeTable& rope, int64_t T, int64_t H,
-                    int64_t KV, int64_t head_dim);
-// Its backward: dq and dk given the transpose rotation (dq unrotated where q_positions is
-// null), joined with dv into dqkv[T, (H + 2 KV) hd], the fused product's output gradient;
-// in a bf16 run written as bf16 bits, the rounding its products apply, in the same pass.
+                    const float* q_scale, const int32_t* k_positions, const RopeTable& rope, int64_t T,
+                    int64_t H, int64_t KV, int64_t head_dim);
+// Its backward: dq times q_scale[t] and given the transpose rotation (unrotated where
+// q_positions is null), dk given the transpose rotation, joined with dv into
+// dqkv[T, (H + 2 KV) hd], the fused product's output gradient; in a bf16 run written as
+// bf16 bits, the rounding its products apply, in the same pass.
 void rope_join_qkv_grad(float* dqkv, const float* dq, const float* dk, const float* dv,
-                        const int32_t* q_positions, const int32_t* k_positions, const RopeTable& rope,
-                        int64_t T, int64_t H, int64_t KV, int64_t head_dim);
+                        const int32_t* q_positions, const float* q_scale, const int32_t* k_positions,
+                        const RopeTable& rope, int64_t T, int64_t H, int64_t KV, int64_t head_dim);
 void rope_join_qkv_grad(uint16_t* dqkv, const float* dq, const float* dk, const float* dv,
-                        const int32_t* q_positions, const int32_t* k_positions, const RopeTable& rope,
-                        int64_t T, int64_t H, int64_t KV, int64_t head_dim);
+                        const int32_t* q_positions, const float* q_scale, const int32_t* k_positions,
+                        const RopeTable& rope, int64_t T, int64_t H, int64_t KV, int64_t head_dim);
 
 }  // namespace lct

@@ -15,8 +15,9 @@ int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
 }  // namespace
 
 CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost,
-                           bool rank_speeds)
-    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_) {
+                           bool rank_speeds, bool align_every_cut)
+    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_),
+      align_every_cut_(align_every_cut) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("CAD needs a communicator");
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
@@ -101,6 +102,7 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
     }
   }
   CaPlanOptions o = ca_plan_options(in.params, tolerance_, cost_ ? &*cost_ : nullptr);
+  o.align_short_pieces = align_every_cut_;
   if (rank_speeds_ && !speed_.empty()) {  // every rank has the same speeds: the same plan
     // one plan serves every layer of the stage: its base is one layer's share of the
     // token-linear time, to set against one layer's attention cost

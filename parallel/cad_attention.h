@@ -66,8 +66,10 @@ class CadAttention final : public AttentionPlacement {
   // rank_speeds (with a cost model): plan each round by time on ranks of unequal speed,
   // learnt from every step (observe_step): rank r's load is its token-linear time plus
   // its tasks' modelled time, both scaled by its measured speed.
+  // align_every_cut: cut every document only at multiples of the kernel's query tile
+  // (CaPlanOptions::align_short_pieces), so that two plans give its rows the same bits.
   CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt,
-               bool rank_speeds = false);
+               bool rank_speeds = false, bool align_every_cut = false);
 
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override;
@@ -209,6 +211,7 @@ class CadAttention final : public AttentionPlacement {
   double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by round (AttentionInput::round) of the step
   bool rank_speeds_ = false;
+  bool align_every_cut_ = false;  // CaPlanOptions::align_short_pieces
   double modelled_seconds_ = 0;       // this rank's tasks' cost-model seconds, this step
   int64_t plans_counted_ = 0, layers_ = 0;  // this step's forward plans and layers run with them
   double layers_per_plan_ = 1;        // how many layers one plan serves (base per plan)

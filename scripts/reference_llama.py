@@ -18,6 +18,7 @@ Usage:
                      --dca-local-size W [--dca-mscale M] [--dca-mscale-original-length N]]
                      [--rope-scaling linear|dynamic|yarn --rope-scaling-factor S
                       --rope-original-length L0]
+                     [--logit-scaling logn|logn_beyond --logit-scaling-length L]
                      --seed 1
   reference_llama.py --self-test
 
@@ -102,6 +103,10 @@ def validate_config(cfg):
         C, w = cfg["dca_chunk_size"], cfg["dca_local_size"]
         if not (C > w >= 0):
             raise RefError(f"config: dca needs dca_chunk_size > dca_local_size >= 0, got {C}, {w}")
+    if cfg.get("logit_scaling", "none") not in ("none", "logn", "logn_beyond"):
+        raise RefError(f"config: logit_scaling '{cfg['logit_scaling']}' is not supported")
+    if cfg.get("logit_scaling", "none") != "none" and not cfg["logit_scaling_length"] >= 2:
+        raise RefError("config: logit_scaling_length must be >= 2")
 
 
 # ----------------------------------------------------------------------------
@@ -173,6 +178,11 @@ def load_checkpoint(path):
             cfg["attention_mask"] = v.decode() if isinstance(v, bytes) else str(v)
             for k in ("attention_window", "attention_sink_tokens", "attention_block_size"):
                 cfg[k] = int(read_attr(g, k, where)) if k in g.attrs else 0
+        cfg["logit_scaling"] = "none"
+        if "logit_scaling" in g.attrs:
+            v = g.attrs["logit_scaling"]
+            cfg["logit_scaling"] = v.decode() if isinstance(v, bytes) else str(v)
+            cfg["logit_scaling_length"] = int(read_attr(g, "logit_scaling_length", where))
         cfg["rope_scaling"] = "none"
         if "rope_scaling" in g.attrs:
             v = g.attrs["rope_scaling"]
@@ -236,6 +246,9 @@ def write_checkpoint(path, cfg, params):
             for k in DCA_INT_KEYS:
                 g.attrs[k] = np.int64(cfg[k])
             g.attrs["dca_mscale"] = np.float64(cfg["dca_mscale"])
+        if cfg.get("logit_scaling", "none") != "none":
+            g.attrs["logit_scaling"] = cfg["logit_scaling"]
+            g.attrs["logit_scaling_length"] = np.int64(cfg["logit_scaling_length"])
         if cfg.get("rope_scaling", "none") != "none":
             g.attrs["rope_scaling"] = cfg["rope_scaling"]
             g.attrs["rope_scaling_factor"] = np.float64(cfg["rope_scaling_factor"])
@@ -555,6 +568,18 @@ def positions(cu):
     return torch.cat([torch.arange(e - s, dtype=DT) for s, e in zip(cu[:-1], cu[1:])])
 
 
+def logit_scales(cfg, cu):
+    """(T,) float64: each query's logit factor under attention.logit_scaling, a function
+    of the n = position + 1 keys it reads: ln(n) / ln(L) (logn), max(1, that)
+    (logn_beyond), 1 (none). Multiplying q multiplies every logit of its row."""
+    kind = cfg.get("logit_scaling", "none")
+    n = positions(cu) + 1
+    if kind == "none":
+        return torch.ones_like(n)
+    f = torch.log(n) / math.log(cfg["logit_scaling_length"])
+    return torch.clamp(f, min=1.0) if kind == "logn_beyond" else f
+
+
 def forward(cfg, P, tokens, cu):
     """P: {name: float64 tensor}; tokens: (T,) int64 tensor -> logits (T, V)."""
     C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -572,6 +597,7 @@ def forward(cfg, P, tokens, cu):
         q = linear(h, P[p + "self_attn.q_proj.weight"]).view(T, H, hd)
         k = linear(h, P[p + "self_attn.k_proj.weight"]).view(T, KV, hd)
         v = linear(h, P[p + "self_attn.v_proj.weight"]).view(T, KV, hd)
+        q = q * logit_scales(cfg, cu)[:, None, None]
         if cfg["attention_kernel"] == "dca":     # positions come from the relative matrix
             a = dca_attention(cfg, q, k, v, cu)
         else:
@@ -813,6 +839,8 @@ def parse_args(argv):
     ap.add_argument("--rope-scaling", default="none", choices=("none", "linear", "dynamic", "yarn"))
     ap.add_argument("--rope-scaling-factor", type=float, default=1.0)
     ap.add_argument("--rope-original-length", type=int, default=0)
+    ap.add_argument("--logit-scaling", default="none", choices=("none", "logn", "logn_beyond"))
+    ap.add_argument("--logit-scaling-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--self-test", action="store_true")
     return ap.parse_args(argv)
@@ -862,6 +890,8 @@ def main(argv=None):
         if args.rope_scaling != "none":
             cfg.update(rope_scaling=args.rope_scaling, rope_scaling_factor=args.rope_scaling_factor,
                        rope_original_length=args.rope_original_length)
+        if args.logit_scaling != "none":
+            cfg.update(logit_scaling=args.logit_scaling, logit_scaling_length=args.logit_scaling_length)
         if args.attention_kernel == "dca":
             cfg.update(dca_chunk_size=args.dca_chunk_size, dca_local_size=args.dca_local_size,
                        dca_mscale=args.dca_mscale,

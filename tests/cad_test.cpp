@@ -467,5 +467,49 @@ TEST(CadPlan, CutsFallOnTheAlignment) {
   for (int64_t p : plan.pairs_after) EXPECT_LE(double(p), 1.1 * mean + 1);
 }
 
+TEST(CadPlan, AlignShortPiecesCutsEveryPieceOnTheAlignment) {
+  // documents of 30 to 500 rows (all shorter than kAlignedPieceTiles tiles of 64) over 4
+  // servers, one server's much longer than the rest so that they must be cut: with
+  // align_short_pieces every cut falls on a multiple of 64 or a piece's ends, every row
+  // once; without it some cut falls elsewhere (the option acts)
+  std::vector<CaPiece> docs;
+  const auto unaligned_cuts = [&](bool align) {
+    CaPlanOptions o;
+    o.split_align = 64;
+    o.align_short_pieces = align;
+    const CaPlan plan = plan_core_attention(docs, 4, o);
+    std::map<std::pair<int, int>, int64_t> rows;
+    int unaligned = 0, cut = 0;
+    for (const CaTask& t : plan.tasks) {
+      const CaPiece* d = nullptr;
+      for (const CaPiece& p : docs)
+        if (p.origin == t.origin && p.doc == t.doc) d = &p;
+      EXPECT_NE(d, nullptr);
+      if (!d) continue;
+      const int64_t end = int64_t(t.q_begin) + t.q_len;
+      if (t.q_begin != d->pos) ++cut, unaligned += t.q_begin % 64 != 0;
+      if (end != d->pos + d->len) ++cut, unaligned += end % 64 != 0;
+      rows[{t.origin, t.doc}] += t.q_len;
+    }
+    for (const CaPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
+    EXPECT_GT(cut, 0);  // the long documents were split
+    return unaligned;
+  };
+  int unaligned_without = 0;
+  for (uint64_t seed = 11; seed < 19; ++seed) {
+    std::mt19937_64 rng(seed);
+    docs.clear();
+    for (int r = 0; r < 4; ++r)
+      for (int i = 0, row = 0; i < 3; ++i) {
+        const int32_t len = int32_t(r == 0 ? 300 + rng() % 200 : 30 + rng() % 50);
+        docs.push_back({r, i, row, len, 0});
+        row += len;
+      }
+    EXPECT_EQ(unaligned_cuts(true), 0) << "seed " << seed;
+    unaligned_without += unaligned_cuts(false);
+  }
+  EXPECT_GT(unaligned_without, 0);
+}
+
 }  // namespace
 }  // namespace lct

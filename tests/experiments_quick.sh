@@ -34,8 +34,14 @@ grep -q "^kernel,sliding_window,one-doc,1024,63520," "$work/results/masks/masks.
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit
-check passkey task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss
-grep -q "^passkey,dca,2,512,0.5," "$work/results/passkey/passkey.csv"
+check passkey recipe seed task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss
+for recipe in causal dca_trained logn dca_logn; do  # every recipe trained, scored under its kernels
+  grep -q "^$recipe,0,passkey,dca,2,512,0.5," "$work/results/passkey/passkey.csv" \
+    || { echo "FAIL: passkey.csv has no $recipe row at 2 x L"; exit 1; }
+  grep -q "^$recipe,0,passkey,causal,2,512,0.5," "$work/results/passkey/passkey.csv" \
+    || { echo "FAIL: passkey.csv has no causal row of $recipe"; exit 1; }
+done
+grep -q "^| dca_logn | dca | " "$work/results/passkey/passkey.md" || { echo "FAIL: passkey.md has no summary"; exit 1; }
 grep -q "ulysses,.*does not split over parallel.cp = 8" "$work/results/cp_methods/cp_methods.csv"
 grep -q "!\[stragglers\]" "$work/results/README.md"
 grep -q "simulated, paper constants" "$work/results/stragglers/stragglers.csv"

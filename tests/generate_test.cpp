@@ -154,6 +154,20 @@ TEST(KvCacheDecoder, GreedyIsTheFullForwardsArgmaxRopeScaling) {
   check_decoding(c, 6, 40, 8);
 }
 
+// attention.logit_scaling: each appended query's factor from its own position, so the
+// cached prompt and every new token see what the full forward gave them (L 16: the
+// prompt's factors are below 1, the later ones above)
+TEST(KvCacheDecoder, GreedyIsTheFullForwardsArgmaxLogitScaling) {
+  LlamaConfig c = base_config();
+  c.logit_scaling = LogitScaling{LogitScalingKind::logn, 16};
+  check_decoding(c, 8, 40, 15);
+  c.logit_scaling.kind = LogitScalingKind::logn_beyond;
+  c.attention_kernel = AttentionKernel::dca;
+  c.dca_chunk_size = 16;
+  c.dca_local_size = 4;
+  check_decoding(c, 8, 40, 16);
+}
+
 TEST(KvCacheDecoder, GreedyIsTheFullForwardsArgmaxMasks) {
   LlamaConfig c = base_config();
   c.attention_mask = AttentionMask{MaskKind::sliding_window, 8, 0, 0};

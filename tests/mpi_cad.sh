@@ -117,6 +117,15 @@ compare "colocated pp=2, ticks schedule" ticks_causal ref_causal
 train ticks_cp 4 4 $SGD --parallel.pp 2 --parallel.cp 2 --parallel.pp_schedule ticks
 compare "colocated pp=2 x cp=2, ticks schedule" ticks_cp ref_causal
 
+# attention.logit_scaling (DCA): the query factors are applied before CAD ships the
+# queries, so servers need nothing of them; dp = 2 ping-pong and dp = 2 x cp = 2
+LOGN="--attention.kernel dca --attention.logit_scaling logn_beyond --attention.logit_scaling_length 40"
+train ref_logn 0 4 $SGD $LOGN
+train cad2_logn 2 2 $SGD $LOGN --attention.placement cad --attention.cad_pingpong true
+compare "CAD dp=2 dca, logit scaling logn_beyond, ping-pong" cad2_logn ref_logn
+train cadcp_logn 4 2 $SGD $LOGN --attention.placement cad --parallel.cp 2
+compare "CAD dp=2 x cp=2 dca, logit scaling logn_beyond" cadcp_logn ref_logn
+
 # one-document micro-batches: every second nano-batch is empty and still takes part
 train ref_long 0 4 $SGD --data.min_doc_len 128
 train cad_long 2 2 $SGD --attention.placement cad --data.min_doc_len 128 --attention.cad_pingpong true

@@ -99,6 +99,18 @@ grep -q "MiB sent/rank | exposed" cp2_ring_zigzag_pretrain_causal.log
 grep -q '"exchange_exposed_fraction"' cp2_allgather_zigzag_pretrain_dca/metrics.jsonl
 h5ls cp2_ring_zigzag_pretrain_dca/step_00000010.h5/metrics | grep -q attention_pairs_max_over_mean
 
+# attention.logit_scaling: each query's factor follows its in-document position, which
+# every shard knows (documents up to 128 tokens cross L = 48), causal and DCA
+for kernel in causal dca; do
+  data="--data.doc_lengths pretrain --attention.kernel $kernel --attention.logit_scaling logn
+    --attention.logit_scaling_length 48"
+  train "ref_logn_$kernel" 0 10 $SGD $data
+  for comm in ring ulysses double_ring; do
+    train "cp4_${comm}_logn_$kernel" 4 10 $SGD $data --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+    compare "cp=4 $comm, logit scaling logn, $kernel" "cp4_${comm}_logn_$kernel" "ref_logn_$kernel"
+  done
+done
+
 # 8-token sequences over 4 ranks: documents shorter than 2 cp only, so some ranks
 # would hold nothing without the fall-back that gives them a token of the fullest rank
 SEQ=8 train tiny_ref 0 10 $SGD

@@ -53,7 +53,9 @@ for precision in fp32 bf16; do
     compare "pp2 x CAD $precision: $mode vs none" "pp2_cad_none_$precision" "pp2_cad_${mode}_$precision" 0 0
   done
 done
-DCA=(--attention.kernel dca)
+# (DCA with attention.logit_scaling: the query factors come from the same positions in
+# the recomputed forward)
+DCA=(--attention.kernel dca --attention.logit_scaling logn --attention.logit_scaling_length 64)
 layout one_dca 0 --train.micro_batches 2 "${DCA[@]}"
 layout cp2_ring_dca 2 --parallel.cp 2 "${DCA[@]}"
 layout cad_dp2_pingpong_dca 2 --attention.placement cad --attention.cad_pingpong true "${DCA[@]}"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/ops.h"
+#include "model/logit_scaling.h"
 #include "model/rope.h"
 #include "tests/test_util.h"
 
@@ -191,38 +192,56 @@ TEST(Ops, SwigluGradientsMatchFiniteDifferences) {
 TEST(Ops, RopeSplitOfTheFusedProductAndItsGradient) {
   // rope_split_qkv is the fused Q/K/V rows split and rotated as rope_forward rotates them
   // in place, and rope_join_qkv_grad its gradient (finite differences), with and without
-  // q's rotation (DCA rotates q in its kernel)
+  // q's rotation (DCA rotates q in its kernel) and with and without the per-row query
+  // factor of attention.logit_scaling
   const int64_t T = 3, H = 2, KV = 1, hd = 8, qdim = H * hd, kvdim = KV * hd, width = qdim + 2 * kvdim;
   const RopeTable table = build_rope_table(64, hd, 10000.0);
   const std::vector<int32_t> pos = {0, 5, 41}, kpos = {7, 2, 63};
-  for (const bool rotate_q : {true, false}) {
-    auto qkv = random_vector(T * width, 31), rq = random_vector(T * qdim, 32), rk = random_vector(T * kvdim, 33),
-         rv = random_vector(T * kvdim, 34);
-    std::vector<float> q(size_t(T * qdim)), k(size_t(T * kvdim)), v(size_t(T * kvdim));
-    const int32_t* qp = rotate_q ? pos.data() : nullptr;
-    rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, kpos.data(), table, T, H, KV, hd);
-    std::vector<float> q_ref(size_t(T * qdim)), k_ref(size_t(T * kvdim));
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(qkv.begin() + t * width, qdim, q_ref.begin() + t * qdim);
-      std::copy_n(qkv.begin() + t * width + qdim, kvdim, k_ref.begin() + t * kvdim);
-      for (int64_t i = 0; i < kvdim; ++i) EXPECT_EQ(v[size_t(t * kvdim + i)], qkv[size_t(t * width + qdim + kvdim + i)]);
+  const std::vector<float> factors = {0.25f, 1.5f, 0.8f};
+  for (const bool rotate_q : {true, false})
+    for (const bool scaled : {false, true}) {
+      auto qkv = random_vector(T * width, 31), rq = random_vector(T * qdim, 32), rk = random_vector(T * kvdim, 33),
+           rv = random_vector(T * kvdim, 34);
+      std::vector<float> q(size_t(T * qdim)), k(size_t(T * kvdim)), v(size_t(T * kvdim));
+      const int32_t* qp = rotate_q ? pos.data() : nullptr;
+      const float* qs = scaled ? factors.data() : nullptr;
+      rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, qs, kpos.data(), table, T, H, KV, hd);
+      std::vector<float> q_ref(size_t(T * qdim)), k_ref(size_t(T * kvdim));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < qdim; ++i)
+          q_ref[size_t(t * qdim + i)] = qkv[size_t(t * width + i)] * (scaled ? factors[size_t(t)] : 1.0f);
+        std::copy_n(qkv.begin() + t * width + qdim, kvdim, k_ref.begin() + t * kvdim);
+        for (int64_t i = 0; i < kvdim; ++i) EXPECT_EQ(v[size_t(t * kvdim + i)], qkv[size_t(t * width + qdim + kvdim + i)]);
+      }
+      if (rotate_q) rope_forward(q_ref.data(), pos.data(), table, T, H, hd);
+      rope_forward(k_ref.data(), kpos.data(), table, T, KV, hd);
+      EXPECT_EQ(q, q_ref);
+      EXPECT_EQ(k, k_ref);
+      auto loss = [&] {
+        rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, qs, kpos.data(), table, T, H, KV, hd);
+        return dot(q, rq) + dot(k, rk) + dot(v, rv);
+      };
+      std::vector<float> d(size_t(T * width));
+      rope_join_qkv_grad(d.data(), rq.data(), rk.data(), rv.data(), qp, qs, kpos.data(), table, T, H, KV, hd);
+      EXPECT_LT(rel_error(pick(d, all_indices(T * width)), finite_difference(qkv, loss, kEps, all_indices(T * width))),
+                kTol);
+      std::vector<uint16_t> d16(d.size());
+      rope_join_qkv_grad(d16.data(), rq.data(), rk.data(), rv.data(), qp, qs, kpos.data(), table, T, H, KV, hd);
+      for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d16[i], bf16_bits(d[i])) << i;
     }
-    if (rotate_q) rope_forward(q_ref.data(), pos.data(), table, T, H, hd);
-    rope_forward(k_ref.data(), kpos.data(), table, T, KV, hd);
-    EXPECT_EQ(q, q_ref);
-    EXPECT_EQ(k, k_ref);
-    auto loss = [&] {
-      rope_split_qkv(q.data(), k.data(), v.data(), qkv.data(), qp, kpos.data(), table, T, H, KV, hd);
-      return dot(q, rq) + dot(k, rk) + dot(v, rv);
-    };
-    std::vector<float> d(size_t(T * width));
-    rope_join_qkv_grad(d.data(), rq.data(), rk.data(), rv.data(), qp, kpos.data(), table, T, H, KV, hd);
-    EXPECT_LT(rel_error(pick(d, all_indices(T * width)), finite_difference(qkv, loss, kEps, all_indices(T * width))),
-              kTol);
-    std::vector<uint16_t> d16(d.size());
-    rope_join_qkv_grad(d16.data(), rq.data(), rk.data(), rv.data(), qp, kpos.data(), table, T, H, KV, hd);
-    for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d16[i], bf16_bits(d[i])) << i;
-  }
+}
+
+TEST(Ops, LogitScalingFactors) {
+  // ln(n) / ln(L) with n = position + 1; logn_beyond clamps it below at 1; none is 1
+  const LogitScaling logn{LogitScalingKind::logn, 512}, beyond{LogitScalingKind::logn_beyond, 512}, none{};
+  EXPECT_EQ(logit_scale(none, 4095), 1.0f);
+  EXPECT_EQ(logit_scale(logn, 0), 0.0f);
+  EXPECT_EQ(logit_scale(logn, 511), 1.0f);
+  EXPECT_EQ(logit_scale(logn, 4095), float(std::log(4096.0) / std::log(512.0)));  // 4/3
+  EXPECT_NEAR(logit_scale(logn, 4095), 4.0f / 3.0f, 1e-6f);
+  EXPECT_NEAR(logit_scale(logn, 15), 4.0f / 9.0f, 1e-6f);
+  EXPECT_EQ(logit_scale(beyond, 15), 1.0f);
+  EXPECT_EQ(logit_scale(beyond, 4095), logit_scale(logn, 4095));
 }
 
 TEST(Ops, CrossEntropyGradientMatchesFiniteDifferences) {

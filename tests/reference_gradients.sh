@@ -140,6 +140,30 @@ check trained_dca trained_dca/step_00000003.h5 trained_batch.h5
   --model.rope_scaling linear --model.rope_scaling_factor 2 \
   --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_linear > train_linear.log
 check trained_linear trained_linear/step_00000003.h5 trained_batch.h5
+# Logit scaling (attention.logit_scaling): each query's logits times ln(n) / ln(L) (logn,
+# below 1 short of L, above it beyond; the 200-token documents cross L = 32) or
+# max(1, that) (logn_beyond), causal and under DCA, against the reference's own factors;
+# and trained by lct with the key on (the factor in training's backward)
+for ls in "logn causal" "logn_beyond causal" "logn dca"; do
+  set -- $ls
+  kernel=()
+  [ "$2" = dca ] && kernel=(--attention-kernel dca --dca-chunk-size 24 --dca-local-size 6)
+  /usr/bin/python3 "$REF" --make-checkpoint "ls_$1_$2.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+    --layers 2 --heads 4 --kv-heads 2 "${kernel[@]}" --logit-scaling "$1" --logit-scaling-length 32 --seed 8
+  check "ls_$1_$2" "ls_$1_$2.h5" long.h5
+done
+"$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
+  --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2 \
+  --attention.kernel dca --attention.dca_chunk_size 30 --attention.dca_local_size 10 \
+  --attention.logit_scaling logn --attention.logit_scaling_length 64 \
+  --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained_logn > train_logn.log
+check trained_logn trained_logn/step_00000003.h5 trained_batch.h5
+check_bf16_fp64 trained_logn trained_logn/step_00000003.h5 trained_batch.h5
+# the key acts: the same weights evaluated without it give another loss
+with=$("$LCT" eval --checkpoint trained_logn/step_00000003.h5 --batch-file trained_batch.h5 | cut -d'|' -f1)
+without=$("$LCT" eval --checkpoint trained_logn/step_00000003.h5 --batch-file trained_batch.h5 \
+  --attention.logit_scaling none | cut -d'|' -f1)
+[ "$with" != "$without" ] || { echo "FAIL: attention.logit_scaling logn evaluates like none ($with)"; exit 1; }
 check_bf16_fp64 trained trained/step_00000003.h5 trained_batch.h5
 check_bf16_fp64 trained_dca trained_dca/step_00000003.h5 trained_batch.h5
 check_bf16 trained_emulated trained/step_00000003.h5 trained_batch.h5

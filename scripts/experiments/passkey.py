@@ -1,86 +1,135 @@
 #!/usr/bin/env python3
 """Pass-key retrieval beyond the trained length (ChunkLlama, arXiv 2402.17463, Fig. 1 and
-Table 4; the "needle" heat map of LongLoRA and others): a byte-level model taught to copy
-on `copy` documents and then trained on pass-key documents of up to L tokens
-(data.source = passkey) is evaluated, without retraining, on documents of 1, 2, 4, 8 and
-16 x L with the key line at depths 0, 25, 50, 75 and 100 %, under
+Table 4; the "needle" heat map of LongLoRA and others), per recipe and seed.
 
-  causal    plain RoPE: distances up to 16 L were never seen in training
-  dca       Dual Chunk Attention, chunk size C = L - 1, local window L / 8: every
-            relative distance stays below L; logits scaled by 0.1 ln(length / L) + 1
-            (attention.dca_mscale_original_length = L), as DCA's YaRN-style temperature
-  linear    position interpolation (model.rope_scaling = linear, factor = k at k x L)
-  dynamic   NTK-aware scaling of the base from each batch's longest document (factor 1)
-  yarn      YaRN (model.rope_scaling = yarn, factor = k at k x L, original length L)
+A byte-level model taught to copy on `copy` documents is trained on pass-key documents of
+every length up to L tokens (data.source = passkey) by each recipe, from each seed, and
+evaluated without retraining on documents of 1, 2, 4, 8 and 16 x L with the key line at
+depths 0, 25, 50, 75 and 100 %:
 
-A document counts as retrieved when every one of its five answer digits is the argmax
-given the digits before it (teacher-forced, lct eval), and, as ChunkLlama scores it, when
-`lct generate` (greedy, KV cache) writes the five digits after the question. The two agree
-by construction (greedy decoding writes the argmax digit after digit, and generation
-computes the length-dependent settings, DCA's temperature and dynamic NTK's base, from the
-finished document's length as eval does); a difference would be a near-tie of two digits'
-logits, which the table would show. The same table is made
-for key-value retrieval recall (data.source = synthetic, a second model trained from the
-same copy warm-up on documents of L/4 to L tokens).
+  causal      trained with causal attention; evaluated under
+                causal    plain RoPE: distances up to 16 L were never seen in training
+                dca       Dual Chunk Attention applied at evaluation only: C = L - 1,
+                          w = L / 8, logits scaled by 0.1 ln(length / L) + 1
+                linear    position interpolation (factor k at k x L)
+                dynamic   NTK-aware scaling of the base from the document's length
+                yarn      YaRN (factor k at k x L, original length L)
+  dca_trained trained with DCA (C = L / 4, w = L / 32: every training document of more
+              than C + 1 tokens meets successive- and inter-chunk keys, up to 4 chunks);
+              evaluated under its own DCA and under causal attention
+  logn        trained with causal attention and attention.logit_scaling = logn (L): each
+              query's logits times ln(n) / ln(L) for its n keys; evaluated under causal
+              and DCA (as the causal recipe's), both with the factor
+  dca_logn    both: trained with DCA (C = L / 4) and logn
+  (--recipes also takes: logn_beyond, the causal recipe's checkpoints evaluated with
+  Qwen's max(1, ln n / ln L) added at evaluation only)
+
+A document counts as retrieved when `lct generate` (greedy, KV cache) writes its five
+digits after the question, as ChunkLlama scores it (generated_accuracy), and, beside it,
+when every digit is the argmax given the digits before it (teacher-forced, lct eval:
+accuracy). The two agree by construction (greedy decoding writes the argmax digit after
+digit, and both compute the length-dependent settings from the finished document's
+length); a difference would be a near-tie of two digits' logits, which the table shows.
+Each cell is reported per seed (CSV) and as the median and range over seeds (markdown,
+plot). Key-value retrieval recall (data.source = synthetic, a model trained from the same
+copy warm-up on documents of L/4 to L tokens) is measured for the causal recipe.
 
   /usr/bin/python3 scripts/experiments/passkey.py [--quick] [--out DIR] [--config F]
+      [--seeds 3] [--recipes causal,dca_trained,logn,dca_logn] [--jobs 2]
 """
+import argparse
+import concurrent.futures
 import glob
 import json
 import os
 import re
+import statistics
+import sys
 import time
 
 import common
 
 NAME = "passkey"
-KERNELS = ("causal", "dca", "linear", "dynamic", "yarn")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+COLUMNS = ["recipe", "seed", "task", "kernel", "length_factor", "length", "depth", "documents", "accuracy",
+           "generated_accuracy", "digit_recall", "loss"]
 
-
-# The model and recipe are the ones measured to learn retrieval within this experiment's
-# budget (docs/reproducing-papers.md): a 2-layer, 64-wide model with two 32-dimensional
-# heads, first taught to copy from context on `copy` documents (its induction circuit
-# forms abruptly after 900-1,200 steps of 16 documents of 256 bytes), then trained on
-# pass keys of every length from the shortest layout to L (trained at one fixed length,
-# the model leans on where its documents end and fails right after L, causal and DCA).
+# The model and schedule are the ones measured to learn retrieval within this
+# experiment's budget (docs/reproducing-papers.md): a 2-layer, 64-wide model with two
+# 32-dimensional heads, first taught to copy from context on `copy` documents (its
+# induction circuit forms abruptly after 900-1,200 steps of 16 documents of 256 bytes),
+# then trained on pass keys of every length from the shortest layout to L (trained at one
+# fixed length, the model leans on where its documents end and fails right after L).
 PASSKEY_MIN_LENGTH = 179  # passkey_min_length(): the layout without filler
 MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "172", "--model.num_hidden_layers", "2",
          "--model.num_attention_heads", "2", "--model.num_key_value_heads", "2"]
 
 
-def train(a, out_dir, args, steps, resume=None):
+def dca_settings(chunk, local, L):
+    return ["--attention.kernel", "dca", "--attention.dca_chunk_size", str(chunk), "--attention.dca_local_size",
+            str(local), "--attention.dca_mscale_original_length", str(L)]
+
+
+def logn(kind, L):
+    return ["--attention.logit_scaling", kind, "--attention.logit_scaling_length", str(L)]
+
+
+class Recipe:
+    """How a recipe trains its pass-key model (args over the copy checkpoint) and the
+    overrides each of its evaluation kernels gives lct eval / generate at k x L."""
+
+    def __init__(self, name, train_args, kernels, base=None):
+        self.name, self.train_args, self.kernels, self.base = name, train_args, kernels, base
+
+
+def recipes(L, quick):
+    eval_dca = lambda k: dca_settings(L - 1, L // 8, L)  # DCA at evaluation only
+
+    def scaled(kernel, k):
+        if kernel == "causal" or (kernel in ("linear", "yarn") and k == 1):
+            return []
+        factor = "1" if kernel == "dynamic" else str(k)
+        return ["--model.rope_scaling", kernel, "--model.rope_scaling_factor", factor,
+                "--model.rope_original_length", str(L)]
+
+    causal_kernels = {"causal": lambda k: [], "dca": eval_dca}
+    for kernel in (("yarn",) if quick else ("linear", "dynamic", "yarn")):
+        causal_kernels[kernel] = (lambda kern: lambda k: scaled(kern, k))(kernel)
+    trained_dca = dca_settings(L // 4, L // 32, L)
+    own_and_causal = {"causal": lambda k: ["--attention.kernel", "causal"], "dca": lambda k: []}
+    return {
+        "causal": Recipe("causal", [], causal_kernels),
+        "dca_trained": Recipe("dca_trained", trained_dca, own_and_causal),
+        "logn": Recipe("logn", logn("logn", L), {"causal": lambda k: [], "dca": eval_dca}),
+        "dca_logn": Recipe("dca_logn", trained_dca + logn("logn", L), own_and_causal),
+        # evaluation-only: the causal recipe's checkpoint with Qwen's clamped logn added
+        "logn_beyond": Recipe("logn_beyond", None, {"causal": lambda k: logn("logn_beyond", L),
+                                                   "dca": lambda k: eval_dca(k) + logn("logn_beyond", L)},
+                              base="causal"),
+    }
+
+
+def train(a, out_dir, args, steps, seed, resume=None):
     """Trains up to step `steps` at a constant learning rate, from `resume` (a checkpoint,
     whose data settings `args` replace) or from scratch; returns the last checkpoint."""
     common.lct(["train", "--checkpoint.dir", out_dir, "--checkpoint.overwrite", "true", "--checkpoint.keep", "1",
                 "--train.log_every", "100", "--train.steps", str(steps), "--checkpoint.every", str(steps),
                 "--train.warmup_steps", "30", "--train.lr", "0.002", "--train.min_lr", "0.002", "--data.seq_len",
-                "4096"] + MODEL + args + (["--train.resume", resume] if resume else []), False, a.config)
+                "4096", "--train.seed", str(seed), "--train.threads", str(a.threads)] + MODEL + args +
+               (["--train.resume", resume] if resume else []), False, a.config)
     return sorted(glob.glob(os.path.join(out_dir, "step_*.h5")))[-1]
 
 
-def kernel_args(kernel, L, k):
-    """eval's overrides for `kernel` at documents of k x L tokens."""
-    if kernel == "dca":
-        return ["--attention.kernel", "dca", "--attention.dca_chunk_size", str(L - 1),
-                "--attention.dca_local_size", str(L // 8), "--attention.dca_mscale_original_length", str(L)]
-    if kernel == "causal" or (kernel in ("linear", "yarn") and k == 1):
-        return []
-    factor = "1" if kernel == "dynamic" else str(k)
-    return ["--model.rope_scaling", kernel, "--model.rope_scaling_factor", factor,
-            "--model.rope_original_length", str(L)]
-
-
-def evaluate(a, ckpt, batch, kernel, L, k):
-    text = common.lct(["eval", "--checkpoint", ckpt, "--batch-file", batch] + kernel_args(kernel, L, k), False,
-                      a.config)
+def evaluate(a, ckpt, batch, overrides):
+    text = common.lct(["eval", "--checkpoint", ckpt, "--batch-file", batch, "--threads", str(a.threads)] + overrides,
+                      False, a.config)
     loss = float(re.search(r"loss (\S+)", text).group(1))
     recall = float(re.search(r"recall (\S+)", text).group(1))
     m = re.search(r"answered (\S+) \((\d+) of (\d+) documents\)", text)
     return loss, recall, float(m.group(1)), int(m.group(3))
 
 
-def generate_answers(a, ckpt, batch, kernel, L, k):
+def generate_answers(a, ckpt, batch, overrides):
     """Pass keys that greedy decoding writes: each document of the batch up to its answer
     is a prompt (one a line, token ids), lct generate continues it by the answer's length;
     returns (documents whose continuation is the key, documents)."""
@@ -95,113 +144,219 @@ def generate_answers(a, ckpt, batch, kernel, L, k):
         answers.append([int(t) for t in tokens[first:cu[d + 1]]])
     n = len(answers[0])
     assert all(len(x) == n for x in answers), "pass keys of different lengths"
-    path = batch + ".prompts"
+    path = batch + f".{os.getpid()}.prompts"
     with open(path, "w") as f:
         f.write("\n".join(prompts) + "\n")
     text = common.lct(["generate", "--checkpoint", ckpt, "--prompt-tokens", path, "--per-line", "--json",
-                       "--max-new-tokens", str(n)] + kernel_args(kernel, L, k), False, a.config)
+                       "--threads", str(a.threads), "--max-new-tokens", str(n)] + overrides, False, a.config)
     os.remove(path)
     got = [json.loads(line)["tokens"] for line in text.strip().splitlines()]
     assert len(got) == len(answers)
     return sum(g == x for g, x in zip(got, answers)), len(answers)
 
 
-def main():
-    a = common.arguments(NAME, __doc__.splitlines()[0])
-    started = time.time()
-    L = 256 if a.quick else 512
-    factors = [1, 2] if a.quick else [1, 2, 4, 8, 16]
-    kernels = ("causal", "dca", "yarn") if a.quick else KERNELS
-    per_depth = 2 if a.quick else 20            # documents per (length, depth) at 1 x L
-    warmup_steps = 10 if a.quick else 2000
-    task_steps = 10 if a.quick else 3000
+def passkey_batches(a, L, factors, per_depth):
+    """The evaluation documents, the same for every recipe and seed: per (k, depth)
+    max(2, per_depth / k) documents of k x L tokens (fixed seed 99)."""
     fixed = lambda n: ["--data.doc_lengths", "fixed", "--data.min_doc_len", str(n), "--data.max_doc_len", str(n)]
+    batches = {}
+    for k in factors:
+        n = k * L
+        for depth in a.depths:
+            path = os.path.join(a.out, "batches", f"passkey_{n}_{int(depth * 100)}.h5")
+            common.lct(["make-batch", "--data.source", "passkey"] + fixed(n) +
+                       ["--data.seq_len", str(n), "--data.passkey_depth", str(depth), "--sequences",
+                        str(max(2, per_depth // k)), "--train.seed", "99", "--out", path], False, a.config)
+            batches[(k, depth)] = path
+        path = os.path.join(a.out, "batches", f"retrieval_{n}.h5")
+        common.lct(["make-batch", "--data.source", "synthetic"] + fixed(n) +
+                   ["--data.seq_len", str(n), "--sequences", str(max(2, (per_depth * 2) // k)), "--train.seed", "99",
+                    "--out", path], False, a.config)
+        batches[(k, "kv")] = path
+    return batches
+
+
+def score(a, recipe, seed, ckpt, L, factors, batches):
     rows = []
-
-    # 0. the copy warm-up both models start from
-    copied = train(a, os.path.join(a.out, "copy_model"), ["--data.source", "copy"] + fixed(256), warmup_steps)
-
-    # 1. pass-key retrieval, documents of every length the layout fits up to L
-    passkey = ["--data.source", "passkey"]
-    ckpt = train(a, os.path.join(a.out, "passkey_model"),
-                 passkey + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(PASSKEY_MIN_LENGTH),
-                            "--data.max_doc_len", str(L)],
-                 warmup_steps + task_steps, copied)
     for k in factors:
-        n = k * L
-        for depth in DEPTHS:
-            docs = max(2, per_depth // k)
-            batch = os.path.join(a.out, f"passkey_{n}_{int(depth * 100)}.h5")
-            common.lct(["make-batch"] + passkey + fixed(n) + ["--data.seq_len", str(n),
-                        "--data.passkey_depth", str(depth), "--sequences", str(docs), "--train.seed", "99",
-                        "--out", batch], False, a.config)
-            for kernel in kernels:
-                loss, recall, acc, count = evaluate(a, ckpt, batch, kernel, L, k)
-                written, docs_generated = generate_answers(a, ckpt, batch, kernel, L, k)
-                assert docs_generated == count
-                rows.append({"task": "passkey", "kernel": kernel, "length_factor": k, "length": n, "depth": depth,
-                             "documents": count, "accuracy": acc, "generated_accuracy": written / count,
-                             "digit_recall": recall, "loss": loss})
-            os.remove(batch)
+        for depth in a.depths:
+            for kernel, overrides in recipe.kernels.items():
+                o = overrides(k)
+                loss, recall, acc, count = evaluate(a, ckpt, batches[(k, depth)], o)
+                written, docs = generate_answers(a, ckpt, batches[(k, depth)], o)
+                assert docs == count
+                rows.append({"recipe": recipe.name, "seed": seed, "task": "passkey", "kernel": kernel,
+                             "length_factor": k, "length": k * L, "depth": depth, "documents": count,
+                             "accuracy": acc, "generated_accuracy": written / count, "digit_recall": recall,
+                             "loss": loss})
+    return rows
 
-    # 2. key-value retrieval (synthetic) at the same lengths; queries ask for the keys of
-    # the document's start, so the depth is always 0
-    synth = ["--data.source", "synthetic"]
-    ckpt = train(a, os.path.join(a.out, "retrieval_model"),
-                 synth + ["--data.doc_lengths", "uniform", "--data.min_doc_len", str(L // 4),
-                          "--data.max_doc_len", str(L)],
-                 warmup_steps + task_steps, copied)
-    for k in factors:
-        n = k * L
-        batch = os.path.join(a.out, f"retrieval_{n}.h5")
-        common.lct(["make-batch"] + synth + fixed(n) + ["--data.seq_len", str(n), "--sequences",
-                    str(max(2, (per_depth * 2) // k)), "--train.seed", "99", "--out", batch], False, a.config)
+
+def run_seed(a, seed, chosen, L, factors, batches, schedule):
+    """Every chosen recipe from one seed's copy warm-up; returns its rows."""
+    warmup_steps, task_steps = schedule
+    book = recipes(L, a.quick)
+    root = os.path.join(a.out, f"seed{seed}")
+    fixed = lambda n: ["--data.doc_lengths", "fixed", "--data.min_doc_len", str(n), "--data.max_doc_len", str(n)]
+    copied = train(a, os.path.join(root, "copy_model"), ["--data.source", "copy"] + fixed(256), warmup_steps, seed)
+    passkey = ["--data.source", "passkey", "--data.doc_lengths", "uniform", "--data.min_doc_len",
+               str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)]
+    ckpts, rows = {}, []
+    for name in chosen:
+        r = book[name]
+        if r.base is None:
+            ckpts[name] = train(a, os.path.join(root, name), passkey + r.train_args, warmup_steps + task_steps, seed,
+                                copied)
+        ckpt = ckpts[r.base or name] if (r.base is None or r.base in ckpts) else None
+        if ckpt is None:  # an evaluation-only recipe whose base was not chosen
+            ckpts[r.base] = train(a, os.path.join(root, r.base), passkey + book[r.base].train_args,
+                                  warmup_steps + task_steps, seed, copied)
+            ckpt = ckpts[r.base]
+        rows += score(a, r, seed, ckpt, L, factors, batches)
+        print(f"  seed {seed}: {name} scored", file=sys.stderr, flush=True)
+    if "causal" in chosen:  # key-value retrieval, from the same copy warm-up
+        ckpt = train(a, os.path.join(root, "retrieval_model"),
+                     ["--data.source", "synthetic", "--data.doc_lengths", "uniform", "--data.min_doc_len",
+                      str(L // 4), "--data.max_doc_len", str(L)], warmup_steps + task_steps, seed, copied)
+        for k in factors:
+            for kernel, overrides in book["causal"].kernels.items():
+                loss, recall, acc, count = evaluate(a, ckpt, batches[(k, "kv")], overrides(k))
+                rows.append({"recipe": "causal", "seed": seed, "task": "kv_retrieval", "kernel": kernel,
+                             "length_factor": k, "length": k * L, "depth": 0.0, "documents": count,
+                             "accuracy": recall, "generated_accuracy": float("nan"), "digit_recall": recall,
+                             "loss": loss})
+    return rows
+
+
+def summarize(rows, factors, chosen):
+    """Markdown: per recipe and kernel, median [min-max] over seeds of the generated pass-key
+    accuracy (mean over depths) at each length, the teacher-forced one, and the loss."""
+    def cell(recipe, kernel, k, field, task="passkey"):
+        per_seed = {}
+        for r in rows:
+            if r["recipe"] == recipe and r["kernel"] == kernel and r["length_factor"] == k and r["task"] == task:
+                per_seed.setdefault(r["seed"], []).append(r[field])
+        vals = [statistics.mean(v) for v in per_seed.values()]
+        return vals
+
+    def fmt(vals):
+        if not vals:
+            return "-"
+        med = statistics.median(vals)
+        return f"{med:.2f}" if min(vals) == max(vals) else f"{med:.2f} [{min(vals):.2f}-{max(vals):.2f}]"
+
+    head = " / ".join(f"{k}x" for k in factors)
+    md = [f"| recipe | kernel | generated pass-key accuracy at {head} | teacher-forced | digit recall | "
+          f"pass-key loss, nats/byte |", "|---|---|---|---|---|---|"]
+    for recipe in chosen:
+        kernels = sorted({r["kernel"] for r in rows if r["recipe"] == recipe and r["task"] == "passkey"},
+                         key=lambda x: ("causal", "dca", "linear", "dynamic", "yarn").index(x))
         for kernel in kernels:
-            loss, recall, acc, count = evaluate(a, ckpt, batch, kernel, L, k)
-            rows.append({"task": "kv_retrieval", "kernel": kernel, "length_factor": k, "length": n, "depth": 0.0,
-                         "documents": count, "accuracy": recall, "generated_accuracy": float("nan"),
-                         "digit_recall": recall, "loss": loss})
-        os.remove(batch)
+            md.append(f"| {recipe} | {kernel} | " + " / ".join(
+                fmt(cell(recipe, kernel, k, "generated_accuracy")) for k in factors) + " | " + " / ".join(
+                fmt(cell(recipe, kernel, k, "accuracy")) for k in factors) + " | " + " / ".join(
+                fmt(cell(recipe, kernel, k, "digit_recall")) for k in factors) + " | " + " / ".join(
+                fmt(cell(recipe, kernel, k, "loss")) for k in factors) + " |")
+    kv = [r for r in rows if r["task"] == "kv_retrieval"]
+    if kv:
+        md += ["", f"| key-value recall (causal recipe) | {head} |", "|---|---|"]
+        for kernel in sorted({r["kernel"] for r in kv}, key=lambda x: ("causal", "dca", "linear", "dynamic",
+                                                                      "yarn").index(x)):
+            md.append(f"| {kernel} | " + " / ".join(fmt(cell("causal", kernel, k, "accuracy", "kv_retrieval"))
+                                                   for k in factors) + " |")
+    return "\n".join(md)
 
-    columns = ["task", "kernel", "length_factor", "length", "depth", "documents", "accuracy", "generated_accuracy",
-               "digit_recall", "loss"]
-    elapsed = time.time() - started
-    print(common.write_outputs(
-        a.out, NAME, rows, columns, "Pass-key retrieval: train at L, evaluate at 1-16x L and 5 depths",
-        f"Trained with causal attention at L = {L} ({warmup_steps} steps of copy documents, then {task_steps} "
-        f"of the task at lengths up to L); evaluated from the same checkpoints without "
-        f"retraining. passkey accuracy = documents whose five digits are all the argmax (teacher-forced); "
-        f"generated_accuracy = documents whose key lct generate writes (greedy, KV cache); kv_retrieval accuracy = "
-        f"recall of the values (chance 1/32). ChunkLlama (Llama2 7B trained at 4K): DCA ~100% passkey to 100K+, "
-        f"plain RoPE 0% beyond 4K; PI and NTK fall off beyond their factor. Elapsed {elapsed:.0f} s."))
 
+def plot(a, rows, factors, chosen):
+    """One heat map per (recipe, kernel): the median over seeds of the generated accuracy
+    per (length, depth), with the range over seeds in each cell."""
     plt = common.pyplot()
-    fig, ax = plt.subplots(1, len(kernels) + 1, figsize=(3.2 * (len(kernels) + 1), 3.4))
-    for j, kernel in enumerate(kernels):
-        grid = [[next((r["accuracy"] for r in rows if r["task"] == "passkey" and r["kernel"] == kernel
-                       and r["length_factor"] == k and r["depth"] == d), float("nan")) for k in factors]
-                for d in DEPTHS]
-        im = ax[j].imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="upper")
-        ax[j].set_xticks(range(len(factors)), [f"{k}x" for k in factors])
-        ax[j].set_yticks(range(len(DEPTHS)), [f"{int(d * 100)}%" for d in DEPTHS])
-        ax[j].set_title(f"passkey, {kernel}")
-        ax[j].set_xlabel("length / trained length")
-        for y, line in enumerate(grid):
-            for x, v in enumerate(line):
-                ax[j].text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=7)
-    ax[0].set_ylabel("key depth")
-    fig.colorbar(im, ax=ax[len(kernels) - 1], fraction=0.05)
-    for j, kernel in enumerate(kernels):
-        q = [r for r in rows if r["task"] == "kv_retrieval" and r["kernel"] == kernel]
-        ax[-1].plot([r["length_factor"] for r in q], [r["accuracy"] for r in q], "o-", label=kernel)
-    ax[-1].axhline(1 / 32, color="k", ls=":", lw=0.8, label="chance")
-    ax[-1].set_xscale("log", base=2)
-    ax[-1].set_ylim(0, 1)
-    ax[-1].set_title("key-value recall")
-    ax[-1].set_xlabel("length / trained length")
-    ax[-1].legend(fontsize=7)
-    fig.tight_layout()
+    depths = sorted({r["depth"] for r in rows if r["task"] == "passkey"})
+    panels = [(rec, ker) for rec in chosen for ker in ("causal", "dca", "linear", "dynamic", "yarn")
+              if any(r["recipe"] == rec and r["kernel"] == ker and r["task"] == "passkey" for r in rows)]
+    cols = min(4, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 3.3 * nrows), squeeze=False)
+    im = None
+    for i, (rec, ker) in enumerate(panels):
+        ax = axes[i // cols][i % cols]
+        grid, text = [], []
+        for d in depths:
+            line, tline = [], []
+            for k in factors:
+                vals = [r["generated_accuracy"] for r in rows if r["recipe"] == rec and r["kernel"] == ker and
+                        r["task"] == "passkey" and r["length_factor"] == k and r["depth"] == d]
+                med = statistics.median(vals) if vals else float("nan")
+                line.append(med)
+                tline.append(f"{med:.2f}" + ("" if not vals or min(vals) == max(vals) else
+                                             f"\n{min(vals):.1f}-{max(vals):.1f}"))
+            grid.append(line)
+            text.append(tline)
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="upper")
+        ax.set_xticks(range(len(factors)), [f"{k}x" for k in factors])
+        ax.set_yticks(range(len(depths)), [f"{int(d * 100)}%" for d in depths])
+        ax.set_title(f"{rec}: {ker}", fontsize=9)
+        ax.set_xlabel("length / trained length", fontsize=8)
+        for y, line in enumerate(text):
+            for x, t in enumerate(line):
+                ax.text(x, y, t, ha="center", va="center", fontsize=6)
+    for j in range(len(panels), nrows * cols):
+        axes[j // cols][j % cols].axis("off")
+    if im is not None:
+        fig.colorbar(im, ax=axes, fraction=0.02)
+    fig.suptitle(f"generated pass-key accuracy, median over {len({r['seed'] for r in rows})} seeds "
+                 f"(range below)", fontsize=10)
     fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.path.join(common.ROOT, "results", NAME))
+    p.add_argument("--quick", action="store_true", help="tiny schedule and lengths (for tests)")
+    p.add_argument("--config", default=os.path.join(common.ROOT, "configs", "default.toml"))
+    p.add_argument("--seeds", type=int, default=None, help="seeds per recipe (default 3; --quick 1)")
+    p.add_argument("--recipes", default="causal,dca_trained,logn,dca_logn")
+    p.add_argument("--jobs", type=int, default=None, help="seeds trained at once, one thread each (default: cores)")
+    a = p.parse_args()
+    if not os.access(common.LCT, os.X_OK):
+        sys.exit(f"{NAME}: no lct binary at {common.LCT} (bash scripts/build.sh)")
+    chosen = [r.strip() for r in a.recipes.split(",") if r.strip()]
+    L = 256 if a.quick else 512
+    known = recipes(L, a.quick)
+    for r in chosen:
+        if r not in known:
+            sys.exit(f"{NAME}: unknown recipe '{r}' (known: {', '.join(known)})")
+    seeds = list(range(a.seeds if a.seeds is not None else (1 if a.quick else 3)))
+    jobs = max(1, min(len(seeds), a.jobs or os.cpu_count() or 1))
+    a.threads = 1 if jobs > 1 else 0
+    os.makedirs(os.path.join(a.out, "batches"), exist_ok=True)
+    started = time.time()
+    factors = [1, 2] if a.quick else [1, 2, 4, 8, 16]
+    a.depths = (0.5,) if a.quick else DEPTHS
+    per_depth = 2 if a.quick else 10          # documents per (length, depth) at 1 x L
+    schedule = (10, 10) if a.quick else (2000, 3000)
+    batches = passkey_batches(a, L, factors, per_depth)
+    rows = []
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+        for part in pool.map(run_seed, [a] * len(seeds), seeds, [chosen] * len(seeds), [L] * len(seeds),
+                             [factors] * len(seeds), [batches] * len(seeds), [schedule] * len(seeds)):
+            rows += part
+    rows.sort(key=lambda r: (chosen.index(r["recipe"]), r["seed"], r["task"], r["kernel"], r["length_factor"],
+                             r["depth"]))
+    elapsed = time.time() - started
+    table = summarize(rows, factors, chosen)
+    notes = (f"Trained at L = {L} ({schedule[0]} steps of copy documents, then {schedule[1]} of pass keys of every "
+             f"length up to L) from {len(seeds)} seeds, evaluated from the same checkpoints without retraining "
+             f"({per_depth} documents per depth at L, {per_depth}/k at k x L, at least 2); each cell: median "
+             f"[min-max] over seeds of the mean over {len(a.depths)} depths. generated = lct generate writes the key (greedy, KV "
+             f"cache); teacher-forced = lct eval's argmax at every digit. ChunkLlama (Llama2 7B trained at 4K): "
+             f"DCA ~100% pass keys to 100K+, plain RoPE 0% beyond 4K. Elapsed {elapsed:.0f} s with {jobs} job(s).")
+    common.write_outputs(a.out, NAME, rows, COLUMNS, "Pass-key retrieval per recipe", notes)  # the CSV
+    text = "## Pass-key retrieval per recipe: train at L, evaluate at 1-16x L and 5 depths\n\n" + table + "\n\n" + notes
+    with open(os.path.join(a.out, f"{NAME}.md"), "w") as f:  # the summary, not the per-seed rows
+        f.write(text + "\n")
+    print(text)
+    plot(a, rows, factors, chosen)
 
 
 if __name__ == "__main__":

@@ -333,6 +333,8 @@ Json file_json(const std::string& path, const FileReport& r, int64_t num_params)
     model["dca_mscale"] = m.dca_mscale;
     model["dca_mscale_original_length"] = m.dca_mscale_original_length;
   }
+  model["logit_scaling"] = logit_scaling_name(m.logit_scaling.kind);
+  if (m.logit_scaling.on()) model["logit_scaling_length"] = m.logit_scaling.length;
   model["num_params"] = num_params;
   Json o = {{"file", path}, {"format", r.format}, {"format_version", r.format_version}, {"model", model}};
   if (r.is_checkpoint) {

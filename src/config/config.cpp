@@ -220,6 +220,9 @@ void add_attention_keys(std::vector<ConfigKey>& k) {
   k.push_back(in(KeyScope::function, int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0)));
   k.push_back(in(KeyScope::function, num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; })));
   k.push_back(in(KeyScope::function, int_key("attention.dca_mscale_original_length", "DCA: > 0 multiplies logits by max(1, 0.1 ln(L_doc / this) + 1) per document", [](Config& c) -> auto& { return c.model.dca_mscale_original_length; }, 0)));
+  k.push_back(in(KeyScope::function, choice_key("attention.logit_scaling", std::string("multiply a query's logits by a function of the n keys it reads (n = in-document position + 1; causal mask, any kernel): ") + enum_help(kLogitScalingNames) + " (docs/model.md, Logit scaling)",
+                         [](Config& c) -> auto& { return c.model.logit_scaling.kind; }, parse_logit_scaling, logit_scaling_name)));
+  k.push_back(in(KeyScope::function, int_key("attention.logit_scaling_length", "attention.logit_scaling: L, the n at which the factor is 1 (normally the trained length)", [](Config& c) -> auto& { return c.model.logit_scaling.length; }, 0)));
 }
 
 // [data]

@@ -228,7 +228,8 @@ LlamaConfig read_hf_config(const std::string& path) {
         {"dca_local_size", "attention.dca_local_size"}, {"dca_mscale", "attention.dca_mscale"},
         {"dca_mscale_original_length", "attention.dca_mscale_original_length"},
         {"attention_mask", "attention.mask"},           {"attention_window", "attention.window"},
-        {"attention_sink_tokens", "attention.sink_tokens"}, {"attention_block_size", "attention.block_size"}};
+        {"attention_sink_tokens", "attention.sink_tokens"}, {"attention_block_size", "attention.block_size"},
+        {"logit_scaling", "attention.logit_scaling"},   {"logit_scaling_length", "attention.logit_scaling_length"}};
     for (auto it = l.begin(); it != l.end(); ++it) {
       if (it.key() == "note" || it.key() == "format") continue;
       const auto k = keys.find(it.key());
@@ -347,6 +348,10 @@ std::string hf_config_json(const LlamaConfig& c, int64_t trained_length, Safeten
     lct["dca_local_size"] = c.dca_local_size;
     lct["dca_mscale"] = c.dca_mscale;
     lct["dca_mscale_original_length"] = c.dca_mscale_original_length;
+  }
+  if (c.logit_scaling.on()) {
+    lct["logit_scaling"] = logit_scaling_name(c.logit_scaling.kind);
+    lct["logit_scaling_length"] = c.logit_scaling.length;
   }
   lct["attention_mask"] = mask_kind_name(c.attention_mask.kind);
   if (c.attention_mask.kind != MaskKind::causal) {

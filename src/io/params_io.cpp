@@ -44,6 +44,10 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
     f.set_attr("/model", "dca_mscale", c.dca_mscale);
     f.set_attr("/model", "dca_mscale_original_length", c.dca_mscale_original_length);
   }
+  if (c.logit_scaling.on()) {  // absent: none (files before the key, and every run without it)
+    f.set_attr("/model", "logit_scaling", std::string(logit_scaling_name(c.logit_scaling.kind)));
+    f.set_attr("/model", "logit_scaling_length", c.logit_scaling.length);
+  }
 }
 
 LlamaConfig read_model_attrs(const H5File& f) {
@@ -103,6 +107,10 @@ LlamaConfig read_model_attrs(const H5File& f) {
     int_attr("dca_local_size", "attention.dca_local_size");
     number_attr("dca_mscale", "attention.dca_mscale");
     int_attr("dca_mscale_original_length", "attention.dca_mscale_original_length");
+  }
+  if (f.attr_string("/model", "logit_scaling")) {  // absent: none
+    string_attr("logit_scaling", "attention.logit_scaling");
+    int_attr("logit_scaling_length", "attention.logit_scaling_length");
   }
   if (f.attr_string("/model", "attention_mask")) {  // absent: causal (before masks)
     string_attr("attention_mask", "attention.mask");

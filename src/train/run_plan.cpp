@@ -86,6 +86,7 @@ void plan_cad(RunPlan& p, const ParallelConfig& par, const CadConfig& cc, bool c
   // rank speeds: one plan per micro-batch and layer (ping-pong plans each lane alone),
   // and a cost model in seconds to set them against (pairs have no time)
   p.cad.rank_speeds = cad && cc.rank_speeds && p.lanes == 1 && cc.profile.measured();
+  p.cad_align_every_cut = cad && p.pipelined();
 }
 
 }  // namespace

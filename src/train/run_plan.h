@@ -93,6 +93,13 @@ struct RunPlan {
   LlamaConfig model;               // [model] with the [attention] kernel and DCA keys
   AttentionParams attention;       // what every attention call of this model gets
   CadConfig cad;                   // with placement == cad; rank_speeds only where it applies (above)
+  // CAD cuts every document only at multiples of the kernel's query tile, short ones too,
+  // under pipeline ticks (pp > 1): there full recomputation repeats attention under another
+  // tick's plan, whose rows must come out the same bits as the forward's, and the same as
+  // a run that does not recompute (so the plans may not depend on train.recompute); a BLAS
+  // whose rows depend on the product's row count (OpenBLAS's Haswell SGEMM) would
+  // otherwise change them (attention/cad_plan.h)
+  bool cad_align_every_cut = false;
   OptimizerConfig optimizer;
   Precision precision = Precision::fp32;  // the linear layers' products (train.precision)
   RecomputePolicy recompute;              // train.recompute, train.recompute_layers

@@ -42,6 +42,34 @@ check_case linear --model.rope_scaling linear --model.rope_scaling_factor 2
 check_case yarn --model.rope_scaling yarn --model.rope_scaling_factor 4 --model.rope_original_length 64
 grep -q "model.safetensors: 2[0-9] tensors, F32" export_untied.txt || { cat export_untied.txt; fail "export's report"; }
 
+# A model trained with DCA and logit scaling: the export's "lct" object carries how it
+# must be run (kernel, chunk, local size, temperatures, logit scaling), and lct eval and
+# lct generate of the folder run it so (the checkpoint's loss and tokens), not as causal
+"$LCT" train "${TINY[@]}" --attention.kernel dca --attention.dca_chunk_size 40 --attention.dca_local_size 8 \
+  --attention.dca_mscale_original_length 32 --attention.logit_scaling logn --attention.logit_scaling_length 32 \
+  --train.steps 2 --checkpoint.dir ck_dca > /dev/null
+"$LCT" export --checkpoint ck_dca/step_00000002.h5 --out hf_dca > export_dca.txt
+$PY - hf_dca/config.json <<'PY' || fail "the DCA export's lct object"
+import json, sys
+lct = json.load(open(sys.argv[1]))["lct"]
+want = {"attention_kernel": "dca", "dca_chunk_size": 40, "dca_local_size": 8, "dca_mscale": 1.0,
+        "dca_mscale_original_length": 32, "logit_scaling": "logn", "logit_scaling_length": 32}
+assert all(lct.get(k) == v for k, v in want.items()), lct
+PY
+a=$(loss_of ck_dca/step_00000002.h5)
+b=$(loss_of hf_dca)
+c=$("$LCT" eval --checkpoint hf_dca --batch-file batch.h5 --threads 1 --attention.kernel causal \
+    --attention.logit_scaling none | sed -E 's/^loss ([^ ]+) .*/\1/')
+[[ $a == "$b" ]] || fail "dca export: lct eval of the checkpoint ($a) and of its export ($b) differ"
+[[ $a != "$c" ]] || fail "dca export: evaluated as causal without logit scaling it gives the same loss ($a)"
+echo "1 2 3 4 5 6 7 8" > prompt.ids
+g1=$("$LCT" generate --checkpoint ck_dca/step_00000002.h5 --prompt-tokens prompt.ids --ids \
+     --max-new-tokens 60 --threads 1 2>/dev/null)
+g2=$("$LCT" generate --checkpoint hf_dca --prompt-tokens prompt.ids --ids --max-new-tokens 60 \
+     --threads 1 2>/dev/null)
+[[ -n $g1 && $g1 == "$g2" ]] || fail "dca export: generate of the checkpoint and of the export differ"
+echo "ok   dca + logit scaling: the export's lct object runs it (eval $a, as causal $c; generate alike)"
+
 # train.init_from: a fresh run's parameters are the folder's. lr 1e-30 (no warm-up) moves
 # no parameter by a representable amount (every |p| here is above 1e-20, so p + 1e-30 and
 # p (1 - 1e-31) round to p), so the step-1 checkpoint holds exactly what was loaded

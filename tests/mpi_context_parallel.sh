@@ -56,13 +56,18 @@ for lengths in pretrain fixed; do
     done
   done
 done
-# tied embeddings
-for kernel in causal dca; do
-  data="--data.doc_lengths pretrain --attention.kernel $kernel --model.tie_word_embeddings true"
-  train "ref_tied_$kernel" 0 10 $SGD $data
-  for comm in ulysses hybrid double_ring; do
-    train "cp4_${comm}_tied_$kernel" 4 10 $SGD $data --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
-    compare "cp=4 $comm, tied, $kernel" "cp4_${comm}_tied_$kernel" "ref_tied_$kernel"
+# tied embeddings; and attention.logit_scaling, whose query factors follow in-document
+# positions, which every shard knows (documents up to 128 tokens cross L = 48)
+for variant in "tied|--model.tie_word_embeddings true|ulysses hybrid double_ring" \
+               "logn|--attention.logit_scaling logn --attention.logit_scaling_length 48|ring ulysses double_ring"; do
+  IFS='|' read -r name extra comms <<< "$variant"
+  for kernel in causal dca; do
+    data="--data.doc_lengths pretrain --attention.kernel $kernel $extra"
+    train "ref_${name}_$kernel" 0 10 $SGD $data
+    for comm in $comms; do
+      train "cp4_${comm}_${name}_$kernel" 4 10 $SGD $data --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
+      compare "cp=4 $comm, $name, $kernel" "cp4_${comm}_${name}_$kernel" "ref_${name}_$kernel"
+    done
   done
 done
 # Beyond 2 x 2: at cp = 6 a double ring's neighbours differ in both directions (inner
@@ -98,18 +103,6 @@ grep -q "context parallel: 4 ranks per sequence, split zigzag, exchange ring" cp
 grep -q "MiB sent/rank | exposed" cp2_ring_zigzag_pretrain_causal.log
 grep -q '"exchange_exposed_fraction"' cp2_allgather_zigzag_pretrain_dca/metrics.jsonl
 h5ls cp2_ring_zigzag_pretrain_dca/step_00000010.h5/metrics | grep -q attention_pairs_max_over_mean
-
-# attention.logit_scaling: each query's factor follows its in-document position, which
-# every shard knows (documents up to 128 tokens cross L = 48), causal and DCA
-for kernel in causal dca; do
-  data="--data.doc_lengths pretrain --attention.kernel $kernel --attention.logit_scaling logn
-    --attention.logit_scaling_length 48"
-  train "ref_logn_$kernel" 0 10 $SGD $data
-  for comm in ring ulysses double_ring; do
-    train "cp4_${comm}_logn_$kernel" 4 10 $SGD $data --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm "$comm"
-    compare "cp=4 $comm, logit scaling logn, $kernel" "cp4_${comm}_logn_$kernel" "ref_logn_$kernel"
-  done
-done
 
 # 8-token sequences over 4 ranks: documents shorter than 2 cp only, so some ranks
 # would hold nothing without the fall-back that gives them a token of the fullest rank

@@ -50,8 +50,8 @@ def quick_model(quick, args):
 
 def lct(args, quick, config):
     """Runs `lct ARGS` with the config (and the quick model); returns stdout."""
-    # eval and generate read the checkpoint's model
-    with_config = ["--config", config] if args[0] not in ("eval", "generate") else []
+    # eval, generate and export read the checkpoint's model
+    with_config = ["--config", config] if args[0] not in ("eval", "generate", "export") else []
     cmd = [LCT] + args[:1] + with_config + quick_model(quick, args) + args[1:]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

@@ -411,9 +411,11 @@ std::vector<std::string> write_hf_model(const std::string& out_dir, const LlamaC
   std::snprintf(line, sizeof line, "%s: %zu tensors, %s, %.1f MiB", weights.c_str(), tensors.size(),
                 safetensors_dtype_name(dtype), double(bytes.size()) / 1048576.0);
   std::vector<std::string> out = {line, cfg + ": LlamaForCausalLM, " + describe_attention(config)};
-  if (config.attention_kernel != AttentionKernel::causal || config.attention_mask.kind != MaskKind::causal)
+  if (config.attention_kernel != AttentionKernel::causal || config.attention_mask.kind != MaskKind::causal ||
+      config.logit_scaling.on())
     out.push_back("note: transformers ignores lct's attention settings (config.json \"lct\", the lct.* metadata): "
-                  "it runs this model with causal attention over every key, not " + describe_attention(config));
+                  "it runs this model with causal attention over every key and unscaled logits, not " +
+                  describe_attention(config));
   return out;
 }
 

@@ -109,6 +109,33 @@ out=$("$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file answers.h5)
 # 64-token documents hold 2 key-value pairs, so 2 queries each
 if [[ "$out" == *" of 4 answers)"* ]]; then echo "ok: eval recall on 4 answers"; else echo "FAIL: eval recall: $out"; failures=$((failures + 1)); fi
 if [[ "$out" == *"| answered "*" of 2 documents)"* ]]; then echo "ok: eval answered on 2 documents"; else echo "FAIL: eval answered: $out"; failures=$((failures + 1)); fi
+# --per-document-out: a row per document whose answers add up to the summary line's
+out=$("$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file answers.h5 --per-document-out docs.csv)
+if /usr/bin/python3 - "$out" docs.csv <<'PY'
+import csv, re, sys
+line, rows = sys.argv[1], list(csv.DictReader(open(sys.argv[2])))
+recall = re.search(r"recall \S+ \((\d+) of (\d+) answers\)", line)
+answered = re.search(r"answered \S+ \((\d+) of (\d+) documents\)", line)
+targets = int(re.search(r"targets (\d+)", line).group(1))
+loss = float(re.search(r"loss (\S+)", line).group(1))
+assert len(rows) == 2 and [int(r["document"]) for r in rows] == [0, 1], rows
+assert [int(r["first_token"]) for r in rows] == [0, 64] and all(int(r["tokens"]) == 64 for r in rows), rows
+assert sum(int(r["targets"]) for r in rows) == targets == 126, rows
+assert sum(int(r["answers_correct"]) for r in rows) == int(recall.group(1)), (rows, line)
+assert sum(int(r["answers"]) for r in rows) == int(recall.group(2)) == 4, (rows, line)
+assert sum(int(r["answered"]) for r in rows) == int(answered.group(1)), (rows, line)
+for r in rows:  # answered: every answer of the document right
+    assert int(r["answered"]) == (r["answers"] == r["answers_correct"]), r
+mean = sum(float(r["mean_loss"]) * int(r["targets"]) for r in rows) / targets
+assert abs(mean - loss) <= 1e-6 * loss, (mean, loss)  # 8 significant digits written
+PY
+then echo "ok: eval --per-document-out adds up to the summary"; else echo "FAIL: eval --per-document-out"; failures=$((failures + 1)); fi
+"$LCT" inspect docs.csv --json | /usr/bin/python3 -c "
+import json, sys; j = json.load(sys.stdin)
+assert j['format'] == 'per_document' and j['documents'] == 2 and j['answers'] == 4, j" \
+  && echo "ok: inspect reads a per-document file" || { echo "FAIL: inspect of a per-document file"; failures=$((failures + 1)); }
+printf 'document,first_token,tokens,targets,mean_loss,answers,answers_correct,answered\n0,0,64,63,1.5,2,2,0\n' > docs_bad.csv
+expect_error "docs_bad.csv: not a per-document row: '0,0,64,63,1.5,2,2,0'" inspect docs_bad.csv
 # pass-key documents, the answer-only loss and RoPE scaling refuse what they cannot do
 expect_error "data.source = passkey needs data.max_doc_len >= 179" train --data.source passkey --data.doc_lengths fixed --data.max_doc_len 100
 expect_error "data.source = passkey needs data.min_doc_len >= 179" train --data.source passkey --data.doc_lengths uniform --data.max_doc_len 500 --data.min_doc_len 10

@@ -178,7 +178,8 @@ ckpt=owned/step_00000003.h5
 cp "$ckpt" before.h5
 ln -s "$ckpt" alias.h5
 for case in "--grads-out $ckpt" "--per-position-out $ckpt" "--grads-out alias.h5" "--grads-out ./owned/../$ckpt" \
-            "--per-position-out batch.h5" "--grads-out g.h5 --per-position-out ./g.h5"; do
+            "--per-position-out batch.h5" "--grads-out g.h5 --per-position-out ./g.h5" "--per-document-out $ckpt" \
+            "--per-document-out batch.h5" "--per-position-out p.csv --per-document-out ./p.csv"; do
   err=$("$LCT" eval --checkpoint "$ckpt" --batch-file batch.h5 $case 2>&1 >/dev/null)
   rc=$?
   [[ $rc -eq 1 && $err == *"same file"* ]] || fail "eval $case: exit $rc, '$err'"

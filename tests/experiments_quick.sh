@@ -34,7 +34,8 @@ grep -q "^kernel,sliding_window,one-doc,1024,63520," "$work/results/masks/masks.
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit
-check passkey recipe seed task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss
+check passkey recipe seed task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss \
+  train_steps train_retrieval
 for recipe in causal dca_trained logn dca_logn; do  # every recipe trained, scored under its kernels
   grep -q "^$recipe,0,passkey,dca,2,512,0.5," "$work/results/passkey/passkey.csv" \
     || { echo "FAIL: passkey.csv has no $recipe row at 2 x L"; exit 1; }
@@ -42,6 +43,14 @@ for recipe in causal dca_trained logn dca_logn; do  # every recipe trained, scor
     || { echo "FAIL: passkey.csv has no causal row of $recipe"; exit 1; }
 done
 grep -q "^| dca_logn | dca | " "$work/results/passkey/passkey.md" || { echo "FAIL: passkey.md has no summary"; exit 1; }
+# the attention evidence: blocked float64 attention equals the reference's, and it follows
+# a trained pass-key model's answer rows under DCA with its logit scaling
+/usr/bin/python3 "$SRC/scripts/experiments/passkey_attention.py" --self-test
+/usr/bin/python3 "$SRC/scripts/experiments/passkey_attention.py" --checkpoint "$(ls "$work"/results/passkey/seed0/logn/step_*.h5 | tail -1)" \
+  --batch "$work/results/passkey/batches/passkey_512.h5" --documents 2 --kernel dca --dca-chunk-size 255 \
+  --dca-local-size 32 --dca-mscale-original-length 256 --csv "$work/attention.csv" --label logn:dca > "$work/attention.log"
+[ "$(head -1 "$work/attention.csv")" = "label,length,layer,head,key_line_share,top_other_weight,effective_keys,documents" ] \
+  && [ "$(grep -c "^logn:dca,512," "$work/attention.csv")" -eq 4 ] || { echo "FAIL: passkey_attention"; cat "$work/attention.log"; exit 1; }
 grep -q "ulysses,.*does not split over parallel.cp = 8" "$work/results/cp_methods/cp_methods.csv"
 grep -q "!\[stragglers\]" "$work/results/README.md"
 grep -q "simulated, paper constants" "$work/results/stragglers/stragglers.csv"

@@ -4,9 +4,13 @@ Table 4; the "needle" heat map of LongLoRA and others), per recipe and seed.
 
 A byte-level model taught to copy on `copy` documents (until its induction circuit has
 formed: the copy loss below 2 nats/byte; exported, so that each recipe starts from its
-weights with its own attention settings and a fresh optimizer: train.init_from) is trained on pass-key documents of every length up to L tokens
-(data.source = passkey) by each recipe, from each seed, and evaluated without retraining
-on documents of 1, 2, 4, 8 and 16 x L with the key line at depths 0, 25, 50, 75 and 100 %:
+weights with its own attention settings and a fresh optimizer: train.init_from) is
+trained on pass-key documents of every length up to L tokens (data.source = passkey) by
+each recipe, from each seed, until its retrieval has formed (a second phase change: the
+training retrieval accuracy jumps from 0.1, a guessed digit, to above 0.9, after a number
+of steps that varies with the seed: 1,500 steps, then rounds of 500 up to 4,500), and
+evaluated without retraining on 50 documents of each of 1, 2, 4, 8 and 16 x L, 10 with
+the key line at each depth 0, 25, 50, 75 and 100 %:
 
   causal      trained with causal attention; evaluated under
                 causal    plain RoPE: distances up to 16 L were never seen in training
@@ -14,10 +18,10 @@ on documents of 1, 2, 4, 8 and 16 x L with the key line at depths 0, 25, 50, 75 
                           w = L / 8, logits scaled by 0.1 ln(length / L) + 1
                 dca+logn_beyond  the same with Qwen's logn attention added at evaluation
                           only (logits times max(1, ln n / ln L) for a query's n keys)
-                yarn      YaRN (factor k at k x L, original length L)
                 linear    position interpolation (factor k at k x L), with --rope-kernels
                 dynamic   NTK-aware scaling of the base from the document's length, with
                           --rope-kernels
+                yarn      YaRN (factor k at k x L, original length L), with --rope-kernels
   dca_trained trained with DCA (C = L / 4, w = L / 32: every training document of more
               than C + 1 tokens meets successive- and inter-chunk keys, up to 4 chunks);
               evaluated under its own DCA and under causal attention
@@ -25,6 +29,8 @@ on documents of 1, 2, 4, 8 and 16 x L with the key line at depths 0, 25, 50, 75 
               query's logits times ln(n) / ln(L) for its n keys; evaluated under causal
               and DCA (as the causal recipe's), both with the factor
   dca_logn    both: trained with DCA (C = L / 4) and logn
+  dca_logn_wide  capacity: dca_logn with a model twice as wide, four heads of the same
+              32 dimensions (its own copy warm-up); only when named in --recipes
 
 A document counts as retrieved when `lct generate` (greedy, KV cache) writes its five
 digits after the question, as ChunkLlama scores it (generated_accuracy), and, beside it,
@@ -32,12 +38,17 @@ when every digit is the argmax given the digits before it (teacher-forced, lct e
 accuracy). The two agree by construction (greedy decoding writes the argmax digit after
 digit, and both compute the length-dependent settings from the finished document's
 length); a difference would be a near-tie of two digits' logits, which the table shows.
-Each cell is reported per seed (CSV) and as the median and range over seeds (markdown,
-plot). Key-value retrieval recall (data.source = synthetic, a model trained from the same
-copy warm-up on documents of L/4 to L tokens) is measured for the causal recipe.
+Each length is one batch and one lct eval (--per-document-out) and one lct generate run
+per kernel. Each cell is reported per seed (CSV, with the pass-key steps the seed's
+recipe took and its final training retrieval accuracy) and as the median and range over
+seeds (markdown, plot). With --kv, key-value retrieval recall (data.source = synthetic, a
+model trained from the same copy warm-up on documents of L/4 to L tokens) is measured
+for the causal recipe. scripts/experiments/passkey_attention.py follows a checkpoint's
+answer rows through its attention (the share on the key line).
 
   /usr/bin/python3 scripts/experiments/passkey.py [--quick] [--out DIR] [--config F]
-      [--seeds 3] [--recipes causal,dca_trained,logn,dca_logn] [--jobs 2]
+      [--seeds 3] [--recipes causal,dca_trained,logn,dca_logn] [--jobs 2] [--kv]
+      [--rope-kernels] [--summarize]
 """
 import argparse
 import concurrent.futures
@@ -54,7 +65,7 @@ import common
 NAME = "passkey"
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COLUMNS = ["recipe", "seed", "task", "kernel", "length_factor", "length", "depth", "documents", "accuracy",
-           "generated_accuracy", "digit_recall", "loss"]
+           "generated_accuracy", "digit_recall", "loss", "train_steps", "train_retrieval"]
 
 # The model and schedule are the ones measured to learn retrieval within this
 # experiment's budget (docs/reproducing-papers.md): a 2-layer, 64-wide model with two
@@ -63,12 +74,20 @@ COLUMNS = ["recipe", "seed", "task", "kernel", "length_factor", "length", "depth
 # 2,000 steps of 16 documents, 6,000 to 8,000 of 4 documents; hence the gated warm-up),
 # then trained on pass keys of every length from the shortest layout to L (trained at one
 # fixed length, the model leans on where its documents end and fails right after L).
+# Retrieval forms abruptly too: in two runs of 3,000 fixed steps, 5 of 12 recipe-seeds
+# were still at 0.1 training accuracy (a guessed digit) and one formed at step 2,750;
+# hence the gated pass-key phase.
 COPY_FORMED = 2.0         # nats/byte: the copy warm-up's induction circuit has formed
+RETRIEVAL_FORMED = 0.9    # training retrieval accuracy: the pass-key phase change has happened
 MAX_WARMUP_ROUNDS = 6
 WARMUP_SEQ_LEN = 1024     # 4 documents of 256 bytes a warm-up step
 PASSKEY_MIN_LENGTH = 179  # passkey_min_length(): the layout without filler
 MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "172", "--model.num_hidden_layers", "2",
          "--model.num_attention_heads", "2", "--model.num_key_value_heads", "2"]
+# capacity: twice the width, four heads of the same 32 dimensions (its own copy warm-up)
+WIDE = ["--model.hidden_size", "128", "--model.intermediate_size", "344", "--model.num_hidden_layers", "2",
+        "--model.num_attention_heads", "4", "--model.num_key_value_heads", "4"]
+MODELS = {"small": MODEL, "wide": WIDE}
 
 
 def dca_settings(chunk, local, L):
@@ -85,8 +104,8 @@ class Recipe:
     weights) and the overrides each of its evaluation kernels gives lct eval / generate at
     k x L."""
 
-    def __init__(self, name, train_args, kernels):
-        self.name, self.train_args, self.kernels = name, train_args, kernels
+    def __init__(self, name, train_args, kernels, model="small"):
+        self.name, self.train_args, self.kernels, self.model = name, train_args, kernels, model
 
 
 def recipes(L, rope_kernels=False):
@@ -103,7 +122,7 @@ def recipes(L, rope_kernels=False):
     # evaluation only (dca+logn_beyond), beside the recipes that train logn in
     causal_kernels = {"causal": lambda k: [], "dca": eval_dca,
                       "dca+logn_beyond": lambda k: eval_dca(k) + logn("logn_beyond", L)}
-    for kernel in (("linear", "dynamic", "yarn") if rope_kernels else ("yarn",)):
+    for kernel in (("linear", "dynamic", "yarn") if rope_kernels else ()):
         causal_kernels[kernel] = (lambda kern: lambda k: scaled(kern, k))(kernel)
     trained_dca = dca_settings(L // 4, L // 32, L)
     own_and_causal = {"causal": lambda k: ["--attention.kernel", "causal"], "dca": lambda k: []}
@@ -112,13 +131,14 @@ def recipes(L, rope_kernels=False):
         "dca_trained": Recipe("dca_trained", trained_dca, own_and_causal),
         "logn": Recipe("logn", logn("logn", L), {"causal": lambda k: [], "dca": eval_dca}),
         "dca_logn": Recipe("dca_logn", trained_dca + logn("logn", L), own_and_causal),
+        "dca_logn_wide": Recipe("dca_logn_wide", trained_dca + logn("logn", L), own_and_causal, "wide"),
     }
 
 
 KERNEL_ORDER = ("causal", "dca", "dca+logn_beyond", "linear", "dynamic", "yarn")
 
 
-def train(a, out_dir, args, steps, seed, init_from=None, resume=None, seq_len=4096):
+def train(a, out_dir, args, steps, seed, model, init_from=None, resume=None, seq_len=4096):
     """Trains up to step `steps` at a constant learning rate, from scratch, from the weights
     of the Hugging Face folder `init_from` (attention settings are the run's own: a causal
     model continues under DCA or logit scaling), or resuming the checkpoint `resume`;
@@ -127,7 +147,7 @@ def train(a, out_dir, args, steps, seed, init_from=None, resume=None, seq_len=40
                 "--checkpoint.keep", "1", "--train.log_every", "100", "--train.steps", str(steps),
                 "--checkpoint.every", str(steps), "--train.warmup_steps", "30", "--train.lr", "0.002",
                 "--train.min_lr", "0.002", "--data.seq_len", str(seq_len), "--train.seed", str(seed), "--train.threads",
-                str(a.threads)] + MODEL + args + (["--train.init_from", init_from] if init_from else []) +
+                str(a.threads)] + MODELS[model] + args + (["--train.init_from", init_from] if init_from else []) +
                (["--train.resume", resume] if resume else []), False, a.config)
     return sorted(glob.glob(os.path.join(out_dir, "step_*.h5")))[-1]
 
@@ -144,7 +164,7 @@ def evaluate(a, ckpt, batch, overrides):
 def generate_answers(a, ckpt, batch, overrides):
     """Pass keys that greedy decoding writes: each document of the batch up to its answer
     is a prompt (one a line, token ids), lct generate continues it by the answer's length;
-    returns (documents whose continuation is the key, documents)."""
+    returns per document 1 when the continuation is its key, else 0."""
     import h5py  # the experiments' Python has it (Debian python3-h5py)
     prompts, answers = [], []
     with h5py.File(batch) as f:
@@ -164,28 +184,81 @@ def generate_answers(a, ckpt, batch, overrides):
     os.remove(path)
     got = [json.loads(line)["tokens"] for line in text.strip().splitlines()]
     assert len(got) == len(answers)
-    return sum(g == x for g, x in zip(got, answers)), len(answers)
+    return [int(g == x) for g, x in zip(got, answers)]
+
+
+def merge_batches(paths, out):
+    """One batch file of the documents of `paths` in their order (tokens, cu_seqlens,
+    answer_mask, as lct make-batch writes them)."""
+    import h5py
+    import numpy as np
+    tokens, cu, mask, seq_len = [], [0], [], 0
+    for path in paths:
+        with h5py.File(path) as f:
+            tokens.append(f["tokens"][...])
+            mask.append(f["answer_mask"][...])
+            cu += [c + cu[-1] for c in f["cu_seqlens"][1:]]
+            seq_len = int(f.attrs["seq_len"])
+    with h5py.File(out + ".tmp", "w") as f:
+        f["tokens"] = np.concatenate(tokens).astype(np.int32)
+        f["cu_seqlens"] = np.asarray(cu, dtype=np.int32)
+        f["answer_mask"] = np.concatenate(mask).astype(np.int32)
+        f.attrs["source"] = f"pass-key retrieval, {len(paths)} depths merged"
+        f.attrs["first_sequence"] = 0
+        f.attrs["seq_len"] = seq_len
+    os.replace(out + ".tmp", out)
 
 
 def passkey_batches(a, L, factors, per_depth):
-    """The evaluation documents, the same for every recipe and seed: per (k, depth)
-    max(2, per_depth / k) documents of k x L tokens (fixed seed 99)."""
+    """The evaluation documents, the same for every recipe and seed: per length k x L one
+    batch of per_depth documents at each depth (depth after depth; fixed seed 99, each
+    depth its own stretch of the stream, so its own keys). Returns {k: (path, [depth of
+    each document])}, and {k: key-value batch} under "kv"."""
     fixed = lambda n: ["--data.doc_lengths", "fixed", "--data.min_doc_len", str(n), "--data.max_doc_len", str(n)]
-    batches = {}
+    batches, kv = {}, {}
     for k in factors:
         n = k * L
-        for depth in a.depths:
+        parts = []
+        for i, depth in enumerate(a.depths):
             path = os.path.join(a.out, "batches", f"passkey_{n}_{int(depth * 100)}.h5")
             common.lct(["make-batch", "--data.source", "passkey"] + fixed(n) +
-                       ["--data.seq_len", str(n), "--data.passkey_depth", str(depth), "--sequences",
-                        str(max(2, per_depth // k)), "--train.seed", "99", "--out", path], False, a.config)
-            batches[(k, depth)] = path
-        path = os.path.join(a.out, "batches", f"retrieval_{n}.h5")
-        common.lct(["make-batch", "--data.source", "synthetic"] + fixed(n) +
-                   ["--data.seq_len", str(n), "--sequences", str(max(2, (per_depth * 2) // k)), "--train.seed", "99",
-                    "--out", path], False, a.config)
-        batches[(k, "kv")] = path
-    return batches
+                       ["--data.seq_len", str(n), "--data.passkey_depth", str(depth), "--sequences", str(per_depth),
+                        "--first", str(i * per_depth), "--train.seed", "99", "--out", path], False, a.config)
+            parts.append(path)
+        path = os.path.join(a.out, "batches", f"passkey_{n}.h5")
+        merge_batches(parts, path)
+        for part in parts:
+            os.remove(part)
+        batches[k] = (path, [d for d in a.depths for _ in range(per_depth)])
+        if a.kv:
+            path = os.path.join(a.out, "batches", f"retrieval_{n}.h5")
+            common.lct(["make-batch", "--data.source", "synthetic"] + fixed(n) +
+                       ["--data.seq_len", str(n), "--sequences", str(per_depth * 2), "--train.seed", "99",
+                        "--out", path], False, a.config)
+            kv[k] = path
+    return batches, kv
+
+
+def score(a, ckpt, batch, depths, overrides):
+    """Scores a checkpoint on one merged pass-key batch under `overrides`: lct eval's
+    per-document answers (teacher-forced) and loss, and lct generate's greedy answers, one
+    run of each for every depth. Returns {depth: (documents, teacher-forced answered,
+    generated answered, answers right, answers, loss sum, targets)}."""
+    import csv
+    per_doc = batch + f".{os.getpid()}.documents.csv"
+    evaluate(a, ckpt, batch, overrides + ["--per-document-out", per_doc])
+    with open(per_doc) as f:
+        docs = list(csv.DictReader(f))
+    os.remove(per_doc)
+    written = generate_answers(a, ckpt, batch, overrides)
+    assert len(docs) == len(written) == len(depths)
+    out = {}
+    for d, w, depth in zip(docs, written, depths):
+        n, tf, gen, right, answers, loss, targets = out.get(depth, (0, 0, 0, 0, 0, 0.0, 0))
+        out[depth] = (n + 1, tf + int(d["answered"]), gen + w, right + int(d["answers_correct"]),
+                      answers + int(d["answers"]), loss + float(d["mean_loss"]) * int(d["targets"]),
+                      targets + int(d["targets"]))
+    return out
 
 
 def copy_loss(out_dir, last=50):
@@ -195,49 +268,72 @@ def copy_loss(out_dir, last=50):
     return sum(losses) / len(losses)
 
 
-def warmup_job(a, seed, L, schedule):
+def warmup_job(a, seed, model, schedule):
     """One seed's copy warm-up: 4 documents of 256 bytes a step, in rounds of
     schedule[0] steps until the induction circuit has formed (the copy loss below
     COPY_FORMED nats/byte over the last 50 steps; it falls abruptly from about 5.3 when it
     forms, after a number of steps that varies with the seed), at most MAX_WARMUP_ROUNDS
-    rounds; exported as the Hugging Face folder every recipe starts from. Returns
-    (folder, steps, final copy loss)."""
+    rounds; exported as the Hugging Face folder every recipe of that model starts from.
+    Returns (folder, steps, final copy loss)."""
     root = os.path.join(a.out, f"seed{seed}")
-    out = os.path.join(root, "copy_model")
+    suffix = "" if model == "small" else "_" + model
+    out = os.path.join(root, "copy_model" + suffix)
     copy = ["--data.source", "copy", "--data.doc_lengths", "fixed", "--data.min_doc_len", "256",
             "--data.max_doc_len", "256"]
     steps = schedule[0]
-    ckpt = train(a, out, copy, steps, seed, seq_len=WARMUP_SEQ_LEN)
+    ckpt = train(a, out, copy, steps, seed, model, seq_len=WARMUP_SEQ_LEN)
     rounds = 1
     while copy_loss(out) > COPY_FORMED and rounds < MAX_WARMUP_ROUNDS and not a.quick:
         steps += schedule[0]
-        ckpt = train(a, out, copy, steps, seed, resume=ckpt, seq_len=WARMUP_SEQ_LEN)
+        ckpt = train(a, out, copy, steps, seed, model, resume=ckpt, seq_len=WARMUP_SEQ_LEN)
         rounds += 1
-    folder = os.path.join(root, "copy_model_hf")
+    folder = os.path.join(root, "copy_model" + suffix + "_hf")
     common.lct(["export", "--checkpoint", ckpt, "--out", folder], False, a.config)
-    print(f"  seed {seed}: copy warm-up {steps} steps, loss {copy_loss(out):.2f}", file=sys.stderr, flush=True)
+    print(f"  seed {seed}: {model} copy warm-up {steps} steps, loss {copy_loss(out):.2f}", file=sys.stderr,
+          flush=True)
     return folder, steps, copy_loss(out)
+
+
+def retrieval_formed(out_dir, last=100):
+    """The mean training retrieval accuracy (answer digits whose argmax is right) of a
+    run's last `last` steps (metrics.jsonl)."""
+    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+    acc = [r["retrieval_acc"] for r in rows if r.get("retrieval_acc") is not None][-last:]
+    return sum(acc) / len(acc) if acc else 0.0
+
+
+def train_passkey(a, out, args, seed, model, copied, L, schedule):
+    """Trains a recipe's pass-key model from the seed's copy model: schedule[1] steps, then
+    rounds of schedule[2] steps while the training retrieval accuracy (last 100 steps) is
+    below RETRIEVAL_FORMED, up to schedule[3] steps. Returns (checkpoint, steps, accuracy)."""
+    passkey = ["--data.source", "passkey", "--data.doc_lengths", "uniform", "--data.min_doc_len",
+               str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)]
+    steps = schedule[1]
+    ckpt = train(a, out, passkey + args, steps, seed, model, copied)
+    while retrieval_formed(out) < RETRIEVAL_FORMED and steps < schedule[3] and not a.quick:
+        steps = min(steps + schedule[2], schedule[3])
+        ckpt = train(a, out, passkey + args, steps, seed, model, resume=ckpt)
+    return ckpt, steps, retrieval_formed(out)
 
 
 def recipe_job(a, seed, name, copied, L, factors, batches, schedule):
     """Trains recipe `name` from the seed's copy model and scores it under its kernels."""
     r = recipes(L, a.rope_kernels)[name]
-    passkey = ["--data.source", "passkey", "--data.doc_lengths", "uniform", "--data.min_doc_len",
-               str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)]
-    ckpt = train(a, os.path.join(a.out, f"seed{seed}", name), passkey + r.train_args, schedule[1], seed, copied)
+    ckpt, steps, formed = train_passkey(a, os.path.join(a.out, f"seed{seed}", name), r.train_args, seed, r.model,
+                                        copied, L, schedule)
     rows = []
     for k in factors:
-        for depth in a.depths:
-            for kernel, overrides in r.kernels.items():
-                o = overrides(k)
-                loss, recall, acc, count = evaluate(a, ckpt, batches[(k, depth)], o)
-                written, docs = generate_answers(a, ckpt, batches[(k, depth)], o)
-                assert docs == count
+        path, depths = batches[k]
+        for kernel, overrides in r.kernels.items():
+            for depth, (n, tf, gen, right, answers, loss, targets) in sorted(score(a, ckpt, path, depths,
+                                                                                  overrides(k)).items()):
                 rows.append({"recipe": name, "seed": seed, "task": "passkey", "kernel": kernel,
-                             "length_factor": k, "length": k * L, "depth": depth, "documents": count,
-                             "accuracy": acc, "generated_accuracy": written / count, "digit_recall": recall,
-                             "loss": loss})
-    print(f"  seed {seed}: {name} trained and scored", file=sys.stderr, flush=True)
+                             "length_factor": k, "length": k * L, "depth": depth, "documents": n,
+                             "accuracy": tf / n, "generated_accuracy": gen / n, "digit_recall": right / answers,
+                             "loss": round(loss / targets, 6), "train_steps": steps,
+                             "train_retrieval": round(formed, 4)})
+    print(f"  seed {seed}: {name} trained ({steps} steps, retrieval {formed:.2f}) and scored", file=sys.stderr,
+          flush=True)
     return rows
 
 
@@ -246,15 +342,16 @@ def kv_job(a, seed, copied, L, factors, batches, schedule):
     kernels (queries ask for the keys of the document's start: depth 0)."""
     ckpt = train(a, os.path.join(a.out, f"seed{seed}", "retrieval_model"),
                  ["--data.source", "synthetic", "--data.doc_lengths", "uniform", "--data.min_doc_len", str(L // 4),
-                  "--data.max_doc_len", str(L)], schedule[1], seed, copied)
+                  "--data.max_doc_len", str(L)], schedule[1], seed, "small", copied)
     rows = []
     for k in factors:
         for kernel, overrides in recipes(L, a.rope_kernels)["causal"].kernels.items():
-            loss, recall, acc, count = evaluate(a, ckpt, batches[(k, "kv")], overrides(k))
+            loss, recall, acc, count = evaluate(a, ckpt, batches[k], overrides(k))
             rows.append({"recipe": "causal", "seed": seed, "task": "kv_retrieval", "kernel": kernel,
                          "length_factor": k, "length": k * L, "depth": 0.0, "documents": count,
                          "accuracy": recall, "generated_accuracy": float("nan"), "digit_recall": recall,
-                         "loss": loss})
+                         "loss": loss, "train_steps": schedule[1], "train_retrieval": retrieval_formed(
+                             os.path.join(a.out, f"seed{seed}", "retrieval_model"))})
     return rows
 
 
@@ -275,9 +372,15 @@ def summarize(rows, factors, chosen):
         med = statistics.median(vals)
         return f"{med:.2f}" if min(vals) == max(vals) else f"{med:.2f} [{min(vals):.2f}-{max(vals):.2f}]"
 
+    def steps(recipe):
+        per_seed = {r["seed"]: r for r in rows if r["recipe"] == recipe and r["task"] == "passkey"}
+        if not all("train_steps" in r for r in per_seed.values()):
+            return "-"
+        return ", ".join(f"{int(r['train_steps'])} ({r['train_retrieval']:.2f})" for _, r in sorted(per_seed.items()))
+
     head = " / ".join(f"{k}x" for k in factors)
     md = [f"| recipe | kernel | generated pass-key accuracy at {head} | teacher-forced | digit recall | "
-          f"pass-key loss, nats/byte |", "|---|---|---|---|---|---|"]
+          f"pass-key loss, nats/byte | pass-key steps per seed (training retrieval) |", "|---|---|---|---|---|---|---|"]
     for recipe in chosen:
         kernels = sorted({r["kernel"] for r in rows if r["recipe"] == recipe and r["task"] == "passkey"},
                          key=KERNEL_ORDER.index)
@@ -286,7 +389,7 @@ def summarize(rows, factors, chosen):
                 fmt(cell(recipe, kernel, k, "generated_accuracy")) for k in factors) + " | " + " / ".join(
                 fmt(cell(recipe, kernel, k, "accuracy")) for k in factors) + " | " + " / ".join(
                 fmt(cell(recipe, kernel, k, "digit_recall")) for k in factors) + " | " + " / ".join(
-                fmt(cell(recipe, kernel, k, "loss")) for k in factors) + " |")
+                fmt(cell(recipe, kernel, k, "loss")) for k in factors) + " | " + steps(recipe) + " |")
     kv = [r for r in rows if r["task"] == "kv_retrieval"]
     if kv:
         md += ["", f"| key-value recall (causal recipe) | {head} |", "|---|---|"]
@@ -348,7 +451,9 @@ def main():
     p.add_argument("--jobs", type=int, default=None,
                    help="recipes (of any seed) trained and scored at once, one thread each (default: cores)")
     p.add_argument("--rope-kernels", action="store_true",
-                   help="also score the causal recipe under linear and dynamic RoPE scaling (yarn is always scored)")
+                   help="also score the causal recipe under RoPE scaling: linear, dynamic and yarn")
+    p.add_argument("--kv", action="store_true",
+                   help="also train key-value retrieval models (causal recipe's kernels) from the copy models")
     p.add_argument("--summarize", action="store_true",
                    help="rewrite the markdown summary and the plot from OUT/passkey.csv (no training)")
     a = p.parse_args()
@@ -356,7 +461,8 @@ def main():
         import csv
         with open(os.path.join(a.out, f"{NAME}.csv")) as f:
             rows = [{**r, "seed": int(r["seed"]), "length_factor": int(r["length_factor"]), "depth": float(r["depth"]),
-                     **{c: float(r[c]) for c in ("accuracy", "generated_accuracy", "digit_recall", "loss")}}
+                     **{c: float(r[c]) for c in ("accuracy", "generated_accuracy", "digit_recall", "loss")},
+                     **{c: float(r[c]) for c in ("train_steps", "train_retrieval") if r.get(c)}}
                     for r in csv.DictReader(f)]
         chosen = list(dict.fromkeys(r["recipe"] for r in rows))
         factors = sorted({r["length_factor"] for r in rows})
@@ -381,32 +487,39 @@ def main():
     started = time.time()
     factors = [1, 2] if a.quick else [1, 2, 4, 8, 16]
     a.depths = (0.5,) if a.quick else DEPTHS
-    per_depth = 2 if a.quick else 10          # documents per (length, depth) at 1 x L
-    schedule = (10, 10) if a.quick else (2000, 3000)  # copy warm-up round, then task steps
-    batches = passkey_batches(a, L, factors, per_depth)
+    per_depth = 2 if a.quick else 10          # documents per (length, depth): 50 per length
+    # copy warm-up round; pass-key steps, then rounds of, up to
+    schedule = (10, 10, 10, 10) if a.quick else (2000, 1500, 500, 4500)
+    batches, kv_batches = passkey_batches(a, L, factors, per_depth)
     rows = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
-        warm = dict(zip(seeds, pool.map(warmup_job, [a] * len(seeds), seeds, [L] * len(seeds),
-                                        [schedule] * len(seeds))))
-        copied = {seed: w[0] for seed, w in warm.items()}
-        # the longest jobs first (the causal recipe scores five kernels), so that the two
-        # cores finish together
-        jobs_list = [pool.submit(recipe_job, a, seed, name, copied[seed], L, factors, batches, schedule)
-                     for name in chosen for seed in seeds]
-        if "causal" in chosen:
-            jobs_list += [pool.submit(kv_job, a, seed, copied[seed], L, factors, batches, schedule) for seed in seeds]
+        models = sorted({known[r].model for r in chosen} | ({"small"} if a.kv else set()), reverse=True)
+        pairs = [(seed, m) for m in models for seed in seeds]
+        warm = dict(zip(pairs, pool.map(warmup_job, [a] * len(pairs), [p[0] for p in pairs], [p[1] for p in pairs],
+                                        [schedule] * len(pairs))))
+        copied = {pair: w[0] for pair, w in warm.items()}
+        # the longest jobs first (the causal recipe scores the most kernels), so that the
+        # two cores finish together
+        jobs_list = [pool.submit(recipe_job, a, seed, name, copied[(seed, known[name].model)], L, factors, batches,
+                                 schedule) for name in chosen for seed in seeds]
+        if a.kv:
+            jobs_list += [pool.submit(kv_job, a, seed, copied[(seed, "small")], L, factors, kv_batches, schedule)
+                          for seed in seeds]
         for j in jobs_list:
             rows += j.result()
     rows.sort(key=lambda r: (chosen.index(r["recipe"]), r["seed"], r["task"], KERNEL_ORDER.index(r["kernel"]),
                              r["length_factor"], r["depth"]))
     elapsed = time.time() - started
     table = summarize(rows, factors, chosen)
-    warm_text = ", ".join(f"seed {seed} {w[1]} steps (copy loss {w[2]:.2f})" for seed, w in sorted(warm.items()))
+    warm_text = ", ".join(f"seed {seed}{'' if m == 'small' else ' ' + m} {w[1]} steps (copy loss {w[2]:.2f})"
+                          for (seed, m), w in sorted(warm.items()))
     notes = (f"Trained at L = {L}: a copy warm-up of 4 documents of 256 bytes a step, in rounds of {schedule[0]} "
-             f"steps until the copy loss is below {COPY_FORMED} nats/byte ({warm_text}), then {schedule[1]} steps of "
-             f"pass keys of every length up to L per recipe, from {len(seeds)} seeds; evaluated from the same "
-             f"checkpoints without retraining ({per_depth} documents per depth at L, {per_depth}/k at k x L, at least "
-             f"2); each cell: median [min-max] over seeds of the mean over {len(a.depths)} depths. generated = lct "
+             f"steps until the copy loss is below {COPY_FORMED} nats/byte ({warm_text}), then pass keys of every "
+             f"length up to L per recipe: {schedule[1]} steps, then rounds of {schedule[2]} while the training "
+             f"retrieval accuracy (last 100 steps) is below {RETRIEVAL_FORMED}, up to {schedule[3]} (steps per seed "
+             f"in the table), from {len(seeds)} seeds; evaluated from the same checkpoints without retraining "
+             f"({per_depth} documents per depth and length: {per_depth * len(a.depths)} generated answers per "
+             f"length); each cell: median [min-max] over seeds of the mean over {len(a.depths)} depths. generated = lct "
              f"generate writes the key (greedy, KV cache); teacher-forced = lct eval's argmax at every digit. "
              f"ChunkLlama (Llama2 7B trained at 4K): DCA ~100% pass keys to 100K+, plain RoPE 0% beyond 4K. Elapsed "
              f"{elapsed:.0f} s with {jobs} job(s).")

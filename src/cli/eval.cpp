@@ -48,6 +48,31 @@ LlamaModel load_model(const std::string& checkpoint_path,
   return model;
 }
 
+// kPerDocumentHeader, then one row per document of the batch: its first token, tokens,
+// targets, mean loss over its targets (empty without targets), answers, answers whose
+// argmax is right, and answered (1 when every answer is right; empty without answers).
+std::string per_document_csv(const PackedBatch& batch, const std::vector<double>& token_loss,
+                             const std::vector<uint8_t>& token_correct) {
+  std::ostringstream out;
+  out << kPerDocumentHeader << "\n";
+  out.precision(8);
+  for (int64_t d = 0; d < batch.num_docs(); ++d) {
+    const int64_t begin = batch.cu_seqlens[size_t(d)], end = batch.cu_seqlens[size_t(d) + 1];
+    int64_t targets = 0, answers = 0, correct = 0;
+    double loss = 0;
+    for (int64_t t = begin; t < end; ++t) {
+      if (batch.targets[size_t(t)] >= 0) ++targets, loss += token_loss[size_t(t)];
+      if (!batch.answer_mask.empty() && batch.answer_mask[size_t(t)]) ++answers, correct += token_correct[size_t(t)];
+    }
+    out << d << "," << begin << "," << end - begin << "," << targets << ",";
+    if (targets > 0) out << loss / double(targets);
+    out << "," << answers << "," << correct << ",";
+    if (answers > 0) out << (correct == answers ? 1 : 0);
+    out << "\n";
+  }
+  return out.str();
+}
+
 EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
                     const EvalOptions& options) {
   const std::string& grads_out = options.grads_out;
@@ -107,7 +132,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
       count[k] += 1;
     }
     std::ostringstream out;
-    out << "position_begin,position_end,targets,mean_loss\n";
+    out << kPerPositionHeader << "\n";
     out.precision(8);
     for (size_t k = 0; k < sum.size(); ++k)
       if (count[k] > 0)
@@ -115,6 +140,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
             << sum[k] / double(count[k]) << "\n";
     write_text_atomically(options.per_position_out, out.str());
   }
+  if (!options.per_document_out.empty()) write_text_atomically(options.per_document_out, per_document_csv(batch, token_loss, token_correct));
   if (want_grads) {
     write_h5_atomically(grads_out, [&](H5File& f) {
       f.set_attr("/", "loss", r.loss);
@@ -154,13 +180,18 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
       ->check(positive())
       ->capture_default_str();
+  eval->add_option("--per-document-out", o->eval.per_document_out,
+                   "write each document's loss and retrieval answers (CSV)");
   add_model_overrides(eval, o->overrides);
   return {eval, [o] {
-            refuse_aliasing({{"--grads-out", o->eval.grads_out}, {"--per-position-out", o->eval.per_position_out}},
+            refuse_aliasing({{"--grads-out", o->eval.grads_out},
+                             {"--per-position-out", o->eval.per_position_out},
+                             {"--per-document-out", o->eval.per_document_out}},
                             {{"--checkpoint", o->checkpoint}, {"--batch-file", o->batch_file}});
             // outputs are checked before the work, not after it (a folder, a device)
             if (!o->eval.grads_out.empty()) require_writable_output(o->eval.grads_out, "--grads-out");
             if (!o->eval.per_position_out.empty()) require_writable_output(o->eval.per_position_out, "--per-position-out");
+            if (!o->eval.per_document_out.empty()) require_writable_output(o->eval.per_document_out, "--per-document-out");
             configure_threads(o->threads);
             EvalOptions options = o->eval;
             options.adjust_model = o->overrides.adjuster();
@@ -173,14 +204,17 @@ Command add_eval_command(CLI::App& lct) {
                             (long long)r.answers,
                             double(r.answer_documents_correct) / double(r.answer_documents),
                             (long long)r.answer_documents_correct, (long long)r.answer_documents);
-            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s\n", r.loss,
+            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s%s\n", r.loss,
                         (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
                         r.attention.c_str(),
                         options.precision == Precision::fp32 ? "" : (" | precision " + r.precision).c_str(),
                         options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),
                         options.per_position_out.empty()
                             ? ""
-                            : (" | per-position loss -> " + options.per_position_out).c_str());
+                            : (" | per-position loss -> " + options.per_position_out).c_str(),
+                        options.per_document_out.empty()
+                            ? ""
+                            : (" | per-document -> " + options.per_document_out).c_str());
             return 0;
           }};
 }

@@ -24,10 +24,16 @@ LlamaConfig adjusted_config(const ModelFile& file, const std::function<void(Llam
 LlamaModel load_model(const std::string& checkpoint_path,
                       const std::function<void(LlamaConfig&)>& adjust = {}, std::string* config_toml = nullptr);
 
+// The first lines of the CSV files lct eval writes (lct inspect recognizes them).
+inline constexpr const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss";
+inline constexpr const char* kPerDocumentHeader =
+    "document,first_token,tokens,targets,mean_loss,answers,answers_correct,answered";
+
 struct EvalOptions {
   std::string grads_out;          // write /grads/<hf path> and @loss here
   std::string per_position_out;   // write mean loss per in-document position bin (CSV)
   int64_t position_bin = 64;      // bin width for per_position_out
+  std::string per_document_out;   // write each document's loss and answers (CSV)
   std::function<void(LlamaConfig&)> adjust_model;  // attention overrides
   Precision precision = Precision::fp32;           // the linear layers' products (train.precision)
 };

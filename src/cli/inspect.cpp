@@ -1,10 +1,13 @@
 #include "src/cli/inspect.h"
 #include "src/cli/command.h"
+#include "src/cli/eval.h"
 #include "src/util/json.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -311,7 +314,67 @@ int inspect_per_position(const std::string& path, bool json) {
   return 0;
 }
 
-const char* kPerPositionHeader = "position_begin,position_end,targets,mean_loss";
+// A per-document file (lct eval --per-document-out): documents, targets, mean loss and
+// the documents answered. Every row has the header's 8 fields, each a whole number (the
+// mean loss a number, loss and answered empty where the document has no targets or
+// answers).
+int inspect_per_document(const std::string& path, bool json) {
+  std::istringstream in(read_regular_file(path, "inspect"));
+  std::string line;
+  std::getline(in, line);
+  int64_t documents = 0, tokens = 0, targets = 0, answers = 0, answers_correct = 0, with_answers = 0,
+          answered = 0;
+  double weighted = 0;
+  while (std::getline(in, line)) {
+    const auto bad = [&] { return std::runtime_error(path + ": not a per-document row: '" + line + "'"); };
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    if (!line.empty() && line.back() == ',') f.push_back("");
+    if (f.size() != 8) throw bad();
+    const auto whole = [&](const std::string& x) {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(x.c_str(), &end, 10);
+      if (x.empty() || *end != '\0' || errno != 0 || v < 0) throw bad();
+      return int64_t(v);
+    };
+    const int64_t n = whole(f[2]), t = whole(f[3]), a = whole(f[5]), c = whole(f[6]);
+    whole(f[0]), whole(f[1]);
+    if (t > 0) {
+      char* end = nullptr;
+      const double loss = std::strtod(f[4].c_str(), &end);
+      if (f[4].empty() || *end != '\0' || !std::isfinite(loss)) throw bad();
+      weighted += loss * double(t);
+    } else if (!f[4].empty()) {
+      throw bad();
+    }
+    if (n == 0 || t >= n || c > a || (a > 0) == f[7].empty()) throw bad();
+    if (a > 0) {
+      const int64_t ok = whole(f[7]);
+      if (ok > 1 || (ok == 1) != (c == a)) throw bad();
+      ++with_answers, answered += ok;
+    }
+    ++documents, tokens += n, targets += t, answers += a, answers_correct += c;
+  }
+  const double mean = targets > 0 ? weighted / double(targets) : NAN;
+  if (json) {
+    Json j = {{"file", path},       {"format", "per_document"}, {"documents", documents}, {"tokens", tokens},
+              {"targets", targets}, {"mean_loss", mean},        {"answers", answers},
+              {"answers_correct", answers_correct}, {"documents_with_answers", with_answers},
+              {"documents_answered", answered}};
+    std::printf("%s\n", json_text(j).c_str());
+    return 0;
+  }
+  std::printf("file: %s\nformat: per-document loss and answers (lct eval --per-document-out)\n", path.c_str());
+  std::printf("%lld documents | %lld tokens | %lld targets | mean loss %.4f", (long long)documents,
+              (long long)tokens, (long long)targets, mean);
+  if (with_answers > 0)
+    std::printf(" | answers %lld of %lld right | answered %lld of %lld documents", (long long)answers_correct,
+                (long long)answers, (long long)answered, (long long)with_answers);
+  std::printf("\n");
+  return 0;
+}
 
 // inspect --json of a checkpoint or parameter file.
 Json file_json(const std::string& path, const FileReport& r, int64_t num_params) {
@@ -356,11 +419,12 @@ Json file_json(const std::string& path, const FileReport& r, int64_t num_params)
 int inspect_file(const std::string& path, bool json) {
   {  // every file lct writes: checkpoints, parameter and gradient files, batches, CSVs
     require_regular_file(path, "inspect");
-    char buf[64] = {};
+    char buf[128] = {};
     std::ifstream peek(path, std::ios::binary);
     peek.read(buf, sizeof buf);
     const std::string head(buf, size_t(peek.gcount()));
     if (head.rfind(kPerPositionHeader, 0) == 0) return inspect_per_position(path, json);
+    if (head.rfind(kPerDocumentHeader, 0) == 0) return inspect_per_document(path, json);
     H5File f = H5File::open_read(path);
     if (f.exists("/tokens") && f.exists("/cu_seqlens") && !f.exists("/params")) {
       f.close_checked();

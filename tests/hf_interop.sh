@@ -167,5 +167,5 @@ PY
 expect_error "model.safetensors.index.json: tensor 'model.norm.weight' is listed in" \
   "$LCT" eval --checkpoint hf_sharded --batch-file batch.h5
 sed -i 's/"silu"/"gelu"/' hf_bad/config.json
-expect_error "hf_bad/config.json: hidden_act: gelu" "$LCT" eval --checkpoint hf_bad --batch-file batch.h5
+expect_error "hf_bad/config.json: hidden_act: \"gelu\"" "$LCT" eval --checkpoint hf_bad --batch-file batch.h5
 echo "hf_interop: all passed"

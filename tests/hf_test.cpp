@@ -142,6 +142,8 @@ TEST(Safetensors, MalformedFilesAreOneLineRefusals) {
   expect(framed(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field 'x'");
   expect(framed(R"({"__metadata__":{"k":1}})", 0), "__metadata__.k is not a string");
   expect(framed("{\"a\":" + std::string(10000, '[') + std::string(10000, ']') + "}", 0), "nests deeper");
+  // a NUL ends nlohmann's input: the header must be one JSON value, nothing after it
+  expect(framed(ok + std::string(1, '\0') + "garbage", 8), "is a NUL");
   {  // a file that is shorter than its tensors say
     const std::string path = dir.file("short.safetensors");
     write_file(path, framed(ok, 8));
@@ -272,13 +274,13 @@ TEST(HfModel, ConfigsLctCannotRepresentAreRefusedByKey) {
   expect(j, "attention_bias: true, lct's Llama has no biases");
   j = base;
   j["hidden_act"] = "gelu";
-  expect(j, "hidden_act: gelu");
+  expect(j, "hidden_act: \"gelu\", lct's MLP is SwiGLU");
   j = base;
   j["num_local_experts"] = 8;
   expect(j, "num_local_experts: a mixture of experts");
   j = base;
   j["model_type"] = "mistral";
-  expect(j, "model_type: mistral");
+  expect(j, "model_type: \"mistral\", lct reads Llama");
   j = base;
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   expect(j, "rope type 'llama3'");
@@ -300,6 +302,43 @@ TEST(HfModel, ConfigsLctCannotRepresentAreRefusedByKey) {
   j = base;
   j["vocab_size"] = "many";
   expect(j, "vocab_size");
+  // each field has the JSON type transformers builds from (issue 54, cause 6)
+  j = base;
+  j["tie_word_embeddings"] = "false";  // Python ties on a non-empty string
+  expect(j, "tie_word_embeddings: \"false\" is not true or false");
+  j = base;
+  j["hidden_size"] = "16";
+  expect(j, "hidden_size: \"16\" is not an integer");
+  j = base;
+  j["num_hidden_layers"] = 2.0;
+  expect(j, "num_hidden_layers: 2.0 is not an integer");
+  j = base;
+  j["rms_norm_eps"] = "1e-6";
+  expect(j, "rms_norm_eps: \"1e-6\" is not a number");
+  j = base;
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", "2"}};
+  expect(j, "rope_scaling.factor: \"2\" is not a number");
+  j = base;
+  j["lct"] = {{"attention_kernel", "dca"}, {"dca_chunk_size", "64"}, {"dca_local_size", 8}};
+  expect(j, "lct.dca_chunk_size: \"64\" is not an integer");
+  j = base;
+  j["head_dim"] = "4";  // the message quotes the value as the file has it
+  expect(j, "head_dim: \"4\", lct's head_dim is hidden_size / num_attention_heads = 4");
+  {  // a NUL ends nlohmann's input: config.json must be one JSON value
+    write_file(dir.file("config.json"), base.dump() + std::string(1, '\0') + "garbage");
+    try {
+      read_hf_config(dir.file("config.json"));
+      ADD_FAILURE() << "a config.json with a NUL and garbage after its object was read";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("is a NUL"), std::string::npos) << e.what();
+    }
+  }
+  {  // rope_type before the older type, as transformers reads them
+    j = base;
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}};
+    write_file(dir.file("config.json"), j.dump());
+    EXPECT_EQ(read_hf_config(dir.file("config.json")).rope_scaling, RopeScaling::linear);
+  }
   // accepted: rope_parameters (newer transformers) and linear scaling
   j = base;
   j["rope_parameters"] = {{"rope_type", "linear"}, {"rope_theta", 500000.0}, {"factor", 2.0}};

@@ -32,6 +32,7 @@ Json read_json_file(const std::string& path) {
     throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than a JSON config can be (" +
                              std::to_string(kMaxJsonBytes >> 20) + " MiB)");
   const std::string text = read_regular_file(path, "the JSON file");
+  refuse_json_nul(text, path);
   try {
     return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {
       if (depth > 32) throw std::runtime_error("nested deeper than 32 levels");
@@ -118,7 +119,7 @@ LlamaConfig read_hf_config(const std::string& path) {
   };
   if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
   if (j.contains("model_type") && j["model_type"] != "llama")
-    throw fail("model_type", value_text(j["model_type"]) + ", lct reads Llama models (model_type \"llama\")");
+    throw fail("model_type", j["model_type"].dump() + ", lct reads Llama models (model_type \"llama\")");
   if (j.contains("architectures")) {
     bool llama = false;
     if (j["architectures"].is_array())
@@ -129,14 +130,17 @@ LlamaConfig read_hf_config(const std::string& path) {
     if (j.contains(moe) && !j[moe].is_null())
       throw fail(moe, "a mixture of experts; lct's Llama has one MLP per layer");
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    throw fail("hidden_act", value_text(j["hidden_act"]) + ", lct's MLP is SwiGLU (silu)");
+    throw fail("hidden_act", j["hidden_act"].dump() + ", lct's MLP is SwiGLU (silu)");
   for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (j.contains(bias) && j[bias] != false) throw fail(bias, value_text(j[bias]) + ", lct's Llama has no biases");
+    if (j.contains(bias) && j[bias] != false) throw fail(bias, j[bias].dump() + ", lct's Llama has no biases");
   if (j.contains("pretraining_tp") && j["pretraining_tp"] != 1)
-    throw fail("pretraining_tp", value_text(j["pretraining_tp"]) + ": split projections are not supported");
+    throw fail("pretraining_tp", j["pretraining_tp"].dump() + ": split projections are not supported");
 
   LlamaConfig c;
-  const auto set = [&](const std::string& json_key, const std::string& lct_key, const Json& v) {
+  // each field with the JSON type transformers builds the model from: a string where a
+  // number or a boolean belongs ("64", "false") would build another model there, or none
+  const auto set = [&](const std::string& json_key, const std::string& lct_key, const Json& v, JsonKind kind) {
+    if (const char* want = json_kind_mismatch(v, kind)) throw fail(json_key, v.dump() + " is not " + want);
     try {
       set_model_key(c, lct_key, value_text(v));
     } catch (const ConfigError& e) {
@@ -145,13 +149,15 @@ LlamaConfig read_hf_config(const std::string& path) {
   };
   for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
     if (!j.contains(key)) throw fail(key, "missing");
-    set(key, std::string("model.") + key, j[key]);
+    set(key, std::string("model.") + key, j[key], JsonKind::integer);
   }
   set("num_key_value_heads", "model.num_key_value_heads",
       j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? j["num_key_value_heads"]
-                                                                                 : j["num_attention_heads"]);
-  set("rms_norm_eps", "model.rms_norm_eps", j.value("rms_norm_eps", Json(1e-6)));  // LlamaConfig's default
-  set("tie_word_embeddings", "model.tie_word_embeddings", j.value("tie_word_embeddings", Json(false)));
+                                                                                 : j["num_attention_heads"],
+      JsonKind::integer);
+  set("rms_norm_eps", "model.rms_norm_eps", j.value("rms_norm_eps", Json(1e-6)), JsonKind::number);  // LlamaConfig's
+  set("tie_word_embeddings", "model.tie_word_embeddings", j.value("tie_word_embeddings", Json(false)),
+      JsonKind::boolean);
 
   // RoPE: rope_parameters (newer transformers) or rope_theta + rope_scaling
   Json rope = Json::object();
@@ -173,11 +179,12 @@ LlamaConfig read_hf_config(const std::string& path) {
     if (!j["rope_scaling"].is_object()) throw fail(rope_key, "not an object");
     rope = j["rope_scaling"];
   }
-  set("rope_theta", "model.rope_theta", Json(theta));
+  set("rope_theta", "model.rope_theta", Json(theta), JsonKind::number);
   std::string type = "default";
-  for (const char* k : {"rope_type", "type"})
+  // rope_type, else the older type (transformers reads rope_type first)
+  for (const char* k : {"type", "rope_type"})
     if (rope.contains(k)) {
-      if (!rope[k].is_string()) throw fail(rope_key + "." + k, "not a string");
+      if (!rope[k].is_string()) throw fail(rope_key + "." + k, rope[k].dump() + " is not a string");
       type = rope[k].get<std::string>();
     }
   const std::map<std::string, std::set<std::string>> allowed = {
@@ -194,30 +201,33 @@ LlamaConfig read_hf_config(const std::string& path) {
     throw fail(rope_key + "." + k, "not applied by lct's " + type + " RoPE");
   }
   if (type != "default") {
-    set(rope_key + ".rope_type", "model.rope_scaling", Json(type));
+    set(rope_key + ".rope_type", "model.rope_scaling", Json(type), JsonKind::string);
     if (!rope.contains("factor")) throw fail(rope_key + ".factor", "missing");
-    set(rope_key + ".factor", "model.rope_scaling_factor", rope["factor"]);
+    set(rope_key + ".factor", "model.rope_scaling_factor", rope["factor"], JsonKind::number);
     // the trained length: original_max_position_embeddings, else max_position_embeddings
     // (as transformers reads it for dynamic and yarn)
     const Json original = rope.contains("original_max_position_embeddings") ? rope["original_max_position_embeddings"]
                           : j.contains("max_position_embeddings")           ? j["max_position_embeddings"]
                                                                             : Json(0);
-    if (type != "linear") set(rope_key + ".original_max_position_embeddings", "model.rope_original_length", original);
+    if (type != "linear")
+      set(rope.contains("original_max_position_embeddings") ? rope_key + ".original_max_position_embeddings"
+                                                            : "max_position_embeddings",
+          "model.rope_original_length", original, JsonKind::integer);
     if (type == "yarn") {
       const auto check = [&](const char* k, double want) {
         if (rope.contains(k) && !(rope[k].is_number() && std::fabs(rope[k].get<double>() - want) <= 1e-9 * want))
-          throw fail(rope_key + "." + k, value_text(rope[k]) + ", lct's yarn applies " + value_text(Json(want)));
+          throw fail(rope_key + "." + k, rope[k].dump() + ", lct's yarn applies " + value_text(Json(want)));
       };
       check("beta_fast", 32.0);
       check("beta_slow", 1.0);
       check("attention_factor", 0.1 * std::log(c.rope_scaling_factor) + 1.0);
       if (rope.contains("truncate") && rope["truncate"] != true)
-        throw fail(rope_key + ".truncate", value_text(rope["truncate"]) + ", lct's yarn rounds the ramp's ends");
+        throw fail(rope_key + ".truncate", rope["truncate"].dump() + ", lct's yarn rounds the ramp's ends");
     }
   }
   if (j.contains("head_dim") && !j["head_dim"].is_null() &&
       !(j["head_dim"].is_number_integer() && j["head_dim"].get<int64_t>() == c.hidden_size / c.num_attention_heads))
-    throw fail("head_dim", value_text(j["head_dim"]) + ", lct's head_dim is hidden_size / num_attention_heads = " +
+    throw fail("head_dim", j["head_dim"].dump() + ", lct's head_dim is hidden_size / num_attention_heads = " +
                                std::to_string(c.hidden_size / std::max(1, c.num_attention_heads)));
   // lct's own attention settings (an lct export), else causal
   if (j.contains("lct")) {
@@ -230,11 +240,18 @@ LlamaConfig read_hf_config(const std::string& path) {
         {"attention_mask", "attention.mask"},           {"attention_window", "attention.window"},
         {"attention_sink_tokens", "attention.sink_tokens"}, {"attention_block_size", "attention.block_size"},
         {"logit_scaling", "attention.logit_scaling"},   {"logit_scaling_length", "attention.logit_scaling_length"}};
+    const std::map<std::string, JsonKind> lct_kinds = {
+        {"attention_kernel", JsonKind::string},       {"dca_chunk_size", JsonKind::integer},
+        {"dca_local_size", JsonKind::integer},        {"dca_mscale", JsonKind::number},
+        {"dca_mscale_original_length", JsonKind::integer}, {"attention_mask", JsonKind::string},
+        {"attention_window", JsonKind::integer},      {"attention_sink_tokens", JsonKind::integer},
+        {"attention_block_size", JsonKind::integer},  {"logit_scaling", JsonKind::string},
+        {"logit_scaling_length", JsonKind::integer}};
     for (auto it = l.begin(); it != l.end(); ++it) {
       if (it.key() == "note" || it.key() == "format") continue;
       const auto k = keys.find(it.key());
       if (k == keys.end()) throw fail("lct." + it.key(), "not an lct attention setting");
-      set("lct." + it.key(), k->second, it.value());
+      set("lct." + it.key(), k->second, it.value(), lct_kinds.at(it.key()));
     }
   }
   if (const std::string err = c.validate(); !err.empty()) throw std::runtime_error(path + ": " + err);

@@ -78,6 +78,7 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& text, 
                                                        std::map<std::string, std::string>& metadata) {
   Json header;
   DuplicateGuard guard;
+  refuse_json_nul(text, "the header");
   try {
     header = Json::parse(
         text, [&guard](int depth, Json::parse_event_t e, Json& j) { return guard(depth, e, j); });

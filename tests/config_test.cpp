@@ -166,6 +166,29 @@ TEST(Config, CommandLineOverridesFile) {
   EXPECT_EQ(c.model.hidden_size, Config{}.model.hidden_size);
 }
 
+// Keys set away from their defaults that cannot act get a warning each (issue 54 cause
+// 12: train.bf16_kernel under fp32 was accepted silently); keys that act get none.
+TEST(Config, InertKeysAreNamedWithWhatMakesThemInert) {
+  const auto inert = [](const std::map<std::string, std::string>& o) {
+    Config c;
+    apply_overrides(c, o);
+    return inert_keys(c);
+  };
+  EXPECT_TRUE(inert({}).empty());
+  EXPECT_EQ(inert({{"train.bf16_kernel", "native"}}),
+            std::vector<std::string>{"train.bf16_kernel = native does nothing under train.precision = fp32"});
+  EXPECT_TRUE(inert({{"train.bf16_kernel", "native"}, {"train.precision", "bf16"}}).empty());
+  EXPECT_EQ(inert({{"attention.window", "8"}}),
+            std::vector<std::string>{"attention.window = 8 does nothing under attention.mask = causal"});
+  EXPECT_TRUE(inert({{"attention.window", "8"}, {"attention.mask", "sliding_window"}}).empty());
+  EXPECT_EQ(inert({{"attention.dca_mscale", "1.5"}}),
+            std::vector<std::string>{"attention.dca_mscale = 1.5 does nothing under attention.kernel = causal"});
+  EXPECT_EQ(inert({{"model.rope_scaling_factor", "2"}}),
+            std::vector<std::string>{"model.rope_scaling_factor = 2.0 does nothing under model.rope_scaling = none"});
+  EXPECT_EQ(inert({{"data.passkey_depth", "0.5"}}).size(), 1u);
+  EXPECT_EQ(inert({{"attention.logit_scaling_length", "64"}}).size(), 1u);
+}
+
 TEST(Config, ErrorsNameTheKeyAndFile) {
   Config c;
   EXPECT_NE(error_of([&] { apply_toml_file(c, write_temp("[model]\nhiden_size = 3\n")); })
@@ -177,6 +200,15 @@ TEST(Config, ErrorsNameTheKeyAndFile) {
                 .find("train.steps must be an integer, got 'ten'"), std::string::npos);
   EXPECT_NE(error_of([&] { apply_overrides(c, {{"train.steps", "0"}}); }).find("train.steps must be >= 1"),
             std::string::npos);
+  // integers are read whole (issue 54 cause 5): no spaces, no '+', nothing after a NUL,
+  // and a value beyond int64 is out of range, not "not an integer"
+  for (const std::string& bad : std::vector<std::string>{" 5", "5 ", "+5", std::string("5\0" "7", 3), "5e2", "-", ""})
+    EXPECT_NE(error_of([&] { apply_overrides(c, {{"train.steps", bad}}); }).find("train.steps must be an integer"),
+              std::string::npos) << "'" << bad << "'";
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"train.steps", "9223372036854775808"}}); })
+                .find("train.steps must be <= 9223372036854775807, got 9223372036854775808"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_overrides(c, {{"data.separator_id", "-9223372036854775809"}}); })
+                .find("data.separator_id must be >= -9223372036854775808"), std::string::npos);
   EXPECT_NE(error_of([&] { apply_overrides(c, {{"data.doc_lengths", "zipf"}}); }).find("data.doc_lengths"),
             std::string::npos);
   EXPECT_NE(error_of([&] { apply_overrides(c, {{"attention.kernel", "sparse"}}); }).find("attention.kernel"),

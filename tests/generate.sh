@@ -145,6 +145,18 @@ expect_error "--max-new-tokens: must be > 0, got 0" "${G[@]}" --prompt a --max-n
 expect_error "not enough memory: lct generate of 1 prompt and 2000000000 new tokens needs about" \
   "${G[@]}" --prompt a --max-new-tokens 2000000000
 expect_error "more than a document can hold" "${G[@]}" --prompt a --max-new-tokens 3000000000
+# issue 54 cause 5: every integer read whole, its range checked, nothing wraps
+printf '1 2\0003 4\n' > nul.ids  # a NUL inside the 2nd token: not an integer, printed escaped
+expect_error "nul.ids: the 2nd token '2\\x003' is not an integer" "${G[@]}" --prompt-tokens nul.ids
+printf '1 9223372036854775808\n' > big.ids
+expect_error "the 2nd token '9223372036854775808' is outside the model's vocabulary [0, 256)" "${G[@]}" --prompt-tokens big.ids
+printf '1 +5\n' > plus.ids
+expect_error "the 2nd token '+5' is not an integer" "${G[@]}" --prompt-tokens plus.ids
+expect_error "more than a document can hold" "${G[@]}" --prompt a --max-new-tokens 9223372036854775807
+expect_error "--seed must be an integer in [0, 18446744073709551615], got '-1'" "${G[@]}" --prompt a --seed=-1
+expect_error "--seed must be an integer in [0, 18446744073709551615], got '18446744073709551616'" \
+  "${G[@]}" --prompt a --seed 18446744073709551616
+expect_error "--seed must be an integer in [0, 18446744073709551615], got '7x'" "${G[@]}" --prompt a --seed 7x
 expect_error "no_such.txt" "${G[@]}" --prompt-file no_such.txt
 expect_error "attention.dca_local_size" "${G[@]}" --prompt a --attention.kernel dca --attention.dca_chunk_size 8 --attention.dca_local_size 8
 "$LCT" train "${TINY[@]}" --model.vocab_size 300 --train.steps 1 --checkpoint.dir ck300 > /dev/null

@@ -159,4 +159,11 @@ bad "data.segment_end_id = 0 is data.separator_id" --attention.mask shared_quest
 bad "data.segment_end_id takes the structure from the file: drop data.prefix_fraction" \
   --attention.mask prefix_lm $TOKENS --data.segment_end_id 3 --data.prefix_fraction 0.5
 bad "data.segment_end_id is used only with attention.mask = prefix_lm or shared_question" $TOKENS --data.segment_end_id 3
+# ids a key names are range-checked (issue 54 cause 11: an id beyond the vocabulary gave
+# every document an empty prefix)
+bad "data.segment_end_id = 300 is outside model.vocab_size = 256" --attention.mask prefix_lm $TOKENS \
+  --data.segment_end_id 300
+bad "data.segment_end_id = 70000 can never occur in a uint16 token file (ids 0 to 65535)" --attention.mask prefix_lm \
+  $TOKENS --data.segment_end_id 70000 --model.vocab_size 80000
+bad "data.separator_id = 65536 can never occur in a uint16 token file" $TOKENS --data.separator_id 65536
 echo "mpi_masks: all passed"

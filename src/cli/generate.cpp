@@ -22,7 +22,9 @@
 #include "src/io/model_file.h"
 #include "src/train/flops.h"
 #include "src/train/memory_budget.h"
+#include "src/util/integer_text.h"
 #include "src/util/json.h"
+#include "src/util/printable.h"
 #include "src/util/machine.h"
 
 namespace lct {
@@ -36,7 +38,7 @@ struct Options {
   int64_t max_new_tokens = 64;
   double temperature = 0.0;
   int64_t top_k = 0;
-  uint64_t seed = 0;
+  std::string seed = "0";  // parsed whole by run_generate (CLI11 wraps "-1", clamps 2^64)
   int64_t threads = 0;
   bool json = false, ids = false, per_line = false;
   ModelOverrides overrides;
@@ -64,14 +66,11 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
     while (e < text.size() && !separator(text[e])) ++e;
     const std::string item = text.substr(i, e - i);
     const std::string what = where + ": the " + ordinal(int64_t(ids.size()) + 1) + " token '" +
-                             (item.size() > 24 ? item.substr(0, 24) + "..." : item) + "'";
-    // decimal digits with an optional minus (strtoll would also take a '+' or spaces)
-    errno = 0;
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || errno != 0 || !(std::isdigit(static_cast<unsigned char>(item[0])) || item[0] == '-'))
+                             printable(item.size() > 24 ? item.substr(0, 24) + "..." : item) + "'";
+    int64_t v = 0;  // the whole item (a NUL inside it is not an integer's end)
+    if (parse_integer_text(item, v) == IntegerText::not_an_integer)
       throw std::runtime_error(what + " is not an integer");
-    if (v < 0 || v >= V)
+    if (v < 0 || v >= V)  // also an integer beyond int64 (v is then its end of the range)
       throw std::runtime_error(what + " is outside the model's vocabulary [0, " + std::to_string(V) + ")");
     ids.push_back(int32_t(v));
     i = e;
@@ -128,6 +127,10 @@ std::string token_text(const std::vector<int32_t>& tokens) {
 }
 
 int run_generate(const Options& o) {
+  uint64_t seed = 0;
+  if (parse_integer_text(o.seed, seed) != IntegerText::ok)
+    throw std::runtime_error("--seed must be an integer in [0, 18446744073709551615], got '" + printable(o.seed) +
+                             "'");
   configure_threads(o.threads);
   ModelFile file(o.checkpoint);
   const LlamaConfig config = adjusted_config(file, o.overrides.adjuster());
@@ -135,7 +138,7 @@ int run_generate(const Options& o) {
   const std::vector<std::vector<int32_t>> prompts = read_prompts(o, V);
   int64_t longest = 0, prompt_tokens = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, int64_t(p.size())), prompt_tokens += int64_t(p.size());
-  if (longest + o.max_new_tokens > INT32_MAX)
+  if (o.max_new_tokens > INT32_MAX - longest)  // (not longest + max_new_tokens: that can wrap)
     throw std::runtime_error("a prompt of " + std::to_string(longest) + " tokens and --max-new-tokens " +
                              std::to_string(o.max_new_tokens) + ": more than a document can hold (2^31 - 1 tokens)");
   // everything the run allocates, before it allocates it (the longest prompt's decoder:
@@ -157,13 +160,13 @@ int run_generate(const Options& o) {
   SamplingSettings sampling;
   sampling.temperature = o.temperature;
   sampling.top_k = o.top_k;
-  sampling.seed = o.seed;
+  sampling.seed = seed;
   const bool text = V == kByteVocabulary && !o.ids;
   const std::string attention = describe_attention_and_rope(config);
   const std::string how = o.temperature == 0.0 ? "greedy"
                                                : "temperature " + std::to_string(o.temperature) +
                                                      (o.top_k > 0 ? ", top-k " + std::to_string(o.top_k) : "") +
-                                                     ", seed " + std::to_string(o.seed);
+                                                     ", seed " + std::to_string(sampling.seed);
   double prompt_seconds = 0, decode_seconds = 0;
   int64_t new_tokens = 0;
   for (const std::vector<int32_t>& prompt : prompts) {

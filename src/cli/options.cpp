@@ -3,6 +3,7 @@
 
 #include "src/cli/command.h"
 #include "src/io/hf_model.h"
+#include "src/util/log.h"
 
 namespace lct {
 namespace {
@@ -127,6 +128,7 @@ Config resolve_config(const ConfigOptions& options) {
   for (const auto& [key, text] : options.overrides) given[key] = "on the command line";
   if (!config.train.init_from.empty()) apply_init_from(config, given);
   validate_config(config);
+  for (const std::string& w : inert_keys(config)) log_warn(w);
   return config;
 }
 

@@ -11,18 +11,21 @@
 #include <sstream>
 
 #include "data/files.h"
+#include "src/util/integer_text.h"
 #include "src/util/log.h"
 
 namespace lct {
 namespace {
 
 int64_t parse_int(const std::string& key, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0)
-    throw ConfigError(key + " must be an integer, got '" + text + "'");
-  return v;
+  int64_t v = 0;
+  switch (parse_integer_text(text, v)) {
+    case IntegerText::ok: return v;
+    case IntegerText::out_of_range:
+      throw ConfigError(key + " must be " + (v < 0 ? ">= " : "<= ") + std::to_string(v) + ", got " + text);
+    case IntegerText::not_an_integer: break;
+  }
+  throw ConfigError(key + " must be an integer, got '" + text + "'");
 }
 
 double parse_number(const std::string& key, const std::string& text) {
@@ -544,6 +547,20 @@ void validate_data(const Config& c) {
     if (marked && c.data.source != DataSource::tokens)
       throw ConfigError(std::string("data.segment_end_id marks segments in a token file (data.source = tokens), not in "
                                     "data.source = ") + data_source_name(c.data.source));
+    if (c.data.source == DataSource::tokens) {  // ids a key names: in the file's type, the model's vocabulary
+      const int64_t widest = c.data.token_dtype == TokenDtype::uint16 ? 65535 : 4294967295LL;
+      const std::string type = std::string("a ") + token_dtype_name(c.data.token_dtype) + " token file (ids 0 to " +
+                               std::to_string(widest) + ")";
+      if (c.data.separator_id > widest)
+        throw ConfigError("data.separator_id = " + std::to_string(c.data.separator_id) + " can never occur in " + type);
+      if (marked && c.data.segment_end_id > widest)
+        throw ConfigError("data.segment_end_id = " + std::to_string(c.data.segment_end_id) + " can never occur in " +
+                          type);
+      if (marked && c.data.segment_end_id >= c.model.vocab_size)
+        throw ConfigError("data.segment_end_id = " + std::to_string(c.data.segment_end_id) +
+                          " is outside model.vocab_size = " + std::to_string(c.model.vocab_size) +
+                          " (it stays in its segment: the model reads it)");
+    }
     if (marked && c.data.segment_end_id == c.data.separator_id)
       throw ConfigError("data.segment_end_id = " + std::to_string(c.data.segment_end_id) +
                         " is data.separator_id, which ends documents; give another id");
@@ -629,6 +646,45 @@ void validate_training(const Config& c) {
 }
 
 }  // namespace
+
+std::vector<std::string> inert_keys(const Config& c) {
+  const Config d;
+  const MaskKind mask = c.model.attention_mask.kind;
+  const std::string mask_text = std::string("attention.mask = ") + mask_kind_name(mask);
+  const std::string source = std::string("data.source = ") + data_source_name(c.data.source);
+  const bool dca = c.model.attention_kernel == AttentionKernel::dca;
+  // key, whether it acts under the resolved run, and what makes it inert
+  const struct {
+    const char* key;
+    bool acts;
+    std::string why;
+  } rules[] = {
+      {"train.bf16_kernel", c.train.precision == Precision::bf16, "train.precision = fp32"},
+      {"attention.window", mask == MaskKind::sliding_window || mask == MaskKind::sink_window, mask_text},
+      {"attention.sink_tokens", mask == MaskKind::sink_window, mask_text},
+      {"attention.block_size", mask == MaskKind::chunked, mask_text},
+      {"attention.dca_chunk_size", dca, "attention.kernel = causal"},
+      {"attention.dca_local_size", dca, "attention.kernel = causal"},
+      {"attention.dca_mscale", dca, "attention.kernel = causal"},
+      {"attention.dca_mscale_original_length", dca, "attention.kernel = causal"},
+      {"attention.logit_scaling_length", c.model.logit_scaling.on(), "attention.logit_scaling = none"},
+      {"model.rope_scaling_factor", c.model.rope_scaling != RopeScaling::none, "model.rope_scaling = none"},
+      {"model.rope_original_length", c.model.rope_scaling != RopeScaling::none, "model.rope_scaling = none"},
+      {"data.passkey_depth", c.data.source == DataSource::passkey, source},
+      {"data.separator_id", c.data.source == DataSource::tokens, source},
+      {"data.token_dtype", c.data.source == DataSource::tokens, source},
+      {"data.separator", c.data.source == DataSource::text, source},
+  };
+  std::vector<std::string> out;
+  for (const auto& r : rules) {
+    if (r.acts) continue;
+    const ConfigKey* k = find_config_key(r.key);
+    if (!k) throw std::logic_error(std::string("inert_keys: no key ") + r.key);
+    if (k->get(c) != k->get(d)) out.push_back(std::string(r.key) + " = " + k->get(c) + " does nothing under " +
+                                                   r.why);
+  }
+  return out;
+}
 
 void validate_config(const Config& c) {
   const std::string model_error = c.model.validate();

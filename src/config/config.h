@@ -67,6 +67,10 @@ std::vector<std::string> apply_toml_text(Config& config, const std::string& text
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
 // Cross-field validation; throws ConfigError naming the key.
 void validate_config(const Config& config);
+// The keys set away from their defaults that cannot act under the resolved run (a bf16
+// kernel under fp32, a window without a windowed mask, DCA keys under causal attention,
+// ...), each as "key = value does nothing under <what>": a warning line each.
+std::vector<std::string> inert_keys(const Config& config);
 struct ConfigDifference {
   std::string key, a, b;
   KeyScope scope;

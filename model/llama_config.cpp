@@ -32,6 +32,13 @@ std::string LlamaConfig::validate() const {
   if (head_dim() % 2 != 0)
     return "head dim hidden_size/num_attention_heads = " + std::to_string(head_dim()) +
            " must be even for RoPE";
+  // the parameter count in 128 bits, as build_llama_table lays the tensors out: every
+  // size lct derives from a model (parameters, gradients, optimizer moments, bytes on the
+  // wire, activations of up to 2^30 tokens) then fits int64 with room to spare
+  if (const long double n = parameter_count(); n > kMaxParameters)
+    return "model.vocab_size, hidden_size, intermediate_size and num_hidden_layers give " +
+           std::to_string(static_cast<double>(n)) + " parameters, more than lct addresses (2^40 = " +
+           std::to_string(kMaxParameters) + ")";
   if (!(rope_theta > 0)) return "model.rope_theta must be > 0";
   if (!(rope_scaling_factor >= 1.0) || rope_scaling_factor > 1e6)
     return "model.rope_scaling_factor must be in [1, 1e6]";
@@ -67,6 +74,13 @@ std::string LlamaConfig::validate() const {
     return std::string("attention.kernel = dca takes only attention.mask = causal (got ") +
            mask_kind_name(attention_mask.kind) + ")";
   return {};
+}
+
+long double LlamaConfig::parameter_count() const {
+  const __int128 C = hidden_size, I = intermediate_size, V = vocab_size, L = num_hidden_layers;
+  const __int128 q = __int128(num_attention_heads) * head_dim(), kv = __int128(num_key_value_heads) * head_dim();
+  const __int128 layer = 2 * C + q * C + 2 * kv * C + C * q + 3 * I * C;
+  return static_cast<long double>(V * C * (tie_word_embeddings ? 1 : 2) + L * layer + C);
 }
 
 TensorTable build_llama_table(const LlamaConfig& c) {

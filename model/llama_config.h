@@ -43,6 +43,12 @@ struct LlamaConfig {
   AttentionMask attention_mask{MaskKind::causal, 4096, 4, 8192};
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // The parameters build_llama_table lays out, counted in 128 bits (never wraps; the
+  // dimensions' own bounds keep it far below 2^127).
+  long double parameter_count() const;
+  // validate() refuses a model of more parameters (4 TiB of float32: no machine lct runs
+  // on), so that every size derived from a valid model fits int64.
+  static constexpr int64_t kMaxParameters = int64_t(1) << 40;
   RopeSpec rope() const { return {rope_theta, rope_scaling, rope_scaling_factor, rope_original_length}; }
   // Empty when valid, else a one-line description naming the offending key.
   std::string validate() const;

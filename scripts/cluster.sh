@@ -71,23 +71,43 @@ for tool in ip unshare mount mpirun; do
 done
 [[ -z $rate ]] || command -v tc > /dev/null || die "cannot limit the links here: no 'tc'"
 
-state=$(mktemp -d "${TMPDIR:-/tmp}/lct-cluster.XXXXXX")
-made=()  # namespaces made, deleted at exit
-teardown() {
+remove_namespaces() {  # NS...: every process left in a host, then the host
   local ns pids
-  trap - EXIT INT TERM HUP
-  [[ -n ${job:-} ]] && kill -TERM "$job" 2> /dev/null
-  for ns in "${made[@]}"; do  # every process left in a host, then the host
+  for ns in "$@"; do
     pids=$(ip netns pids "$ns" 2> /dev/null)
     [[ -n $pids ]] && kill -KILL $pids 2> /dev/null
   done
-  for ns in "${made[@]}"; do
+  for ns in "$@"; do
     for _ in 1 2 3 4 5 6 7 8 9 10; do
       [[ -z $(ip netns pids "$ns" 2> /dev/null) ]] && break
       sleep 0.1
     done
     ip netns del "$ns" 2> /dev/null
   done
+}
+# What an earlier run left when it was killed outright (SIGKILL, a crash): its state
+# folder records its pid and the namespaces it made; a folder whose run is gone is
+# removed with its namespaces and processes.
+for old in "${TMPDIR:-/tmp}"/lct-cluster.*/; do
+  [[ -f $old/pid ]] || continue
+  old_pid=$(cat "$old/pid" 2> /dev/null)
+  [[ $old_pid =~ ^[0-9]+$ ]] && ! kill -0 "$old_pid" 2> /dev/null || continue
+  mapfile -t left < <(cat "$old/namespaces" 2> /dev/null)
+  remove_namespaces "${left[@]}"
+  rm -rf "$old"
+  echo "cluster.sh: removed what an earlier run (pid $old_pid) left: ${left[*]:-no namespaces}, ${old%/}" >&2
+done
+
+state=$(mktemp -d "${TMPDIR:-/tmp}/lct-cluster.XXXXXX")
+echo $$ > "$state/pid"
+made=()  # namespaces made (also in $state/namespaces), deleted at exit
+teardown() {
+  # a second Ctrl-C (or any signal) while tearing down is ignored: teardown finishes
+  trap '' INT TERM HUP
+  trap - EXIT
+  [[ -n ${job:-} ]] && kill -TERM "$job" 2> /dev/null
+  mapfile -t made < <(cat "$state/namespaces" 2> /dev/null)  # its record: also one not yet in made
+  remove_namespaces "${made[@]}"
   rm -rf "$state"
 }
 trap 'teardown; exit $rc' EXIT
@@ -95,7 +115,11 @@ trap 'rc=130; exit 130' INT
 trap 'rc=143; exit 143' TERM HUP
 rc=1
 
-netns() { ip netns add "$1" 2> "$state/err" || die "cannot make network namespaces here: $(head -1 "$state/err")"; made+=("$1"); }
+netns() {
+  echo "$1" >> "$state/namespaces"  # recorded first: a kill right after leaves no unrecorded namespace
+  ip netns add "$1" 2> "$state/err" || die "cannot make network namespaces here: $(head -1 "$state/err")"
+  made+=("$1")
+}
 in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 shape() {  # namespace, interface: egress limited to the rate (a link limited each way
   # is both of its ends limited); a bucket of 2 ms at the rate, at least 64 KiB, so

@@ -90,6 +90,7 @@ expect_error "mask_shape.h5: answer_mask must be 1-D with one entry per token (1
 /usr/bin/python3 -c "
 import h5py, numpy as np
 for name, ds, data in (('prefix_long.h5', 'prefix_lens', [3, 9]), ('prefix_count.h5', 'prefix_lens', [1]),
+                       ('prefix_all.h5', 'prefix_lens', [4, 6]),
                        ('prefix_float.h5', 'prefix_lens', np.array([1.0, 2.0])),
                        ('segments_order.h5', 'segment_ids', [0, 0, 2, 1, 1, 0, 1, 1, 1, 1]),
                        ('segments_count.h5', 'segment_ids', [0, 1, 1])):
@@ -98,6 +99,20 @@ for name, ds, data in (('prefix_long.h5', 'prefix_lens', [3, 9]), ('prefix_count
         f['cu_seqlens'] = np.array([0, 4, 10], dtype=np.int32)
         f[ds] = np.asarray(data, dtype=np.float64 if name == 'prefix_float.h5' else np.int32)"
 expect_error "prefix_long.h5: prefix_lens[1] = 9 is outside its document of 6 tokens" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_long.h5
+# every integer option is read whole (issue 54 cause 5: CLI11 took ' 5', '+5' and hex)
+expect_error "--threads: must be an integer, got ' 5'" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_all.h5 --threads " 5"
+expect_error "--threads: must be an integer, got '0x5'" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_all.h5 --threads 0x5
+expect_error "--sequences: must be an integer, got '+2'" make-batch --out never.h5 --sequences +2
+expect_error "--first: must be <= 9223372036854775807, got 9223372036854775808" make-batch --out never.h5 --first 9223372036854775808
+expect_error "--ranks: must be an integer, got '2.0'" simulate --ranks 2.0
+# messages name the real cause (issue 54 cause 8): every target inside a prefix is not
+# "every document has a single token"; a FIFO or folder named config.json is not "no
+# config.json in the folder"
+expect_error "prefix_all.h5: no targets (attention.mask = prefix_lm trains none of them: every target lies inside a prefix" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file prefix_all.h5 --attention.mask prefix_lm
+mkdir -p fifo_model dir_model/config.json && mkfifo fifo_model/config.json
+expect_error "fifo_model/config.json: not a regular file (a FIFO)" eval --checkpoint fifo_model --batch-file prefix_all.h5
+expect_error "dir_model/config.json: not a regular file (a folder)" eval --checkpoint dir_model --batch-file prefix_all.h5
 expect_error "prefix_count.h5: prefix_lens has 1 entries for 2 documents" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_count.h5
 expect_error "prefix_float.h5: prefix_lens must be int32" eval --checkpoint ck/step_00000001.h5 --batch-file prefix_float.h5
 expect_error "segments_order.h5: segment_ids[3] = 1 after 2" eval --checkpoint ck/step_00000001.h5 --batch-file segments_order.h5

@@ -14,7 +14,9 @@
 #   7. one writer per folder: a second run on a folder another run is writing is refused
 #      at once, naming the holder's pid; temporaries a killed run left are removed;
 #   8. a checkpoint rewritten by h5repack (same datasets, another layout) is read: inspect
-#      passes it and a run resumes from it.
+#      passes it and a run resumes from it;
+#   9. a machine cache entry that is not a regular file or holds rates that are not finite
+#      and positive is ignored with one warning and measured again.
 set -uo pipefail
 LCT=$1
 work=$(mktemp -d)
@@ -189,6 +191,27 @@ err=$("$LCT" make-batch --data.source text --data.path batch.h5 --out batch.h5 2
 [[ $? -eq 1 && $err == *"same file as data.path"* ]] || fail "make-batch --out = data.path: '$err'"
 ok "eval and make-batch refuse outputs that are their inputs (links and other spellings too)"
 
+# an input folder's files are inputs (issue 54 cause 2: --grads-out hf/model.safetensors
+# replaced the model being evaluated, train.init_from was not among train's inputs)
+begin
+"$LCT" export --checkpoint "$ckpt" --out hfdir > /dev/null || fail "export"
+hf_before=$(md5sum hfdir/*)
+for case in "--checkpoint hfdir --grads-out hfdir/model.safetensors" "--checkpoint hfdir --per-position-out hfdir/config.json" \
+            "--checkpoint hfdir/model.safetensors --per-document-out hfdir/config.json" \
+            "--checkpoint hfdir --grads-out ./hfdir/../hfdir/model.safetensors"; do
+  err=$("$LCT" eval --batch-file batch.h5 $case 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"same file"* ]] || fail "eval $case: exit $rc, '$err'"
+done
+err=$("$LCT" export --checkpoint hfdir/model.safetensors --out hfdir 2>&1 >/dev/null)
+[[ $? -eq 1 && $err == *"same file"* ]] || fail "export over its own input's files: '$err'"
+err=$("$LCT" train "${args[@]}" --train.steps 1 --checkpoint.dir from_hf --train.init_from hfdir \
+      --trace.path hfdir/model.safetensors 2>&1 >/dev/null)
+[[ $? -eq 1 && $err == *"trace.path 'hfdir/model.safetensors' is the same file as train.init_from"* ]] \
+  || fail "train --trace.path over train.init_from's weights: '$err'"
+[[ "$(md5sum hfdir/*)" == "$hf_before" ]] || fail "a refused command changed the Hugging Face folder"
+ok "an input folder's files are inputs: eval, export and train refuse to write over them"
+
 # --- 6. resume auto before any checkpoint ---------------------------------------------
 begin
 "$LCT" train "${args[@]}" --train.steps 2 --checkpoint.dir died > /dev/null 2>&1 || fail "died: first run"
@@ -233,6 +256,28 @@ h5repack repack_src/step_00000002.h5 repacked.h5 || fail "h5repack"
   > repack_resume.log 2>&1 || { fail "resume from an h5repack'd checkpoint"; cat repack_resume.log; }
 grep -q "resumed at step 2" repack_resume.log || fail "repack: not resumed at step 2"
 ok "a checkpoint rewritten by h5repack is inspected and resumed (every dataset verified)"
+
+# --- 9. machine caches are not trusted as written (issue 54 cause 10) ----------------
+begin
+export LCT_CACHE_DIR=$work/cache
+cache_run() { "$LCT" train "${args[@]}" --train.steps 1 --checkpoint.dir cache_run --checkpoint.overwrite true 2>&1; }
+cache_run > cache1.log || { cat cache1.log; fail "a run that fills the cache"; }
+entry=$(ls "$LCT_CACHE_DIR"/fp32_gemm-*.toml 2>/dev/null | head -1)
+if [[ -z $entry ]]; then
+  fail "no fp32 GEMM cache entry written"
+else
+  printf 'library = "openblas"\nopenblas_gflops = nan\nonednn_gflops = -inf\n' > "$entry"
+  out=$(cache_run) || fail "a run over non-finite cached rates: $out"
+  [[ $out == *"the cache entry $entry holds no usable measurement"*"ignored, measured again"* && \
+     $out == *"measured now"* && $out != *"nan GFLOP"* && $out != *"inf GFLOP"* ]] \
+    || fail "non-finite cached rates were trusted: $out"
+  rm -f "$entry" && ln -s "$(basename "$entry")" "$entry"  # a link to itself: a loop
+  out=$(cache_run) || fail "a run over a symlink loop in the cache folder: $out"
+  [[ $out == *"the cache entry $entry is not a regular file"* && $out != *"filesystem error"* ]] \
+    || fail "a symlink loop in the cache folder: $out"
+fi
+unset LCT_CACHE_DIR
+ok "machine caches: non-finite rates and a symlink loop are ignored with a warning and measured again"
 
 if [[ $failures -ne 0 ]]; then echo "durability: $failures failures"; exit 1; fi
 echo "durability: all passed"

@@ -166,4 +166,35 @@ printf '299 0 1' > v300.ids
 "$LCT" generate --checkpoint ck300/step_00000001.h5 --prompt-tokens v300.ids --max-new-tokens 5 > v300.out 2> /dev/null
 [[ $(wc -w < v300.out) == 5 ]] || fail "a 300-token vocabulary prints ids: $(cat v300.out)"
 echo "ok   errors: one line and exit 1 each; a non-byte vocabulary reads and prints ids"
+# fuzz of generate's inputs (issue 54): token files of random bytes, of random integers
+# (negative, beyond the vocabulary and int64, with signs, NULs and separators), and random
+# --seed and --max-new-tokens texts: each run exits 0 with tokens or 1 with one line,
+# never another code (a crash, an abort, a wrapped value's bad_alloc)
+fuzzed=0
+for trial in $(seq 60); do
+  case $((trial % 3)) in
+    0) head -c $((1 + RANDOM % 48)) /dev/urandom > fz.ids ;;
+    1) /usr/bin/python3 -c "
+import random, sys
+r = random.Random($trial)
+items = [r.choice(['0', '255', '256', '-1', '+3', '9223372036854775808', '18446744073709551616', '1e3', '0x10',
+                   '7' * r.randint(1, 30), '3\0' + '4', ' ', ',', '\n', '\t', str(r.randint(-300, 300))])
+         for _ in range(r.randint(1, 12))]
+sys.stdout.write(' '.join(items))" > fz.ids ;;
+    *) printf '%s' "$((RANDOM % 256)) $((RANDOM % 256))" > fz.ids ;;
+  esac
+  seed=$(printf '%s' "$RANDOM$RANDOM" | head -c $((1 + RANDOM % 24)))
+  [[ $((trial % 4)) -eq 0 ]] && seed="-$seed"
+  new=$(( RANDOM % 3 == 0 ? RANDOM % 300 : 1 + RANDOM % 4 ))
+  rc=0
+  "$LCT" generate --checkpoint "$CK" --prompt-tokens fz.ids --max-new-tokens "$new" --seed="$seed" --temperature 1 \
+    --threads 1 > fz.out 2> fz.err || rc=$?
+  if [[ $rc -eq 1 ]]; then
+    [[ $(grep -v '^lct: warning: OpenBLAS runs its' fz.err | grep -c .) == 1 ]] || { cat fz.err; fail "fuzz $trial: exit 1 without one line"; }
+  elif [[ $rc -ne 0 ]]; then
+    cat fz.err; od -c fz.ids | head -3; fail "fuzz $trial: exit $rc (seed '$seed', --max-new-tokens $new)"
+  fi
+  fuzzed=$((fuzzed + 1))
+done
+echo "ok   fuzz: $fuzzed runs of random token files, seeds and lengths, each exit 0 or one line and exit 1"
 echo "generate: all checks passed"

@@ -70,6 +70,18 @@ g2=$("$LCT" generate --checkpoint hf_dca --prompt-tokens prompt.ids --ids --max-
 [[ -n $g1 && $g1 == "$g2" ]] || fail "dca export: generate of the checkpoint and of the export differ"
 echo "ok   dca + logit scaling: the export's lct object runs it (eval $a, as causal $c; generate alike)"
 
+# a re-export of a folder writes back the max_position_embeddings it read (issue 54
+# cause 9: it wrote 2048 with a note that the length "is not in" the folder)
+$PY - hf_untied/config.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["max_position_embeddings"] = 256
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$LCT" export --checkpoint hf_untied --out hf_again > export_again.txt || fail "re-export of a folder"
+grep -q '"max_position_embeddings": 256' hf_again/config.json && ! grep -q "note:" export_again.txt \
+  || { cat export_again.txt; fail "re-export did not write back max_position_embeddings 256"; }
+echo "ok   a re-export writes back the folder's max_position_embeddings"
+
 # train.init_from: a fresh run's parameters are the folder's. lr 1e-30 (no warm-up) moves
 # no parameter by a representable amount (every |p| here is above 1e-20, so p + 1e-30 and
 # p (1 - 1e-31) round to p), so the step-1 checkpoint holds exactly what was loaded

@@ -142,6 +142,9 @@ TEST(Safetensors, MalformedFilesAreOneLineRefusals) {
   expect(framed(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field 'x'");
   expect(framed(R"({"__metadata__":{"k":1}})", 0), "__metadata__.k is not a string");
   expect(framed("{\"a\":" + std::string(10000, '[') + std::string(10000, ']') + "}", 0), "nests deeper");
+  // a name from the file is printed escaped: a NUL in it does not cut the message
+  expect(framed(R"({"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+         "the name 'a\\x00b' is given twice");
   // a NUL ends nlohmann's input: the header must be one JSON value, nothing after it
   expect(framed(ok + std::string(1, '\0') + "garbage", 8), "is a NUL");
   {  // a file that is shorter than its tensors say
@@ -196,6 +199,63 @@ TEST(Safetensors, HeaderFuzzOnlyEverRefusesInOneLine) {
   }
   EXPECT_GT(refused, 1000);  // most edits break it
   EXPECT_GT(opened, 0);      // some leave it valid (a space, a digit of padding)
+}
+
+// config.json under hostile edits (issue 54): each field set to another JSON type or an
+// out-of-range value, deleted, an unknown field added, a NUL or garbage after the object,
+// the text cut. read_hf_config either returns a config that validates, read with the
+// fields' own types, or throws one runtime_error line; never a crash or another exception.
+TEST(HfModel, ConfigJsonFuzzOnlyEverRefusesInOneLine) {
+  TempDir dir;
+  const Json base = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 40},
+                     {"hidden_size", 16}, {"intermediate_size", 24}, {"num_hidden_layers", 2},
+                     {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"rms_norm_eps", 1e-6},
+                     {"rope_theta", 10000.0}, {"max_position_embeddings", 256}, {"hidden_act", "silu"},
+                     {"tie_word_embeddings", false},
+                     {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 128}}},
+                     {"lct", {{"attention_kernel", "dca"}, {"dca_chunk_size", 64}, {"dca_local_size", 8}}}};
+  const std::vector<Json> values = {Json("16"), Json(16.0), Json(true), Json(nullptr), Json::array({16}),
+                                    Json::object(), Json(-1), Json(0), Json(int64_t(1) << 40),
+                                    Json(uint64_t(1) << 63), Json(1e300), Json(-1e-300), Json("yarn"), Json("")};
+  std::mt19937_64 rng(54);
+  int accepted = 0, refused = 0;
+  const auto key_of = [&](const Json& obj) {
+    auto it = obj.begin();
+    std::advance(it, long(rng() % obj.size()));
+    return it.key();
+  };
+  for (int trial = 0; trial < 3000; ++trial) {
+    Json j = base;
+    const int edits = 1 + int(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      Json& obj = (rng() % 4 == 0) ? j["rope_scaling"] : (rng() % 4 == 0) ? j["lct"] : j;
+      if (!obj.is_object() || obj.empty()) continue;
+      switch (rng() % 3) {
+        case 0: obj[key_of(obj)] = values[rng() % values.size()]; break;
+        case 1: obj.erase(key_of(obj)); break;
+        default: obj["unknown_" + std::to_string(rng() % 3)] = values[rng() % values.size()]; break;
+      }
+    }
+    std::string text = j.dump();
+    switch (rng() % 6) {
+      case 0: text += std::string(1, '\0') + "garbage"; break;
+      case 1: text.insert(rng() % text.size(), 1, '\0'); break;
+      case 2: text.resize(rng() % text.size()); break;
+      default: break;
+    }
+    write_file(dir.file("config.json"), text);
+    try {
+      const LlamaConfig c = read_hf_config(dir.file("config.json"));
+      EXPECT_EQ(c.validate(), "");
+      EXPECT_EQ(text.find('\0'), std::string::npos) << "a config.json with a NUL was read";
+      ++accepted;
+    } catch (const std::runtime_error& e) {
+      ASSERT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);
+  EXPECT_GT(accepted, 100);
 }
 
 LlamaConfig tiny(bool tied) {

@@ -136,5 +136,49 @@ for c in "inspect step.h5|/trainer@step is 1000000000000000" \
   [[ $rc -eq 1 && $err == *"$want"* && $err != *bad_alloc* ]] && echo "ok   $args: $want" || fail "$args: exit $rc, '$err'"
 done
 
+# issue 54 cause 1: a model whose sizes would wrap int64 (vocab x hidden = 2^62 gave a
+# negative parameter count, "fits: yes" and a negative memory per rank) is refused by
+# every command that sizes it, naming the keys
+huge=(--model.vocab_size 2147483648 --model.hidden_size 2147483648 --model.num_attention_heads 65536
+      --model.num_key_value_heads 65536)
+for cmd in "train --dry-run" "simulate"; do
+  err=$("$LCT" $cmd "${huge[@]}" 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"parameters, more than lct addresses (2^40"* ]] && echo "ok   $cmd refuses a model of 2^63 parameters" \
+    || fail "$cmd of a 2^63-parameter model: exit $rc, '$err'"
+done
+
+# issue 54 cause 4: sizes are checked before reading or allocating. A folder whose
+# config.json claims 65,536 layers names its first missing tensor (it allocated 2 x 4 GB
+# first); a 1 GB prompt file under a 3 GB address-space limit is a memory line, not
+# std::bad_alloc; eval of a DCA chunk of 2^30 is refused by eval's estimate (its RoPE
+# table) as train refuses it
+"$LCT" export --checkpoint ck/step_00000001.h5 --out hf_small > /dev/null || fail "export"
+cp -r hf_small hf_deep
+/usr/bin/python3 - <<'PY'
+import json
+c = json.load(open("hf_deep/config.json")); c["num_hidden_layers"] = 65536
+json.dump(c, open("hf_deep/config.json", "w"))
+PY
+"$LCT" make-batch --data.seq_len 64 --out b64.h5 > /dev/null || fail "make-batch"
+printf 'a' > one.txt
+if [[ -z ${LCT_SANITIZED:-} ]]; then
+  for c in "eval --checkpoint hf_deep --batch-file b64.h5|model.layers.1." \
+           "generate --checkpoint hf_deep --prompt-file one.txt|model.layers.1." \
+           "eval --checkpoint ck/step_00000001.h5 --batch-file b64.h5 --attention.kernel dca --attention.dca_chunk_size 1073741824 --attention.dca_local_size 64|not enough memory"; do
+    args=${c%%|*} want=${c#*|}
+    err=$( (ulimit -v 3000000; exec "$LCT" $args) 2>&1 >/dev/null)
+    rc=$?
+    [[ $rc -eq 1 && $err == *"$want"* && $err != *bad_alloc* ]] && echo "ok   ${args%% *} under ulimit -v: $want" \
+      || fail "$args: exit $rc, '$err'"
+  done
+  truncate -s 1G big_prompt.txt
+  err=$( (ulimit -v 3000000; exec "$LCT" generate --checkpoint ck/step_00000001.h5 --prompt-file big_prompt.txt) 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"not enough memory: lct generate of --prompt-file big_prompt.txt"* ]] \
+    && echo "ok   a 1 GB prompt under ulimit -v: refused before it is read" || fail "1 GB prompt: exit $rc, '$err'"
+  rm -f big_prompt.txt
+fi
+
 if [[ $failures -ne 0 ]]; then echo "memory_budget: $failures failures"; exit 1; fi
 echo "memory_budget: all passed"

@@ -4,11 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <cmath>
 
 #include "data/nano_batches.h"
 #include "model/llama.h"
 #include "model/optimizer.h"
 #include "src/config/config.h"
+#include "src/train/memory_budget.h"
 #include "src/train/trainer.h"
 #include "tests/test_util.h"
 
@@ -63,6 +66,56 @@ TEST(Model, TableUsesHuggingFaceNamesInLayerOrder) {
   EXPECT_LE(r0.end, r1.begin);
   EXPECT_EQ(layer_range(t, 0, 2).begin, r0.begin);
   EXPECT_EQ(layer_range(t, 0, 2).end, r1.end);
+}
+
+// Issue 54 cause 1: size arithmetic never wraps. Random dimensions up to each key's limit
+// (log-uniform, so that small and huge both come up): validate() either refuses the model
+// in one line naming the keys, or its table's parameter count is the 128-bit count,
+// positive, and the eval memory estimate is finite and positive.
+TEST(Model, SizesOfAnyValidModelNeverWrap) {
+  std::mt19937_64 rng(54);
+  const auto log_uniform = [&](int64_t hi) {
+    const double x = std::uniform_real_distribution<double>(0.0, std::log2(double(hi)))(rng);
+    return std::max<int64_t>(1, int64_t(std::exp2(x)));
+  };
+  int accepted = 0, refused = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    LlamaConfig c;
+    c.vocab_size = log_uniform(int64_t(1) << 31);
+    c.num_attention_heads = int(log_uniform(65536));
+    c.hidden_size = c.num_attention_heads * 2 * log_uniform((int64_t(1) << 30) / c.num_attention_heads);
+    c.num_key_value_heads = c.num_attention_heads >> std::uniform_int_distribution<int>(0, 3)(rng);
+    if (c.num_key_value_heads < 1 || c.num_attention_heads % c.num_key_value_heads) c.num_key_value_heads = 1;
+    c.intermediate_size = log_uniform(int64_t(1) << 31);
+    c.num_hidden_layers = int(log_uniform(65536));
+    c.tie_word_embeddings = trial % 2 == 0;
+    const std::string why = c.validate();
+    if (!why.empty()) {
+      ++refused;
+      EXPECT_EQ(why.find('\n'), std::string::npos);
+      continue;
+    }
+    ++accepted;
+    ASSERT_LE(c.parameter_count(), (long double)LlamaConfig::kMaxParameters);
+    const int64_t T = log_uniform(int64_t(1) << 30);
+    const double bytes = eval_bytes(c, Precision::fp32, T, T);
+    EXPECT_TRUE(std::isfinite(bytes) && bytes > 0) << bytes;
+    if (c.parameter_count() > 1e8) continue;  // the table lists every layer: build only the small ones
+    const TensorTable t = build_llama_table(c);
+    int64_t numel = 0;  // the arena's total() adds 64-byte alignment between tensors
+    for (const TensorSpec& spec : t.specs()) numel += spec.numel;
+    EXPECT_EQ((long double)numel, c.parameter_count());
+    EXPECT_GE(t.total(), numel);
+  }
+  EXPECT_GT(accepted, 100);
+  EXPECT_GT(refused, 100);
+  // the audit's case: vocab x hidden = 2^62 gave a negative count and "fits: yes"
+  LlamaConfig huge;
+  huge.vocab_size = int64_t(1) << 31;
+  huge.hidden_size = int64_t(1) << 31;
+  huge.num_attention_heads = 1 << 16;
+  huge.num_key_value_heads = 1 << 16;
+  EXPECT_NE(huge.validate().find("parameters, more than lct addresses (2^40"), std::string::npos) << huge.validate();
 }
 
 TEST(Model, InitIsDeterministicAndScaled) {

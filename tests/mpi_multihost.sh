@@ -155,5 +155,37 @@ wait "$launcher" || rc=$?
 no_namespaces_left "SIGINT" lctint
 pgrep -f "checkpoint.dir interrupted" > /dev/null && { echo "FAIL: a rank survived SIGINT"; exit 1; }
 [[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder"; exit 1; }
-echo "ok   namespaces and processes gone after a normal end, a failed command and SIGINT"
+# Ctrl-C twice (issue 54 cause 3: the second one killed teardown halfway): the second
+# SIGINT arrives while the first one's teardown runs, and teardown still finishes
+set -m
+TMPDIR=$work/state "${CLUSTER[@]}" --name lctint2 --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \
+  --checkpoint.dir interrupted2 > interrupted2.log 2>&1 &
+launcher=$!
+set +m
+for _ in $(seq 600); do grep -q "^step" interrupted2.log 2> /dev/null && break; sleep 0.05; done
+kill -INT -- -$launcher
+sleep 0.1
+kill -INT -- -$launcher 2> /dev/null || true
+timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: cluster.sh still running 30 s after two SIGINTs"; exit 1; }
+wait "$launcher" || true
+no_namespaces_left "two SIGINTs" lctint2
+pgrep -f "checkpoint.dir interrupted2" > /dev/null && { echo "FAIL: a rank survived two SIGINTs"; exit 1; }
+[[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder after two SIGINTs"; exit 1; }
+# killed outright (SIGKILL: no teardown at all): the next run removes what it left, by
+# the pid and namespaces its state folder records
+TMPDIR=$work/state "${CLUSTER[@]}" --name lctkill --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \
+  --checkpoint.dir killed9 > killed9.log 2>&1 &
+launcher=$!
+for _ in $(seq 600); do grep -q "^step" killed9.log 2> /dev/null && break; sleep 0.05; done
+kill -KILL "$launcher"
+wait "$launcher" 2> /dev/null || true
+[[ $(ip netns list) == *lctkill-* ]] || { echo "FAIL: SIGKILL test: no namespaces were left to clean"; exit 1; }
+out=$(TMPDIR=$work/state "${CLUSTER[@]}" --name lctafter --hosts 2 -- true 2>&1) \
+  || { echo "$out"; echo "FAIL: the run after a killed one"; exit 1; }
+[[ $out == *"cluster.sh: removed what an earlier run (pid $launcher) left: lctkill-switch"* ]] \
+  || { echo "$out"; echo "FAIL: the next run did not name what it removed"; exit 1; }
+no_namespaces_left "a run killed with SIGKILL, after the next run" lctkill
+pgrep -f "checkpoint.dir killed9" > /dev/null && { echo "FAIL: a rank of the killed run survived the next run"; exit 1; }
+[[ -z $(ls -A state) ]] || { echo "FAIL: the killed run's state folder is still there"; exit 1; }
+echo "ok   namespaces and processes gone after a normal end, a failed command, SIGINT, SIGINT twice, and SIGKILL (by the next run)"
 echo "mpi_multihost: all passed"

@@ -224,7 +224,7 @@ def main():
     if args.csv:
         new = not os.path.exists(args.csv)
         with open(args.csv, "a", newline="") as f:
-            wr = csv.DictWriter(f, fieldnames=list(out_rows[0]))
+            wr = csv.DictWriter(f, fieldnames=list(out_rows[0]), lineterminator="\n")
             if new:
                 wr.writeheader()
             wr.writerows(out_rows)

@@ -839,10 +839,12 @@ Command add_bench_command(CLI::App& lct) {
       ->delimiter(',');
   bench->add_option("--attention-lengths", b.attention_lengths, "sequence lengths for the attention kernel")
       ->delimiter(',')
+      ->check(whole_integer())
       ->check(length)
       ->capture_default_str();
   bench->add_option("--step-lengths", b.step_lengths, "sequence lengths for full training steps")
       ->delimiter(',')
+      ->check(whole_integer())
       ->check(length)
       ->capture_default_str();
   bench->add_option("--step-precisions", b.step_precisions,
@@ -855,19 +857,23 @@ Command add_bench_command(CLI::App& lct) {
       ->capture_default_str();
   bench->add_option("--cp-degrees", b.cp_degrees, "context-parallel degrees for the cp_balance section")
       ->delimiter(',')
+      ->check(whole_integer())
       ->check(CLI::Range(int64_t(1), int64_t(1024)))
       ->capture_default_str();
   bench->add_option("--cad-ranks", b.cad_ranks, "data-parallel rank counts for the cad_balance section")
       ->delimiter(',')
+      ->check(whole_integer())
       ->check(CLI::Range(int64_t(1), int64_t(4096)))
       ->capture_default_str();
   bench->add_option("--balance-sequences", b.balance_sequences,
                     "sequences of the stream for the cp_balance and cad_balance sections")
+      ->check(whole_integer())
       ->check(CLI::Range(int64_t(1), int64_t(100000)))
       ->capture_default_str();
   bench->add_option("--profile-out", b.profile_out,
                     "profile section: write the CAD cost model here (for attention.cad_profile)");
   bench->add_option("--repeats", b.repeats, "timed runs per figure, after a discarded warm-up run (the figure: their total work over total time)")
+      ->check(whole_integer())
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   bench->add_option("--budget", b.budget_seconds, "seconds after which a figure stops repeating (at least one run)")

@@ -53,6 +53,10 @@ void add_model_overrides(CLI::App* command, ModelOverrides& overrides);
 // Lower bounds for numeric options, in place of CLI11's PositiveNumber/NonNegativeNumber
 // (whose messages print the largest double, 309 digits): "--x: must be > 0, got 0".
 const CLI::Validator& positive();
+// Every integer option's text is read whole by lct's one integer parser
+// (src/util/integer_text.h): "--threads: must be an integer, got ' 5'" (CLI11 alone would
+// take spaces, a '+' and hex). Given first, before any range check.
+const CLI::Validator& whole_integer();
 const CLI::Validator& non_negative();
 
 }  // namespace lct

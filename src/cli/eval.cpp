@@ -1,5 +1,6 @@
 #include "src/cli/eval.h"
 #include "src/cli/command.h"
+#include "src/io/hf_model.h"
 #include "src/io/paths.h"
 #include "src/train/memory_budget.h"
 
@@ -36,7 +37,10 @@ LlamaModel load_model(const std::string& checkpoint_path,
   ModelFile file(checkpoint_path);
   const LlamaConfig config = adjusted_config(file, adjust);
   if (config_toml) *config_toml = file.run_config();
-  // parameters and gradients of the model the file describes, before allocating them
+  // every tensor is in the file (headers only: a config.json that claims 65,536 layers of
+  // a 430 KB folder names its first missing tensor), then the memory the parameters and
+  // gradients take, before allocating them
+  file.check_params(config, build_llama_table(config));
   const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
   const MemoryAvailable available = available_memory(1);
   if (bytes > available.bytes)
@@ -92,7 +96,12 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
     throw std::runtime_error(no);
   const int64_t targets = batch.num_targets();
   if (targets == 0)
-    throw std::runtime_error(batch_path + ": no targets (every document has a single token)");
+    throw std::runtime_error(batch_path + ": no targets (" +
+                             (batch.num_tokens() == batch.num_docs()
+                                  ? std::string("every document has a single token")
+                                  : std::string("attention.mask = ") + mask_kind_name(model.config().attention_mask.kind) +
+                                        " trains none of them: every target lies inside a prefix or across segments") +
+                             ")");
   const bool want_grads = !grads_out.empty();
   model.zero_grads();
   std::vector<double> token_loss(size_t(batch.num_tokens()), 0.0);
@@ -170,7 +179,9 @@ Command add_eval_command(CLI::App& lct) {
       ->required();
   eval->add_option("--batch-file", o->batch_file, "HDF5 with tokens int32 [T], cu_seqlens int32 [n+1]")->required();
   eval->add_option("--grads-out", o->eval.grads_out, "write /grads/... and @loss to this HDF5 file");
-  eval->add_option("--threads", o->threads, "threads (0 = all cores)")->check(CLI::Range(int64_t(0), kMaxThreads));
+  eval->add_option("--threads", o->threads, "threads (0 = all cores)")
+      ->check(whole_integer())
+      ->check(CLI::Range(int64_t(0), kMaxThreads));
   eval->add_option_function<std::string>(
           "--precision", [o](const std::string& v) { o->eval.precision = parse_precision(v); },
           "fp32 | bf16: the linear layers' products, as train.precision (default fp32)")
@@ -178,6 +189,7 @@ Command add_eval_command(CLI::App& lct) {
   eval->add_option("--per-position-out", o->eval.per_position_out,
                    "write mean loss per in-document position bin (CSV)");
   eval->add_option("--position-bin", o->eval.position_bin, "bin width for --per-position-out")
+      ->check(whole_integer())
       ->check(positive())
       ->capture_default_str();
   eval->add_option("--per-document-out", o->eval.per_document_out,
@@ -187,7 +199,11 @@ Command add_eval_command(CLI::App& lct) {
             refuse_aliasing({{"--grads-out", o->eval.grads_out},
                              {"--per-position-out", o->eval.per_position_out},
                              {"--per-document-out", o->eval.per_document_out}},
-                            {{"--checkpoint", o->checkpoint}, {"--batch-file", o->batch_file}});
+                            [&] {  // the model's files (a folder's, a safetensors file's config.json)
+                              NamedPaths in = model_inputs("--checkpoint", o->checkpoint);
+                              in.emplace_back("--batch-file", o->batch_file);
+                              return in;
+                            }());
             // outputs are checked before the work, not after it (a folder, a device)
             if (!o->eval.grads_out.empty()) require_writable_output(o->eval.grads_out, "--grads-out");
             if (!o->eval.per_position_out.empty()) require_writable_output(o->eval.per_position_out, "--per-position-out");

@@ -2,6 +2,7 @@
 // model.safetensors + config.json (src/io/hf_model.h), that transformers' Llama loads and
 // train.init_from and lct eval read back.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -14,9 +15,10 @@
 namespace lct {
 namespace {
 
-// The length the model was trained at: the checkpoint's data.seq_len (its /config), or
-// with RoPE scaling the length it refers to; a file without /config gives 2048 (said in
-// the output).
+// The length the model was trained at: the checkpoint's data.seq_len (its /config), a
+// Hugging Face folder's max_position_embeddings (what lct read, it writes back), or with
+// RoPE scaling the length it refers to; a file with none of them gives 2048 (said in the
+// output).
 int64_t trained_length(const std::string& path, const std::string& config_toml, const LlamaConfig& m,
                        std::string& note) {
   if (!config_toml.empty()) {
@@ -24,6 +26,8 @@ int64_t trained_length(const std::string& path, const std::string& config_toml, 
     apply_toml_text(c, config_toml, path + ":/config");
     return c.data.seq_len;
   }
+  if (is_hf_model_path(path))
+    if (const int64_t n = hf_max_position_embeddings(path); n > 0) return n;
   if (m.rope_original_length > 0) return m.rope_original_length;
   note = "max_position_embeddings: the trained length is not in " + path + "; 2048 written";
   return 2048;
@@ -44,7 +48,11 @@ Command add_export_command(CLI::App& lct) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   return {cmd, [o] {
-            refuse_aliasing({{"--out", o->out}}, {{"--checkpoint", o->checkpoint}});
+            // the files it writes too: none may be a file the model is read from
+            refuse_aliasing({{"--out", o->out},
+                             {"--out's model.safetensors", (std::filesystem::path(o->out) / "model.safetensors").string()},
+                             {"--out's config.json", (std::filesystem::path(o->out) / "config.json").string()}},
+                            model_inputs("--checkpoint", o->checkpoint));
             std::string config_toml, note;
             const LlamaModel model = load_model(o->checkpoint, {}, &config_toml);
             const int64_t length = trained_length(o->checkpoint, config_toml, model.config(), note);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -97,6 +98,18 @@ std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
   if (!ids && V != kByteVocabulary)
     throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + o.checkpoint +
                              " has a vocabulary of " + std::to_string(V) + " (give token ids with --prompt-tokens)");
+  if (!o.prompt_given) {  // the memory reading it takes, checked before it is read
+    const std::string& path = ids ? o.prompt_tokens : o.prompt_file;
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    // the bytes, their lines, and the int32 tokens they widen to (an id takes 2 bytes or more)
+    const double bytes = ec ? 0.0 : double(size) * (2.0 + (ids ? 2.0 : 4.0));
+    if (const std::string no = check_command_memory("lct generate of " + flag + " (" + std::to_string(size) + " bytes)",
+                                                    bytes, "the file, its lines and their tokens",
+                                                    "give a shorter prompt");
+        !ec && !no.empty())
+      throw std::runtime_error(no);
+  }
   const std::string all = o.prompt_given ? o.prompt
                                          : read_regular_file(ids ? o.prompt_tokens : o.prompt_file,
                                                              ids ? "--prompt-tokens" : "--prompt-file");
@@ -144,6 +157,7 @@ int run_generate(const Options& o) {
   // everything the run allocates, before it allocates it (the longest prompt's decoder:
   // one at a time)
   const TensorTable table = build_llama_table(config);
+  file.check_params(config, table);  // every tensor there (headers only) before sizing and allocating
   const int threads = omp_get_max_threads();
   const double bytes = double(table.total()) * sizeof(float) +
                        KvCacheDecoder::bytes(config, longest, longest + o.max_new_tokens, threads) +
@@ -230,13 +244,20 @@ Command add_generate_command(CLI::App& lct) {
       "the prompt as text (byte-level vocabulary)");
   cmd->add_option("--prompt-file", o->prompt_file, "the prompt: this file's bytes (byte-level vocabulary)");
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "the prompt: token ids in this file, separated by spaces or commas");
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->check(positive())->capture_default_str();
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
+      ->check(whole_integer())
+      ->check(positive())
+      ->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "0: greedy; > 0: sample from softmax(logits / T)")
       ->check(non_negative())
       ->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "sample among the k most likely tokens only (default: all)")->check(positive());
+  cmd->add_option("--top-k", o->top_k, "sample among the k most likely tokens only (default: all)")
+      ->check(whole_integer())
+      ->check(positive());
   cmd->add_option("--seed", o->seed, "the sampling seed (the same seed gives the same tokens)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")->check(CLI::Range(int64_t(0), kMaxThreads));
+  cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
+      ->check(whole_integer())
+      ->check(CLI::Range(int64_t(0), kMaxThreads));
   cmd->add_flag("--per-line", o->per_line,
                 "every line of --prompt-file or --prompt-tokens is its own prompt (one output line each)");
   cmd->add_flag("--ids", o->ids, "print token ids, also for the byte-level vocabulary");

@@ -70,9 +70,11 @@ Command add_make_batch_command(CLI::App& lct) {
       "make-batch", "write packed sequences of the configured data stream to a batch file");
   make_batch->add_option("--out", o->out, "batch file to write (tokens, cu_seqlens)")->required();
   make_batch->add_option("--sequences", o->sequences, "number of sequences of data.seq_len tokens")
+      ->check(whole_integer())
       ->check(positive())
       ->capture_default_str();
   make_batch->add_option("--first", o->first, "index of the first sequence in the stream")
+      ->check(whole_integer())
       ->check(non_negative())
       ->capture_default_str();
   add_config_options(make_batch, o->config);

@@ -3,7 +3,9 @@
 
 #include "src/cli/command.h"
 #include "src/io/hf_model.h"
+#include "src/util/integer_text.h"
 #include "src/util/log.h"
+#include "src/util/printable.h"
 
 namespace lct {
 namespace {
@@ -26,6 +28,23 @@ CLI::Validator at_least(double bound, bool strict) {
       strict ? "> 0" : ">= 0");
 }
 }  // namespace
+
+const CLI::Validator& whole_integer() {
+  // CLI11 alone takes " 5", "+5" and "0x10" (hex) for an integer option
+  static const CLI::Validator v(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        switch (parse_integer_text(text, value)) {
+          case IntegerText::ok: return {};
+          case IntegerText::out_of_range:
+            return std::string("must be ") + (value < 0 ? ">= " : "<= ") + std::to_string(value) + ", got " + text;
+          case IntegerText::not_an_integer: break;
+        }
+        return "must be an integer, got '" + printable(text) + "'";
+      },
+      "INTEGER");
+  return v;
+}
 
 const CLI::Validator& positive() {
   static const CLI::Validator v = at_least(0, true);

@@ -151,15 +151,21 @@ Command add_simulate_command(CLI::App& lct) {
   CLI::App* simulate = lct.add_subcommand(
       "simulate", "predict training steps on N ranks (every layout lct train runs) from costs calibrated here");
   SimulateOptions& s = o->simulate;
-  simulate->add_option("--ranks", s.ranks, "ranks (dp x pp x cp)")->check(CLI::Range(1, 65536))->capture_default_str();
+  simulate->add_option("--ranks", s.ranks, "ranks (dp x pp x cp)")
+      ->check(whole_integer())
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   simulate->add_option("--first-step", s.first_step,
                        "the first step simulated (0-based): match a measured run's warm-up, e.g. 1 for its steps 2..")
+      ->check(whole_integer())
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40))
       ->capture_default_str();
   simulate->add_option("--steps", s.steps, "steps simulated (mean reported)")
+      ->check(whole_integer())
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   simulate->add_option("--calibration-steps", s.calibration_steps, "single-process steps timed for the costs")
+      ->check(whole_integer())
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   simulate->add_option("--profile", s.profile,
@@ -173,6 +179,7 @@ Command add_simulate_command(CLI::App& lct) {
   simulate->add_option("--hosts", s.hosts,
                        "the ranks over this many hosts, ranks / hosts consecutive ranks each; between hosts "
                        "nothing overlaps compute (TCP)")
+      ->check(whole_integer())
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   simulate->add_option("--host-bandwidth", s.host_bandwidth_gbps,

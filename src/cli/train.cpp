@@ -8,6 +8,7 @@
 #include "parallel/process_grid.h"
 #include "src/cli/command.h"
 #include "src/io/checkpoint.h"
+#include "src/io/hf_model.h"
 #include "src/io/paths.h"
 #include "src/train/cad_profile.h"
 #include "src/train/machine_choices.h"
@@ -40,11 +41,13 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
     refuse_run_folder_file("trace.path", config.trace.path, config.checkpoint.dir);
     refuse_run_folder_file("--config", config_file, config.checkpoint.dir);
     refuse_run_folder_file("data.path", config.data.path, config.checkpoint.dir);
-    refuse_aliasing({{"trace.path", config.trace.path}},
-                    {{"--config", config_file},
-                     {"data.path", config.data.path},
-                     {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
-                     {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}});
+    NamedPaths inputs = {{"--config", config_file},
+                         {"data.path", config.data.path},
+                         {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
+                         {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}};
+    if (!config.train.init_from.empty())
+      for (auto& in : model_inputs("train.init_from", config.train.init_from)) inputs.push_back(std::move(in));
+    refuse_aliasing({{"trace.path", config.trace.path}}, inputs);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());
   }

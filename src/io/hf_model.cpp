@@ -1,4 +1,5 @@
 #include "src/io/hf_model.h"
+#include "src/util/printable.h"
 
 #include <sys/stat.h>
 
@@ -70,6 +71,16 @@ bool is_hf_model_path(const std::string& path) {
   return fs::path(path).extension() == ".safetensors";
 }
 
+std::vector<std::pair<std::string, std::string>> model_inputs(const std::string& what, const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> in = {{what, path}};
+  std::error_code ec;
+  if (!path.empty() && fs::path(path).extension() == ".safetensors" && !fs::is_directory(path, ec)) {
+    const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    in.emplace_back(what + "'s config.json", (dir / "config.json").string());
+  }
+  return in;
+}
+
 HfModelFiles find_hf_model_files(const std::string& path) {
   std::error_code ec;
   HfModelFiles files;
@@ -78,6 +89,10 @@ HfModelFiles find_hf_model_files(const std::string& path) {
   const fs::path dir = folder ? fs::path(path) : fs::path(path).parent_path().empty() ? fs::path(".")
                                                                                        : fs::path(path).parent_path();
   files.config = (dir / "config.json").string();
+  if (const fs::file_status st = fs::status(files.config, ec); fs::exists(st) && !fs::is_regular_file(st))
+    throw std::runtime_error(files.config + ": not a regular file (" +
+                             (fs::is_directory(st) ? "a folder" : fs::is_fifo(st) ? "a FIFO" : "a device or socket") +
+                             "): config.json must be the model's JSON file");
   if (!fs::is_regular_file(files.config, ec))
     throw std::runtime_error(path + ": no config.json " + (folder ? "in the folder" : "beside the file") +
                              " (a Hugging Face model folder holds config.json and model.safetensors)");
@@ -100,16 +115,26 @@ HfModelFiles find_hf_model_files(const std::string& path) {
   std::set<std::string> seen;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it.value().is_string())
-      throw std::runtime_error(files.index + ": weight_map." + it.key() + " is not a file name");
+      throw std::runtime_error(files.index + ": weight_map." + printable(it.key()) + " is not a file name");
     const std::string shard = it.value().get<std::string>();
     if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
-      throw std::runtime_error(files.index + ": weight_map." + it.key() + " = '" + shard +
+      throw std::runtime_error(files.index + ": weight_map." + printable(it.key()) + " = '" + printable(shard) +
                                "' is not a file name in the folder");
     if (seen.insert(shard).second) files.weights.push_back((dir / shard).string());
     files.weight_map[it.key()] = (dir / shard).string();
   }
   if (files.weights.empty()) throw std::runtime_error(files.index + ": the weight_map lists no tensors");
   return files;
+}
+
+int64_t hf_max_position_embeddings(const std::string& path) {
+  const std::string config = find_hf_model_files(path).config;
+  const Json j = read_json_file(config);
+  if (!j.is_object() || !j.contains("max_position_embeddings") || j["max_position_embeddings"].is_null()) return 0;
+  const Json& v = j["max_position_embeddings"];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    throw std::runtime_error(config + ": max_position_embeddings: " + v.dump() + " is not a positive integer");
+  return v.get<int64_t>();
 }
 
 LlamaConfig read_hf_config(const std::string& path) {
@@ -273,7 +298,7 @@ LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& conf
     t.open.push_back(std::make_unique<SafetensorsFile>(w));
     for (const SafetensorsEntry& e : t.open.back()->entries()) {
       if (const auto it = t.where.find(e.name); it != t.where.end())
-        throw std::runtime_error(w + ": tensor '" + e.name + "' is also in " + it->second.first->path());
+        throw std::runtime_error(w + ": tensor '" + printable(e.name) + "' is also in " + it->second.first->path());
       t.where[e.name] = {t.open.back().get(), &e};
     }
   }

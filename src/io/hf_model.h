@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/llama.h"
@@ -34,9 +35,16 @@ struct HfModelFiles {
 
 // A folder holding config.json, or a *.safetensors file with config.json beside it.
 bool is_hf_model_path(const std::string& path);
+// What a command reading the model at `path` (--checkpoint, train.init_from) reads, as
+// refuse_aliasing compares inputs: the path (a folder counts as its files), and for a
+// *.safetensors file also the config.json beside it.
+std::vector<std::pair<std::string, std::string>> model_inputs(const std::string& what, const std::string& path);
 // Finds config.json and the weights (model.safetensors, or the index and its shards);
 // throws std::runtime_error naming the path and what is missing.
 HfModelFiles find_hf_model_files(const std::string& path);
+// The max_position_embeddings of the model's config.json (a positive JSON integer), or 0
+// when it has none: what a re-export writes back.
+int64_t hf_max_position_embeddings(const std::string& path);
 
 // The model config.json describes, with the "lct" object's attention settings (or
 // causal); throws std::runtime_error "<file>: <key>: ..." for anything lct's Llama

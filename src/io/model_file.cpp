@@ -18,6 +18,11 @@ std::string ModelFile::run_config() const {
   return h5_ && h5_->exists("/config") ? h5_->read_string("/config") : "";
 }
 
+void ModelFile::check_params(const LlamaConfig& config, const TensorTable& table) {
+  if (hf_) check_hf_params(files_, config);
+  else check_tensors(*h5_, "/params", table);
+}
+
 void ModelFile::read_params(const LlamaConfig& config, const TensorTable& table, float* arena) {
   if (hf_) read_hf_params(files_, config, table, arena);
   else read_tensors(*h5_, "/params", table, arena);

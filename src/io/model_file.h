@@ -26,6 +26,9 @@ class ModelFile {
   // A checkpoint's run configuration (/config, TOML); "" for a parameter file or a
   // Hugging Face model.
   std::string run_config() const;
+  // Every tensor of `table` is in the file with its shape (headers only): a command
+  // checks this before it allocates the parameters a config describes.
+  void check_params(const LlamaConfig& config, const TensorTable& table);
   // Reads every tensor of `table` into the arena. `config` is the file's config with any
   // attention or RoPE settings changed (core attention and RoPE have no weights).
   void read_params(const LlamaConfig& config, const TensorTable& table, float* arena);

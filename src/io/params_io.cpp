@@ -136,8 +136,7 @@ void write_tensors(H5File& f, const std::string& root, const TensorTable& table,
   }
 }
 
-void read_tensors(const H5File& f, const std::string& root, const TensorTable& table,
-                  float* arena) {
+void check_tensors(const H5File& f, const std::string& root, const TensorTable& table) {
   for (const TensorSpec& s : table.specs()) {
     const std::string ds = root + "/" + hf_name_to_path(s.name);
     if (!f.exists(ds)) throw std::runtime_error(f.path() + ": missing tensor " + ds);
@@ -147,6 +146,14 @@ void read_tensors(const H5File& f, const std::string& root, const TensorTable& t
                                ", expected " + shape_text(s.shape));
     if (const std::string dt = f.dtype(ds); dt != "float32")
       throw std::runtime_error(f.path() + ": tensor " + ds + " has dtype " + dt + ", expected float32");
+  }
+}
+
+void read_tensors(const H5File& f, const std::string& root, const TensorTable& table,
+                  float* arena) {
+  check_tensors(f, root, table);
+  for (const TensorSpec& s : table.specs()) {
+    const std::string ds = root + "/" + hf_name_to_path(s.name);
     const std::vector<float> v = f.read_f32(ds);
     // tensors written by lct carry a checksum of their bytes; files from other tools may not
     if (const auto sum = f.attr_string(ds, "checksum")) {

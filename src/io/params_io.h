@@ -21,6 +21,9 @@ LlamaConfig read_model_attrs(const H5File& file);
 void write_tensors(H5File& file, const std::string& root, const TensorTable& table,
                    const float* arena);
 // Checks every tensor is present with the table's shape; throws naming the tensor.
+// Every tensor of `table` is under root with its shape and dtype float32 (nothing read):
+// throws std::runtime_error naming the first that is not.
+void check_tensors(const H5File& file, const std::string& root, const TensorTable& table);
 void read_tensors(const H5File& file, const std::string& root, const TensorTable& table,
                   float* arena);
 

@@ -9,7 +9,29 @@ namespace fs = std::filesystem;
 
 namespace lct {
 
-void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs) {
+namespace {
+
+// Each input as the files a command reads: a folder also as every regular file under it
+// (a Hugging Face folder's config.json, index and shards; a text corpus's files), so that
+// an output inside an input folder is compared with the file it would replace.
+NamedPaths expand_folders(const NamedPaths& inputs) {
+  NamedPaths out;
+  for (const auto& [what, path] : inputs) {
+    if (path.empty()) continue;
+    out.emplace_back(what, path);
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) continue;
+    for (fs::recursive_directory_iterator it(path, fs::directory_options::skip_permission_denied, ec), end;
+         !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec)) out.emplace_back(what, it->path().string());
+  }
+  return out;
+}
+
+}  // namespace
+
+void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& folder_inputs) {
+  const NamedPaths inputs = expand_folders(folder_inputs);
   const auto same_file = [](const std::string& a, const std::string& b) {
     std::error_code ec;
     if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec) && !ec;

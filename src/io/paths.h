@@ -9,7 +9,9 @@
 
 namespace lct {
 
-// (what, path) pairs, e.g. {"--grads-out", "g.h5"}; empty paths are skipped. Throws
+// (what, path) pairs, e.g. {"--grads-out", "g.h5"}; empty paths are skipped. An input
+// folder counts as every regular file under it (an output may not replace a file of an
+// input folder, e.g. DIR/model.safetensors of the model being evaluated). Throws
 // std::invalid_argument naming both.
 using NamedPaths = std::vector<std::pair<std::string, std::string>>;
 void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& inputs);

@@ -1,4 +1,5 @@
 #include "src/io/safetensors.h"
+#include "src/util/printable.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -56,7 +57,7 @@ struct DuplicateGuard {
     if (depth > 4) throw std::runtime_error("the header nests deeper than the format's 3 levels");
     if (event == Json::parse_event_t::key && depth == 1) {
       const std::string name = parsed.get<std::string>();
-      if (!names.insert(name).second) throw std::runtime_error("the name '" + name + "' is given twice");
+      if (!names.insert(name).second) throw std::runtime_error("the name '" + printable(name) + "' is given twice");
     }
     return true;
   }
@@ -94,16 +95,16 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& text, 
     if (name == "__metadata__") {
       if (!v.is_object()) throw std::runtime_error("__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw std::runtime_error("__metadata__." + m.key() + " is not a string");
+        if (!m.value().is_string()) throw std::runtime_error("__metadata__." + printable(m.key()) + " is not a string");
         metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
+    const std::string where = "tensor '" + printable(name) + "'";
     if (!v.is_object()) throw std::runtime_error(where + " is not an object");
     for (auto k = v.begin(); k != v.end(); ++k)
       if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
-        throw std::runtime_error(where + " has an unknown field '" + k.key() + "'");
+        throw std::runtime_error(where + " has an unknown field '" + printable(k.key()) + "'");
     if (!v.contains("dtype") || !v["dtype"].is_string()) throw std::runtime_error(where + " has no dtype string");
     SafetensorsEntry e;
     e.name = name;
@@ -144,7 +145,7 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& text, 
   });
   int64_t at = 0;
   for (const SafetensorsEntry* e : by_offset) {
-    if (e->begin < at) throw std::runtime_error("tensor '" + e->name + "' overlaps the tensor before it in the data");
+    if (e->begin < at) throw std::runtime_error("tensor '" + printable(e->name) + "' overlaps the tensor before it in the data");
     if (e->begin > at)
       throw std::runtime_error("the data has a hole at bytes " + std::to_string(at) + "-" + std::to_string(e->begin) +
                                " (before tensor '" + e->name + "')");
@@ -211,7 +212,7 @@ void SafetensorsFile::read_f32(const SafetensorsEntry& e, float* out) const {
   for (int64_t done = 0; done < bytes;) {
     const ssize_t got = ::pread(fd_, dst + done, size_t(std::min<int64_t>(bytes - done, int64_t(1) << 30)),
                                 off_t(data_start_ + e.begin + done));
-    if (got <= 0) throw std::runtime_error(path_ + ": changed while it was read (tensor '" + e.name + "')");
+    if (got <= 0) throw std::runtime_error(path_ + ": changed while it was read (tensor '" + printable(e.name) + "')");
     done += got;
   }
   if (e.dtype == SafetensorsDtype::bf16)

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <functional>
@@ -112,7 +113,8 @@ std::optional<CachedChoice> parse_choice_cache(const std::string& text, const st
     const toml::table t = toml::parse(text, what);
     const std::optional<std::string> name = t[name_key].value<std::string>();
     const std::optional<double> a = t[a_key].value<double>(), b = t[b_key].value<double>();
-    if (!name || !a || !b) return std::nullopt;
+    // rates are measured times: a cache holding nan, inf or <= 0 was not written by lct
+    if (!name || !a || !b || !std::isfinite(*a) || !std::isfinite(*b) || *a <= 0 || *b <= 0) return std::nullopt;
     return CachedChoice{*name, *a, *b};
   } catch (const std::exception&) {  // toml::parse_error, a ConfigError
     return std::nullopt;

@@ -8,6 +8,7 @@
 #include "data/files.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
+#include "src/util/log.h"
 #include "src/util/machine.h"
 
 namespace lct {
@@ -22,12 +23,24 @@ std::string cache_path(const std::string& file) {
 
 std::optional<std::string> cached_text(const std::string& file, const std::function<bool(const std::string&)>& usable) {
   const std::string path = cache_path(file);
-  if (path.empty() || !fs::is_regular_file(path)) return std::nullopt;
+  if (path.empty()) return std::nullopt;
+  // no filesystem call that throws: a symlink loop, a folder or a FIFO in the cache folder
+  // is an entry to ignore (with one warning) and measure again, not the run's end
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) return std::nullopt;
+  if (ec || st.type() != fs::file_type::regular) {
+    log_warn("the cache entry " + path + " is not a regular file (" +
+             (ec ? ec.message() : std::string("a folder, link or device")) + "): ignored, measured again");
+    return std::nullopt;
+  }
   try {
     std::string text = read_regular_file(path, "the cache file");
     if (usable(text)) return text;
-  } catch (const std::exception&) {
-    // unreadable: as if absent (measured_once measures again and replaces it)
+    log_warn("the cache entry " + path + " holds no usable measurement (unknown keys, or rates that are not finite "
+             "and positive): ignored, measured again");
+  } catch (const std::exception& e) {
+    log_warn(std::string("the cache entry ") + e.what() + ": ignored, measured again");
   }
   return std::nullopt;
 }

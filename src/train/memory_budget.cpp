@@ -204,7 +204,11 @@ double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int6
   const StageSpec whole = whole_model_stage(model);
   const double weights = 2.0 * double(build_llama_table(model).total()) * f;  // parameters, gradients
   const double activations = double(LlamaModel::activation_floats_per_token(model, whole, precision)) * double(T) * f;
-  const double scratch = double(LlamaModel::scratch_floats(model, T)) * f;
+  // the RoPE table: a row per position, under DCA at least C + 1 (as a run's estimate)
+  double rope_rows = double(L);
+  if (model.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(model.dca_chunk_size) + 1);
+  const double head_dim = double(model.hidden_size / std::max(1, model.num_attention_heads));
+  const double scratch = (double(LlamaModel::scratch_floats(model, T)) + rope_rows * head_dim) * f;
   AttentionParams params = attention_params_of(model);
   params.precision = precision;
   const double kernel = double(attention_workspace_bytes(

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -362,28 +363,22 @@ TEST(HfModel, ConfigsLctCannotRepresentAreRefusedByKey) {
   j = base;
   j["vocab_size"] = "many";
   expect(j, "vocab_size");
-  // each field has the JSON type transformers builds from (issue 54, cause 6)
-  j = base;
-  j["tie_word_embeddings"] = "false";  // Python ties on a non-empty string
-  expect(j, "tie_word_embeddings: \"false\" is not true or false");
-  j = base;
-  j["hidden_size"] = "16";
-  expect(j, "hidden_size: \"16\" is not an integer");
-  j = base;
-  j["num_hidden_layers"] = 2.0;
-  expect(j, "num_hidden_layers: 2.0 is not an integer");
-  j = base;
-  j["rms_norm_eps"] = "1e-6";
-  expect(j, "rms_norm_eps: \"1e-6\" is not a number");
-  j = base;
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", "2"}};
-  expect(j, "rope_scaling.factor: \"2\" is not a number");
-  j = base;
-  j["lct"] = {{"attention_kernel", "dca"}, {"dca_chunk_size", "64"}, {"dca_local_size", 8}};
-  expect(j, "lct.dca_chunk_size: \"64\" is not an integer");
-  j = base;
-  j["head_dim"] = "4";  // the message quotes the value as the file has it
-  expect(j, "head_dim: \"4\", lct's head_dim is hidden_size / num_attention_heads = 4");
+  // each field has the JSON type transformers builds from (issue 54, cause 6); a refusal
+  // quotes the value as the file has it
+  const std::vector<std::tuple<std::string, Json, std::string>> typed = {
+      {"tie_word_embeddings", "false", "tie_word_embeddings: \"false\" is not true or false"},  // Python would tie
+      {"hidden_size", "16", "hidden_size: \"16\" is not an integer"},
+      {"num_hidden_layers", 2.0, "num_hidden_layers: 2.0 is not an integer"},
+      {"rms_norm_eps", "1e-6", "rms_norm_eps: \"1e-6\" is not a number"},
+      {"rope_scaling", {{"type", "linear"}, {"factor", "2"}}, "rope_scaling.factor: \"2\" is not a number"},
+      {"lct", {{"attention_kernel", "dca"}, {"dca_chunk_size", "64"}, {"dca_local_size", 8}},
+       "lct.dca_chunk_size: \"64\" is not an integer"},
+      {"head_dim", "4", "head_dim: \"4\", lct's head_dim is hidden_size / num_attention_heads = 4"}};
+  for (const auto& [key, value, part] : typed) {
+    j = base;
+    j[key] = value;
+    expect(j, part);
+  }
   {  // a NUL ends nlohmann's input: config.json must be one JSON value
     write_file(dir.file("config.json"), base.dump() + std::string(1, '\0') + "garbage");
     try {

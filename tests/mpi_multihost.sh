@@ -139,38 +139,29 @@ rc=0
 [[ $rc -ne 0 ]] || { echo "FAIL: a failing command exited 0 through cluster.sh"; exit 1; }
 no_namespaces_left "failed command" lctfail
 # Ctrl-C: SIGINT to the job's whole process group, as a terminal sends it (job control
-# gives the background job a group of its own, and keeps SIGINT from being ignored there)
+# gives the background job a group of its own, and keeps SIGINT from being ignored there).
+# interrupt NAME TIMES: a long run on 2 hosts, SIGINT TIMES times 0.1 s apart once it
+# steps (issue 54 cause 3: a second Ctrl-C during teardown killed it halfway); exit 130,
+# and nothing left: namespaces, ranks, the state folder
 mkdir -p state
-set -m
-TMPDIR=$work/state "${CLUSTER[@]}" --name lctint --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \
-  --checkpoint.dir interrupted > interrupted.log 2>&1 &
-launcher=$!
-set +m
-for _ in $(seq 600); do grep -q "^step" interrupted.log 2> /dev/null && break; sleep 0.05; done
-kill -INT -- -$launcher
-rc=0
-timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: cluster.sh still running 30 s after SIGINT"; exit 1; }
-wait "$launcher" || rc=$?
-[[ $rc -eq 130 ]] || { cat interrupted.log; echo "FAIL: exit $rc after SIGINT (want 130)"; exit 1; }
-no_namespaces_left "SIGINT" lctint
-pgrep -f "checkpoint.dir interrupted" > /dev/null && { echo "FAIL: a rank survived SIGINT"; exit 1; }
-[[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder"; exit 1; }
-# Ctrl-C twice (issue 54 cause 3: the second one killed teardown halfway): the second
-# SIGINT arrives while the first one's teardown runs, and teardown still finishes
-set -m
-TMPDIR=$work/state "${CLUSTER[@]}" --name lctint2 --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \
-  --checkpoint.dir interrupted2 > interrupted2.log 2>&1 &
-launcher=$!
-set +m
-for _ in $(seq 600); do grep -q "^step" interrupted2.log 2> /dev/null && break; sleep 0.05; done
-kill -INT -- -$launcher
-sleep 0.1
-kill -INT -- -$launcher 2> /dev/null || true
-timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: cluster.sh still running 30 s after two SIGINTs"; exit 1; }
-wait "$launcher" || true
-no_namespaces_left "two SIGINTs" lctint2
-pgrep -f "checkpoint.dir interrupted2" > /dev/null && { echo "FAIL: a rank survived two SIGINTs"; exit 1; }
-[[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder after two SIGINTs"; exit 1; }
+interrupt() {
+  local name=$1 times=$2 rc=0 i
+  set -m
+  TMPDIR=$work/state "${CLUSTER[@]}" --name "$name" --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 \
+    --checkpoint.every 0 --checkpoint.dir "run_$name" > "$name.log" 2>&1 &
+  launcher=$!
+  set +m
+  for _ in $(seq 600); do grep -q "^step" "$name.log" 2> /dev/null && break; sleep 0.05; done
+  for ((i = 0; i < times; ++i)); do kill -INT -- -$launcher 2> /dev/null || true; sleep 0.1; done
+  timeout 30 tail --pid="$launcher" -f /dev/null || { echo "FAIL: cluster.sh still running 30 s after $times SIGINT"; exit 1; }
+  wait "$launcher" || rc=$?
+  [[ $rc -eq 130 ]] || { cat "$name.log"; echo "FAIL: exit $rc after $times SIGINT (want 130)"; exit 1; }
+  no_namespaces_left "$times SIGINT" "$name"
+  pgrep -f "checkpoint.dir run_$name" > /dev/null && { echo "FAIL: a rank survived $times SIGINT"; exit 1; }
+  [[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder after $times SIGINT"; exit 1; }
+}
+interrupt lctint 1
+interrupt lctint2 2
 # killed outright (SIGKILL: no teardown at all): the next run removes what it left, by
 # the pid and namespaces its state folder records
 TMPDIR=$work/state "${CLUSTER[@]}" --name lctkill --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \

@@ -40,8 +40,9 @@ LlamaModel load_model(const std::string& checkpoint_path,
   // every tensor is in the file (headers only: a config.json that claims 65,536 layers of
   // a 430 KB folder names its first missing tensor), then the memory the parameters and
   // gradients take, before allocating them
-  file.check_params(config, build_llama_table(config));
-  const double bytes = 2.0 * double(build_llama_table(config).total()) * sizeof(float);
+  const TensorTable table = build_llama_table(config);
+  file.check_params(config, table);
+  const double bytes = 2.0 * double(table.total()) * sizeof(float);
   const MemoryAvailable available = available_memory(1);
   if (bytes > available.bytes)
     throw std::runtime_error(checkpoint_path + ": " + file.config_source() + " describe a model of " +

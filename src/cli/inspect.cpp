@@ -1,10 +1,10 @@
 #include "src/cli/inspect.h"
 #include "src/cli/command.h"
 #include "src/cli/eval.h"
+#include "src/util/integer_text.h"
 #include "src/util/json.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -333,11 +333,9 @@ int inspect_per_document(const std::string& path, bool json) {
     if (!line.empty() && line.back() == ',') f.push_back("");
     if (f.size() != 8) throw bad();
     const auto whole = [&](const std::string& x) {
-      char* end = nullptr;
-      errno = 0;
-      const long long v = std::strtoll(x.c_str(), &end, 10);
-      if (x.empty() || *end != '\0' || errno != 0 || v < 0) throw bad();
-      return int64_t(v);
+      int64_t v = 0;
+      if (parse_integer_text(x, v) != IntegerText::ok || v < 0) throw bad();
+      return v;
     };
     const int64_t n = whole(f[2]), t = whole(f[3]), a = whole(f[5]), c = whole(f[6]);
     whole(f[0]), whole(f[1]);

@@ -116,7 +116,7 @@ void apply_init_from(Config& config, const std::map<std::string, std::string>& g
   try {
     const HfModelFiles files = find_hf_model_files(path);
     hf = read_hf_config(files.config);
-    check_hf_params(files, hf);  // every header, name and shape, before the run starts
+    check_hf_params(files, hf, build_llama_table(hf));  // every header, name and shape, before the run starts
   } catch (const std::runtime_error& e) {
     throw ConfigError(std::string("train.init_from: ") + e.what());
   }

@@ -342,8 +342,8 @@ LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& conf
 
 }  // namespace
 
-void check_hf_params(const HfModelFiles& files, const LlamaConfig& config) {
-  locate_tensors(files, config, build_llama_table(config));
+void check_hf_params(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table) {
+  locate_tensors(files, config, table);
 }
 
 void read_hf_params(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table, float* arena) {

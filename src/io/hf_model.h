@@ -60,7 +60,7 @@ LlamaConfig read_hf_config(const std::string& config_json_path);
 void read_hf_params(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table, float* arena);
 // The same checks without reading a tensor (every header, name and shape): a run refuses
 // a bad folder before it starts.
-void check_hf_params(const HfModelFiles& files, const LlamaConfig& config);
+void check_hf_params(const HfModelFiles& files, const LlamaConfig& config, const TensorTable& table);
 
 // config.json's text for `config`; trained_length is the length the model was trained at
 // (max_position_embeddings; with RoPE scaling the scaled length).

@@ -19,7 +19,7 @@ std::string ModelFile::run_config() const {
 }
 
 void ModelFile::check_params(const LlamaConfig& config, const TensorTable& table) {
-  if (hf_) check_hf_params(files_, config);
+  if (hf_) check_hf_params(files_, config, table);
   else check_tensors(*h5_, "/params", table);
 }
 

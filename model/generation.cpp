@@ -21,6 +21,21 @@ int32_t argmax(const float* logits, int64_t V) {
     if (logits[i] > logits[best]) best = i;
   return int32_t(best);
 }
+
+void check_finite(const float* logits, int64_t V, const std::string& row) {
+  for (int64_t i = 0; i < V; ++i)
+    if (!std::isfinite(logits[i]))
+      throw std::runtime_error("the model's logits are not finite at " + row + " (a diverged checkpoint?)");
+}
+
+// log softmax(logits)[token] in double
+double log_probability(const float* logits, int64_t V, int32_t token) {
+  double top = logits[0];
+  for (int64_t i = 1; i < V; ++i) top = std::max(top, double(logits[i]));
+  double sum = 0.0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(double(logits[i]) - top);
+  return double(logits[token]) - top - std::log(sum);
+}
 }  // namespace
 
 int32_t next_token(const float* logits, int64_t V, const SamplingSettings& s, int64_t step) {
@@ -59,11 +74,9 @@ Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, in
   decoder.append(prompt, logits.data());
   const Clock::time_point prompt_done = Clock::now();
   g.prompt_pairs = decoder.pairs();
+  g.prompt_logits = logits;
   for (int64_t step = 0; step < new_tokens; ++step) {
-    for (float x : logits)
-      if (!std::isfinite(x))
-        throw std::runtime_error("the model's logits are not finite at new token " + std::to_string(step + 1) +
-                                 " (a diverged checkpoint?)");
+    check_finite(logits.data(), V, "new token " + std::to_string(step + 1));
     const int32_t token = next_token(logits.data(), V, settings, step);
     g.tokens.push_back(token);
     if (step + 1 < new_tokens) decoder.append({&token, 1}, logits.data());
@@ -73,6 +86,34 @@ Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, in
   g.prompt_seconds = std::chrono::duration<double>(prompt_done - start).count();
   g.decode_seconds = std::chrono::duration<double>(end - prompt_done).count();
   return g;
+}
+
+ContinuationScore score_continuation(KvCacheDecoder& decoder, const Generation& g,
+                                     std::span<const int32_t> continuation) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t V = decoder.config().vocab_size, n = int64_t(continuation.size());
+  if (n < 1) throw std::invalid_argument("score_continuation: an empty continuation");
+  if (int64_t(g.prompt_logits.size()) != V)
+    throw std::invalid_argument("score_continuation: the generation holds no prompt logits");
+  for (int32_t id : continuation)
+    if (id < 0 || id >= V) throw std::invalid_argument("token id " + std::to_string(id) + " outside the vocabulary");
+  const Clock::time_point start = Clock::now();
+  const int64_t pairs_before = decoder.pairs();
+  std::vector<float> logits(size_t(n) * size_t(V));
+  std::copy(g.prompt_logits.begin(), g.prompt_logits.end(), logits.begin());
+  decoder.rewind(decoder.prompt_tokens());
+  if (n > 1) decoder.append(continuation.first(size_t(n - 1)), logits.data() + V, true);
+  ContinuationScore s;
+  s.tokens = n;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * V;
+    check_finite(row, V, "continuation token " + std::to_string(i + 1));
+    s.log_likelihood += log_probability(row, V, continuation[size_t(i)]);
+    s.argmax += argmax(row, V) == continuation[size_t(i)];
+  }
+  s.pairs = decoder.pairs() - pairs_before;
+  s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return s;
 }
 
 }  // namespace lct

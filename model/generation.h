@@ -30,6 +30,9 @@ struct Generation {
   // The attention pairs of each part (the FLOP convention's count): the prompt's rows,
   // and the new tokens' forwards.
   int64_t prompt_pairs = 0, decode_pairs = 0;
+  // The logits of the prompt's last row (the first new token's), which
+  // score_continuation starts from.
+  std::vector<float> prompt_logits;
 };
 
 // Appends the prompt to a fresh decoder, then chooses new_tokens tokens one at a time,
@@ -37,5 +40,29 @@ struct Generation {
 // a row of logits is not finite (a diverged checkpoint).
 Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, int64_t new_tokens,
                     const SamplingSettings& settings);
+
+// A given continuation of the prompt scored by teacher forcing, as lm-evaluation-harness's
+// loglikelihood requests are: each of its tokens against the logits of the row before
+// it, the rows before it being the prompt and the continuation itself (not what was
+// generated).
+struct ContinuationScore {
+  int64_t tokens = 0;
+  double log_likelihood = 0;  // sum of log softmax(logits)[token], in double
+  int64_t argmax = 0;         // tokens that are their row's greedy choice (next_token at temperature 0)
+  // the whole continuation is what greedy decoding writes (every token the argmax)
+  bool greedy() const { return argmax == tokens; }
+  double seconds = 0;
+  int64_t pairs = 0;  // attention pairs of the continuation's forward
+};
+
+// Scores `continuation` after generate(decoder, prompt, ...) has run: rewinds the decoder
+// to the prompt and appends the continuation's tokens but the last as one append, every
+// row's logits kept; the first token is scored against g.prompt_logits. The decoder's
+// planned length must hold prompt + continuation - 1 tokens. The same length-dependent
+// settings as the generation (the decoder's plan), so that its first token's score and
+// the generation's first choice come from the same row. Throws std::runtime_error when a
+// row of logits is not finite.
+ContinuationScore score_continuation(KvCacheDecoder& decoder, const Generation& g,
+                                     std::span<const int32_t> continuation);
 
 }  // namespace lct

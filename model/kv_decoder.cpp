@@ -96,6 +96,13 @@ void KvCacheDecoder::attention_tasks(int64_t t0, int64_t n, std::vector<Attentio
   tasks.assign(1, t);
 }
 
+void KvCacheDecoder::rewind(int64_t length) {
+  if (length < prompt_ || length > length_)
+    throw std::logic_error("KvCacheDecoder::rewind: to " + std::to_string(length) + " tokens, outside [prompt " +
+                           std::to_string(prompt_) + ", length " + std::to_string(length_) + "]");
+  length_ = length;  // the rows beyond are overwritten by the next append
+}
+
 void KvCacheDecoder::append(std::span<const int32_t> tokens, float* logits, bool every_row) {
   const int64_t n = int64_t(tokens.size()), t0 = length_, V = config_.vocab_size;
   if (n < 1) throw std::invalid_argument("KvCacheDecoder::append: no tokens");

@@ -45,7 +45,13 @@ class KvCacheDecoder {
   // ones may be any length, up to total_tokens in all.
   void append(std::span<const int32_t> tokens, float* logits, bool every_row = false);
 
+  // Forgets the rows from `length` on, so that the next append continues the document
+  // there (the prompt stays: prompt_tokens <= length <= length()). Scoring a given
+  // continuation after generating one rewinds to the prompt (model/generation.h).
+  void rewind(int64_t length);
+
   int64_t length() const { return length_; }
+  int64_t prompt_tokens() const { return prompt_; }
   // The (query, key) pairs attention has read so far, under the mask (the FLOP
   // convention's count, attention/core_attention.h: attention_pairs).
   int64_t pairs() const { return pairs_; }

@@ -35,7 +35,7 @@ check dca_extrapolation task kernel train_len position_begin position_end contex
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit
 check passkey recipe seed task kernel length_factor length depth documents accuracy generated_accuracy digit_recall loss \
-  train_steps train_retrieval
+  train_steps train_retrieval formed_step
 for recipe in causal dca_trained logn dca_logn; do  # every recipe trained, scored under its kernels
   grep -q "^$recipe,0,passkey,dca,2,512,0.5," "$work/results/passkey/passkey.csv" \
     || { echo "FAIL: passkey.csv has no $recipe row at 2 x L"; exit 1; }

@@ -2,8 +2,9 @@
 # lct generate (issue 41): greedy continuations are the argmax of lct eval's full forward
 # at every new token (checked through eval's answer recall on the finished document, with
 # the new tokens as the answers: causal, DCA, YaRN and a mask); the same from a Hugging
-# Face export; --per-line equals one prompt at a time; seeded sampling repeats itself;
-# tokens/s is reported; bad input is one line and exit 1.
+# Face export; --per-line equals one prompt at a time; --continuation-tokens scores a
+# given continuation as eval's full forward does (argmax count, log-likelihood); seeded
+# sampling repeats itself; tokens/s is reported; bad input is one line and exit 1.
 set -euo pipefail
 LCT=$1
 PY=/usr/bin/python3
@@ -76,6 +77,70 @@ check_greedy causal 40
 check_greedy dca 60 --attention.kernel dca --attention.dca_chunk_size 24 --attention.dca_local_size 6
 check_greedy yarn 40 --model.rope_scaling yarn --model.rope_scaling_factor 4 --model.rope_original_length 32
 check_greedy prefix_lm 30 --attention.mask prefix_lm
+# --continuation-tokens (issue 53): beside the generation, each prompt's given
+# continuation is scored by teacher forcing from the same prompt forward. The greedy
+# tokens score as greedy (every token the argmax); the same with its 3rd token changed
+# does not; each continuation's argmax count is lct eval's answer recall on the same
+# document, and its log-likelihood minus eval's per-position losses over the
+# continuation's rows (--position-bin 1), to 1e-3 nats a token (the arithmetic differs by
+# fp32 summation order, ~1e-5 relative a row: generate_test's ScoresAContinuation bounds
+# it; a row off by one would differ by nats)
+check_continuation() {  # name overrides...
+  local name=$1
+  shift
+  $PY - "gen_$name.json" "$PROMPT" <<'PY'
+import json, sys, h5py, numpy as np
+j, prompt = json.load(open(sys.argv[1])), list(sys.argv[2].encode())
+greedy = j["tokens"]
+changed = list(greedy)
+changed[2] = (changed[2] + 1) % 256
+open("cont.prompts", "w").write((" ".join(map(str, prompt)) + "\n") * 2)
+open("cont.ids", "w").write(" ".join(map(str, greedy)) + "\n" + " ".join(map(str, changed)) + "\n")
+for i, cont in enumerate((greedy, changed)):
+    doc = prompt + cont
+    mask = np.zeros(len(doc), np.int32)
+    mask[len(prompt) - 1:len(doc) - 1] = 1
+    with h5py.File(f"cont{i}.h5", "w") as f:
+        f["tokens"] = np.array(doc, np.int32)
+        f["cu_seqlens"] = np.array([0, len(doc)], np.int32)
+        f["answer_mask"] = mask
+PY
+  "$LCT" generate --checkpoint sharp --prompt-tokens cont.prompts --continuation-tokens cont.ids --per-line --json \
+    --threads 1 "$@" > cont.json 2> cont.err || { cat cont.err; fail "$name: --continuation-tokens"; }
+  grep -q "continuations: 1 of 2 the greedy choice" cont.err || { cat cont.err; fail "$name: the continuations' summary"; }
+  for i in 0 1; do
+    "$LCT" eval --checkpoint sharp --batch-file "cont$i.h5" --threads 1 --per-position-out "pos$i.csv" \
+      --position-bin 1 "$@" > "eval$i.txt"
+  done
+  $PY - "gen_$name.json" "$PROMPT" <<'PY' || fail "$name: continuation scores"
+import csv, json, re, sys
+gen, prompt = json.load(open(sys.argv[1])), sys.argv[2].encode()
+lines = [json.loads(l) for l in open("cont.json")]
+n, P = len(gen["tokens"]), len(prompt)
+assert len(lines) == 2 and all(l["tokens"] == gen["tokens"] for l in lines), "the generation changed"
+assert lines[0]["continuation_greedy"] is True and lines[0]["continuation_argmax"] == n, lines[0]
+assert lines[1]["continuation_greedy"] is False and lines[1]["continuation_argmax"] < n, lines[1]
+for i, l in enumerate(lines):
+    assert l["continuation_tokens"] == n
+    text = open(f"eval{i}.txt").read()
+    right = int(re.search(r"recall \S+ \((\d+) of (\d+) answers\)", text).group(1))
+    assert right == l["continuation_argmax"], (i, right, l["continuation_argmax"])
+    rows = {int(r["position_begin"]): float(r["mean_loss"]) for r in csv.DictReader(open(f"pos{i}.csv"))}
+    loss = sum(rows[p] for p in range(P - 1, P - 1 + n))
+    assert abs(-l["continuation_log_likelihood"] - loss) <= 1e-3 * n, (i, l["continuation_log_likelihood"], loss)
+print(f"ok   continuation scores = eval's argmax count and answer-row losses ({n} tokens, "
+      f"{lines[1]['continuation_argmax']} of them the argmax after a changed 3rd token)")
+PY
+}
+check_continuation causal
+# the same continuation as text (--continuation-file, one prompt) scores the same
+$PY -c "import json,sys; sys.stdout.buffer.write(bytes(json.load(open('gen_causal.json'))['tokens']))" > cont.txt
+"$LCT" generate --checkpoint sharp --prompt "$PROMPT" --continuation-file cont.txt --json --threads 1 > cont_text.json \
+  2> /dev/null
+$PY -c "import json,sys; a=json.load(open('cont_text.json')); b=json.loads(open('cont.json').readline()); \
+sys.exit(a['continuation_log_likelihood'] != b['continuation_log_likelihood'] or not a['continuation_greedy'])" \
+  || fail "--continuation-file scores otherwise than the same tokens given as ids"
+check_continuation dca --attention.kernel dca --attention.dca_chunk_size 24 --attention.dca_local_size 6
 # the overrides decide the tokens (DCA's chunks and YaRN's scaling are in force)
 tokens_of() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'][:40])" "gen_$1.json"; }
 [[ $(tokens_of dca) != "$(tokens_of causal)" ]] || fail "DCA and causal attention wrote the same 40 tokens"
@@ -159,9 +224,28 @@ expect_error "--seed must be an integer in [0, 18446744073709551615], got '18446
 expect_error "--seed must be an integer in [0, 18446744073709551615], got '7x'" "${G[@]}" --prompt a --seed 7x
 expect_error "no_such.txt" "${G[@]}" --prompt-file no_such.txt
 expect_error "attention.dca_local_size" "${G[@]}" --prompt a --attention.kernel dca --attention.dca_chunk_size 8 --attention.dca_local_size 8
+printf '1 2\n' > two.ids
+printf '3 4\n5\n' > cont2.ids
+printf '3 4\n\n' > contgap.ids
+expect_error "--continuation-tokens cont2.ids: the scores are fields of --json's lines (add --json)" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-tokens cont2.ids
+expect_error "--continuation-tokens cont2.ids: each prompt generates as many tokens as its continuation has" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-tokens cont2.ids --json --max-new-tokens 4
+expect_error "--continuation-tokens cont2.ids: 2 continuations for 1 prompt (one a prompt)" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-tokens cont2.ids --json --per-line
+expect_error "--continuation-tokens contgap.ids: line 2: an empty continuation" \
+  "${G[@]}" --prompt-tokens cont2.ids --continuation-tokens contgap.ids --json --per-line
+expect_error "--continuation-tokens oov.ids: the 3rd token '256' is outside the model's vocabulary" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-tokens oov.ids --json
+expect_error "give one of --continuation-file and --continuation-tokens" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-tokens two.ids --continuation-file empty.txt --json
+expect_error "--continuation-file empty.txt: an empty continuation" \
+  "${G[@]}" --prompt-tokens two.ids --continuation-file empty.txt --json
 "$LCT" train "${TINY[@]}" --model.vocab_size 300 --train.steps 1 --checkpoint.dir ck300 > /dev/null
 expect_error "--prompt: text is lct's byte-level vocabulary of 256 tokens, but ck300/step_00000001.h5 has a vocabulary of 300" \
   generate --checkpoint ck300/step_00000001.h5 --prompt a
+expect_error "--continuation-file two.ids: text is lct's byte-level vocabulary of 256 tokens, but ck300/step_00000001.h5 has a vocabulary of 300 (give token ids with --continuation-tokens)" \
+  generate --checkpoint ck300/step_00000001.h5 --prompt-tokens two.ids --continuation-file two.ids --json
 printf '299 0 1' > v300.ids
 "$LCT" generate --checkpoint ck300/step_00000001.h5 --prompt-tokens v300.ids --max-new-tokens 5 > v300.out 2> /dev/null
 [[ $(wc -w < v300.out) == 5 ]] || fail "a 300-token vocabulary prints ids: $(cat v300.out)"

@@ -201,6 +201,96 @@ TEST(KvCacheDecoder, RefusesWhatItCannotDo) {
   EXPECT_NE(error_of([&] { KvCacheDecoder(c, params.data(), 6, 5); }).find("1 <= prompt"), std::string::npos);
 }
 
+// score_continuation after a greedy generation, against one full forward of prompt +
+// continuation through the training model. The continuation's rows are replayed on a
+// second decoder by the same two appends (prompt, then the continuation but its last
+// token, every row), which gives the same floats and so each row's logits: the score's
+// log-likelihood is minus the sum of those rows' losses (to double rounding), and each
+// row's loss is the full forward's within check_decoding's tolerance, 2 K u (1 + the
+// row's largest |logit|). The greedy continuation scores every token as the argmax (its
+// own decoding decided each margin); one that differs from it in its third token does not.
+void check_scoring(const LlamaConfig& config, int64_t prompt_len, int64_t n, uint64_t seed) {
+  LlamaModel model(config);
+  randomize_params(model.table(), model.params, seed);
+  const std::vector<int32_t> prompt = random_tokens(prompt_len, seed + 1);
+  const int64_t V = config.vocab_size, L = prompt_len + n;
+  const int64_t K = std::max({config.hidden_size, config.intermediate_size, L});
+  const double rel = double(3 * config.num_hidden_layers + 1) * double(K) * std::ldexp(1.0, -24);
+  KvCacheDecoder decoder(config, model.params.data(), prompt_len, L);
+  const Generation g = generate(decoder, prompt, n, {});
+  const ContinuationScore greedy = score_continuation(decoder, g, g.tokens);
+  EXPECT_EQ(greedy.tokens, n);
+  EXPECT_EQ(greedy.argmax, n);
+  EXPECT_TRUE(greedy.greedy());
+  EXPECT_EQ(decoder.length(), L - 1);
+  std::vector<int32_t> other = g.tokens;
+  other[2] = (other[2] + 1) % int32_t(V);
+  const ContinuationScore wrong = score_continuation(decoder, g, other);
+  EXPECT_FALSE(wrong.greedy());
+  EXPECT_LE(wrong.argmax, n - 1);
+  for (const auto& [continuation, score] : {std::pair{g.tokens, greedy}, std::pair{other, wrong}}) {
+    KvCacheDecoder replay(config, model.params.data(), prompt_len, L);
+    std::vector<float> rows(size_t(n * V));
+    replay.append(prompt, rows.data());
+    replay.append(std::span<const int32_t>(continuation).first(size_t(n - 1)), rows.data() + V, true);
+    PackedBatch batch;
+    batch.tokens = prompt;
+    batch.tokens.insert(batch.tokens.end(), continuation.begin(), continuation.end());
+    batch.cu_seqlens = {0, int32_t(L)};
+    derive_targets_and_positions(batch);
+    if (config.attention_mask.kind == MaskKind::prefix_lm) batch.prefix_lens = {int32_t(prompt_len)};
+    std::vector<double> full_loss(size_t(L), 0.0);
+    std::vector<uint8_t> correct(size_t(L), 0);
+    model.forward_backward(batch, 1.0f, false, full_loss.data(), correct.data());
+    double replayed = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = rows.data() + i * V;
+      const double loss = token_loss(row, V, continuation[size_t(i)]);
+      replayed += loss;
+      double magnitude = 0.0;
+      for (int64_t v = 0; v < V; ++v) magnitude = std::max(magnitude, double(std::fabs(row[v])));
+      EXPECT_NEAR(loss, full_loss[size_t(prompt_len - 1 + i)], 2.0 * rel * (1.0 + magnitude)) << "token " << i;
+    }
+    EXPECT_NEAR(-score.log_likelihood, replayed, 1e-12 * (1.0 + replayed));
+  }
+}
+
+TEST(KvCacheDecoder, ScoresAContinuationAsTheFullForward) {
+  check_scoring(base_config(), 9, 12, 21);
+  LlamaConfig c = base_config();
+  c.attention_kernel = AttentionKernel::dca;  // the length-dependent multiplier from the plan
+  c.dca_chunk_size = 16;
+  c.dca_local_size = 4;
+  c.dca_mscale_original_length = 8;
+  c.dca_mscale = 1.1;
+  check_scoring(c, 20, 15, 22);
+  c.logit_scaling = LogitScaling{LogitScalingKind::logn, 16};
+  check_scoring(c, 8, 20, 23);
+  c = base_config();
+  c.attention_mask = AttentionMask{MaskKind::prefix_lm, 0, 0, 0};
+  check_scoring(c, 12, 10, 24);
+}
+
+TEST(KvCacheDecoder, RewindsOnlyWithinTheDocument) {
+  const LlamaConfig c = base_config();
+  std::vector<float> params(size_t(build_llama_table(c).total()), 0.01f);
+  std::vector<float> logits(static_cast<size_t>(kVocab));
+  KvCacheDecoder d(c, params.data(), 3, 6);
+  const std::vector<int32_t> three = {1, 2, 3}, two = {4, 5};
+  d.append(three, logits.data());
+  d.append(two, logits.data());
+  EXPECT_NE(error_of([&] { d.rewind(2); }).find("outside [prompt 3, length 5]"), std::string::npos);
+  EXPECT_NE(error_of([&] { d.rewind(6); }).find("outside [prompt 3, length 5]"), std::string::npos);
+  d.rewind(3);
+  EXPECT_EQ(d.length(), 3);
+  d.append(two, logits.data());  // continues at the prompt's end
+  EXPECT_EQ(d.length(), 5);
+  Generation g;
+  EXPECT_NE(error_of([&] { score_continuation(d, g, two); }).find("no prompt logits"), std::string::npos);
+  g.prompt_logits.assign(size_t(kVocab), 0.0f);
+  EXPECT_NE(error_of([&] { score_continuation(d, g, {}); }).find("empty continuation"), std::string::npos);
+}
+
 TEST(Sampling, GreedyTakesTheLowestIdOfEqualLargestLogits) {
   const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f};
   EXPECT_EQ(next_token(l.data(), 4, {}, 0), 1);

@@ -8,8 +8,10 @@ weights with its own attention settings and a fresh optimizer: train.init_from) 
 trained on pass-key documents of every length up to L tokens (data.source = passkey) by
 each recipe, from each seed, until its retrieval has formed (a second phase change: the
 training retrieval accuracy jumps from 0.1, a guessed digit, to above 0.9, after a number
-of steps that varies with the seed: 1,500 steps, then rounds of 500 up to 4,500), and
-evaluated without retraining on 50 documents of each of 1, 2, 4, 8 and 16 x L, 10 with
+of steps that varies with the seed: 1,500 steps, then rounds of 500 up to 4,500) and then
+1,000 steps past the step it formed at (consolidation: run C's recipe-seeds stopped
+within 200 steps of forming extrapolated far worse than those 700 to 1,000 steps past
+it), and evaluated without retraining on 50 documents of each of 1, 2, 4, 8 and 16 x L, 10 with
 the key line at each depth 0, 25, 50, 75 and 100 %:
 
   causal      trained with causal attention; evaluated under
@@ -27,18 +29,22 @@ the key line at each depth 0, 25, 50, 75 and 100 %:
               evaluated under its own DCA and under causal attention
   logn        trained with causal attention and attention.logit_scaling = logn (L): each
               query's logits times ln(n) / ln(L) for its n keys; evaluated under causal
-              and DCA (as the causal recipe's), both with the factor
+              and DCA (as the causal recipe's), both with the factor; only when named in
+              --recipes (run C measured it: docs/reproducing-papers.md) or with --quick
   dca_logn    both: trained with DCA (C = L / 4) and logn
   dca_logn_wide  capacity: dca_logn with a model twice as wide, four heads of the same
               32 dimensions (its own copy warm-up); only when named in --recipes
 
 A document counts as retrieved when `lct generate` (greedy, KV cache) writes its five
 digits after the question, as ChunkLlama scores it (generated_accuracy), and, beside it,
-when every digit is the argmax given the digits before it (teacher-forced, lct eval:
-accuracy). The two agree by construction (greedy decoding writes the argmax digit after
-digit, and both compute the length-dependent settings from the finished document's
-length); a difference would be a near-tie of two digits' logits, which the table shows.
-Each length is one batch and one lct eval (--per-document-out) and one lct generate run
+when every digit is the argmax given the digits before it (teacher-forced: accuracy;
+digit_recall the share of digits that are; loss the answer's nats per digit). Both come
+from one lct generate run per (checkpoint, kernel, length) and one forward of each
+prompt (--continuation-tokens: the generation, then the answer by teacher forcing from
+the same KV cache). The two agree by construction (greedy decoding writes the argmax
+digit after digit, and both take the length-dependent settings from the document of
+prompt + answer); a difference would be a near-tie of two digits' logits.
+Each length is one batch and one lct generate run
 per kernel. Each cell is reported per seed (CSV, with the pass-key steps the seed's
 recipe took and its final training retrieval accuracy) and as the median and range over
 seeds (markdown, plot). With --kv, key-value retrieval recall (data.source = synthetic, a
@@ -47,7 +53,7 @@ for the causal recipe. scripts/experiments/passkey_attention.py follows a checkp
 answer rows through its attention (the share on the key line).
 
   /usr/bin/python3 scripts/experiments/passkey.py [--quick] [--out DIR] [--config F]
-      [--seeds 3] [--recipes causal,dca_trained,logn,dca_logn] [--jobs 2] [--kv]
+      [--seeds 3] [--recipes causal,dca_trained,dca_logn] [--jobs 2] [--kv]
       [--rope-kernels] [--summarize]
 """
 import argparse
@@ -65,7 +71,7 @@ import common
 NAME = "passkey"
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COLUMNS = ["recipe", "seed", "task", "kernel", "length_factor", "length", "depth", "documents", "accuracy",
-           "generated_accuracy", "digit_recall", "loss", "train_steps", "train_retrieval"]
+           "generated_accuracy", "digit_recall", "loss", "train_steps", "train_retrieval", "formed_step"]
 
 # The model and schedule are the ones measured to learn retrieval within this
 # experiment's budget (docs/reproducing-papers.md): a 2-layer, 64-wide model with two
@@ -161,10 +167,13 @@ def evaluate(a, ckpt, batch, overrides):
     return loss, recall, float(m.group(1)), int(m.group(3))
 
 
-def generate_answers(a, ckpt, batch, overrides):
-    """Pass keys that greedy decoding writes: each document of the batch up to its answer
-    is a prompt (one a line, token ids), lct generate continues it by the answer's length;
-    returns per document 1 when the continuation is its key, else 0."""
+def answer_scores(a, ckpt, batch, overrides):
+    """Each document of the batch up to its answer is a prompt (one a line, token ids) and
+    its answer the continuation: one lct generate run writes the greedy continuation (KV
+    cache) and, from the same prompt forward, scores the answer by teacher forcing
+    (--continuation-tokens). Returns per document (generated: 1 when the continuation
+    written is the key, teacher-forced: 1 when every answer digit is the argmax given the
+    digits before it, digits right, digits, answer log-likelihood in nats)."""
     import h5py  # the experiments' Python has it (Debian python3-h5py)
     prompts, answers = [], []
     with h5py.File(batch) as f:
@@ -174,17 +183,20 @@ def generate_answers(a, ckpt, batch, overrides):
         first = rows[0] + 1  # the first answer token (mask marks the rows predicting one)
         prompts.append(" ".join(str(t) for t in tokens[cu[d]:first]))
         answers.append([int(t) for t in tokens[first:cu[d + 1]]])
-    n = len(answers[0])
-    assert all(len(x) == n for x in answers), "pass keys of different lengths"
-    path = batch + f".{os.getpid()}.prompts"
-    with open(path, "w") as f:
+    base = batch + f".{os.getpid()}"
+    with open(base + ".prompts", "w") as f:
         f.write("\n".join(prompts) + "\n")
-    text = common.lct(["generate", "--checkpoint", ckpt, "--prompt-tokens", path, "--per-line", "--json",
-                       "--threads", str(a.threads), "--max-new-tokens", str(n)] + overrides, False, a.config)
-    os.remove(path)
-    got = [json.loads(line)["tokens"] for line in text.strip().splitlines()]
-    assert len(got) == len(answers)
-    return [int(g == x) for g, x in zip(got, answers)]
+    with open(base + ".answers", "w") as f:
+        f.write("\n".join(" ".join(map(str, x)) for x in answers) + "\n")
+    text = common.lct(["generate", "--checkpoint", ckpt, "--prompt-tokens", base + ".prompts", "--continuation-tokens",
+                       base + ".answers", "--per-line", "--json", "--threads", str(a.threads)] + overrides, False,
+                      a.config)
+    os.remove(base + ".prompts")
+    os.remove(base + ".answers")
+    lines = [json.loads(line) for line in text.strip().splitlines()]
+    assert len(lines) == len(answers)
+    return [(int(j["tokens"] == x), int(j["continuation_greedy"]), j["continuation_argmax"], j["continuation_tokens"],
+             j["continuation_log_likelihood"]) for j, x in zip(lines, answers)]
 
 
 def merge_batches(paths, out):
@@ -240,24 +252,15 @@ def passkey_batches(a, L, factors, per_depth):
 
 
 def score(a, ckpt, batch, depths, overrides):
-    """Scores a checkpoint on one merged pass-key batch under `overrides`: lct eval's
-    per-document answers (teacher-forced) and loss, and lct generate's greedy answers, one
-    run of each for every depth. Returns {depth: (documents, teacher-forced answered,
-    generated answered, answers right, answers, loss sum, targets)}."""
-    import csv
-    per_doc = batch + f".{os.getpid()}.documents.csv"
-    evaluate(a, ckpt, batch, overrides + ["--per-document-out", per_doc])
-    with open(per_doc) as f:
-        docs = list(csv.DictReader(f))
-    os.remove(per_doc)
-    written = generate_answers(a, ckpt, batch, overrides)
-    assert len(docs) == len(written) == len(depths)
+    """Scores a checkpoint on one merged pass-key batch under `overrides` (answer_scores:
+    one lct generate run). Returns {depth: (documents, teacher-forced answered, generated
+    answered, digits right, digits, minus the answers' log-likelihood)}."""
     out = {}
-    for d, w, depth in zip(docs, written, depths):
-        n, tf, gen, right, answers, loss, targets = out.get(depth, (0, 0, 0, 0, 0, 0.0, 0))
-        out[depth] = (n + 1, tf + int(d["answered"]), gen + w, right + int(d["answers_correct"]),
-                      answers + int(d["answers"]), loss + float(d["mean_loss"]) * int(d["targets"]),
-                      targets + int(d["targets"]))
+    scored = answer_scores(a, ckpt, batch, overrides)
+    assert len(scored) == len(depths)
+    for (gen, tf, right, digits, ll), depth in zip(scored, depths):
+        n, tf_sum, gen_sum, right_sum, digit_sum, loss = out.get(depth, (0, 0, 0, 0, 0, 0.0))
+        out[depth] = (n + 1, tf_sum + tf, gen_sum + gen, right_sum + right, digit_sum + digits, loss - ll)
     return out
 
 
@@ -302,37 +305,61 @@ def retrieval_formed(out_dir, last=100):
     return sum(acc) / len(acc) if acc else 0.0
 
 
+def formed_at(out_dir, last=100):
+    """The step at which the run's retrieval formed: the first whose last `last` steps'
+    mean training retrieval accuracy reaches RETRIEVAL_FORMED (metrics.jsonl); None
+    before."""
+    rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+    acc = [(r["step"], r["retrieval_acc"]) for r in rows if r.get("retrieval_acc") is not None]
+    total = sum(a for _, a in acc[:last])
+    for i in range(last, len(acc) + 1):
+        if i > last:
+            total += acc[i - 1][1] - acc[i - 1 - last][1]
+        if total / last >= RETRIEVAL_FORMED:
+            return acc[i - 1][0]
+    return None
+
+
 def train_passkey(a, out, args, seed, model, copied, L, schedule):
     """Trains a recipe's pass-key model from the seed's copy model: schedule[1] steps, then
-    rounds of schedule[2] steps while the training retrieval accuracy (last 100 steps) is
-    below RETRIEVAL_FORMED, up to schedule[3] steps. Returns (checkpoint, steps, accuracy)."""
+    rounds of schedule[2] steps until its retrieval has formed (formed_at), up to
+    schedule[3] steps; then, once formed, up to schedule[4] steps past the formation step
+    (consolidation: in run C, the recipe-seeds stopped within 200 steps of forming
+    extrapolated far worse than those trained 700 to 1,000 steps past it). Returns
+    (checkpoint, steps, final training retrieval accuracy, formation step or None)."""
     passkey = ["--data.source", "passkey", "--data.doc_lengths", "uniform", "--data.min_doc_len",
                str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)]
     steps = schedule[1]
     ckpt = train(a, out, passkey + args, steps, seed, model, copied)
-    while retrieval_formed(out) < RETRIEVAL_FORMED and steps < schedule[3] and not a.quick:
+    while formed_at(out) is None and steps < schedule[3] and not a.quick:
         steps = min(steps + schedule[2], schedule[3])
         ckpt = train(a, out, passkey + args, steps, seed, model, resume=ckpt)
-    return ckpt, steps, retrieval_formed(out)
+    formed = formed_at(out)
+    if formed is not None and formed + schedule[4] > steps:
+        steps = formed + schedule[4]
+        ckpt = train(a, out, passkey + args, steps, seed, model, resume=ckpt)
+    return ckpt, steps, retrieval_formed(out), formed
 
 
 def recipe_job(a, seed, name, copied, L, factors, batches, schedule):
     """Trains recipe `name` from the seed's copy model and scores it under its kernels."""
     r = recipes(L, a.rope_kernels)[name]
-    ckpt, steps, formed = train_passkey(a, os.path.join(a.out, f"seed{seed}", name), r.train_args, seed, r.model,
-                                        copied, L, schedule)
+    ckpt, steps, accuracy, formed = train_passkey(a, os.path.join(a.out, f"seed{seed}", name), r.train_args, seed,
+                                                  r.model, copied, L, schedule)
     rows = []
     for k in factors:
         path, depths = batches[k]
         for kernel, overrides in r.kernels.items():
-            for depth, (n, tf, gen, right, answers, loss, targets) in sorted(score(a, ckpt, path, depths,
-                                                                                  overrides(k)).items()):
+            for depth, (n, tf, gen, right, answers, loss) in sorted(score(a, ckpt, path, depths,
+                                                                         overrides(k)).items()):
                 rows.append({"recipe": name, "seed": seed, "task": "passkey", "kernel": kernel,
                              "length_factor": k, "length": k * L, "depth": depth, "documents": n,
                              "accuracy": tf / n, "generated_accuracy": gen / n, "digit_recall": right / answers,
-                             "loss": round(loss / targets, 6), "train_steps": steps,
-                             "train_retrieval": round(formed, 4)})
-    print(f"  seed {seed}: {name} trained ({steps} steps, retrieval {formed:.2f}) and scored", file=sys.stderr,
+                             "loss": round(loss / answers, 6), "train_steps": steps,
+                             "train_retrieval": round(accuracy, 4),
+                             "formed_step": "" if formed is None else formed})
+    print(f"  seed {seed}: {name} trained ({steps} steps, retrieval {accuracy:.2f}, formed at {formed}) and scored",
+          file=sys.stderr,
           flush=True)
     return rows
 
@@ -351,7 +378,7 @@ def kv_job(a, seed, copied, L, factors, batches, schedule):
                          "length_factor": k, "length": k * L, "depth": 0.0, "documents": count,
                          "accuracy": recall, "generated_accuracy": float("nan"), "digit_recall": recall,
                          "loss": loss, "train_steps": schedule[1], "train_retrieval": retrieval_formed(
-                             os.path.join(a.out, f"seed{seed}", "retrieval_model"))})
+                             os.path.join(a.out, f"seed{seed}", "retrieval_model")), "formed_step": ""})
     return rows
 
 
@@ -376,11 +403,15 @@ def summarize(rows, factors, chosen):
         per_seed = {r["seed"]: r for r in rows if r["recipe"] == recipe and r["task"] == "passkey"}
         if not all("train_steps" in r for r in per_seed.values()):
             return "-"
-        return ", ".join(f"{int(r['train_steps'])} ({r['train_retrieval']:.2f})" for _, r in sorted(per_seed.items()))
+        def formed(r):
+            f = r.get("formed_step", "")
+            return "" if f in ("", None) else f", formed at {int(float(f))}"
+        return ", ".join(f"{int(r['train_steps'])} ({r['train_retrieval']:.2f}{formed(r)})"
+                         for _, r in sorted(per_seed.items()))
 
     head = " / ".join(f"{k}x" for k in factors)
     md = [f"| recipe | kernel | generated pass-key accuracy at {head} | teacher-forced | digit recall | "
-          f"pass-key loss, nats/byte | pass-key steps per seed (training retrieval) |", "|---|---|---|---|---|---|---|"]
+          f"answer loss, nats/digit | pass-key steps per seed (training retrieval) |", "|---|---|---|---|---|---|---|"]
     for recipe in chosen:
         kernels = sorted({r["kernel"] for r in rows if r["recipe"] == recipe and r["task"] == "passkey"},
                          key=KERNEL_ORDER.index)
@@ -447,7 +478,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="tiny schedule and lengths (for tests)")
     p.add_argument("--config", default=os.path.join(common.ROOT, "configs", "default.toml"))
     p.add_argument("--seeds", type=int, default=None, help="seeds per recipe (default 3; --quick 1)")
-    p.add_argument("--recipes", default="causal,dca_trained,logn,dca_logn")
+    p.add_argument("--recipes", default=None,
+                   help="of causal, dca_trained, dca_logn, logn, dca_logn_wide (default causal,dca_trained,dca_logn; "
+                        "--quick also logn, so that every small-model recipe runs in the suite)")
     p.add_argument("--jobs", type=int, default=None,
                    help="recipes (of any seed) trained and scored at once, one thread each (default: cores)")
     p.add_argument("--rope-kernels", action="store_true",
@@ -474,7 +507,8 @@ def main():
         return
     if not os.access(common.LCT, os.X_OK):
         sys.exit(f"{NAME}: no lct binary at {common.LCT} (bash scripts/build.sh)")
-    chosen = [r.strip() for r in a.recipes.split(",") if r.strip()]
+    recipe_list = a.recipes or ("causal,dca_trained,logn,dca_logn" if a.quick else "causal,dca_trained,dca_logn")
+    chosen = [r.strip() for r in recipe_list.split(",") if r.strip()]
     L = 256 if a.quick else 512
     known = recipes(L, a.rope_kernels)
     for r in chosen:
@@ -488,23 +522,24 @@ def main():
     factors = [1, 2] if a.quick else [1, 2, 4, 8, 16]
     a.depths = (0.5,) if a.quick else DEPTHS
     per_depth = 2 if a.quick else 10          # documents per (length, depth): 50 per length
-    # copy warm-up round; pass-key steps, then rounds of, up to
-    schedule = (10, 10, 10, 10) if a.quick else (2000, 1500, 500, 4500)
+    # copy warm-up round; pass-key steps, then rounds of, up to, then steps past formation
+    schedule = (10, 10, 10, 10, 10) if a.quick else (2000, 1500, 500, 4500, 1000)
     batches, kv_batches = passkey_batches(a, L, factors, per_depth)
     rows = []
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
         models = sorted({known[r].model for r in chosen} | ({"small"} if a.kv else set()), reverse=True)
         pairs = [(seed, m) for m in models for seed in seeds]
-        warm = dict(zip(pairs, pool.map(warmup_job, [a] * len(pairs), [p[0] for p in pairs], [p[1] for p in pairs],
-                                        [schedule] * len(pairs))))
-        copied = {pair: w[0] for pair, w in warm.items()}
-        # the longest jobs first (the causal recipe scores the most kernels), so that the
-        # two cores finish together
-        jobs_list = [pool.submit(recipe_job, a, seed, name, copied[(seed, known[name].model)], L, factors, batches,
-                                 schedule) for name in chosen for seed in seeds]
-        if a.kv:
-            jobs_list += [pool.submit(kv_job, a, seed, copied[(seed, "small")], L, factors, kv_batches, schedule)
-                          for seed in seeds]
+        # a seed's recipes start as soon as its copy warm-up is done (the other core goes
+        # on with the next warm-up), the causal recipe first (it scores the most kernels)
+        pending = {pool.submit(warmup_job, a, seed, m, schedule): (seed, m) for seed, m in pairs}
+        warm, jobs_list = {}, []
+        for done in concurrent.futures.as_completed(pending):
+            seed, m = pending[done]
+            warm[(seed, m)] = done.result()
+            jobs_list += [pool.submit(recipe_job, a, seed, name, warm[(seed, m)][0], L, factors, batches, schedule)
+                          for name in chosen if known[name].model == m]
+            if a.kv and m == "small":
+                jobs_list.append(pool.submit(kv_job, a, seed, warm[(seed, m)][0], L, factors, kv_batches, schedule))
         for j in jobs_list:
             rows += j.result()
     rows.sort(key=lambda r: (chosen.index(r["recipe"]), r["seed"], r["task"], KERNEL_ORDER.index(r["kernel"]),
@@ -515,12 +550,15 @@ def main():
                           for (seed, m), w in sorted(warm.items()))
     notes = (f"Trained at L = {L}: a copy warm-up of 4 documents of 256 bytes a step, in rounds of {schedule[0]} "
              f"steps until the copy loss is below {COPY_FORMED} nats/byte ({warm_text}), then pass keys of every "
-             f"length up to L per recipe: {schedule[1]} steps, then rounds of {schedule[2]} while the training "
-             f"retrieval accuracy (last 100 steps) is below {RETRIEVAL_FORMED}, up to {schedule[3]} (steps per seed "
-             f"in the table), from {len(seeds)} seeds; evaluated from the same checkpoints without retraining "
+             f"length up to L per recipe: {schedule[1]} steps, then rounds of {schedule[2]} until the training "
+             f"retrieval has formed (the mean accuracy of the last 100 steps reaches {RETRIEVAL_FORMED}), up to "
+             f"{schedule[3]}, then up to {schedule[4]} steps past the formation step (steps, final training retrieval "
+             f"and formation step per seed in the table), from {len(seeds)} seeds; evaluated from the same checkpoints without retraining "
              f"({per_depth} documents per depth and length: {per_depth * len(a.depths)} generated answers per "
              f"length); each cell: median [min-max] over seeds of the mean over {len(a.depths)} depths. generated = lct "
-             f"generate writes the key (greedy, KV cache); teacher-forced = lct eval's argmax at every digit. "
+             f"generate writes the key (greedy, KV cache); teacher-forced = every digit the argmax given the digits before "
+             f"it (the same lct generate run and prompt forward: --continuation-tokens); answer loss = minus the "
+             f"answer's log-likelihood per digit. "
              f"ChunkLlama (Llama2 7B trained at 4K): DCA ~100% pass keys to 100K+, plain RoPE 0% beyond 4K. Elapsed "
              f"{elapsed:.0f} s with {jobs} job(s).")
     common.write_outputs(a.out, NAME, rows, COLUMNS, "Pass-key retrieval per recipe", notes)  # the CSV

@@ -35,8 +35,10 @@ constexpr int64_t kByteVocabulary = 256;  // lct's built-in vocabulary: one toke
 
 struct Options {
   std::string checkpoint, prompt, prompt_file, prompt_tokens;
+  std::string continuation_file, continuation_tokens;  // scored by teacher forcing beside the generation
   bool prompt_given = false;
   int64_t max_new_tokens = 64;
+  bool max_new_tokens_given = false;
   double temperature = 0.0;
   int64_t top_k = 0;
   std::string seed = "0";  // parsed whole by run_generate (CLI11 wraps "-1", clamps 2^64)
@@ -85,36 +87,28 @@ std::vector<int32_t> bytes_as_tokens(const std::string& bytes) {
   return ids;
 }
 
-// The prompts: one, or with --per-line every line of the file (a last line break ends the
-// last prompt, it does not start one). Each is checked: no empty prompt, no token outside
-// the vocabulary.
-std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
-  const int given = int(o.prompt_given) + int(!o.prompt_file.empty()) + int(!o.prompt_tokens.empty());
-  if (given != 1) throw std::runtime_error("give exactly one of --prompt, --prompt-file and --prompt-tokens");
-  if (o.per_line && o.prompt_given) throw std::runtime_error("--per-line: reads --prompt-file or --prompt-tokens");
-  const bool ids = !o.prompt_tokens.empty();
-  const std::string flag = ids ? "--prompt-tokens " + o.prompt_tokens
-                               : o.prompt_given ? std::string("--prompt") : "--prompt-file " + o.prompt_file;
-  if (!ids && V != kByteVocabulary)
-    throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + o.checkpoint +
-                             " has a vocabulary of " + std::to_string(V) + " (give token ids with --prompt-tokens)");
-  if (!o.prompt_given) {  // the memory reading it takes, checked before it is read
-    const std::string& path = ids ? o.prompt_tokens : o.prompt_file;
+// The lines of a --prompt-file / --prompt-tokens / --continuation-* file (or --prompt's
+// text) as tokens: the whole text, or with --per-line every line (a last line break ends
+// the last line, it does not start one). `flag` names the source in errors; each line is
+// checked: not empty, no token outside the vocabulary. The memory the reading takes is
+// checked before the file is read.
+std::vector<std::vector<int32_t>> read_token_lines(const std::string& flag, const std::string* text,
+                                                   const std::string& path, bool ids, bool per_line, int64_t V,
+                                                   const std::string& what) {
+  if (!text) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(path, ec);
     // the bytes, their lines, and the int32 tokens they widen to (an id takes 2 bytes or more)
     const double bytes = ec ? 0.0 : double(size) * (2.0 + (ids ? 2.0 : 4.0));
     if (const std::string no = check_command_memory("lct generate of " + flag + " (" + std::to_string(size) + " bytes)",
                                                     bytes, "the file, its lines and their tokens",
-                                                    "give a shorter prompt");
+                                                    "give a shorter " + what);
         !ec && !no.empty())
       throw std::runtime_error(no);
   }
-  const std::string all = o.prompt_given ? o.prompt
-                                         : read_regular_file(ids ? o.prompt_tokens : o.prompt_file,
-                                                             ids ? "--prompt-tokens" : "--prompt-file");
+  const std::string all = text ? *text : read_regular_file(path, flag.substr(0, flag.find(' ')));
   std::vector<std::string> texts;
-  if (o.per_line) {
+  if (per_line) {
     for (size_t b = 0; b < all.size();) {
       const size_t e = std::min(all.find('\n', b), all.size());
       texts.push_back(all.substr(b, e - b));
@@ -124,13 +118,58 @@ std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
   } else {
     texts.push_back(all);
   }
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> lines;
   for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string where = o.per_line ? flag + ": line " + std::to_string(i + 1) : flag;
-    prompts.push_back(ids ? parse_token_ids(texts[i], where, V) : bytes_as_tokens(texts[i]));
-    if (prompts.back().empty()) throw std::runtime_error(where + ": an empty prompt (at least one token is needed)");
+    const std::string where = per_line ? flag + ": line " + std::to_string(i + 1) : flag;
+    lines.push_back(ids ? parse_token_ids(texts[i], where, V) : bytes_as_tokens(texts[i]));
+    if (lines.back().empty())
+      throw std::runtime_error(where + ": an empty " + what + " (at least one token is needed)");
   }
-  return prompts;
+  return lines;
+}
+
+// text is lct's byte-level vocabulary
+void require_byte_vocabulary(const std::string& flag, const Options& o, int64_t V) {
+  if (V != kByteVocabulary)
+    throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + o.checkpoint +
+                             " has a vocabulary of " + std::to_string(V) + " (give token ids with " +
+                             (flag.rfind("--continuation", 0) == 0 ? "--continuation-tokens" : "--prompt-tokens") +
+                             ")");
+}
+
+// The prompts: one, or with --per-line every line of the file.
+std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
+  const int given = int(o.prompt_given) + int(!o.prompt_file.empty()) + int(!o.prompt_tokens.empty());
+  if (given != 1) throw std::runtime_error("give exactly one of --prompt, --prompt-file and --prompt-tokens");
+  if (o.per_line && o.prompt_given) throw std::runtime_error("--per-line: reads --prompt-file or --prompt-tokens");
+  const bool ids = !o.prompt_tokens.empty();
+  const std::string flag = ids ? "--prompt-tokens " + o.prompt_tokens
+                               : o.prompt_given ? std::string("--prompt") : "--prompt-file " + o.prompt_file;
+  if (!ids) require_byte_vocabulary(flag, o, V);
+  return read_token_lines(flag, o.prompt_given ? &o.prompt : nullptr, ids ? o.prompt_tokens : o.prompt_file, ids,
+                          o.per_line, V, "prompt");
+}
+
+// The continuations to score, one a prompt (none without --continuation-*).
+std::vector<std::vector<int32_t>> read_continuations(const Options& o, int64_t V, size_t prompts) {
+  if (o.continuation_file.empty() && o.continuation_tokens.empty()) return {};
+  if (!o.continuation_file.empty() && !o.continuation_tokens.empty())
+    throw std::runtime_error("give one of --continuation-file and --continuation-tokens");
+  const bool ids = !o.continuation_tokens.empty();
+  const std::string flag = ids ? "--continuation-tokens " + o.continuation_tokens
+                               : "--continuation-file " + o.continuation_file;
+  if (!o.json) throw std::runtime_error(flag + ": the scores are fields of --json's lines (add --json)");
+  if (o.max_new_tokens_given)
+    throw std::runtime_error(flag + ": each prompt generates as many tokens as its continuation has "
+                             "(leave out --max-new-tokens)");
+  if (!ids) require_byte_vocabulary(flag, o, V);
+  auto lines = read_token_lines(flag, nullptr, ids ? o.continuation_tokens : o.continuation_file, ids, o.per_line,
+                                V, "continuation");
+  if (lines.size() != prompts)
+    throw std::runtime_error(flag + ": " + std::to_string(lines.size()) + " continuation" +
+                             (lines.size() == 1 ? "" : "s") + " for " + std::to_string(prompts) + " prompt" +
+                             (prompts == 1 ? "" : "s") + " (one a prompt)");
+  return lines;
 }
 
 std::string token_text(const std::vector<int32_t>& tokens) {
@@ -149,21 +188,33 @@ int run_generate(const Options& o) {
   const LlamaConfig config = adjusted_config(file, o.overrides.adjuster());
   const int64_t V = config.vocab_size;
   const std::vector<std::vector<int32_t>> prompts = read_prompts(o, V);
-  int64_t longest = 0, prompt_tokens = 0;
-  for (const auto& p : prompts) longest = std::max<int64_t>(longest, int64_t(p.size())), prompt_tokens += int64_t(p.size());
-  if (o.max_new_tokens > INT32_MAX - longest)  // (not longest + max_new_tokens: that can wrap)
-    throw std::runtime_error("a prompt of " + std::to_string(longest) + " tokens and --max-new-tokens " +
-                             std::to_string(o.max_new_tokens) + ": more than a document can hold (2^31 - 1 tokens)");
+  const std::vector<std::vector<int32_t>> continuations = read_continuations(o, V, prompts.size());
+  // each prompt's new tokens: its continuation's length, or --max-new-tokens
+  auto new_tokens_of = [&](size_t i) {
+    return continuations.empty() ? o.max_new_tokens : int64_t(continuations[i].size());
+  };
+  int64_t longest = 0, longest_document = 0, prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t P = int64_t(prompts[i].size()), n = new_tokens_of(i);
+    if (n > INT32_MAX - P)  // (not P + n: that can wrap)
+      throw std::runtime_error("a prompt of " + std::to_string(P) + " tokens and " +
+                               (continuations.empty() ? "--max-new-tokens " : "a continuation of ") +
+                               std::to_string(n) + ": more than a document can hold (2^31 - 1 tokens)");
+    longest = std::max(longest, P), longest_document = std::max(longest_document, P + n), prompt_tokens += P;
+  }
   // everything the run allocates, before it allocates it (the longest prompt's decoder:
   // one at a time)
   const TensorTable table = build_llama_table(config);
   file.check_params(config, table);  // every tensor there (headers only) before sizing and allocating
   const int threads = omp_get_max_threads();
+  int64_t longest_continuation = 0;
+  for (const auto& c : continuations) longest_continuation = std::max<int64_t>(longest_continuation, int64_t(c.size()));
   const double bytes = double(table.total()) * sizeof(float) +
-                       KvCacheDecoder::bytes(config, longest, longest + o.max_new_tokens, threads) +
-                       double(prompt_tokens) * sizeof(int32_t) + 32.0 * 1048576 * threads;
+                       KvCacheDecoder::bytes(config, longest, longest_document, threads) +
+                       double(prompt_tokens) * sizeof(int32_t) +
+                       double(longest_continuation) * double(V) * sizeof(float) + 32.0 * 1048576 * threads;
   if (const std::string no = check_command_memory(
-          "lct generate of " + std::to_string(longest) + " prompt and " + std::to_string(o.max_new_tokens) +
+          "lct generate of " + std::to_string(longest) + " prompt and " + std::to_string(longest_document - longest) +
               " new tokens",
           bytes, "the weights, the KV cache of every token, the prompt's rows", "shorten the prompt or --max-new-tokens");
       !no.empty())
@@ -181,12 +232,13 @@ int run_generate(const Options& o) {
                                                : "temperature " + std::to_string(o.temperature) +
                                                      (o.top_k > 0 ? ", top-k " + std::to_string(o.top_k) : "") +
                                                      ", seed " + std::to_string(sampling.seed);
-  double prompt_seconds = 0, decode_seconds = 0;
-  int64_t new_tokens = 0;
-  for (const std::vector<int32_t>& prompt : prompts) {
-    const int64_t P = int64_t(prompt.size());
-    KvCacheDecoder decoder(config, params.data(), P, P + o.max_new_tokens);
-    const Generation g = generate(decoder, prompt, o.max_new_tokens, sampling);
+  double prompt_seconds = 0, decode_seconds = 0, score_seconds = 0, log_likelihood = 0;
+  int64_t new_tokens = 0, scored_tokens = 0, greedy_continuations = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& prompt = prompts[i];
+    const int64_t P = int64_t(prompt.size()), n = new_tokens_of(i);
+    KvCacheDecoder decoder(config, params.data(), P, P + n);
+    const Generation g = generate(decoder, prompt, n, sampling);
     prompt_seconds += g.prompt_seconds;
     decode_seconds += g.decode_seconds;
     new_tokens += int64_t(g.tokens.size());
@@ -205,13 +257,25 @@ int run_generate(const Options& o) {
       j["prompt_gflop"] = (forward_flops(config, P, g.prompt_pairs) - head * double(P - 1)) * 1e-9;
       j["decode_seconds"] = g.decode_seconds;
       j["decode_gflop"] = forward_flops(config, int64_t(g.tokens.size()) - 1, g.decode_pairs) * 1e-9;
+      if (!continuations.empty()) {  // teacher forcing from the same prompt forward
+        const ContinuationScore c = score_continuation(decoder, g, continuations[i]);
+        j["continuation_tokens"] = c.tokens;
+        j["continuation_log_likelihood"] = c.log_likelihood;
+        j["continuation_argmax"] = c.argmax;
+        j["continuation_greedy"] = c.greedy();
+        j["continuation_seconds"] = c.seconds;
+        score_seconds += c.seconds;
+        log_likelihood += c.log_likelihood;
+        scored_tokens += c.tokens;
+        greedy_continuations += c.greedy();
+      }
       std::printf("%s\n", json_text(j).c_str());
     } else if (text) {
       const std::string bytes = token_text(g.tokens);
       std::fwrite(bytes.data(), 1, bytes.size(), stdout);
       std::fputc('\n', stdout);
     } else {
-      for (size_t i = 0; i < g.tokens.size(); ++i) std::printf(i ? " %d" : "%d", g.tokens[i]);
+      for (size_t t = 0; t < g.tokens.size(); ++t) std::printf(t ? " %d" : "%d", g.tokens[t]);
       std::printf("\n");
     }
   }
@@ -220,10 +284,17 @@ int run_generate(const Options& o) {
   const double new_rate = decode_seconds > 0 ? double(new_tokens) / decode_seconds : 0.0;
   std::fprintf(stderr,
                "generate: %s%lld prompt tokens in %.3f s (%.1f tokens/s) | %lld new tokens in %.3f s (%.1f tokens/s) | "
-               "%s | attention %s | %d threads\n",
+               "%s | attention %s | %d threads%s\n",
                prompts.size() > 1 ? (std::to_string(prompts.size()) + " prompts, ").c_str() : "",
                (long long)prompt_tokens, prompt_seconds, prompt_rate, (long long)new_tokens, decode_seconds, new_rate,
-               how.c_str(), attention.c_str(), threads);
+               how.c_str(), attention.c_str(), threads,
+               continuations.empty()
+                   ? ""
+                   : (" | continuations: " + std::to_string(greedy_continuations) + " of " +
+                      std::to_string(continuations.size()) + " the greedy choice, log-likelihood " +
+                      std::to_string(log_likelihood / double(scored_tokens)) + " nats/token, " +
+                      std::to_string(score_seconds) + " s")
+                         .c_str());
   return 0;
 }
 
@@ -244,6 +315,11 @@ Command add_generate_command(CLI::App& lct) {
       "the prompt as text (byte-level vocabulary)");
   cmd->add_option("--prompt-file", o->prompt_file, "the prompt: this file's bytes (byte-level vocabulary)");
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "the prompt: token ids in this file, separated by spaces or commas");
+  cmd->add_option("--continuation-file", o->continuation_file,
+                  "score this text (per line with --per-line: one a prompt) as each prompt's continuation by teacher "
+                  "forcing, beside generating as many tokens (JSON fields continuation_*)");
+  cmd->add_option("--continuation-tokens", o->continuation_tokens,
+                  "as --continuation-file, the continuations as token ids");
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
       ->check(whole_integer())
       ->check(positive())
@@ -263,7 +339,10 @@ Command add_generate_command(CLI::App& lct) {
   cmd->add_flag("--ids", o->ids, "print token ids, also for the byte-level vocabulary");
   cmd->add_flag("--json", o->json, "print one JSON object a prompt: the tokens, text, and timings");
   add_model_overrides(cmd, o->overrides);
-  return {cmd, [o] { return run_generate(*o); }};
+  return {cmd, [o, cmd] {
+            o->max_new_tokens_given = cmd->count("--max-new-tokens") > 0;
+            return run_generate(*o);
+          }};
 }
 
 }  // namespace lct

@@ -128,13 +128,11 @@ std::vector<std::vector<int32_t>> read_token_lines(const std::string& flag, cons
   return lines;
 }
 
-// text is lct's byte-level vocabulary
-void require_byte_vocabulary(const std::string& flag, const Options& o, int64_t V) {
+// Text is lct's byte-level vocabulary; `ids_option` is the option that gives ids instead.
+void require_byte_vocabulary(const std::string& flag, const char* ids_option, const Options& o, int64_t V) {
   if (V != kByteVocabulary)
     throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + o.checkpoint +
-                             " has a vocabulary of " + std::to_string(V) + " (give token ids with " +
-                             (flag.rfind("--continuation", 0) == 0 ? "--continuation-tokens" : "--prompt-tokens") +
-                             ")");
+                             " has a vocabulary of " + std::to_string(V) + " (give token ids with " + ids_option + ")");
 }
 
 // The prompts: one, or with --per-line every line of the file.
@@ -145,7 +143,7 @@ std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
   const bool ids = !o.prompt_tokens.empty();
   const std::string flag = ids ? "--prompt-tokens " + o.prompt_tokens
                                : o.prompt_given ? std::string("--prompt") : "--prompt-file " + o.prompt_file;
-  if (!ids) require_byte_vocabulary(flag, o, V);
+  if (!ids) require_byte_vocabulary(flag, "--prompt-tokens", o, V);
   return read_token_lines(flag, o.prompt_given ? &o.prompt : nullptr, ids ? o.prompt_tokens : o.prompt_file, ids,
                           o.per_line, V, "prompt");
 }
@@ -162,7 +160,7 @@ std::vector<std::vector<int32_t>> read_continuations(const Options& o, int64_t V
   if (o.max_new_tokens_given)
     throw std::runtime_error(flag + ": each prompt generates as many tokens as its continuation has "
                              "(leave out --max-new-tokens)");
-  if (!ids) require_byte_vocabulary(flag, o, V);
+  if (!ids) require_byte_vocabulary(flag, "--continuation-tokens", o, V);
   auto lines = read_token_lines(flag, nullptr, ids ? o.continuation_tokens : o.continuation_file, ids, o.per_line,
                                 V, "continuation");
   if (lines.size() != prompts)

@@ -25,7 +25,7 @@
 #include <limits>
 #include <string>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "attention/bf16_tiles.h"
+#include "compute/bf16_tiles.h"
 #include "attention/blocked_attention_tiles.h"
-#include "attention/vector_math.h"
+#include "compute/vector_math.h"
 
 namespace lct {
 namespace {

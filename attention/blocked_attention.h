@@ -19,7 +19,7 @@
 //
 // Threads: OpenMP over work items (train.threads / OMP_NUM_THREADS); block GEMMs are
 // single-threaded calls made from inside the parallel region: OpenBLAS in fp32, the
-// AVX512-BF16 microkernel in bf16 (attention/bf16_tiles.h; its backward computes the
+// AVX512-BF16 microkernel in bf16 (compute/bf16_tiles.h; its backward computes the
 // transposed tiles, blocked_attention_bf16.cpp), or OpenBLAS on bf16-rounded tiles on
 // a CPU without it. With one thread (one MPI rank per core) nothing extra is allocated
 // for dQ.

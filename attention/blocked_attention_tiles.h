@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "attention/core_attention.h"
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 
 namespace lct::blocked {
 

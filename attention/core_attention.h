@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "attention/attention_mask.h"
-#include "attention/gemm.h"
-#include "attention/enum_names.h"
+#include "compute/gemm.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 
@@ -107,7 +107,7 @@ struct AttentionParams {
   // placements may therefore send as bf16.
   Precision precision = Precision::fp32;
   // bf16 on a CPU with AVX512-BF16: true runs the products in bf16 instructions where
-  // the process's bf16 kernel is native (attention/gemm.h bf16_kernel(), train.bf16_kernel);
+  // the process's bf16 kernel is native (compute/gemm.h bf16_kernel(), train.bf16_kernel);
   // false (and every CPU without them, or a rounded bf16 kernel) runs them as fp32 SGEMM
   // on the rounded operands, which gives the same numbers up to summation order (the
   // tests check both ways).

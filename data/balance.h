@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 #include "data/context_shards.h"
 #include "data/packing.h"
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 #include "data/local_batch.h"
 #include "data/packing.h"
 

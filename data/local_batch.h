@@ -15,7 +15,7 @@
 
 #include "attention/attention_mask.h"
 #include "attention/core_attention.h"
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 #include "data/doc_lengths.h"
 
 namespace lct {

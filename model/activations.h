@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "attention/core_attention.h"
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 
 namespace lct {
 

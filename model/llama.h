@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "attention/core_attention.h"
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "data/context_shards.h"
 #include "data/packing.h"
 #include "model/attention_placement.h"
@@ -62,7 +62,7 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, const StageSpec& stage);
 
   const LlamaConfig& config() const { return config_; }
-  // The precision of the products, linear layers and attention (attention/gemm.h); fp32
+  // The precision of the products, linear layers and attention (compute/gemm.h); fp32
   // unless set, and set before the first slot is taken. A bf16 run keeps the fp32
   // parameters and gradients, computes with bf16 copies of the products' weights
   // (refresh_weight_copies) and stores the activations that only feed products and

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention/vector_math.h"
+#include "compute/vector_math.h"
 #include "model/trace.h"
 
 namespace lct {

@@ -11,12 +11,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 
 namespace lct {
 
 // out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias), in `precision`
-// (attention/gemm.h: bf16 rounds x and W unless they are stored in bf16, sums in fp32)
+// (compute/gemm.h: bf16 rounds x and W unless they are stored in bf16, sums in fp32)
 void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
                     Precision precision = Precision::fp32);
 // The same in bf16 with out written as bf16 bits (each value its fp32 sum rounded)

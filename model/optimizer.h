@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/tensor_table.h"
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

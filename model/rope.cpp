@@ -2,7 +2,7 @@
 
 #include <type_traits>
 
-#include "attention/gemm.h"  // store_as
+#include "compute/gemm.h"  // store_as
 
 #include <algorithm>
 #include <cmath>

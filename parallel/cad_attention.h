@@ -4,7 +4,7 @@
 // tick: the same work on every rank), at its first attention (forward's first layer; a backward tick's last
 // layer), the ranks all-gather their pieces of documents (six integers each: row,
 // length, position, document length, document, first rank of the context-parallel
-// group; two collectives) and all compute the same plan (attention/cad_plan.h): CA-tasks, a
+// group; two collectives) and all compute the same plan (parallel/cad_plan.h): CA-tasks, a
 // run of query rows with its causal key prefix, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
 // plan moved, with one MPI_Ialltoallv each way:
@@ -53,8 +53,8 @@
 #include <span>
 #include <vector>
 
-#include "attention/cad_cost.h"
-#include "attention/cad_plan.h"
+#include "parallel/cad_cost.h"
+#include "parallel/cad_plan.h"
 #include "model/attention_placement.h"
 #include "parallel/mpi_util.h"
 
@@ -62,7 +62,7 @@ namespace lct {
 
 class CadAttention final : public AttentionPlacement {
  public:
-  // cost: a measured cost model (attention/cad_cost.h), or none to balance pairs.
+  // cost: a measured cost model (parallel/cad_cost.h), or none to balance pairs.
   // rank_speeds (with a cost model): plan each round by time on ranks of unequal speed,
   // learnt from every step (observe_step): rank r's load is its token-linear time plus
   // its tasks' modelled time, both scaled by its measured speed.

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

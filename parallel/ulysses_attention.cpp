@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "attention/parallel_for.h"
+#include "compute/parallel_for.h"
 #include "parallel/collectives.h"
 #include "parallel/context_parallel.h"
 #include "parallel/mpi_util.h"

@@ -1,4 +1,4 @@
-// The CAD planner (attention/cad_plan.h), in one process: every query row assigned
+// The CAD planner (parallel/cad_plan.h), in one process: every query row assigned
 // once, pairs conserved, deterministic, balanced within the tolerance when splitting
 // allows it, and nothing moved when the batch is already balanced.
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include <map>
 #include <random>
 
-#include "attention/cad_cost.h"
+#include "parallel/cad_cost.h"
 #include "src/train/cad_profile.h"
-#include "attention/cad_plan.h"
+#include "parallel/cad_plan.h"
 #include "attention/core_attention.h"
 #include "data/context_shards.h"
 #include "data/packing.h"

@@ -10,7 +10,7 @@
 
 #include "attention/attention_mask.h"
 #include "attention/core_attention.h"
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "data/balance.h"
 #include "data/context_shards.h"
 #include "data/doc_lengths.h"
@@ -35,7 +35,7 @@ std::string write_temp(const std::string& content) {
   return p.string();
 }
 
-// Every choice enum's table (attention/enum_names.h): its values are 0 .. N-1 once each
+// Every choice enum's table (compute/enum_names.h): its values are 0 .. N-1 once each
 // (no value left without a name), its names are distinct, and each value prints and
 // parses back through the same table; an unknown name lists every choice.
 template <typename E, size_t N>

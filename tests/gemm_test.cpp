@@ -1,4 +1,4 @@
-// attention/gemm.h: bf16 rounding and both ways of a bf16 product against a float64
+// compute/gemm.h: bf16 rounding and both ways of a bf16 product against a float64
 // reference, on every machine (the oneDNN kernel where the CPU has bf16 instructions).
 //
 // Tolerance, from the arithmetic: a bf16 product is exact products of bf16-rounded
@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "attention/bf16_tiles.h"
-#include "attention/gemm.h"
+#include "compute/bf16_tiles.h"
+#include "compute/gemm.h"
 
 namespace lct {
 namespace {
@@ -237,7 +237,7 @@ TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
     }
 }
 
-// The attention kernel's AVX512-BF16 microkernel (attention/bf16_tiles.h): C = alpha A B
+// The attention kernel's AVX512-BF16 microkernel (compute/bf16_tiles.h): C = alpha A B
 // (+ C) with A bf16 rows starting at any element and B as pair words, every register
 // block shape and tail, against the float64 sum of the same bf16 values (gamma_K bound
 // as above), and the packs against their definitions.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "model/llama.h"
 #include "src/io/hf_model.h"
 #include "src/io/safetensors.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.precision = bf16 (attention/gemm.h) on every layout, and checkpoints that stay
+# train.precision = bf16 (compute/gemm.h) on every layout, and checkpoints that stay
 # precision-free:
 #   - dp = 2, pp = 2, cp = 2 (ring, all-gather and Ulysses), cp = 4 (hybrid 2 x 2 and
 #     double ring 2 x 2) and CAD on 2 ranks, all bf16, match the bf16 single-process run

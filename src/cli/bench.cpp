@@ -20,14 +20,14 @@
 #include <sstream>
 #include <string>
 
-#include "attention/bf16_tiles.h"
+#include "compute/bf16_tiles.h"
 #include "attention/core_attention.h"
 #include "data/rng.h"
 #include "model/ops.h"
 #include "model/rope.h"
 #include "model/trace.h"
-#include "attention/cad_cost.h"
-#include "attention/cad_plan.h"
+#include "parallel/cad_cost.h"
+#include "parallel/cad_plan.h"
 #include "data/context_shards.h"
 #include "src/train/flops.h"
 #include "src/train/memory_budget.h"
@@ -116,7 +116,7 @@ struct GemmRow {
   double lct_tiles = 0;  // lct's own AVX512-BF16 microkernel on the same operands, prepacked (0: not run)
 };
 
-// lct's attention microkernel (attention/bf16_tiles.h) as a linear layer's product: A
+// lct's attention microkernel (compute/bf16_tiles.h) as a linear layer's product: A
 // dense bf16 rows, B packed into pair words once (a weight would be packed once per step),
 // the rows split between the threads in blocks of 64, GFLOP/s. Products with a
 // transposed A (the weight gradient) would pack A on every call: not measured (0).

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "attention/bf16_tiles.h"
+#include "compute/bf16_tiles.h"
 
 namespace lct {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "data/balance.h"
 #include "data/context_shards.h"
 #include "data/doc_lengths.h"
@@ -83,7 +83,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   int64_t micro_batches = 1;
   OptimizerKind optimizer = OptimizerKind::adamw;
-  Precision precision = Precision::fp32;  // of the linear layers' products (attention/gemm.h)
+  Precision precision = Precision::fp32;  // of the linear layers' products (compute/gemm.h)
   LossOn loss_on = LossOn::all;            // data/local_batch.h
   Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/gemm_choice.h
   Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // src/train/gemm_choice.h

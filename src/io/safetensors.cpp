@@ -13,7 +13,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "src/util/json.h"
 
 namespace lct {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
-#include "attention/cad_cost.h"
-#include "attention/cad_plan.h"
+#include "parallel/cad_cost.h"
+#include "parallel/cad_plan.h"
 #include "data/local_batch.h"
 #include "data/packing.h"
 #include "src/sim/calibration.h"

@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-#include "attention/cad_cost.h"
+#include "parallel/cad_cost.h"
 #include "model/llama_config.h"
 #include "src/config/sections.h"
 

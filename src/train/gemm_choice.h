@@ -12,7 +12,7 @@
 // bf16 runs resolve it too: their rounded kernel runs on it.
 //
 // Which kernel runs a bf16 run's products and attention tiles (train.bf16_kernel,
-// attention/gemm.h Bf16Kernel):
+// compute/gemm.h Bf16Kernel):
 //   "auto"      (default) rounded on a CPU without bf16 instructions; with them native,
 //               unless rounded (on the fp32 library chosen above) runs the model's
 //               products at least 10 % faster: bf16 instructions are not always faster
@@ -25,7 +25,7 @@
 #include <optional>
 #include <string>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 #include "model/llama_config.h"
 
 namespace lct {

@@ -125,7 +125,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
   if (plan.precision == Precision::bf16) {
-    // the bf16 products' copies of their two operands (attention/gemm.cpp): dense bf16
+    // the bf16 products' copies of their two operands (compute/gemm.cpp): dense bf16
     // ones on the native kernel, fp32 ones on the rounded kernel, whose bf16-output
     // products (gate/up) also keep their fp32 sums; and the rounded output gradient of a
     // product pair (model/ops.cpp). The kernel: the one resolved, set, or cached for

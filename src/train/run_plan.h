@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "attention/cad_cost.h"
+#include "parallel/cad_cost.h"
 #include "attention/core_attention.h"
 #include "data/context_shards.h"
 #include "model/llama_config.h"
@@ -98,7 +98,7 @@ struct RunPlan {
   // tick's plan, whose rows must come out the same bits as the forward's, and the same as
   // a run that does not recompute (so the plans may not depend on train.recompute); a BLAS
   // whose rows depend on the product's row count (OpenBLAS's Haswell SGEMM) would
-  // otherwise change them (attention/cad_plan.h)
+  // otherwise change them (parallel/cad_plan.h)
   bool cad_align_every_cut = false;
   OptimizerConfig optimizer;
   Precision precision = Precision::fp32;  // the linear layers' products (train.precision)

@@ -1,7 +1,7 @@
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 
-#include "attention/bf16_tiles.h"
-#include "attention/parallel_for.h"
+#include "compute/bf16_tiles.h"
+#include "compute/parallel_for.h"
 
 #include <cblas.h>
 #include <oneapi/dnnl/dnnl.hpp>

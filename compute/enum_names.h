@@ -1,8 +1,8 @@
 // Names of lct's choice enums (precision, mask, kernel, schedule, exchange, source, ...):
 // each enum has one table of {value, name}, and parsing, printing and the choices listed
 // in --help and in error messages all read it, so a new value needs one line and can
-// never print another's name. (This header sits in attention/ because every other
-// folder may include attention/, the bottom of data -> model -> attention.)
+// never print another's name. (It sits in compute/, the ground floor every other folder
+// may include.)
 #pragma once
 
 #include <cstddef>

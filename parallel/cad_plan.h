@@ -79,7 +79,7 @@ struct CaPlanOptions {
   // SkylakeX one does not): for plans that must agree bit for bit (full recomputation
   // under pipeline ticks).
   bool align_short_pieces = false;
-  // Cost of a task: measured kernel time (attention/cad_cost.h) when given, else its
+  // Cost of a task: measured kernel time (parallel/cad_cost.h) when given, else its
   // attention pairs.
   const CaCostModel* cost = nullptr;
   // The attention mask: a task's pairs are those it lets through (attention_mask.h).

@@ -16,7 +16,7 @@
 #include <string>
 #include <type_traits>
 
-#include "attention/enum_names.h"
+#include "compute/enum_names.h"
 
 namespace lct {
 

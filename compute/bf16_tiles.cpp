@@ -1,4 +1,4 @@
-#include "attention/bf16_tiles.h"
+#include "compute/bf16_tiles.h"
 
 #include <immintrin.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <utility>
 
-#include "attention/gemm.h"
+#include "compute/gemm.h"
 
 // Functions that use AVX512-BF16 are compiled for it one by one; the rest of lct stays
 // portable and calls them only after available() said yes.

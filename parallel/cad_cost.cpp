@@ -1,4 +1,4 @@
-#include "attention/cad_cost.h"
+#include "parallel/cad_cost.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
-#include "attention/cad_plan.h"
+#include "parallel/cad_plan.h"
 
-#include "attention/cad_cost.h"
+#include "parallel/cad_cost.h"
 
 #include <algorithm>
 #include <numeric>

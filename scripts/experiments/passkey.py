@@ -331,10 +331,11 @@ def train_passkey(a, out, args, seed, model, copied, L, schedule):
                str(PASSKEY_MIN_LENGTH), "--data.max_doc_len", str(L)]
     steps = schedule[1]
     ckpt = train(a, out, passkey + args, steps, seed, model, copied)
-    while formed_at(out) is None and steps < schedule[3] and not a.quick:
+    formed = formed_at(out)
+    while formed is None and steps < schedule[3] and not a.quick:
         steps = min(steps + schedule[2], schedule[3])
         ckpt = train(a, out, passkey + args, steps, seed, model, resume=ckpt)
-    formed = formed_at(out)
+        formed = formed_at(out)
     if formed is not None and formed + schedule[4] > steps:
         steps = formed + schedule[4]
         ckpt = train(a, out, passkey + args, steps, seed, model, resume=ckpt)

@@ -87,26 +87,41 @@ std::vector<int32_t> bytes_as_tokens(const std::string& bytes) {
   return ids;
 }
 
-// The lines of a --prompt-file / --prompt-tokens / --continuation-* file (or --prompt's
-// text) as tokens: the whole text, or with --per-line every line (a last line break ends
-// the last line, it does not start one). `flag` names the source in errors; each line is
-// checked: not empty, no token outside the vocabulary. The memory the reading takes is
-// checked before the file is read.
-std::vector<std::vector<int32_t>> read_token_lines(const std::string& flag, const std::string* text,
-                                                   const std::string& path, bool ids, bool per_line, int64_t V,
-                                                   const std::string& what) {
-  if (!text) {
+// Where a command reads tokens from: --prompt's text, or a file given as text (bytes) or
+// as token ids. `ids_option` is the option that gives ids instead of text.
+struct TokenSource {
+  const char* option;
+  const char* ids_option;
+  std::string path;                   // the file (empty for --prompt)
+  const std::string* text = nullptr;  // --prompt's text
+  bool ids = false;
+  std::string flag() const { return text ? std::string(option) : std::string(option) + " " + path; }
+};
+
+// The source's lines as tokens: the whole text, or with --per-line every line (a last
+// line break ends the last line, it does not start one). Text needs lct's byte-level
+// vocabulary; each line is checked: not empty, no token outside the vocabulary. The
+// memory the reading takes is checked before the file is read. `what` names a line
+// ("prompt") in errors.
+std::vector<std::vector<int32_t>> read_token_lines(const TokenSource& source, bool per_line, int64_t V,
+                                                   const std::string& checkpoint, const std::string& what) {
+  const std::string flag = source.flag();
+  if (!source.ids && V != kByteVocabulary)
+    throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + checkpoint +
+                             " has a vocabulary of " + std::to_string(V) + " (give token ids with " +
+                             source.ids_option + ")");
+  if (!source.text) {
     std::error_code ec;
-    const auto size = std::filesystem::file_size(path, ec);
+    const auto size = std::filesystem::file_size(source.path, ec);
     // the bytes, their lines, and the int32 tokens they widen to (an id takes 2 bytes or more)
-    const double bytes = ec ? 0.0 : double(size) * (2.0 + (ids ? 2.0 : 4.0));
+    const double bytes = ec ? 0.0 : double(size) * (2.0 + (source.ids ? 2.0 : 4.0));
     if (const std::string no = check_command_memory("lct generate of " + flag + " (" + std::to_string(size) + " bytes)",
                                                     bytes, "the file, its lines and their tokens",
                                                     "give a shorter " + what);
         !ec && !no.empty())
       throw std::runtime_error(no);
   }
-  const std::string all = text ? *text : read_regular_file(path, flag.substr(0, flag.find(' ')));
+  const std::string all = source.text ? *source.text : read_regular_file(source.path, source.option);
   std::vector<std::string> texts;
   if (per_line) {
     for (size_t b = 0; b < all.size();) {
@@ -121,18 +136,11 @@ std::vector<std::vector<int32_t>> read_token_lines(const std::string& flag, cons
   std::vector<std::vector<int32_t>> lines;
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string where = per_line ? flag + ": line " + std::to_string(i + 1) : flag;
-    lines.push_back(ids ? parse_token_ids(texts[i], where, V) : bytes_as_tokens(texts[i]));
+    lines.push_back(source.ids ? parse_token_ids(texts[i], where, V) : bytes_as_tokens(texts[i]));
     if (lines.back().empty())
       throw std::runtime_error(where + ": an empty " + what + " (at least one token is needed)");
   }
   return lines;
-}
-
-// Text is lct's byte-level vocabulary; `ids_option` is the option that gives ids instead.
-void require_byte_vocabulary(const std::string& flag, const char* ids_option, const Options& o, int64_t V) {
-  if (V != kByteVocabulary)
-    throw std::runtime_error(flag + ": text is lct's byte-level vocabulary of 256 tokens, but " + o.checkpoint +
-                             " has a vocabulary of " + std::to_string(V) + " (give token ids with " + ids_option + ")");
 }
 
 // The prompts: one, or with --per-line every line of the file.
@@ -140,12 +148,11 @@ std::vector<std::vector<int32_t>> read_prompts(const Options& o, int64_t V) {
   const int given = int(o.prompt_given) + int(!o.prompt_file.empty()) + int(!o.prompt_tokens.empty());
   if (given != 1) throw std::runtime_error("give exactly one of --prompt, --prompt-file and --prompt-tokens");
   if (o.per_line && o.prompt_given) throw std::runtime_error("--per-line: reads --prompt-file or --prompt-tokens");
-  const bool ids = !o.prompt_tokens.empty();
-  const std::string flag = ids ? "--prompt-tokens " + o.prompt_tokens
-                               : o.prompt_given ? std::string("--prompt") : "--prompt-file " + o.prompt_file;
-  if (!ids) require_byte_vocabulary(flag, "--prompt-tokens", o, V);
-  return read_token_lines(flag, o.prompt_given ? &o.prompt : nullptr, ids ? o.prompt_tokens : o.prompt_file, ids,
-                          o.per_line, V, "prompt");
+  const TokenSource source = o.prompt_given             ? TokenSource{"--prompt", "--prompt-tokens", "", &o.prompt}
+                             : o.prompt_tokens.empty() ? TokenSource{"--prompt-file", "--prompt-tokens", o.prompt_file}
+                                                       : TokenSource{"--prompt-tokens", "--prompt-tokens",
+                                                                     o.prompt_tokens, nullptr, true};
+  return read_token_lines(source, o.per_line, V, o.checkpoint, "prompt");
 }
 
 // The continuations to score, one a prompt (none without --continuation-*).
@@ -153,16 +160,16 @@ std::vector<std::vector<int32_t>> read_continuations(const Options& o, int64_t V
   if (o.continuation_file.empty() && o.continuation_tokens.empty()) return {};
   if (!o.continuation_file.empty() && !o.continuation_tokens.empty())
     throw std::runtime_error("give one of --continuation-file and --continuation-tokens");
-  const bool ids = !o.continuation_tokens.empty();
-  const std::string flag = ids ? "--continuation-tokens " + o.continuation_tokens
-                               : "--continuation-file " + o.continuation_file;
+  const TokenSource source =
+      o.continuation_tokens.empty()
+          ? TokenSource{"--continuation-file", "--continuation-tokens", o.continuation_file}
+          : TokenSource{"--continuation-tokens", "--continuation-tokens", o.continuation_tokens, nullptr, true};
+  const std::string flag = source.flag();
   if (!o.json) throw std::runtime_error(flag + ": the scores are fields of --json's lines (add --json)");
   if (o.max_new_tokens_given)
     throw std::runtime_error(flag + ": each prompt generates as many tokens as its continuation has "
                              "(leave out --max-new-tokens)");
-  if (!ids) require_byte_vocabulary(flag, "--continuation-tokens", o, V);
-  auto lines = read_token_lines(flag, nullptr, ids ? o.continuation_tokens : o.continuation_file, ids, o.per_line,
-                                V, "continuation");
+  auto lines = read_token_lines(source, o.per_line, V, o.checkpoint, "continuation");
   if (lines.size() != prompts)
     throw std::runtime_error(flag + ": " + std::to_string(lines.size()) + " continuation" +
                              (lines.size() == 1 ? "" : "s") + " for " + std::to_string(prompts) + " prompt" +
@@ -191,7 +198,7 @@ int run_generate(const Options& o) {
   auto new_tokens_of = [&](size_t i) {
     return continuations.empty() ? o.max_new_tokens : int64_t(continuations[i].size());
   };
-  int64_t longest = 0, longest_document = 0, prompt_tokens = 0;
+  int64_t longest = 0, longest_document = 0, longest_continuation = 0, prompt_tokens = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t P = int64_t(prompts[i].size()), n = new_tokens_of(i);
     if (n > INT32_MAX - P)  // (not P + n: that can wrap)
@@ -199,14 +206,13 @@ int run_generate(const Options& o) {
                                (continuations.empty() ? "--max-new-tokens " : "a continuation of ") +
                                std::to_string(n) + ": more than a document can hold (2^31 - 1 tokens)");
     longest = std::max(longest, P), longest_document = std::max(longest_document, P + n), prompt_tokens += P;
+    if (!continuations.empty()) longest_continuation = std::max(longest_continuation, n);
   }
   // everything the run allocates, before it allocates it (the longest prompt's decoder:
   // one at a time)
   const TensorTable table = build_llama_table(config);
   file.check_params(config, table);  // every tensor there (headers only) before sizing and allocating
   const int threads = omp_get_max_threads();
-  int64_t longest_continuation = 0;
-  for (const auto& c : continuations) longest_continuation = std::max<int64_t>(longest_continuation, int64_t(c.size()));
   const double bytes = double(table.total()) * sizeof(float) +
                        KvCacheDecoder::bytes(config, longest, longest_document, threads) +
                        double(prompt_tokens) * sizeof(int32_t) +

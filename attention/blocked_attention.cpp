@@ -63,8 +63,8 @@ thread_local Workspace tls_workspace;
 
 Arith arith_of(const AttentionParams& p) {
   if (p.precision == Precision::fp32) return Arith::fp32;
-  const bool native = p.bf16_instructions && bf16_kernel() == Bf16Kernel::native && bf16_tiles::available() &&
-                      p.head_dim % 2 == 0;
+  const bool native = p.bf16_kernel != Bf16Kernel::rounded && bf16_support().instructions &&
+                      bf16_tiles::available() && p.head_dim % 2 == 0;
   return native ? Arith::bf16_native : Arith::bf16_rounded;
 }
 

@@ -106,12 +106,11 @@ struct AttentionParams {
   // fp32. The kernel thus depends only on the bf16 values of Q, K, V, O and dO, which
   // placements may therefore send as bf16.
   Precision precision = Precision::fp32;
-  // bf16 on a CPU with AVX512-BF16: true runs the products in bf16 instructions where
-  // the process's bf16 kernel is native (compute/gemm.h bf16_kernel(), train.bf16_kernel);
-  // false (and every CPU without them, or a rounded bf16 kernel) runs them as fp32 SGEMM
-  // on the rounded operands, which gives the same numbers up to summation order (the
-  // tests check both ways).
-  bool bf16_instructions = true;
+  // The bf16 products' kernel (the model's Arithmetic, compute/gemm.h): native runs them
+  // in lct's AVX512-BF16 tiles where the CPU has those instructions (automatic: native
+  // there); rounded (and every CPU without them) runs them as fp32 SGEMM on the rounded
+  // operands, which gives the same numbers up to summation order (the tests check both).
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;
 };
 
 // Per-document mask data of a packed batch (attention_mask.h), empty when the mask needs

@@ -204,18 +204,20 @@ const Bf16Support& bf16_support() {
   return support;
 }
 
-void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
-          int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (precision == Precision::bf16) {
-    gemm_bf16(bf16_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  // fp32: bf16 operands are widened (exactly); fp32 ones are used in place
+namespace {
+
+void gemm_bf16(Bf16Kernel kernel, Fp32Library fp32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+void gemm_fp32(Fp32Library library, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
+               int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (library == Fp32Library::automatic)
+    throw std::invalid_argument("fp32 product: library auto is resolved by measurement first");
+  // bf16 operands are widened (exactly); fp32 ones are used in place
   static thread_local std::vector<float> sa, sb;
   const float* a = sgemm_operand(A, false, ta ? K : M, ta ? M : K, lda, sa, &lda);
   const float* b = sgemm_operand(B, false, tb ? N : K, tb ? K : N, ldb, sb, &ldb);
-  if (fp32_library() == Fp32Library::onednn && K > 0) {
+  if (library == Fp32Library::onednn && K > 0) {
     gemm_fp32_onednn(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
   } else if (M == 1 && K > 0) {
     // One row (a decoding step of lct generate, a query tile of one row): OpenBLAS's
@@ -234,32 +236,21 @@ void gemm(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   }
 }
 
-namespace {
-std::atomic<Fp32Library> g_fp32_library{Fp32Library::openblas};
-std::atomic<Bf16Kernel> g_bf16_kernel{Bf16Kernel::automatic};  // automatic: by the CPU
-}
+}  // namespace
 
-void set_bf16_kernel(Bf16Kernel kernel) {
-  if (kernel == Bf16Kernel::automatic)
-    throw std::invalid_argument("set_bf16_kernel: auto is resolved by measurement first");
-  if (kernel == Bf16Kernel::native && !bf16_support().instructions)
-    throw std::invalid_argument("bf16 kernel native: this CPU has no bf16 instructions (AVX512-BF16 or AMX-BF16)");
-  g_bf16_kernel.store(kernel);
-}
-
-Bf16Kernel bf16_kernel() {
-  const Bf16Kernel k = g_bf16_kernel.load();
-  if (k != Bf16Kernel::automatic) return k;
+Bf16Kernel bf16_kernel_of(const Arithmetic& arith) {
+  if (arith.bf16_kernel != Bf16Kernel::automatic) return arith.bf16_kernel;
   return bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded;
 }
 
-void set_fp32_library(Fp32Library library) {
-  if (library == Fp32Library::automatic)
-    throw std::invalid_argument("set_fp32_library: auto is resolved by measurement first");
-  g_fp32_library.store(library);
+void gemm(const Arithmetic& arith, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
+          int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (arith.precision == Precision::bf16)
+    gemm_bf16(bf16_kernel_of(arith), arith.fp32_library, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    gemm_fp32(arith.fp32_library, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-
-Fp32Library fp32_library() { return g_fp32_library.load(); }
 
 void gemm_fp32_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -274,9 +265,10 @@ void gemm_bf16_operands(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   onednn().run(ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
 
-void gemm_to_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda,
+void gemm_to_bf16(const Arithmetic& arith, bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda,
                   Operand B, int64_t ldb, uint16_t* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  const Bf16Kernel kernel = bf16_kernel_of(arith);
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
   if (kernel == Bf16Kernel::native && K > 0) {
     if (!bf16_support().instructions)
@@ -289,19 +281,16 @@ void gemm_to_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int
   // the fp32 sums in grow-only scratch, then rounded (what oneDNN's bf16 output does)
   static thread_local std::vector<float> sums;
   float* out = scratch(sums, M * N);
-  gemm_bf16(kernel, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out, N);
+  gemm_bf16(kernel, arith.fp32_library, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, out, N);
   parallel_for(M, M * N, [&](int64_t r) {
     for (int64_t c = 0; c < N; ++c) C[r * ldc + c] = bf16_bits(out[r * N + c]);
   });
 }
 
-void gemm_to_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda, Operand B, int64_t ldb,
-                  uint16_t* C, int64_t ldc) {
-  gemm_to_bf16(bf16_kernel(), ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
-}
+namespace {
 
-void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Operand A,
-               int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm_bf16(Bf16Kernel kernel, Fp32Library fp32, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+               Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   // stored shapes: A is (ta ? K x M : M x K), B is (tb ? N x K : K x N)
   const int64_t a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
@@ -319,8 +308,10 @@ void gemm_bf16(Bf16Kernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_
     int64_t la = 0, lb = 0;
     const float* a = sgemm_operand(A, true, a_rows, a_cols, lda, sa, &la);
     const float* b = sgemm_operand(B, true, b_rows, b_cols, ldb, sb, &lb);
-    gemm(Precision::fp32, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
+    gemm_fp32(fp32, ta, tb, M, N, K, alpha, a, la, b, lb, beta, C, ldc);
   }
 }
+
+}  // namespace
 
 }  // namespace lct

@@ -39,13 +39,10 @@ struct Operand {
   Operand(const uint16_t* p) : data(p), bf16(true) {}
 };
 
-void gemm(Precision precision, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
-
-// The library of gemm(fp32, ...) (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
-// matmul (primitives created once per shape), process-wide, OpenBLAS until set. automatic
-// is a setting only (the trainer measures and sets one of the two; src/train/gemm_choice.h).
-// Both sum in fp32 in their own order, so results differ in the last bits between them.
+// The library of an fp32 product (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
+// matmul (primitives created once per shape). automatic is a setting only (the run plan
+// measures and resolves one of the two; src/train/gemm_choice.h). Both sum in fp32 in
+// their own order, so results differ in the last bits between them.
 enum class Fp32Library { automatic, openblas, onednn };
 inline constexpr EnumName<Fp32Library> kFp32LibraryNames[] = {
     {Fp32Library::automatic, "auto", "the faster here, measured once and cached"},
@@ -54,8 +51,6 @@ inline constexpr EnumName<Fp32Library> kFp32LibraryNames[] = {
 };
 inline Fp32Library parse_fp32_library(const std::string& name) { return parse_enum(kFp32LibraryNames, name, "fp32 GEMM library"); }
 inline const char* fp32_library_name(Fp32Library value) { return enum_name(kFp32LibraryNames, value); }
-void set_fp32_library(Fp32Library library);  // openblas or onednn
-Fp32Library fp32_library();
 // The oneDNN f32 product by name (tests check it, the trainer and lct bench time it).
 void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -67,8 +62,8 @@ void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 //   rounded  the operands rounded to bf16 and multiplied in fp32, on the fp32 library
 //            (train.fp32_gemm; the attention kernel: fp32 tiles of rounded values): the
 //            same numbers up to fp32 summation order, on any CPU
-// automatic is a setting only (src/train/gemm_choice.h measures and sets one). Where a
-// CPU's bf16 instructions are slower than its fp32 FMAs (seen: an Intel Xeon of family
+// automatic as a setting is measured (src/train/gemm_choice.h); in an Arithmetic it is
+// the CPU's default: native where it has bf16 instructions, else rounded. Where a CPU's bf16 instructions are slower than its fp32 FMAs (seen: an Intel Xeon of family
 // 6, model 207, without AMX, whose VDPBF16PS loop runs at 0.67x its FMA loop), rounded
 // is the faster of the two.
 enum class Bf16Kernel { automatic, native, rounded };
@@ -79,21 +74,33 @@ inline constexpr EnumName<Bf16Kernel> kBf16KernelNames[] = {
 };
 inline Bf16Kernel parse_bf16_kernel(const std::string& name) { return parse_enum(kBf16KernelNames, name, "bf16 kernel"); }
 inline const char* bf16_kernel_name(Bf16Kernel value) { return enum_name(kBf16KernelNames, value); }
-// The kernel gemm(bf16, ...) and the attention kernel's bf16 tiles use, process-wide:
-// native where the CPU has bf16 instructions, else rounded, until set (native on a CPU
-// without them, or automatic, throws std::invalid_argument).
-void set_bf16_kernel(Bf16Kernel kernel);
-Bf16Kernel bf16_kernel();
-void gemm_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// How a model's products run: their precision and this machine's kernels for it. A value,
+// not process state: the run plan resolves one (src/train/machine_choices.h) and it
+// travels to the model's linear layers and the attention kernel (AttentionParams), so
+// two models in one process may differ. The attention kernel reads precision and
+// bf16_kernel (its fp32 tiles are OpenBLAS SGEMM whatever the library).
+struct Arithmetic {
+  Precision precision = Precision::fp32;
+  Fp32Library fp32_library = Fp32Library::openblas;  // fp32 products, and bf16's rounded kernel
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;    // bf16 products; automatic: the CPU's default
+  bool operator==(const Arithmetic&) const = default;
+};
+// The bf16 kernel an Arithmetic runs: automatic resolved to the CPU's default.
+Bf16Kernel bf16_kernel_of(const Arithmetic& arith);
+
+// C = alpha op(A) op(B) + beta C in arith's precision, on its kernel. Fp32Library::
+// automatic throws std::invalid_argument; native on a CPU without bf16 instructions,
+// std::runtime_error.
+void gemm(const Arithmetic& arith, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          Operand A, int64_t lda, Operand B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // A bf16 product written as bf16 bits, C = op(A) op(B) (alpha 1, beta 0; each value its
-// fp32 sum rounded to nearest even): a bf16 run's products whose output only feeds other
-// products and elementwise steps (the MLP's gate and up), so no fp32 copy is written and
-// rounded in a second pass. oneDNN writes bf16 itself; the fallback rounds SGEMM's sums.
-void gemm_to_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Operand A, int64_t lda, Operand B,
-                  int64_t ldb, uint16_t* C, int64_t ldc);
-void gemm_to_bf16(Bf16Kernel kernel, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Operand A,
+// fp32 sum rounded to nearest even), on arith's bf16 kernel whatever its precision: a bf16
+// run's products whose output only feeds other products and elementwise steps (the
+// MLP's gate and up), so no fp32 copy is written and rounded in a second pass. oneDNN
+// writes bf16 itself; the rounded kernel rounds the fp32 library's sums.
+void gemm_to_bf16(const Arithmetic& arith, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Operand A,
                   int64_t lda, Operand B, int64_t ldb, uint16_t* C, int64_t ldc);
 
 // The oneDNN bf16 product of operands already in bf16 (dense: lda = ta ? M : K, ldb =

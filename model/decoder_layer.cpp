@@ -21,25 +21,25 @@ void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActi
                      const LayerScratch& scratch) {
   attn_norm_forward(s, w, a);
   // one product for q, k and v, then RoPE writes them to their own arrays
-  matmul_forward(scratch.qkv, a.h1.operand(), w.wqkv, s.T, s.C, qkv_width(s), s.precision);
+  matmul_forward(scratch.qkv, a.h1.operand(), w.wqkv, s.T, s.C, qkv_width(s), s.arith);
   rope_split_qkv(a.q, a.k, a.v, scratch.qkv, q_positions(s), s.q_scale, k_positions(s), *s.rope, s.T, s.H, s.KV, s.hd);
 }
 
 void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
   const int64_t T = s.T, C = s.C, I = s.I;
   // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
-  matmul_forward(a.x_mid, a.attn, w.wo, T, s.H * s.hd, C, s.precision);
+  matmul_forward(a.x_mid, a.attn, w.wo, T, s.H * s.hd, C, s.arith);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < T * C; ++i) a.x_mid[i] += a.x_in[i];
   // h2, then gate and up in one product (bf16 runs: written in bf16 by the product), then
   // act in one pass
   if (a.h2.bf16) {
     rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
-    matmul_forward(a.gate_up.bf16, a.h2.bf16, w.wgate_up, T, C, 2 * I);
+    matmul_forward(a.gate_up.bf16, a.h2.bf16, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.bf16, a.gate_up.bf16, T, I);
   } else {
     rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
-    matmul_forward(a.gate_up.f32, a.h2.f32, w.wgate_up, T, C, 2 * I, s.precision);
+    matmul_forward(a.gate_up.f32, a.h2.f32, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.f32, a.gate_up.f32, T, I);
   }
 }
@@ -48,7 +48,7 @@ void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerAct
   const int64_t T = s.T, C = s.C;
   mlp_in_forward(s, w, a);
   // x_out = x_mid + act Wdown^T
-  matmul_forward(a.x_out, a.act.operand(), w.wdown, T, s.I, C, s.precision);
+  matmul_forward(a.x_out, a.act.operand(), w.wdown, T, s.I, C, s.arith);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < T * C; ++i) a.x_out[i] += a.x_mid[i];
 }
@@ -58,7 +58,7 @@ void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTe
   const int64_t T = s.T, C = s.C, I = s.I, qdim = s.H * s.hd;
   // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
   std::fill(d.dact, d.dact + T * I, 0.0f);
-  matmul_backward(d.dact, g.wdown, dx, a.act.operand(), w.wdown, T, I, C, s.precision);
+  matmul_backward(d.dact, g.wdown, dx, a.act.operand(), w.wdown, T, I, C, s.arith);
   // dgate | dup in one pass (bf16 runs: as the bf16 bits the products read), then one
   // product pair for both
   Operand dgate_up = d.dgate_up;
@@ -70,12 +70,12 @@ void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTe
     swiglu_backward(d.dgate_up, d.dact, a.gate_up.f32, T, I);
   }
   std::fill(d.dh, d.dh + T * C, 0.0f);
-  matmul_backward(d.dh, g.wgate_up, dgate_up, a.h2.operand(), w.wgate_up, T, C, 2 * I, s.precision);
+  matmul_backward(d.dh, g.wgate_up, dgate_up, a.h2.operand(), w.wgate_up, T, C, 2 * I, s.arith);
   // residual: dx already carries d x_mid from the skip path; add the norm's share
   rmsnorm_backward(dx, g.mlp_norm, d.dh, a.x_mid, w.mlp_norm, a.rstd2, T, C);
   // output projection. forward: x_mid = x_in + attn Wo^T
   std::fill(d.dattn, d.dattn + T * qdim, 0.0f);
-  matmul_backward(d.dattn, g.wo, dx, a.attn, w.wo, T, qdim, C, s.precision);
+  matmul_backward(d.dattn, g.wo, dx, a.attn, w.wo, T, qdim, C, s.arith);
 }
 
 void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
@@ -84,7 +84,7 @@ void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTen
   // RoPE's backward joins dq, dk and dv into the fused product's output gradient (in a
   // bf16 run as the bf16 bits both its products read)
   Operand dqkv = d.qkv;
-  if (s.precision == Precision::bf16) {
+  if (s.arith.precision == Precision::bf16) {
     uint16_t* bits = reinterpret_cast<uint16_t*>(d.qkv);
     rope_join_qkv_grad(bits, d.dq, d.dk, d.dv, q_positions(s), s.q_scale, k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
     dqkv = Operand(static_cast<const uint16_t*>(bits));
@@ -92,7 +92,7 @@ void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTen
     rope_join_qkv_grad(d.qkv, d.dq, d.dk, d.dv, q_positions(s), s.q_scale, k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
   }
   std::fill(d.dh, d.dh + T * C, 0.0f);
-  matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.precision);
+  matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.arith);
   rmsnorm_backward(dx, g.attn_norm, d.dh, a.x_in, w.attn_norm, a.rstd1, T, C);
 }
 

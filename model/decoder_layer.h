@@ -22,7 +22,7 @@ struct LayerShape {
   int64_t T = 0, C = 0, I = 0, H = 0, KV = 0, hd = 0;  // tokens, hidden, MLP, heads, head dim
   float eps = 0;                                       // RMSNorm epsilon
   bool dca = false;
-  Precision precision = Precision::fp32;               // of the linear layers' products
+  Arithmetic arith;                                    // the linear layers' products: precision, kernels
   const int32_t* positions = nullptr;      // [T] in-document positions (causal RoPE)
   const int32_t* key_positions = nullptr;  // [T] DCA key positions
   const float* q_scale = nullptr;          // [T] attention.logit_scaling's factors (null: none)

@@ -41,7 +41,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const StageSpec& stage)
 
 void LlamaModel::build_activation_table() {
   ActivationIds ids;
-  acts_table_ = activation_table(config_, stage_, precision_, recompute_, &ids);
+  acts_table_ = activation_table(config_, stage_, arith_.precision, recompute_, &ids);
   ids_ = std::move(ids.layers);
   x_out_ = ids.x_out, dx_ = ids.dx;
   recomputes_ = recomputes_attention_ = false;
@@ -69,18 +69,19 @@ void LlamaModel::set_recompute(const RecomputePolicy& policy) {
   build_activation_table();
 }
 
-void LlamaModel::set_precision(Precision precision) {
-  if (pool_.in_use() > 0) throw std::logic_error("set_precision while activation slots are in use");
-  precision_ = precision;
-  attn_params_.precision = precision;
+void LlamaModel::set_arithmetic(const Arithmetic& arith) {
+  if (pool_.in_use() > 0) throw std::logic_error("set_arithmetic while activation slots are in use");
+  arith_ = arith;
+  attn_params_.precision = arith.precision;
+  attn_params_.bf16_kernel = bf16_kernel_of(arith);
   build_activation_table();
   weight_copies_fresh_ = false;
-  if (precision == Precision::bf16) weight_copies_.assign(params.size(), 0);
+  if (arith.precision == Precision::bf16) weight_copies_.assign(params.size(), 0);
   else std::vector<uint16_t>().swap(weight_copies_);
 }
 
 void LlamaModel::refresh_weight_copies() {
-  if (precision_ != Precision::bf16) return;
+  if (arith_.precision != Precision::bf16) return;
   // the stage's layers (their norms ride along) and the LM head (the embedding, if tied)
   const ArenaRange layers = layer_range(table_, stage_.first_layer, stage_.end_layer);
   const int64_t V = config_.vocab_size, C = config_.hidden_size;
@@ -198,7 +199,7 @@ LayerTensors LlamaModel::layer_tensors(std::vector<float>& arena, int l) {
 LayerWeights LlamaModel::layer_weights(int l) const {
   const LayerOffsets& o = layer_offsets_[size_t(l)];
   const float* p = params.data();
-  if (precision_ == Precision::fp32)
+  if (arith_.precision == Precision::fp32)
     return {p + o.attn_norm, p + o.mlp_norm, p + o.wqkv, p + o.wo, p + o.wgate_up, p + o.wdown};
   if (!weight_copies_fresh_) throw std::logic_error("bf16 run without refresh_weight_copies()");
   const uint16_t* b = weight_copies_.data();
@@ -206,7 +207,7 @@ LayerWeights LlamaModel::layer_weights(int l) const {
 }
 
 Operand LlamaModel::lm_head_weight() const {
-  if (precision_ == Precision::fp32) return params.data() + lm_head_offset_;
+  if (arith_.precision == Precision::fp32) return params.data() + lm_head_offset_;
   if (!weight_copies_fresh_) throw std::logic_error("bf16 run without refresh_weight_copies()");
   return weight_copies_.data() + lm_head_offset_;
 }
@@ -259,7 +260,7 @@ LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t 
   sh.hd = c.head_dim();
   sh.eps = float(c.rms_norm_eps);
   sh.dca = c.attention_kernel == AttentionKernel::dca;
-  sh.precision = precision_;
+  sh.arith = arith_;
   sh.positions = s.batch->positions.data() + r0;
   sh.key_positions = s.key_positions.data() + (s.key_positions.empty() ? 0 : r0);
   sh.q_scale = s.q_scale.empty() ? nullptr : s.q_scale.data() + r0;
@@ -304,7 +305,7 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   // the tile buffers: each array fp32-sized, bf16 ones used as bits from its start
   auto saved = [&](int64_t n) -> SavedRows {
     float* r = take(tile, n);
-    if (precision_ == Precision::bf16) return {nullptr, reinterpret_cast<uint16_t*>(r)};
+    if (arith_.precision == Precision::bf16) return {nullptr, reinterpret_cast<uint16_t*>(r)};
     return {r, nullptr};
   };
   tile_.rstd1 = take(tile, 1);
@@ -569,13 +570,13 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
     if (backward) std::fill(d_.dh, d_.dh + tn * C, 0.0f);
     for (int64_t r0 = 0; r0 < tn; r0 += kLogitRows) {
       const int64_t n = std::min(kLogitRows, tn - r0), row = t0 + r0;
-      matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, precision_);
+      matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, arith_);
       cross_entropy_forward_backward(logits_, batch.targets.data() + row, answers ? answers + row : nullptr, n, V,
                                      backward, grad_scale, stats, token_loss ? token_loss + row : nullptr,
                                      token_correct ? token_correct + row : nullptr);
       if (backward)
         matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
-                        precision_);
+                        arith_);
     }
     if (!backward) return;
     float* dx = residual_grad(s) + t0 * C;

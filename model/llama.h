@@ -62,13 +62,16 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, const StageSpec& stage);
 
   const LlamaConfig& config() const { return config_; }
-  // The precision of the products, linear layers and attention (compute/gemm.h); fp32
-  // unless set, and set before the first slot is taken. A bf16 run keeps the fp32
-  // parameters and gradients, computes with bf16 copies of the products' weights
+  // How the products run, linear layers and attention: their precision and this
+  // machine's kernels (compute/gemm.h Arithmetic, resolved by the run plan); fp32 on
+  // OpenBLAS unless set, and set before the first slot is taken. The model's own value:
+  // two models in one process may differ. A bf16 run keeps the fp32 parameters and
+  // gradients, computes with bf16 copies of the products' weights
   // (refresh_weight_copies) and stores the activations that only feed products and
   // elementwise steps in bf16 (activation_table).
-  void set_precision(Precision precision);
-  Precision precision() const { return precision_; }
+  void set_arithmetic(const Arithmetic& arith);
+  const Arithmetic& arithmetic() const { return arith_; }
+  Precision precision() const { return arith_.precision; }
   // What each layer keeps for its backward and what the backward recomputes
   // (model/recompute.h); none unless set, and set before the first slot is taken.
   void set_recompute(const RecomputePolicy& policy);
@@ -240,12 +243,12 @@ class LlamaModel {
   TensorTable table_;
   int64_t num_params_ = 0;
   AttentionParams attn_params_;
-  Precision precision_ = Precision::fp32;
+  Arithmetic arith_;
   RecomputePolicy recompute_;
   int64_t tile_tokens_ = kTileTokens;
   std::vector<LayerOffsets> layer_offsets_;
   std::vector<uint16_t> weight_copies_;  // bf16 runs: the products' weights, params' layout
-  bool weight_copies_fresh_ = false;      // refreshed since set_precision
+  bool weight_copies_fresh_ = false;      // refreshed since set_arithmetic
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   RopeTable rope_;
 

@@ -18,23 +18,24 @@ constexpr int64_t kReduceChunk = 256;
 }
 
 void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
-                    Precision precision) {
+                    const Arithmetic& arith) {
   const ScopedSpan span("product", TraceTrack::product);
-  gemm(precision, false, true, T, out_dim, in_dim, 1.0f, x, in_dim, w, in_dim, 0.0f, out, out_dim);
+  gemm(arith, false, true, T, out_dim, in_dim, 1.0f, x, in_dim, w, in_dim, 0.0f, out, out_dim);
 }
 
-void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim) {
+void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
+                    const Arithmetic& arith) {
   const ScopedSpan span("product", TraceTrack::product);
-  gemm_to_bf16(false, true, T, out_dim, in_dim, x, in_dim, w, in_dim, out, out_dim);
+  gemm_to_bf16(arith, false, true, T, out_dim, in_dim, x, in_dim, w, in_dim, out, out_dim);
 }
 
 void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
-                     int64_t in_dim, int64_t out_dim, Precision precision) {
+                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith) {
   // forward was out = x W^T, so dx = dout W and dW = dout^T x. In bf16 both products
   // read dout rounded: it is rounded once here instead of in each (a dout that is stored
   // in bf16 is read as it is).
   Operand g = dout;
-  if (precision == Precision::bf16 && !dout.bf16 && dx && dw) {
+  if (arith.precision == Precision::bf16 && !dout.bf16 && dx && dw) {
     static thread_local std::vector<uint16_t> rounded;
     const int64_t n = T * out_dim;
     if (int64_t(rounded.size()) < n) rounded.resize(size_t(n));
@@ -43,11 +44,11 @@ void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, i
   }
   if (dx) {
     const ScopedSpan span("product", TraceTrack::product);
-    gemm(precision, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
+    gemm(arith, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
   }
   if (dw) {
     const ScopedSpan span("product", TraceTrack::product);
-    gemm(precision, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);
+    gemm(arith, true, false, out_dim, in_dim, T, 1.0f, g, out_dim, x, in_dim, 1.0f, dw, in_dim);
   }
 }
 

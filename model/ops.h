@@ -15,17 +15,20 @@
 
 namespace lct {
 
-// out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias), in `precision`
-// (compute/gemm.h: bf16 rounds x and W unless they are stored in bf16, sums in fp32)
+// out[T, O] = x[T, I] W^T with W[O, I] (PyTorch Linear layout, no bias), in `arith`'s
+// precision on its kernels (compute/gemm.h: bf16 rounds x and W unless they are stored in
+// bf16, sums in fp32)
 void matmul_forward(float* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
-                    Precision precision = Precision::fp32);
-// The same in bf16 with out written as bf16 bits (each value its fp32 sum rounded)
-void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim);
+                    const Arithmetic& arith = {});
+// The same in bf16 on arith's bf16 kernel, out written as bf16 bits (each value its fp32
+// sum rounded)
+void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_dim, int64_t out_dim,
+                    const Arithmetic& arith);
 // dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either; bf16 rounds
 // dout once for both unless it is stored in bf16, and W and x unless stored in bf16; the
 // gradients accumulate in fp32)
 void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
-                     int64_t in_dim, int64_t out_dim, Precision precision = Precision::fp32);
+                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith = {});
 // Every product above is one span on the trace's product track (model/trace.h), so a
 // timeline splits each phase into products and everything else.
 

@@ -159,7 +159,7 @@ void expect_bf16_matches_dense(Problem pr, const std::vector<AttentionTask>* tas
   const double u = 0x1p-9;
   std::vector<KernelRun> runs;
   for (const bool instructions : {false, true}) {
-    pr.bf16_instructions = instructions;
+    pr.bf16_kernel = instructions ? Bf16Kernel::automatic : Bf16Kernel::rounded;
     const KernelRun r = run_kernel(pr, 100, tasks);
     const char* way = instructions ? "bf16 (instructions if any)" : "bf16 (rounded SGEMM)";
     const auto check = [&](const char* name, const std::vector<float>& ours, const std::vector<double>& f64,

@@ -387,7 +387,7 @@ TEST(CadPlan, AlignedCutsGiveEveryRowTheWholeDocumentsBits) {
   std::mt19937_64 rng(5);
   for (const Case& c : cases) {
     test::Problem pr(c.H, c.KV, 32, {0, int32_t(L)});
-    pr.precision = c.precision, pr.bf16_instructions = c.bf16_instructions;
+    pr.precision = c.precision, pr.bf16_kernel = c.bf16_instructions ? Bf16Kernel::automatic : Bf16Kernel::rounded;
     pr.mask.kind = c.mask, pr.mask.window = 300;
     AttentionParams params = pr.params();
     if (c.dca) {

@@ -23,7 +23,7 @@ struct DcaProblem {
   int C, w;                 // chunk_size, local_size
   float mscale = 1.0f;
   Precision precision = Precision::fp32;
-  bool bf16_instructions = true;
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;
   int64_t T() const { return cu.back(); }
   int s() const { return C - w; }
 };
@@ -81,7 +81,7 @@ AttentionParams dca_params(const DcaProblem& pr, const Tables& tables) {
   p.dca.rope_sin = tables.sin.data();
   p.dca.rope_positions = tables.positions;
   p.precision = pr.precision;
-  p.bf16_instructions = pr.bf16_instructions;
+  p.bf16_kernel = pr.bf16_kernel;
   return p;
 }
 
@@ -302,7 +302,7 @@ void expect_bf16_matches_dense(DcaProblem pr) {
   pr.precision = Precision::bf16;
   std::vector<DcaRun> runs;
   for (const bool instructions : {false, true}) {
-    pr.bf16_instructions = instructions;
+    pr.bf16_kernel = instructions ? Bf16Kernel::automatic : Bf16Kernel::rounded;
     run_kernel(pr, r);
     const char* way = instructions ? "bf16 (instructions if any)" : "bf16 (rounded SGEMM)";
     for (auto [x, ref, name, bound] :

@@ -28,12 +28,12 @@ struct Problem {
     p.head_dim = hd;
     p.scale = float(1.0 / std::sqrt(double(hd)));
     p.precision = precision;
-    p.bf16_instructions = bf16_instructions;
+    p.bf16_kernel = bf16_kernel;
     p.mask = mask;
     return p;
   }
   Precision precision = Precision::fp32;
-  bool bf16_instructions = true;
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // rounded: fp32 SGEMM on rounded operands
   AttentionMask mask;
   std::vector<int32_t> prefix_lens;  // prefix_lm: per document
   std::vector<int32_t> segment_ids;  // shared_question: per token

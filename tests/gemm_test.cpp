@@ -22,6 +22,9 @@
 namespace lct {
 namespace {
 
+// bf16 products on `kernel` (the rounded one on OpenBLAS)
+Arithmetic bf16_on(Bf16Kernel kernel) { return {Precision::bf16, Fp32Library::openblas, kernel}; }
+
 TEST(Gemm, RoundsToNearestBf16TiesToEven) {
   EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
   // bf16 has 8 significant bits: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> even (1)
@@ -97,7 +100,7 @@ TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
       const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
       const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
       std::vector<float> C = C0;
-      gemm_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(),
+      gemm(bf16_on(kernel), p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(),
                 p.ldc);
       const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
       const char* name = kernel == Bf16Kernel::native ? "onednn" : "rounded_sgemm";
@@ -117,17 +120,17 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
   const Problem p{false, true, 19, 23, 31, 31, 31, 23, 1.0f, 0.0f};
   const std::vector<float> A = random_matrix(p.M * p.lda, rng), B = random_matrix(p.N * p.ldb, rng);
   std::vector<float> C(size_t(p.M * p.ldc)), C0 = C;
-  gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, C.data(), p.ldc);
+  gemm({}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, C.data(), p.ldc);
   const double u = 0x1p-24, gamma = double(p.K) * u / (1 - double(p.K) * u);
   EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0);
   std::vector<float> D(C.size()), E(C.size());
-  gemm(Precision::bf16, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, D.data(), p.ldc);
-  gemm_bf16(bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded, p.ta, p.tb, p.M, p.N,
+  gemm({.precision = Precision::bf16}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, D.data(), p.ldc);
+  gemm(bf16_on(bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded), p.ta, p.tb, p.M, p.N,
             p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, E.data(), p.ldc);
   EXPECT_EQ(D, E);
   EXPECT_FALSE(bf16_support().kernel.empty());
   if (!bf16_support().instructions) {
-    EXPECT_THROW(gemm_bf16(Bf16Kernel::native, false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
+    EXPECT_THROW(gemm(bf16_on(Bf16Kernel::native), false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f,
                            D.data(), 1),
                  std::runtime_error);
   }
@@ -149,7 +152,7 @@ TEST(Gemm, Fp32OneRowIsAnFp32Product) {
         std::vector<float> C0 = random_matrix(N, rng);
         if (beta == 0.0f) C0[3] = std::numeric_limits<float>::quiet_NaN();
         std::vector<float> C = C0;
-        gemm(Precision::fp32, ta, tb, 1, N, K, p.alpha, A.data(), p.lda, B.data(), p.ldb, beta, C.data(), p.ldc);
+        gemm({}, ta, tb, 1, N, K, p.alpha, A.data(), p.lda, B.data(), p.ldb, beta, C.data(), p.ldc);
         if (beta == 0.0f) C0[3] = 0.0f;  // (the reference: beta C is nothing)
         const double gamma = double(K + 2) * u / (1 - double(K + 2) * u);  // and alpha's and beta's roundings
         EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0) << "ta " << ta << " tb " << tb << " beta " << beta;
@@ -180,7 +183,7 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
       const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
       auto product = [&](Operand a, Operand b) {
         std::vector<float> C = C0;
-        gemm_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, C.data(), p.ldc);
+        gemm(bf16_on(kernel), p.ta, p.tb, p.M, p.N, p.K, p.alpha, a, p.lda, b, p.ldb, p.beta, C.data(), p.ldc);
         return C;
       };
       const std::vector<float> from_fp32 = product(A.data(), B.data());
@@ -188,9 +191,9 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
       EXPECT_EQ(product(Ab.data(), B.data()), from_fp32) << "M " << p.M;
       EXPECT_EQ(product(A.data(), Bb.data()), from_fp32) << "M " << p.M;
       std::vector<float> widened = C0, stored = C0;
-      gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Aw.data(), p.lda, Bw.data(), p.ldb, p.beta,
+      gemm({}, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Aw.data(), p.lda, Bw.data(), p.ldb, p.beta,
            widened.data(), p.ldc);
-      gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Ab.data(), p.lda, Bb.data(), p.ldb, p.beta,
+      gemm({}, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Ab.data(), p.lda, Bb.data(), p.ldb, p.beta,
            stored.data(), p.ldc);
       const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
       EXPECT_LE(worst_ratio(p, Aw, Bw, C0, stored, false, gamma), 1.0) << "M " << p.M;
@@ -215,7 +218,7 @@ TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
       const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
       const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
       std::vector<uint16_t> C(size_t(p.M * p.ldc), 0x7fc1);  // a NaN marks columns not to write
-      gemm_to_bf16(kernel, p.ta, p.tb, p.M, p.N, p.K, A.data(), p.lda, B.data(), p.ldb, C.data(), p.ldc);
+      gemm_to_bf16(bf16_on(kernel), p.ta, p.tb, p.M, p.N, p.K, A.data(), p.lda, B.data(), p.ldb, C.data(), p.ldc);
       const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
       double worst = 0;
       for (int64_t i = 0; i < p.M; ++i) {
@@ -318,8 +321,9 @@ TEST(Bf16Tiles, PacksMatchTheirDefinitions) {
 }
 
 // oneDNN's f32 matmul (train.fp32_gemm = onednn): an fp32 product, strided operands in
-// place, against float64 at fp32's summation bound, and gemm(fp32) follows the library.
-TEST(Gemm, OneDnnFp32IsAnFp32ProductAndTheLibraryIsProcessWide) {
+// place, against float64 at fp32's summation bound, and gemm(fp32) follows the library its
+// Arithmetic names.
+TEST(Gemm, OneDnnFp32IsAnFp32ProductAndTheLibraryIsTheArithmetics) {
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 60, 55, 31, 1.0f, 0.0f},    // padded lda, ldb, ldc
       {false, false, 37, 53, 29, 29, 53, 53, 1.0f, 1.0f},
@@ -343,14 +347,14 @@ TEST(Gemm, OneDnnFp32IsAnFp32ProductAndTheLibraryIsProcessWide) {
   const std::vector<float> A = random_matrix(p.M * p.lda, rng), B = random_matrix(p.N * p.ldb, rng);
   std::vector<float> dnn(size_t(p.M * p.ldc)), blas = dnn, via_gemm = dnn;
   gemm_fp32_onednn(p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, dnn.data(), p.ldc);
-  EXPECT_EQ(fp32_library(), Fp32Library::openblas);  // until set
-  gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, blas.data(), p.ldc);
-  set_fp32_library(Fp32Library::onednn);
-  gemm(Precision::fp32, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, via_gemm.data(),
-       p.ldc);
-  set_fp32_library(Fp32Library::openblas);
+  EXPECT_EQ(Arithmetic{}.fp32_library, Fp32Library::openblas);  // unless chosen
+  gemm({}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, blas.data(), p.ldc);
+  gemm({.fp32_library = Fp32Library::onednn}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb,
+       0.0f, via_gemm.data(), p.ldc);
   EXPECT_EQ(via_gemm, dnn);
-  EXPECT_THROW(set_fp32_library(Fp32Library::automatic), std::invalid_argument);
+  EXPECT_THROW(gemm({.fp32_library = Fp32Library::automatic}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda,
+                    B.data(), p.ldb, 0.0f, via_gemm.data(), p.ldc),
+               std::invalid_argument);
   EXPECT_EQ(parse_fp32_library("auto"), Fp32Library::automatic);
   EXPECT_STREQ(fp32_library_name(parse_fp32_library("onednn")), "onednn");
   EXPECT_THROW(parse_fp32_library("mkl"), std::invalid_argument);

@@ -84,7 +84,7 @@ TEST(Masks, Bf16EveryMaskMatchesDenseReference) {
     pr.precision = Precision::bf16;
     std::vector<KernelRun> runs;
     for (const bool instructions : {false, true}) {
-      pr.bf16_instructions = instructions;
+      pr.bf16_kernel = instructions ? Bf16Kernel::automatic : Bf16Kernel::rounded;
       runs.push_back(run_kernel(pr, 100));
       const KernelRun& r = runs.back();
       for (auto [name, ours, f64, bound] : {std::tuple{"O", &r.o, &ref.o, 4 * u}, {"LSE", &r.lse, &ref.lse, 4 * u},

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <cmath>
 
@@ -232,7 +233,7 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
           c.dca_local_size = 1;
         }
         LlamaModel m(c);
-        m.set_precision(precision);
+        m.set_arithmetic({.precision = precision});
         randomize(m, 7);
         const PackedBatch b = make_batch({1, 2, 3, 4, 5, 6, 7, 8, 9, 8, 7, 6, 5, 4, 3, 2}, cu);
         const int64_t N = b.num_targets();
@@ -273,7 +274,7 @@ TEST(Model, Bf16RunStoresProductInputsInBf16) {
   ASSERT_EQ(I % 2, 0);
   EXPECT_EQ(2 * (fp32 - bf16), L * (2 * C + 3 * I));
   LlamaModel m(c);
-  m.set_precision(Precision::bf16);
+  m.set_arithmetic({.precision = Precision::bf16});
   int stored_bf16 = 0;
   for (const ActivationSpec& a : m.activation_table().specs()) {
     const std::string last = a.name.substr(a.name.rfind('.') + 1);
@@ -289,19 +290,19 @@ TEST(Model, Bf16RunStoresProductInputsInBf16) {
 TEST(Model, Bf16WeightCopiesFollowTheParameters) {
   const PackedBatch b = make_batch({1, 4, 2, 9, 3, 0, 7, 7, 2, 5, 10, 6, 1, 8, 3}, {0, 5, 6, 15});
   LlamaModel m(tiny_config(false));
-  m.set_precision(Precision::bf16);
+  m.set_arithmetic({.precision = Precision::bf16});
   randomize(m, 5);
   const double before = m.forward_backward(b, 1.0f, false).loss_sum;
   for (float& x : m.params) x *= 0.5f;
   const double after = m.forward_backward(b, 1.0f, false).loss_sum;
   LlamaModel fresh(tiny_config(false));
-  fresh.set_precision(Precision::bf16);
+  fresh.set_arithmetic({.precision = Precision::bf16});
   fresh.params = m.params;
   EXPECT_NE(after, before);
   EXPECT_EQ(after, fresh.forward_backward(b, 1.0f, false).loss_sum);
 
   LlamaModel unrefreshed(tiny_config(false));
-  unrefreshed.set_precision(Precision::bf16);
+  unrefreshed.set_arithmetic({.precision = Precision::bf16});
   const LocalBatch whole = whole_sequence(b);
   ActivationSlot& s = unrefreshed.begin(whole, 0);
   ColocatedAttention colocated;
@@ -310,8 +311,55 @@ TEST(Model, Bf16WeightCopiesFollowTheParameters) {
   EXPECT_THROW({
     ActivationSlot& t = m.begin(whole, 0);
     (void)t;
-    m.set_precision(Precision::fp32);
+    m.set_arithmetic({.precision = Precision::fp32});
   }, std::logic_error);
+}
+
+// Issue 55: a machine choice is the model's value (compute/gemm.h Arithmetic), not process
+// state. Two models of the same weights with different fp32 libraries (and, on a CPU
+// with bf16 instructions, different bf16 kernels), stepped in turn in one process, each
+// give bit for bit what a model of its own choice gives alone; and the two choices give
+// different bits, so a model that ran the other's choice (as a process-wide setting
+// would make it) shows.
+TEST(Model, TwoModelsInOneProcessEachRunTheirOwnArithmetic) {
+  const LlamaConfig c = test::llama_shape(64, 96, 160, 2, 4, 2);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back((i * 37 + 5) % 64);
+  const PackedBatch b = make_batch(tokens, {0, 70, 71, 200});
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+    bool operator==(const Run&) const = default;
+  };
+  const auto step = [&](LlamaModel& m) {
+    m.zero_grads();
+    const double loss = m.forward_backward(b, 1.0f / float(b.num_targets()), true).loss_sum;
+    return Run{loss, m.grads};
+  };
+  const auto model_of = [&](const Arithmetic& arith) {
+    auto m = std::make_unique<LlamaModel>(c);
+    m->set_arithmetic(arith);
+    randomize(*m, 21);
+    return m;
+  };
+  std::vector<std::pair<Arithmetic, Arithmetic>> pairs = {
+      {{Precision::fp32, Fp32Library::openblas}, {Precision::fp32, Fp32Library::onednn}}};
+  if (bf16_support().instructions)
+    pairs.push_back({{Precision::bf16, Fp32Library::openblas, Bf16Kernel::native},
+                     {Precision::bf16, Fp32Library::openblas, Bf16Kernel::rounded}});
+  for (const auto& [first, second] : pairs) {
+    const std::string what = std::string(precision_name(first.precision)) + ": " +
+                             (first.precision == Precision::fp32 ? "openblas and onednn" : "native and rounded");
+    const Run alone_first = step(*model_of(first)), alone_second = step(*model_of(second));
+    ASSERT_NE(alone_first, alone_second) << what << " give the same bits here: this check could not tell them apart";
+    auto a = model_of(first), z = model_of(second);
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(step(*a), alone_first) << what << ", round " << round;
+      EXPECT_EQ(step(*z), alone_second) << what << ", round " << round;
+    }
+    EXPECT_EQ(a->arithmetic(), first);
+    EXPECT_EQ(z->arithmetic(), second);
+  }
 }
 
 TEST(Model, LearningRateScheduleWarmsUpThenDecays) {

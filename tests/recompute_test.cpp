@@ -41,7 +41,7 @@ struct Result {
 Result run(const LlamaConfig& c, Precision precision, const RecomputePolicy& policy, int64_t tile,
            const PackedBatch& b, bool pair) {
   LlamaModel m(c);
-  m.set_precision(precision);
+  m.set_arithmetic({.precision = precision});
   m.set_recompute(policy);
   m.set_tile_tokens(tile);
   randomize_params(m.table(), m.params, 11);

@@ -167,11 +167,9 @@ struct ProductPath {
 
 void expect_steady_state_bounded(const ProductPath& path) {
   if (!kCAllocatorsSeen) GTEST_SKIP() << "sanitizer build: AddressSanitizer owns the allocators (the Release build checks this)";
-  set_fp32_library(path.fp32);
-  set_bf16_kernel(path.bf16);
   const LlamaConfig c = test::llama_shape(64, 64, 96, 2, 4, 2);
   LlamaModel model(c);
-  model.set_precision(path.precision);
+  model.set_arithmetic({path.precision, path.fp32, path.bf16});
   init_llama_params(model.table(), c, 7, model.params.data());
   OptimizerConfig oc;
   Optimizer opt(oc, model.table());
@@ -198,8 +196,6 @@ void expect_steady_state_bounded(const ProductPath& path) {
                                               << text(steps[0]) << " against " << text(steps[i]) << ")";
   }
   std::printf("  %s: allocations per steady-state step: %s\n", path.name, text(steps[0]).c_str());
-  set_fp32_library(Fp32Library::openblas);
-  set_bf16_kernel(bf16_support().instructions ? Bf16Kernel::native : Bf16Kernel::rounded);
 }
 
 TEST(SteadyStateStep, Fp32OnOpenBlas) {

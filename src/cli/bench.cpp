@@ -160,9 +160,10 @@ GemmRow gemm_row(const BenchOptions& o, const std::string& name, bool ta, bool t
   r.fp32 = rate([&] { cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
                                   int(N), int(K), 1.0f, a.data(), int(lda), b.data(), int(ldb), 0.0f, c.data(), int(N)); });
   r.fp32_onednn = rate([&] { gemm_fp32_onednn(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
-  r.bf16 = rate([&] { gemm(Precision::bf16, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
+  r.bf16 = rate([&] { gemm({.precision = Precision::bf16}, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N); });
   r.bf16_fallback = rate([&] {
-    gemm_bf16(Bf16Kernel::rounded, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
+    gemm({Precision::bf16, Fp32Library::openblas, Bf16Kernel::rounded}, ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(),
+         ldb, 0.0f, c.data(), N);
   });
   if (bf16_support().instructions) {
     std::vector<uint16_t> ab(a.size()), bb(b.size());
@@ -496,7 +497,7 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
           AttentionParams params = *base;
           const bool fallback = precisions[pi] == "bf16-fallback";
           params.precision = fallback ? Precision::bf16 : parse_precision(precisions[pi]);
-          params.bf16_instructions = !fallback;
+          params.bf16_kernel = fallback ? Bf16Kernel::rounded : Bf16Kernel::automatic;
           AttentionRow r = bench_attention(o, params, layout, *cu);
           r.precision = precisions[pi];
           const bool bf16_kernel = params.precision == Precision::bf16 && !fallback && res.bf16_gemm > 0;

@@ -82,7 +82,7 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
                     const EvalOptions& options) {
   const std::string& grads_out = options.grads_out;
   LlamaModel model = load_model(checkpoint_path, options.adjust_model);
-  model.set_precision(options.precision);
+  model.set_arithmetic({.precision = options.precision});
   PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
   apply_batch_mask(batch, model.config().attention_mask, batch_path);
   int64_t longest = 0;

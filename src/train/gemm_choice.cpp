@@ -46,8 +46,9 @@ std::vector<Product> model_products(const LlamaConfig& m, int64_t T) {
 enum class Way { openblas, onednn_f32, bf16_native, bf16_rounded };
 
 // Seconds for one pass over the products run `way`, best of `repeats` after a warm-up
-// (bf16: operands stored in bf16, as the model stores them).
-double seconds_per_pass(const std::vector<Product>& products, Way way, int repeats) {
+// (bf16: operands stored in bf16, as the model stores them; bf16_rounded on `fp32`).
+double seconds_per_pass(const std::vector<Product>& products, Way way, int repeats,
+                        Fp32Library fp32 = Fp32Library::openblas) {
   int64_t most = 0;
   for (const Product& p : products) most = std::max({most, p.M * p.K, p.K * p.N, p.M * p.N});
   const bool bf16 = way == Way::bf16_native || way == Way::bf16_rounded;
@@ -66,8 +67,8 @@ double seconds_per_pass(const std::vector<Product>& products, Way way, int repea
           break;
         case Way::bf16_native:
         case Way::bf16_rounded:
-          gemm_bf16(way == Way::bf16_native ? Bf16Kernel::native : Bf16Kernel::rounded, p.ta, p.tb, p.M, p.N, p.K,
-                    1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(), p.N);
+          gemm({Precision::bf16, fp32, way == Way::bf16_native ? Bf16Kernel::native : Bf16Kernel::rounded}, p.ta, p.tb,
+               p.M, p.N, p.K, 1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(), p.N);
           break;
       }
     }
@@ -183,21 +184,13 @@ Bf16KernelRates measure_bf16_kernels(const LlamaConfig& m, int64_t tokens, Fp32L
   const std::vector<Product> products = model_products(m, tokens);
   double flops = 0;
   for (const Product& p : products) flops += 2.0 * double(p.M) * double(p.N) * double(p.K);
-  const Fp32Library before = fp32_library();
-  set_fp32_library(fp32);  // the library the rounded kernel runs on
   double native = 1e300, rounded = 1e300;
-  try {
-    // alternating, as above, and three rounds: the two are often within 10 % of each
-    // other, and a cached choice stays
-    for (int round = 0; round < 3; ++round) {
-      if (bf16_support().instructions) native = std::min(native, seconds_per_pass(products, Way::bf16_native, 3));
-      rounded = std::min(rounded, seconds_per_pass(products, Way::bf16_rounded, 3));
-    }
-  } catch (...) {
-    set_fp32_library(before);
-    throw;
+  // alternating, as above, and three rounds: the two are often within 10 % of each
+  // other, and a cached choice stays. The rounded kernel runs on `fp32`.
+  for (int round = 0; round < 3; ++round) {
+    if (bf16_support().instructions) native = std::min(native, seconds_per_pass(products, Way::bf16_native, 3));
+    rounded = std::min(rounded, seconds_per_pass(products, Way::bf16_rounded, 3, fp32));
   }
-  set_fp32_library(before);
   return {bf16_support().instructions ? flops / native / 1e9 : 0.0, flops / rounded / 1e9};
 }
 

@@ -117,6 +117,11 @@ struct RunPlan {
   std::string config_text;         // the configuration as TOML: checkpoints and the run's identity
 
   bool pipelined() const { return layout.pp > 1; }
+  // How the model's products run (compute/gemm.h): the precision on the kernels this
+  // machine chose (machine must be resolved)
+  Arithmetic arithmetic() const {
+    return {precision, machine.fp32_library, precision == Precision::bf16 ? machine.bf16_kernel : Bf16Kernel::automatic};
+  }
   // tokens of one optimizer step over all data-parallel replicas
   int64_t tokens_per_step() const { return data.seq_len * micro_batches * layout.dp; }
 };

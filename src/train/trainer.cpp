@@ -79,11 +79,9 @@ Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
   // a SIGINT/SIGTERM while seeking the data stream (a resumed run's first step) ends the
   // seek at once: nothing is lost, the resumed checkpoint is untouched
   stream_.packer().set_interrupt([] { return g_stop_signal.load() != 0; });
-  model_.set_precision(plan.precision);
+  model_.set_arithmetic(plan.arithmetic());
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
-  set_fp32_library(plan.machine.fp32_library);
-  if (plan.precision == Precision::bf16) set_bf16_kernel(plan.machine.bf16_kernel);
   placement_ = make_placement(plan, grid);
   optimizer_.set_owned_ranges(owned_);
   init_llama_params(model_.table(), model_.config(), uint64_t(plan.seed), model_.params.data());

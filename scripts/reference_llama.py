@@ -21,6 +21,10 @@ Usage:
                      [--logit-scaling logn|logn_beyond --logit-scaling-length L]
                      --seed 1
   reference_llama.py --self-test
+  reference_llama.py --jobs FILE   (many of the above in one process: each line of FILE
+                     is OUT and the arguments of one run; its output goes to OUT and its
+                     exit code to OUT.rc; tests/reference_gradients.sh pays torch's import
+                     twice instead of 54 times)
 
 Exit codes: 0 ok, 1 comparison/self-test failure, 2 usage or input error.
 
@@ -843,6 +847,10 @@ def parse_args(argv):
     ap.add_argument("--logit-scaling-length", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--jobs", metavar="FILE",
+                    help="run many invocations in this one process (torch is imported once): each line of FILE "
+                         "is OUT followed by this script's arguments (shell-quoted); a job's output goes to OUT "
+                         "and its exit code to OUT.rc")
     return ap.parse_args(argv)
 
 
@@ -853,9 +861,47 @@ def require(args, *names):
                        + ", ".join("--" + n.replace("_", "-") for n in missing))
 
 
+def run_jobs(path):
+    """--jobs FILE: one process for many invocations (a test's dozens of comparisons pay
+    torch's import once). Returns 0 when every job ran to an exit code (whatever it was)."""
+    import contextlib
+    import io
+    import shlex
+    try:
+        lines = [ln for ln in open(path, encoding="utf-8").read().splitlines() if ln.strip()]
+    except OSError as e:
+        raise RefError(f"--jobs {path}: {e.strerror}")
+    for number, line in enumerate(lines, 1):
+        words = shlex.split(line)
+        if len(words) < 2:
+            raise RefError(f"--jobs {path}:{number}: expected OUT and arguments, got '{line}'")
+        out, argv = words[0], words[1:]
+        if "--jobs" in argv:
+            raise RefError(f"--jobs {path}:{number}: a job may not run --jobs")
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            try:
+                rc = main(argv)
+            except RefError as e:
+                print(f"error: {e}", file=sys.stderr)
+                rc = 2
+            except SystemExit as e:  # argparse's refusal of an argument
+                rc = e.code if isinstance(e.code, int) else 2
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text.getvalue())
+        with open(out + ".rc", "w", encoding="utf-8") as f:
+            f.write(f"{rc}\n")
+    return 0
+
+
 def main(argv=None):
     global BF16
     args = parse_args(argv)
+    if args.jobs:
+        others = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--jobs" and a != args.jobs]
+        if others:
+            raise RefError("--jobs takes no other option (each job line has its own)")
+        return run_jobs(args.jobs)
     BF16 = args.bf16
     torch.set_num_threads(1)
     modes = sum(bool(m) for m in (args.self_test, args.make_batch, args.make_checkpoint))

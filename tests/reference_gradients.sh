@@ -31,6 +31,11 @@
 #   - against the plain float64 reference, every tensor within 5e-2 on the checkpoints
 #     that lct trains from its own init (weights of std 0.02, causal and DCA, packed
 #     documents).
+#
+# The reference runs in two processes, not one per step (torch's import costs seconds):
+# every checkpoint and batch it makes, then every comparison, each a --jobs file
+# (scripts/reference_llama.py), between them every lct run; the checks then read the
+# comparisons' outputs in the order they were queued.
 set -euo pipefail
 LCT=$1
 REF=$2
@@ -42,11 +47,28 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 
+# queue FILE OUT ARGS...: a run of the reference in the jobs file FILE of its phase, its
+# output to OUT and its exit code to OUT.rc
+queue() { local file=$1; shift; printf '%q ' "$@" >> "$file"; echo >> "$file"; }
+run_jobs() {  # file: one process for the file's jobs
+  [ -s "$1" ] || return 0
+  /usr/bin/python3 "$REF" --jobs "$1" || { echo "FAIL: reference --jobs $1"; exit 1; }
+}
+rc_of() { cat "$1.rc"; }
+make_ref() {  # the reference makes a checkpoint or batch (first phase): args of reference_llama.py
+  queue make.jobs "make_$((++made)).txt" "$@"
+}
+made=0
+VERIFY=()  # the checks of the comparisons, run after the comparisons' phase
+
 check() {  # name checkpoint batch
   "$LCT" eval --checkpoint "$2" --batch-file "$3" --grads-out "$1.grads.h5"
-  /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.grads.h5" --rtol 3e-5 > "$1.compare.txt" \
-    || { cat "$1.compare.txt"; echo "FAIL: $1"; exit 1; }
-  tail -1 "$1.compare.txt"
+  queue compare.jobs "$1.compare.txt" --checkpoint "$2" --batch-file "$3" --compare "$1.grads.h5" --rtol 3e-5
+  VERIFY+=("verify_check $1")
+}
+verify_check() {
+  [ "$(rc_of "$1.compare.txt")" = 0 ] || { cat "$1.compare.txt"; echo "FAIL: $1"; exit 1; }
+  echo "$1: $(tail -1 "$1.compare.txt")"
 }
 
 bf16_eval() {  # name checkpoint batch
@@ -56,12 +78,18 @@ bf16_eval() {  # name checkpoint batch
 worst_rel() { grep -o 'rel=[0-9.e+-]*' "$1" | cut -d= -f2 | sort -g | tail -1; }
 check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
   bf16_eval "$@"
-  /usr/bin/python3 "$REF" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-2 \
-    > "$1.bf16.compare.txt" || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16 against the emulated reference"; exit 1; }
-  if /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-5 > "$1.fp64.txt"; then
+  queue compare.jobs "$1.bf16.compare.txt" --bf16 --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-2
+  queue compare.jobs "$1.fp64.txt" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 3e-5
+  VERIFY+=("verify_bf16 $1")
+}
+verify_bf16() {
+  [ "$(rc_of "$1.bf16.compare.txt")" = 0 ] \
+    || { cat "$1.bf16.compare.txt"; echo "FAIL: $1 bf16 against the emulated reference"; exit 1; }
+  if [ "$(rc_of "$1.fp64.txt")" = 0 ]; then
     echo "FAIL: $1: bf16 gradients are within fp32's tolerance of float64 (is bf16 applied?)"
     exit 1
   fi
+  grep -q 'rel=' "$1.fp64.txt" || { cat "$1.fp64.txt"; echo "FAIL: $1: the float64 comparison did not run"; exit 1; }
   local emulated fp64
   emulated=$(worst_rel "$1.bf16.compare.txt")
   fp64=$(worst_rel "$1.fp64.txt")
@@ -71,21 +99,54 @@ check_bf16() {  # name checkpoint batch: the emulated bf16 arithmetic
 }
 check_bf16_fp64() {  # name checkpoint batch: lct-initialised weights, float64 within 5e-2
   bf16_eval "$@"
-  /usr/bin/python3 "$REF" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 5e-2 > "$1.bf16.fp64.txt" \
-    || { cat "$1.bf16.fp64.txt"; echo "FAIL: $1 bf16 against float64"; exit 1; }
+  queue compare.jobs "$1.bf16.fp64.txt" --checkpoint "$2" --batch-file "$3" --compare "$1.bf16.h5" --rtol 5e-2
+  VERIFY+=("verify_bf16_fp64 $1")
+}
+verify_bf16_fp64() {
+  [ "$(rc_of "$1.bf16.fp64.txt")" = 0 ] || { cat "$1.bf16.fp64.txt"; echo "FAIL: $1 bf16 against float64"; exit 1; }
   echo "bf16 $1: worst tensor $(worst_rel "$1.bf16.fp64.txt") against float64 (<= 5e-2)"
 }
 
-/usr/bin/python3 "$REF" --make-batch mixed.h5 --vocab-size 61 --lengths 7,1,33,2,129,200,70,1 --seed 3
-/usr/bin/python3 "$REF" --make-checkpoint gqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+# first phase: the reference's checkpoints and batches
+make_ref --make-batch mixed.h5 --vocab-size 61 --lengths 7,1,33,2,129,200,70,1 --seed 3
+make_ref --make-checkpoint gqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
   --layers 2 --heads 4 --kv-heads 2 --seed 1
+make_ref --make-checkpoint mqa_tied.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
+  --layers 3 --heads 4 --kv-heads 1 --rope-theta 500000 --rms-norm-eps 1e-6 --tie-word-embeddings --seed 2
+make_ref --make-checkpoint mha.h5 --vocab-size 61 --hidden-size 24 --intermediate-size 32 \
+  --layers 1 --heads 2 --kv-heads 2 --seed 4
+make_ref --make-batch trained_batch.h5 --vocab-size 96 --lengths 150,3,90,1,64 --seed 5
+make_ref --make-batch long.h5 --vocab-size 61 --lengths 100,1,70,37,2,150 --seed 7
+make_ref --make-checkpoint dca.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
+  --dca-mscale 1.1 --dca-mscale-original-length 16 --seed 3
+make_ref --make-checkpoint dca_mqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
+  --layers 2 --heads 4 --kv-heads 1 --tie-word-embeddings --attention-kernel dca --dca-chunk-size 40 \
+  --dca-local-size 8 --seed 6
+for scaling in "linear 4" "dynamic 2" "yarn 8"; do
+  set -- $scaling
+  make_ref --make-checkpoint "rope_$1.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+    --layers 2 --heads 4 --kv-heads 2 --rope-scaling "$1" --rope-scaling-factor "$2" --rope-original-length 64 --seed 1
+done
+make_ref --make-checkpoint dca_yarn.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
+  --rope-scaling yarn --rope-scaling-factor 4 --rope-original-length 32 --seed 3
+for ls in "logn causal" "logn_beyond causal" "logn dca"; do
+  set -- $ls
+  kernel=()
+  [ "$2" = dca ] && kernel=(--attention-kernel dca --dca-chunk-size 24 --dca-local-size 6)
+  make_ref --make-checkpoint "ls_$1_$2.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
+    --layers 2 --heads 4 --kv-heads 2 "${kernel[@]}" --logit-scaling "$1" --logit-scaling-length 32 --seed 8
+done
+run_jobs make.jobs
+for i in $(seq "$made"); do
+  [ "$(rc_of "make_$i.txt")" = 0 ] || { cat "make_$i.txt"; echo "FAIL: the reference's job $i of make.jobs"; exit 1; }
+done
+
+# second phase: lct (its evaluations queue the comparisons)
 check gqa gqa.h5 mixed.h5
 check_bf16 gqa gqa.h5 mixed.h5
-/usr/bin/python3 "$REF" --make-checkpoint mqa_tied.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
-  --layers 3 --heads 4 --kv-heads 1 --rope-theta 500000 --rms-norm-eps 1e-6 --tie-word-embeddings --seed 2
 check mqa_tied mqa_tied.h5 mixed.h5
-/usr/bin/python3 "$REF" --make-checkpoint mha.h5 --vocab-size 61 --hidden-size 24 --intermediate-size 32 \
-  --layers 1 --heads 2 --kv-heads 2 --seed 4
 check mha mha.h5 mixed.h5
 check_bf16 mha_tied mqa_tied.h5 mixed.h5
 
@@ -93,20 +154,12 @@ check_bf16 mha_tied mqa_tied.h5 mixed.h5
 "$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
   --model.num_hidden_layers 2 --model.num_attention_heads 4 --model.num_key_value_heads 2 \
   --data.seq_len 256 --data.max_doc_len 200 --train.steps 3 --checkpoint.dir trained > train.log
-/usr/bin/python3 "$REF" --make-batch trained_batch.h5 --vocab-size 96 --lengths 150,3,90,1,64 --seed 5
 check trained trained/step_00000003.h5 trained_batch.h5
 # Dual Chunk Attention on documents several times longer than C (C = 24, w = 6,
 # chunks of 18 tokens), with both temperature terms, against the reference's dense DCA
 # built from the explicit relative-position matrix
-/usr/bin/python3 "$REF" --make-batch long.h5 --vocab-size 61 --lengths 100,1,70,37,2,150 --seed 7
-/usr/bin/python3 "$REF" --make-checkpoint dca.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
-  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
-  --dca-mscale 1.1 --dca-mscale-original-length 16 --seed 3
 check dca dca.h5 long.h5
 check_bf16 dca dca.h5 long.h5
-/usr/bin/python3 "$REF" --make-checkpoint dca_mqa.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 40 \
-  --layers 2 --heads 4 --kv-heads 1 --tie-word-embeddings --attention-kernel dca --dca-chunk-size 40 \
-  --dca-local-size 8 --seed 6
 check dca_mqa dca_mqa.h5 long.h5
 # RoPE scaling (model.rope_scaling) against the reference's own frequencies: position
 # interpolation, dynamic NTK (the batch's longest document, 200 tokens, is beyond the
@@ -115,8 +168,6 @@ check dca_mqa dca_mqa.h5 long.h5
 # under DCA
 for scaling in "linear 4" "dynamic 2" "yarn 8"; do
   set -- $scaling
-  /usr/bin/python3 "$REF" --make-checkpoint "rope_$1.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
-    --layers 2 --heads 4 --kv-heads 2 --rope-scaling "$1" --rope-scaling-factor "$2" --rope-original-length 64 --seed 1
   check "rope_$1" "rope_$1.h5" mixed.h5
   # the same weights evaluated through eval's override of the plain checkpoint give the same loss
   want=$("$LCT" eval --checkpoint "rope_$1.h5" --batch-file mixed.h5 | cut -d'|' -f1)
@@ -124,9 +175,6 @@ for scaling in "linear 4" "dynamic 2" "yarn 8"; do
         --model.rope_scaling_factor "$2" --model.rope_original_length 64 | cut -d'|' -f1)
   [[ "$want" == "$got" ]] || { echo "FAIL: eval --model.rope_scaling $1 gives '$got', the checkpoint '$want'"; exit 1; }
 done
-/usr/bin/python3 "$REF" --make-checkpoint dca_yarn.h5 --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
-  --layers 2 --heads 4 --kv-heads 2 --attention-kernel dca --dca-chunk-size 24 --dca-local-size 6 \
-  --rope-scaling yarn --rope-scaling-factor 4 --rope-original-length 32 --seed 3
 check dca_yarn dca_yarn.h5 long.h5
 # and a DCA checkpoint written by the trainer
 "$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
@@ -146,10 +194,6 @@ check trained_linear trained_linear/step_00000003.h5 trained_batch.h5
 # and trained by lct with the key on (the factor in training's backward)
 for ls in "logn causal" "logn_beyond causal" "logn dca"; do
   set -- $ls
-  kernel=()
-  [ "$2" = dca ] && kernel=(--attention-kernel dca --dca-chunk-size 24 --dca-local-size 6)
-  /usr/bin/python3 "$REF" --make-checkpoint "ls_$1_$2.h5" --vocab-size 61 --hidden-size 32 --intermediate-size 48 \
-    --layers 2 --heads 4 --kv-heads 2 "${kernel[@]}" --logit-scaling "$1" --logit-scaling-length 32 --seed 8
   check "ls_$1_$2" "ls_$1_$2.h5" long.h5
 done
 "$LCT" train --model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size 64 \
@@ -192,4 +236,7 @@ for mask in "sliding_window --attention.window 20" "sink_window --attention.wind
     --attention.mask causal | cut -d'|' -f1)
   [ "$masked" != "$causal" ] || { echo "FAIL: $name evaluates like causal ($masked)"; exit 1; }
 done
+# third phase: every comparison in one process, then their checks in the order queued
+run_jobs compare.jobs
+for v in "${VERIFY[@]}"; do $v; done
 echo "reference_gradients: all passed"

@@ -465,13 +465,13 @@ void LlamaModel::recompute_forward(int l, ActivationSlot& s, AttentionPlacement&
   phase_done();
 }
 
-void LlamaModel::attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+void LlamaModel::core_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const ScopedSpan span("attention");
   const LayerActivations a = layer_activations(l, s);
   placement.forward(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
 }
 
-void LlamaModel::attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+void LlamaModel::core_attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const ScopedSpan span("attention start");
   const LayerActivations a = layer_activations(l, s);
   placement.forward_start(attention_input(l, s, false), a.q, a.k, a.v, a.attn, a.lse);
@@ -500,7 +500,7 @@ void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   });
 }
 
-void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+void LlamaModel::core_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const ScopedSpan span("attention backward");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
@@ -509,7 +509,7 @@ void LlamaModel::attention_backward(int l, ActivationSlot& s, AttentionPlacement
                      d.dv);
 }
 
-void LlamaModel::attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
+void LlamaModel::core_attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const ScopedSpan span("attention backward start");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
@@ -591,7 +591,7 @@ void LlamaModel::stage_forward(ActivationSlot& s, AttentionPlacement& placement)
   for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
     attn_in_forward(l, s);
     phase_done();
-    attention_forward(l, s, placement);
+    core_attention_forward(l, s, placement);
     phase_done();
     attn_out_forward(l, s);
     phase_done();
@@ -606,7 +606,7 @@ void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement
     recompute_forward(l, s, placement);
     attn_out_backward(l, s);
     phase_done();
-    attention_backward(l, s, placement);
+    core_attention_backward(l, s, placement);
     phase_done();
     attn_in_backward(l, s);
     report_final(layer_range(table_, l, l + 1).begin);
@@ -627,7 +627,7 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
     if (stage_.has_embedding) embed_forward(*s);
     attn_in_forward(first, *s);
     phase_done();
-    attention_forward_start(first, *s, placement);
+    core_attention_forward_start(first, *s, placement);
   }
   for (int l = first; l < end; ++l) {
     for (int i = 0; i < 2; ++i) {
@@ -648,7 +648,7 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
       if (l + 1 < end) {
         attn_in_forward(l + 1, s);
         phase_done();
-        attention_forward_start(l + 1, s, placement);
+        core_attention_forward_start(l + 1, s, placement);
       }
     }
   }
@@ -666,7 +666,7 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
     recompute_forward(last, *s, placement);
     attn_out_backward(last, *s);
     phase_done();
-    attention_backward_start(last, *s, placement);
+    core_attention_backward_start(last, *s, placement);
   }
   for (int l = last; l >= first; --l) {
     for (int i = 0; i < 2; ++i) {
@@ -688,7 +688,7 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
         recompute_forward(l - 1, s, placement);
         attn_out_backward(l - 1, s);
         phase_done();
-        attention_backward_start(l - 1, s, placement);
+        core_attention_backward_start(l - 1, s, placement);
       }
     }
     // layer l is final once both lanes are through it (lane 0's attn_out of layer l - 1

@@ -39,7 +39,7 @@ namespace lct {
 // activation slots. Per layer l of the stage:
 //
 //   attn_in_forward   h1 = rmsnorm(x_in); q, k, v = h1 W^T; RoPE          (saved in the slot)
-//   attention_forward o, lse = placement(q, k, v, tasks)                  (no weights)
+//   core_attention_forward  o, lse = placement(q, k, v, tasks)            (no weights)
 //   attn_out_forward  x_mid = x_in + o Wo^T; h2 = rmsnorm(x_mid);
 //                     x_out = x_mid + MLP(h2)                             (next layer's x_in)
 //
@@ -108,7 +108,7 @@ class LlamaModel {
 
   void embed_forward(ActivationSlot& s);
   void attn_in_forward(int l, ActivationSlot& s);
-  void attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void core_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
   void attn_out_forward(int l, ActivationSlot& s);
   // Final norm, LM head and loss (sum, not mean). With backward, accumulates the
   // head's gradients and leaves dLoss/d(stage output) * grad_scale in residual_grad.
@@ -117,7 +117,7 @@ class LlamaModel {
   CrossEntropyStats head_forward_backward(ActivationSlot& s, float grad_scale, bool backward,
                                           double* token_loss = nullptr, uint8_t* token_correct = nullptr);
   void attn_out_backward(int l, ActivationSlot& s);
-  void attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void core_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement);
   void attn_in_backward(int l, ActivationSlot& s);
   void embed_backward(ActivationSlot& s);
 
@@ -225,8 +225,8 @@ class LlamaModel {
   // Backward of layer l repeats what its recompute mode did not keep (nothing for none).
   void recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
   Recompute mode_of(int l) const { return ids_[size_t(l - stage_.first_layer)].mode; }
-  void attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
-  void attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void core_attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void core_attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
   void ensure_scratch(int64_t T, int64_t max_position);
   void ensure_workspace(int lane, int64_t T);

@@ -14,7 +14,7 @@ namespace {
 int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
 }  // namespace
 
-CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost,
+CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCostModel> cost,
                            bool rank_speeds, bool align_every_cut)
     : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_),
       align_every_cut_(align_every_cut) {
@@ -101,14 +101,14 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
       p.gdoc.push_back(it->second);
     }
   }
-  CaPlanOptions o = ca_plan_options(in.params, tolerance_, cost_ ? &*cost_ : nullptr);
+  CadPlanOptions o = cad_plan_options(in.params, tolerance_, cost_ ? &*cost_ : nullptr);
   o.align_short_pieces = align_every_cut_;
   if (rank_speeds_ && !speed_.empty()) {  // every rank has the same speeds: the same plan
     // one plan serves every layer of the stage: its base is one layer's share of the
     // token-linear time, to set against one layer's attention cost
     o.speed = speed_;
     o.base_seconds.assign(size_t(size_), 0.0);
-    for (const CaPiece& d : p.docs)
+    for (const CadPiece& d : p.docs)
       o.base_seconds[size_t(d.origin)] +=
           speed_[size_t(d.origin)] * linear_per_token_ * d.len / layers_per_plan_;
   }
@@ -118,18 +118,18 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
   plans_[in.round] = std::move(p);
 }
 
-size_t CadAttention::piece_of(const Plan& p, const CaTask& t) {
+size_t CadAttention::piece_of(const Plan& p, const CadTask& t) {
   return p.first_doc[size_t(t.origin)] + size_t(t.doc);
 }
 
 // A task runs in place when its server holds the keys it reads as one local run of
 // consecutive pieces from position 0 (always so without context parallelism; pieces of
 // shared_question segments follow each other): the run's first row, else -1.
-int64_t CadAttention::in_place_row(const Plan& p, const CaTask& t) {
+int64_t CadAttention::in_place_row(const Plan& p, const CadTask& t) {
   if (t.origin != t.server) return -1;
   int64_t row = -1, end = 0, next_row = 0;  // the run from position 0: first row, end position
   for (const auto& [holder, i] : p.doc_pieces[size_t(p.gdoc[piece_of(p, t)])]) {
-    const CaPiece& d = p.docs[i];
+    const CadPiece& d = p.docs[i];
     if (holder != t.server) continue;
     if (d.pos == 0) row = d.row, end = d.len, next_row = d.row + d.len;
     else if (row >= 0 && d.pos == end && d.row == next_row) end += d.len, next_row += d.len;
@@ -149,7 +149,7 @@ void CadAttention::route(Plan& p) const {
     });
   // key prefixes each server needs (document -> P) for its tasks not run in place
   std::vector<std::map<int32_t, int32_t>> need(n);
-  for (const CaTask& t : p.plan.tasks)
+  for (const CadTask& t : p.plan.tasks)
     if (in_place_row(p, t) < 0) {
       int32_t& P = need[size_t(t.server)][p.gdoc[piece_of(p, t)]];
       P = std::max(P, t.kv_len());
@@ -157,7 +157,7 @@ void CadAttention::route(Plan& p) const {
   const auto flow = [&](int h, int s) {
     Flow f;
     for (size_t i = 0; i < p.plan.tasks.size(); ++i) {
-      const CaTask& t = p.plan.tasks[i];
+      const CadTask& t = p.plan.tasks[i];
       if (t.origin == h && t.server == s && (h != s || in_place_row(p, t) < 0)) {
         f.tasks.push_back(int32_t(i));
         f.q_rows += t.q_len;
@@ -165,7 +165,7 @@ void CadAttention::route(Plan& p) const {
     }
     for (const auto& [g, P] : need[size_t(s)])
       for (const auto& [holder, i] : p.doc_pieces[size_t(g)]) {
-        const CaPiece& d = p.docs[i];
+        const CadPiece& d = p.docs[i];
         if (holder != h || d.pos >= P) continue;
         const int32_t len = std::min(d.len, P - d.pos);
         f.kv.push_back({g, d.row, d.pos, len});
@@ -195,19 +195,19 @@ void CadAttention::route(Plan& p) const {
 // This rank's attention tasks: its own run in place, its own on the workspace, and the
 // ones it serves for each origin (in the order of that origin's message).
 void CadAttention::list_tasks(Plan& p, const Flow& own) const {
-  const auto task_of = [&](const CaTask& t, int64_t q_row, int64_t kv_row) {
+  const auto task_of = [&](const CadTask& t, int64_t q_row, int64_t kv_row) {
     return t.attention_task(q_row, kv_row, p.doc_len[size_t(p.gdoc[piece_of(p, t)])]);
   };
-  const auto local_row = [&](const CaTask& t) {
-    const CaPiece& d = p.docs[piece_of(p, t)];
+  const auto local_row = [&](const CadTask& t) {
+    const CadPiece& d = p.docs[piece_of(p, t)];
     return int64_t(d.row) + (t.q_begin - d.pos);
   };
-  for (const CaTask& t : p.plan.tasks) {
+  for (const CadTask& t : p.plan.tasks) {
     const int64_t row = in_place_row(p, t);
     if (t.server == rank_ && row >= 0) p.own_local.push_back(task_of(t, local_row(t), row));
   }
   for (int32_t i : own.tasks) {
-    const CaTask& t = p.plan.tasks[size_t(i)];
+    const CadTask& t = p.plan.tasks[size_t(i)];
     p.own_ws.push_back(task_of(t, local_row(t), p.ws_row.at(p.gdoc[piece_of(p, t)])));
   }
   p.served.assign(size_t(size_), {});
@@ -215,7 +215,7 @@ void CadAttention::list_tasks(Plan& p, const Flow& own) const {
     if (o == rank_) continue;
     int64_t q_row = 0;
     for (int32_t i : p.in[size_t(o)].tasks) {
-      const CaTask& t = p.plan.tasks[size_t(i)];
+      const CadTask& t = p.plan.tasks[size_t(i)];
       p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_row.at(p.gdoc[piece_of(p, t)])));
       q_row += t.q_len;
     }
@@ -330,8 +330,8 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
     const std::vector<float*> dst = arrays_of(L.send.data() + base, f, L.in);
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
-      const CaTask& t = p.plan.tasks[size_t(i)];
-      const CaPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+      const CadTask& t = p.plan.tasks[size_t(i)];
+      const CadPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
       const int64_t src = d.row + (t.q_begin - d.pos);
       for (size_t x = 0; x < q_arrays.size(); ++x) {
         const int64_t wd = q_arrays[x].width;
@@ -526,8 +526,8 @@ void CadAttention::finish_lane(Lane& L) {
   const Plan& p = *L.plan;
   const int64_t H = L.params->num_heads, qd = H * L.params->head_dim,
                 kvd = int64_t(L.params->num_kv_heads) * L.params->head_dim;
-  const auto local_row = [&](const CaTask& t) {
-    const CaPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
+  const auto local_row = [&](const CadTask& t) {
+    const CadPiece& d = p.docs[p.first_doc[size_t(rank_)] + size_t(t.doc)];
     return int64_t(d.row) + (t.q_begin - d.pos);
   };
   const auto add = [](float* dst, const float* src, int64_t n) {
@@ -548,7 +548,7 @@ void CadAttention::finish_lane(Lane& L) {
     at += L.reply_recv_counts[size_t(s)];
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
-      const CaTask& t = p.plan.tasks[size_t(i)];
+      const CadTask& t = p.plan.tasks[size_t(i)];
       const int64_t dst = local_row(t);
       if (L.backward) {
         add(L.dq + dst * qd, y.dq + q_row * qd, t.q_len * qd);

@@ -67,8 +67,8 @@ class CadAttention final : public AttentionPlacement {
   // learnt from every step (observe_step): rank r's load is its token-linear time plus
   // its tasks' modelled time, both scaled by its measured speed.
   // align_every_cut: cut every document only at multiples of the kernel's query tile
-  // (CaPlanOptions::align_short_pieces), so that two plans give its rows the same bits.
-  CadAttention(MPI_Comm comm, double tolerance, std::optional<CaCostModel> cost = std::nullopt,
+  // (CadPlanOptions::align_short_pieces), so that two plans give its rows the same bits.
+  CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCostModel> cost = std::nullopt,
                bool rank_speeds = false, bool align_every_cut = false);
 
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
@@ -112,8 +112,8 @@ class CadAttention final : public AttentionPlacement {
     int64_t q_rows = 0, kv_rows = 0;
   };
   struct Plan {
-    CaPlan plan;
-    std::vector<CaPiece> docs;   // every rank's pieces (origin, index, row, len, pos)
+    CadPlan plan;
+    std::vector<CadPiece> docs;   // every rank's pieces (origin, index, row, len, pos)
     std::vector<size_t> first_doc;  // index in docs of each rank's first piece
     std::vector<int32_t> gdoc;      // per docs entry: its document, numbered over the job
     std::vector<int32_t> doc_len;   // per document: tokens of the whole document
@@ -178,8 +178,8 @@ class CadAttention final : public AttentionPlacement {
   void make_plan(const AttentionInput& in, bool counted);  // counted: into pairs_before/after
   void route(Plan& p) const;  // the flows, workspace and task lists of this rank
   void list_tasks(Plan& p, const Flow& own) const;  // route's task lists
-  static size_t piece_of(const Plan& p, const CaTask& t);
-  static int64_t in_place_row(const Plan& p, const CaTask& t);
+  static size_t piece_of(const Plan& p, const CadTask& t);
+  static int64_t in_place_row(const Plan& p, const CadTask& t);
   const Plan& plan_of(const AttentionInput& in) const;
   int64_t message_floats(const Flow& f, const Widths& w) const;
 
@@ -206,12 +206,12 @@ class CadAttention final : public AttentionPlacement {
 
   MPI_Comm comm_;
   double tolerance_;
-  std::optional<CaCostModel> cost_;
+  std::optional<CadCostModel> cost_;
   int rank_ = 0, size_ = 1;
   double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by round (AttentionInput::round) of the step
   bool rank_speeds_ = false;
-  bool align_every_cut_ = false;  // CaPlanOptions::align_short_pieces
+  bool align_every_cut_ = false;  // CadPlanOptions::align_short_pieces
   double modelled_seconds_ = 0;       // this rank's tasks' cost-model seconds, this step
   int64_t plans_counted_ = 0, layers_ = 0;  // this step's forward plans and layers run with them
   double layers_per_plan_ = 1;        // how many layers one plan serves (base per plan)

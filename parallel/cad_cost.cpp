@@ -19,11 +19,11 @@ std::pair<size_t, double> locate(const std::vector<int64_t>& grid, int64_t x) {
 }
 }  // namespace
 
-double CaCostModel::seconds(int64_t q_len, int64_t kv_len, const AttentionMask& mask) const {
+double CadCostModel::seconds(int64_t q_len, int64_t kv_len, const AttentionMask& mask) const {
   return seconds(AttentionTask{0, 0, int32_t(q_len), int32_t(kv_len), int32_t(kv_len - q_len), 0, 0}, mask);
 }
 
-double CaCostModel::seconds(const AttentionTask& task, const AttentionMask& mask) const {
+double CadCostModel::seconds(const AttentionTask& task, const AttentionMask& mask) const {
   const int64_t q_len = task.q_len, kv_len = int64_t(task.kv_pos) + task.kv_len;
   if (q_len <= 0) return 0.0;
   const int64_t pairs = attention_pairs(task, mask);
@@ -40,7 +40,7 @@ double CaCostModel::seconds(const AttentionTask& task, const AttentionMask& mask
   return per_pair * double(pairs);
 }
 
-std::string CaCostModel::problem() const {
+std::string CadCostModel::problem() const {
   for (const auto* g : {&q_grid, &kv_grid}) {
     const char* name = g == &q_grid ? "q_grid" : "kv_grid";
     if (g->empty()) return "q_grid and kv_grid are required";
@@ -56,16 +56,16 @@ std::string CaCostModel::problem() const {
   return "";
 }
 
-bool CaCostModel::same_setup(const CaCostModel& o) const {
+bool CadCostModel::same_setup(const CadCostModel& o) const {
   return cpu == o.cpu && blas == o.blas && kernel == o.kernel && threads == o.threads &&
          heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim;
 }
 
-CaCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu,
+CadCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu,
                                const std::string& blas, int threads, int64_t pairs_per_cell,
                                int repeats) {
   using Clock = std::chrono::steady_clock;
-  CaCostModel m;
+  CadCostModel m;
   m.cpu = cpu;
   m.blas = blas;
   m.threads = threads;

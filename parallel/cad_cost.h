@@ -16,7 +16,7 @@
 
 namespace lct {
 
-struct CaCostModel {
+struct CadCostModel {
   std::string cpu, blas, kernel;
   int threads = 0, heads = 0, kv_heads = 0, head_dim = 0;
   std::vector<int64_t> q_grid, kv_grid;     // ascending, >= 1
@@ -34,7 +34,7 @@ struct CaCostModel {
   std::string problem() const;
   // Measured for the same attention (kernel and shape) on the same machine (cpu, BLAS)
   // with the same threads: the fields that say where its times hold.
-  bool same_setup(const CaCostModel& other) const;
+  bool same_setup(const CadCostModel& other) const;
 };
 
 // Measures the cost model of `params` with the calling thread's OpenMP threads
@@ -43,7 +43,7 @@ struct CaCostModel {
 // runs enough identical tasks (own query rows, shared key rows) for about `pairs`
 // attention pairs, best of `repeats`: about 5 s on one core for a model of 4 heads of
 // dimension 64 with the defaults.
-CaCostModel measure_cost_model(const AttentionParams& params, const std::string& cpu,
+CadCostModel measure_cost_model(const AttentionParams& params, const std::string& cpu,
                                const std::string& blas, int threads, int64_t pairs = int64_t(1) << 20,
                                int repeats = 2);
 

@@ -18,9 +18,9 @@ struct Candidate {
 };
 }  // namespace
 
-CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const CaCostModel* cost) {
+CadPlanOptions cad_plan_options(const AttentionParams& p, double tolerance, const CadCostModel* cost) {
   const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
-  CaPlanOptions o;
+  CadPlanOptions o;
   o.tolerance = tolerance;
   // Q, O, K and V travel in bf16 in a bf16 run (parallel/cad_attention.h); the LSE in fp32
   const int64_t value = p.precision == Precision::bf16 ? 2 : int64_t(sizeof(float));
@@ -32,15 +32,15 @@ CaPlanOptions ca_plan_options(const AttentionParams& p, double tolerance, const 
   return o;
 }
 
-AttentionTask CaTask::attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const {
+AttentionTask CadTask::attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const {
   AttentionTask t{q_row, kv_row, q_len, kv_end, q_begin, 0, doc_len};
   t.prefix_len = prefix_len;
   t.segment_pos = segment_pos;
   return t;
 }
 
-CaTask ca_task(const CaPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask) {
-  CaTask t{d.origin, server, d.doc, int32_t(q_begin), int32_t(q_len), d.prefix_len, d.segment_pos};
+CadTask cad_task(const CadPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask) {
+  CadTask t{d.origin, server, d.doc, int32_t(q_begin), int32_t(q_len), d.prefix_len, d.segment_pos};
   t.kv_end = int32_t(q_begin + q_len);
   if (mask.kind == MaskKind::prefix_lm) t.kv_end = std::max(t.kv_end, d.prefix_len);
   return t;
@@ -52,7 +52,7 @@ namespace {
 // each piece's middle have moved away, one move at a time.
 class Balancer {
  public:
-  Balancer(const std::vector<CaPiece>& docs, int n, const CaPlanOptions& o)
+  Balancer(const std::vector<CadPiece>& docs, int n, const CadPlanOptions& o)
       : docs_(docs), n_(n), o_(o), load_(size_t(n), 0.0), head_(docs.size(), 0), tail_(docs.size(), 0) {
     if (o.split_align < 1) throw std::invalid_argument("plan_core_attention: split_align must be >= 1");
     if (n < 1) throw std::invalid_argument("plan_core_attention: needs at least one server");
@@ -65,7 +65,7 @@ class Balancer {
     for (int s = 0; uneven_ && !o.base_seconds.empty() && s < n; ++s) load_[size_t(s)] = o.base_seconds[size_t(s)];
     plan_.pairs_before.assign(size_t(n), 0);
     double attention = 0;
-    for (const CaPiece& d : docs) {
+    for (const CadPiece& d : docs) {
       if (d.origin < 0 || d.origin >= n) throw std::invalid_argument("plan_core_attention: origin out of range");
       if (d.pos < 0 || d.len < 0) throw std::invalid_argument("plan_core_attention: negative piece");
       plan_.pairs_before[size_t(d.origin)] += attention_pairs(task(d, d.pos, d.len), o.mask);
@@ -104,20 +104,20 @@ class Balancer {
   }
 
   // What was not moved runs where it is; tasks in a fixed order, and the figures.
-  CaPlan finish() {
+  CadPlan finish() {
     for (size_t i = 0; i < docs_.size(); ++i) {
-      const CaPiece& d = docs_[i];
+      const CadPiece& d = docs_[i];
       const int64_t rows = middle_rows(i);
       if (rows > 0)
-        plan_.tasks.push_back(ca_task(d, d.origin, d.pos + head_[i], rows, o_.mask));
+        plan_.tasks.push_back(cad_task(d, d.origin, d.pos + head_[i], rows, o_.mask));
     }
     // by server, origin, document, first row
-    std::sort(plan_.tasks.begin(), plan_.tasks.end(), [](const CaTask& x, const CaTask& y) {
+    std::sort(plan_.tasks.begin(), plan_.tasks.end(), [](const CadTask& x, const CadTask& y) {
       return std::tie(x.server, x.origin, x.doc, x.q_begin) < std::tie(y.server, y.origin, y.doc, y.q_begin);
     });
     plan_.pairs_after.assign(size_t(n_), 0);
     plan_.load_after.assign(size_t(n_), 0.0);
-    for (const CaTask& t : plan_.tasks) {
+    for (const CadTask& t : plan_.tasks) {
       const AttentionTask a = t.attention_task(0, 0, 0);
       const int64_t pairs = attention_pairs(a, o_.mask);
       plan_.pairs_after[size_t(t.server)] += pairs;
@@ -128,11 +128,11 @@ class Balancer {
 
  private:
   // query rows [q0, q0 + rows) of piece d against the keys they read
-  AttentionTask task(const CaPiece& d, int64_t q0, int64_t rows) const {
-    return ca_task(d, d.origin, q0, rows, o_.mask).attention_task(0, 0, 0);
+  AttentionTask task(const CadPiece& d, int64_t q0, int64_t rows) const {
+    return cad_task(d, d.origin, q0, rows, o_.mask).attention_task(0, 0, 0);
   }
   // their cost: the pairs the mask lets through, or a profile's time of them
-  double cost(const CaPiece& d, int64_t q0, int64_t rows) const {
+  double cost(const CadPiece& d, int64_t q0, int64_t rows) const {
     const AttentionTask t = task(d, q0, rows);
     return o_.cost ? o_.cost->seconds(t, o_.mask) : double(attention_pairs(t, o_.mask));
   }
@@ -145,7 +145,7 @@ class Balancer {
   bool choose(int dst, int src, double cap, Candidate& best) const {
     double best_e = -1;
     for (size_t i = 0; i < docs_.size(); ++i) {
-      const CaPiece& d = docs_[i];
+      const CadPiece& d = docs_[i];
       const double surplus = load_[size_t(d.origin)] - mean_;
       const int64_t P = d.pos, rows = middle_rows(i);
       if (surplus <= 0 || rows <= 0 || d.origin == dst || (src >= 0 && d.origin != src)) continue;
@@ -177,7 +177,7 @@ class Balancer {
   // rounded up, never crossing; shorter pieces are cut anywhere (a tile's granularity
   // would cost them their balance).
   std::pair<int64_t, int64_t> split_rows(size_t i, int64_t m) const {
-    const CaPiece& d = docs_[i];
+    const CadPiece& d = docs_[i];
     const int64_t align =
         o_.align_short_pieces || d.len >= kAlignedPieceTiles * o_.split_align ? o_.split_align : 1;
     const int64_t lo = int64_t(d.pos) + head_[i], hi = int64_t(d.pos) + d.len - tail_[i];
@@ -188,7 +188,7 @@ class Balancer {
   }
   // the cost of `head` rows from the front and `tail` rows from the back of piece i's middle
   double split_cost(size_t i, int64_t head, int64_t tail) const {
-    const CaPiece& d = docs_[i];
+    const CadPiece& d = docs_[i];
     return (head > 0 ? cost(d, d.pos + head_[i], head) : 0.0) +
            (tail > 0 ? cost(d, d.pos + d.len - tail_[i] - tail, tail) : 0.0);
   }
@@ -205,7 +205,7 @@ class Balancer {
     return lo;
   }
   void apply(int dst, const Candidate& c) {
-    const CaPiece& d = docs_[c.doc];
+    const CadPiece& d = docs_[c.doc];
     int64_t& head = head_[c.doc];
     int64_t& tail = tail_[c.doc];
     const int64_t L = d.len, P = d.pos;
@@ -213,11 +213,11 @@ class Balancer {
     // than its parts (smaller tasks), so its load drops by what its task really lost
     const double before = cost(d, P + head, middle_rows(c.doc));
     if (c.whole) {
-      plan_.tasks.push_back(ca_task(d, dst, P + head, middle_rows(c.doc), o_.mask));
+      plan_.tasks.push_back(cad_task(d, dst, P + head, middle_rows(c.doc), o_.mask));
       head = L - tail;  // nothing left in the middle
     } else {
-      if (c.head > 0) plan_.tasks.push_back(ca_task(d, dst, P + head, c.head, o_.mask));
-      if (c.tail > 0) plan_.tasks.push_back(ca_task(d, dst, P + L - tail - c.tail, c.tail, o_.mask));
+      if (c.head > 0) plan_.tasks.push_back(cad_task(d, dst, P + head, c.head, o_.mask));
+      if (c.tail > 0) plan_.tasks.push_back(cad_task(d, dst, P + L - tail - c.tail, c.tail, o_.mask));
       head += c.head, tail += c.tail;
     }
     const int64_t left = middle_rows(c.doc);
@@ -226,19 +226,19 @@ class Balancer {
     plan_.bytes_moved += c.bytes;
   }
 
-  const std::vector<CaPiece>& docs_;
+  const std::vector<CadPiece>& docs_;
   const int n_;
-  const CaPlanOptions& o_;
+  const CadPlanOptions& o_;
   bool uneven_ = false;
   std::vector<double> load_;
   std::vector<int64_t> head_, tail_;  // per piece: rows moved from its front and back
   double mean_ = 0, slack_ = 0;
-  CaPlan plan_;
+  CadPlan plan_;
 };
 
 }  // namespace
 
-CaPlan plan_core_attention(const std::vector<CaPiece>& docs, int n, const CaPlanOptions& o) {
+CadPlan plan_core_attention(const std::vector<CadPiece>& docs, int n, const CadPlanOptions& o) {
   Balancer b(docs, n, o);
   b.fill_deficits();
   b.drain_surpluses();

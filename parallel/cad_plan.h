@@ -13,11 +13,11 @@
 // rows from each end of the document's remaining middle (a whole causal document's
 // pair then costs about m (L + 1) pairs wherever the middle is), the cuts rounded to
 // the kernel's query tile in pieces of at least kAlignedPieceTiles tiles, so that a
-// row's O and LSE do not depend on the plan (CaPlanOptions::split_align). A
+// row's O and LSE do not depend on the plan (CadPlanOptions::split_align). A
 // context-parallel piece [pos, pos + len) is split the same way within its own rows
 // (its head/tail pairs then cost more towards the end of the document; m is found by
 // search either way). Work is attention pairs, or the measured kernel time of a
-// profile (CaPlanOptions::cost); m is the largest that fits the wanted amount.
+// profile (CadPlanOptions::cost); m is the largest that fits the wanted amount.
 // Planning stops when every server is within tolerance x mean, or nothing helps.
 #pragma once
 
@@ -31,7 +31,7 @@ namespace lct {
 // One document of a tick on the rank that holds its tokens, or, with context
 // parallelism, one piece of it: in-document rows [pos, pos + len), whose keys are the
 // document's prefix [0, pos + len) (held by several ranks; the placement moves them).
-struct CaPiece {
+struct CadPiece {
   int32_t origin = 0;  // rank holding these tokens (and their token-linear layers)
   int32_t doc = 0;     // index among the origin's documents (pieces)
   int32_t row = 0;     // first row in the origin's local arrays
@@ -42,12 +42,12 @@ struct CaPiece {
   int32_t prefix_len = 0, segment_pos = 0;
 };
 
-struct CaTask {
+struct CadTask {
   int32_t origin = 0, server = 0;
   int32_t doc = 0;      // index among the origin's documents (pieces)
   int32_t q_begin = 0;  // in-document offset of the first query row (>= the piece's pos)
   int32_t q_len = 0;
-  int32_t prefix_len = 0, segment_pos = 0;  // its piece's (CaPiece)
+  int32_t prefix_len = 0, segment_pos = 0;  // its piece's (CadPiece)
   // keys [0, kv_end): the queries' causal prefix, and under prefix_lm the whole prefix
   int32_t kv_end = 0;
   int32_t kv_len() const { return kv_end; }
@@ -57,20 +57,20 @@ struct CaTask {
 
 // The task of query rows [q_begin, q_begin + q_len) of piece `d` (the keys they read
 // under `mask`, from the document's start), run by `server`.
-CaTask ca_task(const CaPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask);
+CadTask cad_task(const CadPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask);
 
-struct CaCostModel;
+struct CadCostModel;
 
 constexpr int64_t kAlignedPieceTiles = 8;
 
-struct CaPlanOptions {
+struct CadPlanOptions {
   double tolerance = 0.1;       // stop when every server is within tolerance x mean cost
   int64_t q_bytes_per_row = 1;  // bytes moved per query row (Q there, O and LSE back)
   int64_t kv_bytes_per_row = 1; // bytes moved per key row (K and V)
   // Pieces of at least kAlignedPieceTiles x this many rows are cut only at in-document
   // positions that are multiples of it (and at their ends): the attention kernel's query
   // tile (attention_query_tile), so that their rows' O and LSE are the same bits
-  // whichever plan cut them (ca_plan_options sets it; 1 = anywhere). Shorter pieces are
+  // whichever plan cut them (cad_plan_options sets it; 1 = anywhere). Shorter pieces are
   // cut anywhere: a tile's granularity would cost them their balance.
   int64_t split_align = 1;
   // true: shorter pieces too are cut only at multiples of split_align (whole when shorter
@@ -81,7 +81,7 @@ struct CaPlanOptions {
   bool align_short_pieces = false;
   // Cost of a task: measured kernel time (parallel/cad_cost.h) when given, else its
   // attention pairs.
-  const CaCostModel* cost = nullptr;
+  const CadCostModel* cost = nullptr;
   // The attention mask: a task's pairs are those it lets through (attention_mask.h).
   AttentionMask mask;
   // Servers of unequal speed (with a cost model; empty: all equal, nothing else to do):
@@ -96,11 +96,11 @@ struct CaPlanOptions {
 // runs carry all but the LSE in bf16), the rest
 // from the run (attention.cad_tolerance and the cost model, or pairs when null). The
 // trainer, the simulator and lct bench all plan with these.
-CaPlanOptions ca_plan_options(const AttentionParams& params, double tolerance,
-                              const CaCostModel* cost);
+CadPlanOptions cad_plan_options(const AttentionParams& params, double tolerance,
+                              const CadCostModel* cost);
 
-struct CaPlan {
-  std::vector<CaTask> tasks;        // every query row of every document exactly once
+struct CadPlan {
+  std::vector<CadTask> tasks;        // every query row of every document exactly once
   std::vector<int64_t> pairs_before;  // per server: its own documents' pairs
   std::vector<int64_t> pairs_after;   // per server: the pairs of the tasks it runs
   std::vector<double> load_after;     // per server: the planner's cost of its tasks (no
@@ -108,7 +108,7 @@ struct CaPlan {
   int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
 };
 
-CaPlan plan_core_attention(const std::vector<CaPiece>& documents, int servers,
-                           const CaPlanOptions& options);
+CadPlan plan_core_attention(const std::vector<CadPiece>& documents, int servers,
+                           const CadPlanOptions& options);
 
 }  // namespace lct

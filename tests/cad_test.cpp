@@ -22,9 +22,9 @@ namespace lct {
 namespace {
 
 // n servers, each with `tokens` tokens of documents of random lengths (heavy tail).
-std::vector<CaPiece> random_tick(int n, int32_t tokens, uint32_t seed) {
+std::vector<CadPiece> random_tick(int n, int32_t tokens, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<CaPiece> docs;
+  std::vector<CadPiece> docs;
   for (int s = 0; s < n; ++s) {
     int32_t row = 0, doc = 0;
     while (row < tokens) {
@@ -38,19 +38,19 @@ std::vector<CaPiece> random_tick(int n, int32_t tokens, uint32_t seed) {
   return docs;
 }
 
-int64_t pairs_of(const CaTask& t) {
+int64_t pairs_of(const CadTask& t) {
   return prefix_pairs(t.q_begin, t.q_len);
 }
 
-void check_plan(const std::vector<CaPiece>& docs, int n, const CaPlan& plan) {
+void check_plan(const std::vector<CadPiece>& docs, int n, const CadPlan& plan) {
   std::map<std::pair<int32_t, int32_t>, std::vector<int>> owners;  // (origin, doc) -> row count
   std::map<std::pair<int32_t, int32_t>, int32_t> first;               // (origin, doc) -> pos
-  for (const CaPiece& d : docs) {
+  for (const CadPiece& d : docs) {
     owners[{d.origin, d.doc}].assign(size_t(d.len), 0);
     first[{d.origin, d.doc}] = d.pos;
   }
   int64_t before = 0, after = 0;
-  for (const CaTask& t : plan.tasks) {
+  for (const CadTask& t : plan.tasks) {
     auto& rows = owners.at({t.origin, t.doc});
     const int32_t pos = first.at({t.origin, t.doc});
     ASSERT_GT(t.q_len, 0);
@@ -76,14 +76,14 @@ TEST(CadPlan, EveryRowOnceConservedDeterministicAndBalanced) {
   for (int n : {2, 3, 4, 8, 16})
     for (uint32_t seed = 1; seed <= 20; ++seed)
       for (double tol : {0.05, 0.1, 0.2}) {
-        const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 31 + uint32_t(n));
-        CaPlanOptions o;
+        const std::vector<CadPiece> docs = random_tick(n, 2048, seed * 31 + uint32_t(n));
+        CadPlanOptions o;
         o.tolerance = tol;
         o.q_bytes_per_row = 3 * 256;
         o.kv_bytes_per_row = 2 * 128;
-        const CaPlan plan = plan_core_attention(docs, n, o);
+        const CadPlan plan = plan_core_attention(docs, n, o);
         check_plan(docs, n, plan);
-        const CaPlan again = plan_core_attention(docs, n, o);
+        const CadPlan again = plan_core_attention(docs, n, o);
         ASSERT_EQ(again.tasks.size(), plan.tasks.size());
         for (size_t i = 0; i < plan.tasks.size(); ++i) {
           EXPECT_EQ(again.tasks[i].server, plan.tasks[i].server);
@@ -106,25 +106,25 @@ TEST(CadPlan, MasksBalanceTheirUnmaskedPairs) {
                                    AttentionMask{MaskKind::chunked, 1, 0, 300}})
     for (int n : {2, 4, 8})
       for (uint32_t seed = 1; seed <= 10; ++seed) {
-        const std::vector<CaPiece> docs = random_tick(n, 4096, seed * 17 + uint32_t(n));
-        CaPlanOptions o;
+        const std::vector<CadPiece> docs = random_tick(n, 4096, seed * 17 + uint32_t(n));
+        CadPlanOptions o;
         o.tolerance = 0.1;
         o.mask = mask;
-        const CaPlan plan = plan_core_attention(docs, n, o);
+        const CadPlan plan = plan_core_attention(docs, n, o);
         std::map<std::pair<int32_t, int32_t>, int32_t> rows;
         int64_t before = 0, after = 0;
-        for (const CaPiece& d : docs) {
+        for (const CadPiece& d : docs) {
           rows[{d.origin, d.doc}] = 0;
           before += prefix_pairs(d.pos, d.len, mask);
         }
         std::vector<int64_t> served(size_t(n), 0);  // counted here, not by the planner
-        for (const CaTask& t : plan.tasks) {
+        for (const CadTask& t : plan.tasks) {
           rows[{t.origin, t.doc}] += t.q_len;
           const int64_t p = prefix_pairs(t.q_begin, t.q_len, mask);
           after += p;
           served[size_t(t.server)] += p;
         }
-        for (const CaPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
+        for (const CadPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
         EXPECT_EQ(before, after) << mask_kind_name(mask.kind);
         EXPECT_EQ(served, plan.pairs_after);
         EXPECT_LE(max_over_mean(served), 1.1 + 1e-9)
@@ -141,12 +141,12 @@ TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
     const AttentionMask mask{st.answers > 0 ? MaskKind::shared_question : MaskKind::prefix_lm};
     for (int n : {2, 4})
       for (uint32_t seed = 1; seed <= 10; ++seed) {
-        std::vector<CaPiece> docs;
+        std::vector<CadPiece> docs;
         int64_t whole = 0;
         for (int s = 0; s < n; ++s) {
           PackedBatch b;
           b.cu_seqlens = {0};
-          for (const CaPiece& d : random_tick(1, 4096, seed * 13 + uint32_t(s))) {
+          for (const CadPiece& d : random_tick(1, 4096, seed * 13 + uint32_t(s))) {
             b.cu_seqlens.push_back(b.cu_seqlens.back() + d.len);
             st.append_piece(b, d.len, 0, d.len);
           }
@@ -158,17 +158,17 @@ TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
           for (const DocPiece& p : whole_sequence(b).pieces)
             docs.push_back({s, i++, p.row, p.len, p.pos, p.prefix_len, p.segment_pos});
         }
-        CaPlanOptions o;
+        CadPlanOptions o;
         o.tolerance = 0.1;
         o.mask = mask;
-        const CaPlan plan = plan_core_attention(docs, n, o);
-        std::map<std::pair<int32_t, int32_t>, const CaPiece*> piece;
+        const CadPlan plan = plan_core_attention(docs, n, o);
+        std::map<std::pair<int32_t, int32_t>, const CadPiece*> piece;
         std::map<std::pair<int32_t, int32_t>, int32_t> rows;
-        for (const CaPiece& d : docs) piece[{d.origin, d.doc}] = &d, rows[{d.origin, d.doc}] = 0;
+        for (const CadPiece& d : docs) piece[{d.origin, d.doc}] = &d, rows[{d.origin, d.doc}] = 0;
         std::vector<int64_t> served(size_t(n), 0);
         int64_t after = 0;
-        for (const CaTask& t : plan.tasks) {
-          const CaPiece& d = *piece.at({t.origin, t.doc});
+        for (const CadTask& t : plan.tasks) {
+          const CadPiece& d = *piece.at({t.origin, t.doc});
           ASSERT_GE(t.q_begin, d.pos);
           ASSERT_LE(t.q_begin + t.q_len, d.pos + d.len);
           EXPECT_EQ(t.prefix_len, d.prefix_len);
@@ -179,7 +179,7 @@ TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
           after += p;
           served[size_t(t.server)] += p;
         }
-        for (const CaPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
+        for (const CadPiece& d : docs) ASSERT_EQ((rows[{d.origin, d.doc}]), d.len);
         EXPECT_EQ(after, whole) << mask_kind_name(mask.kind);
         EXPECT_EQ(std::accumulate(plan.pairs_before.begin(), plan.pairs_before.end(), int64_t(0)), whole);
         EXPECT_EQ(served, plan.pairs_after);
@@ -195,7 +195,7 @@ TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
 TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
   for (int n : {2, 4, 8})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      std::vector<CaPiece> docs;
+      std::vector<CadPiece> docs;
       std::vector<int32_t> rows(static_cast<size_t>(n), 0), count(static_cast<size_t>(n), 0);
       std::mt19937 rng(seed);
       for (int d = 0; d < 6 * n; ++d) {
@@ -206,13 +206,13 @@ TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
         docs.push_back({t, count[size_t(t)]++, rows[size_t(t)], L - L / 2, L / 2});
         rows[size_t(t)] += L - L / 2;
       }
-      CaPlanOptions o;
+      CadPlanOptions o;
       o.q_bytes_per_row = 3 * 256;
       o.kv_bytes_per_row = 2 * 128;
-      const CaPlan plan = plan_core_attention(docs, n, o);
+      const CadPlan plan = plan_core_attention(docs, n, o);
       check_plan(docs, n, plan);
-      for (const CaTask& t : plan.tasks) {
-        const CaPiece& d = *std::find_if(docs.begin(), docs.end(), [&](const CaPiece& x) {
+      for (const CadTask& t : plan.tasks) {
+        const CadPiece& d = *std::find_if(docs.begin(), docs.end(), [&](const CadPiece& x) {
           return x.origin == t.origin && x.doc == t.doc;
         });
         ASSERT_GE(t.q_begin, d.pos);
@@ -228,34 +228,34 @@ TEST(CadPlan, ContextParallelPiecesArePlannedLikeDocuments) {
 TEST(CadPlan, RowBytesFollowThePrecision) {
   AttentionParams p;
   p.num_heads = 4, p.num_kv_heads = 2, p.head_dim = 16;
-  const CaPlanOptions fp32 = ca_plan_options(p, 0.1, nullptr);
+  const CadPlanOptions fp32 = cad_plan_options(p, 0.1, nullptr);
   EXPECT_EQ(fp32.q_bytes_per_row, (2 * 64 + 4) * 4);
   EXPECT_EQ(fp32.kv_bytes_per_row, 2 * 32 * 4);
   p.precision = Precision::bf16;
-  const CaPlanOptions bf16 = ca_plan_options(p, 0.1, nullptr);
+  const CadPlanOptions bf16 = cad_plan_options(p, 0.1, nullptr);
   EXPECT_EQ(bf16.q_bytes_per_row, 2 * 64 * 2 + 4 * 4);
   EXPECT_EQ(bf16.kv_bytes_per_row, 2 * 32 * 2);
 }
 
 TEST(CadPlan, ABalancedBatchMovesNothing) {
-  std::vector<CaPiece> docs;
+  std::vector<CadPiece> docs;
   for (int s = 0; s < 4; ++s)
     for (int d = 0; d < 3; ++d) docs.push_back({s, d, d * 100, 100});
-  const CaPlan plan = plan_core_attention(docs, 4, {});
+  const CadPlan plan = plan_core_attention(docs, 4, {});
   EXPECT_EQ(plan.bytes_moved, 0);
-  for (const CaTask& t : plan.tasks) EXPECT_EQ(t.server, t.origin);
+  for (const CadTask& t : plan.tasks) EXPECT_EQ(t.server, t.origin);
   EXPECT_EQ(plan.tasks.size(), docs.size());
 }
 
 TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
   // server 0: one 2048-token document; server 1: 2048 one-token documents
-  std::vector<CaPiece> docs = {{0, 0, 0, 2048}};
+  std::vector<CadPiece> docs = {{0, 0, 0, 2048}};
   for (int i = 0; i < 2048; ++i) docs.push_back({1, i, i, 1});
-  const CaPlan plan = plan_core_attention(docs, 2, {});
+  const CadPlan plan = plan_core_attention(docs, 2, {});
   check_plan(docs, 2, plan);
   EXPECT_LE(max_over_mean(plan.pairs_after), 1.1);
   int moved = 0;
-  for (const CaTask& t : plan.tasks)
+  for (const CadTask& t : plan.tasks)
     if (t.server != t.origin) {
       ++moved;
       EXPECT_EQ(t.origin, 0);
@@ -264,8 +264,8 @@ TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
   EXPECT_THROW(plan_core_attention(docs, 2, {0.0, 1, 1}), std::invalid_argument);
 }
 
-CaCostModel small_model() {
-  CaCostModel m;
+CadCostModel small_model() {
+  CadCostModel m;
   m.cpu = "test cpu";
   m.blas = "OpenBLAS test";
   m.kernel = "causal";
@@ -281,8 +281,8 @@ CaCostModel small_model() {
 }
 
 TEST(CadCost, RoundTripInterpolationAndErrors) {
-  const CaCostModel m = small_model();
-  const CaCostModel back = parse_cad_cost_toml(cad_cost_toml(m), "t");
+  const CadCostModel m = small_model();
+  const CadCostModel back = parse_cad_cost_toml(cad_cost_toml(m), "t");
   EXPECT_EQ(cad_cost_toml(back), cad_cost_toml(m));
   EXPECT_EQ(back.seconds_per_pair, m.seconds_per_pair);  // every time exactly (TOML keeps doubles)
   EXPECT_EQ(back.cpu, "test cpu");
@@ -313,13 +313,13 @@ TEST(CadCost, RoundTripInterpolationAndErrors) {
 }
 
 TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
-  const CaCostModel m = small_model();
+  const CadCostModel m = small_model();
   for (int n : {2, 4, 8})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 7 + uint32_t(n));
-      CaPlanOptions o;
+      const std::vector<CadPiece> docs = random_tick(n, 2048, seed * 7 + uint32_t(n));
+      CadPlanOptions o;
       o.cost = &m;
-      const CaPlan plan = plan_core_attention(docs, n, o);
+      const CadPlan plan = plan_core_attention(docs, n, o);
       check_plan(docs, n, plan);
       double mx = 0, sum = 0;
       for (double x : plan.load_after) mx = std::max(mx, x), sum += x;
@@ -331,13 +331,13 @@ TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
 // modelled time, both at its speed) ends within the tolerance of the mean attention
 // time of the others'; a slower server serves less, one with more other work too.
 TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
-  const CaCostModel m = small_model();
+  const CadCostModel m = small_model();
   for (int n : {2, 4})
     for (uint32_t seed = 1; seed <= 10; ++seed) {
-      const std::vector<CaPiece> docs = random_tick(n, 2048, seed * 13 + uint32_t(n));
-      CaPlanOptions o;
+      const std::vector<CadPiece> docs = random_tick(n, 2048, seed * 13 + uint32_t(n));
+      CadPlanOptions o;
       o.cost = &m;
-      const CaPlan equal = plan_core_attention(docs, n, o);
+      const CadPlan equal = plan_core_attention(docs, n, o);
       o.speed.assign(size_t(n), 1.0);
       o.speed[0] = 1.2;  // rank 0 runs 20% slower
       o.base_seconds.assign(size_t(n), 0.0);
@@ -345,7 +345,7 @@ TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
       for (int s = 0; s < n; ++s) attention += equal.load_after[size_t(s)];
       const double linear = attention / n;  // token-linear work as large as the attention
       for (int s = 0; s < n; ++s) o.base_seconds[size_t(s)] = o.speed[size_t(s)] * linear;
-      const CaPlan plan = plan_core_attention(docs, n, o);
+      const CadPlan plan = plan_core_attention(docs, n, o);
       check_plan(docs, n, plan);
       double mx = 0, mn = 1e300, sum_attention = 0;
       for (int s = 0; s < n; ++s) {
@@ -356,7 +356,7 @@ TEST(CadPlan, UnequalRanksBalanceTheirWholeTime) {
       EXPECT_LE(mx - mn, 2 * 0.1 * sum_attention / n + 1e-12) << "n " << n << " seed " << seed;
       EXPECT_LT(plan.load_after[0], equal.load_after[0]) << "n " << n << " seed " << seed;
     }
-  CaPlanOptions bad;
+  CadPlanOptions bad;
   bad.cost = &m;
   bad.speed = {1.0};
   EXPECT_THROW(plan_core_attention(random_tick(2, 64, 1), 2, bad), std::invalid_argument);
@@ -397,7 +397,7 @@ TEST(CadPlan, AlignedCutsGiveEveryRowTheWholeDocumentsBits) {
       params.dca.rope_positions = tables.max_positions;
     }
     const int64_t tile = attention_query_tile(params);
-    CaPlanOptions o = ca_plan_options(params, 0.1, nullptr);
+    CadPlanOptions o = cad_plan_options(params, 0.1, nullptr);
     EXPECT_EQ(o.split_align, tile);
     const auto run = [&](const std::vector<int64_t>& cuts) {
       std::vector<AttentionTask> tasks;
@@ -434,7 +434,7 @@ TEST(CadPlan, AlignedCutsGiveEveryRowTheWholeDocumentsBits) {
 TEST(CadPlan, CutsFallOnTheAlignment) {
   // uneven documents over 4 servers: every task starts and ends at a multiple of the
   // alignment or at its piece's ends, every row once, and the balance still holds
-  std::vector<CaPiece> docs;
+  std::vector<CadPiece> docs;
   std::mt19937_64 rng(9);
   for (int r = 0; r < 4; ++r)
     for (int i = 0, row = 0; i < 3; ++i) {
@@ -443,14 +443,14 @@ TEST(CadPlan, CutsFallOnTheAlignment) {
       row += len;
     }
   docs.push_back({3, 3, 0, 900, 1000});  // a context-parallel piece [1000, 1900)
-  CaPlanOptions o;
+  CadPlanOptions o;
   o.split_align = 64;
-  const CaPlan plan = plan_core_attention(docs, 4, o);
+  const CadPlan plan = plan_core_attention(docs, 4, o);
   std::map<std::pair<int, int>, int64_t> rows;
   int aligned_tasks = 0;
-  for (const CaTask& t : plan.tasks) {
-    const CaPiece* d = nullptr;
-    for (const CaPiece& p : docs)
+  for (const CadTask& t : plan.tasks) {
+    const CadPiece* d = nullptr;
+    for (const CadPiece& p : docs)
       if (p.origin == t.origin && p.doc == t.doc) d = &p;
     ASSERT_NE(d, nullptr);
     const int64_t end = int64_t(t.q_begin) + t.q_len;
@@ -461,7 +461,7 @@ TEST(CadPlan, CutsFallOnTheAlignment) {
     }
     rows[{t.origin, t.doc}] += t.q_len;
   }
-  for (const CaPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
+  for (const CadPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
   EXPECT_GT(aligned_tasks, 3);  // the long documents were split
   const double mean = std::accumulate(plan.pairs_after.begin(), plan.pairs_after.end(), 0.0) / 4;
   for (int64_t p : plan.pairs_after) EXPECT_LE(double(p), 1.1 * mean + 1);
@@ -472,17 +472,17 @@ TEST(CadPlan, AlignShortPiecesCutsEveryPieceOnTheAlignment) {
   // servers, one server's much longer than the rest so that they must be cut: with
   // align_short_pieces every cut falls on a multiple of 64 or a piece's ends, every row
   // once; without it some cut falls elsewhere (the option acts)
-  std::vector<CaPiece> docs;
+  std::vector<CadPiece> docs;
   const auto unaligned_cuts = [&](bool align) {
-    CaPlanOptions o;
+    CadPlanOptions o;
     o.split_align = 64;
     o.align_short_pieces = align;
-    const CaPlan plan = plan_core_attention(docs, 4, o);
+    const CadPlan plan = plan_core_attention(docs, 4, o);
     std::map<std::pair<int, int>, int64_t> rows;
     int unaligned = 0, cut = 0;
-    for (const CaTask& t : plan.tasks) {
-      const CaPiece* d = nullptr;
-      for (const CaPiece& p : docs)
+    for (const CadTask& t : plan.tasks) {
+      const CadPiece* d = nullptr;
+      for (const CadPiece& p : docs)
         if (p.origin == t.origin && p.doc == t.doc) d = &p;
       EXPECT_NE(d, nullptr);
       if (!d) continue;
@@ -491,7 +491,7 @@ TEST(CadPlan, AlignShortPiecesCutsEveryPieceOnTheAlignment) {
       if (end != d->pos + d->len) ++cut, unaligned += end % 64 != 0;
       rows[{t.origin, t.doc}] += t.q_len;
     }
-    for (const CaPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
+    for (const CadPiece& d : docs) EXPECT_EQ((rows[{d.origin, d.doc}]), d.len);
     EXPECT_GT(cut, 0);  // the long documents were split
     return unaligned;
   };

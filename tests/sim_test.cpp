@@ -91,7 +91,7 @@ TEST(SimNetwork, ContextParallelRingAcrossHostsIsExposed) {
     const std::vector<LocalBatch> pieces = first_micro_batch(plan);
     const double tokens = double(pieces[0].num_tokens() + pieces[1].num_tokens());
     const Calibration cal = costs();
-    const std::optional<CaCostModel> none;
+    const std::optional<CadCostModel> none;
     const AttentionCost attn{cal, none, 1.0, plan.model.attention_mask};
     const Network one = Network::one_host(2, 1e9, 5e-6);
     Network two = one;
@@ -127,7 +127,7 @@ TEST(SimNetwork, CadExchangeAcrossHostsIsNotHidden) {
   const RunPlan plan = plan_with({{"attention.placement", "cad"}, {"attention.cad_pingpong", "false"}}, 2);
   const std::vector<LocalBatch> batches = first_micro_batch(plan);
   const Calibration cal = costs();
-  const std::optional<CaCostModel> none;
+  const std::optional<CadCostModel> none;
   const AttentionCost attn{cal, none, 1.0, plan.model.attention_mask};
   std::vector<double> served(2);
   const auto layer = [&](const Network& net) { return CadLayerCost(plan, cal, attn, none, net).cost(batches, served); };

@@ -417,19 +417,19 @@ struct CadBalanceRow {
 
 std::vector<CadBalanceRow> cad_balance(const RunPlan& plan, const BenchOptions& o) {
   DocumentStream stream(plan);
-  const CaPlanOptions opt = ca_plan_options(plan.attention, plan.cad.tolerance, nullptr);
+  const CadPlanOptions opt = cad_plan_options(plan.attention, plan.cad.tolerance, nullptr);
   std::vector<CadBalanceRow> rows;
   for (int64_t n : o.cad_ranks) {
     CadBalanceRow r{n, 0, 0, 0, 0};
     const int64_t ticks = std::max<int64_t>(1, o.balance_sequences / n);
     for (int64_t tick = 0; tick < ticks; ++tick) {
-      std::vector<CaPiece> docs;
+      std::vector<CadPiece> docs;
       for (int64_t rank = 0; rank < n; ++rank) {
         int32_t i = 0;  // whole documents (one piece per shared_question segment)
         for (const DocPiece& d : whole_sequence(stream.sequence(tick * n + rank)).pieces)
           docs.push_back({int32_t(rank), i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
       }
-      const CaPlan plan = plan_core_attention(docs, int(n), opt);
+      const CadPlan plan = plan_core_attention(docs, int(n), opt);
       const auto ratio = [](const std::vector<int64_t>& v) {
         double mx = 0, sum = 0;
         for (int64_t x : v) mx = std::max(mx, double(x)), sum += double(x);
@@ -554,7 +554,7 @@ void phase_profile(const Config& config, const BenchOptions& o, BenchResults& re
 void profile_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
   phase_profile(config, o, res);
   const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
-  const CaCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
+  const CadCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
   say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
       "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
   say(o, "  %6s", "q \\ kv");

@@ -29,13 +29,13 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
   std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
       own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_)), remote(static_cast<size_t>(lanes_));
   for (int g = 0; g < lanes_; ++g) {
-    std::vector<CaPiece> docs;
+    std::vector<CadPiece> docs;
     for (int r = 0; r < n; ++r) {
       int32_t i = 0;
       for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
         docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
     }
-    const CaPlan plan = plan_core_attention(docs, n, po_);
+    const CadPlan plan = plan_core_attention(docs, n, po_);
     for (std::vector<std::vector<double>>* v : {&linear, &work, &own, &comm, &remote})
       (*v)[size_t(g)].assign(size_t(n), 0.0);
     // bytes each rank sends and receives, per phase of the exchange (forward there and
@@ -56,7 +56,7 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
       linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
     std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
     const double H = double(mc_.num_attention_heads), f = sizeof(float);
-    for (const CaTask& t : plan.tasks) {
+    for (const CadTask& t : plan.tasks) {
       const AttentionTask task = t.attention_task(0, 0, 0);
       const double c = attn_(task);
       work[size_t(g)][size_t(t.server)] += c;

@@ -26,7 +26,7 @@ namespace lct {
 // document's start, under the model's mask.
 struct AttentionCost {
   const Calibration& cal;
-  const std::optional<CaCostModel>& profile;
+  const std::optional<CadCostModel>& profile;
   double scale;
   AttentionMask mask;
   double operator()(const AttentionTask& t) const {
@@ -59,11 +59,11 @@ struct CadLayer {
 class CadLayerCost {
  public:
   CadLayerCost(const RunPlan& plan, const Calibration& cal, const AttentionCost& attn,
-               const std::optional<CaCostModel>& profile, const Network& net)
+               const std::optional<CadCostModel>& profile, const Network& net)
       : mc_(plan.model), cal_(cal), attn_(attn), net_(net), lanes_(plan.lanes) {
     qd_ = mc_.num_attention_heads * mc_.head_dim();
     kvd_ = mc_.num_key_value_heads * mc_.head_dim();
-    po_ = ca_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
+    po_ = cad_plan_options(plan.attention, plan.cad.tolerance, profile ? &*profile : nullptr);
   }
   int lanes() const { return lanes_; }
 
@@ -77,7 +77,7 @@ class CadLayerCost {
   Network net_;
   int lanes_;
   int64_t qd_ = 0, kvd_ = 0;
-  CaPlanOptions po_;
+  CadPlanOptions po_;
 };
 
 // The links of options --hosts, --bandwidth, --host-bandwidth, ... (src/sim/network.h).

@@ -16,7 +16,7 @@ namespace {
 
 // --profile, or attention.cad_profile as training resolves it (src/train/cad_profile.h): the
 // same cost model the run's planner would balance with
-std::optional<CaCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
+std::optional<CadCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
   if (o.profile.empty() || o.tflops > 0) return std::nullopt;
   try {
     return resolve_cad_cost(parse_cad_profile(o.profile), m).model;
@@ -88,7 +88,7 @@ double allreduce_seconds(const RunPlan& plan, const Network& net) {
 //       is its bubble.
 // The step is the slowest replica plus the gradient all-reduce's tail and the optimizer.
 Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan,
-                            const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+                            const std::optional<CadCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
@@ -244,7 +244,7 @@ double cad_micro_batches(const RunPlan& plan, const CadLayerCost& cad_layer,
 // after each tick the stages' activations (gradients) travel to the next (previous)
 // stage, exposed. With cp > 1 every rank holds its piece of the sequences.
 Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
-                       const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+                       const std::optional<CadCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
@@ -315,7 +315,7 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
 // Data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
 // d * cp + c holds piece c of replica d's sequences.
 Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
-                           const std::optional<CaCostModel>& profile, int threads, const Calibration& cal) {
+                           const std::optional<CadCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
@@ -392,7 +392,7 @@ Prediction predict(const RunPlan& plan, const SimulateOptions& options) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
-  const std::optional<CaCostModel> profile = load_profile(o, mc);
+  const std::optional<CadCostModel> profile = load_profile(o, mc);
   const int threads = o.tflops > 0 ? 0 : configure_threads(plan.run.threads);
   const Calibration cal = calibrate(plan, o);
   if (cad && layout.pp > 1) return simulate_cad_ticks(o, plan, profile, threads, cal);

@@ -20,7 +20,7 @@
 
 namespace lct {
 
-std::string cad_cost_toml(const CaCostModel& m) {
+std::string cad_cost_toml(const CadCostModel& m) {
   toml::table t{{"cpu", m.cpu},         {"blas", m.blas},         {"threads", m.threads},
                 {"kernel", m.kernel},   {"heads", m.heads},       {"kv_heads", m.kv_heads},
                 {"head_dim", m.head_dim}};
@@ -40,8 +40,8 @@ std::string cad_cost_toml(const CaCostModel& m) {
   return out.str();
 }
 
-CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin) {
-  const auto fail = [&](const std::string& why) -> CaCostModel {
+CadCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin) {
+  const auto fail = [&](const std::string& why) -> CadCostModel {
     throw std::invalid_argument("CAD profile '" + origin + "': " + why);
   };
   toml::table t;
@@ -51,7 +51,7 @@ CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& orig
   } catch (const std::exception& e) {
     return fail(std::string("not a TOML cost model (") + e.what() + "); measure it again with lct bench --sections profile");
   }
-  CaCostModel m;
+  CadCostModel m;
   const auto text_of = [&](const char* key, std::string& v) {
     if (!t.contains(key)) return;
     if (!t[key].is_string()) fail(std::string(key) + " must be a string");
@@ -111,8 +111,8 @@ CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& orig
 namespace {
 
 // What a cost model measured here and now would record (its times are not filled in).
-CaCostModel this_setup(const LlamaConfig& m) {
-  CaCostModel s;
+CadCostModel this_setup(const LlamaConfig& m) {
+  CadCostModel s;
   s.cpu = cpu_model_name();
   s.blas = blas_description();
   s.threads = omp_get_max_threads();
@@ -123,7 +123,7 @@ CaCostModel this_setup(const LlamaConfig& m) {
   return s;
 }
 
-std::string cache_file(const CaCostModel& s) {
+std::string cache_file(const CadCostModel& s) {
   char name[192];
   std::snprintf(name, sizeof name, "cad_profile-%s-h%d-kv%d-d%d-t%d-%016zx.toml", s.kernel.c_str(),
                 s.heads, s.kv_heads, s.head_dim, s.threads,
@@ -131,7 +131,7 @@ std::string cache_file(const CaCostModel& s) {
   return name;
 }
 
-CaCostModel measure(const LlamaConfig& m, const CaCostModel& setup) {
+CadCostModel measure(const LlamaConfig& m, const CadCostModel& setup) {
   AttentionParams p = attention_params_of(m);
   // time per attention pair, measured on causal tasks whatever the model's mask (the
   // cache file is per kernel and shape, not per mask)
@@ -144,7 +144,7 @@ CaCostModel measure(const LlamaConfig& m, const CaCostModel& setup) {
   return measure_cost_model(p, setup.cpu, setup.blas, setup.threads);
 }
 
-std::optional<CaCostModel> parse_quietly(const std::string& text, const std::string& origin) {
+std::optional<CadCostModel> parse_quietly(const std::string& text, const std::string& origin) {
   try {
     return parse_cad_cost_toml(text, origin);
   } catch (const std::invalid_argument&) {
@@ -152,7 +152,7 @@ std::optional<CaCostModel> parse_quietly(const std::string& text, const std::str
   }
 }
 
-CadCostChoice from_model(CaCostModel m, std::string description) {
+CadCostChoice from_model(CadCostModel m, std::string description) {
   CadCostChoice c;
   c.text = cad_cost_toml(m);
   c.model = std::move(m);
@@ -168,13 +168,13 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
     const bool missing = !std::filesystem::exists(path);
     throw ConfigError(missing ? "attention.cad_profile: cannot open '" + path + "'" : std::string(e.what()));
   }
-  CaCostModel p;
+  CadCostModel p;
   try {
     p = parse_cad_cost_toml(text, path);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(std::string("attention.cad_profile: ") + e.what());
   }
-  const CaCostModel here = this_setup(m);
+  const CadCostModel here = this_setup(m);
   if (p.heads != here.heads || p.kv_heads != here.kv_heads || p.head_dim != here.head_dim ||
       p.kernel != here.kernel)
     throw ConfigError("attention.cad_profile '" + path + "' was measured for " + p.kernel +
@@ -196,11 +196,11 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
 CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m) {
   if (setting.kind == CadProfile::Kind::pairs) return {std::nullopt, "", "attention pairs"};
   if (setting.kind == CadProfile::Kind::file) return from_file(setting.path, m);
-  const CaCostModel setup = this_setup(m);
+  const CadCostModel setup = this_setup(m);
   const CachedMeasurement c = measured_once(
       cache_file(setup),
       [&](const std::string& text) {
-        const std::optional<CaCostModel> cached = parse_quietly(text, "the cached CAD cost model");
+        const std::optional<CadCostModel> cached = parse_quietly(text, "the cached CAD cost model");
         return cached && cached->same_setup(setup);
       },
       [&] { return cad_cost_toml(measure(m, setup)); });

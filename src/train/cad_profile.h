@@ -33,7 +33,7 @@
 namespace lct {
 
 struct CadCostChoice {
-  std::optional<CaCostModel> model;  // none: balance attention pairs
+  std::optional<CadCostModel> model;  // none: balance attention pairs
   std::string text;                  // the model as text ("" for pairs), to share over ranks
   std::string description;           // for the log: what is balanced and where it came from
 };
@@ -45,8 +45,8 @@ inline std::string cad_profile_file(const CadProfile& setting) {
 
 // The cost model as TOML, and back: parse throws std::invalid_argument with one line
 // naming `origin` and the problem.
-std::string cad_cost_toml(const CaCostModel& m);
-CaCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin);
+std::string cad_cost_toml(const CadCostModel& m);
+CadCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin);
 
 // Resolves attention.cad_profile for the model `m` on this process (threads: the
 // OpenMP threads the run uses). May measure (a few seconds) for "auto".

@@ -71,7 +71,7 @@ struct MachineChoices {
   std::string fp32_description;                       // (log) the library and why
   Bf16Kernel bf16_kernel = Bf16Kernel::rounded;       // bf16 runs: train.bf16_kernel resolved
   std::string bf16_description;                       // (log) the kernel and why; "" for fp32
-  std::optional<CaCostModel> cad_cost;                // CAD: the measured cost model (none: pairs)
+  std::optional<CadCostModel> cad_cost;                // CAD: the measured cost model (none: pairs)
   std::string cad_cost_description;                   // (log) what the CAD planner balances
 };
 

@@ -160,7 +160,7 @@ void Trainer::refuse_non_finite(const StepRecord& r) const {
 // Every rank's figures of the step, reduced over ranks into r (src/metrics/step_metrics.h):
 // compute and communication time, its stage's bubble and peak activation bytes, the
 // exchange's bytes and time, and what each rank trained (rank_tokens, rank_attention_pairs).
-void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& cp,
+void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& placement,
                                   double step_s, double comm_s, const StepCounts& counts) {
   const Layout& layout = grid_.layout();
   const int64_t mb = plan_.micro_batches;
@@ -172,14 +172,14 @@ void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, 
   mine.peak_activation_bytes = pipe.peak_activation_bytes;
   mine.pipeline_bytes_sent = double(pipe.bytes_sent);
   mine.attention_pairs_max_over_mean = counts.my_pairs;
-  mine.attention_pairs_served_max_over_mean = cp.pairs_served;
-  mine.exchange_bytes_sent = double(cp.bytes_sent);
-  mine.exchange_exposed_fraction = cp.exposed_seconds;
-  mine.exchange_hidden_fraction = cp.hidden_seconds;
+  mine.attention_pairs_served_max_over_mean = placement.pairs_served;
+  mine.exchange_bytes_sent = double(placement.bytes_sent);
+  mine.exchange_exposed_fraction = placement.exposed_seconds;
+  mine.exchange_hidden_fraction = placement.hidden_seconds;
   const double layer_calls =
       double(plan_.stages[size_t(grid_coordinates(layout, grid_.world_rank()).pp_rank)].num_layers()) * double(mb);
-  mine.exchange_bytes_per_layer = double(cp.bytes_sent) / layer_calls;
-  mine.exchange_exposed_ms_per_layer = 1e3 * cp.exposed_seconds / layer_calls;
+  mine.exchange_bytes_per_layer = double(placement.bytes_sent) / layer_calls;
+  mine.exchange_exposed_ms_per_layer = 1e3 * placement.exposed_seconds / layer_calls;
   mine.peak_rss_bytes = peak_rss_bytes();
   int64_t largest = 1;  // tokens of this rank's largest micro-batch
   for (const LocalBatch& local : local_) largest = std::max(largest, local.num_tokens());
@@ -225,8 +225,8 @@ StepRecord Trainer::train_step() {
   const PipelineStepStats pipe =
       executor_.run(local_, grad_scale, reducer_, *placement_.placement, grid_.tied_embedding(), tied_);
   comm_s += reducer_.comm_seconds() + pipe.recv_wait_seconds + pipe.send_wait_seconds;
-  const PlacementStats cp = placement_.placement->stats();
-  comm_s += cp.exposed_seconds;
+  const PlacementStats placement_stats = placement_.placement->stats();
+  comm_s += placement_stats.exposed_seconds;
 
   // Loss and retrieval counts (only the last stage has them), and whether any rank was
   // asked to stop; over the whole world, so every rank logs the same record.
@@ -260,7 +260,7 @@ StepRecord Trainer::train_step() {
   const auto t_end = Clock::now();
   const double step_s = std::chrono::duration<double>(t_end - t0).count();
   trace_span("step", TraceTrack::step, t0, t_end, state_.step);
-  record_rank_figures(r, pipe, cp, step_s, comm_s, counts);
+  record_rank_figures(r, pipe, placement_stats, step_s, comm_s, counts);
   placement_.placement->observe_step(step_s - comm_s, counts.my_tokens);  // CAD learns this rank's speed
   r.ms = 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
   r.tokens = tokens;

@@ -8,6 +8,7 @@
 set -uo pipefail
 LCT=$1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader  # one host: skip the other transports' probes (mpi_common.sh)
 MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

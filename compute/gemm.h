@@ -41,7 +41,7 @@ struct Operand {
 
 // The library of an fp32 product (train.fp32_gemm): OpenBLAS SGEMM or oneDNN's f32
 // matmul (primitives created once per shape). automatic is a setting only (the run plan
-// measures and resolves one of the two; src/train/gemm_choice.h). Both sum in fp32 in
+// measures and resolves one of the two; src/tune/gemm_choice.h). Both sum in fp32 in
 // their own order, so results differ in the last bits between them.
 enum class Fp32Library { automatic, openblas, onednn };
 inline constexpr EnumName<Fp32Library> kFp32LibraryNames[] = {
@@ -62,7 +62,7 @@ void gemm_fp32_onednn(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 //   rounded  the operands rounded to bf16 and multiplied in fp32, on the fp32 library
 //            (train.fp32_gemm; the attention kernel: fp32 tiles of rounded values): the
 //            same numbers up to fp32 summation order, on any CPU
-// automatic as a setting is measured (src/train/gemm_choice.h); in an Arithmetic it is
+// automatic as a setting is measured (src/tune/gemm_choice.h); in an Arithmetic it is
 // the CPU's default: native where it has bf16 instructions, else rounded. Where a CPU's bf16 instructions are slower than its fp32 FMAs (seen: an Intel Xeon of family
 // 6, model 207, without AMX, whose VDPBF16PS loop runs at 0.67x its FMA loop), rounded
 // is the faster of the two.

@@ -5,7 +5,7 @@
 // at the grid's edges. Pairs alone miss what small tasks cost beyond their pairs (tile
 // padding, per-task overhead); the profile sees it.
 //
-// Its file format (TOML) is src/train/cad_profile.h's.
+// Its file format (TOML) is src/tune/cad_profile.h's.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "parallel/cad_cost.h"
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 #include "parallel/cad_plan.h"
 #include "attention/core_attention.h"
 #include "data/context_shards.h"

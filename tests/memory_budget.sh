@@ -55,7 +55,7 @@ if [[ -n ${LCT_SANITIZED:-} ]]; then
   echo "skip memory estimate vs peak RSS and ulimit -v: sanitizer build"
 else
 # lct measures its GEMM kernels on first use on a machine and caches the choice
-# (src/train/gemm_choice.h): a first-use run's peak also holds the measurement's buffers
+# (src/tune/gemm_choice.h): a first-use run's peak also holds the measurement's buffers
 # and what they leave in the allocator. Measure once here, outside the checks: every run
 # below has 4096-row token tiles and one thread per rank, in fp32 or bf16.
 for precision in fp32 bf16; do

@@ -13,7 +13,7 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-# CAD's measured cost model is cached here, not in the user's cache (src/train/cad_profile.h)
+# CAD's measured cost model is cached here, not in the user's cache (src/tune/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 
 # The small model most layout tests train (2 layers, 4 query and 2 key/value heads),

@@ -1,7 +1,7 @@
 #include "src/cli/bench.h"
 #include "src/cli/bench_loops.h"
 #include "src/cli/command.h"
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 #include "src/util/json.h"
 
 #include <cblas.h>
@@ -31,7 +31,7 @@
 #include "data/context_shards.h"
 #include "src/train/flops.h"
 #include "src/train/memory_budget.h"
-#include "src/train/gemm_choice.h"
+#include "src/tune/gemm_choice.h"
 #include "src/io/output_files.h"
 #include "src/io/h5io.h"
 #include "src/util/log.h"

@@ -14,7 +14,7 @@
 #include "src/io/paths.h"
 #include "src/sim/costs.h"
 #include "src/sim/predict.h"
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 #include "src/train/memory_budget.h"
 #include "src/util/json.h"
 #include "src/util/machine.h"

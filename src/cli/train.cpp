@@ -10,7 +10,7 @@
 #include "src/io/checkpoint.h"
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 #include "src/train/machine_choices.h"
 #include "src/train/memory_budget.h"
 #include "src/train/rank_agreement.h"

@@ -85,8 +85,8 @@ struct TrainConfig {
   OptimizerKind optimizer = OptimizerKind::adamw;
   Precision precision = Precision::fp32;  // of the linear layers' products (compute/gemm.h)
   LossOn loss_on = LossOn::all;            // data/local_batch.h
-  Fp32Library fp32_gemm = Fp32Library::automatic;  // src/train/gemm_choice.h
-  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // src/train/gemm_choice.h
+  Fp32Library fp32_gemm = Fp32Library::automatic;  // src/tune/gemm_choice.h
+  Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // src/tune/gemm_choice.h
   Recompute recompute = Recompute::none;   // model/recompute.h
   int64_t recompute_layers = 0;            // the first N layers recompute (0 = every layer)
   int64_t tile_tokens = 4096;              // rows of a token tile (model/llama.h)
@@ -136,7 +136,7 @@ enum class Switch { off, on, automatic };
 struct CadConfig {
   double tolerance = 0.1;                // servers within this x mean cost
   Switch pingpong = Switch::automatic;   // two overlapped nano-batches
-  CadProfile profile;                    // the cost model the planner balances (src/train/cad_profile.h)
+  CadProfile profile;                    // the cost model the planner balances (src/tune/cad_profile.h)
   bool rank_speeds = true;               // plan by each rank's measured speed
 };
 

@@ -7,14 +7,14 @@
 
 #include "src/sim/costs.h"
 #include "src/sim/replay.h"
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 #include "src/train/run_objects.h"
 #include "src/util/machine.h"
 
 namespace lct {
 namespace {
 
-// --profile, or attention.cad_profile as training resolves it (src/train/cad_profile.h): the
+// --profile, or attention.cad_profile as training resolves it (src/tune/cad_profile.h): the
 // same cost model the run's planner would balance with
 std::optional<CadCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
   if (o.profile.empty() || o.tflops > 0) return std::nullopt;

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "parallel/collectives.h"
-#include "src/train/cad_profile.h"
-#include "src/train/gemm_choice.h"
+#include "src/tune/cad_profile.h"
+#include "src/tune/gemm_choice.h"
 
 namespace lct {
 namespace {

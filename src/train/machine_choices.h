@@ -1,6 +1,6 @@
 // The run's machine-dependent choices, made once after planning: train.fp32_gemm resolved
-// (fp32 runs; src/train/gemm_choice.h) and attention.cad_profile's cost model (CAD runs;
-// src/train/cad_profile.h), both from the cache of this machine's measurements or
+// (fp32 runs; src/tune/gemm_choice.h) and attention.cad_profile's cost model (CAD runs;
+// src/tune/cad_profile.h), both from the cache of this machine's measurements or
 // measured now. Rank 0 decides (it may measure while the others wait asleep: a spinning
 // wait would share the cores being measured) and every rank receives the same choice, so
 // every rank runs one library and plans with one cost model.

@@ -16,7 +16,7 @@
 #include "attention/core_attention.h"
 #include "model/llama.h"
 #include "parallel/pipeline_schedule.h"
-#include "src/train/gemm_choice.h"
+#include "src/tune/gemm_choice.h"
 #include "src/train/run_objects.h"
 #include "src/util/machine.h"
 
@@ -129,7 +129,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
     // ones on the native kernel, fp32 ones on the rounded kernel, whose bf16-output
     // products (gate/up) also keep their fp32 sums; and the rounded output gradient of a
     // product pair (model/ops.cpp). The kernel: the one resolved, set, or cached for
-    // this setup (train.bf16_kernel = auto, src/train/gemm_choice.h); when auto has not
+    // this setup (train.bf16_kernel = auto, src/tune/gemm_choice.h); when auto has not
     // measured yet, the rounded kernel's, the larger.
     const double widest = std::max({2.0 * double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
     const double rows = std::min(T, double(plan.tile_tokens));
@@ -144,7 +144,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   }
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
   // working buffers and primitive scratchpads (more on a run that first measures the
-  // fp32 library, src/train/gemm_choice.h), and OpenMPI's shared-memory segments between
+  // fp32 library, src/tune/gemm_choice.h), and OpenMPI's shared-memory segments between
   // ranks; an allowance (not derived: the libraries do not say), set from peak RSS
   // measured above the other parts at 8K-16K tokens (up to 29 MiB for one thread, 16-28
   // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)

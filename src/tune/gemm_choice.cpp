@@ -1,4 +1,4 @@
-#include "src/train/gemm_choice.h"
+#include "src/tune/gemm_choice.h"
 
 #include <toml++/toml.h>
 
@@ -15,7 +15,7 @@
 
 #include "src/config/config_text.h"
 #include "src/config/sections.h"
-#include "src/train/machine_cache.h"
+#include "src/tune/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {

@@ -1,4 +1,4 @@
-#include "src/train/machine_cache.h"
+#include "src/tune/machine_cache.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "src/train/cad_profile.h"
+#include "src/tune/cad_profile.h"
 
 #include <omp.h>
 
@@ -15,7 +15,7 @@
 #include "model/rope.h"
 #include "src/config/config_text.h"
 #include "src/util/log.h"
-#include "src/train/machine_cache.h"
+#include "src/tune/machine_cache.h"
 #include "src/util/machine.h"
 
 namespace lct {

@@ -1,5 +1,6 @@
 #include "data/files.h"
 
+#include <fmt/format.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -83,9 +84,7 @@ uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
 }
 
 std::string fnv_text(uint64_t h) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return fmt::format("fnv1a64:{:016x}", h);
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "model/llama_config.h"
 
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -166,12 +167,9 @@ AttentionParams attention_params_of(const LlamaConfig& c) {
 std::string describe_attention(const LlamaConfig& m) {
   std::string t = attention_kernel_name(m.attention_kernel);
   if (m.attention_kernel == AttentionKernel::dca) {
-    char b[160];
-    std::snprintf(b, sizeof b, " (C %lld, w %lld", (long long)m.dca_chunk_size, (long long)m.dca_local_size);
-    t += b;
-    if (m.dca_mscale != 1.0) std::snprintf(b, sizeof b, ", mscale %g", m.dca_mscale), t += b;
-    if (m.dca_mscale_original_length > 0)
-      std::snprintf(b, sizeof b, ", yarn length %lld", (long long)m.dca_mscale_original_length), t += b;
+    t += fmt::format(" (C {}, w {}", m.dca_chunk_size, m.dca_local_size);
+    if (m.dca_mscale != 1.0) t += fmt::format(", mscale {:g}", m.dca_mscale);
+    if (m.dca_mscale_original_length > 0) t += fmt::format(", yarn length {}", m.dca_mscale_original_length);
     t += ")";
   }
   if (!m.attention_mask.causal()) t += ", mask " + m.attention_mask.describe();

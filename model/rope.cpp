@@ -1,5 +1,6 @@
 #include "model/rope.h"
 
+#include <fmt/format.h>
 #include <type_traits>
 
 #include "compute/gemm.h"  // store_as
@@ -13,9 +14,7 @@ namespace lct {
 
 std::string rope_scaling_text(const RopeSpec& spec) {
   if (spec.scaling == RopeScaling::none) return {};
-  char b[64];
-  std::snprintf(b, sizeof b, "RoPE scaling %s x%g", rope_scaling_name(spec.scaling), spec.factor);
-  std::string t = b;
+  std::string t = fmt::format("RoPE scaling {} x{:g}", rope_scaling_name(spec.scaling), spec.factor);
   if (spec.original_length > 0) t += " (trained length " + std::to_string(spec.original_length) + ")";
   return t;
 }

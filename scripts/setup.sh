@@ -12,6 +12,7 @@ packages=(
   libcli11-dev                  # command line
   libtomlplusplus-dev           # TOML config files
   nlohmann-json3-dev            # every JSON lct writes (src/util/json.h)
+  libfmt-dev                    # every formatted message and log line (fmt::format)
   libgtest-dev                  # unit tests
   libdnnl-dev                   # oneDNN: bf16 matmul (train.precision = bf16) on CPUs with bf16 instructions
 )

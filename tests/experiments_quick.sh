@@ -6,6 +6,7 @@ LCT=$1
 SRC=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export OMPI_MCA_orte_tmpdir_base=$work  # a session folder of its own (tests/mpi_common.sh)
 LCT="$LCT" bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
   || { cat "$work/all.log"; exit 1; }
 check() {  # experiment columns...

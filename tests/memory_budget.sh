@@ -12,6 +12,7 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader  # one host: skip the other tran
 MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export OMPI_MCA_orte_tmpdir_base=$work  # a session folder of its own (tests/mpi_common.sh)
 cd "$work"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }

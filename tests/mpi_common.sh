@@ -13,6 +13,10 @@ MPIRUN="mpirun --oversubscribe --bind-to none"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+# OpenMPI's session folder in the scratch folder, not /tmp/ompi.HOST.UID, which every
+# mpirun on the machine shares: two launched at once (ctest -j2 runs two MPI scripts)
+# race to create and remove it ("mkdir ... /tmp/ompi.vm.0: File exists", orte_init fails)
+export OMPI_MCA_orte_tmpdir_base=$work
 # CAD's measured cost model is cached here, not in the user's cache (src/tune/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 

@@ -4,6 +4,7 @@
 #include "src/io/paths.h"
 #include "src/train/memory_budget.h"
 
+#include <fmt/format.h>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -213,16 +214,14 @@ Command add_eval_command(CLI::App& lct) {
             EvalOptions options = o->eval;
             options.adjust_model = o->overrides.adjuster();
             const EvalResult r = run_eval(o->checkpoint, o->batch_file, options);
-            char recall[192] = "";
+            std::string recall;
             if (r.answers > 0)
-              std::snprintf(recall, sizeof recall,
-                            " | recall %.4f (%lld of %lld answers) | answered %.4f (%lld of %lld documents)",
-                            double(r.answers_correct) / double(r.answers), (long long)r.answers_correct,
-                            (long long)r.answers,
-                            double(r.answer_documents_correct) / double(r.answer_documents),
-                            (long long)r.answer_documents_correct, (long long)r.answer_documents);
+              recall = fmt::format(" | recall {:.4f} ({} of {} answers) | answered {:.4f} ({} of {} documents)",
+                                   double(r.answers_correct) / double(r.answers), r.answers_correct, r.answers,
+                                   double(r.answer_documents_correct) / double(r.answer_documents),
+                                   r.answer_documents_correct, r.answer_documents);
             std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s%s\n", r.loss,
-                        (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall,
+                        (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall.c_str(),
                         r.attention.c_str(),
                         options.precision == Precision::fp32 ? "" : (" | precision " + r.precision).c_str(),
                         options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),

@@ -4,6 +4,8 @@
 #include "src/util/integer_text.h"
 #include "src/util/json.h"
 
+#include <fmt/format.h>
+#include <fmt/printf.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -190,14 +192,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 std::string model_line(const LlamaConfig& m) {
-  char b[256];
-  std::snprintf(b, sizeof b,
-                "%d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
-                "rope_theta %g, %s, attention ",
-                m.num_hidden_layers, (long long)m.hidden_size, m.num_attention_heads,
-                m.num_key_value_heads, (long long)m.head_dim(), (long long)m.intermediate_size,
-                (long long)m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied");
-  return b + describe_attention_and_rope(m);
+  return fmt::format("{} layers, hidden {}, heads {}/{} (head dim {}), mlp {}, vocab {}, rope_theta {:g}, {}, attention ",
+                     m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim(),
+                     m.intermediate_size, m.vocab_size, m.rope_theta, m.tie_word_embeddings ? "tied" : "untied") +
+         describe_attention_and_rope(m);
 }
 
 Json tensors_json(const std::vector<TensorStats>& ts) {
@@ -232,9 +230,7 @@ void print_summary(const RunSummary& s) {
   std::string rest;  // every other summarised field: its median step
   for (const StepMetric& m : step_metrics()) {
     if (m.summary != Summary::median) continue;
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "%s %.4g", m.name.c_str(), s[m.name]);
-    rest += (rest.empty() ? "" : " | ") + std::string(buf);
+    rest += (rest.empty() ? "" : " | ") + fmt::format("{} {:.4g}", m.name, s[m.name]);
   }
   std::printf("median step: %s\n", rest.c_str());
 }
@@ -417,10 +413,10 @@ Json file_json(const std::string& path, const FileReport& r, int64_t num_params)
 int inspect_file(const std::string& path, bool json) {
   {  // every file lct writes: checkpoints, parameter and gradient files, batches, CSVs
     require_regular_file(path, "inspect");
-    char buf[128] = {};
+    std::string head(128, '\0');
     std::ifstream peek(path, std::ios::binary);
-    peek.read(buf, sizeof buf);
-    const std::string head(buf, size_t(peek.gcount()));
+    peek.read(head.data(), std::streamsize(head.size()));
+    head.resize(size_t(peek.gcount()));
     if (head.rfind(kPerPositionHeader, 0) == 0) return inspect_per_position(path, json);
     if (head.rfind(kPerDocumentHeader, 0) == 0) return inspect_per_document(path, json);
     H5File f = H5File::open_read(path);
@@ -496,16 +492,8 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
   auto row = [](const char* label, const std::string& x, const std::string& y, const std::string& note = "") {
     std::printf("%-46s %-22s %-22s %s\n", label, x.c_str(), y.c_str(), note.c_str());
   };
-  auto num = [](double v, const char* fmt) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, v);
-    return std::string(buf);
-  };
-  auto ratio = [](double x, double y) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "B/A %.3fx", y / x);
-    return std::string(buf);
-  };
+  auto num = [](double v, const char* format) { return fmt::sprintf(format, v); };  // a printf format
+  auto ratio = [](double x, double y) { return fmt::format("B/A {:.3f}x", y / x); };
   std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
   row("", "A", "B");
   row("attention", describe_attention(ra.model), describe_attention(rb.model));

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <cmath>
 #include <cstdio>
 
@@ -21,9 +22,7 @@ CLI::Validator at_least(double bound, bool strict) {
         if (!std::isfinite(v) || std::fabs(v) > kLargest || (v != 0 && std::fabs(v) < kSmallest))
           return "must be 0 or a finite number of magnitude 1e-30 to 1e30, got " + text;
         if (strict ? v > bound : v >= bound) return {};
-        char b[32];
-        std::snprintf(b, sizeof b, "%g", bound);
-        return std::string("must be ") + (strict ? "> " : ">= ") + b + ", got " + text;
+        return fmt::format("must be {} {:g}, got {}", strict ? ">" : ">=", bound, text);
       },
       strict ? "> 0" : ">= 0");
 }

@@ -1,6 +1,7 @@
 // lct simulate: the command's options and its report; the prediction is src/sim/.
 #include "src/cli/simulate.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -95,17 +96,14 @@ void print_text(const SimulateOptions& o, const RunPlan& plan, const Prediction&
   std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
               blas_description().c_str(), o.ranks, prediction.layout.c_str(), prediction.placement.c_str(),
               (long long)o.steps, (long long)plan.micro_batches, (long long)plan.data.seq_len);
-  char source[96];
-  if (o.tflops > 0)
-    std::snprintf(source, sizeof source, "analytic at %.4g TFLOP/s (attention %.4g)", o.tflops,
-                  o.attention_tflops > 0 ? o.attention_tflops : o.tflops);
-  else
-    std::snprintf(source, sizeof source, "calibrated at %d thread(s) on %lld tokens", prediction.threads,
-                  (long long)cal.tokens);
+  const std::string source =
+      o.tflops > 0 ? fmt::format("analytic at {:.4g} TFLOP/s (attention {:.4g})", o.tflops,
+                                 o.attention_tflops > 0 ? o.attention_tflops : o.tflops)
+                   : fmt::format("calibrated at {} thread(s) on {} tokens", prediction.threads, cal.tokens);
   std::printf("%s: linear %.4g ns/token/layer, embedding + loss "
               "%.4g ns/token, attention %.4g ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
               "latency %.1f us\n",
-              source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
+              source.c_str(), 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
               1e9 * cal.attention_per_pair_layer, prediction.profile ? " (tasks: the profile)" : "",
               1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
   if (o.hosts > 1) {

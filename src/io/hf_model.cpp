@@ -1,6 +1,7 @@
 #include "src/io/hf_model.h"
 #include "src/util/printable.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -51,9 +52,7 @@ std::string value_text(const Json& v) {
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
   if (v.is_number_float()) {
-    char text[40];
-    std::snprintf(text, sizeof text, "%.17g", v.get<double>());
-    return text;
+    return fmt::format("{:.17g}", v.get<double>());
   }
   if (v.is_string()) return v.get<std::string>();
   return v.dump();  // an object, list or null: the key's parser refuses it by name
@@ -449,10 +448,8 @@ std::vector<std::string> write_hf_model(const std::string& out_dir, const LlamaC
   config_file.write_all_and_close(text.data(), text.size());
   weights_file.commit();
   config_file.commit();
-  char line[256];
-  std::snprintf(line, sizeof line, "%s: %zu tensors, %s, %.1f MiB", weights.c_str(), tensors.size(),
-                safetensors_dtype_name(dtype), double(bytes.size()) / 1048576.0);
-  std::vector<std::string> out = {line, cfg + ": LlamaForCausalLM, " + describe_attention(config)};
+  std::vector<std::string> out = {fmt::format("{}: {} tensors, {}, {:.1f} MiB", weights, tensors.size(),
+                                              safetensors_dtype_name(dtype), double(bytes.size()) / 1048576.0), cfg + ": LlamaForCausalLM, " + describe_attention(config)};
   if (config.attention_kernel != AttentionKernel::causal || config.attention_mask.kind != MaskKind::causal ||
       config.logit_scaling.on())
     out.push_back("note: transformers ignores lct's attention settings (config.json \"lct\", the lct.* metadata): "

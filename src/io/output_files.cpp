@@ -1,5 +1,6 @@
 #include "src/io/output_files.h"
 
+#include <fmt/format.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -66,9 +67,7 @@ std::string free_space_text(const std::string& path) {
   if (::statvfs(dir.c_str(), &st) != 0) return "free space on " + dir.string() + " unknown";
   const double bytes = double(st.f_bavail) * double(st.f_frsize);
   // a full disk has less than a MiB left: say how much in KiB
-  char kib[32];
-  std::snprintf(kib, sizeof kib, "%.0f KiB", bytes / 1024.0);
-  return (bytes < 1048576.0 ? std::string(kib) : bytes_text(bytes)) + " free on " + dir.string();
+  return (bytes < 1048576.0 ? fmt::format("{:.0f} KiB", bytes / 1024.0) : bytes_text(bytes)) + " free on " + dir.string();
 }
 
 TempFile::TempFile(const std::string& target) : target_(target) {

@@ -3,6 +3,7 @@
 #include "src/config/config_text.h"
 #include "src/config/sections.h"
 
+#include <fmt/format.h>
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
@@ -74,9 +75,7 @@ LlamaConfig read_model_attrs(const H5File& f) {
   const auto number_attr = [&](const char* attr, const char* key) {
     const auto v = f.attr_double("/model", attr);
     if (!v) throw missing(attr);
-    char text[40];
-    std::snprintf(text, sizeof text, "%.17g", *v);  // round-trips; inf and nan as such
-    set(attr, key, text);
+    set(attr, key, fmt::format("{:.17g}", *v));  // round-trips; inf and nan as such
   };
   const auto string_attr = [&](const char* attr, const char* key) {
     const auto v = f.attr_string("/model", attr);

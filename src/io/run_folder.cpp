@@ -1,5 +1,7 @@
 #include "src/io/run_folder.h"
 
+#include <fmt/format.h>
+#include <fmt/chrono.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -83,15 +85,11 @@ RunIdentity new_run_identity(const std::string& config_toml, int64_t seed) {
   std::random_device rd;
   const uint64_t r = (uint64_t(rd()) << 32) ^ uint64_t(rd()) ^
                      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r));
-  id.run_id = hex;
+  id.run_id = fmt::format("{:016x}", r);
   id.config_hash = checksum_text(config_toml.data(), config_toml.size());
   id.seed = seed;
   const std::time_t now = std::time(nullptr);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  id.started = when;
+  id.started = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(now));
   return id;
 }
 
@@ -198,9 +196,10 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
     throw ConfigError("checkpoint.dir: the lock file '" + path + "' is not a regular file (remove it)");
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    char text[512] = {0};
-    const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
-    const LockText holder = parse_lock_text(n > 0 ? std::string(text, size_t(n)) : "");
+    std::string text(512, '\0');
+    const ssize_t n = ::pread(fd_, text.data(), text.size(), 0);
+    text.resize(n > 0 ? size_t(n) : 0);
+    const LockText holder = parse_lock_text(text);
     ::close(fd_);
     fd_ = -1;
     throw ConfigError("checkpoint.dir '" + dir + "' is in use by another lct run (pid " + holder.pid +
@@ -208,9 +207,7 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
                       "): two runs writing one folder would overwrite each other's checkpoints");
   }
   std::random_device random;
-  char token[33];
-  std::snprintf(token, sizeof token, "%08x%08x%08x%08x", random(), random(), random(), random());
-  token_ = token;
+  for (int i = 0; i < 4; ++i) token_ += fmt::format("{:08x}", random());
   const std::string me = std::to_string(::getpid()) + " " + host_name() + " " + token_ + "\n";
   // (the lock itself holds whatever is written; the text names this run to a second one,
   // and its token is what the job's other ranks look for)

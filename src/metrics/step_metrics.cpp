@@ -2,6 +2,8 @@
 
 #include "src/util/json.h"
 
+#include <fmt/format.h>
+#include <fmt/printf.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -179,13 +181,9 @@ std::string step_log_fields(const StepRecord& r, const LogContext& c) {
     const bool shown = m.when == LogWhen::always || (m.when == LogWhen::ranks && c.ranks > 1) ||
                        (m.when == LogWhen::pipeline && c.pipelined) || (m.when == LogWhen::exchange && c.exchanges);
     if (!shown || m.log.empty()) continue;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, m.log.c_str(), m.get(r) * m.log_scale);
-    s += (s.empty() ? "" : " | ") + std::string(buf);
-    if (m.name == "gflops" && r.answers > 0) {  // the synthetic source's retrieval answers
-      std::snprintf(buf, sizeof buf, " | recall %.3f", r.retrieval_acc());
-      s += buf;
-    }
+    s += (s.empty() ? "" : " | ") + fmt::sprintf(m.log, m.get(r) * m.log_scale);  // m.log: a printf format
+    if (m.name == "gflops" && r.answers > 0)  // the synthetic source's retrieval answers
+      s += fmt::format(" | recall {:.3f}", r.retrieval_acc());
   }
   return s;
 }

@@ -1,5 +1,6 @@
 #include "src/train/memory_budget.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -169,10 +170,8 @@ std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a)
     << " tokens) | recompute workspace " << bytes_text(e.workspace) << "\n  scratch " << bytes_text(e.scratch) << " | attention buffers " << bytes_text(e.attention)
     << " | data " << bytes_text(e.data) << " | checkpoint image (rank 0) " << bytes_text(e.checkpoint)
     << " | libraries " << bytes_text(e.libraries) << " | process " << bytes_text(e.process);
-  char per_token[128];
-  std::snprintf(per_token, sizeof per_token, "\n  stored per token: %.1f KiB kept for backward, %.1f KiB scratch",
-                e.stored_per_token / 1024, e.scratch_per_token / 1024);
-  o << per_token;
+  o << fmt::format("\n  stored per token: {:.1f} KiB kept for backward, {:.1f} KiB scratch", e.stored_per_token / 1024,
+                   e.scratch_per_token / 1024);
   return o.str();
 }
 

@@ -1,5 +1,6 @@
 #include "src/train/trainer.h"
 
+#include <fmt/format.h>
 #include <cblas.h>
 #include <signal.h>
 #include <omp.h>
@@ -149,8 +150,7 @@ void Trainer::refuse_non_finite(const StepRecord& r) const {
     // before any update the parameters are the init's (or a checkpoint's): the learning
     // rate cannot be the cause of a first step that is not finite
     const bool first = r.step == 1 && !resumed_;
-    char init[64];
-    std::snprintf(init, sizeof init, "model.init_std = %g is likely too large", double(model_.config().init_std));
+    const std::string init = fmt::format("model.init_std = {:g} is likely too large", double(model_.config().init_std));
     throw std::runtime_error("step " + std::to_string(r.step) + ": loss or gradient is not finite (loss " +
                              std::to_string(r.loss) + ", grad norm " + std::to_string(r.grad_norm) + "); " +
                              (first ? std::string(init) + ", or check the data" : "lower train.lr or check the data"));
@@ -275,8 +275,7 @@ StepRecord Trainer::train_step() {
 
 std::string Trainer::save_checkpoint() {
   const ScopedSpan span("checkpoint");
-  char name[64];
-  std::snprintf(name, sizeof name, "step_%08lld.h5", static_cast<long long>(state_.step));
+  const std::string name = fmt::format("step_{:08}.h5", state_.step);
   const std::string path = (fs::path(plan_.run.checkpoint.dir) / name).string();
   // Every rank of a stage holds the same weights and optimizer state; rank 0 (the first
   // stage of dp replica 0) collects the other stages' parts and writes one file.

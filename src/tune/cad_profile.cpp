@@ -1,5 +1,6 @@
 #include "src/tune/cad_profile.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <cmath>
@@ -124,11 +125,8 @@ CadCostModel this_setup(const LlamaConfig& m) {
 }
 
 std::string cache_file(const CadCostModel& s) {
-  char name[192];
-  std::snprintf(name, sizeof name, "cad_profile-%s-h%d-kv%d-d%d-t%d-%016zx.toml", s.kernel.c_str(),
-                s.heads, s.kv_heads, s.head_dim, s.threads,
-                std::hash<std::string>{}(s.cpu + "|" + s.blas));
-  return name;
+  return fmt::format("cad_profile-{}-h{}-kv{}-d{}-t{}-{:016x}.toml", s.kernel, s.heads, s.kv_heads, s.head_dim,
+                     s.threads, std::hash<std::string>{}(s.cpu + "|" + s.blas));
 }
 
 CadCostModel measure(const LlamaConfig& m, const CadCostModel& setup) {

@@ -1,5 +1,6 @@
 #include "src/tune/gemm_choice.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <cblas.h>
@@ -84,56 +85,58 @@ double seconds_per_pass(const std::vector<Product>& products, Way way, int repea
 }
 
 std::string cache_file(const LlamaConfig& m, int64_t T) {
-  char name[160];
   // (kv names the fused products' shapes: a measurement of the unfused ones is not reused)
-  std::snprintf(name, sizeof name, "fp32_gemm-c%lld-i%lld-q%lld-kv%lld-t%lld-th%d-%016zx.toml", (long long)m.hidden_size,
-                (long long)m.intermediate_size, (long long)(m.num_attention_heads * m.head_dim()),
-                (long long)(m.num_key_value_heads * m.head_dim()), (long long)T, omp_get_max_threads(),
-                std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
-  return name;
+  return fmt::format("fp32_gemm-c{}-i{}-q{}-kv{}-t{}-th{}-{:016x}.toml", m.hidden_size, m.intermediate_size,
+                     m.num_attention_heads * m.head_dim(), m.num_key_value_heads * m.head_dim(), T,
+                     omp_get_max_threads(), std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
 }
 
 std::string describe(Fp32Library library, const Fp32GemmRates& r, int64_t T, const std::string& where) {
-  char text[256];
-  std::snprintf(text, sizeof text, "%s (the model's linear products at %lld tokens: oneDNN f32 %.0f GFLOP/s, "
-                "OpenBLAS %.0f GFLOP/s; %s)", library == Fp32Library::onednn ? "oneDNN f32 matmul" : "OpenBLAS SGEMM",
-                (long long)T, r.onednn, r.openblas, where.c_str());
-  return text;
+  return fmt::format("{} (the model's linear products at {} tokens: oneDNN f32 {:.0f} GFLOP/s, OpenBLAS {:.0f} GFLOP/s; {})",
+                     library == Fp32Library::onednn ? "oneDNN f32 matmul" : "OpenBLAS SGEMM", T, r.onednn, r.openblas,
+                     where);
 }
 
-// A cached choice's text (TOML): `name_key` = the choice's name and two rates, `a_key`
-// and `b_key`; nullopt when the text is not that (then it is measured again).
-struct CachedChoice {
-  std::string name;
-  double a = 0, b = 0;
+// A cached choice's text (TOML): its name under `name` and two measured rates (GFLOP/s)
+// under `a` and `b`, for the fp32 library and the bf16 kernel alike.
+struct ChoiceKeys {
+  const char* what;  // (in a message) which cache
+  const char* name;
+  const char* a;
+  const char* b;
 };
-std::optional<CachedChoice> parse_choice_cache(const std::string& text, const std::string& what, const char* name_key,
-                                               const char* a_key, const char* b_key) {
-  try {
-    check_toml_nesting(text, what);
-    const toml::table t = toml::parse(text, what);
-    const std::optional<std::string> name = t[name_key].value<std::string>();
-    const std::optional<double> a = t[a_key].value<double>(), b = t[b_key].value<double>();
-    // rates are measured times: a cache holding nan, inf or <= 0 was not written by lct
-    if (!name || !a || !b || !std::isfinite(*a) || !std::isfinite(*b) || *a <= 0 || *b <= 0) return std::nullopt;
-    return CachedChoice{*name, *a, *b};
-  } catch (const std::exception&) {  // toml::parse_error, a ConfigError
-    return std::nullopt;
-  }
+constexpr ChoiceKeys kFp32Keys{"the fp32 GEMM cache", "library", "openblas_gflops", "onednn_gflops"};
+constexpr ChoiceKeys kBf16Keys{"the bf16 kernel cache", "kernel", "native_gflops", "rounded_gflops"};
+
+std::string choice_text(const ChoiceKeys& k, const char* name, double a, double b) {
+  const toml::table t{{k.name, name}, {k.a, a}, {k.b, b}};
+  std::ostringstream out;
+  out << t << "\n";
+  return out.str();
 }
 
-// The fp32 cache's text: library = "openblas" | "onednn", openblas_gflops, onednn_gflops.
-bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
-  const std::optional<CachedChoice> c =
-      parse_choice_cache(text, "the fp32 GEMM cache", "library", "openblas_gflops", "onednn_gflops");
-  if (!c) return false;
+// The choice (E's name, not automatic) and its two rates; false when the text is not
+// that (then it is measured again): rates are measured times, so a cache holding nan,
+// inf or <= 0 was not written by lct.
+template <typename E>
+bool parse_choice(const std::string& text, const ChoiceKeys& k, E (*parse)(const std::string&), E& choice, double& a,
+                  double& b) {
   try {
-    library = parse_fp32_library(c->name);
-  } catch (const std::exception&) {  // an unknown library
+    check_toml_nesting(text, k.what);
+    const toml::table t = toml::parse(text, std::string_view(k.what));
+    const std::optional<std::string> name = t[k.name].value<std::string>();
+    const std::optional<double> ra = t[k.a].value<double>(), rb = t[k.b].value<double>();
+    if (!name || !ra || !rb || !std::isfinite(*ra) || !std::isfinite(*rb) || *ra <= 0 || *rb <= 0) return false;
+    choice = parse(*name);  // throws on an unknown name
+    a = *ra, b = *rb;
+    return choice != E::automatic;
+  } catch (const std::exception&) {  // toml::parse_error, a ConfigError, an unknown name
     return false;
   }
-  r = {c->a, c->b};
-  return library != Fp32Library::automatic;
+}
+
+bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
+  return parse_choice(text, kFp32Keys, parse_fp32_library, library, r.openblas, r.onednn);
 }
 bool usable_fp32_cache(const std::string& text) {
   Fp32Library library;
@@ -167,12 +170,7 @@ Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int6
       cache_file(m, tokens), usable_fp32_cache,
       [&] {
         const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
-        const toml::table t{{"library", fp32_library_name(faster_fp32_library(r))},
-                            {"openblas_gflops", r.openblas},
-                            {"onednn_gflops", r.onednn}};
-        std::ostringstream out;
-        out << t << "\n";
-        return out.str();
+        return choice_text(kFp32Keys, fp32_library_name(faster_fp32_library(r)), r.openblas, r.onednn);
       });
   Fp32Library library = Fp32Library::openblas;
   Fp32GemmRates r;
@@ -200,13 +198,10 @@ Bf16Kernel faster_bf16_kernel(const Bf16KernelRates& r) {
 
 namespace {
 std::string bf16_cache_file(const LlamaConfig& m, int64_t T, Fp32Library fp32) {
-  char name[200];
-  std::snprintf(name, sizeof name, "bf16_kernel-c%lld-i%lld-q%lld-kv%lld-t%lld-th%d-%s-%016zx.toml",
-                (long long)m.hidden_size, (long long)m.intermediate_size,
-                (long long)(m.num_attention_heads * m.head_dim()), (long long)(m.num_key_value_heads * m.head_dim()),
-                (long long)T, omp_get_max_threads(), fp32_library_name(fp32),
-                std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
-  return name;
+  return fmt::format("bf16_kernel-c{}-i{}-q{}-kv{}-t{}-th{}-{}-{:016x}.toml", m.hidden_size, m.intermediate_size,
+                     m.num_attention_heads * m.head_dim(), m.num_key_value_heads * m.head_dim(), T,
+                     omp_get_max_threads(), fp32_library_name(fp32),
+                     std::hash<std::string>{}(cpu_model_name() + "|" + blas_description()));
 }
 
 // "native: oneDNN bf16 matmul (...), attention in ... (the model's bf16 products at T
@@ -217,24 +212,13 @@ std::string describe(Bf16Kernel kernel, const Bf16KernelRates& r, int64_t T, con
                                : std::string("rounded: operands rounded to bf16 and multiplied on the fp32 library, "
                                              "attention in fp32 tiles of rounded values");
   if (r.rounded <= 0) return what + " (" + why + ")";
-  char rates[160];
-  std::snprintf(rates, sizeof rates, " (the model's bf16 products at %lld tokens: native %.0f GFLOP/s, rounded %.0f; ",
-                (long long)T, r.native, r.rounded);
-  return what + rates + why + ")";
+  return what + fmt::format(" (the model's bf16 products at {} tokens: native {:.0f} GFLOP/s, rounded {:.0f}; ", T,
+                            r.native, r.rounded) +
+         why + ")";
 }
 
-// The bf16 cache's text: kernel = "native" | "rounded", native_gflops, rounded_gflops.
 bool parse_bf16_cache(const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
-  const std::optional<CachedChoice> c =
-      parse_choice_cache(text, "the bf16 kernel cache", "kernel", "native_gflops", "rounded_gflops");
-  if (!c) return false;
-  try {
-    kernel = parse_bf16_kernel(c->name);
-  } catch (const std::exception&) {  // an unknown kernel
-    return false;
-  }
-  r = {c->a, c->b};
-  return kernel != Bf16Kernel::automatic;
+  return parse_choice(text, kBf16Keys, parse_bf16_kernel, kernel, r.native, r.rounded);
 }
 bool usable_bf16_cache(const std::string& text) {
   Bf16Kernel kernel;
@@ -257,12 +241,7 @@ Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, i
       bf16_cache_file(m, tokens, fp32), usable_bf16_cache,
       [&] {
         const Bf16KernelRates r = measure_bf16_kernels(m, tokens, fp32);
-        const toml::table t{{"kernel", bf16_kernel_name(faster_bf16_kernel(r))},
-                            {"native_gflops", r.native},
-                            {"rounded_gflops", r.rounded}};
-        std::ostringstream out;
-        out << t << "\n";
-        return out.str();
+        return choice_text(kBf16Keys, bf16_kernel_name(faster_bf16_kernel(r)), r.native, r.rounded);
       });
   Bf16Kernel kernel = Bf16Kernel::native;
   Bf16KernelRates r;

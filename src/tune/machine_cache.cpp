@@ -1,5 +1,6 @@
 #include "src/tune/machine_cache.h"
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -51,17 +52,16 @@ CachedMeasurement measured_once(const std::string& file, const std::function<boo
   if (std::optional<std::string> text = cached_text(file, usable)) return {std::move(*text), "cached " + path};
   const auto t0 = std::chrono::steady_clock::now();
   CachedMeasurement c{measure(), ""};
-  char took[48];
-  std::snprintf(took, sizeof took, "measured now, %.1f s; ",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  c.where = std::string(took) + "not cached: no cache folder ($LCT_CACHE_DIR, $XDG_CACHE_HOME or $HOME)";
+  const std::string took =
+      fmt::format("measured now, {:.1f} s; ", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  c.where = took + "not cached: no cache folder ($LCT_CACHE_DIR, $XDG_CACHE_HOME or $HOME)";
   if (!path.empty()) {
     try {
       fs::create_directories(fs::path(path).parent_path());
       write_text_atomically(path, c.text);
-      c.where = std::string(took) + "cached in " + path;
+      c.where = took + "cached in " + path;
     } catch (const std::exception& e) {
-      c.where = std::string(took) + "not cached: " + e.what();
+      c.where = took + "not cached: " + e.what();
     }
   }
   return c;

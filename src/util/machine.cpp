@@ -1,5 +1,6 @@
 #include "src/util/machine.h"
 
+#include <fmt/format.h>
 #include <cblas.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -44,9 +45,9 @@ std::string cpu_model_name() {
 }
 
 std::string host_name() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == 0) return "unknown host";
-  return name;
+  std::string name(256, '\0');
+  if (::gethostname(name.data(), name.size() - 1) != 0 || name[0] == 0) return "unknown host";
+  return name.substr(0, name.find('\0'));
 }
 
 namespace {
@@ -67,11 +68,11 @@ void choose_blas_kernels(char** argv) {
   setenv("OPENBLAS_CORETYPE", __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX", 1);
   setenv(kChosenFrom, core.c_str(), 1);
   // the binary's own path, not /proc/self/exe: the process keeps its name (ps, pgrep)
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string self(4096, '\0');
+  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
   if (n > 0) {
-    self[n] = '\0';
-    execv(self, argv);  // returns only on failure: run on as loaded
+    self.resize(size_t(n));
+    execv(self.c_str(), argv);  // returns only on failure: run on as loaded
   }
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv(kChosenFrom);
@@ -128,12 +129,8 @@ double cgroup_value(const std::string& path) {
 }  // namespace
 
 std::string bytes_text(double bytes) {
-  char buf[48];
-  if (bytes >= double(int64_t(1) << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 1048576.0);
-  return buf;
+  if (bytes >= double(int64_t(1) << 30)) return fmt::format("{:.2f} GiB", bytes / double(int64_t(1) << 30));
+  return fmt::format("{:.1f} MiB", bytes / 1048576.0);
 }
 
 MemoryAvailable available_memory(int ranks_on_host) {

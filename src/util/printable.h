@@ -3,6 +3,7 @@
 // message neither ends early at a NUL nor spans lines.
 #pragma once
 
+#include <fmt/format.h>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -17,9 +18,7 @@ inline std::string printable(std::string_view bytes) {
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += ch;
     } else {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
+      out += fmt::format("\\x{:02x}", c);
     }
   }
   return out;

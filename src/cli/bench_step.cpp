@@ -1,0 +1,179 @@
+// lct bench: the step section (whole training steps) and the profile section (where a
+// step goes, and the CAD cost model of this machine).
+#include <malloc.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/core_attention.h"
+#include "compute/gemm.h"
+#include "data/doc_lengths.h"
+#include "model/trace.h"
+#include "parallel/cad_cost.h"
+#include "src/cli/bench_common.h"
+#include "src/io/output_files.h"
+#include "src/train/trainer.h"
+#include "src/tune/cad_profile.h"
+#include "src/util/machine.h"
+
+namespace lct::bench {
+namespace {
+
+Config config_at_length(const Config& base, int64_t L) {
+  Config c = base;
+  c.data.seq_len = L;
+  c.data.max_doc_len = L;
+  c.train.micro_batches = 1;
+  c.train.steps = 1 << 20;  // the schedule is irrelevant; keep lr in warmup
+  return c;
+}
+
+StepRow bench_step(const BenchOptions& o, const Config& base, int64_t L, Precision precision) {
+  attention_release_workspace();
+  malloc_trim(0);
+  reset_peak_rss();
+  StepRow r;
+  r.seq_len = L;
+  r.precision = precision_name(precision);
+  {
+    Config c = config_at_length(base, L);
+    c.train.precision = precision;
+    Trainer trainer(make_run_plan(c, 1));
+    const auto runs = repeat_timed(o, [&] {
+      const StepRecord s = trainer.train_step();
+      return std::vector<double>{s.ms, double(s.tokens), s.gflops * s.ms};  // GFLOP/s x ms
+    });
+    r.runs = int(runs.size());
+    // total tokens (FLOPs) over the total time of the measured steps
+    const double ms = mean(column(runs, 0));
+    r.ms = ms;
+    r.tokens_per_s = mean(column(runs, 1)) / (ms / 1e3);
+    r.gflops = mean(column(runs, 2)) / ms;
+    r.activation_bytes = trainer.model().activation_bytes();
+    r.documents = first_sequence(base, L).num_docs();
+    r.peak_rss = peak_rss_bytes();
+  }
+  attention_release_workspace();
+  malloc_trim(0);
+  return r;
+}
+
+PhaseRow profile_step(const BenchOptions& o, const Config& base, int64_t L, Precision precision) {
+  PhaseRow r;
+  r.precision = precision_name(precision);
+  r.seq_len = L;
+  r.steps = std::max(3, o.repeats);
+  Config c = config_at_length(base, L);
+  c.train.precision = precision;
+  Trainer trainer(make_run_plan(c, 1));
+  for (int i = 0; i < 2; ++i) trainer.train_step();  // warm-up (allocations, primitives)
+  Trace trace(TraceClock::now());
+  Trace::activate(&trace);
+  try {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < r.steps; ++i) trainer.train_step();
+    r.step_ms = 1e3 * seconds_since(t0) / r.steps;
+  } catch (...) {
+    Trace::activate(nullptr);
+    throw;
+  }
+  Trace::activate(nullptr);
+  r.phases = phase_times(trace.spans());
+  return r;
+}
+
+// The profile section's first part: per precision (--step-precisions), at the config's
+// sequence length (data.seq_len: the length the run trains at; not --step-lengths, so
+// that writing a CAD cost model with --profile-out stays cheap), each phase's ms per
+// step, split into the linear products and the rest.
+void phase_profile(const Config& config, const BenchOptions& o, BenchResults& res) {
+  say(o, "\nprofile  where a step goes: ms per step of each phase (the spans trace.path records), split into the "
+      "linear layers' products and everything else (norms, RoPE, SwiGLU, residual adds, rounding, copies)\n");
+  std::vector<Precision> precisions;
+  for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
+  if (precisions.empty()) precisions.push_back(config.train.precision);
+  const int64_t L = config.data.seq_len;
+  for (const Precision precision : precisions) {
+    const PhaseRow r = profile_step(o, config, L, precision);
+    res.phases.push_back(r);
+    say(o, "  %s, %lld tokens, %d steps after 2 warm-up: %.1f ms per step\n", r.precision.c_str(), (long long)L,
+        r.steps, r.step_ms);
+    say(o, "    %-28s %9s %9s %9s\n", "phase", "ms/step", "products", "other");
+    PhaseTime all;
+    for (const auto& [name, t] : r.phases) {
+      say(o, "    %-28s %9.2f %9.2f %9.2f\n", name.c_str(), 1e3 * t.seconds / r.steps,
+          1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
+      if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
+        all.seconds += t.seconds;
+        all.product_seconds += t.product_seconds;
+      }
+    }
+    say(o, "    %-28s %9.2f %9.2f %9.2f   (untraced: %.2f)\n", "all phases", 1e3 * all.seconds / r.steps,
+        1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
+        r.step_ms - 1e3 * all.seconds / r.steps);
+  }
+}
+
+}  // namespace
+
+// The first packed sequence of length L from the config's data: its documents, and their
+// prefixes or segments under a per-document mask.
+PackedBatch first_sequence(const Config& base, int64_t L) {
+  DocumentStream stream(make_run_plan(config_at_length(base, L), 1));
+  return stream.sequence(0);
+}
+
+// The profile section: where a step goes, and the CAD cost model of this machine (and --profile-out).
+void profile_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
+  phase_profile(config, o, res);
+  const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
+  const CadCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
+  say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
+      "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
+  say(o, "  %6s", "q \\ kv");
+  for (int64_t kv : m.kv_grid) say(o, " %8lld", (long long)kv);
+  say(o, "\n");
+  for (size_t i = 0; i < m.q_grid.size(); ++i) {
+    say(o, "  %6lld", (long long)m.q_grid[i]);
+    for (size_t j = 0; j < m.kv_grid.size(); ++j) say(o, " %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
+    say(o, "\n");
+  }
+  if (!o.profile_out.empty()) {
+    write_text_atomically(o.profile_out, cad_cost_toml(m));
+    say(o, "  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
+  }
+}
+
+// Whole training steps at each --step-lengths and precision, against the ceilings.
+void step_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
+  const double fp32_gemm = res.fp32_gemm, fma = res.fma;
+  say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+      "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
+      "(fp32: the faster fp32 GEMM library, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 "
+      "runs as fp32)\n",
+      model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
+      model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
+      (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
+  say(o, "  %-9s %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "precision", "tokens", "docs", "ms", "tokens/s",
+      "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
+  std::vector<Precision> precisions;
+  for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
+  if (precisions.empty()) precisions.push_back(config.train.precision);
+  for (const Precision precision : precisions)
+    for (int64_t L : o.step_lengths) {
+      StepRow r = bench_step(o, config, L, precision);
+      const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
+      r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : fp32_gemm;
+      r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
+      res.step.push_back(r);
+      say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
+          (long long)r.seq_len, (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
+          r.gflops / r.peak_ceiling, double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0,
+          r.runs);
+    }
+}
+
+}  // namespace lct::bench

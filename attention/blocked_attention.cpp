@@ -43,7 +43,8 @@ struct TaskGroup {
   int32_t first, last;  // range in Workspace::task_order
 };
 
-// Per calling thread (the training loop is the only caller today); grow-only.
+// Per calling thread (thread_local): each caller of the kernel (the placements, lct
+// generate's decoder, lct bench, CAD's cost measurement) reuses its thread's; grow-only.
 struct Workspace {
   Scratch<float> tiles;       // per-thread tiles
   Scratch<uint16_t> tiles16;  // bf16_native: per-thread bf16 tiles

@@ -204,6 +204,44 @@ void PipelineExecutor::run_backward(const PipeAction& a, bool last_backward, Gra
   if (stage_ == 0) f.done = true;  // nothing to send back
 }
 
+void PipelineExecutor::run_action(const PipeAction& a, int m, const std::vector<LocalBatch>& batches,
+                                  float grad_scale, GradReducer& reducer, AttentionPlacement& placement,
+                                  PipelineStepStats& st) {
+  InFlight& f = flight_[size_t(a.micro_batch)];
+  switch (a.op) {
+    case PipeOp::recv_forward:
+      if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
+      for (int i = 0; i < lanes_; ++i) {
+        st.recv_wait_seconds += wait_for(f.recv_forward[i]);
+        widen_received(model_.stage_input(*f.slots[i]), a.micro_batch, i, false);
+      }
+      break;
+    case PipeOp::forward:
+      run_forward(a, batches, grad_scale, placement, st.loss);
+      break;
+    case PipeOp::send_forward:
+      for (int i = 0; i < lanes_; ++i)
+        post_send(model_.stage_output(*f.slots[i]), a.micro_batch, i, false, &f.send_forward[i]);
+      post_recv_backward(a.micro_batch);  // its gradient can land in dx from now on
+      break;
+    case PipeOp::recv_backward:
+      if (!f.backward_posted) post_recv_backward(a.micro_batch);
+      for (int i = 0; i < lanes_; ++i) {
+        st.recv_wait_seconds += wait_for(f.recv_backward[i]);
+        widen_received(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true);
+      }
+      break;
+    case PipeOp::backward:
+      run_backward(a, a.micro_batch == m - 1, reducer, placement);
+      break;
+    case PipeOp::send_backward:
+      for (int i = 0; i < lanes_; ++i)
+        post_send(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true, &f.send_backward[i]);
+      f.done = true;
+      break;
+  }
+}
+
 PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, float grad_scale,
                                         GradReducer& reducer, AttentionPlacement& placement,
                                         MPI_Comm tied_comm, const ArenaRange& tied_range) {
@@ -235,39 +273,7 @@ PipelineStepStats PipelineExecutor::run(const std::vector<LocalBatch>& batches, 
       run_dummy(a, placement);
       continue;
     }
-    InFlight& f = flight_[size_t(a.micro_batch)];
-    switch (a.op) {
-      case PipeOp::recv_forward:
-        if (!f.forward_posted) post_recv_forward(batches, a.micro_batch);
-        for (int i = 0; i < lanes_; ++i) {
-          st.recv_wait_seconds += wait_for(f.recv_forward[i]);
-          widen_received(model_.stage_input(*f.slots[i]), a.micro_batch, i, false);
-        }
-        break;
-      case PipeOp::forward:
-        run_forward(a, batches, grad_scale, placement, st.loss);
-        break;
-      case PipeOp::send_forward:
-        for (int i = 0; i < lanes_; ++i)
-          post_send(model_.stage_output(*f.slots[i]), a.micro_batch, i, false, &f.send_forward[i]);
-        post_recv_backward(a.micro_batch);  // its gradient can land in dx from now on
-        break;
-      case PipeOp::recv_backward:
-        if (!f.backward_posted) post_recv_backward(a.micro_batch);
-        for (int i = 0; i < lanes_; ++i) {
-          st.recv_wait_seconds += wait_for(f.recv_backward[i]);
-          widen_received(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true);
-        }
-        break;
-      case PipeOp::backward:
-        run_backward(a, a.micro_batch == m - 1, reducer, placement);
-        break;
-      case PipeOp::send_backward:
-        for (int i = 0; i < lanes_; ++i)
-          post_send(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true, &f.send_backward[i]);
-        f.done = true;
-        break;
-    }
+    run_action(a, m, batches, grad_scale, reducer, placement, st);
     if (a.op == PipeOp::backward || a.op == PipeOp::send_backward) release_finished(false);
     // ask for the next micro-batch's activations early when a slot is free anyway
     if (stage_ > 0 && next_forward_post_ < m && model_.slot_pool().free_count() >= lanes_ &&

@@ -102,6 +102,9 @@ class PipelineExecutor {
   void post_recv(float* rows, int mb, int lane, bool gradient, MPI_Request* request);
   void widen_received(float* rows, int mb, int lane, bool gradient);  // after the receive completed
   void run_dummy(const PipeAction& a, AttentionPlacement& placement);
+  // One action of the stage's list on its micro-batch (m in the step), its waits into st
+  void run_action(const PipeAction& a, int m, const std::vector<LocalBatch>& batches, float grad_scale,
+                  GradReducer& reducer, AttentionPlacement& placement, PipelineStepStats& st);
   // one forward (and, on the last stage, the loss) / one backward of a micro-batch
   void run_forward(const PipeAction& a, const std::vector<LocalBatch>& batches, float grad_scale,
                    AttentionPlacement& placement, CrossEntropyStats& loss);

@@ -79,6 +79,30 @@ std::string per_document_csv(const PackedBatch& batch, const std::vector<double>
   return out.str();
 }
 
+namespace {
+// --per-position-out: the mean loss of the targets predicted at in-document positions
+// [bin*k, bin*(k+1)), one row per bin that has targets
+std::string per_position_csv(const PackedBatch& batch, const std::vector<double>& token_loss, int64_t bin) {
+  std::vector<double> sum;
+  std::vector<int64_t> count;
+  for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+    if (batch.targets[size_t(t)] < 0) continue;
+    const size_t k = size_t(batch.positions[size_t(t)] / bin);
+    if (k >= sum.size()) sum.resize(k + 1, 0.0), count.resize(k + 1, 0);
+    sum[k] += token_loss[size_t(t)];
+    count[k] += 1;
+  }
+  std::ostringstream out;
+  out << kPerPositionHeader << "\n";
+  out.precision(8);
+  for (size_t k = 0; k < sum.size(); ++k)
+    if (count[k] > 0)
+      out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << "," << sum[k] / double(count[k])
+          << "\n";
+  return out.str();
+}
+}  // namespace
+
 EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch_path,
                     const EvalOptions& options) {
   const std::string& grads_out = options.grads_out;
@@ -130,27 +154,8 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   const LlamaConfig& mc = model.config();
   r.attention = describe_attention_and_rope(mc);
 
-  if (!options.per_position_out.empty()) {
-    // mean loss of the targets predicted at in-document positions [bin*k, bin*(k+1))
-    const int64_t bin = options.position_bin;
-    std::vector<double> sum;
-    std::vector<int64_t> count;
-    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
-      if (batch.targets[size_t(t)] < 0) continue;
-      const size_t k = size_t(batch.positions[size_t(t)] / bin);
-      if (k >= sum.size()) sum.resize(k + 1, 0.0), count.resize(k + 1, 0);
-      sum[k] += token_loss[size_t(t)];
-      count[k] += 1;
-    }
-    std::ostringstream out;
-    out << kPerPositionHeader << "\n";
-    out.precision(8);
-    for (size_t k = 0; k < sum.size(); ++k)
-      if (count[k] > 0)
-        out << int64_t(k) * bin << "," << int64_t(k + 1) * bin << "," << count[k] << ","
-            << sum[k] / double(count[k]) << "\n";
-    write_text_atomically(options.per_position_out, out.str());
-  }
+  if (!options.per_position_out.empty())
+    write_text_atomically(options.per_position_out, per_position_csv(batch, token_loss, options.position_bin));
   if (!options.per_document_out.empty()) write_text_atomically(options.per_document_out, per_document_csv(batch, token_loss, token_correct));
   if (want_grads) {
     write_h5_atomically(grads_out, [&](H5File& f) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -183,6 +184,86 @@ std::string token_text(const std::vector<int32_t>& tokens) {
   return bytes;
 }
 
+// The prompts' and continuations' sizes, each document within what one can hold.
+struct GenerateSizes {
+  int64_t longest = 0, longest_document = 0, longest_continuation = 0, prompt_tokens = 0;
+};
+GenerateSizes generate_sizes(const std::vector<std::vector<int32_t>>& prompts,
+                             const std::vector<std::vector<int32_t>>& continuations,
+                             const std::function<int64_t(size_t)>& new_tokens_of) {
+  GenerateSizes z;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t P = int64_t(prompts[i].size()), n = new_tokens_of(i);
+    if (n > INT32_MAX - P)  // (not P + n: that can wrap)
+      throw std::runtime_error("a prompt of " + std::to_string(P) + " tokens and " +
+                               (continuations.empty() ? "--max-new-tokens " : "a continuation of ") +
+                               std::to_string(n) + ": more than a document can hold (2^31 - 1 tokens)");
+    z.longest = std::max(z.longest, P), z.longest_document = std::max(z.longest_document, P + n);
+    z.prompt_tokens += P;
+    if (!continuations.empty()) z.longest_continuation = std::max(z.longest_continuation, n);
+  }
+  return z;
+}
+
+// Everything the run allocates, before it allocates it (the longest prompt's decoder:
+// one at a time).
+void check_generate_memory(const LlamaConfig& config, const TensorTable& table, const GenerateSizes& z, int threads) {
+  const double bytes = double(table.total()) * sizeof(float) +
+                       KvCacheDecoder::bytes(config, z.longest, z.longest_document, threads) +
+                       double(z.prompt_tokens) * sizeof(int32_t) +
+                       double(z.longest_continuation) * double(config.vocab_size) * sizeof(float) +
+                       32.0 * 1048576 * threads;
+  if (const std::string no = check_command_memory(
+          "lct generate of " + std::to_string(z.longest) + " prompt and " +
+              std::to_string(z.longest_document - z.longest) + " new tokens",
+          bytes, "the weights, the KV cache of every token, the prompt's rows", "shorten the prompt or --max-new-tokens");
+      !no.empty())
+    throw std::runtime_error(no);
+}
+
+// A prompt's --json line: its tokens, the sampling, and the FLOPs by lct's convention
+// (src/train/flops.h), the LM head counted on the rows it runs on: the prompt's last row,
+// and every new token's forward (all but the last)
+Json generation_json(const LlamaConfig& config, const Generation& g, int64_t P, const std::string& how,
+                     const std::string& attention) {
+  Json j;
+  j["prompt_tokens"] = P;
+  j["new_tokens"] = int64_t(g.tokens.size());
+  j["tokens"] = g.tokens;
+  if (config.vocab_size == kByteVocabulary) j["text"] = token_text(g.tokens);
+  j["sampling"] = how;
+  j["attention"] = attention;
+  const double head = 2.0 * double(config.vocab_size) * double(config.hidden_size);
+  j["prompt_seconds"] = g.prompt_seconds;
+  j["prompt_gflop"] = (forward_flops(config, P, g.prompt_pairs) - head * double(P - 1)) * 1e-9;
+  j["decode_seconds"] = g.decode_seconds;
+  j["decode_gflop"] = forward_flops(config, int64_t(g.tokens.size()) - 1, g.decode_pairs) * 1e-9;
+  return j;
+}
+
+// The continuations' scores: each one's fields in its --json line, and their sums for
+// the summary on stderr
+struct ContinuationTotals {
+  double seconds = 0, log_likelihood = 0;
+  int64_t tokens = 0, greedy = 0;
+  void add(const ContinuationScore& c, Json& j) {
+    j["continuation_tokens"] = c.tokens;
+    j["continuation_log_likelihood"] = c.log_likelihood;
+    j["continuation_argmax"] = c.argmax;
+    j["continuation_greedy"] = c.greedy();
+    j["continuation_seconds"] = c.seconds;
+    seconds += c.seconds;
+    log_likelihood += c.log_likelihood;
+    tokens += c.tokens;
+    greedy += c.greedy();
+  }
+  std::string summary(size_t continuations) const {
+    return " | continuations: " + std::to_string(greedy) + " of " + std::to_string(continuations) +
+           " the greedy choice, log-likelihood " + std::to_string(log_likelihood / double(tokens)) + " nats/token, " +
+           std::to_string(seconds) + " s";
+  }
+};
+
 int run_generate(const Options& o) {
   uint64_t seed = 0;
   if (parse_integer_text(o.seed, seed) != IntegerText::ok)
@@ -198,31 +279,12 @@ int run_generate(const Options& o) {
   auto new_tokens_of = [&](size_t i) {
     return continuations.empty() ? o.max_new_tokens : int64_t(continuations[i].size());
   };
-  int64_t longest = 0, longest_document = 0, longest_continuation = 0, prompt_tokens = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const int64_t P = int64_t(prompts[i].size()), n = new_tokens_of(i);
-    if (n > INT32_MAX - P)  // (not P + n: that can wrap)
-      throw std::runtime_error("a prompt of " + std::to_string(P) + " tokens and " +
-                               (continuations.empty() ? "--max-new-tokens " : "a continuation of ") +
-                               std::to_string(n) + ": more than a document can hold (2^31 - 1 tokens)");
-    longest = std::max(longest, P), longest_document = std::max(longest_document, P + n), prompt_tokens += P;
-    if (!continuations.empty()) longest_continuation = std::max(longest_continuation, n);
-  }
-  // everything the run allocates, before it allocates it (the longest prompt's decoder:
-  // one at a time)
+  const GenerateSizes sizes = generate_sizes(prompts, continuations, new_tokens_of);
+  const int64_t prompt_tokens = sizes.prompt_tokens;
   const TensorTable table = build_llama_table(config);
   file.check_params(config, table);  // every tensor there (headers only) before sizing and allocating
   const int threads = omp_get_max_threads();
-  const double bytes = double(table.total()) * sizeof(float) +
-                       KvCacheDecoder::bytes(config, longest, longest_document, threads) +
-                       double(prompt_tokens) * sizeof(int32_t) +
-                       double(longest_continuation) * double(V) * sizeof(float) + 32.0 * 1048576 * threads;
-  if (const std::string no = check_command_memory(
-          "lct generate of " + std::to_string(longest) + " prompt and " + std::to_string(longest_document - longest) +
-              " new tokens",
-          bytes, "the weights, the KV cache of every token, the prompt's rows", "shorten the prompt or --max-new-tokens");
-      !no.empty())
-    throw std::runtime_error(no);
+  check_generate_memory(config, table, sizes, threads);
   std::vector<float> params(size_t(table.total()));
   file.read_params(config, table, params.data());
 
@@ -236,8 +298,9 @@ int run_generate(const Options& o) {
                                                : "temperature " + std::to_string(o.temperature) +
                                                      (o.top_k > 0 ? ", top-k " + std::to_string(o.top_k) : "") +
                                                      ", seed " + std::to_string(sampling.seed);
-  double prompt_seconds = 0, decode_seconds = 0, score_seconds = 0, log_likelihood = 0;
-  int64_t new_tokens = 0, scored_tokens = 0, greedy_continuations = 0;
+  double prompt_seconds = 0, decode_seconds = 0;
+  int64_t new_tokens = 0;
+  ContinuationTotals scores;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = prompts[i];
     const int64_t P = int64_t(prompt.size()), n = new_tokens_of(i);
@@ -247,32 +310,9 @@ int run_generate(const Options& o) {
     decode_seconds += g.decode_seconds;
     new_tokens += int64_t(g.tokens.size());
     if (o.json) {
-      Json j;
-      j["prompt_tokens"] = P;
-      j["new_tokens"] = int64_t(g.tokens.size());
-      j["tokens"] = g.tokens;
-      if (V == kByteVocabulary) j["text"] = token_text(g.tokens);
-      j["sampling"] = how;
-      j["attention"] = attention;
-      // FLOPs by lct's convention (src/train/flops.h), the LM head counted on the rows it
-      // runs on: the prompt's last row, and every new token's forward (all but the last)
-      const double head = 2.0 * double(config.vocab_size) * double(config.hidden_size);
-      j["prompt_seconds"] = g.prompt_seconds;
-      j["prompt_gflop"] = (forward_flops(config, P, g.prompt_pairs) - head * double(P - 1)) * 1e-9;
-      j["decode_seconds"] = g.decode_seconds;
-      j["decode_gflop"] = forward_flops(config, int64_t(g.tokens.size()) - 1, g.decode_pairs) * 1e-9;
-      if (!continuations.empty()) {  // teacher forcing from the same prompt forward
-        const ContinuationScore c = score_continuation(decoder, g, continuations[i]);
-        j["continuation_tokens"] = c.tokens;
-        j["continuation_log_likelihood"] = c.log_likelihood;
-        j["continuation_argmax"] = c.argmax;
-        j["continuation_greedy"] = c.greedy();
-        j["continuation_seconds"] = c.seconds;
-        score_seconds += c.seconds;
-        log_likelihood += c.log_likelihood;
-        scored_tokens += c.tokens;
-        greedy_continuations += c.greedy();
-      }
+      Json j = generation_json(config, g, P, how, attention);
+      if (!continuations.empty())  // teacher forcing from the same prompt forward
+        scores.add(score_continuation(decoder, g, continuations[i]), j);
       std::printf("%s\n", json_text(j).c_str());
     } else if (text) {
       const std::string bytes = token_text(g.tokens);
@@ -292,13 +332,7 @@ int run_generate(const Options& o) {
                prompts.size() > 1 ? (std::to_string(prompts.size()) + " prompts, ").c_str() : "",
                (long long)prompt_tokens, prompt_seconds, prompt_rate, (long long)new_tokens, decode_seconds, new_rate,
                how.c_str(), attention.c_str(), threads,
-               continuations.empty()
-                   ? ""
-                   : (" | continuations: " + std::to_string(greedy_continuations) + " of " +
-                      std::to_string(continuations.size()) + " the greedy choice, log-likelihood " +
-                      std::to_string(log_likelihood / double(scored_tokens)) + " nats/token, " +
-                      std::to_string(score_seconds) + " s")
-                         .c_str());
+               continuations.empty() ? "" : scores.summary(continuations.size()).c_str());
   return 0;
 }
 

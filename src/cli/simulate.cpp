@@ -140,15 +140,10 @@ int run_simulate(const RunPlan& plan, const SimulateOptions& options) {
   return 0;
 }
 
-Command add_simulate_command(CLI::App& lct) {
-  struct Options {
-    ConfigOptions config;
-    SimulateOptions simulate;
-  };
-  auto o = std::make_shared<Options>();
-  CLI::App* simulate = lct.add_subcommand(
-      "simulate", "predict training steps on N ranks (every layout lct train runs) from costs calibrated here");
-  SimulateOptions& s = o->simulate;
+namespace {
+
+// lct simulate's own options (the config's keys come from add_config_options)
+void add_simulate_options(CLI::App* simulate, SimulateOptions& s) {
   simulate->add_option("--ranks", s.ranks, "ranks (dp x pp x cp)")
       ->check(whole_integer())
       ->check(CLI::Range(1, 65536))
@@ -200,32 +195,46 @@ Command add_simulate_command(CLI::App& lct) {
   simulate->add_option("--calibration", s.calibration, "reuse the costs written by an earlier --calibration-out");
   simulate->add_option("--calibration-out", s.calibration_out, "write this run's calibrated costs to a file");
   simulate->add_flag("--json", s.json, "print one JSON object");
+}
+
+int run_simulate_command(const ConfigOptions& config_options, const SimulateOptions& s) {
+  const Config config = resolve_config(config_options);
+  refuse_aliasing({{"--calibration-out", s.calibration_out}, {"trace.path", config.trace.path}},
+                  {{"--config", config_options.file},
+                   {"--calibration", s.calibration},
+                   {"--profile", s.profile},
+                   {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)},
+                   {"data.path", config.data.path}});
+  // outputs are checked before the work, not after it (a folder, a device)
+  if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
+  if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path", true);
+  if (s.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
+  if (s.ranks % s.hosts != 0)
+    throw std::invalid_argument("lct simulate: --hosts " + std::to_string(s.hosts) +
+                                " must divide --ranks " + std::to_string(s.ranks) +
+                                " (each host runs ranks / hosts consecutive ranks)");
+  RunPlan plan;
+  try {
+    plan = make_run_plan(config, s.ranks);  // the layouts lct train accepts, and no others
+  } catch (const ConfigError& e) {
+    throw std::invalid_argument("lct simulate --ranks " + std::to_string(s.ranks) + ": " + e.what());
+  }
+  return run_simulate(plan, s);
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& lct) {
+  struct Options {
+    ConfigOptions config;
+    SimulateOptions simulate;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* simulate = lct.add_subcommand(
+      "simulate", "predict training steps on N ranks (every layout lct train runs) from costs calibrated here");
+  add_simulate_options(simulate, o->simulate);
   add_config_options(simulate, o->config);
-  return {simulate, [o] {
-            const Config config = resolve_config(o->config);
-            const SimulateOptions& s = o->simulate;
-            refuse_aliasing({{"--calibration-out", s.calibration_out}, {"trace.path", config.trace.path}},
-                            {{"--config", o->config.file},
-                             {"--calibration", s.calibration},
-                             {"--profile", s.profile},
-                             {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)},
-                             {"data.path", config.data.path}});
-            // outputs are checked before the work, not after it (a folder, a device)
-            if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
-            if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path", true);
-            if (s.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
-            if (s.ranks % s.hosts != 0)
-              throw std::invalid_argument("lct simulate: --hosts " + std::to_string(s.hosts) +
-                                          " must divide --ranks " + std::to_string(s.ranks) +
-                                          " (each host runs ranks / hosts consecutive ranks)");
-            RunPlan plan;
-            try {
-              plan = make_run_plan(config, s.ranks);  // the layouts lct train accepts, and no others
-            } catch (const ConfigError& e) {
-              throw std::invalid_argument("lct simulate --ranks " + std::to_string(s.ranks) + ": " + e.what());
-            }
-            return run_simulate(plan, s);
-          }};
+  return {simulate, [o] { return run_simulate_command(o->config, o->simulate); }};
 }
 
 }  // namespace lct

@@ -136,150 +136,190 @@ int64_t hf_max_position_embeddings(const std::string& path) {
   return v.get<int64_t>();
 }
 
-LlamaConfig read_hf_config(const std::string& path) {
-  const Json j = read_json_file(path);
-  const auto fail = [&](const std::string& key, const std::string& why) {
-    return std::runtime_error(path + ": " + key + ": " + why);
-  };
-  if (!j.is_object()) throw std::runtime_error(path + ": not a JSON object");
-  if (j.contains("model_type") && j["model_type"] != "llama")
-    throw fail("model_type", j["model_type"].dump() + ", lct reads Llama models (model_type \"llama\")");
-  if (j.contains("architectures")) {
-    bool llama = false;
-    if (j["architectures"].is_array())
-      for (const Json& a : j["architectures"]) llama = llama || a == "LlamaForCausalLM";
-    if (!llama) throw fail("architectures", j["architectures"].dump() + " does not list LlamaForCausalLM");
-  }
-  for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"})
-    if (j.contains(moe) && !j[moe].is_null())
-      throw fail(moe, "a mixture of experts; lct's Llama has one MLP per layer");
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    throw fail("hidden_act", j["hidden_act"].dump() + ", lct's MLP is SwiGLU (silu)");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (j.contains(bias) && j[bias] != false) throw fail(bias, j[bias].dump() + ", lct's Llama has no biases");
-  if (j.contains("pretraining_tp") && j["pretraining_tp"] != 1)
-    throw fail("pretraining_tp", j["pretraining_tp"].dump() + ": split projections are not supported");
+namespace {
 
-  LlamaConfig c;
-  // each field with the JSON type transformers builds the model from: a string where a
-  // number or a boolean belongs ("64", "false") would build another model there, or none
-  const auto set = [&](const std::string& json_key, const std::string& lct_key, const Json& v, JsonKind kind) {
+// config.json read the way transformers reads it: each part of LlamaConfig from its own
+// fields, each field with the JSON type transformers builds the model from, and every
+// field lct would apply otherwise than transformers refused in one line naming it.
+class HfConfigReader {
+ public:
+  HfConfigReader(const Json& j, const std::string& path) : j_(j), path_(path) {}
+  LlamaConfig read() {
+    if (!j_.is_object()) throw std::runtime_error(path_ + ": not a JSON object");
+    refuse_other_architectures();
+    read_shape();
+    read_rope();
+    read_head_dim();
+    read_lct_attention();
+    if (const std::string err = c_.validate(); !err.empty()) throw std::runtime_error(path_ + ": " + err);
+    return c_;
+  }
+
+ private:
+  std::runtime_error fail(const std::string& key, const std::string& why) const {
+    return std::runtime_error(path_ + ": " + key + ": " + why);
+  }
+  // a string where a number or a boolean belongs ("64", "false") would build another
+  // model there, or none
+  void set(const std::string& json_key, const std::string& lct_key, const Json& v, JsonKind kind) {
     if (const char* want = json_kind_mismatch(v, kind)) throw fail(json_key, v.dump() + " is not " + want);
     try {
-      set_model_key(c, lct_key, value_text(v));
+      set_model_key(c_, lct_key, value_text(v));
     } catch (const ConfigError& e) {
       throw fail(json_key, e.what());
     }
-  };
-  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
-    if (!j.contains(key)) throw fail(key, "missing");
-    set(key, std::string("model.") + key, j[key], JsonKind::integer);
   }
-  set("num_key_value_heads", "model.num_key_value_heads",
-      j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() ? j["num_key_value_heads"]
-                                                                                 : j["num_attention_heads"],
-      JsonKind::integer);
-  set("rms_norm_eps", "model.rms_norm_eps", j.value("rms_norm_eps", Json(1e-6)), JsonKind::number);  // LlamaConfig's
-  set("tie_word_embeddings", "model.tie_word_embeddings", j.value("tie_word_embeddings", Json(false)),
-      JsonKind::boolean);
+
+  void refuse_other_architectures() const {
+    if (j_.contains("model_type") && j_["model_type"] != "llama")
+      throw fail("model_type", j_["model_type"].dump() + ", lct reads Llama models (model_type \"llama\")");
+    if (j_.contains("architectures")) {
+      bool llama = false;
+      if (j_["architectures"].is_array())
+        for (const Json& a : j_["architectures"]) llama = llama || a == "LlamaForCausalLM";
+      if (!llama) throw fail("architectures", j_["architectures"].dump() + " does not list LlamaForCausalLM");
+    }
+    for (const char* moe : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"})
+      if (j_.contains(moe) && !j_[moe].is_null())
+        throw fail(moe, "a mixture of experts; lct's Llama has one MLP per layer");
+    if (j_.contains("hidden_act") && j_["hidden_act"] != "silu")
+      throw fail("hidden_act", j_["hidden_act"].dump() + ", lct's MLP is SwiGLU (silu)");
+    for (const char* bias : {"attention_bias", "mlp_bias"})
+      if (j_.contains(bias) && j_[bias] != false) throw fail(bias, j_[bias].dump() + ", lct's Llama has no biases");
+    if (j_.contains("pretraining_tp") && j_["pretraining_tp"] != 1)
+      throw fail("pretraining_tp", j_["pretraining_tp"].dump() + ": split projections are not supported");
+  }
+
+  void read_shape() {
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
+      if (!j_.contains(key)) throw fail(key, "missing");
+      set(key, std::string("model.") + key, j_[key], JsonKind::integer);
+    }
+    set("num_key_value_heads", "model.num_key_value_heads",
+        j_.contains("num_key_value_heads") && !j_["num_key_value_heads"].is_null() ? j_["num_key_value_heads"]
+                                                                                   : j_["num_attention_heads"],
+        JsonKind::integer);
+    set("rms_norm_eps", "model.rms_norm_eps", j_.value("rms_norm_eps", Json(1e-6)), JsonKind::number);  // LlamaConfig's
+    set("tie_word_embeddings", "model.tie_word_embeddings", j_.value("tie_word_embeddings", Json(false)),
+        JsonKind::boolean);
+  }
 
   // RoPE: rope_parameters (newer transformers) or rope_theta + rope_scaling
-  Json rope = Json::object();
-  std::string rope_key = "rope_scaling";
-  double theta = 10000.0;
-  if (j.contains("rope_theta")) {
-    if (!j["rope_theta"].is_number()) throw fail("rope_theta", "not a number");
-    theta = j["rope_theta"].get<double>();
-  }
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    rope_key = "rope_parameters";
-    if (!j["rope_parameters"].is_object()) throw fail(rope_key, "not an object");
-    rope = j["rope_parameters"];
-    if (rope.contains("rope_theta")) {
-      if (!rope["rope_theta"].is_number()) throw fail("rope_parameters.rope_theta", "not a number");
-      theta = rope["rope_theta"].get<double>();
+  void read_rope() {
+    Json rope = Json::object();
+    std::string rope_key = "rope_scaling";
+    double theta = 10000.0;
+    if (j_.contains("rope_theta")) {
+      if (!j_["rope_theta"].is_number()) throw fail("rope_theta", "not a number");
+      theta = j_["rope_theta"].get<double>();
     }
-  } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    if (!j["rope_scaling"].is_object()) throw fail(rope_key, "not an object");
-    rope = j["rope_scaling"];
-  }
-  set("rope_theta", "model.rope_theta", Json(theta), JsonKind::number);
-  std::string type = "default";
-  // rope_type, else the older type (transformers reads rope_type first)
-  for (const char* k : {"type", "rope_type"})
-    if (rope.contains(k)) {
-      if (!rope[k].is_string()) throw fail(rope_key + "." + k, rope[k].dump() + " is not a string");
-      type = rope[k].get<std::string>();
+    if (j_.contains("rope_parameters") && !j_["rope_parameters"].is_null()) {
+      rope_key = "rope_parameters";
+      if (!j_["rope_parameters"].is_object()) throw fail(rope_key, "not an object");
+      rope = j_["rope_parameters"];
+      if (rope.contains("rope_theta")) {
+        if (!rope["rope_theta"].is_number()) throw fail("rope_parameters.rope_theta", "not a number");
+        theta = rope["rope_theta"].get<double>();
+      }
+    } else if (j_.contains("rope_scaling") && !j_["rope_scaling"].is_null()) {
+      if (!j_["rope_scaling"].is_object()) throw fail(rope_key, "not an object");
+      rope = j_["rope_scaling"];
     }
-  const std::map<std::string, std::set<std::string>> allowed = {
-      {"default", {}},
-      {"linear", {"factor"}},
-      {"dynamic", {"factor", "original_max_position_embeddings"}},
-      {"yarn", {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"}}};
-  const auto kind = allowed.find(type);
-  if (kind == allowed.end())
-    throw fail(rope_key, "rope type '" + type + "' (lct applies default, linear, dynamic and yarn)");
-  for (auto it = rope.begin(); it != rope.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "rope_type" || k == "type" || k == "rope_theta" || kind->second.count(k)) continue;
-    throw fail(rope_key + "." + k, "not applied by lct's " + type + " RoPE");
+    set("rope_theta", "model.rope_theta", Json(theta), JsonKind::number);
+    std::string type = "default";
+    // rope_type, else the older type (transformers reads rope_type first)
+    for (const char* k : {"type", "rope_type"})
+      if (rope.contains(k)) {
+        if (!rope[k].is_string()) throw fail(rope_key + "." + k, rope[k].dump() + " is not a string");
+        type = rope[k].get<std::string>();
+      }
+    const std::map<std::string, std::set<std::string>> allowed = {
+        {"default", {}},
+        {"linear", {"factor"}},
+        {"dynamic", {"factor", "original_max_position_embeddings"}},
+        {"yarn", {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "truncate"}}};
+    const auto kind = allowed.find(type);
+    if (kind == allowed.end())
+      throw fail(rope_key, "rope type '" + type + "' (lct applies default, linear, dynamic and yarn)");
+    for (auto it = rope.begin(); it != rope.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "rope_type" || k == "type" || k == "rope_theta" || kind->second.count(k)) continue;
+      throw fail(rope_key + "." + k, "not applied by lct's " + type + " RoPE");
+    }
+    if (type != "default") read_rope_scaling(rope, rope_key, type);
   }
-  if (type != "default") {
+
+  void read_rope_scaling(const Json& rope, const std::string& rope_key, const std::string& type) {
     set(rope_key + ".rope_type", "model.rope_scaling", Json(type), JsonKind::string);
     if (!rope.contains("factor")) throw fail(rope_key + ".factor", "missing");
     set(rope_key + ".factor", "model.rope_scaling_factor", rope["factor"], JsonKind::number);
     // the trained length: original_max_position_embeddings, else max_position_embeddings
     // (as transformers reads it for dynamic and yarn)
     const Json original = rope.contains("original_max_position_embeddings") ? rope["original_max_position_embeddings"]
-                          : j.contains("max_position_embeddings")           ? j["max_position_embeddings"]
+                          : j_.contains("max_position_embeddings")          ? j_["max_position_embeddings"]
                                                                             : Json(0);
     if (type != "linear")
       set(rope.contains("original_max_position_embeddings") ? rope_key + ".original_max_position_embeddings"
                                                             : "max_position_embeddings",
           "model.rope_original_length", original, JsonKind::integer);
-    if (type == "yarn") {
-      const auto check = [&](const char* k, double want) {
-        if (rope.contains(k) && !(rope[k].is_number() && std::fabs(rope[k].get<double>() - want) <= 1e-9 * want))
-          throw fail(rope_key + "." + k, rope[k].dump() + ", lct's yarn applies " + value_text(Json(want)));
-      };
-      check("beta_fast", 32.0);
-      check("beta_slow", 1.0);
-      check("attention_factor", 0.1 * std::log(c.rope_scaling_factor) + 1.0);
-      if (rope.contains("truncate") && rope["truncate"] != true)
-        throw fail(rope_key + ".truncate", rope["truncate"].dump() + ", lct's yarn rounds the ramp's ends");
-    }
+    if (type != "yarn") return;
+    const auto check = [&](const char* k, double want) {
+      if (rope.contains(k) && !(rope[k].is_number() && std::fabs(rope[k].get<double>() - want) <= 1e-9 * want))
+        throw fail(rope_key + "." + k, rope[k].dump() + ", lct's yarn applies " + value_text(Json(want)));
+    };
+    check("beta_fast", 32.0);
+    check("beta_slow", 1.0);
+    check("attention_factor", 0.1 * std::log(c_.rope_scaling_factor) + 1.0);
+    if (rope.contains("truncate") && rope["truncate"] != true)
+      throw fail(rope_key + ".truncate", rope["truncate"].dump() + ", lct's yarn rounds the ramp's ends");
   }
-  if (j.contains("head_dim") && !j["head_dim"].is_null() &&
-      !(j["head_dim"].is_number_integer() && j["head_dim"].get<int64_t>() == c.hidden_size / c.num_attention_heads))
-    throw fail("head_dim", j["head_dim"].dump() + ", lct's head_dim is hidden_size / num_attention_heads = " +
-                               std::to_string(c.hidden_size / std::max(1, c.num_attention_heads)));
+
+  void read_head_dim() const {
+    if (j_.contains("head_dim") && !j_["head_dim"].is_null() &&
+        !(j_["head_dim"].is_number_integer() && j_["head_dim"].get<int64_t>() == c_.hidden_size / c_.num_attention_heads))
+      throw fail("head_dim", j_["head_dim"].dump() + ", lct's head_dim is hidden_size / num_attention_heads = " +
+                                 std::to_string(c_.hidden_size / std::max(1, c_.num_attention_heads)));
+  }
+
   // lct's own attention settings (an lct export), else causal
-  if (j.contains("lct")) {
-    const Json& l = j["lct"];
+  void read_lct_attention() {
+    if (!j_.contains("lct")) return;
+    const Json& l = j_["lct"];
     if (!l.is_object()) throw fail("lct", "not an object");
-    const std::map<std::string, std::string> keys = {
-        {"attention_kernel", "attention.kernel"},       {"dca_chunk_size", "attention.dca_chunk_size"},
-        {"dca_local_size", "attention.dca_local_size"}, {"dca_mscale", "attention.dca_mscale"},
-        {"dca_mscale_original_length", "attention.dca_mscale_original_length"},
-        {"attention_mask", "attention.mask"},           {"attention_window", "attention.window"},
-        {"attention_sink_tokens", "attention.sink_tokens"}, {"attention_block_size", "attention.block_size"},
-        {"logit_scaling", "attention.logit_scaling"},   {"logit_scaling_length", "attention.logit_scaling_length"}};
-    const std::map<std::string, JsonKind> lct_kinds = {
-        {"attention_kernel", JsonKind::string},       {"dca_chunk_size", JsonKind::integer},
-        {"dca_local_size", JsonKind::integer},        {"dca_mscale", JsonKind::number},
-        {"dca_mscale_original_length", JsonKind::integer}, {"attention_mask", JsonKind::string},
-        {"attention_window", JsonKind::integer},      {"attention_sink_tokens", JsonKind::integer},
-        {"attention_block_size", JsonKind::integer},  {"logit_scaling", JsonKind::string},
-        {"logit_scaling_length", JsonKind::integer}};
+    struct Key {
+      const char* lct_key;
+      JsonKind kind;
+    };
+    const std::map<std::string, Key> keys = {
+        {"attention_kernel", {"attention.kernel", JsonKind::string}},
+        {"dca_chunk_size", {"attention.dca_chunk_size", JsonKind::integer}},
+        {"dca_local_size", {"attention.dca_local_size", JsonKind::integer}},
+        {"dca_mscale", {"attention.dca_mscale", JsonKind::number}},
+        {"dca_mscale_original_length", {"attention.dca_mscale_original_length", JsonKind::integer}},
+        {"attention_mask", {"attention.mask", JsonKind::string}},
+        {"attention_window", {"attention.window", JsonKind::integer}},
+        {"attention_sink_tokens", {"attention.sink_tokens", JsonKind::integer}},
+        {"attention_block_size", {"attention.block_size", JsonKind::integer}},
+        {"logit_scaling", {"attention.logit_scaling", JsonKind::string}},
+        {"logit_scaling_length", {"attention.logit_scaling_length", JsonKind::integer}}};
     for (auto it = l.begin(); it != l.end(); ++it) {
       if (it.key() == "note" || it.key() == "format") continue;
       const auto k = keys.find(it.key());
       if (k == keys.end()) throw fail("lct." + it.key(), "not an lct attention setting");
-      set("lct." + it.key(), k->second, it.value(), lct_kinds.at(it.key()));
+      set("lct." + it.key(), k->second.lct_key, it.value(), k->second.kind);
     }
   }
-  if (const std::string err = c.validate(); !err.empty()) throw std::runtime_error(path + ": " + err);
-  return c;
+
+  const Json& j_;
+  const std::string& path_;
+  LlamaConfig c_;
+};
+
+}  // namespace
+
+LlamaConfig read_hf_config(const std::string& path) {
+  const Json j = read_json_file(path);
+  return HfConfigReader(j, path).read();
 }
 
 namespace {

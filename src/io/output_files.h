@@ -68,7 +68,6 @@ class AppendFile {
   AppendFile(AppendFile&& other) noexcept;
   AppendFile& operator=(AppendFile&& other) noexcept;
 
-  bool is_open() const { return fd_ >= 0; }
   void append(const std::string& text);
 
  private:

@@ -10,6 +10,81 @@
 
 namespace lct {
 
+CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& group, std::vector<double>& served,
+                                               double& sent_bytes) const {
+  const int n = int(group.size());
+  std::vector<CadPiece> docs;
+  for (int r = 0; r < n; ++r) {
+    int32_t i = 0;
+    for (const DocPiece& d : group[size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
+  }
+  const CadPlan plan = plan_core_attention(docs, n, po_);
+  LaneCost lane;
+  for (std::vector<double>* v : {&lane.linear, &lane.work, &lane.own, &lane.comm, &lane.remote}) v->assign(size_t(n), 0.0);
+  // bytes each rank sends and receives, per phase of the exchange (forward there and
+  // back, backward there and back: one MPI_Ialltoallv each, the next waiting for the
+  // last) and link: [phase][0] within its host, [phase][1] with other hosts
+  std::array<std::array<std::vector<double>, 2>, 4> sent, received;
+  for (int ph = 0; ph < 4; ++ph)
+    for (int k = 0; k < 2; ++k) {
+      sent[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
+      received[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
+    }
+  const auto ship = [&](int phase, int from, int to, double b) {
+    const size_t k = net_.host_of(from) != net_.host_of(to) ? 1 : 0;
+    sent[size_t(phase)][k][size_t(from)] += b;
+    received[size_t(phase)][k][size_t(to)] += b;
+  };
+  for (int r = 0; r < n; ++r) lane.linear[size_t(r)] = cal_.linear_per_token_layer * double(group[size_t(r)].num_tokens());
+  std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
+  const double H = double(mc_.num_attention_heads), f = sizeof(float);
+  for (const CadTask& t : plan.tasks) {
+    const AttentionTask task = t.attention_task(0, 0, 0);
+    const double c = attn_(task);
+    lane.work[size_t(t.server)] += c;
+    served[size_t(t.server)] += double(attention_pairs(task, mc_.attention_mask));
+    if (t.server == t.origin) {
+      lane.own[size_t(t.server)] += c;
+      continue;
+    }
+    // forward: Q there, O and LSE back; backward: Q, O, dO and LSE there, dQ back
+    const double rows = double(t.q_len);
+    ship(0, t.origin, t.server, rows * double(qd_) * f);
+    ship(1, t.server, t.origin, rows * (double(qd_) + H) * f);
+    ship(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
+    ship(3, t.server, t.origin, rows * double(qd_) * f);
+    int64_t& pre = prefix[{t.server, t.origin, t.doc}];
+    pre = std::max<int64_t>(pre, t.kv_len());
+  }
+  for (const auto& [key, rows] : prefix) {
+    // K, V there in forward and again in backward, dK, dV back
+    const double kv = double(rows) * 2.0 * double(kvd_) * f;
+    const int server = std::get<0>(key), origin = std::get<1>(key);
+    ship(0, origin, server, kv);
+    ship(2, origin, server, kv);
+    ship(3, server, origin, kv);
+  }
+  // a phase takes the larger of what the rank sends and receives in it (both ways at
+  // once), the phases one after the other; four rounds of messages at the latency of
+  // the farthest link the rank uses
+  for (int r = 0; r < n; ++r) {
+    std::array<double, 2> seconds{0.0, 0.0}, bytes{0.0, 0.0}, waited{0.0, 0.0};
+    for (int ph = 0; ph < 4; ++ph)
+      for (const size_t k : {size_t(0), size_t(1)}) {
+        const double most = std::max(sent[size_t(ph)][k][size_t(r)], received[size_t(ph)][k][size_t(r)]);
+        waited[k] += most;
+        seconds[k] += most / net_.bandwidth_of(k == 1);
+        bytes[k] += sent[size_t(ph)][k][size_t(r)];
+      }
+    const bool across = waited[1] > 0;  // the rank sends or receives across hosts
+    const double rounds = n > 1 ? 4.0 : 0.0;
+    lane.comm[size_t(r)] = seconds[0] + (across ? 0.0 : rounds * net_.latency);
+    if (across) lane.remote[size_t(r)] = seconds[1] + rounds * net_.host_latency;
+    sent_bytes += bytes[0] + bytes[1];
+  }
+  return lane;
+}
+
 CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const {
   const int n = int(batches.size());
   // the groups: the batches themselves, or their two nano-batches
@@ -24,91 +99,16 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     }
   }
   CadLayer out;
-  // per lane and rank: linear work, attention served, of it the rank's own tasks, and
-  // the exchange within the host (hideable) and with other hosts (not)
-  std::vector<std::vector<double>> linear(static_cast<size_t>(lanes_)), work(static_cast<size_t>(lanes_)),
-      own(static_cast<size_t>(lanes_)), comm(static_cast<size_t>(lanes_)), remote(static_cast<size_t>(lanes_));
-  for (int g = 0; g < lanes_; ++g) {
-    std::vector<CadPiece> docs;
-    for (int r = 0; r < n; ++r) {
-      int32_t i = 0;
-      for (const DocPiece& d : groups[size_t(g)][size_t(r)].pieces)
-        docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
-    }
-    const CadPlan plan = plan_core_attention(docs, n, po_);
-    for (std::vector<std::vector<double>>* v : {&linear, &work, &own, &comm, &remote})
-      (*v)[size_t(g)].assign(size_t(n), 0.0);
-    // bytes each rank sends and receives, per phase of the exchange (forward there and
-    // back, backward there and back: one MPI_Ialltoallv each, the next waiting for the
-    // last) and link: [phase][0] within its host, [phase][1] with other hosts
-    std::array<std::array<std::vector<double>, 2>, 4> sent, received;
-    for (int ph = 0; ph < 4; ++ph)
-      for (int k = 0; k < 2; ++k) {
-        sent[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
-        received[size_t(ph)][size_t(k)].assign(size_t(n), 0.0);
-      }
-    const auto ship = [&](int phase, int from, int to, double b) {
-      const size_t k = net_.host_of(from) != net_.host_of(to) ? 1 : 0;
-      sent[size_t(phase)][k][size_t(from)] += b;
-      received[size_t(phase)][k][size_t(to)] += b;
-    };
-    for (int r = 0; r < n; ++r)
-      linear[size_t(g)][size_t(r)] = cal_.linear_per_token_layer * double(groups[size_t(g)][size_t(r)].num_tokens());
-    std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
-    const double H = double(mc_.num_attention_heads), f = sizeof(float);
-    for (const CadTask& t : plan.tasks) {
-      const AttentionTask task = t.attention_task(0, 0, 0);
-      const double c = attn_(task);
-      work[size_t(g)][size_t(t.server)] += c;
-      served[size_t(t.server)] += double(attention_pairs(task, mc_.attention_mask));
-      if (t.server == t.origin) {
-        own[size_t(g)][size_t(t.server)] += c;
-        continue;
-      }
-      // forward: Q there, O and LSE back; backward: Q, O, dO and LSE there, dQ back
-      const double rows = double(t.q_len);
-      ship(0, t.origin, t.server, rows * double(qd_) * f);
-      ship(1, t.server, t.origin, rows * (double(qd_) + H) * f);
-      ship(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
-      ship(3, t.server, t.origin, rows * double(qd_) * f);
-      int64_t& pre = prefix[{t.server, t.origin, t.doc}];
-      pre = std::max<int64_t>(pre, t.kv_len());
-    }
-    for (const auto& [key, rows] : prefix) {
-      // K, V there in forward and again in backward, dK, dV back
-      const double kv = double(rows) * 2.0 * double(kvd_) * f;
-      const int server = std::get<0>(key), origin = std::get<1>(key);
-      ship(0, origin, server, kv);
-      ship(2, origin, server, kv);
-      ship(3, server, origin, kv);
-    }
-    // a phase takes the larger of what the rank sends and receives in it (both ways at
-    // once), the phases one after the other; four rounds of messages at the latency of
-    // the farthest link the rank uses
-    for (int r = 0; r < n; ++r) {
-      std::array<double, 2> seconds{0.0, 0.0}, bytes{0.0, 0.0}, waited{0.0, 0.0};
-      for (int ph = 0; ph < 4; ++ph)
-        for (const size_t k : {size_t(0), size_t(1)}) {
-          const double most = std::max(sent[size_t(ph)][k][size_t(r)], received[size_t(ph)][k][size_t(r)]);
-          waited[k] += most;
-          seconds[k] += most / net_.bandwidth_of(k == 1);
-          bytes[k] += sent[size_t(ph)][k][size_t(r)];
-        }
-      const bool across = waited[1] > 0;  // the rank sends or receives across hosts
-      const double rounds = n > 1 ? 4.0 : 0.0;
-      comm[size_t(g)][size_t(r)] = seconds[0] + (across ? 0.0 : rounds * net_.latency);
-      if (across) remote[size_t(g)][size_t(r)] = seconds[1] + rounds * net_.host_latency;
-      out.bytes += bytes[0] + bytes[1];
-    }
-  }
+  std::vector<LaneCost> lanes;
+  for (int g = 0; g < lanes_; ++g) lanes.push_back(lane_cost(groups[size_t(g)], served, out.bytes));
   out.busy.assign(size_t(n), 0.0);
   for (int r = 0; r < n; ++r) {
     double t = 0;
     for (int g = 0; g < lanes_; ++g) {
-      const double hide = lanes_ == 2 ? linear[size_t(1 - g)][size_t(r)] : own[size_t(g)][size_t(r)];
-      t += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)] +
-           std::max(0.0, comm[size_t(g)][size_t(r)] - hide) + remote[size_t(g)][size_t(r)];
-      out.busy[size_t(r)] += linear[size_t(g)][size_t(r)] + work[size_t(g)][size_t(r)];
+      const LaneCost& l = lanes[size_t(g)];
+      const double hide = lanes_ == 2 ? lanes[size_t(1 - g)].linear[size_t(r)] : l.own[size_t(r)];
+      t += l.linear[size_t(r)] + l.work[size_t(r)] + std::max(0.0, l.comm[size_t(r)] - hide) + l.remote[size_t(r)];
+      out.busy[size_t(r)] += l.linear[size_t(r)] + l.work[size_t(r)];
     }
     out.seconds = std::max(out.seconds, t);
   }
@@ -164,30 +164,80 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
   return local;
 }
 
+namespace {
+
+constexpr double kF32 = 4.0;  // bytes of what the exchanges keep in fp32 (dK/dV sums, LSE)
+double wire_bytes(const RunPlan& plan) { return plan.precision == Precision::bf16 ? 2.0 : 4.0; }
+
+// a ring of `ranks` over blocks of `rows` rows and `kv` K (and V) elements per row
+double ring_bytes(const RunPlan& plan, int ranks, double rows, double kv) {
+  const double n = rows * kv;
+  return 2.0 * double(ranks - 1) * 2.0 * n * wire_bytes(plan) + double(ranks) * 2.0 * n * kF32;
+}
+
+// the ranks c0, c0 + step, ... (count of them) of the group `ranks`: on more than one host?
+bool spans_hosts(const Network& net, const std::vector<int>& ranks, int c0, int step, int count) {
+  std::vector<int> members;
+  for (int i = 0; i < count; ++i) members.push_back(ranks[size_t(c0 + i * step)]);
+  return net.spans_hosts(members);
+}
+
+// cp_layer_cost of Ulysses (U = cp) and the hybrid (U x R)
+void ulysses_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces,
+                        const std::vector<double>& own_attention, const Calibration& cal, const Network& net,
+                        const std::vector<int>& ranks, CpLayer& out) {
+  const int cp = plan.layout.cp;
+  const LlamaConfig& mc = plan.model;
+  const double hd = double(mc.head_dim()), H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads);
+  const double wire = wire_bytes(plan);
+  const int U = plan.cp_ulysses, R = cp / U;
+  const double hq = H / U, hk = KV >= U ? KV / U : 1.0;
+  // bytes per row: out (a rank's own rows to each other member) forward Q, K, V and
+  // backward Q, K, V, O, dO + LSE; back (each other member's rows to it) forward O + LSE
+  // and backward dQ, dK, dV
+  const double out_row = (hq + 2 * hk) * hd * wire + (3 * hq + 2 * hk) * hd * wire + hq * kF32;
+  const double back_row = (hq * hd + hq) * kF32 + (hq + 2 * hk) * hd * kF32;
+  double total = 0;  // over the group's ranks
+  for (int g = 0; g < R; ++g) {
+    double group_attention = 0, group_rows = 0;
+    for (int j = 0; j < U; ++j) {
+      group_attention += own_attention[size_t(g * U + j)];
+      group_rows += double(pieces[size_t(g * U + j)].num_tokens());
+    }
+    const double share = group_attention / U;  // its heads of the group's attention
+    const double ring = R > 1 ? ring_bytes(plan, R, group_rows, hk * hd) : 0.0;
+    // the all-to-all inside the group, and the ring of member j across the groups
+    const bool a2a_across = spans_hosts(net, ranks, g * U, 1, U);
+    for (int j = 0; j < U; ++j) {
+      const int c = g * U + j;
+      const bool ring_across = R > 1 && spans_hosts(net, ranks, j, U, R);
+      const double ring_time = R > 1 ? net.seconds(ring, 3.0 * (R - 1), ring_across) : 0.0;
+      const double rows = double(pieces[size_t(c)].num_tokens());
+      const double a2a = double(U - 1) * rows * out_row + (group_rows - rows) * back_row;
+      out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
+      out.time[size_t(c)] = out.busy[size_t(c)] + net.seconds(a2a, 4.0 * (U - 1), a2a_across) +
+                            (ring_across ? ring_time : std::max(0.0, ring_time - share));
+      total += a2a + ring;
+    }
+  }
+  out.bytes = total / cp;  // per rank, as the ring's
+}
+
+}  // namespace
+
 CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
                       const AttentionCost& attn, const Calibration& cal, const Network& net,
                       const std::vector<int>& ranks) {
   const int cp = plan.layout.cp;
   const LlamaConfig& mc = plan.model;
-  const double hd = double(mc.head_dim()), H = double(mc.num_attention_heads), KV = double(mc.num_key_value_heads);
-  const double wire = plan.precision == Precision::bf16 ? 2.0 : 4.0, f32 = 4.0;
+  const double hd = double(mc.head_dim()), KV = double(mc.num_key_value_heads);
+  const double wire = wire_bytes(plan);
   CpLayer out;
   out.busy.assign(size_t(cp), 0.0);
   out.time.assign(size_t(cp), 0.0);
   std::vector<double> own_attention(size_t(cp), 0.0);
   for (int c = 0; c < cp; ++c)
     for (const DocPiece& piece : pieces[size_t(c)].pieces) own_attention[size_t(c)] += attn(piece);
-  // a ring of `ranks` over blocks of `rows` rows and `kv` K (and V) elements per row
-  const auto ring_bytes = [&](int ranks, double rows, double kv) {
-    const double n = rows * kv;
-    return 2.0 * double(ranks - 1) * 2.0 * n * wire + double(ranks) * 2.0 * n * f32;
-  };
-  // the ranks c0, c0 + step, ... (count of them): on more than one host?
-  const auto spans = [&](int c0, int step, int count) {
-    std::vector<int> members;
-    for (int i = 0; i < count; ++i) members.push_back(ranks[size_t(c0 + i * step)]);
-    return net.spans_hosts(members);
-  };
   if (cp <= 1) {
     for (int c = 0; c < cp; ++c) {
       out.busy[size_t(c)] = cal.linear_per_token_layer * double(pieces[size_t(c)].num_tokens()) + own_attention[size_t(c)];
@@ -199,10 +249,10 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     // the all-gather sends its block twice (forward, backward) and its share of the
     // dK/dV reduce-scatter (fp32)
     const double n = tokens / cp * KV * hd;
-    out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + f32)
-                                                  : ring_bytes(cp, tokens / cp, KV * hd);
+    out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + kF32)
+                                                  : ring_bytes(plan, cp, tokens / cp, KV * hd);
     // a ring (or double ring) that crosses hosts anywhere runs at the host link, exposed
-    const bool across = spans(0, 1, cp);
+    const bool across = spans_hosts(net, ranks, 0, 1, cp);
     const double transfer = net.seconds(out.bytes, 3.0 * (cp - 1), across);
     for (int c = 0; c < cp; ++c) {
       const double a = own_attention[size_t(c)];
@@ -212,38 +262,7 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     }
     return out;
   }
-  // ulysses (U = cp) and hybrid (U x R)
-  const int U = plan.cp_ulysses, R = cp / U;
-  const double hq = H / U, hk = KV >= U ? KV / U : 1.0;
-  // bytes per row: out (a rank's own rows to each other member) forward Q, K, V and
-  // backward Q, K, V, O, dO + LSE; back (each other member's rows to it) forward O + LSE
-  // and backward dQ, dK, dV
-  const double out_row = (hq + 2 * hk) * hd * wire + (3 * hq + 2 * hk) * hd * wire + hq * f32;
-  const double back_row = (hq * hd + hq) * f32 + (hq + 2 * hk) * hd * f32;
-  double total = 0;  // over the group's ranks
-  for (int g = 0; g < R; ++g) {
-    double group_attention = 0, group_rows = 0;
-    for (int j = 0; j < U; ++j) {
-      group_attention += own_attention[size_t(g * U + j)];
-      group_rows += double(pieces[size_t(g * U + j)].num_tokens());
-    }
-    const double share = group_attention / U;  // its heads of the group's attention
-    const double ring = R > 1 ? ring_bytes(R, group_rows, hk * hd) : 0.0;
-    // the all-to-all inside the group, and the ring of member j across the groups
-    const bool a2a_across = spans(g * U, 1, U);
-    for (int j = 0; j < U; ++j) {
-      const int c = g * U + j;
-      const bool ring_across = R > 1 && spans(j, U, R);
-      const double ring_time = R > 1 ? net.seconds(ring, 3.0 * (R - 1), ring_across) : 0.0;
-      const double rows = double(pieces[size_t(c)].num_tokens());
-      const double a2a = double(U - 1) * rows * out_row + (group_rows - rows) * back_row;
-      out.busy[size_t(c)] = cal.linear_per_token_layer * rows + share;
-      out.time[size_t(c)] = out.busy[size_t(c)] + net.seconds(a2a, 4.0 * (U - 1), a2a_across) +
-                            (ring_across ? ring_time : std::max(0.0, ring_time - share));
-      total += a2a + ring;
-    }
-  }
-  out.bytes = total / cp;  // per rank, as the ring's
+  ulysses_layer_cost(plan, pieces, own_attention, cal, net, ranks, out);
   return out;
 }
 

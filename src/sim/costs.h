@@ -71,6 +71,14 @@ class CadLayerCost {
   CadLayer cost(const std::vector<LocalBatch>& batches, std::vector<double>& served) const;
 
  private:
+  // One lane's (a batch, or one of its two nano-batches) seconds per rank: linear work,
+  // attention served, of it the rank's own tasks, and the exchange within the host
+  // (hideable) and with other hosts (not); `bytes` accumulates what every rank sends.
+  struct LaneCost {
+    std::vector<double> linear, work, own, comm, remote;
+  };
+  LaneCost lane_cost(const std::vector<LocalBatch>& group, std::vector<double>& served, double& bytes) const;
+
   const LlamaConfig& mc_;
   const Calibration& cal_;
   const AttentionCost& attn_;

@@ -70,6 +70,26 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
   }
   return 0;
 }
+// A bf16 run's product scratch at T tokens per slot: the copies of a product's two
+// operands (compute/gemm.cpp), dense bf16 ones on the native kernel, fp32 ones on the
+// rounded kernel, whose bf16-output products (gate/up) also keep their fp32 sums; and the
+// rounded output gradient of a product pair (model/ops.cpp). The kernel: the one
+// resolved, set, or cached for this setup (train.bf16_kernel = auto,
+// src/tune/gemm_choice.h); when auto has not measured yet, the rounded kernel's, the larger.
+double bf16_product_scratch(const RunPlan& plan, double T) {
+  const LlamaConfig& mc = plan.model;
+  const double hd = double(mc.head_dim());
+  const double qdim = double(mc.num_attention_heads) * hd, kvdim = double(mc.num_key_value_heads) * hd;
+  const double widest = std::max({2.0 * double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
+  const double rows = std::min(T, double(plan.tile_tokens));
+  const double operand = std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size));
+  const std::optional<Bf16Kernel> kernel =
+      plan.machine.resolved ? std::optional<Bf16Kernel>(plan.machine.bf16_kernel)
+                            : known_bf16_kernel(plan.bf16_kernel, plan.fp32_gemm, mc,
+                                                std::min(plan.data.seq_len, plan.tile_tokens));
+  const bool native = kernel == Bf16Kernel::native;
+  return 2 * operand * (native ? 2 : 4) + (native ? 0 : rows * 2.0 * double(mc.intermediate_size) * 4) + operand * 2;
+}
 }  // namespace
 
 MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
@@ -125,24 +145,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   const int threads = plan.run.threads > 0 ? int(std::min<int64_t>(plan.run.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
-  if (plan.precision == Precision::bf16) {
-    // the bf16 products' copies of their two operands (compute/gemm.cpp): dense bf16
-    // ones on the native kernel, fp32 ones on the rounded kernel, whose bf16-output
-    // products (gate/up) also keep their fp32 sums; and the rounded output gradient of a
-    // product pair (model/ops.cpp). The kernel: the one resolved, set, or cached for
-    // this setup (train.bf16_kernel = auto, src/tune/gemm_choice.h); when auto has not
-    // measured yet, the rounded kernel's, the larger.
-    const double widest = std::max({2.0 * double(mc.intermediate_size), double(mc.hidden_size), qdim + 2 * kvdim});
-    const double rows = std::min(T, double(plan.tile_tokens));
-    const double operand = std::max(rows * widest, std::min(T, 512.0) * double(mc.vocab_size));
-    const std::optional<Bf16Kernel> kernel =
-        plan.machine.resolved ? std::optional<Bf16Kernel>(plan.machine.bf16_kernel)
-                              : known_bf16_kernel(plan.bf16_kernel, plan.fp32_gemm, mc,
-                                                  std::min(plan.data.seq_len, plan.tile_tokens));
-    const bool native = kernel == Bf16Kernel::native;
-    e.scratch += 2 * operand * (native ? 2 : 4) + (native ? 0 : rows * 2.0 * double(mc.intermediate_size) * 4) +
-                 operand * 2;
-  }
+  if (plan.precision == Precision::bf16) e.scratch += bf16_product_scratch(plan, T);
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
   // working buffers and primitive scratchpads (more on a run that first measures the
   // fp32 library, src/tune/gemm_choice.h), and OpenMPI's shared-memory segments between

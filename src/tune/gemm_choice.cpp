@@ -135,14 +135,18 @@ bool parse_choice(const std::string& text, const ChoiceKeys& k, E (*parse)(const
   }
 }
 
+// A cache text `Parse` reads (what measured_once and cached_text keep or measure again)
+template <typename Choice, typename Rates, bool (*Parse)(const std::string&, Choice&, Rates&)>
+bool usable(const std::string& text) {
+  Choice choice;
+  Rates rates;
+  return Parse(text, choice, rates);
+}
+
 bool parse_fp32_cache(const std::string& text, Fp32Library& library, Fp32GemmRates& r) {
   return parse_choice(text, kFp32Keys, parse_fp32_library, library, r.openblas, r.onednn);
 }
-bool usable_fp32_cache(const std::string& text) {
-  Fp32Library library;
-  Fp32GemmRates r;
-  return parse_fp32_cache(text, library, r);
-}
+constexpr auto usable_fp32_cache = usable<Fp32Library, Fp32GemmRates, parse_fp32_cache>;
 
 }  // namespace
 
@@ -220,11 +224,7 @@ std::string describe(Bf16Kernel kernel, const Bf16KernelRates& r, int64_t T, con
 bool parse_bf16_cache(const std::string& text, Bf16Kernel& kernel, Bf16KernelRates& r) {
   return parse_choice(text, kBf16Keys, parse_bf16_kernel, kernel, r.native, r.rounded);
 }
-bool usable_bf16_cache(const std::string& text) {
-  Bf16Kernel kernel;
-  Bf16KernelRates r;
-  return parse_bf16_cache(text, kernel, r);
-}
+constexpr auto usable_bf16_cache = usable<Bf16Kernel, Bf16KernelRates, parse_bf16_cache>;
 }  // namespace
 
 Bf16KernelChoice resolve_bf16_kernel(Bf16Kernel setting, const LlamaConfig& m, int64_t tokens, Fp32Library fp32) {

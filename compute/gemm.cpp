@@ -173,23 +173,26 @@ const float* sgemm_operand(Operand x, bool round, int64_t rows, int64_t cols, in
 
 }  // namespace
 
-// (in chunks of 4,096 values over the threads, each chunk a vectorized loop)
-void to_bf16_bits(const float* src, int64_t n, uint16_t* dst) {
+namespace {
+// dst[i] = convert(src[i]) for i < n, in chunks of 4,096 values over the threads, each
+// chunk a vectorized loop
+template <typename From, typename To, typename Convert>
+void convert_chunks(const From* src, int64_t n, To* dst, Convert convert) {
   constexpr int64_t chunk = 4096;
   parallel_for((n + chunk - 1) / chunk, n, [&](int64_t c) {
     const int64_t end = std::min(n, (c + 1) * chunk);
 #pragma omp simd
-    for (int64_t i = c * chunk; i < end; ++i) dst[i] = bf16_bits(src[i]);
+    for (int64_t i = c * chunk; i < end; ++i) dst[i] = convert(src[i]);
   });
+}
+}  // namespace
+
+void to_bf16_bits(const float* src, int64_t n, uint16_t* dst) {
+  convert_chunks(src, n, dst, [](float x) { return bf16_bits(x); });
 }
 
 void from_bf16_bits(const uint16_t* src, int64_t n, float* dst) {
-  constexpr int64_t chunk = 4096;
-  parallel_for((n + chunk - 1) / chunk, n, [&](int64_t c) {
-    const int64_t end = std::min(n, (c + 1) * chunk);
-#pragma omp simd
-    for (int64_t i = c * chunk; i < end; ++i) dst[i] = bf16_value(src[i]);
-  });
+  convert_chunks(src, n, dst, [](uint16_t x) { return bf16_value(x); });
 }
 
 const Bf16Support& bf16_support() {

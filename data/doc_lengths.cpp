@@ -1,6 +1,7 @@
 #include "data/doc_lengths.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 
@@ -13,28 +14,27 @@ constexpr int64_t K = 1024;
 constexpr uint64_t kLengthStream = 0x6c656e67;  // "leng"
 
 // LongCA-bench raw histograms (percent of documents per length range), see
-// shared/reference/parallelism-and-data.md §4.2. Ranges are inclusive.
-const std::vector<LengthBin> kPile = {
-    {1, 10, 0.72},           {11, 50, 5.99},         {51, 100, 10.23},
-    {101, 200, 22.01},       {201, 500, 32.58},      {501, 1 * K, 12.94},
-    {1 * K + 1, 2 * K, 7.22}, {2 * K + 1, 4 * K, 4.28}, {4 * K + 1, 8 * K, 2.99},
-    {8 * K + 1, 12 * K, 0.67}, {12 * K + 1, 16 * K, 0.19}, {16 * K + 1, 24 * K, 0.10},
-    {24 * K + 1, 32 * K, 0.03}, {32 * K + 1, 48 * K, 0.02}, {48 * K + 1, 64 * K, 0.01},
-    {64 * K + 1, 128 * K, 0.02}};
-const std::vector<LengthBin> kProlong64k = {
-    {1, 10, 0.06},           {11, 50, 2.13},         {51, 100, 8.27},
-    {101, 200, 17.03},       {201, 500, 32.86},      {501, 1 * K, 23.44},
-    {1 * K + 1, 2 * K, 10.13}, {2 * K + 1, 4 * K, 3.54}, {4 * K + 1, 8 * K, 1.30},
-    {8 * K + 1, 12 * K, 0.32}, {12 * K + 1, 16 * K, 0.14}, {16 * K + 1, 24 * K, 0.24},
-    {24 * K + 1, 32 * K, 0.13}, {32 * K + 1, 48 * K, 0.20}, {48 * K + 1, 64 * K, 0.21}};
-const std::vector<LengthBin> kProlong512k = {
-    {1, 10, 0.06},           {11, 50, 2.52},         {51, 100, 8.85},
-    {101, 200, 18.47},       {201, 500, 33.81},      {501, 1 * K, 22.22},
-    {1 * K + 1, 2 * K, 9.09}, {2 * K + 1, 4 * K, 2.97}, {4 * K + 1, 8 * K, 1.03},
-    {8 * K + 1, 12 * K, 0.24}, {12 * K + 1, 16 * K, 0.09}, {16 * K + 1, 24 * K, 0.17},
-    {24 * K + 1, 32 * K, 0.09}, {32 * K + 1, 48 * K, 0.16}, {48 * K + 1, 64 * K, 0.17},
-    {64 * K + 1, 128 * K, 0.01}, {128 * K + 1, 192 * K, 0.01}, {192 * K + 1, 384 * K, 0.03},
-    {384 * K + 1, 512 * K, 0.004}};
+// shared/reference/parallelism-and-data.md §4.2. Ranges are inclusive: [1, 10],
+// [11, 50], ... up to each range's end below; a histogram covers the first ranges.
+constexpr std::array<int64_t, 19> kRangeEnds = {10,     50,     100,    200,    500,     1 * K,   2 * K,
+                                                4 * K,  8 * K,  12 * K, 16 * K, 24 * K,  32 * K,  48 * K,
+                                                64 * K, 128 * K, 192 * K, 384 * K, 512 * K};
+std::vector<LengthBin> histogram(std::initializer_list<double> percents) {
+  std::vector<LengthBin> bins;
+  int64_t lo = 1;
+  for (const double percent : percents) {
+    const int64_t hi = kRangeEnds.at(bins.size());
+    bins.push_back({lo, hi, percent});
+    lo = hi + 1;
+  }
+  return bins;
+}
+const std::vector<LengthBin> kPile = histogram({0.72, 5.99, 10.23, 22.01, 32.58, 12.94, 7.22, 4.28, 2.99, 0.67,
+                                                0.19, 0.10, 0.03, 0.02, 0.01, 0.02});
+const std::vector<LengthBin> kProlong64k = histogram({0.06, 2.13, 8.27, 17.03, 32.86, 23.44, 10.13, 3.54, 1.30,
+                                                      0.32, 0.14, 0.24, 0.13, 0.20, 0.21});
+const std::vector<LengthBin> kProlong512k = histogram({0.06, 2.52, 8.85, 18.47, 33.81, 22.22, 9.09, 2.97, 1.03, 0.24,
+                                                       0.09, 0.17, 0.09, 0.16, 0.17, 0.01, 0.01, 0.03, 0.004});
 
 // DistCA "Pretrain": WLB-LLM corpus token shares per power-of-two length range
 // (percent of tokens), converted to document weights by dividing by the range's mean

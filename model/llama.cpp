@@ -485,8 +485,7 @@ void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   });
 }
 
-void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
-  const ScopedSpan span("after attention backward");
+void LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward) {
   const LayerWeights w = layer_weights(l);
   const LayerTensors g = layer_tensors(grads, l);
   const bool recompute = mode_of(l) != Recompute::none;
@@ -494,10 +493,14 @@ void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
     const LayerShape sh = layer_shape(s, r0, n);
     const LayerActivations a = layer_activations(l, s, r0);
-    const LayerScratch d = scratch_of(s, r0);
-    if (recompute) lct::mlp_in_forward(sh, w, a);  // x_mid, h2, gate_up, act of the tile
-    lct::attn_out_backward(sh, w, g, a, d, dx + r0 * config_.hidden_size);
+    if (recompute) repeat(sh, w, a);
+    backward(sh, w, g, a, scratch_of(s, r0), dx + r0 * config_.hidden_size);
   });
+}
+
+void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
+  const ScopedSpan span("after attention backward");
+  tiled_backward(l, s, lct::mlp_in_forward, lct::attn_out_backward);  // repeats x_mid, h2, gate_up, act
 }
 
 void LlamaModel::core_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
@@ -529,16 +532,7 @@ void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratc
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("before attention backward");
-  const LayerWeights w = layer_weights(l);
-  const LayerTensors g = layer_tensors(grads, l);
-  const bool recompute = mode_of(l) != Recompute::none;
-  float* dx = residual_grad(s);
-  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-    const LayerShape sh = layer_shape(s, r0, n);
-    const LayerActivations a = layer_activations(l, s, r0);
-    if (recompute) lct::attn_norm_forward(sh, w, a);  // h1, rstd1 of the tile
-    lct::attn_in_backward(sh, w, g, a, scratch_of(s, r0), dx + r0 * config_.hidden_size);
-  });
+  tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward);  // repeats h1, rstd1
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
@@ -618,6 +612,25 @@ void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement
   }
 }
 
+void LlamaModel::serve_then_finish(AttentionPlacement& placement, void (AttentionPlacement::*serve)(int),
+                                   const char* serve_span, void (AttentionPlacement::*finish)(int),
+                                   const char* finish_span, const std::function<void(int)>& then) {
+  for (int i = 0; i < 2; ++i) {
+    {
+      const ScopedSpan span(serve_span);
+      (placement.*serve)(i);
+    }
+    phase_done();
+  }
+  for (int i = 0; i < 2; ++i) {
+    {
+      const ScopedSpan span(finish_span);
+      (placement.*finish)(i);
+    }
+    then(i);
+  }
+}
+
 void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
                                     AttentionPlacement& placement) {
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_forward_pair: lanes 0 and 1");
@@ -630,19 +643,8 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
     core_attention_forward_start(first, *s, placement);
   }
   for (int l = first; l < end; ++l) {
-    for (int i = 0; i < 2; ++i) {
-      {
-        const ScopedSpan span("attention serve");
-        placement.forward_serve(i);
-      }
-      phase_done();
-    }
-    for (int i = 0; i < 2; ++i) {
+    const auto after_attention = [&](int i) {
       ActivationSlot& s = *lanes[i];
-      {
-        const ScopedSpan span("attention finish");
-        placement.forward_finish(i);
-      }
       attn_out_forward(l, s);
       phase_done();
       if (l + 1 < end) {
@@ -650,7 +652,9 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
         phase_done();
         core_attention_forward_start(l + 1, s, placement);
       }
-    }
+    };
+    serve_then_finish(placement, &AttentionPlacement::forward_serve, "attention serve",
+                      &AttentionPlacement::forward_finish, "attention finish", after_attention);
   }
 }
 
@@ -669,19 +673,8 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
     core_attention_backward_start(last, *s, placement);
   }
   for (int l = last; l >= first; --l) {
-    for (int i = 0; i < 2; ++i) {
-      {
-        const ScopedSpan span("attention backward serve");
-        placement.backward_serve(i);
-      }
-      phase_done();
-    }
-    for (int i = 0; i < 2; ++i) {
+    const auto after_attention = [&](int i) {
       ActivationSlot& s = *lanes[i];
-      {
-        const ScopedSpan span("attention backward finish");
-        placement.backward_finish(i);
-      }
       attn_in_backward(l, s);
       phase_done();
       if (l > first) {
@@ -690,7 +683,9 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
         phase_done();
         core_attention_backward_start(l - 1, s, placement);
       }
-    }
+    };
+    serve_then_finish(placement, &AttentionPlacement::backward_serve, "attention backward serve",
+                      &AttentionPlacement::backward_finish, "attention backward finish", after_attention);
     // layer l is final once both lanes are through it (lane 0's attn_out of layer l - 1
     // above only touched layer l - 1)
     report_final(layer_range(table_, l, l + 1).begin);

@@ -228,12 +228,25 @@ class LlamaModel {
   void core_attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void core_attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
+  // Layer l's backward on one side of core attention (attn_out_backward,
+  // attn_in_backward) over token tiles, into the slot's residual gradient; where the
+  // layer recomputes, each tile first repeats the `repeat` part of its forward.
+  using TileForward = void (*)(const LayerShape&, const LayerWeights&, const LayerActivations&);
+  using TileBackward = void (*)(const LayerShape&, const LayerWeights&, const LayerTensors&,
+                                const LayerActivations&, const LayerScratch&, float*);
+  void tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward);
   void ensure_scratch(int64_t T, int64_t max_position);
   void ensure_workspace(int lane, int64_t T);
   void ensure_lane_scratch(int64_t T);
   void phase_done() {
     if (between_phases) between_phases();
   }
+  // A layer's split-phase attention of both lanes (stage_forward_pair,
+  // stage_backward_pair): each lane's serve (a phase each), then each lane's finish
+  // followed by `then(lane)`, its work after attention.
+  void serve_then_finish(AttentionPlacement& placement, void (AttentionPlacement::*serve)(int),
+                         const char* serve_span, void (AttentionPlacement::*finish)(int),
+                         const char* finish_span, const std::function<void(int)>& then);
   void report_final(int64_t offset) {
     if (grads_final_hook) grads_final_hook(offset);
   }

@@ -201,56 +201,52 @@ void UlyssesAttention::size_exchange(const std::vector<Field>& fields, bool towa
   if (recv_.size() < size_t(total_recv)) recv_.resize(size_t(total_recv));
 }
 
-void UlyssesAttention::to_union(const std::vector<Field>& fields) {
+void UlyssesAttention::local_side(const std::vector<Field>& fields, bool send) {
   const int64_t T = member_rows_[size_t(u_)];
-  size_exchange(fields, true);
   int64_t at = 0;
   for (int s = 0; s < U_; ++s)
     for (const Field& f : fields) {
       const int64_t w = slice_heads(f.kv) * f.per_head, off = slice_first_head(s, f.kv) * f.per_head;
       const int64_t eb = f.bf16 ? 2 : 4;
-      parallel_for(T, T * w, [&](int64_t r) { put(f.local + r * f.width + off, w, f.bf16, send_.data() + at + r * w * eb); });
+      parallel_for(T, T * w, [&](int64_t r) {
+        if (send) put(f.local + r * f.width + off, w, f.bf16, send_.data() + at + r * w * eb);
+        else get(recv_.data() + at + r * w * eb, w, f.bf16, f.local_out + r * f.width + off, f.add);
+      });
       at += T * w * eb;
     }
-  exchange(send_bytes_, recv_bytes_);
-  int64_t from = 0;
+}
+
+void UlyssesAttention::union_side(const std::vector<Field>& fields, bool send) {
+  int64_t at = 0;
   for (int j = 0; j < U_; ++j)
     for (const Field& f : fields) {
       const int64_t w = slice_heads(f.kv) * f.per_head, eb = f.bf16 ? 2 : 4;
       for (const Segment& g : segments_)
         if (g.member == j)
-          for (int64_t r = 0; r < g.len; ++r)
-            get(recv_.data() + from + (g.local_row + r) * w * eb, w, f.bf16, f.union_rows + (g.union_row + r) * w,
-                false);
-      from += member_rows_[size_t(j)] * w * eb;
+          for (int64_t r = 0; r < g.len; ++r) {
+            float* rows = f.union_rows + (g.union_row + r) * w;
+            if (send) put(rows, w, f.bf16, send_.data() + at + (g.local_row + r) * w * eb);
+            else get(recv_.data() + at + (g.local_row + r) * w * eb, w, f.bf16, rows, false);
+          }
+      at += member_rows_[size_t(j)] * w * eb;
     }
+}
+
+void UlyssesAttention::to_union(const std::vector<Field>& fields) {
+  size_exchange(fields, true);
+  local_side(fields, true);
+  exchange(send_bytes_, recv_bytes_);
+  union_side(fields, false);
 }
 
 // The reverse: each member's rows of my heads back to it; my rows of every source's
 // heads in (added in source order when `add`, so replicated KV heads sum the same way
 // on every run).
 void UlyssesAttention::from_union(const std::vector<Field>& fields) {
-  const int64_t T = member_rows_[size_t(u_)];
   size_exchange(fields, false);
-  int64_t at = 0;
-  for (int j = 0; j < U_; ++j)
-    for (const Field& f : fields) {
-      const int64_t w = slice_heads(f.kv) * f.per_head, eb = f.bf16 ? 2 : 4;
-      for (const Segment& g : segments_)
-        if (g.member == j)
-          for (int64_t r = 0; r < g.len; ++r)
-            put(f.union_rows + (g.union_row + r) * w, w, f.bf16, send_.data() + at + (g.local_row + r) * w * eb);
-      at += member_rows_[size_t(j)] * w * eb;
-    }
+  union_side(fields, true);
   exchange(send_bytes_, recv_bytes_);
-  int64_t from = 0;
-  for (int s = 0; s < U_; ++s)
-    for (const Field& f : fields) {
-      const int64_t w = slice_heads(f.kv) * f.per_head, off = slice_first_head(s, f.kv) * f.per_head;
-      const int64_t eb = f.bf16 ? 2 : 4;
-      parallel_for(T, T * w, [&](int64_t r) { get(recv_.data() + from + r * w * eb, w, f.bf16, f.local_out + r * f.width + off, f.add); });
-      from += T * w * eb;
-    }
+  local_side(fields, false);
 }
 
 void UlyssesAttention::attend_forward(const float* q, const float* k, const float* v, float* out, float* lse) {

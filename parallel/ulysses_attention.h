@@ -72,6 +72,13 @@ class UlyssesAttention final : public AttentionPlacement {
   int64_t slice_heads(bool kv) const { return kv ? hk_ : hq_; }
   int64_t slice_first_head(int member, bool kv) const;
   void size_exchange(const std::vector<Field>& fields, bool toward_union);
+  // An exchange's two sides, each in its message order: sent from (send) or received
+  // into the fields.
+  //   local_side  my rows, destination by destination (one slice of heads each); received:
+  //               into local_out (added when `add`)
+  //   union_side  every member's rows of my heads, member by member, in union rows
+  void local_side(const std::vector<Field>& fields, bool send);
+  void union_side(const std::vector<Field>& fields, bool send);
   void to_union(const std::vector<Field>& fields);
   void from_union(const std::vector<Field>& fields);
   void exchange(const std::vector<int>& send_bytes, const std::vector<int>& recv_bytes);

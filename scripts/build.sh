@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Configure and build lct (Release, -O3 -march=native) into build/, or with --sanitize
-# an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1) into build-sanitize/.
+# an AddressSanitizer + UndefinedBehaviorSanitizer build (-O1, line tables: -g1) into
+# build-sanitize/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
 flags=(-DCMAKE_BUILD_TYPE=Release)
 if [[ ${1:-} == --sanitize ]]; then
   dir=build-sanitize
-  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DLCT_SANITIZE=ON)
+  flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DLCT_SANITIZE=ON)
 elif [[ $# -gt 0 ]]; then
   echo "build.sh: unknown option '$1' (expected --sanitize)" >&2
   exit 1

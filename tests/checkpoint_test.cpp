@@ -8,6 +8,7 @@
 #include "src/io/checkpoint.h"
 #include "src/config/config.h"
 #include "src/train/trainer.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
@@ -25,12 +26,7 @@ class CheckpointTest : public ::testing::Test {
 
   Config small_config(const std::string& source = "synthetic") {
     Config c;
-    c.model.vocab_size = 256;
-    c.model.hidden_size = 32;
-    c.model.intermediate_size = 48;
-    c.model.num_hidden_layers = 2;
-    c.model.num_attention_heads = 4;
-    c.model.num_key_value_heads = 2;
+    c.model = test::llama_shape(256, 32, 48, 2, 4, 2);
     c.data.seq_len = 96;
     c.data.max_doc_len = 80;
     c.train.steps = 21;

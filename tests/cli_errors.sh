@@ -3,9 +3,7 @@
 # exit. Each case: expected substring, then the lct arguments.
 set -uo pipefail
 LCT=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
 failures=0
 
 expect_error() {

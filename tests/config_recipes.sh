@@ -6,8 +6,7 @@
 set -euo pipefail
 LCT=$(realpath "$1")
 CONFIGS=$(realpath "$2")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
 failed=0
 for cfg in "$CONFIGS"/*.toml; do
   mapfile -t cmds < <(python3 - "$cfg" <<'PY'

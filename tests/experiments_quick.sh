@@ -4,9 +4,7 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_MCA_orte_tmpdir_base=$work  # a session folder of its own (tests/mpi_common.sh)
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
 LCT="$LCT" bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
   || { cat "$work/all.log"; exit 1; }
 check() {  # experiment columns...

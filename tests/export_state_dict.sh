@@ -4,12 +4,8 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-"$LCT" train --model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2 \
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128 --train.steps 2 \
-  --checkpoint.dir ck > /dev/null
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+"$LCT" train $(model_keys 32 48 2 4 2) --data.seq_len 128 --train.steps 2 --checkpoint.dir ck > /dev/null
 /usr/bin/python3 "$SRC/scripts/checkpoint_to_state_dict.py" ck/step_00000002.h5 --npz sd.npz --torch sd.pt --config-json cfg.json > export.txt
 /usr/bin/python3 - <<'PY'
 import json, h5py, numpy as np, torch

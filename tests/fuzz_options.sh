@@ -8,12 +8,8 @@
 set -uo pipefail
 LCT=$1
 ROOT=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export OMP_WAIT_POLICY=PASSIVE
-BASE=(--model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 2
-      --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+BASE=($(model_keys 32 32 2 2 1) --data.seq_len 64
       --data.max_doc_len 64 --train.steps 2 --train.threads 1 --checkpoint.every 0
       --attention.dca_chunk_size 32 --attention.dca_local_size 8)
 keys=$(awk '/^\[/ {gsub(/[\[\]]/, ""); s = $0} /^[a-z_0-9]+ = -?[0-9.e+-]+$/ {print s "." $1}' "$ROOT/configs/default.toml")

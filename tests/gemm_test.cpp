@@ -76,9 +76,37 @@ std::vector<float> random_matrix(int64_t n, std::mt19937& rng) {
   return v;
 }
 
-TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
+// p's operands A and B, random (A drawn first)
+struct Operands {
+  std::vector<float> A, B;
+};
+Operands random_operands(const Problem& p, std::mt19937& rng) {
+  std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
+  std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+  return {std::move(A), std::move(B)};
+}
+
+// gamma of the tolerance above for an fp32 sum of `terms` terms
+double fp32_gamma(int64_t terms) {
+  const double u = 0x1p-24;
+  return double(terms) * u / (1 - double(terms) * u);
+}
+
+// The bf16 kernels this CPU runs: rounded everywhere, native where it has bf16 instructions
+std::vector<Bf16Kernel> bf16_kernels() {
   std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
   if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
+  return kernels;
+}
+
+// C's padding beyond its N columns is C0's
+void expect_padding_untouched(const Problem& p, const std::vector<float>& C0, const std::vector<float>& C) {
+  for (int64_t i = 0; i < p.M; ++i)
+    for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], C0[size_t(i * p.ldc + j)]);
+}
+
+TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
+  const std::vector<Bf16Kernel> kernels = bf16_kernels();
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 29, 1.0f, 0.0f},    // linear forward: x W^T
       {false, false, 37, 53, 29, 29, 53, 53, 1.0f, 1.0f},   // dx += dout W
@@ -96,22 +124,18 @@ TEST(Gemm, Bf16ProductsAreFp32SumsOfRoundedOperands) {
   for (int round = 0; round < 2; ++round)
   for (const Bf16Kernel kernel : kernels)
     for (const Problem& p : problems) {
-      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
-      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      const auto [A, B] = random_operands(p, rng);
       const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
       std::vector<float> C = C0;
       gemm(bf16_on(kernel), p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(),
                 p.ldc);
-      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      const double gamma = fp32_gamma(p.K + 2);
       const char* name = kernel == Bf16Kernel::native ? "onednn" : "rounded_sgemm";
       EXPECT_LE(worst_ratio(p, A, B, C0, C, true, gamma), 1.0) << name << " M " << p.M << " K " << p.K;
       // and it is not the fp32 product: against unrounded operands it is off by bf16's
       // rounding, far beyond fp32's summation error
       EXPECT_GT(worst_ratio(p, A, B, C0, C, false, gamma), 8.0) << name << " M " << p.M << " K " << p.K;
-      // the padding of C beyond N is untouched
-      for (int64_t i = 0; i < p.M; ++i) {
-        for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], C0[size_t(i * p.ldc + j)]);
-      }
+      expect_padding_untouched(p, C0, C);
     }
 }
 
@@ -121,7 +145,7 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
   const std::vector<float> A = random_matrix(p.M * p.lda, rng), B = random_matrix(p.N * p.ldb, rng);
   std::vector<float> C(size_t(p.M * p.ldc)), C0 = C;
   gemm({}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, C.data(), p.ldc);
-  const double u = 0x1p-24, gamma = double(p.K) * u / (1 - double(p.K) * u);
+  const double gamma = fp32_gamma(p.K);
   EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0);
   std::vector<float> D(C.size()), E(C.size());
   gemm({.precision = Precision::bf16}, p.ta, p.tb, p.M, p.N, p.K, 1.0f, A.data(), p.lda, B.data(), p.ldb, 0.0f, D.data(), p.ldc);
@@ -141,20 +165,18 @@ TEST(Gemm, Fp32IsSgemmAndBf16DispatchFollowsTheCpu) {
 // NaN left in C does not come through beta = 0.
 TEST(Gemm, Fp32OneRowIsAnFp32Product) {
   std::mt19937 rng(5);
-  const double u = 0x1p-24;
   for (const bool ta : {false, true})
     for (const bool tb : {false, true})
       for (const float beta : {0.0f, 0.5f}) {
         const int64_t N = 37, K = 29;
         const Problem p{ta, tb, 1, N, K, ta ? 3 : K + 2, tb ? K + 1 : N + 3, N, 1.5f, beta};
-        const std::vector<float> A = random_matrix((ta ? K : 1) * p.lda, rng),
-                                 B = random_matrix((tb ? N : K) * p.ldb, rng);
+        const auto [A, B] = random_operands(p, rng);
         std::vector<float> C0 = random_matrix(N, rng);
         if (beta == 0.0f) C0[3] = std::numeric_limits<float>::quiet_NaN();
         std::vector<float> C = C0;
         gemm({}, ta, tb, 1, N, K, p.alpha, A.data(), p.lda, B.data(), p.ldb, beta, C.data(), p.ldc);
         if (beta == 0.0f) C0[3] = 0.0f;  // (the reference: beta C is nothing)
-        const double gamma = double(K + 2) * u / (1 - double(K + 2) * u);  // and alpha's and beta's roundings
+        const double gamma = fp32_gamma(K + 2);  // and alpha's and beta's roundings
         EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0) << "ta " << ta << " tb " << tb << " beta " << beta;
       }
 }
@@ -164,8 +186,7 @@ TEST(Gemm, Fp32OneRowIsAnFp32Product) {
 // values: both kernels, dense and strided, as A and as B; an fp32 product widens them,
 // giving the product of the widened floats.
 TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
-  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
-  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
+  const std::vector<Bf16Kernel> kernels = bf16_kernels();
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 29, 1.0f, 0.0f},   // dense
       {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 1.0f},   // strided A and B
@@ -174,8 +195,7 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
   std::mt19937 rng(11);
   for (const Bf16Kernel kernel : kernels)
     for (const Problem& p : problems) {
-      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
-      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      const auto [A, B] = random_operands(p, rng);
       std::vector<uint16_t> Ab(A.size()), Bb(B.size());
       std::vector<float> Aw(A.size()), Bw(B.size());
       for (size_t i = 0; i < A.size(); ++i) Ab[i] = bf16_bits(A[i]), Aw[i] = bf16_value(Ab[i]);
@@ -195,7 +215,7 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
            widened.data(), p.ldc);
       gemm({}, p.ta, p.tb, p.M, p.N, p.K, p.alpha, Ab.data(), p.lda, Bb.data(), p.ldb, p.beta,
            stored.data(), p.ldc);
-      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      const double gamma = fp32_gamma(p.K + 2);
       EXPECT_LE(worst_ratio(p, Aw, Bw, C0, stored, false, gamma), 1.0) << "M " << p.M;
       EXPECT_LE(worst_ratio(p, Aw, Bw, C0, widened, false, gamma), 1.0) << "M " << p.M;
     }
@@ -206,8 +226,7 @@ TEST(Gemm, Bf16StoredOperandsEqualTheirRoundedOriginals) {
 // plus one rounding to bf16 (at most 2^-8 of its magnitude, bf16's unit roundoff), on both kernels,
 // dense and strided, with ldc wider than N (only its N columns written).
 TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
-  std::vector<Bf16Kernel> kernels = {Bf16Kernel::rounded};
-  if (bf16_support().instructions) kernels.push_back(Bf16Kernel::native);
+  const std::vector<Bf16Kernel> kernels = bf16_kernels();
   const std::vector<Problem> problems = {
       {false, true, 37, 29, 53, 53, 53, 31, 1.0f, 0.0f},
       {true, false, 29, 53, 37, 31, 60, 53, 1.0f, 0.0f},
@@ -215,11 +234,10 @@ TEST(Gemm, Bf16OutputIsTheFp32SumRoundedOnce) {
   std::mt19937 rng(12);
   for (const Bf16Kernel kernel : kernels)
     for (const Problem& p : problems) {
-      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
-      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      const auto [A, B] = random_operands(p, rng);
       std::vector<uint16_t> C(size_t(p.M * p.ldc), 0x7fc1);  // a NaN marks columns not to write
       gemm_to_bf16(bf16_on(kernel), p.ta, p.tb, p.M, p.N, p.K, A.data(), p.lda, B.data(), p.ldb, C.data(), p.ldc);
-      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      const double gamma = fp32_gamma(p.K + 2);
       double worst = 0;
       for (int64_t i = 0; i < p.M; ++i) {
         for (int64_t j = 0; j < p.N; ++j) {
@@ -282,7 +300,7 @@ TEST(Bf16Tiles, MicrokernelIsFp32SumOfBf16Products) {
       std::memcpy(&f, &u, 4);
       return double(f);
     };
-    const double u = 0x1p-24, gamma = double(K + 2) * u / (1 - double(K + 2) * u);
+    const double gamma = fp32_gamma(K + 2);
     for (int64_t i = 0; i < sh.M; ++i) {
       for (int64_t j = 0; j < sh.N; ++j) {
         double sum = 0, mag = 0;
@@ -333,15 +351,13 @@ TEST(Gemm, OneDnnFp32IsAnFp32ProductAndTheLibraryIsTheArithmetics) {
   std::mt19937 rng(13);
   for (int round = 0; round < 2; ++round)  // the second time through, cached primitives
     for (const Problem& p : problems) {
-      const std::vector<float> A = random_matrix((p.ta ? p.K : p.M) * p.lda, rng);
-      const std::vector<float> B = random_matrix((p.tb ? p.N : p.K) * p.ldb, rng);
+      const auto [A, B] = random_operands(p, rng);
       const std::vector<float> C0 = random_matrix(p.M * p.ldc, rng);
       std::vector<float> C = C0;
       gemm_fp32_onednn(p.ta, p.tb, p.M, p.N, p.K, p.alpha, A.data(), p.lda, B.data(), p.ldb, p.beta, C.data(), p.ldc);
-      const double u = 0x1p-24, gamma = double(p.K + 2) * u / (1 - double(p.K + 2) * u);
+      const double gamma = fp32_gamma(p.K + 2);
       EXPECT_LE(worst_ratio(p, A, B, C0, C, false, gamma), 1.0) << "M " << p.M << " K " << p.K;
-      for (int64_t i = 0; i < p.M; ++i)
-        for (int64_t j = p.N; j < p.ldc; ++j) EXPECT_EQ(C[size_t(i * p.ldc + j)], C0[size_t(i * p.ldc + j)]);
+      expect_padding_untouched(p, C0, C);
     }
   const Problem p = problems[0];
   const std::vector<float> A = random_matrix(p.M * p.lda, rng), B = random_matrix(p.N * p.ldb, rng);

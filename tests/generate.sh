@@ -8,12 +8,8 @@
 set -euo pipefail
 LCT=$1
 PY=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-TINY=(--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-      --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256 --train.threads 1)
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+TINY=($(model_keys 32 48 2 4 2) --data.seq_len 256 --train.threads 1)
 "$LCT" train "${TINY[@]}" --train.steps 20 --train.lr 0.01 --checkpoint.dir ck > /dev/null
 CK=ck/step_00000020.h5
 PROMPT="The pass key is 12345. Remember it. The pass key is "

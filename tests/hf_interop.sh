@@ -9,12 +9,8 @@ set -euo pipefail
 LCT=$1
 SRC=$2
 PY=/usr/bin/python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-TINY=(--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-      --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128 --train.threads 1)
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+TINY=($(model_keys 32 48 2 4 2) --data.seq_len 128 --train.threads 1)
 
 loss_of() { "$LCT" eval --checkpoint "$1" --batch-file batch.h5 --threads 1 | sed -E 's/^loss ([^ ]+) .*/\1/'; }
 

@@ -18,6 +18,7 @@
 #include "src/io/hf_model.h"
 #include "src/io/safetensors.h"
 #include "src/util/json.h"
+#include "tests/test_util.h"
 
 namespace lct {
 namespace {
@@ -259,17 +260,7 @@ TEST(HfModel, ConfigJsonFuzzOnlyEverRefusesInOneLine) {
   EXPECT_GT(accepted, 100);
 }
 
-LlamaConfig tiny(bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = tied;
-  return c;
-}
+LlamaConfig tiny(bool tied) { return test::llama_shape(40, 16, 24, 2, 4, 2, tied); }
 
 TEST(HfModel, FolderRoundTripIsBitExact) {
   for (const bool tied : {false, true}) {
@@ -331,41 +322,24 @@ TEST(HfModel, ConfigsLctCannotRepresentAreRefusedByKey) {
     EXPECT_NE(why.find(part), std::string::npos) << "wanted '" << part << "', got '" << why << "'";
   };
   Json j = base;
-  j["attention_bias"] = true;
-  expect(j, "attention_bias: true, lct's Llama has no biases");
-  j = base;
-  j["hidden_act"] = "gelu";
-  expect(j, "hidden_act: \"gelu\", lct's MLP is SwiGLU");
-  j = base;
-  j["num_local_experts"] = 8;
-  expect(j, "num_local_experts: a mixture of experts");
-  j = base;
-  j["model_type"] = "mistral";
-  expect(j, "model_type: \"mistral\", lct reads Llama");
-  j = base;
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  expect(j, "rope type 'llama3'");
-  j = base;
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16}, {"original_max_position_embeddings", 64}};
-  expect(j, "rope_scaling.beta_fast: 16");
-  j = base;
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}};
-  expect(j, "rope_scaling.low_freq_factor");
-  j = base;
-  j["head_dim"] = 8;
-  expect(j, "head_dim: 8");
-  j = base;
   j.erase("hidden_size");
   expect(j, "hidden_size: missing");
-  j = base;
-  j["num_attention_heads"] = 5;
-  expect(j, "num_attention_heads");
-  j = base;
-  j["vocab_size"] = "many";
-  expect(j, "vocab_size");
-  // each field has the JSON type transformers builds from (issue 54, cause 6); a refusal
-  // quotes the value as the file has it
-  const std::vector<std::tuple<std::string, Json, std::string>> typed = {
+  // each key's value lct refuses, and what the refusal says; each field has the JSON type
+  // transformers builds from (issue 54, cause 6), and a refusal quotes the value as the
+  // file has it
+  const std::vector<std::tuple<std::string, Json, std::string>> refused = {
+      {"attention_bias", true, "attention_bias: true, lct's Llama has no biases"},
+      {"hidden_act", "gelu", "hidden_act: \"gelu\", lct's MLP is SwiGLU"},
+      {"num_local_experts", 8, "num_local_experts: a mixture of experts"},
+      {"model_type", "mistral", "model_type: \"mistral\", lct reads Llama"},
+      {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, "rope type 'llama3'"},
+      {"rope_scaling",
+       {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16}, {"original_max_position_embeddings", 64}},
+       "rope_scaling.beta_fast: 16"},
+      {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}, {"low_freq_factor", 1.0}}, "rope_scaling.low_freq_factor"},
+      {"head_dim", 8, "head_dim: 8"},
+      {"num_attention_heads", 5, "num_attention_heads"},
+      {"vocab_size", "many", "vocab_size"},
       {"tie_word_embeddings", "false", "tie_word_embeddings: \"false\" is not true or false"},  // Python would tie
       {"hidden_size", "16", "hidden_size: \"16\" is not an integer"},
       {"num_hidden_layers", 2.0, "num_hidden_layers: 2.0 is not an integer"},
@@ -374,7 +348,7 @@ TEST(HfModel, ConfigsLctCannotRepresentAreRefusedByKey) {
       {"lct", {{"attention_kernel", "dca"}, {"dca_chunk_size", "64"}, {"dca_local_size", 8}},
        "lct.dca_chunk_size: \"64\" is not an integer"},
       {"head_dim", "4", "head_dim: \"4\", lct's head_dim is hidden_size / num_attention_heads = 4"}};
-  for (const auto& [key, value, part] : typed) {
+  for (const auto& [key, value, part] : refused) {
     j = base;
     j[key] = value;
     expect(j, part);

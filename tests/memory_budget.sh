@@ -7,13 +7,8 @@
 # anything is written, with exit code 1.
 set -uo pipefail
 LCT=$1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader  # one host: skip the other transports' probes (mpi_common.sh)
 MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMPI_MCA_orte_tmpdir_base=$work  # a session folder of its own (tests/mpi_common.sh)
-cd "$work"
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 

@@ -242,17 +242,8 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
         const std::vector<float> grads_one = m.grads;
 
         m.zero_grads();
-        const LocalBatch whole = whole_sequence(b);
-        const std::array<LocalBatch, 2> halves = split_nano_batches(whole);
         DeferredAttention placement;
-        ActivationSlot& s0 = m.begin(halves[0], 0, 0);
-        ActivationSlot& s1 = m.begin(halves[1], 1, 1);
-        m.stage_forward_pair(s0, s1, placement);
-        double loss_pair = m.head_forward_backward(s0, 1.0f / float(N), true).loss_sum;
-        loss_pair += m.head_forward_backward(s1, 1.0f / float(N), true).loss_sum;
-        m.stage_backward_pair(s0, s1, placement);
-        m.end(s0);
-        m.end(s1);
+        const double loss_pair = pair_forward_backward(m, b, 1.0f / float(N), placement);
         const bool bf16 = precision == Precision::bf16;
         EXPECT_NEAR(loss_pair, loss_one, (bf16 ? 0x1p-9 : 1e-6) * loss_one);
         std::vector<double> g1(grads_one.begin(), grads_one.end()), g2(m.grads.begin(), m.grads.end());

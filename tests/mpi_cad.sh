@@ -20,11 +20,9 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
+MODEL="$(model_keys 32 48 2 4 2) --data.seq_len 128
   --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
   --attention.dca_chunk_size 40 --attention.dca_local_size 8"
-SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 train() {  # dir ranks micro_batches [extra args]
   local dir=$1 np=$2 mb=$3

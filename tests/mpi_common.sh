@@ -1,29 +1,21 @@
-# Shared by the MPI test scripts (sourced after `LCT=$1`): MPI settings for root and
-# oversubscription, a scratch folder removed on exit (made the current directory), and
-# helpers that expect MODEL (the scripts' common lct train arguments).
+# Shared by the MPI test scripts (sourced after `LCT=$1`): tests/script_common.sh (a
+# scratch folder, the current directory; MPI's settings), mpirun for oversubscription,
+# and helpers that expect MODEL (the scripts' common lct train arguments).
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=PASSIVE
-# On one host OpenMPI selects ob1 over shared memory whatever it probes; naming them skips
-# the probes of the transports it would reject (UCX, OFI, PSM2, openib, TCP): 0.63 s ->
-# 0.42 s for 4 ranks of MPI_Init and MPI_Finalize here. scripts/cluster.sh names its own
-# (TCP between hosts) on its command line, which overrides these.
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+source "$HERE/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
 MPIRUN="mpirun --oversubscribe --bind-to none"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-# OpenMPI's session folder in the scratch folder, not /tmp/ompi.HOST.UID, which every
-# mpirun on the machine shares: two launched at once (ctest -j2 runs two MPI scripts)
-# race to create and remove it ("mkdir ... /tmp/ompi.vm.0: File exists", orte_init fails)
-export OMPI_MCA_orte_tmpdir_base=$work
 # CAD's measured cost model is cached here, not in the user's cache (src/tune/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 
 # The small model most layout tests train (2 layers, 4 query and 2 key/value heads),
 # one thread per rank; scripts add their data and schedule.
-TINY_MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --train.threads 1"
+TINY_MODEL="$(model_keys 32 48 2 4 2) --train.threads 1"
+
+# The layout comparisons' optimizer: SGD's parameters are linear in the gradients, so
+# layouts that sum in another order stay within compare_runs.py's rounding bounds (with
+# AdamW they would not); lr 0.3 falling to 0.03 keeps each update below the tensor's
+# largest magnitude, as those bounds assume
+SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 # compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters
 compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }

@@ -23,11 +23,9 @@ LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 # DCA chunk 40 / local 8 (chunks of 32 tokens) on documents up to 128 tokens
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2
+MODEL="$(model_keys 32 48 2 4 2)
   --train.threads 1 --train.warmup_steps 3
   --attention.dca_chunk_size 40 --attention.dca_local_size 8"
-SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 train() {  # dir ranks steps [extra args]; MB micro-batches (default 2), SEQ tokens (128)
   local dir=$1 np=$2 steps=$3

@@ -16,7 +16,6 @@ LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
 MODEL="$TINY_MODEL --data.seq_len 128 --data.max_doc_len 128 --data.doc_lengths pretrain --train.warmup_steps 3"
-SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 train() {  # dir ranks [extra args]: 2 sequences per step (micro-batches x dp; MB, default 2)
   local dir=$1 np=$2

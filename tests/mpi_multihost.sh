@@ -29,7 +29,6 @@ if ! out=$("${CLUSTER[@]}" --hosts 2 -- true 2>&1); then
 fi
 
 MODEL="$TINY_MODEL --data.seq_len 256 --data.max_doc_len 256 --train.warmup_steps 3"
-SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 # on_cluster DIR HOSTS RANKS_PER_HOST ARGS...: lct train with MODEL across namespace hosts
 on_cluster() {

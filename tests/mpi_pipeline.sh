@@ -17,11 +17,9 @@ source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current dire
 
 # 4 layers (pp = 4 gets one each); documents up to the whole 128-token sequence, so
 # DCA (chunk 40, local 8: chunks of 32 tokens) runs its intra, successive and inter parts.
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 4
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 128
+MODEL="$(model_keys 32 48 4 4 2) --data.seq_len 128
   --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
   --attention.dca_chunk_size 40 --attention.dca_local_size 8"
-SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
 train() {  # dir ranks micro_batches steps [extra args]
   local dir=$1 np=$2 mb=$3 steps=$4

@@ -26,10 +26,8 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="--model.hidden_size 64 --model.intermediate_size 96 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
-  --data.max_doc_len 256 --train.threads 1 --train.warmup_steps 3
-  --train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
+MODEL="$(model_keys 64 96 2 4 2) --data.seq_len 256
+  --data.max_doc_len 256 --train.threads 1 --train.warmup_steps 3 $SGD"
 BF16=(--train.precision bf16)
 SIX=(--train.steps 6)
 BOUND="1e-3 6e-3"

@@ -9,8 +9,7 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 2
-  --model.num_attention_heads 4 --model.num_key_value_heads 2 --data.seq_len 256
+MODEL="$(model_keys 32 48 2 4 2) --data.seq_len 256
   --data.max_doc_len 256 --train.threads 1"
 
 run_train cad 2 --train.steps 6 --attention.placement cad --attention.cad_pingpong true \

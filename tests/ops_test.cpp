@@ -76,23 +76,31 @@ TEST(Ops, RmsNormForwardMatchesFormula) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[size_t(i)], x[size_t(i)] * r * w[size_t(i)], 1e-6);
 }
 
+// rope_backward is the gradient of sum(rope_forward(x) * r) (finite differences at x; x
+// and r random from seeds x_seed and r_seed, a row per position). Returns x.
+std::vector<float> expect_rope_gradient(const RopeTable& rope, const std::vector<int32_t>& pos, int64_t heads,
+                                        int64_t hd, uint64_t x_seed, uint64_t r_seed) {
+  const int64_t T = int64_t(pos.size()), n = T * heads * hd;
+  auto x = random_vector(n, x_seed), r = random_vector(n, r_seed);
+  auto loss = [&] {
+    std::vector<float> out = x;
+    rope_forward(out.data(), pos.data(), rope, T, heads, hd);
+    return dot(out, r);
+  };
+  std::vector<float> dx = r;
+  rope_backward(dx.data(), pos.data(), rope, T, heads, hd);
+  EXPECT_LT(rel_error(pick(dx, all_indices(n)), finite_difference(x, loss, kEps, all_indices(n))), kTol);
+  return x;
+}
+
 TEST(Ops, RopeGradientMatchesFiniteDifferencesAndHfConvention) {
   const int64_t T = 5, heads = 3, hd = 8;
   const std::vector<int32_t> pos = {0, 1, 2, 0, 7};
   const RopeTable rope = build_rope_table(16, hd, 10000.0);
-  auto x = random_vector(T * heads * hd, 9), r = random_vector(T * heads * hd, 10);
-  std::vector<float> y;
-  auto loss = [&] {
-    y = x;
-    rope_forward(y.data(), pos.data(), rope, T, heads, hd);
-    return dot(y, r);
-  };
-  std::vector<float> dx = r;
-  rope_backward(dx.data(), pos.data(), rope, T, heads, hd);
-  EXPECT_LT(rel_error(pick(dx, all_indices(T * heads * hd)),
-                      finite_difference(x, loss, kEps, all_indices(T * heads * hd))), kTol);
+  const std::vector<float> x = expect_rope_gradient(rope, pos, heads, hd, 9, 10);
   // HF rotate_half: out[i] = x[i] cos - x[i+hd/2] sin, angle = pos * theta^(-2i/hd)
-  loss();
+  std::vector<float> y = x;
+  rope_forward(y.data(), pos.data(), rope, T, heads, hd);
   const int64_t t = 4, h = 1, i = 2;
   const double angle = 7 * std::pow(10000.0, -2.0 * i / hd);
   const float* xv = x.data() + (t * heads + h) * hd;
@@ -149,18 +157,7 @@ TEST(Ops, RopeScalingsFollowTheirDefinitions) {
       EXPECT_NEAR(c * c + sn * sn, m * m, 1e-5);
       EXPECT_NEAR(c, m * std::cos(double(p) * y[size_t(i)]), 1e-6);
     }
-  const int64_t T = 4, heads = 2;
-  const std::vector<int32_t> pos = {0, 3, 17, 31};
-  auto x = random_vector(T * heads * hd, 21), r = random_vector(T * heads * hd, 22);
-  auto loss = [&] {
-    std::vector<float> out = x;
-    rope_forward(out.data(), pos.data(), t, T, heads, hd);
-    return dot(out, r);
-  };
-  std::vector<float> dx = r;
-  rope_backward(dx.data(), pos.data(), t, T, heads, hd);
-  EXPECT_LT(rel_error(pick(dx, all_indices(T * heads * hd)),
-                      finite_difference(x, loss, kEps, all_indices(T * heads * hd))), kTol);
+  expect_rope_gradient(t, {0, 3, 17, 31}, 2, hd, 21, 22);
 }
 
 TEST(Ops, SwigluGradientsMatchFiniteDifferences) {

@@ -76,17 +76,7 @@ TEST(GradBuckets, CoverTheArenaExactlyInReverseLayerOrder) {
   }
 }
 
-LlamaConfig small_config(int layers, bool tied) {
-  LlamaConfig c;
-  c.vocab_size = 50;
-  c.hidden_size = 32;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = tied;
-  return c;
-}
+LlamaConfig small_config(int layers, bool tied) { return test::llama_shape(50, 32, 40, layers, 4, 2, tied); }
 
 TEST(PipelineStages, EvenAndUnevenSplitsAndTheirErrors) {
   std::vector<StageSpec> st;

@@ -4,11 +4,8 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-MODEL="--model.hidden_size 32 --model.intermediate_size 48 --model.num_hidden_layers 1
-  --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64 --train.steps 3"
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+MODEL="$(model_keys 32 48 1 2 1) --data.seq_len 64 --train.steps 3"
 "$LCT" train $MODEL --checkpoint.dir a > a.log 2>&1 || { cat a.log; exit 1; }
 "$LCT" train $MODEL --checkpoint.dir b --train.lr 1e-2 > b.log 2>&1 || { cat b.log; exit 1; }
 /usr/bin/python3 "$SRC/scripts/plot_runs.py" a b/step_00000003.h5 --names lr3e-3,lr1e-2 --out p.png

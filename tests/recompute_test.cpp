@@ -52,17 +52,8 @@ Result run(const LlamaConfig& c, Precision precision, const RecomputePolicy& pol
     r.loss = m.forward_backward(b, scale, true).loss_sum;
   } else {
     m.refresh_weight_copies();
-    const LocalBatch whole = whole_sequence(b);
-    const std::array<LocalBatch, 2> halves = split_nano_batches(whole);
     ColocatedAttention placement;
-    ActivationSlot& s0 = m.begin(halves[0], 0, 0);
-    ActivationSlot& s1 = m.begin(halves[1], 1, 1);
-    m.stage_forward_pair(s0, s1, placement);
-    r.loss = m.head_forward_backward(s0, scale, true).loss_sum;
-    r.loss += m.head_forward_backward(s1, scale, true).loss_sum;
-    m.stage_backward_pair(s0, s1, placement);
-    m.end(s0);
-    m.end(s1);
+    r.loss = pair_forward_backward(m, b, scale, placement);
   }
   r.grads = m.grads;
   return r;

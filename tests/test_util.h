@@ -1,6 +1,8 @@
-// Shared helpers for the tests: deterministic random fills and finite differences.
+// Shared helpers for the tests: deterministic random fills, finite differences and a
+// ping-pong pair through a model.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -8,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "data/context_shards.h"
+#include "data/nano_batches.h"
 #include "data/rng.h"
+#include "model/llama.h"
 #include "model/llama_config.h"
 #include "model/tensor_table.h"
 
@@ -96,6 +101,23 @@ inline void randomize_params(const TensorTable& table, std::vector<float>& param
       const size_t k = size_t(s.offset + i);
       params[k] = s.init == TensorInit::ones ? 1.0f + r[k] * 0.5f : r[k];
     }
+}
+
+// b as the ping-pong pair (its two nano-batches, lanes 0 and 1) through m's whole stage
+// with `placement`: forward, each lane's head (loss sum: lane 0's plus lane 1's) and
+// backward. Returns the loss sum.
+inline double pair_forward_backward(LlamaModel& m, const PackedBatch& b, float scale, AttentionPlacement& placement) {
+  const LocalBatch whole = whole_sequence(b);
+  const std::array<LocalBatch, 2> halves = split_nano_batches(whole);
+  ActivationSlot& s0 = m.begin(halves[0], 0, 0);
+  ActivationSlot& s1 = m.begin(halves[1], 1, 1);
+  m.stage_forward_pair(s0, s1, placement);
+  double loss = m.head_forward_backward(s0, scale, true).loss_sum;
+  loss += m.head_forward_backward(s1, scale, true).loss_sum;
+  m.stage_backward_pair(s0, s1, placement);
+  m.end(s0);
+  m.end(s1);
+  return loss;
 }
 
 inline std::vector<double> pick(const std::vector<float>& v, const std::vector<int64_t>& idx) {

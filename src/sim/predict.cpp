@@ -74,6 +74,40 @@ double allreduce_seconds(const RunPlan& plan, const Network& net) {
   return slowest;
 }
 
+// What every driver below sets up: attention's cost, the network, the gradient
+// all-reduce's tail, the run's document stream, the steps predicted and the trace.
+struct Driver {
+  Driver(const SimulateOptions& o, const RunPlan& plan, const std::optional<CadCostModel>& profile,
+         const Calibration& cal)
+      : attn{cal, profile, o.attention_scale, plan.model.attention_mask},
+        net(network_of(o)),
+        allreduce(allreduce_seconds(plan, net)),
+        stream(plan),
+        timeline(plan.run.trace_path, o.ranks) {}
+  const AttentionCost attn;
+  const Network net;
+  const double allreduce;
+  DocumentStream stream;
+  std::vector<StepPrediction> steps;
+  SimTimeline timeline;
+};
+
+// A step's prediction with every one of the n ranks' compute and tokens at zero.
+StepPrediction zero_step(int n) {
+  StepPrediction p;
+  p.compute.assign(size_t(n), 0.0);
+  p.rank_tokens.assign(size_t(n), 0.0);
+  return p;
+}
+
+// The calibration of one of pp stages: a stage updates only its own parameters, about
+// 1/pp of the optimizer step.
+Calibration per_stage_of(const Calibration& cal, int pp) {
+  Calibration per_stage = cal;
+  per_stage.optimizer = cal.optimizer / pp;
+  return per_stage;
+}
+
 // Pipeline (colocated, the configured schedule) and/or context parallelism (the
 // configured split, ring), with data parallelism around them. Per micro-batch of a
 // replica and stage:
@@ -91,44 +125,35 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
                             const std::optional<CadCostModel>& profile, int threads, const Calibration& cal) {
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
-  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const Network net = network_of(o);
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
-  const double allreduce = allreduce_seconds(plan, net);
   const CpSplit split = plan.cp_split;
-  // a stage updates only its own parameters: about 1/pp of the optimizer step
-  Calibration per_stage = cal;
-  per_stage.optimizer = cal.optimizer / pp;
+  const Calibration per_stage = per_stage_of(cal, pp);
   const double optimizer = per_stage.optimizer;
   const PipelineSchedule schedule = plan.schedule;
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
-  DocumentStream stream(plan);
-  std::vector<StepPrediction> steps;
-  SimTimeline timeline(plan.run.trace_path, n);
+  Driver sim(o, plan, profile, cal);
   double bubble_sum = 0;
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
-    StepPrediction p;
-    p.compute.assign(size_t(n), 0.0);
-    p.rank_tokens.assign(size_t(n), 0.0);
+    StepPrediction p = zero_step(n);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
     std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
     double slowest = 0, bubble = 0;
     // the step's global batch, as the trainer takes it: replica d trains sequences
     // d * mb + m, or with packing the whole batch re-packed over the replicas by work
-    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
+    const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
     for (int d = 0; d < dp; ++d) {
       // pieces[m][c]: micro-batch m's piece on context-parallel rank c; tokens[m] in all
       const std::vector<std::vector<LocalBatch>> pieces = replica_pieces(plan, global, d);
       const std::vector<double> seq_tokens = sequence_tokens(pieces);
       double replica = 0;
       const StageCosts costs = replica_stage_costs(
-          plan, pieces, seq_tokens, attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
+          plan, pieces, seq_tokens, sim.attn, cal, o, [&](int s, int c) { return rank_of(s, d, c); }, p, pairs);
       // the stages' action lists against each other, with message times
-      const std::vector<double> message = pipeline_messages(plan, seq_tokens, net, d);
+      const std::vector<double> message = pipeline_messages(plan, seq_tokens, sim.net, d);
       const StageClocks run = run_stage_lists(schedule, int(mb), cp, costs, message,
-                                              [&](int s, int c) { return rank_of(s, d, c); }, timeline);
+                                              [&](int s, int c) { return rank_of(s, d, c); }, sim.timeline);
       const std::vector<double>&clock = run.clock, &wait = run.wait;
       for (int s = 0; s < pp; ++s) {
         replica = std::max(replica, clock[size_t(s)]);
@@ -142,23 +167,23 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
         for (int s = 0; s < pp; ++s) bubble = std::max(bubble, wait[size_t(s)] / std::max(replica, 1e-12));
       slowest = std::max(slowest, replica);
     }
-    p.seconds = slowest + allreduce + optimizer;
+    p.seconds = slowest + sim.allreduce + optimizer;
     p.pairs_before = p.pairs_after = max_over_mean(pairs);
     p.rank_pairs = pairs;
     bubble_sum += bubble / double(o.steps);
-    steps.push_back(p);
+    sim.steps.push_back(p);
     for (int r = 0; r < n; ++r) {
-      timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + allreduce);
-      timeline.compute(r, "optimizer", slowest + allreduce, p.seconds);
+      sim.timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + sim.allreduce);
+      sim.timeline.compute(r, "optimizer", slowest + sim.allreduce, p.seconds);
     }
-    timeline.end_step(p.seconds);
+    sim.timeline.end_step(p.seconds);
   }
   std::string placement =
       cp > 1 ? std::string("context-parallel ") + cp_comm_name(plan.cp_comm) + ", " + cp_split_name(split) : "colocated";
   if (pp > 1) placement += std::string(", ") + pipeline_schedule_name(schedule);
-  timeline.write(layout);
+  sim.timeline.write(layout);
   return {layout_name(layout), placement,
-         per_stage, profile.has_value(), threads, std::move(steps), bubble_sum};
+         per_stage, profile.has_value(), threads, std::move(sim.steps), bubble_sum};
 }
 
 // One same-phase tick of every rank (tick[r]: rank r's micro-batch piece, empty for a
@@ -245,32 +270,21 @@ double cad_micro_batches(const RunPlan& plan, const CadLayerCost& cad_layer,
 // stage, exposed. With cp > 1 every rank holds its piece of the sequences.
 Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
                        const std::optional<CadCostModel>& profile, int threads, const Calibration& cal) {
-  const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
-  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const Network net = network_of(o);
   const int n = o.ranks, dp = layout.dp, pp = layout.pp, cp = layout.cp;
   const int64_t mb = plan.micro_batches;
-  const std::vector<StageSpec>& stages = plan.stages;  // equal layers (the run plan's rule)
-  const double stage_layers = double(stages[0].num_layers());
-  const CadLayerCost cad_layer(plan, cal, attn, profile, net);
-  const double allreduce = allreduce_seconds(plan, net);
-  Calibration per_stage = cal;  // a stage updates about 1/pp of the parameters
-  per_stage.optimizer = cal.optimizer / pp;
+  const Calibration per_stage = per_stage_of(cal, pp);
   const auto rank_of = [&](int s, int d, int c) { return world_rank_of(layout, {d, s, c}); };
 
-  DocumentStream stream(plan);
-  std::vector<StepPrediction> steps;
-  SimTimeline timeline(plan.run.trace_path, n);
+  Driver sim(o, plan, profile, cal);
+  const CadLayerCost cad_layer(plan, cal, sim.attn, profile, sim.net);
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     // batches[d][m][c]: replica d's micro-batch m, piece c
     std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
-    StepPrediction p;
-    p.compute.assign(size_t(n), 0.0);
-    p.rank_tokens.assign(size_t(n), 0.0);
+    StepPrediction p = zero_step(n);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     // the step model's batches (src/train/step_model.h), as the trainer takes them
-    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
+    const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
     for (int d = 0; d < dp; ++d) {
       batches[size_t(d)] = replica_pieces(plan, global, d);
       for (int c = 0; c < cp; ++c)
@@ -293,23 +307,23 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
           for (int d = 0; d < dp; ++d)
             for (int c = 0; c < cp; ++c) tick[size_t(rank_of(s, d, c))] = batches[size_t(d)][size_t(m)][size_t(c)];
         }
-        t += cad_tick(plan, cad_layer, cal, tick, forward, t, net, p, served, timeline);
+        t += cad_tick(plan, cad_layer, cal, tick, forward, t, sim.net, p, served, sim.timeline);
       }
-    p.seconds = t + allreduce + per_stage.optimizer;
+    p.seconds = t + sim.allreduce + per_stage.optimizer;
     p.pairs_before = max_over_mean(pairs);
     p.rank_pairs = pairs;
     p.pairs_after = max_over_mean(served);
-    steps.push_back(p);
+    sim.steps.push_back(p);
     for (int r = 0; r < n; ++r) {
-      timeline.wait(r, "gradient all-reduce", t, t + allreduce);
-      timeline.compute(r, "optimizer", t + allreduce, p.seconds);
+      sim.timeline.wait(r, "gradient all-reduce", t, t + sim.allreduce);
+      sim.timeline.compute(r, "optimizer", t + sim.allreduce, p.seconds);
     }
-    timeline.end_step(p.seconds);
+    sim.timeline.end_step(p.seconds);
   }
-  timeline.write(layout);
+  sim.timeline.write(layout);
   return {layout_name(layout),
          cad_layer.lanes() == 2 ? "cad (ping-pong), ticks" : "cad (one exchange at a time), ticks", per_stage,
-         profile.has_value(), threads, std::move(steps), 0.0};
+         profile.has_value(), threads, std::move(sim.steps), 0.0};
 }
 
 // Data parallelism (colocated, packing or CAD), and CAD with context parallelism: rank
@@ -319,25 +333,17 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
   const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
-  const int n = o.ranks, cp = layout.cp, dp = layout.dp;
-  const AttentionCost attn{cal, profile, o.attention_scale, plan.model.attention_mask};
-  const Network net = network_of(o);
+  const int n = o.ranks, cp = layout.cp;
   const double layers = double(mc.num_hidden_layers);
-  const int64_t mb = plan.micro_batches;
   const bool packing = plan.balance == DpBalance::packing;
-  const CadLayerCost cad_layer(plan, cal, attn, profile, net);
-  const int lanes = cad ? cad_layer.lanes() : 1;
-  const double allreduce = allreduce_seconds(plan, net);
 
-  DocumentStream stream(plan);
-  std::vector<StepPrediction> steps;
-  SimTimeline timeline(plan.run.trace_path, n);
+  Driver sim(o, plan, profile, cal);
+  const CadLayerCost cad_layer(plan, cal, sim.attn, profile, sim.net);
+  const int lanes = cad ? cad_layer.lanes() : 1;
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
-    const std::vector<PackedBatch> global = step_sequences(stream, plan, step);
+    const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
     const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
-    StepPrediction p;
-    p.compute.assign(size_t(n), 0.0);
-    p.rank_tokens.assign(size_t(n), 0.0);
+    StepPrediction p = zero_step(n);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank
@@ -351,34 +357,34 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
         p.compute[size_t(r)] += cal.head_per_token * double(b.num_tokens());
         if (cad) continue;
         double t = cal.linear_per_token_layer * double(b.num_tokens());
-        for (const DocPiece& d : b.pieces) t += attn(d);
+        for (const DocPiece& d : b.pieces) t += sim.attn(d);
         p.compute[size_t(r)] += layers * t;
-        timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
+        sim.timeline.compute(r, "micro-batch (forward + backward)", begin, p.compute[size_t(r)]);
         served[size_t(r)] += double(b.attention_pairs(plan.model.attention_mask));
       }
-    if (cad) sync = cad_micro_batches(plan, cad_layer, local, served, p, timeline);
+    if (cad) sync = cad_micro_batches(plan, cad_layer, local, served, p, sim.timeline);
     const double slowest = *std::max_element(p.compute.begin(), p.compute.end());
     const double head_max = *std::max_element(head.begin(), head.end());
     const double work_end = cad ? sync + head_max : slowest;
-    p.seconds = work_end + allreduce + cal.optimizer;
+    p.seconds = work_end + sim.allreduce + cal.optimizer;
     p.pairs_before = max_over_mean(pairs);
     p.rank_pairs = pairs;
     p.pairs_after = max_over_mean(served);
-    steps.push_back(p);
+    sim.steps.push_back(p);
     for (int r = 0; r < n; ++r) {
-      if (cad) timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
-      timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],
-                    work_end + allreduce);
-      timeline.compute(r, "optimizer", work_end + allreduce, p.seconds);
+      if (cad) sim.timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
+      sim.timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],
+                        work_end + sim.allreduce);
+      sim.timeline.compute(r, "optimizer", work_end + sim.allreduce, p.seconds);
     }
-    timeline.end_step(p.seconds);
+    sim.timeline.end_step(p.seconds);
   }
 
   const std::string placement = cad ? (lanes == 2 ? "cad (ping-pong)" : "cad (one exchange at a time)")
                                     : packing ? "colocated + packing" : "colocated";
-  timeline.write(layout);
+  sim.timeline.write(layout);
   return {cp > 1 ? layout_name(layout) : "dp " + std::to_string(n),
-         placement, cal, profile.has_value(), threads, std::move(steps), 0.0};
+         placement, cal, profile.has_value(), threads, std::move(sim.steps), 0.0};
 }
 
 }  // namespace

@@ -52,10 +52,10 @@ for l in $LAYOUTS; do layout_args "$l" > /dev/null; done
 
 echo "cad scaling | config $CONFIG | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each | $RANKS ranks: $LAYOUTS"
 for r in $(seq "$ROUNDS"); do
-  bench_train 1 "$work/r${r}_dp1" --train.steps "$STEPS" "$@"
+  bench_train 1 "$work/r${r}_dp1" "$@"
   for l in $LAYOUTS; do
     # shellcheck disable=SC2046  # the layout's arguments are words
-    bench_train "$RANKS" "$work/r${r}_$l" --train.steps "$STEPS" $(layout_args "$l") "$@"
+    bench_train "$RANKS" "$work/r${r}_$l" $(layout_args "$l") "$@"
   done
 done
 grep -m1 "lct train |" "$work/r1_dp1.log"

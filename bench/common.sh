@@ -1,6 +1,7 @@
 # Shared by the bench/*.sh scripts (sourced first, after the scripts set their option
 # defaults): the lct binary, MPI as root, a scratch folder removed on exit, the option
-# parser and bench_train, one measured run.
+# parser, bench_train (ranks, one thread each) and bench_one (one process), one measured
+# run.
 LCT=${LCT:-build/lct}
 [ -x "$LCT" ] || { echo "$(basename "$0"): no lct binary at $LCT (bash scripts/build.sh)" >&2; exit 1; }
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,11 +40,22 @@ bench_options() {
   BENCH_REST=("$@")
 }
 
-# bench_train RANKS DIR ARGS...: lct train on CONFIG, one rank per core with one thread
-# each, no checkpoints but the final one, into DIR (log in DIR.log, shown on failure)
+# bench_train RANKS DIR ARGS...: lct train on CONFIG for STEPS steps, one rank per core
+# with one thread each, no checkpoints but the final one, into DIR (log in DIR.log, shown
+# on failure)
 bench_train() {
   local np=$1 dir=$2
   shift 2
-  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 \
+  mpirun -np "$np" --bind-to core "$LCT" train --config "$CONFIG" --train.threads 1 --train.steps "$STEPS" \
     --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+}
+
+# bench_one DIR ARGS...: lct train on CONFIG in one process (the config's threads: every
+# core by default), no checkpoints but the final one, into DIR (log in DIR.log, shown on
+# failure)
+bench_one() {
+  local dir=$1
+  shift
+  "$LCT" train --config "$CONFIG" --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 \
+    || { cat "$dir.log"; exit 1; }
 }

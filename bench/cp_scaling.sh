@@ -24,8 +24,7 @@ run() {  # ranks dir [extra args]
   local np=$1 dir=$2
   shift 2
   bench_train "$np" "$dir" --data.seq_len "$LENGTH" --data.max_doc_len "$LENGTH" \
-    --data.doc_lengths fixed --train.micro_batches 1 --parallel.dp 1 --parallel.cp "$np" \
-    --train.steps "$STEPS" "$@"
+    --data.doc_lengths fixed --train.micro_batches 1 --parallel.dp 1 --parallel.cp "$np" "$@"
 }
 
 echo "cp scaling | config $CONFIG | one document of $LENGTH tokens per step | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"

@@ -15,16 +15,10 @@ source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
 bench_options "steps=12 rounds=3 ranks=$(nproc)" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # ranks dir [extra args]
-  local np=$1 dir=$2
-  shift 2
-  bench_train "$np" "$dir" --train.steps "$STEPS" "$@"
-}
-
 echo "dp scaling | config $CONFIG | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 for r in $(seq "$ROUNDS"); do
-  run 1 "$work/r${r}_dp1" "$@"
-  run "$RANKS" "$work/r${r}_dpN" "$@"
+  bench_train 1 "$work/r${r}_dp1" "$@"
+  bench_train "$RANKS" "$work/r${r}_dpN" "$@"
 done
 grep -m1 "lct train |" "$work/r1_dp1.log"
 grep -m1 "MPI:" "$work/r1_dpN.log"

@@ -16,19 +16,19 @@ source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
 bench_options "steps=6 rounds=3 stages=$(nproc) micro-batches=8" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # ranks dir steps [extra args]
-  local np=$1 dir=$2 steps=$3
-  shift 3
+run() {  # ranks dir [extra args]
+  local np=$1 dir=$2
+  shift 2
   bench_train "$np" "$dir" --data.doc_lengths fixed --train.micro_batches "$MICRO_BATCHES" --parallel.dp 1 \
-    --parallel.pp "$np" --train.steps "$steps" "$@"
+    --parallel.pp "$np" "$@"
 }
 
 echo "pp scaling | config $CONFIG, fixed-length documents | $MICRO_BATCHES micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 for r in $(seq "$ROUNDS"); do
-  run 1 "$work/r${r}_pp1" "$STEPS" "$@"
-  run "$STAGES" "$work/r${r}_ppN" "$STEPS" "$@"
+  run 1 "$work/r${r}_pp1" "$@"
+  run "$STAGES" "$work/r${r}_ppN" "$@"
 done
-run "$STAGES" "$work/gpipe" 2 --parallel.pp_schedule gpipe "$@"
+STEPS=2 run "$STAGES" "$work/gpipe" --parallel.pp_schedule gpipe "$@"
 grep -m1 "lct train |" "$work/r1_pp1.log"
 grep -m1 "pipeline:" "$work/r1_ppN.log"
 PYTHONPATH=bench python3 - "$work" "$ROUNDS" "$STAGES" "$MICRO_BATCHES" <<'PY'

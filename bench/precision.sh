@@ -23,15 +23,14 @@
 #                           [--long 16384] [--quality 150] [--seeds 3] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, $work, bench_options
+source bench/common.sh  # LCT, $work, bench_options, bench_one
 bench_options "steps=8 rounds=5 long=16384 quality=0 seeds=1" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name precision [extra args]
-  local dir=$work/$1 precision=$2
+  local name=$1 precision=$2
   shift 2
-  "$LCT" train --config "$CONFIG" --train.steps "${RUN_STEPS:-$STEPS}" --train.precision "$precision" \
-    --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  bench_one "$work/$name" --train.steps "${RUN_STEPS:-$STEPS}" --train.precision "$precision" "$@"
 }
 
 LONG_ARGS=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
@@ -91,10 +90,8 @@ fi
 for seed in $(seq "$SEEDS"); do
   for run in fp32:auto bf16:auto fp32:openblas fp32:onednn; do
     precision=${run%:*} library=${run#*:}
-    "$LCT" train --config "$CONFIG" --train.steps "$QUALITY" --train.precision "$precision" \
-      --train.fp32_gemm "$library" --train.seed "$seed" --checkpoint.every 0 \
-      --checkpoint.dir "$work/q${seed}_${precision}_$library" "$@" > "$work/q${seed}_${precision}_$library.log" 2>&1 \
-      || { cat "$work/q${seed}_${precision}_$library.log"; exit 1; }
+    bench_one "$work/q${seed}_${precision}_$library" --train.steps "$QUALITY" --train.precision "$precision" \
+      --train.fp32_gemm "$library" --train.seed "$seed" "$@"
   done
 done
 PYTHONPATH=bench python3 - "$work" "$QUALITY" "$SEEDS" <<'PY'

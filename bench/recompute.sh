@@ -13,23 +13,21 @@
 #                           [--long 16384] [extra lct train args, e.g. --train.precision bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, $work, bench_options
+source bench/common.sh  # LCT, $work, bench_options, bench_one
 bench_options "steps=6 rounds=3 long=16384" "$@"
 set -- "${BENCH_REST[@]}"
 
 run() {  # name mode [extra args]
-  local dir=$work/$1 mode=$2
+  local name=$1 mode=$2
   shift 2
-  "$LCT" train --config "$CONFIG" --train.steps "$STEPS" --train.recompute "$mode" \
-    --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
+  bench_one "$work/$name" --train.steps "$STEPS" --train.recompute "$mode" "$@"
 }
 
 ONE=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
 MIX=(--data.seq_len "$LONG" --data.max_doc_len "$LONG")
 echo "recompute | config $CONFIG | $ROUNDS rounds x $STEPS steps at $LONG tokens | one process, all cores | $*"
 lscpu | grep -E "^Model name" | sed 's/  */ /g'
-"$LCT" train --config "$CONFIG" --train.steps 1 --checkpoint.every 0 --checkpoint.dir "$work/warm" "$@" \
-  > "$work/warm.log" 2>&1 || { cat "$work/warm.log"; exit 1; }  # per-machine caches, outside the rounds
+bench_one "$work/warm" --train.steps 1 "$@"  # per-machine caches, outside the rounds
 for r in $(seq "$ROUNDS"); do
   for mode in none selective full; do
     run "r${r}_one_$mode" "$mode" "${ONE[@]}" "$@"

@@ -31,7 +31,7 @@ for r in $(seq "$ROUNDS"); do
     np=$RANKS
     [ "$l" = dp1 ] && np=1
     # shellcheck disable=SC2086
-    bench_train "$np" "$work/r${r}_$l" --train.steps "$STEPS" ${ARGS[$l]} "$@"
+    bench_train "$np" "$work/r${r}_$l" ${ARGS[$l]} "$@"
   done
 done
 # one calibration (timed once, after the measured runs) for every prediction

@@ -20,9 +20,7 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-MODEL="$(model_keys 32 48 2 4 2) --data.seq_len 128
-  --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
-  --attention.dca_chunk_size 40 --attention.dca_local_size 8"
+MODEL="$(model_keys 32 48 2 4 2) $SEQ128_DCA --train.threads 1 --train.warmup_steps 3"
 
 train() {  # dir ranks micro_batches [extra args]
   local dir=$1 np=$2 mb=$3

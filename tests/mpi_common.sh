@@ -11,6 +11,11 @@ export LCT_CACHE_DIR=$work/cache
 # one thread per rank; scripts add their data and schedule.
 TINY_MODEL="$(model_keys 32 48 2 4 2) --train.threads 1"
 
+# 128-token sequences of documents up to the whole sequence, DCA in chunks of 40 with a
+# local window of 8 (32 new tokens a chunk), so DCA runs its intra, successive and inter
+# parts on the longer documents
+SEQ128_DCA="--data.seq_len 128 --data.max_doc_len 128 --attention.dca_chunk_size 40 --attention.dca_local_size 8"
+
 # The layout comparisons' optimizer: SGD's parameters are linear in the gradients, so
 # layouts that sum in another order stay within compare_runs.py's rounding bounds (with
 # AdamW they would not); lr 0.3 falling to 0.03 keeps each update below the tensor's

@@ -37,6 +37,8 @@ train() {  # dir ranks steps [extra args]; MB micro-batches (default 2), SEQ tok
 for lengths in pretrain fixed; do
   for kernel in causal dca; do
     data="--data.doc_lengths $lengths --attention.kernel $kernel"
+    # the default data and kernel also keep step 5, which the checkpoint moves below resume
+    [ "$lengths/$kernel" = pretrain/causal ] && data="$data --checkpoint.every 5"
     ref="ref_${lengths}_$kernel"
     train "$ref" 0 10 $SGD $data
     for cp in 2 4; do
@@ -122,26 +124,25 @@ MB=4 train pp2cp2u 4 10 $SGD --attention.kernel dca --parallel.dp 1 --parallel.p
   --parallel.cp 2 --parallel.cp_comm ulysses --model.tie_word_embeddings true
 compare "pp=2 x cp=2 ulysses dca tied" pp2cp2u ref_m4_tied
 
-# checkpoints move between cp = 2 and cp = 1 (step 5 of 10)
-train ck_cp2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --checkpoint.every 5
-mkdir -p to_cp1 && cp ck_cp2/step_00000005.h5 to_cp1/
+# checkpoints move between cp = 2 and cp = 1 (step 5 of 10, kept by the runs above on the
+# default data and kernel: the ring and Ulysses at cp = 2, and one process)
+ck_cp2=cp2_ring_zigzag_pretrain_causal ck_u2=cp2_ulysses_zigzag_pretrain_causal ck_cp1=ref_pretrain_causal
+mkdir -p to_cp1 && cp $ck_cp2/step_00000005.h5 to_cp1/
 train to_cp1 0 10 $SGD --train.resume auto
 compare "cp=2 checkpoint resumed under cp=1" to_cp1 ref_pretrain_causal
-train ck_cp1 0 10 $SGD --checkpoint.every 5
-mkdir -p to_cp2 && cp ck_cp1/step_00000005.h5 to_cp2/
+mkdir -p to_cp2 && cp $ck_cp1/step_00000005.h5 to_cp2/
 train to_cp2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2
 compare "cp=1 checkpoint resumed under cp=2" to_cp2 ref_pretrain_causal
 # ... and between Ulysses and the ring, and from Ulysses to one process
-train ck_u2 2 10 $SGD --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses --checkpoint.every 5
-for to in u2_to_ring u2_to_cp1; do mkdir -p $to && cp ck_u2/step_00000005.h5 $to/; done
+for to in u2_to_ring u2_to_cp1; do mkdir -p $to && cp $ck_u2/step_00000005.h5 $to/; done
 train u2_to_ring 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
 compare "Ulysses checkpoint resumed under the ring" u2_to_ring ref_pretrain_causal
 train u2_to_cp1 0 10 $SGD --train.resume auto
 compare "Ulysses checkpoint resumed under cp=1" u2_to_cp1 ref_pretrain_causal
-mkdir -p ring_to_u2 && cp ck_cp2/step_00000005.h5 ring_to_u2/
+mkdir -p ring_to_u2 && cp $ck_cp2/step_00000005.h5 ring_to_u2/
 train ring_to_u2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
 compare "ring checkpoint resumed under Ulysses" ring_to_u2 ref_pretrain_causal
-mkdir -p cp1_to_u2 && cp ck_cp1/step_00000005.h5 cp1_to_u2/
+mkdir -p cp1_to_u2 && cp $ck_cp1/step_00000005.h5 cp1_to_u2/
 train cp1_to_u2 2 10 $SGD --train.resume auto --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ulysses
 compare "cp=1 checkpoint resumed under Ulysses" cp1_to_u2 ref_pretrain_causal
 

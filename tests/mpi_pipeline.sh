@@ -15,11 +15,8 @@ set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
 
-# 4 layers (pp = 4 gets one each); documents up to the whole 128-token sequence, so
-# DCA (chunk 40, local 8: chunks of 32 tokens) runs its intra, successive and inter parts.
-MODEL="$(model_keys 32 48 4 4 2) --data.seq_len 128
-  --data.max_doc_len 128 --train.threads 1 --train.warmup_steps 3
-  --attention.dca_chunk_size 40 --attention.dca_local_size 8"
+# 4 layers (pp = 4 gets one each)
+MODEL="$(model_keys 32 48 4 4 2) $SEQ128_DCA --train.threads 1 --train.warmup_steps 3"
 
 train() {  # dir ranks micro_batches steps [extra args]
   local dir=$1 np=$2 mb=$3 steps=$4
@@ -31,6 +28,8 @@ for kernel in causal dca; do
   for tied in false true; do
     opts="$SGD --attention.kernel $kernel --model.tie_word_embeddings $tied"
     tag="${kernel}_tied_$tied"
+    # causal, tied: the runs keep step 5 too, which the checkpoint moves below resume
+    [ "$tag" = causal_tied_true ] && opts="$opts --checkpoint.every 5"
     for m in 1 4 8; do
       # (m and 2m overlap between the loop's rounds: a reference is trained once)
       [ -d "ref_${tag}_m$m" ] || train "ref_${tag}_m$m" 0 "$m" 10 $opts
@@ -63,15 +62,15 @@ train uneven 2 4 10 $SGD --parallel.pp 2 --parallel.pp_layers "[1, 3]" --attenti
 grep -q "pipeline: 2 stages (layers 0-0, 1-3)" uneven.log
 compare "pp=2 layers [1, 3] dca" uneven ref_dca_tied_false_m4
 
-# checkpoints move between layouts (step 5 of 10; same 4 sequences per step)
-train pp_ck 2 4 10 $SGD --parallel.pp 2 --checkpoint.every 5 --model.tie_word_embeddings true
-mkdir -p to_pp1 to_dp2 && cp pp_ck/step_00000005.h5 to_pp1/ && cp pp_ck/step_00000005.h5 to_dp2/
+# checkpoints move between layouts (step 5 of 10 of the pp = 2 and the one-process run
+# above, causal and tied; the same 4 sequences per step)
+pp_ck=pp2_causal_tied_true_m4 one_ck=ref_causal_tied_true_m4
+mkdir -p to_pp1 to_dp2 && cp $pp_ck/step_00000005.h5 to_pp1/ && cp $pp_ck/step_00000005.h5 to_dp2/
 train to_pp1 0 4 10 $SGD --train.resume auto --model.tie_word_embeddings true
 compare "pp=2 checkpoint resumed under pp=1" to_pp1 ref_causal_tied_true_m4
 train to_dp2 2 2 10 $SGD --train.resume auto --parallel.dp 2 --model.tie_word_embeddings true
 compare "pp=2 checkpoint resumed under dp=2" to_dp2 ref_causal_tied_true_m4
-train one_ck 0 4 10 $SGD --checkpoint.every 5 --model.tie_word_embeddings true
-mkdir -p to_pp2 && cp one_ck/step_00000005.h5 to_pp2/
+mkdir -p to_pp2 && cp $one_ck/step_00000005.h5 to_pp2/
 train to_pp2 2 4 10 $SGD --train.resume auto --parallel.pp 2 --model.tie_word_embeddings true
 compare "pp=1 checkpoint resumed under pp=2" to_pp2 ref_causal_tied_true_m4
 

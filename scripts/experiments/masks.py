@@ -80,7 +80,10 @@ def main():
                          "fwd_bwd_vs_gemm": r["fwd_bwd_vs_fp32_gemm"], "fwd_bwd_vs_fma": r["fwd_bwd_vs_fma"],
                          "gemm_gflops": b["ceilings"]["fp32_gemm_gflops"],
                          "us_per_token": 1e3 * (r["fwd_ms"] + r["bwd_ms"]) / r["tokens"]})
-    # 3. training steps: every layout with every mask, alternating rounds
+    # 3. training steps: every layout with every mask, alternating rounds (--quick: causal
+    #    and the sliding window, enough for the table and the figure; tests/mpi_masks.sh
+    #    runs every mask on every layout)
+    step_masks = {m: masks[m] for m in (("causal", "sliding_window") if a.quick else masks)}
     seq = "512" if a.quick else "8192"
     steps = "4" if a.quick else "6"
     rounds = 1 if a.quick else 2
@@ -88,12 +91,12 @@ def main():
             "--train.steps", steps, "--attention.cad_profile", "pairs"]
     tps = {}
     for r in range(rounds):
-        for mask, extra in masks.items():
+        for mask, extra in step_masks.items():
             for layout, (ranks, largs) in LAYOUTS.items():
                 run = common.mpi_train(ranks, data + extra + largs, a.quick, a.config,
                                        os.path.join(a.out, f"run_{mask}_{layout.replace(' ', '_').replace('=', '')}_{r}"))
                 tps.setdefault((mask, layout), []).append((common.wall_clock(run, warmup=2)["tokens_per_s"], run))
-    for mask in masks:
+    for mask in step_masks:
         for layout in LAYOUTS:
             speedups = [t / tps[(mask, "one rank")][i][0] for i, (t, _) in enumerate(tps[(mask, layout)])]
             last = tps[(mask, layout)][-1][1][-1]
@@ -138,10 +141,10 @@ def main():
     ax[1].grid(alpha=0.3)
     step = [r for r in rows if r["part"] == "step" and r["layout"] != "one rank"]
     layouts = [l for l in LAYOUTS if l != "one rank"]
-    width = 0.8 / len(names)
-    for j, mask in enumerate(names):
+    width = 0.8 / len(step_masks)
+    for j, mask in enumerate(step_masks):
         v = [next(r["speedup_over_one_rank"] for r in step if r["mask"] == mask and r["layout"] == l) for l in layouts]
-        ax[2].bar([i + (j - (len(names) - 1) / 2) * width for i in range(len(layouts))], v, width, color=f"C{j}", label=mask)
+        ax[2].bar([i + (j - (len(step_masks) - 1) / 2) * width for i in range(len(layouts))], v, width, color=f"C{j}", label=mask)
     ax[2].set_xticks(range(len(layouts)))
     ax[2].set_xticklabels(layouts, rotation=15)
     ax[2].axhline(2.0, color="k", lw=0.8, ls="--")

@@ -90,6 +90,15 @@ struct Driver {
   DocumentStream stream;
   std::vector<StepPrediction> steps;
   SimTimeline timeline;
+
+  // Keeps step p with its attention pairs per rank before balancing (pairs) and as
+  // served (served).
+  void record(StepPrediction p, const std::vector<double>& pairs, const std::vector<double>& served) {
+    p.pairs_before = max_over_mean(pairs);
+    p.rank_pairs = pairs;
+    p.pairs_after = max_over_mean(served);
+    steps.push_back(std::move(p));
+  }
 };
 
 // A step's prediction with every one of the n ranks' compute and tokens at zero.
@@ -168,10 +177,8 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
       slowest = std::max(slowest, replica);
     }
     p.seconds = slowest + sim.allreduce + optimizer;
-    p.pairs_before = p.pairs_after = max_over_mean(pairs);
-    p.rank_pairs = pairs;
     bubble_sum += bubble / double(o.steps);
-    sim.steps.push_back(p);
+    sim.record(p, pairs, pairs);
     for (int r = 0; r < n; ++r) {
       sim.timeline.wait(r, "gradient all-reduce", finish[size_t(r)], slowest + sim.allreduce);
       sim.timeline.compute(r, "optimizer", slowest + sim.allreduce, p.seconds);
@@ -310,10 +317,7 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
         t += cad_tick(plan, cad_layer, cal, tick, forward, t, sim.net, p, served, sim.timeline);
       }
     p.seconds = t + sim.allreduce + per_stage.optimizer;
-    p.pairs_before = max_over_mean(pairs);
-    p.rank_pairs = pairs;
-    p.pairs_after = max_over_mean(served);
-    sim.steps.push_back(p);
+    sim.record(p, pairs, served);
     for (int r = 0; r < n; ++r) {
       sim.timeline.wait(r, "gradient all-reduce", t, t + sim.allreduce);
       sim.timeline.compute(r, "optimizer", t + sim.allreduce, p.seconds);
@@ -367,10 +371,7 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
     const double head_max = *std::max_element(head.begin(), head.end());
     const double work_end = cad ? sync + head_max : slowest;
     p.seconds = work_end + sim.allreduce + cal.optimizer;
-    p.pairs_before = max_over_mean(pairs);
-    p.rank_pairs = pairs;
-    p.pairs_after = max_over_mean(served);
-    sim.steps.push_back(p);
+    sim.record(p, pairs, served);
     for (int r = 0; r < n; ++r) {
       if (cad) sim.timeline.compute(r, "embedding + loss", sync, sync + head[size_t(r)]);
       sim.timeline.wait(r, "gradient all-reduce", cad ? sync + head[size_t(r)] : p.compute[size_t(r)],

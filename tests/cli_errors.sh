@@ -3,7 +3,7 @@
 # exit. Each case: expected substring, then the lct arguments.
 set -uo pipefail
 LCT=$1
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 failures=0
 
 expect_error() {

@@ -4,9 +4,9 @@
 # folder, "build/lct" replaced by the binary under test and every --train.steps N by a
 # small number, so a resume finds the previous command's checkpoint.
 set -euo pipefail
-LCT=$(realpath "$1")
+LCT=$1  # (made absolute by script_common.sh)
 CONFIGS=$(realpath "$2")
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 failed=0
 for cfg in "$CONFIGS"/*.toml; do
   mapfile -t cmds < <(python3 - "$cfg" <<'PY'

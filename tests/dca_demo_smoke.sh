@@ -6,7 +6,7 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 LCT=$LCT OUT=$work STEPS=6 TRAIN_LEN=64 EVAL_LEN=256 EVAL_SEQUENCES=2 BIN=32 \
   bash "$SRC/scripts/dca_demo.sh" > "$work/log.txt"
 python3 - "$work" <<'PY'

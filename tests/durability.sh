@@ -19,7 +19,7 @@
 #      and positive is ignored with one warning and measured again.
 set -uo pipefail
 LCT=$1
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 cleanup() {
   if mountpoint -q "$work/small" 2>/dev/null; then umount "$work/small"; fi
   rm -rf "$work"

@@ -4,7 +4,7 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 LCT="$LCT" bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
   || { cat "$work/all.log"; exit 1; }
 check() {  # experiment columns...

@@ -4,7 +4,7 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 "$LCT" train $(model_keys 32 48 2 4 2) --data.seq_len 128 --train.steps 2 --checkpoint.dir ck > /dev/null
 /usr/bin/python3 "$SRC/scripts/checkpoint_to_state_dict.py" ck/step_00000002.h5 --npz sd.npz --torch sd.pt --config-json cfg.json > export.txt
 /usr/bin/python3 - <<'PY'

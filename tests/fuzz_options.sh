@@ -8,7 +8,7 @@
 set -uo pipefail
 LCT=$1
 ROOT=$2
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 BASE=($(model_keys 32 32 2 2 1) --data.seq_len 64
       --data.max_doc_len 64 --train.steps 2 --train.threads 1 --checkpoint.every 0
       --attention.dca_chunk_size 32 --attention.dca_local_size 8)

@@ -8,7 +8,7 @@
 set -euo pipefail
 LCT=$1
 PY=/usr/bin/python3
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 TINY=($(model_keys 32 48 2 4 2) --data.seq_len 256 --train.threads 1)
 "$LCT" train "${TINY[@]}" --train.steps 20 --train.lr 0.01 --checkpoint.dir ck > /dev/null
 CK=ck/step_00000020.h5

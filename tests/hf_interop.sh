@@ -9,7 +9,7 @@ set -euo pipefail
 LCT=$1
 SRC=$2
 PY=/usr/bin/python3
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 TINY=($(model_keys 32 48 2 4 2) --data.seq_len 128 --train.threads 1)
 
 loss_of() { "$LCT" eval --checkpoint "$1" --batch-file batch.h5 --threads 1 | sed -E 's/^loss ([^ ]+) .*/\1/'; }

@@ -7,8 +7,7 @@
 # anything is written, with exit code 1.
 set -uo pipefail
 LCT=$1
-MPIRUN="mpirun --oversubscribe --bind-to none"
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 

@@ -1,9 +1,8 @@
 # Shared by the MPI test scripts (sourced after `LCT=$1`): tests/script_common.sh (a
-# scratch folder, the current directory; MPI's settings), mpirun for oversubscription,
-# and helpers that expect MODEL (the scripts' common lct train arguments).
+# scratch folder, the current directory; MPI's settings and MPIRUN), and helpers that
+# expect MODEL (the scripts' common lct train arguments).
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
-MPIRUN="mpirun --oversubscribe --bind-to none"
 # CAD's measured cost model is cached here, not in the user's cache (src/tune/cad_profile.h)
 export LCT_CACHE_DIR=$work/cache
 

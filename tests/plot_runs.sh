@@ -4,7 +4,7 @@
 set -euo pipefail
 LCT=$1
 SRC=$2
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 MODEL="$(model_keys 32 48 1 2 1) --data.seq_len 64 --train.steps 3"
 "$LCT" train $MODEL --checkpoint.dir a > a.log 2>&1 || { cat a.log; exit 1; }
 "$LCT" train $MODEL --checkpoint.dir b --train.lr 1e-2 > b.log 2>&1 || { cat b.log; exit 1; }

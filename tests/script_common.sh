@@ -1,6 +1,6 @@
 # Sourced by the test scripts (after LCT=$1): a scratch folder $work, removed on exit and
 # made the current directory (a script with more to undo sets its own EXIT trap after
-# this, removing $work too); OpenMPI's settings for the tests; fail; model_keys.
+# this, removing $work too); OpenMPI's settings for the tests and MPIRUN; fail; model_keys.
 [ -z "${LCT:-}" ] || LCT=$(realpath "$LCT")  # a relative path still names the binary in $work
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -16,6 +16,7 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 # mpirun on the machine shares: two launched at once (ctest -j2 runs two MPI scripts)
 # race to create and remove it ("mkdir ... /tmp/ompi.vm.0: File exists", orte_init fails)
 export OMPI_MCA_orte_tmpdir_base=$work
+MPIRUN="mpirun --oversubscribe --bind-to none"  # more ranks than cores
 
 fail() { echo "FAIL: $*"; exit 1; }
 

@@ -4,7 +4,7 @@
 # uninterrupted run. SIGKILL at any moment never leaves a bad step_*.h5 in place.
 set -euo pipefail
 LCT=$1
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 # (1024-token sequences: 60 steps take a few seconds, so the SIGTERM below lands
 # mid-run even when the shell is starved by other tests; at 512 tokens a fast host
 # finished the run before the polling loop got to send it)

@@ -12,7 +12,7 @@ MODEL="--model.hidden_size 64 --model.intermediate_size 128 --model.num_hidden_l
   --data.max_doc_len 512 --train.threads 1"
 # every prediction below uses one calibration, measured once: two separately measured
 # calibrations can differ by more than dp = 2 gains over dp = 1 when a core is busy
-source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, fail, model_keys
+source "$(dirname "$0")/script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
 "$LCT" simulate $MODEL --ranks 1 --steps 1 --calibration-steps 2 --calibration-out "$work/cal.txt" > /dev/null
 sim() { "$LCT" simulate $MODEL --steps 6 --calibration "$work/cal.txt" --json "$@"; }
 one=$(sim --ranks 1)

@@ -48,15 +48,17 @@ expect_layout_error() {
 }
 
 # expect_job_ends_when_a_rank_dies RANKS ARGS...: starts a long run, kill -9s one rank
-# once steps are logged, and requires the whole job to end with a message within 30 s
+# once steps are logged, and requires the whole job to end with a message within 30 s.
+# Its ranks are found by their checkpoint folder's absolute path, which only this script's
+# scratch folder holds: ctest -j2 runs another script's killed run beside it.
 expect_job_ends_when_a_rank_dies() {
   local np=$1
   shift
-  $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 100000 --checkpoint.dir killed "$@" > killed.log 2>&1 &
+  $MPIRUN -np "$np" "$LCT" train $MODEL --train.steps 100000 --checkpoint.dir "$work/killed" "$@" > killed.log 2>&1 &
   local launcher=$!
   for _ in $(seq 100); do grep -q "step" killed.log 2>/dev/null && break; sleep 0.1; done
   local victim
-  victim=$(pgrep -f "checkpoint.dir killed" | grep -v "^$launcher$" | while read -r p; do
+  victim=$(pgrep -f -- "checkpoint.dir $work/killed" | grep -v "^$launcher$" | while read -r p; do
     [ "$(ps -o comm= -p "$p")" = lct ] && echo "$p"; done | tail -1)
   [ -n "$victim" ] || { cat killed.log; echo "FAIL: no rank process found"; exit 1; }
   local start rc=0

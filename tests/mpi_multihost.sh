@@ -103,7 +103,7 @@ expect_refused "another config file" "ranks disagree: train.seed = 5 on rank 0 (
 FAULT_MODEL="$TINY_MODEL --data.seq_len 1024 --data.max_doc_len 1024 --train.warmup_steps 3"
 FAULT=(--train.micro_batches 2 --train.steps 60 --checkpoint.every 4 --checkpoint.keep 2)
 MODEL=$FAULT_MODEL on_cluster full 2 1 "${FAULT[@]}"
-"${CLUSTER[@]}" --name lctkill --hosts 2 -- "$LCT" train $FAULT_MODEL "${FAULT[@]}" --checkpoint.dir killed > killed.log 2>&1 &
+"${CLUSTER[@]}" --name lctkill --hosts 2 -- "$LCT" train $FAULT_MODEL "${FAULT[@]}" --checkpoint.dir "$work/killed" > killed.log 2>&1 &
 launcher=$!
 for _ in $(seq 600); do [[ -f killed/metrics.jsonl && $(wc -l < killed/metrics.jsonl) -ge 10 ]] && break; sleep 0.05; done
 [[ $(wc -l < killed/metrics.jsonl) -lt 60 ]] || { echo "FAIL: the run ended before the kill"; exit 1; }
@@ -117,15 +117,15 @@ wait "$launcher" || rc=$?
 took=$(( $(date +%s) - start ))
 [[ $rc -ne 0 ]] || { cat killed.log; echo "FAIL: exit 0 after a host died"; exit 1; }
 line=$(grep "cluster.sh: lost host node2 (rank 1)" killed.log) || { cat killed.log; echo "FAIL: no line naming the lost host"; exit 1; }
-pgrep -f "checkpoint.dir killed" > /dev/null && { echo "FAIL: a rank survived"; exit 1; }
+pgrep -f -- "checkpoint.dir $work/killed" > /dev/null && { echo "FAIL: a rank survived"; exit 1; }
 no_namespaces_left "host killed" lctkill
 echo "ok   node2 killed: every rank gone in ${took} s, exit $rc; $line"
-ckpt=$(ls killed/step_*.h5 | tail -1)
+ckpt=$(ls "$work"/killed/step_*.h5 | tail -1)  # absolute, as lct logs it
 [[ $line == *"last checkpoint written: $ckpt" ]] || { echo "FAIL: the line names another checkpoint than $ckpt"; exit 1; }
 "$LCT" inspect "$ckpt" > /dev/null || { echo "FAIL: $ckpt does not load"; exit 1; }
 ls killed/*.lct-* 2> /dev/null && { echo "FAIL: temporary file left"; exit 1; }
 # resume on one host (two ranks there): the same ranks, so bit for bit the full run
-timeout 300 $MPIRUN -np 2 "$LCT" train $FAULT_MODEL "${FAULT[@]}" --checkpoint.dir killed --train.resume auto > resumed.log 2>&1 \
+timeout 300 $MPIRUN -np 2 "$LCT" train $FAULT_MODEL "${FAULT[@]}" --checkpoint.dir "$work/killed" --train.resume auto > resumed.log 2>&1 \
   || { cat resumed.log; echo "FAIL: resume"; exit 1; }
 at=$((10#$(basename "$ckpt" .h5 | tr -dc 0-9)))
 grep -q "resumed at step $at" resumed.log || { cat resumed.log; echo "FAIL: not resumed from $ckpt"; exit 1; }
@@ -147,7 +147,7 @@ interrupt() {
   local name=$1 times=$2 rc=0 i
   set -m
   TMPDIR=$work/state "${CLUSTER[@]}" --name "$name" --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 \
-    --checkpoint.every 0 --checkpoint.dir "run_$name" > "$name.log" 2>&1 &
+    --checkpoint.every 0 --checkpoint.dir "$work/run_$name" > "$name.log" 2>&1 &
   launcher=$!
   set +m
   for _ in $(seq 600); do grep -q "^step" "$name.log" 2> /dev/null && break; sleep 0.05; done
@@ -156,7 +156,7 @@ interrupt() {
   wait "$launcher" || rc=$?
   [[ $rc -eq 130 ]] || { cat "$name.log"; echo "FAIL: exit $rc after $times SIGINT (want 130)"; exit 1; }
   no_namespaces_left "$times SIGINT" "$name"
-  pgrep -f "checkpoint.dir run_$name" > /dev/null && { echo "FAIL: a rank survived $times SIGINT"; exit 1; }
+  pgrep -f -- "checkpoint.dir $work/run_$name" > /dev/null && { echo "FAIL: a rank survived $times SIGINT"; exit 1; }
   [[ -z $(ls -A state) ]] || { echo "FAIL: cluster.sh left its state folder after $times SIGINT"; exit 1; }
 }
 interrupt lctint 1
@@ -164,7 +164,7 @@ interrupt lctint2 2
 # killed outright (SIGKILL: no teardown at all): the next run removes what it left, by
 # the pid and namespaces its state folder records
 TMPDIR=$work/state "${CLUSTER[@]}" --name lctkill --hosts 2 -- "$LCT" train $MODEL --train.steps 100000 --checkpoint.every 0 \
-  --checkpoint.dir killed9 > killed9.log 2>&1 &
+  --checkpoint.dir "$work/killed9" > killed9.log 2>&1 &
 launcher=$!
 for _ in $(seq 600); do grep -q "^step" killed9.log 2> /dev/null && break; sleep 0.05; done
 kill -KILL "$launcher"
@@ -175,7 +175,7 @@ out=$(TMPDIR=$work/state "${CLUSTER[@]}" --name lctafter --hosts 2 -- true 2>&1)
 [[ $out == *"cluster.sh: removed what an earlier run (pid $launcher) left: lctkill-switch"* ]] \
   || { echo "$out"; echo "FAIL: the next run did not name what it removed"; exit 1; }
 no_namespaces_left "a run killed with SIGKILL, after the next run" lctkill
-pgrep -f "checkpoint.dir killed9" > /dev/null && { echo "FAIL: a rank of the killed run survived the next run"; exit 1; }
+pgrep -f -- "checkpoint.dir $work/killed9" > /dev/null && { echo "FAIL: a rank of the killed run survived the next run"; exit 1; }
 [[ -z $(ls -A state) ]] || { echo "FAIL: the killed run's state folder is still there"; exit 1; }
 echo "ok   namespaces and processes gone after a normal end, a failed command, SIGINT, SIGINT twice, and SIGKILL (by the next run)"
 echo "mpi_multihost: all passed"

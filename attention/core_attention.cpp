@@ -153,11 +153,6 @@ int32_t dca_key_position(int64_t t, const DcaParams& dca) {
   return int32_t(t % dca.chunk_len());
 }
 
-int32_t dca_query_position(int64_t i, int64_t j, const DcaParams& dca) {
-  const int64_t s = dca.chunk_len();
-  return dca_query_position_at_distance(i, i / s - j / s, dca);
-}
-
 int32_t dca_query_position_at_distance(int64_t i, int64_t chunk_distance, const DcaParams& dca) {
   const int64_t s = dca.chunk_len(), C = dca.chunk_size;
   if (chunk_distance == 0) return int32_t(i % s);                        // intra

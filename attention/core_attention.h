@@ -83,11 +83,10 @@ struct DcaParams {
   int32_t chunk_len() const { return chunk_size - local_size; }
 };
 
-// Key position of in-document offset t, and the query position a query at offset i
-// uses against a key at offset j <= i (the relative position is their difference).
-// The kernel uses the second form: against keys chunk_distance = i/s - j/s chunks back.
+// Key position of in-document offset t, and the query position a query at offset i uses
+// against keys chunk_distance = i/s - j/s chunks back (s = chunk_len(); the relative
+// position of keys at offset j <= i is the difference of the two).
 int32_t dca_key_position(int64_t t, const DcaParams& dca);
-int32_t dca_query_position(int64_t i, int64_t j, const DcaParams& dca);
 int32_t dca_query_position_at_distance(int64_t i, int64_t chunk_distance, const DcaParams& dca);
 // Logit multiplier of a document of length doc_len.
 float dca_logit_multiplier(int64_t doc_len, const DcaParams& dca);

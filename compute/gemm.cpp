@@ -45,7 +45,7 @@ void dense_copy(const From* src, int64_t rows, int64_t cols, int64_t ld, To* out
 // bf16 copies; f32: the operands in place. The output (fp32, or bf16 bits) in place.
 // Executed through the C API with an argument array built once: the C++ wrapper's
 // execute() builds a vector of the arguments on every call, an allocation in lct's own
-// code (tests/step_alloc_test.cpp).
+// code (tests/model/step_alloc_test.cpp).
 struct OneDnnMatmul {
   dnnl::matmul primitive;
   memory a, b, c;

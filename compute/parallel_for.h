@@ -11,7 +11,7 @@ inline constexpr int64_t kParallelMinWork = 65536;
 // f(i) for i in [0, n): on the OpenMP threads (static schedule) when `work` exceeds
 // kParallelMinWork, else on the calling thread. Not `#pragma omp parallel if (...)`: a
 // region whose if clause is false still starts a one-thread team, and libgomp allocates
-// that team on every such region (tests/step_alloc_test.cpp sees it).
+// that team on every such region (tests/model/step_alloc_test.cpp sees it).
 template <typename F>
 void parallel_for(int64_t n, int64_t work, F&& f) {
   if (work > kParallelMinWork) {

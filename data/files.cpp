@@ -88,22 +88,73 @@ std::string fnv_text(uint64_t h) {
 }
 
 namespace {
-uint64_t hash_file(const std::string& path, const std::string& what, uint64_t h) {
+constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL, kP2 = 0xc2b2ae3d27d4eb4fULL, kP3 = 0x165667b19e3779f9ULL,
+                   kP4 = 0x85ebca77c2b2ae63ULL, kP5 = 0x27d4eb2f165667c5ULL;
+uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+uint64_t load64(const unsigned char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);  // little-endian machines only (x86-64, as lct's kernels)
+  return v;
+}
+uint32_t load32(const unsigned char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t xxh_round(uint64_t acc, uint64_t lane) { return rotl(acc + lane * kP2, 31) * kP1; }
+void xxh_stripe(uint64_t* lanes, const unsigned char* p) {
+  for (int i = 0; i < 4; ++i) lanes[i] = xxh_round(lanes[i], load64(p + 8 * i));
+}
+
+void hash_file(const std::string& path, const std::string& what, Xxh64& h) {
   require_regular_file(path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(what + " '" + path + "': cannot open");
   std::vector<char> piece(size_t(1) << 20);
   while (in) {
     in.read(piece.data(), std::streamsize(piece.size()));
-    h = fnv1a64(piece.data(), size_t(in.gcount()), h);
+    h.update(piece.data(), size_t(in.gcount()));
   }
   if (in.bad()) throw std::runtime_error(what + " '" + path + "': reading failed");
-  return h;
 }
 }  // namespace
 
+void Xxh64::update(const void* data, size_t bytes) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  total_ += bytes;
+  if (tail_bytes_ > 0) {  // complete the stripe begun by an earlier piece
+    const size_t take = std::min(bytes, 32 - tail_bytes_);
+    std::memcpy(tail_ + tail_bytes_, p, take);
+    tail_bytes_ += take, p += take, bytes -= take;
+    if (tail_bytes_ < 32) return;
+    xxh_stripe(lanes_, tail_);
+    tail_bytes_ = 0;
+  }
+  for (; bytes >= 32; p += 32, bytes -= 32) xxh_stripe(lanes_, p);
+  std::memcpy(tail_, p, bytes);
+  tail_bytes_ = bytes;
+}
+
+uint64_t Xxh64::digest() const {
+  uint64_t h;
+  if (total_ >= 32) {
+    h = rotl(lanes_[0], 1) + rotl(lanes_[1], 7) + rotl(lanes_[2], 12) + rotl(lanes_[3], 18);
+    for (uint64_t lane : lanes_) h = (h ^ xxh_round(0, lane)) * kP1 + kP4;
+  } else {
+    h = lanes_[2] + kP5;  // the seed (0): no stripe was taken
+  }
+  h += total_;
+  const unsigned char* p = tail_;
+  size_t n = tail_bytes_;
+  for (; n >= 8; p += 8, n -= 8) h = rotl(h ^ xxh_round(0, load64(p)), 27) * kP1 + kP4;
+  if (n >= 4) h = rotl(h ^ (uint64_t(load32(p)) * kP1), 23) * kP2 + kP3, p += 4, n -= 4;
+  for (; n > 0; ++p, --n) h = rotl(h ^ (*p * kP5), 11) * kP1;
+  h ^= h >> 33, h *= kP2, h ^= h >> 29, h *= kP3, h ^= h >> 32;
+  return h;
+}
+
 std::string content_hash(const std::string& path, const std::string& what) {
-  uint64_t h = kFnvOffset;
+  Xxh64 h;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     std::vector<std::filesystem::path> files;
@@ -112,12 +163,13 @@ std::string content_hash(const std::string& path, const std::string& what) {
     std::sort(files.begin(), files.end());
     for (const auto& f : files) {
       const std::string name = f.filename().string() + '\0';
-      h = hash_file(f.string(), what, fnv1a64(name.data(), name.size(), h));
+      h.update(name.data(), name.size());
+      hash_file(f.string(), what, h);
     }
   } else {
-    h = hash_file(path, what, h);
+    hash_file(path, what, h);
   }
-  return fnv_text(h);
+  return fmt::format("xxh64:{:016x}", h.digest());
 }
 
 void require_replaceable_output(const std::string& path, const std::string& what) {

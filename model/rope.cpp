@@ -86,39 +86,6 @@ RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta
 }
 
 namespace {
-// sign = +1 rotates forward, -1 applies the transpose rotation
-void rope_apply(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                int64_t heads, int64_t head_dim, float sign) {
-  const int64_t half = head_dim / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* cs = rope.cos.data() + int64_t(positions[t]) * half;
-    const float* sn = rope.sin.data() + int64_t(positions[t]) * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * head_dim;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        // forward: out_i = x_i cos - x_{i+half} sin ; out_{i+half} = x_{i+half} cos + x_i sin
-        const float a = v[i], b = v[i + half], s = sign * sn[i];
-        v[i] = a * cs[i] - b * s;
-        v[i + half] = b * cs[i] + a * s;
-      }
-    }
-  }
-}
-}  // namespace
-
-void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                  int64_t heads, int64_t head_dim) {
-  rope_apply(x, positions, rope, T, heads, head_dim, 1.0f);
-}
-
-void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
-                   int64_t heads, int64_t head_dim) {
-  rope_apply(dx, positions, rope, T, heads, head_dim, -1.0f);
-}
-
-namespace {
 // `heads` heads of one row from src to dst, times mult, rotated by the table's row cs/sn
 // (sign -1: the transpose rotation), or copied where cs is null (mult 1 changes no bit)
 template <typename Out>

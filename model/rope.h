@@ -58,19 +58,11 @@ RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, const RopeSp
 // Unscaled RoPE with base theta
 RopeTable build_rope_table(int64_t max_positions, int64_t head_dim, double theta);
 
-// x[T, heads, hd] rotated in place by positions[T]
-void rope_forward(float* x, const int32_t* positions, const RopeTable& rope, int64_t T,
-                  int64_t heads, int64_t head_dim);
-// dx[T, heads, hd] given the transpose rotation in place (for yarn, whose table is scaled,
-// the transpose of the scaled rotation: the gradient of rope_forward)
-void rope_backward(float* dx, const int32_t* positions, const RopeTable& rope, int64_t T,
-                   int64_t heads, int64_t head_dim);
-
 // The fused Q/K/V product's rows qkv[T, (H + 2 KV) hd] (q | k | v per row) split into
 // q[T, H hd], k[T, KV hd] and v[T, KV hd]: k rotated by k_positions, q times q_scale[t]
 // (attention.logit_scaling; null: 1) and rotated by q_positions or copied unrotated where
 // q_positions is null (DCA: its kernel rotates q), v copied. One pass: the rotation reads
-// and writes each value once, as rope_forward in place would.
+// and writes each value once.
 void rope_split_qkv(float* q, float* k, float* v, const float* qkv, const int32_t* q_positions,
                     const float* q_scale, const int32_t* k_positions, const RopeTable& rope, int64_t T,
                     int64_t H, int64_t KV, int64_t head_dim);

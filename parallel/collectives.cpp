@@ -95,7 +95,7 @@ double probe_ring_bandwidth(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  const int n = 2 << 20;  // floats
+  const int n = 1 << 19;  // floats: 2 MiB, past the size where shared memory and TCP reach their rate
   std::vector<float> out(static_cast<size_t>(n), 1.0f), in(static_cast<size_t>(n));
   std::vector<double> times;
   for (int rep = 0; rep < 3; ++rep) {

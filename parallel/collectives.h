@@ -29,7 +29,7 @@ std::vector<std::string> gather_strings(const std::string& mine, MPI_Comm comm);
 std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm);
 // Rank 0's strings on every rank of comm (no-op for MPI_COMM_NULL). Collective.
 void broadcast_strings(std::vector<std::string>& strings, MPI_Comm comm);
-// Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 8 MiB to
+// Point-to-point bandwidth in bytes/s around a ring of comm: every rank sends 2 MiB to
 // the next and receives from the previous, three times; the slowest rank's median time
 // counts. Collective. The placements turn bytes sent into the transfer time they hide.
 double probe_ring_bandwidth(MPI_Comm comm);

@@ -8,7 +8,7 @@
 // stage output and the residual gradient are rounded into a wire buffer before the send
 // and widened into the slot after the receive, half the bytes; the receiving stage's
 // residual stream then starts from bf16-rounded values (as Megatron-LM's bf16 pipeline
-// sends them), which moves each value by at most 2^-9 of itself (tests/mpi_precision.sh
+// sends them), which moves each value by at most 2^-9 of itself (tests/parallel/mpi_precision.sh
 // bounds what that does to the run). Receives are posted early (MPI_Irecv) so data can arrive while
 // the stage computes: a gradient's as soon as the micro-batch's activations have been
 // sent on, the next micro-batch's activations as soon as free slots exist (never

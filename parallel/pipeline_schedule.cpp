@@ -1,9 +1,7 @@
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <map>
 #include <stdexcept>
-#include <tuple>
 
 namespace lct {
 
@@ -77,54 +75,6 @@ std::vector<size_t> replay_pipeline(const std::vector<std::vector<PipeAction>>& 
       }
   }
   return next;
-}
-
-std::string simulate_pipeline(const std::vector<std::vector<PipeAction>>& stages,
-                              std::vector<int>* max_slots) {
-  const int pp = int(stages.size());
-  // messages in flight: (from stage, to stage, forward?, micro-batch) -> count
-  std::map<std::tuple<int, int, bool, int>, int> sent;
-  std::vector<int> held(size_t(pp), 0), peak(size_t(pp), 0);
-  std::string error;
-  const std::vector<size_t> next = replay_pipeline(stages, [&](int s, size_t index) {
-    const PipeAction& act = stages[size_t(s)][index];
-    if (!error.empty()) return false;
-    if (act.op == PipeOp::recv_forward || act.op == PipeOp::recv_backward) {
-      const bool fwd = act.op == PipeOp::recv_forward;
-      const auto key = std::make_tuple(fwd ? s - 1 : s + 1, s, fwd, act.micro_batch);
-      auto it = sent.find(key);
-      if (it == sent.end() || it->second == 0) return false;  // would block
-      --it->second;
-    } else if (act.op == PipeOp::send_forward || act.op == PipeOp::send_backward) {
-      const bool fwd = act.op == PipeOp::send_forward;
-      const int to = fwd ? s + 1 : s - 1;
-      if (to < 0 || to >= pp) {
-        error = "stage " + std::to_string(s) + " sends past the pipeline";
-        return false;
-      }
-      ++sent[std::make_tuple(s, to, fwd, act.micro_batch)];
-    }
-    // a micro-batch occupies a slot from its first forward action to its backward
-    if (act.micro_batch < 0) {  // a tick's dummy: no data, no slot
-    } else if (act.op == PipeOp::recv_forward ||
-               (act.op == PipeOp::forward && (index == 0 || stages[size_t(s)][index - 1].op != PipeOp::recv_forward)))
-      peak[size_t(s)] = std::max(peak[size_t(s)], ++held[size_t(s)]);
-    if (act.op == PipeOp::backward && act.micro_batch >= 0) --held[size_t(s)];
-    return true;
-  });
-  if (!error.empty()) return error;
-  if (max_slots) *max_slots = peak;
-  for (int s = 0; s < pp; ++s)
-    if (next[size_t(s)] < stages[size_t(s)].size()) {
-      const PipeAction& act = stages[size_t(s)][next[size_t(s)]];
-      return "stage " + std::to_string(s) + " blocked at " + pipe_op_name(act.op) +
-             " of micro-batch " + std::to_string(act.micro_batch);
-    }
-  for (const auto& [key, count] : sent)
-    if (count != 0)
-      return "a message from stage " + std::to_string(std::get<0>(key)) + " to stage " +
-             std::to_string(std::get<1>(key)) + " was never received";
-  return {};
 }
 
 }  // namespace lct

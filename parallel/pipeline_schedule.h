@@ -71,19 +71,12 @@ std::vector<PipeAction> pipeline_actions(PipelineSchedule schedule, int pp, int 
 // Bubble fraction of the step with equal micro-batch times: (pp - 1) / (m + pp - 1).
 double theoretical_bubble(int pp, int micro_batches);
 
-// The one replay of stage action lists (simulate_pipeline below, and lct simulate's
+// The one replay of stage action lists (the tests' deadlock check, and lct simulate's
 // timed replay, src/sim/replay.h): round-robin over the stages, each runs its actions in
 // order while `run(stage, index)` accepts them; an action it refuses (a receive whose
 // message is not there yet) blocks that stage until another stage has progressed.
 // Returns, per stage, how many of its actions ran (its list's size when it completed).
 std::vector<size_t> replay_pipeline(const std::vector<std::vector<PipeAction>>& stages,
                                     const std::function<bool(int stage, size_t index)>& run);
-
-// Runs every stage's list against each other with unbounded message buffers and
-// returns "" when all complete, else a description of where they got stuck (a
-// deadlock or a receive no one sends). max_slots[s] gets the most micro-batches stage
-// s held at once (from its forward, or the receive that starts it, to its backward).
-std::string simulate_pipeline(const std::vector<std::vector<PipeAction>>& stages,
-                              std::vector<int>* max_slots = nullptr);
 
 }  // namespace lct

@@ -23,7 +23,7 @@ Usage:
   reference_llama.py --self-test
   reference_llama.py --jobs FILE   (many of the above in one process: each line of FILE
                      is OUT and the arguments of one run; its output goes to OUT and its
-                     exit code to OUT.rc; tests/reference_gradients.sh pays torch's import
+                     exit code to OUT.rc; tests/cli/reference_gradients.sh pays torch's import
                      twice instead of 54 times)
 
 Exit codes: 0 ok, 1 comparison/self-test failure, 2 usage or input error.

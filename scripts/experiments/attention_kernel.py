@@ -8,7 +8,6 @@ T) and on one T-token document, each against the fp32 GEMM ceiling (the faster l
   /usr/bin/python3 scripts/experiments/attention_kernel.py [--quick] [--out DIR] [--config F]
 """
 import json
-import os
 
 import common
 
@@ -58,8 +57,7 @@ def main():
         ax[k].grid(alpha=0.3, axis="y")
         ax[k].legend()
     ax[0].set_ylabel("GFLOP/s over same-run fp32 GEMM")
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

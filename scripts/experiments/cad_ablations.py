@@ -73,8 +73,7 @@ def main():
     ax[1].set_ylim(0.8, 1.2)
     ax[1].axhline(1.0, color="k", linewidth=0.5)
     ax[1].set_title("ping-pong on vs off")
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

@@ -119,3 +119,9 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def save_figure(fig, out, name):
+    """Every experiment's figure: laid out, saved as NAME.png in its folder at 110 dpi."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110)

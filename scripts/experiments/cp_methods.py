@@ -123,8 +123,7 @@ def main():
         ax[i].grid(alpha=0.3)
     ax[0].set_ylabel("tokens/s")
     ax[-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

@@ -113,8 +113,7 @@ def main():
         x.set_xscale("log", base=2)
         x.grid(alpha=0.3)
         x.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

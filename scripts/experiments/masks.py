@@ -81,7 +81,7 @@ def main():
                          "gemm_gflops": b["ceilings"]["fp32_gemm_gflops"],
                          "us_per_token": 1e3 * (r["fwd_ms"] + r["bwd_ms"]) / r["tokens"]})
     # 3. training steps: every layout with every mask, alternating rounds (--quick: causal
-    #    and the sliding window, enough for the table and the figure; tests/mpi_masks.sh
+    #    and the sliding window, enough for the table and the figure; tests/parallel/mpi_masks.sh
     #    runs every mask on every layout)
     step_masks = {m: masks[m] for m in (("causal", "sliding_window") if a.quick else masks)}
     seq = "512" if a.quick else "8192"
@@ -152,8 +152,7 @@ def main():
     ax[2].set_title(f"training step, pretrain mix, {seq} tokens")
     ax[2].legend(fontsize=8)
     ax[2].grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

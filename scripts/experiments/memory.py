@@ -58,8 +58,7 @@ def main():
         ax[k].grid(alpha=0.3)
         ax[k].legend()
     fig.suptitle("Memory per rank vs context length, 2 ranks (largest rank)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

@@ -115,8 +115,7 @@ def main():
         ax[k].grid(alpha=0.3)
         ax[k].legend(fontsize=8)
     fig.suptitle("Activation recomputation, one process (pretrain mix, documents up to 16K)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

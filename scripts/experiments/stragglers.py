@@ -74,8 +74,7 @@ def main():
     ax.set_title("Stragglers vs data-parallel degree")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, f"{NAME}.png"), dpi=110)
+    common.save_figure(fig, a.out, NAME)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // fp32 library, src/tune/gemm_choice.h), and OpenMPI's shared-memory segments between
   // ranks; an allowance (not derived: the libraries do not say), set from peak RSS
   // measured above the other parts at 8K-16K tokens (up to 29 MiB for one thread, 16-28
-  // MiB per rank under MPI; tests/memory_budget.sh keeps the estimate an upper bound)
+  // MiB per rank under MPI; tests/cli/memory_budget.sh keeps the estimate an upper bound)
   e.libraries = 32.0 * 1048576 * threads + (plan.world > 1 ? 16.0 * 1048576 : 0);
   if (plan.placement == Placement::context_parallel) e.attention = cp_exchange_bytes(plan, T);
   if (cad) e.attention = double(plan.data.seq_len) * (4 * kvdim + 3 * qdim) * f;

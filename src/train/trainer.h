@@ -66,11 +66,10 @@ class Trainer {
   // it (each host must see the path, as data.path). Throws before changing anything.
   void init_from(const std::string& path);
 
-  StepRecord train_step();  // runs step number steps_done() + 1
+  StepRecord train_step();  // runs step number state().step + 1
   // All remaining steps with logging and checkpoints; returns the process exit code
   // (0, or 128 + signal when stopped by SIGINT/SIGTERM after checkpointing).
   int run();
-  int64_t steps_done() const { return state_.step; }
   const TrainerState& state() const { return state_; }
   const std::vector<StepRecord>& history() const { return history_; }
   LlamaModel& model() { return model_; }

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The memory budget (issue 14, finding 9; issue 35): lct train --dry-run's estimate per
+# rank is an upper bound of the measured peak RSS of the largest rank, at most 15% above
+# it (one process, dp = 2, pp = 2, cp = 2, CAD; train.recompute none, selective and
+# full; fp32 and bf16); impossible sizes (sequence length, micro-batches, DCA chunk size, an
+# address-space limit, crafted checkpoint attributes) are refused with one line before
+# anything is written, with exit code 1.
+set -uo pipefail
+LCT=$1
+source "$(dirname "$0")/../script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# estimate (MiB) from --dry-run; measured: the largest rank's peak RSS (KiB), which
+# /usr/bin/time writes to a file per rank (not through mpirun's output forwarding, which
+# can drop or merge a rank's last stderr line on a loaded machine)
+check() {  # label ranks args...
+  local label=$1 np=$2
+  shift 2
+  local launch=()
+  [[ $np -gt 1 ]] && launch=($MPIRUN -np "$np")
+  "${launch[@]}" "$LCT" train --dry-run "$@" > "$label.dry.log" 2>&1 \
+    || { fail "$label: --dry-run failed"; tail -3 "$label.dry.log"; return; }
+  local est
+  est=$(grep -m1 "memory per rank" "$label.dry.log" |
+        sed -E 's/.*largest rank\): ([0-9.]+) (MiB|GiB).*/\1 \2/' |
+        awk '{print ($2 == "GiB") ? $1 * 1024 : $1}')
+  [[ -n $est ]] || { fail "$label: no estimate in the --dry-run output"; cat "$label.dry.log"; return; }
+  "${launch[@]}" sh -c 'exec /usr/bin/time -f "peak %M" -o "peak.$0.${OMPI_COMM_WORLD_RANK:-0}" "$@"' \
+    "$label" "$LCT" train "$@" --checkpoint.dir "run_$label" > "$label.log" 2>&1 \
+    || { fail "$label: the run failed"; tail -3 "$label.log"; return; }
+  local peak
+  peak=$(cat "peak.$label".* 2>/dev/null | grep -E "^peak [0-9]+$" | awk '{print $2}' | sort -n | tail -1)
+  [[ -n $peak ]] || { fail "$label: no peak RSS from /usr/bin/time"; ls peak.* ; return; }
+  /usr/bin/python3 - "$label" "$est" "$peak" <<'PY' || failures=$((failures + 1))
+import sys
+label, est, peak_kib = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+peak = peak_kib / 1024
+err = est / peak - 1
+ok = 0 <= err <= 0.15
+print(f"{'ok  ' if ok else 'FAIL'} memory estimate {label}: {est:.0f} MiB estimated, {peak:.0f} MiB measured ({100 * err:+.1f}%)")
+sys.exit(0 if ok else 1)
+PY
+}
+common=(--train.steps 2 --train.threads 1 --checkpoint.every 0)
+# (AddressSanitizer's shadow memory and quarantine change the RSS and reserve terabytes
+# of address space: under scripts/test.sh --sanitize the accuracy and ulimit -v checks
+# are skipped, the refusals still run)
+if [[ -n ${LCT_SANITIZED:-} ]]; then
+  echo "skip memory estimate vs peak RSS and ulimit -v: sanitizer build"
+else
+# lct measures its GEMM kernels on first use on a machine and caches the choice
+# (src/tune/gemm_choice.h): a first-use run's peak also holds the measurement's buffers
+# and what they leave in the allocator. Measure once here, outside the checks: every run
+# below has 4096-row token tiles and one thread per rank, in fp32 or bf16.
+for precision in fp32 bf16; do
+  "$LCT" train --train.steps 1 --train.threads 1 --checkpoint.every 0 --data.seq_len 4096 --train.precision "$precision" \
+    --checkpoint.dir "warm_$precision" > "warm_$precision.log" 2>&1 || { fail "warm-up $precision"; tail -3 "warm_$precision.log"; }
+done
+check "one_process_16k" 1 "${common[@]}" --data.seq_len 16384
+check "dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.dp 2
+check "pp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4
+check "cp2_8k" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2
+check "cad_dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --attention.placement cad
+check "one_process_16k_full_bf16" 1 "${common[@]}" --data.seq_len 16384 --train.recompute full --train.precision bf16
+check "pp2_8k_selective" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 4 --train.recompute selective
+check "cp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2 --train.recompute full
+# a 32K vocabulary: the LM head and the loss run in token tiles of 512-row chunks, so the
+# step never holds the sequence's logits (16K x 32K floats = 2 GiB); the estimate holds
+check "vocab32k_16k_full" 1 "${common[@]}" --data.seq_len 16384 --model.vocab_size 32768 --train.recompute full \
+  --data.source synthetic
+peak=$(cat peak.vocab32k_16k_full.* 2>/dev/null | awk '{print $2}' | sort -n | tail -1)
+if [[ -n $peak && $peak -lt $((16384 * 32768 * 4 / 1024)) ]]; then
+  echo "ok   32K vocabulary at 16K tokens: peak $((peak / 1024)) MiB, below the 2048 MiB of its logits"
+else
+  fail "32K vocabulary at 16K tokens: peak ${peak:-?} KiB, not below its logits' 2 GiB"
+fi
+fi
+
+refused() {  # message args...
+  local want=$1
+  shift
+  local err rc
+  err=$("$LCT" train "$@" --checkpoint.dir refused 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 1 || $err != *"$want"* || $(printf '%s\n' "$err" | grep -c .) -ne 1 ]]; then
+    fail "train $*: exit $rc, '$err'"
+  elif [[ -e refused ]]; then
+    fail "train $*: refused, but it created its folder"
+  else
+    echo "ok   refused before writing: $*"
+  fi
+}
+refused "not enough memory: a rank needs about" --data.seq_len 4194304
+refused "(micro-batches and corpus" --train.micro_batches 1000000000
+refused "(scratch and RoPE table" --attention.kernel dca --attention.dca_chunk_size 1000000000
+# an address-space limit (ulimit -v, in KiB) below what the default run needs
+if [[ -z ${LCT_SANITIZED:-} ]]; then
+  err=$( (ulimit -v 400000; exec "$LCT" train --data.seq_len 16384 --checkpoint.dir refused) 2>&1 >/dev/null)
+  [[ $err == *"not enough memory"*"RLIMIT_AS (ulimit -v)"* && ! -e refused ]] || fail "RLIMIT_AS: '$err'"
+  [[ $err == *"RLIMIT_AS"* ]] && echo "ok   refused under ulimit -v: names RLIMIT_AS"
+fi
+out=$("$LCT" train --dry-run --data.seq_len 4096 --checkpoint.dir refused)
+if [[ $? -eq 0 && $out == *"fits: yes"* && ! -e refused ]]; then
+  echo "ok   --dry-run prints the plan and writes nothing"
+else
+  fail "--dry-run: '$out'"
+fi
+
+# crafted checkpoint attributes: one line, no bad_alloc
+"$LCT" train --model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1 \
+  --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64 --train.steps 1 \
+  --checkpoint.dir ck > /dev/null || fail "tiny run"
+cp ck/step_00000001.h5 step.h5
+cp ck/step_00000001.h5 vocab.h5
+/usr/bin/python3 - <<'PY'
+import h5py
+for name, group, key, value in (("step.h5", "trainer", "step", 10**15), ("vocab.h5", "model", "vocab_size", 2**40)):
+    with h5py.File(name, "r+") as f:
+        f[group].attrs[key] = value
+    with open(name, "r+b") as f:  # drop lct's whole-file checksum, so the loaders see the attribute
+        if f.read(17) == b"lct-hdf5-checksum":
+            f.seek(0)
+            f.write(b" " * 20)
+PY
+for c in "inspect step.h5|/trainer@step is 1000000000000000" \
+         "train --train.resume step.h5 --checkpoint.dir r2|/trainer@step is 1000000000000000" \
+         "inspect vocab.h5|vocab_size, hidden_size and intermediate_size must be <= 2^31"; do
+  args=${c%%|*} want=${c#*|}
+  err=$("$LCT" $args 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"$want"* && $err != *bad_alloc* ]] && echo "ok   $args: $want" || fail "$args: exit $rc, '$err'"
+done
+
+# issue 54 cause 1: a model whose sizes would wrap int64 (vocab x hidden = 2^62 gave a
+# negative parameter count, "fits: yes" and a negative memory per rank) is refused by
+# every command that sizes it, naming the keys
+huge=(--model.vocab_size 2147483648 --model.hidden_size 2147483648 --model.num_attention_heads 65536
+      --model.num_key_value_heads 65536)
+for cmd in "train --dry-run" "simulate"; do
+  err=$("$LCT" $cmd "${huge[@]}" 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"parameters, more than lct addresses (2^40"* ]] && echo "ok   $cmd refuses a model of 2^63 parameters" \
+    || fail "$cmd of a 2^63-parameter model: exit $rc, '$err'"
+done
+
+# issue 54 cause 4: sizes are checked before reading or allocating. A folder whose
+# config.json claims 65,536 layers names its first missing tensor (it allocated 2 x 4 GB
+# first); a 1 GB prompt file under a 3 GB address-space limit is a memory line, not
+# std::bad_alloc; eval of a DCA chunk of 2^30 is refused by eval's estimate (its RoPE
+# table) as train refuses it
+"$LCT" export --checkpoint ck/step_00000001.h5 --out hf_small > /dev/null || fail "export"
+cp -r hf_small hf_deep
+/usr/bin/python3 - <<'PY'
+import json
+c = json.load(open("hf_deep/config.json")); c["num_hidden_layers"] = 65536
+json.dump(c, open("hf_deep/config.json", "w"))
+PY
+"$LCT" make-batch --data.seq_len 64 --out b64.h5 > /dev/null || fail "make-batch"
+printf 'a' > one.txt
+if [[ -z ${LCT_SANITIZED:-} ]]; then
+  for c in "eval --checkpoint hf_deep --batch-file b64.h5|model.layers.1." \
+           "generate --checkpoint hf_deep --prompt-file one.txt|model.layers.1." \
+           "eval --checkpoint ck/step_00000001.h5 --batch-file b64.h5 --attention.kernel dca --attention.dca_chunk_size 1073741824 --attention.dca_local_size 64|not enough memory"; do
+    args=${c%%|*} want=${c#*|}
+    err=$( (ulimit -v 3000000; exec "$LCT" $args) 2>&1 >/dev/null)
+    rc=$?
+    [[ $rc -eq 1 && $err == *"$want"* && $err != *bad_alloc* ]] && echo "ok   ${args%% *} under ulimit -v: $want" \
+      || fail "$args: exit $rc, '$err'"
+  done
+  truncate -s 1G big_prompt.txt
+  err=$( (ulimit -v 3000000; exec "$LCT" generate --checkpoint ck/step_00000001.h5 --prompt-file big_prompt.txt) 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq 1 && $err == *"not enough memory: lct generate of --prompt-file big_prompt.txt"* ]] \
+    && echo "ok   a 1 GB prompt under ulimit -v: refused before it is read" || fail "1 GB prompt: exit $rc, '$err'"
+  rm -f big_prompt.txt
+fi
+
+if [[ $failures -ne 0 ]]; then echo "memory_budget: $failures failures"; exit 1; fi
+echo "memory_budget: all passed"

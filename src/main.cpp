@@ -65,7 +65,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       // the same build on every rank (each host of a cluster loads its own copy)
       agree_across_ranks(parse_error, "command = " + command + "\n" + binary_identity_line(), world);
     } catch (const ConfigError& e) {
-      if (rank == 0) std::fprintf(stderr, "lct: error: %s\n", e.what());
+      if (rank == 0) print_err("lct: error: {}\n", e.what());
       return 1;
     }
     if (help) return 0;
@@ -77,16 +77,16 @@ int run_command(int argc, char** argv, int rank, int world) {
   } catch (const ConfigError& e) {
     // configuration and layout errors are reached by every rank alike: rank 0 reports,
     // all ranks exit cleanly
-    if (rank == 0) std::fprintf(stderr, "lct: error: %s\n", e.what());
+    if (rank == 0) print_err("lct: error: {}\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     // anything else may be this rank's alone: report it with the rank and end the
     // whole job, so no other rank waits forever in a collective
     if (world > 1) {
-      std::fprintf(stderr, "lct: error (rank %d of %d, host %s): %s\n", rank, world, host_name().c_str(), e.what());
+      print_err("lct: error (rank {} of {}, host {}): {}\n", rank, world, host_name(), e.what());
       mpi_abort_job(1);
     }
-    std::fprintf(stderr, "lct: error: %s\n", e.what());
+    print_err("lct: error: {}\n", e.what());
     return 1;
   }
   return 0;
@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
   const bool written = std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout);
   if (!written) {
     const int err = errno;
-    std::fprintf(stderr, "lct: error: cannot write the results to standard output: %s\n",
-                 err ? std::strerror(err) : "write error");
+    print_err("lct: error: cannot write the results to standard output: {}\n",
+              err ? std::strerror(err) : "write error");
     code = 1;
   }
   mpi_finalize_if_active();

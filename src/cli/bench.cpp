@@ -78,23 +78,23 @@ int run_bench(const Config& config, const BenchOptions& o) {
   const std::string& cpu = res.cpu;
   const std::string& blas_warning = res.blas_warning;
 
-  bench::say(o, "lct bench | %s | %d threads (OpenMP %d, OpenBLAS %d) | %s\n", cpu.c_str(), threads,
-      omp_get_max_threads(), openblas_get_num_threads(), blas_description().c_str());
+  bench::say(o, "lct bench | {} | {} threads (OpenMP {}, OpenBLAS {}) | {}\n", cpu, threads,
+      omp_get_max_threads(), openblas_get_num_threads(), blas_description());
   if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
-  bench::say(o, "each figure: total work over total wall-clock time of up to %d runs (first run a warm-up; %.0f s budget each)\n", o.repeats, o.budget_seconds);
+  bench::say(o, "each figure: total work over total wall-clock time of up to {} runs (first run a warm-up; {:.0f} s budget each)\n", o.repeats, o.budget_seconds);
 
   if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) bench::ceilings_section(o, res);
 
   if (wants(o, "gemm")) bench::gemm_section(model, config.data.seq_len, o, res);
 
   if (wants(o, "attention")) {
-    bench::say(o, "\nattention  H %d, KV %d, hd %d; dca: C %d, w %d (chunks of %d) | GFLOP/s, "
+    bench::say(o, "\nattention  H {}, KV {}, hd {}; dca: C {}, w {} (chunks of {}) | GFLOP/s, "
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
         dca_ap.dca.chunk_len());
     bench::say(o, "  xceil: fwd+bwd over the precision's GEMM ceiling (fp32 and bf16-fallback: the faster fp32 GEMM; bf16: bf16 GEMM)\n");
-    bench::say(o, "  %-8s %-7s %-13s %7s %5s %9s %9s %9s %7s %9s %9s %5s\n", "layout", "kernel", "precision", "tokens",
-        "docs", "fwd", "bwd", "fwd+bwd", "xceil", "f+b ms", "t/causal", "runs");
+    bench::say(o, "  {:<8} {:<7} {:<13} {:>7} {:>5} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9} {:>5}\n", "layout", "kernel",
+        "precision", "tokens", "docs", "fwd", "bwd", "fwd+bwd", "xceil", "f+b ms", "t/causal", "runs");
     bench::attention_section(config, o, res);
   }
 

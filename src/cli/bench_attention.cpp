@@ -100,10 +100,9 @@ void attention_section(const Config& config, const BenchOptions& o, BenchResults
           else r.time_vs_causal = (r.fwd_s + r.bwd_s) / causal_s[pi];
           res.attention.push_back(r);
           const std::string ratio = r.time_vs_causal > 0 ? fmt::format("{:.2f}x", r.time_vs_causal) : "";
-          say(o, "  %-8s %-7s %-13s %7lld %5lld %9.1f %9.1f %9.1f %7.2f %9.1f %9s %5d\n", r.layout.c_str(),
-              r.kernel.c_str(), r.precision.c_str(), (long long)r.tokens, (long long)r.documents,
-              r.fwd_gflops, r.bwd_gflops, r.total_gflops, r.total_gflops / r.ceiling,
-              1e3 * (r.fwd_s + r.bwd_s), ratio.c_str(), r.runs);
+          say(o, "  {:<8} {:<7} {:<13} {:7} {:5} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.2f} {:>9.1f} {:>9} {:5}\n", r.layout,
+              r.kernel, r.precision, r.tokens, r.documents, r.fwd_gflops, r.bwd_gflops, r.total_gflops,
+              r.total_gflops / r.ceiling, 1e3 * (r.fwd_s + r.bwd_s), ratio, r.runs);
         }
       }
     }

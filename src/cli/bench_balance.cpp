@@ -70,26 +70,24 @@ std::vector<CadBalanceRow> cad_balance(const RunPlan& plan, const BenchOptions& 
 }  // namespace
 
 void cp_balance_section(const RunPlan& plan, const BenchOptions& o, BenchResults& res) {
-  say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over %lld sequences of "
-      "%lld tokens (%s documents)\n",
-      (long long)o.balance_sequences, (long long)plan.data.seq_len,
-      doc_length_dist_name(plan.data.doc_lengths));
-  say(o, "  %4s %-11s %10s %10s\n", "cp", "split", "mean", "worst");
+  say(o, "\ncp_balance  attention pairs per context-parallel rank, max/mean, over {} sequences of "
+      "{} tokens ({} documents)\n",
+      o.balance_sequences, plan.data.seq_len, doc_length_dist_name(plan.data.doc_lengths));
+  say(o, "  {:>4} {:<11} {:>10} {:>10}\n", "cp", "split", "mean", "worst");
   res.cp_balance = cp_balance(plan, o);
   for (const BalanceRow& r : res.cp_balance)
-    say(o, "  %4lld %-11s %10.3f %10.3f\n", (long long)r.cp, r.split.c_str(), r.mean_max_over_mean,
-        r.worst_max_over_mean);
+    say(o, "  {:4} {:<11} {:>10.3f} {:>10.3f}\n", r.cp, r.split, r.mean_max_over_mean, r.worst_max_over_mean);
 }
 
 void cad_balance_section(const RunPlan& plan, const BenchOptions& o, BenchResults& res) {
-  say(o, "\ncad_balance  CAD planner on the stream (one %lld-token sequence per rank and tick, %s "
-      "documents, tolerance %.3g): attention pairs max/mean per rank\n",
-      (long long)plan.data.seq_len, doc_length_dist_name(plan.data.doc_lengths), plan.cad.tolerance);
-  say(o, "  %6s %10s %10s %12s %24s\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
+  say(o, "\ncad_balance  CAD planner on the stream (one {}-token sequence per rank and tick, {} "
+      "documents, tolerance {:.3g}): attention pairs max/mean per rank\n",
+      plan.data.seq_len, doc_length_dist_name(plan.data.doc_lengths), plan.cad.tolerance);
+  say(o, "  {:>6} {:>10} {:>10} {:>12} {:>24}\n", "ranks", "colocated", "cad", "cad worst", "MiB moved/layer, all");
   res.cad_balance = cad_balance(plan, o);
   for (const CadBalanceRow& r : res.cad_balance)
-    say(o, "  %6lld %10.3f %10.3f %12.3f %24.2f\n", (long long)r.ranks, r.before, r.after,
-        r.worst_after, r.mib_per_layer);
+    say(o, "  {:6} {:>10.3f} {:>10.3f} {:>12.3f} {:>24.2f}\n", r.ranks, r.before, r.after, r.worst_after,
+        r.mib_per_layer);
 }
 
 }  // namespace lct::bench

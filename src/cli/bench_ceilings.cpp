@@ -154,14 +154,14 @@ void ceilings_section(const BenchOptions& o, BenchResults& res) {
   res.fp32_gemm = std::max(sgemm, res.onednn_f32);
   res.fp32_gemm_library = res.onednn_f32 > sgemm ? "oneDNN f32" : "OpenBLAS";
   fma = fma_peak_gflops(o);
-  say(o, "\nceilings  fp32 GEMM %lld^3: OpenBLAS %.1f, oneDNN f32 %.1f GFLOP/s (the fp32 ceiling: %s) | FMA loop: "
-      "%.1f GFLOP/s (best GEMM = %.0f%% of FMA)\n",
-      (long long)sgemm_n, sgemm, res.onednn_f32, res.fp32_gemm_library, fma, 100.0 * res.fp32_gemm / fma);
+  say(o, "\nceilings  fp32 GEMM {}^3: OpenBLAS {:.1f}, oneDNN f32 {:.1f} GFLOP/s (the fp32 ceiling: {}) | FMA loop: "
+      "{:.1f} GFLOP/s (best GEMM = {:.0f}% of FMA)\n",
+      sgemm_n, sgemm, res.onednn_f32, res.fp32_gemm_library, fma, 100.0 * res.fp32_gemm / fma);
   res.bf16_gemm = bf16_gemm_gflops(o, sgemm_n);
   res.bf16_dot = bf16_dot_peak_gflops(o);
   if (res.bf16_gemm > 0 || res.bf16_dot > 0)
-    say(o, "          bf16 GEMM %lld^3 (oneDNN, bf16 operands): %.1f GFLOP/s | bf16 dot loop (VDPBF16PS): %.1f GFLOP/s\n",
-        (long long)sgemm_n, res.bf16_gemm, res.bf16_dot);
+    say(o, "          bf16 GEMM {}^3 (oneDNN, bf16 operands): {:.1f} GFLOP/s | bf16 dot loop (VDPBF16PS): {:.1f} GFLOP/s\n",
+        sgemm_n, res.bf16_gemm, res.bf16_dot);
   else
     say(o, "          bf16: this CPU has no bf16 instructions; bf16 runs as fp32 on rounded operands "
            "(its ceilings are the fp32 ones)\n");
@@ -170,26 +170,25 @@ void ceilings_section(const BenchOptions& o, BenchResults& res) {
 // The linear layers' products in each library and precision.
 void gemm_section(const LlamaConfig& model, int64_t tokens, const BenchOptions& o, BenchResults& res) {
   res.gemm_tokens = tokens;
-  say(o, "\ngemm  the linear layers' products at %lld tokens (hidden %lld, mlp %lld) | GFLOP/s; bf16 runs on: %s\n",
-      (long long)res.gemm_tokens, (long long)model.hidden_size, (long long)model.intermediate_size,
-      bf16_support().kernel.c_str());
+  say(o, "\ngemm  the linear layers' products at {} tokens (hidden {}, mlp {}) | GFLOP/s; bf16 runs on: {}\n",
+      res.gemm_tokens, model.hidden_size, model.intermediate_size, bf16_support().kernel);
   say(o, "  fp32: OpenBLAS; fp32 dnnl: oneDNN f32 (train.fp32_gemm); bf16: as the model runs it (oneDNN, rounding "
          "included); bf16 kernel: oneDNN alone on bf16 operands; lct tiles: lct's AVX512-BF16 microkernel alone, "
          "B prepacked; bf16/fp32: bf16 over the faster fp32\n");
-  say(o, "  %-20s %17s %9s %10s %9s %11s %9s %12s %9s\n", "product", "M x N x K", "fp32", "fp32 dnnl", "bf16",
-      "bf16 kernel", "lct tiles", "bf16 fallback", "bf16/fp32");
+  say(o, "  {:<20} {:>17} {:>9} {:>10} {:>9} {:>11} {:>9} {:>12} {:>9}\n", "product", "M x N x K", "fp32", "fp32 dnnl",
+      "bf16", "bf16 kernel", "lct tiles", "bf16 fallback", "bf16/fp32");
   res.gemm = gemm_rows(o, model, res.gemm_tokens);
   const auto cell = [](double v) { return v > 0 ? std::to_string(int(v + 0.5)) : std::string("-"); };
   for (const GemmRow& r : res.gemm) {
     const std::string shape = std::to_string(r.M) + "x" + std::to_string(r.N) + "x" + std::to_string(r.K);
-    say(o, "  %-20s %17s %9.1f %10.1f %9.1f %11s %9s %12.1f %9.2f\n", r.name.c_str(), shape.c_str(), r.fp32,
-        r.fp32_onednn, r.bf16, cell(r.bf16_kernel).c_str(), cell(r.lct_tiles).c_str(), r.bf16_fallback,
+    say(o, "  {:<20} {:>17} {:>9.1f} {:>10.1f} {:>9.1f} {:>11} {:>9} {:>12.1f} {:>9.2f}\n", r.name, shape, r.fp32,
+        r.fp32_onednn, r.bf16, cell(r.bf16_kernel), cell(r.lct_tiles), r.bf16_fallback,
         r.bf16 / std::max(r.fp32, r.fp32_onednn));
   }
   {
     const Fp32GemmRates rates = measure_fp32_gemm(model, res.gemm_tokens);
-    say(o, "  train.fp32_gemm = auto here: %s (all the model's linear products: oneDNN f32 %.0f, OpenBLAS %.0f "
-           "GFLOP/s; oneDNN needs a 10%% lead)\n", fp32_library_name(faster_fp32_library(rates)), rates.onednn, rates.openblas);
+    say(o, "  train.fp32_gemm = auto here: {} (all the model's linear products: oneDNN f32 {:.0f}, OpenBLAS {:.0f} "
+           "GFLOP/s; oneDNN needs a 10% lead)\n", fp32_library_name(faster_fp32_library(rates)), rates.onednn, rates.openblas);
   }
 }
 

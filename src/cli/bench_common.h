@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/core_attention.h"
@@ -21,6 +22,7 @@
 #include "model/trace.h"
 #include "src/cli/bench.h"
 #include "src/train/run_plan.h"
+#include "src/util/log.h"
 
 namespace lct::bench {
 
@@ -150,8 +152,8 @@ struct BenchResults {
 
 // Prints unless --json.
 template <typename... Args>
-void say(const BenchOptions& o, const char* fmt, Args... args) {
-  if (!o.json) std::printf(fmt, args...), std::fflush(stdout);
+void say(const BenchOptions& o, fmt::format_string<Args...> f, Args&&... args) {
+  if (!o.json) print_out(f, std::forward<Args>(args)...), std::fflush(stdout);
 }
 
 // bench_ceilings.cpp

@@ -1,11 +1,10 @@
 // lct bench --json: everything one run measured as one JSON document.
 #include <cblas.h>
 
-#include <cstdio>
-
 #include "compute/gemm.h"
 #include "src/cli/bench_common.h"
 #include "src/util/json.h"
+#include "src/util/log.h"
 
 namespace lct::bench {
 namespace {
@@ -74,7 +73,7 @@ void print_bench_json(const BenchResults& res) {
     j["cad_balance"].push_back({{"ranks", r.ranks}, {"colocated_max_over_mean", r.before},
                                 {"cad_max_over_mean", r.after}, {"cad_worst_max_over_mean", r.worst_after},
                                 {"mib_moved_per_layer", r.mib_per_layer}});
-  std::printf("%s\n", json_text(j).c_str());
+  print_out("{}\n", json_text(j));
 }
 
 }  // namespace lct::bench

@@ -99,19 +99,18 @@ void phase_profile(const Config& config, const BenchOptions& o, BenchResults& re
   for (const Precision precision : precisions) {
     const PhaseRow r = profile_step(o, config, L, precision);
     res.phases.push_back(r);
-    say(o, "  %s, %lld tokens, %d steps after 2 warm-up: %.1f ms per step\n", r.precision.c_str(), (long long)L,
-        r.steps, r.step_ms);
-    say(o, "    %-28s %9s %9s %9s\n", "phase", "ms/step", "products", "other");
+    say(o, "  {}, {} tokens, {} steps after 2 warm-up: {:.1f} ms per step\n", r.precision, L, r.steps, r.step_ms);
+    say(o, "    {:<28} {:>9} {:>9} {:>9}\n", "phase", "ms/step", "products", "other");
     PhaseTime all;
     for (const auto& [name, t] : r.phases) {
-      say(o, "    %-28s %9.2f %9.2f %9.2f\n", name.c_str(), 1e3 * t.seconds / r.steps,
+      say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}\n", name, 1e3 * t.seconds / r.steps,
           1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
       if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
         all.seconds += t.seconds;
         all.product_seconds += t.product_seconds;
       }
     }
-    say(o, "    %-28s %9.2f %9.2f %9.2f   (untraced: %.2f)\n", "all phases", 1e3 * all.seconds / r.steps,
+    say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}   (untraced: {:.2f})\n", "all phases", 1e3 * all.seconds / r.steps,
         1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
         r.step_ms - 1e3 * all.seconds / r.steps);
   }
@@ -131,34 +130,33 @@ void profile_section(const Config& config, const LlamaConfig& model, const Bench
   phase_profile(config, o, res);
   const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
   const CadCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
-  say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, %s kernel, H %d, KV %d, hd %d "
-      "(rows: query rows q; columns: key rows kv)\n", m.kernel.c_str(), m.heads, m.kv_heads, m.head_dim);
-  say(o, "  %6s", "q \\ kv");
-  for (int64_t kv : m.kv_grid) say(o, " %8lld", (long long)kv);
+  say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, {} kernel, H {}, KV {}, hd {} "
+      "(rows: query rows q; columns: key rows kv)\n", m.kernel, m.heads, m.kv_heads, m.head_dim);
+  say(o, "  {:>6}", "q \\ kv");
+  for (int64_t kv : m.kv_grid) say(o, " {:8}", kv);
   say(o, "\n");
   for (size_t i = 0; i < m.q_grid.size(); ++i) {
-    say(o, "  %6lld", (long long)m.q_grid[i]);
-    for (size_t j = 0; j < m.kv_grid.size(); ++j) say(o, " %8.3f", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
+    say(o, "  {:6}", m.q_grid[i]);
+    for (size_t j = 0; j < m.kv_grid.size(); ++j) say(o, " {:>8.3f}", 1e9 * m.seconds_per_pair[i * m.kv_grid.size() + j]);
     say(o, "\n");
   }
   if (!o.profile_out.empty()) {
     write_text_atomically(o.profile_out, cad_cost_toml(m));
-    say(o, "  written to %s (attention.cad_profile)\n", o.profile_out.c_str());
+    say(o, "  written to {} (attention.cad_profile)\n", o.profile_out);
   }
 }
 
 // Whole training steps at each --step-lengths and precision, against the ceilings.
 void step_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
   const double fp32_gemm = res.fp32_gemm, fma = res.fma;
-  say(o, "\nstep  %d layers, hidden %lld, heads %d/%d (hd %lld), mlp %lld, vocab %lld, %s "
+  say(o, "\nstep  {} layers, hidden {}, heads {}/{} (hd {}), mlp {}, vocab {}, {} "
       "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
       "(fp32: the faster fp32 GEMM library, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 "
       "runs as fp32)\n",
-      model.num_hidden_layers, (long long)model.hidden_size, model.num_attention_heads,
-      model.num_key_value_heads, (long long)model.head_dim(), (long long)model.intermediate_size,
-      (long long)model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
-  say(o, "  %-9s %7s %5s %9s %9s %9s %8s %8s %10s %10s %5s\n", "precision", "tokens", "docs", "ms", "tokens/s",
-      "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
+      model.num_hidden_layers, model.hidden_size, model.num_attention_heads, model.num_key_value_heads,
+      model.head_dim(), model.intermediate_size, model.vocab_size, doc_length_dist_name(config.data.doc_lengths));
+  say(o, "  {:<9} {:>7} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10} {:>10} {:>5}\n", "precision", "tokens", "docs", "ms",
+      "tokens/s", "GFLOP/s", "xGEMM", "xPEAK", "peak MiB", "acts MiB", "runs");
   std::vector<Precision> precisions;
   for (const std::string& name : o.step_precisions) precisions.push_back(parse_precision(name));
   if (precisions.empty()) precisions.push_back(config.train.precision);
@@ -169,8 +167,8 @@ void step_section(const Config& config, const LlamaConfig& model, const BenchOpt
       r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : fp32_gemm;
       r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
       res.step.push_back(r);
-      say(o, "  %-9s %7lld %5lld %9.1f %9.0f %9.1f %8.2f %8.2f %10.0f %10.0f %5d\n", r.precision.c_str(),
-          (long long)r.seq_len, (long long)r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
+      say(o, "  {:<9} {:7} {:5} {:>9.1f} {:>9.0f} {:>9.1f} {:>8.2f} {:>8.2f} {:>10.0f} {:>10.0f} {:5}\n", r.precision,
+          r.seq_len, r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,
           r.gflops / r.peak_ceiling, double(r.peak_rss) / 1048576.0, double(r.activation_bytes) / 1048576.0,
           r.runs);
     }

@@ -19,6 +19,7 @@
 #include "src/config/config.h"
 #include "src/io/params_io.h"
 #include "src/train/run_objects.h"
+#include "src/util/log.h"
 #include "src/util/machine.h"
 
 namespace lct {
@@ -225,17 +226,12 @@ Command add_eval_command(CLI::App& lct) {
                                    double(r.answers_correct) / double(r.answers), r.answers_correct, r.answers,
                                    double(r.answer_documents_correct) / double(r.answer_documents),
                                    r.answer_documents_correct, r.answer_documents);
-            std::printf("loss %.9g | targets %lld | tokens %lld | documents %lld%s | attention %s%s%s%s%s\n", r.loss,
-                        (long long)r.targets, (long long)r.tokens, (long long)r.documents, recall.c_str(),
-                        r.attention.c_str(),
-                        options.precision == Precision::fp32 ? "" : (" | precision " + r.precision).c_str(),
-                        options.grads_out.empty() ? "" : (" | grads -> " + options.grads_out).c_str(),
-                        options.per_position_out.empty()
-                            ? ""
-                            : (" | per-position loss -> " + options.per_position_out).c_str(),
-                        options.per_document_out.empty()
-                            ? ""
-                            : (" | per-document -> " + options.per_document_out).c_str());
+            print_out("loss {:.9g} | targets {} | tokens {} | documents {}{} | attention {}{}{}{}{}\n", r.loss,
+                      r.targets, r.tokens, r.documents, recall, r.attention,
+                      options.precision == Precision::fp32 ? "" : " | precision " + r.precision,
+                      options.grads_out.empty() ? "" : " | grads -> " + options.grads_out,
+                      options.per_position_out.empty() ? "" : " | per-position loss -> " + options.per_position_out,
+                      options.per_document_out.empty() ? "" : " | per-document -> " + options.per_document_out);
             return 0;
           }};
 }

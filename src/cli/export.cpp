@@ -1,7 +1,6 @@
 // lct export: a checkpoint (or parameter file) as a Hugging Face Llama folder,
 // model.safetensors + config.json (src/io/hf_model.h), that transformers' Llama loads and
 // train.init_from and lct eval read back.
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -11,6 +10,7 @@
 #include "src/config/config.h"
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
+#include "src/util/log.h"
 
 namespace lct {
 namespace {
@@ -59,8 +59,8 @@ Command add_export_command(CLI::App& lct) {
             const SafetensorsDtype dtype = o->dtype == "bf16" ? SafetensorsDtype::bf16 : SafetensorsDtype::f32;
             for (const std::string& line :
                  write_hf_model(o->out, model.config(), model.table(), model.params.data(), length, dtype))
-              std::printf("%s\n", line.c_str());
-            if (!note.empty()) std::printf("note: %s\n", note.c_str());
+              print_out("{}\n", line);
+            if (!note.empty()) print_out("note: {}\n", note);
             return 0;
           }};
 }

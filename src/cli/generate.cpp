@@ -26,6 +26,7 @@
 #include "src/train/memory_budget.h"
 #include "src/util/integer_text.h"
 #include "src/util/json.h"
+#include "src/util/log.h"
 #include "src/util/printable.h"
 #include "src/util/machine.h"
 
@@ -313,26 +314,24 @@ int run_generate(const Options& o) {
       Json j = generation_json(config, g, P, how, attention);
       if (!continuations.empty())  // teacher forcing from the same prompt forward
         scores.add(score_continuation(decoder, g, continuations[i]), j);
-      std::printf("%s\n", json_text(j).c_str());
+      print_out("{}\n", json_text(j));
     } else if (text) {
       const std::string bytes = token_text(g.tokens);
       std::fwrite(bytes.data(), 1, bytes.size(), stdout);
       std::fputc('\n', stdout);
     } else {
-      for (size_t t = 0; t < g.tokens.size(); ++t) std::printf(t ? " %d" : "%d", g.tokens[t]);
-      std::printf("\n");
+      for (size_t t = 0; t < g.tokens.size(); ++t) print_out("{}{}", t ? " " : "", g.tokens[t]);
+      print_out("\n");
     }
   }
   // the figures on stderr, so that stdout is the continuations alone
   const double prompt_rate = prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0.0;
   const double new_rate = decode_seconds > 0 ? double(new_tokens) / decode_seconds : 0.0;
-  std::fprintf(stderr,
-               "generate: %s%lld prompt tokens in %.3f s (%.1f tokens/s) | %lld new tokens in %.3f s (%.1f tokens/s) | "
-               "%s | attention %s | %d threads%s\n",
-               prompts.size() > 1 ? (std::to_string(prompts.size()) + " prompts, ").c_str() : "",
-               (long long)prompt_tokens, prompt_seconds, prompt_rate, (long long)new_tokens, decode_seconds, new_rate,
-               how.c_str(), attention.c_str(), threads,
-               continuations.empty() ? "" : scores.summary(continuations.size()).c_str());
+  print_err("generate: {}{} prompt tokens in {:.3f} s ({:.1f} tokens/s) | {} new tokens in {:.3f} s "
+            "({:.1f} tokens/s) | {} | attention {} | {} threads{}\n",
+            prompts.size() > 1 ? std::to_string(prompts.size()) + " prompts, " : "", prompt_tokens, prompt_seconds,
+            prompt_rate, new_tokens, decode_seconds, new_rate, how, attention, threads,
+            continuations.empty() ? "" : scores.summary(continuations.size()));
   return 0;
 }
 

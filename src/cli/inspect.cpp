@@ -3,9 +3,9 @@
 #include "src/cli/eval.h"
 #include "src/util/integer_text.h"
 #include "src/util/json.h"
+#include "src/util/log.h"
 
 #include <fmt/format.h>
-#include <fmt/printf.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -217,22 +217,21 @@ Json summary_json(const RunSummary& s) {
 
 void print_summary(const RunSummary& s) {
   if (s.steps == 0) {
-    std::printf("metrics: none\n");
+    print_out("metrics: none\n");
     return;
   }
-  std::printf("metrics: %lld steps | loss %.4f -> %.4f (mean of first 10%% %.4f, last 10%% %.4f, %s)\n",
-              (long long)s.steps, s.first_loss, s.last_loss, s.head_loss, s.tail_loss,
-              s.tail_loss < s.head_loss ? "falling" : "not falling");
-  std::printf("throughput: last %lld steps by wall clock: %.0f tok/s | %.1f GFLOP/s | %.1f ms/step "
-              "(per-step tok/s p10/p50/p90 %.0f/%.0f/%.0f)\n",
-              (long long)s.window, s["tokens_per_s"], s["gflops"], s["ms"], s.tokens_per_s_p10,
-              s.tokens_per_s_p50, s.tokens_per_s_p90);
+  print_out("metrics: {} steps | loss {:.4f} -> {:.4f} (mean of first 10% {:.4f}, last 10% {:.4f}, {})\n", s.steps,
+            s.first_loss, s.last_loss, s.head_loss, s.tail_loss, s.tail_loss < s.head_loss ? "falling" : "not falling");
+  print_out("throughput: last {} steps by wall clock: {:.0f} tok/s | {:.1f} GFLOP/s | {:.1f} ms/step "
+            "(per-step tok/s p10/p50/p90 {:.0f}/{:.0f}/{:.0f})\n",
+            s.window, s["tokens_per_s"], s["gflops"], s["ms"], s.tokens_per_s_p10, s.tokens_per_s_p50,
+            s.tokens_per_s_p90);
   std::string rest;  // every other summarised field: its median step
   for (const StepMetric& m : step_metrics()) {
     if (m.summary != Summary::median) continue;
     rest += (rest.empty() ? "" : " | ") + fmt::format("{} {:.4g}", m.name, s[m.name]);
   }
-  std::printf("median step: %s\n", rest.c_str());
+  print_out("median step: {}\n", rest);
 }
 
 }  // namespace
@@ -264,20 +263,18 @@ int inspect_batch(const std::string& path, bool json) {
                     {"max_token", max_token}, {"answers", answers}, {"prefix_lens", !b.prefix_lens.empty()},
                     {"prefix_tokens", prefix_tokens}, {"segment_ids", !b.segment_ids.empty()},
                     {"segments", segments}};
-    std::printf("%s\n", json_text(j).c_str());
+    print_out("{}\n", json_text(j));
     return 0;
   }
-  std::printf("file: %s\nformat: batch (lct make-batch)\n", path.c_str());
-  std::printf("tokens %lld | documents %lld (longest %lld, median %lld) | targets %lld | largest token id %d%s\n",
-              (long long)b.num_tokens(), (long long)b.num_docs(), (long long)longest, (long long)median_len,
-              (long long)b.num_targets(), max_token,
-              b.answer_mask.empty() ? "" : (" | answers " + std::to_string(answers)).c_str());
+  print_out("file: {}\nformat: batch (lct make-batch)\n", path);
+  print_out("tokens {} | documents {} (longest {}, median {}) | targets {} | largest token id {}{}\n", b.num_tokens(),
+            b.num_docs(), longest, median_len, b.num_targets(), max_token,
+            b.answer_mask.empty() ? "" : " | answers " + std::to_string(answers));
   if (!b.prefix_lens.empty())
-    std::printf("prefix_lens (prefix_lm): %lld prefix tokens in %lld documents\n", (long long)prefix_tokens,
-                (long long)b.num_docs());
+    print_out("prefix_lens (prefix_lm): {} prefix tokens in {} documents\n", prefix_tokens, b.num_docs());
   if (!b.segment_ids.empty())
-    std::printf("segment_ids (shared_question): %lld segments (questions and answers) in %lld documents\n",
-                (long long)segments, (long long)b.num_docs());
+    print_out("segment_ids (shared_question): {} segments (questions and answers) in {} documents\n", segments,
+              b.num_docs());
   return 0;
 }
 
@@ -301,12 +298,12 @@ int inspect_per_position(const std::string& path, bool json) {
     const Json j = {{"file", path},      {"format", "per_position"}, {"bins", bins},
                     {"positions", last_end}, {"targets", targets},       {"mean_loss", mean},
                     {"min_bin_loss", lo},    {"max_bin_loss", hi}};
-    std::printf("%s\n", json_text(j).c_str());
+    print_out("{}\n", json_text(j));
     return 0;
   }
-  std::printf("file: %s\nformat: per-position loss (lct eval --per-position-out)\n", path.c_str());
-  std::printf("%lld bins over positions 0-%lld | %lld targets | mean loss %.4f (bins %.4f to %.4f)\n",
-              (long long)bins, (long long)last_end, (long long)targets, mean, lo, hi);
+  print_out("file: {}\nformat: per-position loss (lct eval --per-position-out)\n", path);
+  print_out("{} bins over positions 0-{} | {} targets | mean loss {:.4f} (bins {:.4f} to {:.4f})\n", bins, last_end,
+            targets, mean, lo, hi);
   return 0;
 }
 
@@ -357,16 +354,15 @@ int inspect_per_document(const std::string& path, bool json) {
               {"targets", targets}, {"mean_loss", mean},        {"answers", answers},
               {"answers_correct", answers_correct}, {"documents_with_answers", with_answers},
               {"documents_answered", answered}};
-    std::printf("%s\n", json_text(j).c_str());
+    print_out("{}\n", json_text(j));
     return 0;
   }
-  std::printf("file: %s\nformat: per-document loss and answers (lct eval --per-document-out)\n", path.c_str());
-  std::printf("%lld documents | %lld tokens | %lld targets | mean loss %.4f", (long long)documents,
-              (long long)tokens, (long long)targets, mean);
+  print_out("file: {}\nformat: per-document loss and answers (lct eval --per-document-out)\n", path);
+  print_out("{} documents | {} tokens | {} targets | mean loss {:.4f}", documents, tokens, targets, mean);
   if (with_answers > 0)
-    std::printf(" | answers %lld of %lld right | answered %lld of %lld documents", (long long)answers_correct,
-                (long long)answers, (long long)answered, (long long)with_answers);
-  std::printf("\n");
+    print_out(" | answers {} of {} right | answered {} of {} documents", answers_correct, answers, answered,
+              with_answers);
+  print_out("\n");
   return 0;
 }
 
@@ -433,42 +429,40 @@ int inspect_file(const std::string& path, bool json) {
     return n;
   }();
   if (json) {
-    std::printf("%s\n", json_text(file_json(path, r, num_params)).c_str());
+    print_out("{}\n", json_text(file_json(path, r, num_params)));
     return r.failed() ? 2 : 0;
   }
 
-  std::printf("file: %s\n", path.c_str());
-  std::printf("format: %s v%lld\n", r.format.c_str(), (long long)r.format_version);
-  std::printf("model: %s; %.3fM params\n", model_line(r.model).c_str(), double(num_params) / 1e6);
+  print_out("file: {}\n", path);
+  print_out("format: {} v{}\n", r.format, r.format_version);
+  print_out("model: {}; {:.3f}M params\n", model_line(r.model), double(num_params) / 1e6);
   if (r.has_config) {
     const Config& c = r.config;
-    std::printf("data: %s%s, seq_len %lld, doc_lengths %s (max %lld) | train: %s lr %g, %lld steps x %lld "
-                "micro-batches, seed %lld\n",
-                data_source_name(c.data.source), c.data.path.empty() ? "" : (" '" + c.data.path + "'").c_str(),
-                (long long)c.data.seq_len, doc_length_dist_name(c.data.doc_lengths), (long long)c.data.max_doc_len,
-                optimizer_name(c.train.optimizer), c.train.lr, (long long)c.train.steps,
-                (long long)c.train.micro_batches, (long long)c.train.seed);
+    print_out("data: {}{}, seq_len {}, doc_lengths {} (max {}) | train: {} lr {:g}, {} steps x {} "
+              "micro-batches, seed {}\n",
+              data_source_name(c.data.source), c.data.path.empty() ? "" : " '" + c.data.path + "'", c.data.seq_len,
+              doc_length_dist_name(c.data.doc_lengths), c.data.max_doc_len, optimizer_name(c.train.optimizer),
+              c.train.lr, c.train.steps, c.train.micro_batches, c.train.seed);
   }
   if (r.is_checkpoint) {
-    std::printf("progress: step %lld, %lld tokens seen, next sequence %lld\n",
-                (long long)r.header.state.step, (long long)r.header.state.tokens_seen,
-                (long long)r.header.state.next_sequence);
-    std::printf("optimizer: %s, step count %lld, moments %s\n", r.header.optimizer_kind.c_str(),
-                (long long)r.header.optimizer_step, r.optim.empty() ? "absent" : "present");
+    print_out("progress: step {}, {} tokens seen, next sequence {}\n", r.header.state.step,
+              r.header.state.tokens_seen, r.header.state.next_sequence);
+    print_out("optimizer: {}, step count {}, moments {}\n", r.header.optimizer_kind, r.header.optimizer_step,
+              r.optim.empty() ? "absent" : "present");
   } else {
-    std::printf("optimizer: absent (parameters only)\n");
+    print_out("optimizer: absent (parameters only)\n");
   }
-  std::printf("checksums: %d checked, %d failed%s\n", r.checked, r.corrupt,
-              r.checked == 0 ? " (file has no checksums)" : "");
-  if (r.non_finite > 0) std::printf("NON-FINITE: %d tensors hold inf or NaN\n", r.non_finite);
-  std::printf("\n%-52s %-14s %-8s %11s %11s %11s %11s %s\n", "tensor", "shape", "dtype", "mean",
-              "std", "max|x|", "norm", "checksum");
+  print_out("checksums: {} checked, {} failed{}\n", r.checked, r.corrupt,
+            r.checked == 0 ? " (file has no checksums)" : "");
+  if (r.non_finite > 0) print_out("NON-FINITE: {} tensors hold inf or NaN\n", r.non_finite);
+  // (">" on the numbers: fmt 9 would left-align inf and nan in a width)
+  print_out("\n{:<52} {:<14} {:<8} {:>11} {:>11} {:>11} {:>11} {}\n", "tensor", "shape", "dtype", "mean", "std",
+            "max|x|", "norm", "checksum");
   for (const auto* list : {&r.params, &r.optim})
     for (const TensorStats& t : *list)
-      std::printf("%-52s %-14s %-8s %11.4e %11.4e %11.4e %11.4e %s\n", t.name.c_str(),
-                  shape_text(t.shape).c_str(), t.dtype.c_str(), t.mean, t.std, t.max_abs, t.norm,
-                  (t.checksum + (t.finite ? "" : " NON-FINITE")).c_str());
-  std::printf("\n");
+      print_out("{:<52} {:<14} {:<8} {:>11.4e} {:>11.4e} {:>11.4e} {:>11.4e} {}\n", t.name, shape_text(t.shape),
+                t.dtype, t.mean, t.std, t.max_abs, t.norm, t.checksum + (t.finite ? "" : " NON-FINITE"));
+  print_out("\n");
   if (r.is_checkpoint) print_summary(r.summary);
   return r.failed() ? 2 : 0;
 }
@@ -486,33 +480,31 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
                     {"b", {{"file", b}, {"step", rb.header.state.step}, {"metrics", summary_json(sb)}}},
                     {"tokens_per_s_ratio_b_over_a", sb["tokens_per_s"] / sa["tokens_per_s"]},
                     {"config_differences", differences}};
-    std::printf("%s\n", json_text(o).c_str());
+    print_out("{}\n", json_text(o));
     return 0;
   }
-  auto row = [](const char* label, const std::string& x, const std::string& y, const std::string& note = "") {
-    std::printf("%-46s %-22s %-22s %s\n", label, x.c_str(), y.c_str(), note.c_str());
+  auto row = [](const std::string& label, const std::string& x, const std::string& y, const std::string& note = "") {
+    print_out("{:<46} {:<22} {:<22} {}\n", label, x, y, note);
   };
-  auto num = [](double v, const char* format) { return fmt::sprintf(format, v); };  // a printf format
+  auto num = [](double v, fmt::format_string<double> f) { return fmt::vformat(f, fmt::make_format_args(v)); };
   auto ratio = [](double x, double y) { return fmt::format("B/A {:.3f}x", y / x); };
-  std::printf("A: %s\nB: %s\n\n", a.c_str(), b.c_str());
+  print_out("A: {}\nB: {}\n\n", a, b);
   row("", "A", "B");
   row("attention", describe_attention(ra.model), describe_attention(rb.model));
   row("steps", std::to_string(sa.steps), std::to_string(sb.steps));
-  row("final loss", num(sa.last_loss, "%.4f"), num(sb.last_loss, "%.4f"));
-  row("loss, last 10% of steps", num(sa.tail_loss, "%.4f"), num(sb.tail_loss, "%.4f"));
-  row("tokens/s (wall clock)", num(sa["tokens_per_s"], "%.0f"), num(sb["tokens_per_s"], "%.0f"),
+  row("final loss", num(sa.last_loss, "{:.4f}"), num(sb.last_loss, "{:.4f}"));
+  row("loss, last 10% of steps", num(sa.tail_loss, "{:.4f}"), num(sb.tail_loss, "{:.4f}"));
+  row("tokens/s (wall clock)", num(sa["tokens_per_s"], "{:.0f}"), num(sb["tokens_per_s"], "{:.0f}"),
       ratio(sa["tokens_per_s"], sb["tokens_per_s"]));
-  row("per-step tok/s p50", num(sa.tokens_per_s_p50, "%.0f"), num(sb.tokens_per_s_p50, "%.0f"));
+  row("per-step tok/s p50", num(sa.tokens_per_s_p50, "{:.0f}"), num(sb.tokens_per_s_p50, "{:.0f}"));
   for (const StepMetric& m : step_metrics()) {  // every other summarised field, as the schema says
     if (m.summary == Summary::none || m.name == "tokens_per_s") continue;
     const char* how = m.summary == Summary::rate ? " (wall clock)" : m.summary == Summary::mean ? " (mean)" : " (median)";
-    const std::string label = m.name + how;
-    row(label.c_str(), num(sa[m.name], "%.4g"), num(sb[m.name], "%.4g"), ratio(sa[m.name], sb[m.name]));
+    row(m.name + how, num(sa[m.name], "{:.4g}"), num(sb[m.name], "{:.4g}"), ratio(sa[m.name], sb[m.name]));
   }
-  std::printf("\nconfig differences (%zu):\n", diffs.size());
-  for (const ConfigDifference& d : diffs)
-    std::printf("  %-28s A = %-18s B = %s\n", d.key.c_str(), d.a.c_str(), d.b.c_str());
-  if (diffs.empty()) std::printf("  none\n");
+  print_out("\nconfig differences ({}):\n", diffs.size());
+  for (const ConfigDifference& d : diffs) print_out("  {:<28} A = {:<18} B = {}\n", d.key, d.a, d.b);
+  if (diffs.empty()) print_out("  none\n");
   return 0;
 }
 

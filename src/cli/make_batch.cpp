@@ -1,6 +1,5 @@
 // lct make-batch: packed sequences of the configured data stream into a batch file
 // (what lct eval reads).
-#include <cstdio>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -13,6 +12,7 @@
 #include "src/train/memory_budget.h"
 #include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
+#include "src/util/log.h"
 
 namespace lct {
 namespace {
@@ -83,8 +83,8 @@ Command add_make_batch_command(CLI::App& lct) {
             refuse_aliasing({{"--out", o->out}}, {{"--config", o->config.file}, {"data.path", config.data.path}});
             require_writable_output(o->out, "--out");
             write_batch_from_config(config, o->first, o->sequences, o->out);
-            std::printf("wrote %s: %lld sequences of %lld tokens from sequence %lld\n", o->out.c_str(),
-                        (long long)o->sequences, (long long)config.data.seq_len, (long long)o->first);
+            print_out("wrote {}: {} sequences of {} tokens from sequence {}\n", o->out, o->sequences,
+                      config.data.seq_len, o->first);
             return 0;
           }};
 }

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -18,6 +17,7 @@
 #include "src/tune/cad_profile.h"
 #include "src/train/memory_budget.h"
 #include "src/util/json.h"
+#include "src/util/log.h"
 #include "src/util/machine.h"
 
 namespace lct {
@@ -88,42 +88,41 @@ void print_json(const SimulateOptions& o, const RunPlan& plan, const Prediction&
     }
     j["steps"].push_back(row);
   }
-  std::printf("%s\n", json_text(j).c_str());
+  print_out("{}\n", json_text(j));
 }
 
 void print_text(const SimulateOptions& o, const RunPlan& plan, const Prediction& prediction, const Means& m) {
   const Calibration& cal = prediction.calibration;
-  std::printf("lct simulate | %s | %d ranks (%s), %s | %lld steps of %lld micro-batches x %lld tokens\n",
-              blas_description().c_str(), o.ranks, prediction.layout.c_str(), prediction.placement.c_str(),
-              (long long)o.steps, (long long)plan.micro_batches, (long long)plan.data.seq_len);
+  print_out("lct simulate | {} | {} ranks ({}), {} | {} steps of {} micro-batches x {} tokens\n",
+            blas_description(), o.ranks, prediction.layout, prediction.placement, o.steps, plan.micro_batches,
+            plan.data.seq_len);
   const std::string source =
       o.tflops > 0 ? fmt::format("analytic at {:.4g} TFLOP/s (attention {:.4g})", o.tflops,
                                  o.attention_tflops > 0 ? o.attention_tflops : o.tflops)
                    : fmt::format("calibrated at {} thread(s) on {} tokens", prediction.threads, cal.tokens);
-  std::printf("%s: linear %.4g ns/token/layer, embedding + loss "
-              "%.4g ns/token, attention %.4g ns/pair/layer%s, optimizer %.1f ms; bandwidth %.2f GB/s, "
-              "latency %.1f us\n",
-              source.c_str(), 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token,
-              1e9 * cal.attention_per_pair_layer, prediction.profile ? " (tasks: the profile)" : "",
-              1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
+  print_out("{}: linear {:.4g} ns/token/layer, embedding + loss "
+            "{:.4g} ns/token, attention {:.4g} ns/pair/layer{}, optimizer {:.1f} ms; bandwidth {:.2f} GB/s, "
+            "latency {:.1f} us\n",
+            source, 1e9 * cal.linear_per_token_layer, 1e9 * cal.head_per_token, 1e9 * cal.attention_per_pair_layer,
+            prediction.profile ? " (tasks: the profile)" : "", 1e3 * cal.optimizer, o.bandwidth_gbps, o.latency_us);
   if (o.hosts > 1) {
     const Network net = network_of(o);
-    std::printf("%d hosts of %d ranks: between them %.3g GB/s, latency %.1f us, nothing overlapped "
-                "(src/sim/network.h)\n",
-                o.hosts, net.ranks_per_host, net.host_bandwidth / 1e9, net.host_latency * 1e6);
+    print_out("{} hosts of {} ranks: between them {:.3g} GB/s, latency {:.1f} us, nothing overlapped "
+              "(src/sim/network.h)\n",
+              o.hosts, net.ranks_per_host, net.host_bandwidth / 1e9, net.host_latency * 1e6);
   }
-  std::printf("predicted: %.1f ms per step, %.0f tok/s | compute max/mean %.3f | idle %.1f%% | "
-              "attention pairs max/mean %.3f -> %.3f",
-              1e3 * m.step_s, m.tokens_per_s, m.cmm, 100 * m.idle, m.before, m.after);
-  if (prediction.bubble > 0) std::printf(" | bubble %.1f%%", 100 * prediction.bubble);
-  if (m.bytes > 0) std::printf(" | %.1f MiB exchanged per rank and step", m.bytes / 1048576.0);
-  if (m.exposed > 0) std::printf(" | exchange exposed %.1f%%", 100 * m.exposed);
-  std::printf(" | memory per rank %.0f MiB (estimate, without the process baseline)\n", m.memory / 1048576.0);
+  print_out("predicted: {:.1f} ms per step, {:.0f} tok/s | compute max/mean {:.3f} | idle {:.1f}% | "
+            "attention pairs max/mean {:.3f} -> {:.3f}",
+            1e3 * m.step_s, m.tokens_per_s, m.cmm, 100 * m.idle, m.before, m.after);
+  if (prediction.bubble > 0) print_out(" | bubble {:.1f}%", 100 * prediction.bubble);
+  if (m.bytes > 0) print_out(" | {:.1f} MiB exchanged per rank and step", m.bytes / 1048576.0);
+  if (m.exposed > 0) print_out(" | exchange exposed {:.1f}%", 100 * m.exposed);
+  print_out(" | memory per rank {:.0f} MiB (estimate, without the process baseline)\n", m.memory / 1048576.0);
   if (plan.recompute.mode != Recompute::none)
-    std::printf("%s: %.4g ns/token/layer and %.4g ns/pair/layer of the costs above are recomputation; "
-                "%.1f KiB stored per token\n",
-                describe_activations(plan).c_str(), 1e9 * cal.recompute_linear, 1e9 * cal.recompute_attention,
-                m.estimate.stored_per_token / 1024);
+    print_out("{}: {:.4g} ns/token/layer and {:.4g} ns/pair/layer of the costs above are recomputation; "
+              "{:.1f} KiB stored per token\n",
+              describe_activations(plan), 1e9 * cal.recompute_linear, 1e9 * cal.recompute_attention,
+              m.estimate.stored_per_token / 1024);
 }
 
 // Means over the simulated steps, printed (or one JSON object).

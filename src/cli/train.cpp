@@ -1,6 +1,5 @@
 // lct train: start-up (config, run plan, rank agreement, memory budget), --dry-run, and
 // the training run itself (src/train/trainer.h).
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -56,21 +55,19 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
 // lct train --dry-run: the plan, the step and the memory estimate, nothing run.
 void print_dry_run(const RunPlan& plan, const MemoryEstimate& e, const MemoryAvailable& a) {
   const LlamaConfig& mc = plan.model;
-  std::printf("lct train --dry-run: the data was opened and checked; nothing is trained or written\n");
-  std::printf("model: %d layers, hidden %lld, heads %d/%d, mlp %lld, vocab %lld, %.2fM parameters, attention %s\n",
-              mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
-              (long long)mc.intermediate_size, (long long)mc.vocab_size,
-              double(build_llama_table(mc).total()) / 1e6, describe_attention(mc).c_str());
-  std::printf("layout: %s\n", describe_run_plan(plan).c_str());
-  std::printf("activations: %s\n", describe_activations(plan).c_str());
-  std::printf("step: %lld micro-batch(es) x %lld tokens per data-parallel rank = %lld tokens; %lld steps, "
-              "optimizer %s; checkpoints in %s every %lld steps\n",
-              (long long)plan.micro_batches, (long long)plan.data.seq_len, (long long)plan.tokens_per_step(),
-              (long long)plan.run.steps, optimizer_name(plan.optimizer.kind), plan.run.checkpoint.dir.c_str(),
-              (long long)plan.run.checkpoint.every);
-  std::printf("%s\n", describe_estimate(e, a).c_str());
+  print_out("lct train --dry-run: the data was opened and checked; nothing is trained or written\n");
+  print_out("model: {} layers, hidden {}, heads {}/{}, mlp {}, vocab {}, {:.2f}M parameters, attention {}\n",
+            mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
+            mc.intermediate_size, mc.vocab_size, double(build_llama_table(mc).total()) / 1e6, describe_attention(mc));
+  print_out("layout: {}\n", describe_run_plan(plan));
+  print_out("activations: {}\n", describe_activations(plan));
+  print_out("step: {} micro-batch(es) x {} tokens per data-parallel rank = {} tokens; {} steps, "
+            "optimizer {}; checkpoints in {} every {} steps\n",
+            plan.micro_batches, plan.data.seq_len, plan.tokens_per_step(), plan.run.steps,
+            optimizer_name(plan.optimizer.kind), plan.run.checkpoint.dir, plan.run.checkpoint.every);
+  print_out("{}\n", describe_estimate(e, a));
   const std::string verdict = check_memory_budget(e, a);
-  std::printf("%s\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
+  print_out("{}\n", verdict.empty() ? "fits: yes" : "fits: NO (lct train would refuse it)");
 }
 
 int run_train(const TrainOptions& o, int rank, int world) {
@@ -123,7 +120,7 @@ int run_train(const TrainOptions& o, int rank, int world) {
   if (!resume_from.empty())
     trainer.resume_from(resume_from);
   else if (plan.run.resume.from == Resume::From::latest)
-    log_info("train.resume = auto: no checkpoint in %s, starting fresh", plan.run.checkpoint.dir.c_str());
+    log_info("train.resume = auto: no checkpoint in {}, starting fresh", plan.run.checkpoint.dir);
   if (resume_from.empty() && !plan.run.init_from.empty()) trainer.init_from(plan.run.init_from);
   install_stop_signal_handlers();
   return trainer.run();

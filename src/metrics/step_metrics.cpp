@@ -181,7 +181,9 @@ std::string step_log_fields(const StepRecord& r, const LogContext& c) {
     const bool shown = m.when == LogWhen::always || (m.when == LogWhen::ranks && c.ranks > 1) ||
                        (m.when == LogWhen::pipeline && c.pipelined) || (m.when == LogWhen::exchange && c.exchanges);
     if (!shown || m.log.empty()) continue;
-    s += (s.empty() ? "" : " | ") + fmt::sprintf(m.log, m.get(r) * m.log_scale);  // m.log: a printf format
+    // m.log is a printf format held in the table (a runtime value, which fmt's compile-time
+    // checked "{}" formats cannot be), hence fmt::sprintf
+    s += (s.empty() ? "" : " | ") + fmt::sprintf(m.log, m.get(r) * m.log_scale);
     if (m.name == "gflops" && r.answers > 0)  // the synthetic source's retrieval answers
       s += fmt::format(" | recall {:.3f}", r.retrieval_acc());
   }

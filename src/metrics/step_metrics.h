@@ -95,7 +95,7 @@ struct StepMetric {
   // the step's wall-clock seconds (rank 0's, which the log and metrics.jsonl report)
   bool of_step = false;
   LogWhen when = LogWhen::never;
-  std::string log;         // the log line's printf text for it, e.g. "idle %4.1f%%"
+  std::string log;         // the log line's printf text for it, e.g. "idle %4.1f%%" (fmt::sprintf)
   double log_scale = 1.0;  // the value is multiplied by this in the log (100: percent)
   std::function<double(const StepRecord&)> get;
   std::function<void(StepRecord&, double)> set;

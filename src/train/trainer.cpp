@@ -118,7 +118,7 @@ void Trainer::init_from(const std::string& path) {
   read_hf_params(files, model_.config(), model.table(), model.params.data());
   model_.params = std::move(model.params);
   if (grid_.is_root())
-    log_info("train.init_from: parameters from %s (%zu weight file(s))", path.c_str(), files.weights.size());
+    log_info("train.init_from: parameters from {} ({} weight file(s))", path, files.weights.size());
 }
 
 // This rank's share of the step's micro-batches (the step model, src/train/step_model.h).
@@ -212,8 +212,7 @@ StepRecord Trainer::train_step() {
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)
-    log_info("step %lld has no targets to learn from (%s): its gradients are zero", (long long)(state_.step + 1),
-             no_targets_reason().c_str());
+    log_info("step {} has no targets to learn from ({}): its gradients are zero", state_.step + 1, no_targets_reason());
   run_targets_ += targets;
   // Every micro-batch's gradient is scaled by 1 / (global target count), so summing
   // over micro-batches and ranks gives the gradient of the global mean loss.
@@ -344,7 +343,7 @@ void Trainer::claim_run_folder() {
     try {
       folder_lock_ = std::make_unique<RunFolderLock>(dir);
       if (const int n = remove_stale_temporaries(dir); n > 0)
-        log_info("%s: removed %d temporary file(s) of an interrupted checkpoint write", dir.c_str(), n);
+        log_info("{}: removed {} temporary file(s) of an interrupted checkpoint write", dir, n);
     } catch (const std::exception& e) {  // (a folder that cannot be created, too)
       refused[0] = std::string(e.what());
     }
@@ -362,8 +361,7 @@ void Trainer::claim_run_folder() {
                        contents.owner.has_value();
   if (restart) {
     state_.run_id = contents.owner->run_id;
-    log_info("resume auto: %s holds run %s but no checkpoint yet; starting it afresh", dir.c_str(),
-             state_.run_id.c_str());
+    log_info("resume auto: {} holds run {} but no checkpoint yet; starting it afresh", dir, state_.run_id);
   }
   check_run_folder(dir, contents, state_.run_id, resumed_ || restart, plan_.run.checkpoint.overwrite);
   barrier(grid_.world());
@@ -374,8 +372,8 @@ void Trainer::claim_run_folder() {
     TakenRunFolder taken = take_run_folder(dir, contents, identity, plan_.run.checkpoint.overwrite);
     own_checkpoints_ = std::move(taken.own_checkpoints);
     if (plan_.run.checkpoint.overwrite && !contents.empty())
-      log_info("checkpoint.overwrite: %s now belongs to run %s (%lld checkpoint(s) of the previous run removed)",
-               dir.c_str(), identity.run_id.c_str(), (long long)taken.removed);
+      log_info("checkpoint.overwrite: {} now belongs to run {} ({} checkpoint(s) of the previous run removed)", dir,
+               identity.run_id, taken.removed);
   }
   barrier(grid_.world());
 }
@@ -395,13 +393,12 @@ void Trainer::open_metrics_file() {
 void Trainer::log_placement() const {
   const Layout& layout = grid_.layout();
   if (placement_.cad)
-    log_info("core attention disaggregated (CAD) over all %d ranks, tolerance %.3g, balancing %s%s, "
-             "%s, probed point-to-point bandwidth %.3g GB/s",
-             grid_.world_size(), plan_.cad.tolerance,
-             plan_.machine.cad_cost_description.c_str(),
+    log_info("core attention disaggregated (CAD) over all {} ranks, tolerance {:.3g}, balancing {}{}, "
+             "{}, probed point-to-point bandwidth {:.3g} GB/s",
+             grid_.world_size(), plan_.cad.tolerance, plan_.machine.cad_cost_description,
              plan_.cad.rank_speeds ? " and each rank's measured speed" : "",
-             ((plan_.lanes == 2 ? std::string("ping-pong nano-batches") : std::string("one exchange at a time (no ping-pong)")) +
-              (plan_.lanes_reason.empty() ? "" : " (" + plan_.lanes_reason + ")")).c_str(),
+             std::string(plan_.lanes == 2 ? "ping-pong nano-batches" : "one exchange at a time (no ping-pong)") +
+                 (plan_.lanes_reason.empty() ? "" : " (" + plan_.lanes_reason + ")"),
              placement_.probed_bandwidth / 1e9);
   if (placement_.cad && plan_.lanes == 2 && !plan_.pipelined() && all_ranks_on_one_host(grid_.world()))
     log_warn("attention.cad_pingpong = true on one host: the exchange is cheap here, and the two "
@@ -409,21 +406,21 @@ void Trainer::log_placement() const {
              "other at every layer; measured 3-4% slower than one exchange at a time on 2 ranks "
              "(bench/cad_scaling.sh, docs/parallelism.md, 'Core attention disaggregation')");
   if (plan_.placement == Placement::context_parallel)
-    log_info("context parallel: %d ranks per sequence, split %s, exchange %s%s, probed "
-             "point-to-point bandwidth %.3g GB/s",
+    log_info("context parallel: {} ranks per sequence, split {}, exchange {}{}, probed "
+             "point-to-point bandwidth {:.3g} GB/s",
              layout.cp, cp_split_name(plan_.cp_split), cp_comm_name(plan_.cp_comm),
              plan_.cp_comm == CpComm::ulysses
-                 ? " (all-to-all over the group: whole sequence, heads / cp per rank)"
+                 ? std::string(" (all-to-all over the group: whole sequence, heads / cp per rank)")
              : plan_.cp_comm == CpComm::hybrid
-                 ? (" (all-to-all inside groups of " + std::to_string(plan_.cp_ulysses) + ", ring of " +
-                    std::to_string(layout.cp / plan_.cp_ulysses) + " across them)").c_str()
+                 ? fmt::format(" (all-to-all inside groups of {}, ring of {} across them)", plan_.cp_ulysses,
+                               layout.cp / plan_.cp_ulysses)
              : plan_.cp_comm == CpComm::double_ring
-                 ? (" (inner rings of " + std::to_string(plan_.cp_inner_ring) + ", outer ring of " +
-                    std::to_string(layout.cp / plan_.cp_inner_ring) + ")").c_str()
-                 : "",
+                 ? fmt::format(" (inner rings of {}, outer ring of {})", plan_.cp_inner_ring,
+                               layout.cp / plan_.cp_inner_ring)
+                 : std::string(),
              placement_.probed_bandwidth / 1e9);
   else if (layout.cp > 1)
-    log_info("context parallel: %d ranks per sequence, split %s; CAD plans every rank's "
+    log_info("context parallel: {} ranks per sequence, split {}; CAD plans every rank's "
              "pieces like documents (parallel.cp_comm is not used)",
              layout.cp, cp_split_name(plan_.cp_split));
 }
@@ -432,56 +429,51 @@ void Trainer::log_header() const {
   const LlamaConfig& mc = model_.config();
   const Layout& layout = grid_.layout();
   const int64_t tokens_per_step = plan_.tokens_per_step();
-  log_info("lct train | %s | threads %d per rank | %s", blas_description().c_str(),
-           omp_get_max_threads(), stream_.source().describe().c_str());
+  log_info("lct train | {} | threads {} per rank | {}", blas_description(), omp_get_max_threads(),
+           stream_.source().describe());
   if (grid_.world_size() > 1) {
-    log_info("MPI: %d ranks = %s (rank = cp + cp x (dp + dp x pp)); gradient "
-             "buckets: %zu (>= %lld elements each), overlap %s",
-             grid_.world_size(), layout_name(layout).c_str(), reducer_.buckets().size(),
-             (long long)plan_.reduction.bucket_size,
+    log_info("MPI: {} ranks = {} (rank = cp + cp x (dp + dp x pp)); gradient "
+             "buckets: {} (>= {} elements each), overlap {}",
+             grid_.world_size(), layout_name(layout), reducer_.buckets().size(), plan_.reduction.bucket_size,
              plan_.reduction.overlap ? "on" : "off");
-    log_info("hosts: %d, %s", hosts_.count(), hosts_.describe().c_str());
+    log_info("hosts: {}, {}", hosts_.count(), hosts_.describe());
   }
   if (layout.pp > 1) {
     std::string split;
     for (const StageSpec& s : plan_.stages)
       split += (split.empty() ? "" : ", ") + std::to_string(s.first_layer) + "-" +
                std::to_string(s.end_layer - 1);
-    log_info("pipeline: %d stages (layers %s), schedule %s, %lld micro-batches, theoretical "
-             "bubble (pp-1)/(m+pp-1) = %.1f%%",
-             layout.pp, split.c_str(), pipeline_schedule_name(plan_.schedule),
-             (long long)plan_.micro_batches,
+    log_info("pipeline: {} stages (layers {}), schedule {}, {} micro-batches, theoretical "
+             "bubble (pp-1)/(m+pp-1) = {:.1f}%",
+             layout.pp, split, pipeline_schedule_name(plan_.schedule), plan_.micro_batches,
              100.0 * theoretical_bubble(layout.pp, int(plan_.micro_batches)));
   }
   if (plan_.balance == DpBalance::packing)
-    log_info("data-parallel balance: packing (the global batch's documents re-packed over %d ranks "
+    log_info("data-parallel balance: packing (the global batch's documents re-packed over {} ranks "
              "by work)", layout.dp);
   log_placement();
   if (const std::string w = blas_capability_warning(); !w.empty()) log_warn(w);
-  log_info("model: %d layers, hidden %lld, heads %d/%d (head dim %lld), mlp %lld, vocab %lld, "
-           "%.2fM params, attention %s",
-           mc.num_hidden_layers, (long long)mc.hidden_size, mc.num_attention_heads,
-           mc.num_key_value_heads, (long long)mc.head_dim(), (long long)mc.intermediate_size,
-           (long long)mc.vocab_size, double(model_.num_params()) / 1e6,
-           describe_attention(mc).c_str());
-  if (mc.rope_scaling != RopeScaling::none) log_info("%s", rope_scaling_text(mc.rope()).c_str());
-  log_info("train: %lld steps x %lld sequences x %lld tokens = %lld tokens/step, %s lr %.3g",
-           (long long)plan_.run.steps, (long long)(plan_.micro_batches * layout.dp),
-           (long long)plan_.data.seq_len, (long long)tokens_per_step,
+  log_info("model: {} layers, hidden {}, heads {}/{} (head dim {}), mlp {}, vocab {}, "
+           "{:.2f}M params, attention {}",
+           mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim(),
+           mc.intermediate_size, mc.vocab_size, double(model_.num_params()) / 1e6, describe_attention(mc));
+  if (mc.rope_scaling != RopeScaling::none) log_info("{}", rope_scaling_text(mc.rope()));
+  log_info("train: {} steps x {} sequences x {} tokens = {} tokens/step, {} lr {:.3g}", plan_.run.steps,
+           plan_.micro_batches * layout.dp, plan_.data.seq_len, tokens_per_step,
            optimizer_name(plan_.optimizer.kind), plan_.optimizer.lr);
-  log_info("activations: %s", describe_activations(plan_).c_str());
+  log_info("activations: {}", describe_activations(plan_));
   if (!plan_.machine.fp32_description.empty())
-    log_info("fp32 products: %s", plan_.machine.fp32_description.c_str());
+    log_info("fp32 products: {}", plan_.machine.fp32_description);
   if (plan_.precision == Precision::bf16)
     log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
              "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32), "
-             "bf16 kernel %s", plan_.machine.bf16_description.c_str());
+             "bf16 kernel {}", plan_.machine.bf16_description);
   log_info("GFLOP/s: mask-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
-           "4 x H x hd x layers x attention pairs) per step; pairs: %s",
+           "4 x H x hd x layers x attention pairs) per step; pairs: {}",
            mc.attention_mask.causal() ? "sum L_i(L_i+1)/2 (causal)" : "those attention.mask lets through");
   if (state_.step > 0)
-    log_info("resumed at step %lld (%lld tokens seen, next sequence %lld)", (long long)state_.step,
-             (long long)state_.tokens_seen, (long long)state_.next_sequence);
+    log_info("resumed at step {} ({} tokens seen, next sequence {})", state_.step, state_.tokens_seen,
+             state_.next_sequence);
 }
 
 std::string Trainer::no_targets_reason() const {
@@ -516,15 +508,15 @@ int Trainer::run() {
   if (!plan_.run.trace_path.empty()) {
     timeline.trace = std::make_unique<Trace>(start_aligned_trace(grid_));
     Trace::activate(timeline.trace.get());
-    log_info("timeline: recording every rank's phases and waits for %s", plan_.run.trace_path.c_str());
+    log_info("timeline: recording every rank's phases and waits for {}", plan_.run.trace_path);
   }
   const auto write_timeline = [&] {
     if (!timeline.trace) return;
     Trace::activate(nullptr);
     const std::vector<TraceProcess> ranks = gather_trace(*timeline.trace, grid_);
     if (grid_.is_root()) write_trace_json(plan_.run.trace_path, ranks, "trace.path");
-    log_info("timeline: %s (%zu spans on this rank; open in https://ui.perfetto.dev)",
-             plan_.run.trace_path.c_str(), timeline.trace->spans().size());
+    log_info("timeline: {} ({} spans on this rank; open in https://ui.perfetto.dev)", plan_.run.trace_path,
+             timeline.trace->spans().size());
     timeline.trace.reset();
   };
 
@@ -533,8 +525,7 @@ int Trainer::run() {
     if (r.step % plan_.run.log_every == 0 || r.step == plan_.run.steps || r.step == 1) {
       const LogContext context{grid_.world_size(), plan_.pipelined(),
                                plan_.placement != Placement::colocated};
-      log_info("step %5lld/%lld | %s", (long long)r.step, (long long)plan_.run.steps,
-               step_log_fields(r, context).c_str());
+      log_info("step {:5}/{} | {}", r.step, plan_.run.steps, step_log_fields(r, context));
     }
     if (grid_.is_root()) {
       std::ostringstream row;  // a line that cannot be written whole fails the run
@@ -544,26 +535,24 @@ int Trainer::run() {
     }
     if (stop_requested_) {
       const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
-      log_info("stopped by signal %d after step %lld; checkpoint: %s", sig, (long long)r.step,
-               save_checkpoint().c_str());
-      log_info("resume with: --train.resume auto --checkpoint.dir %s", plan_.run.checkpoint.dir.c_str());
+      log_info("stopped by signal {} after step {}; checkpoint: {}", sig, r.step, save_checkpoint());
+      log_info("resume with: --train.resume auto --checkpoint.dir {}", plan_.run.checkpoint.dir);
       write_timeline();
       return 128 + sig;
     }
     if (plan_.run.checkpoint.every > 0 && r.step % plan_.run.checkpoint.every == 0 &&
         r.step != plan_.run.steps)
-      log_info("checkpoint: %s", save_checkpoint().c_str());
+      log_info("checkpoint: {}", save_checkpoint());
   }
   // every rank counted the same global targets: a run that learned nothing fails alike
   if (run_targets_ == 0)
     throw ConfigError("no step of this run had a target to learn from (" + no_targets_reason() +
                       "): check data.* and train.loss_on; no checkpoint written");
-  log_info("checkpoint: %s", save_checkpoint().c_str());
+  log_info("checkpoint: {}", save_checkpoint());
   write_timeline();
   if (!history_.empty())
-    log_info("done: loss %.4f -> %.4f over %lld steps; metrics in %s/metrics.jsonl",
-             history_.front().loss, history_.back().loss,
-             (long long)state_.step, plan_.run.checkpoint.dir.c_str());
+    log_info("done: loss {:.4f} -> {:.4f} over {} steps; metrics in {}/metrics.jsonl", history_.front().loss,
+             history_.back().loss, state_.step, plan_.run.checkpoint.dir);
   return 0;
 }
 

@@ -50,6 +50,20 @@ bench_train() {
     --checkpoint.every 0 --checkpoint.dir "$dir" "$@" > "$dir.log" 2>&1 || { cat "$dir.log"; exit 1; }
 }
 
+# bench_degree KEY RANKS DIR ARGS...: bench_train on RANKS ranks that all go to
+# parallel.KEY (dp = 1)
+bench_degree() { bench_train "$2" "$3" --parallel.dp 1 --parallel."$1" "$2" "${@:4}"; }
+
+# bench_setting NAME KEY VALUE ARGS...: bench_one into $work/NAME for STEPS steps
+# (RUN_STEPS when set) with lct train's --KEY VALUE
+bench_setting() { bench_one "$work/$1" --train.steps "${RUN_STEPS:-$STEPS}" "--$2" "$3" "${@:4}"; }
+
+# one_document_args LEN: sets ONE_DOCUMENT to the lct train arguments of one LEN-token
+# document per sequence
+one_document_args() {
+  ONE_DOCUMENT=(--data.seq_len "$1" --data.doc_lengths fixed --data.max_doc_len "$1" --data.min_doc_len "$1")
+}
+
 # bench_one DIR ARGS...: lct train on CONFIG in one process (the config's threads: every
 # core by default), no checkpoints but the final one, into DIR (log in DIR.log, shown on
 # failure)

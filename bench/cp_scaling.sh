@@ -16,16 +16,12 @@
 #                            [--rounds 3] [--ranks N] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
+source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_degree
 bench_options "length=16384 steps=4 rounds=3 ranks=$(nproc)" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # ranks dir [extra args]
-  local np=$1 dir=$2
-  shift 2
-  bench_train "$np" "$dir" --data.seq_len "$LENGTH" --data.max_doc_len "$LENGTH" \
-    --data.doc_lengths fixed --train.micro_batches 1 --parallel.dp 1 --parallel.cp "$np" "$@"
-}
+one_document_args "$LENGTH"
+run() { bench_degree cp "$1" "$2" "${ONE_DOCUMENT[@]}" --train.micro_batches 1 "${@:3}"; }  # ranks dir [args]
 
 echo "cp scaling | config $CONFIG | one document of $LENGTH tokens per step | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 METHODS="ring allgather ulysses"

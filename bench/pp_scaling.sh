@@ -12,16 +12,11 @@
 #                            [--stages N] [--micro-batches 8] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_train
+source bench/common.sh  # LCT, MPI as root, $work, bench_options, bench_degree
 bench_options "steps=6 rounds=3 stages=$(nproc) micro-batches=8" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # ranks dir [extra args]
-  local np=$1 dir=$2
-  shift 2
-  bench_train "$np" "$dir" --data.doc_lengths fixed --train.micro_batches "$MICRO_BATCHES" --parallel.dp 1 \
-    --parallel.pp "$np" "$@"
-}
+run() { bench_degree pp "$1" "$2" --data.doc_lengths fixed --train.micro_batches "$MICRO_BATCHES" "${@:3}"; }  # ranks dir [args]
 
 echo "pp scaling | config $CONFIG, fixed-length documents | $MICRO_BATCHES micro-batches | $ROUNDS rounds x $STEPS steps | one rank per core, 1 thread each"
 for r in $(seq "$ROUNDS"); do

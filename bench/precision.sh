@@ -23,23 +23,17 @@
 #                           [--long 16384] [--quality 150] [--seeds 3] [extra lct train args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, $work, bench_options, bench_one
+source bench/common.sh  # LCT, $work, bench_options, bench_one, bench_setting
 bench_options "steps=8 rounds=5 long=16384 quality=0 seeds=1" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # name precision [extra args]
-  local name=$1 precision=$2
-  shift 2
-  bench_one "$work/$name" --train.steps "${RUN_STEPS:-$STEPS}" --train.precision "$precision" "$@"
-}
-
-LONG_ARGS=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
+one_document_args "$LONG"
 echo "precision | config $CONFIG | $ROUNDS rounds x $STEPS steps | one process, all cores"
 lscpu | grep -E "^Model name" | sed 's/  */ /g'
 # the kernel auto does not pick, where the CPU has bf16 instructions ("" without them)
 OTHER=""
 if [ "$ROUNDS" -gt 0 ]; then
-  RUN_STEPS=1 run probe bf16 "$@"
+  RUN_STEPS=1 bench_setting probe train.precision bf16 "$@"
   if lscpu | grep -qwE "avx512_bf16|amx_bf16"; then
     if grep -q "bf16 kernel native" "$work/probe.log"; then OTHER=rounded; else OTHER=native; fi
   fi
@@ -47,10 +41,10 @@ fi
 for r in $(seq "$ROUNDS"); do
   for load in mix long; do
     args=("$@")
-    [ "$load" = long ] && args=("${LONG_ARGS[@]}" "$@")
-    run "r${r}_${load}_fp32" fp32 "${args[@]}"
-    run "r${r}_${load}_bf16" bf16 "${args[@]}"
-    [ -z "$OTHER" ] || run "r${r}_${load}_bf16_$OTHER" bf16 --train.bf16_kernel "$OTHER" "${args[@]}"
+    [ "$load" = long ] && args=("${ONE_DOCUMENT[@]}" "$@")
+    bench_setting "r${r}_${load}_fp32" train.precision fp32 "${args[@]}"
+    bench_setting "r${r}_${load}_bf16" train.precision bf16 "${args[@]}"
+    [ -z "$OTHER" ] || bench_setting "r${r}_${load}_bf16_$OTHER" train.precision bf16 --train.bf16_kernel "$OTHER" "${args[@]}"
   done
 done
 if [ "$ROUNDS" -gt 0 ]; then  # (--rounds 0: the quality runs only)

@@ -13,25 +13,19 @@
 #                           [--long 16384] [extra lct train args, e.g. --train.precision bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source bench/common.sh  # LCT, $work, bench_options, bench_one
+source bench/common.sh  # LCT, $work, bench_options, bench_one, bench_setting
 bench_options "steps=6 rounds=3 long=16384" "$@"
 set -- "${BENCH_REST[@]}"
 
-run() {  # name mode [extra args]
-  local name=$1 mode=$2
-  shift 2
-  bench_one "$work/$name" --train.steps "$STEPS" --train.recompute "$mode" "$@"
-}
-
-ONE=(--data.seq_len "$LONG" --data.doc_lengths fixed --data.max_doc_len "$LONG" --data.min_doc_len "$LONG")
+one_document_args "$LONG"
 MIX=(--data.seq_len "$LONG" --data.max_doc_len "$LONG")
 echo "recompute | config $CONFIG | $ROUNDS rounds x $STEPS steps at $LONG tokens | one process, all cores | $*"
 lscpu | grep -E "^Model name" | sed 's/  */ /g'
 bench_one "$work/warm" --train.steps 1 "$@"  # per-machine caches, outside the rounds
 for r in $(seq "$ROUNDS"); do
   for mode in none selective full; do
-    run "r${r}_one_$mode" "$mode" "${ONE[@]}" "$@"
-    run "r${r}_mix_$mode" "$mode" "${MIX[@]}" "$@"
+    bench_setting "r${r}_one_$mode" train.recompute "$mode" "${ONE_DOCUMENT[@]}" "$@"
+    bench_setting "r${r}_mix_$mode" train.recompute "$mode" "${MIX[@]}" "$@"
   done
 done
 grep -m1 "lct train |" "$work/r1_one_none.log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install exactly the Debian packages lct needs that are missing. Idempotent; run as root
 # (or with sudo available) on Debian bookworm. Extra packages for the Python reference
-# checks and the experiment plots are installed with `scripts/setup.sh --python`.
+# checks and the experiment plots are installed with `scripts/setup.sh --python`, and what
+# the sanitizer suite needs with `--sanitize`.
 set -euo pipefail
 
 packages=(
@@ -16,9 +17,15 @@ packages=(
   libgtest-dev                  # unit tests
   libdnnl-dev                   # oneDNN: bf16 matmul (train.precision = bf16) on CPUs with bf16 instructions
 )
-if [[ "${1:-}" == "--python" ]]; then
-  packages+=(python3 python3-numpy python3-h5py python3-torch python3-matplotlib)
-fi
+for option in "$@"; do
+  case $option in
+    --python) packages+=(python3 python3-numpy python3-h5py python3-torch python3-matplotlib) ;;
+    # libc's debug symbols: a suppression of tests/sanitizer.supp names a libc function
+    # (OpenMPI's strings from vasprintf) that only they name
+    --sanitize) packages+=(libc6-dbg) ;;
+    *) echo "setup: unknown option '$option' (expected --python, --sanitize)" >&2; exit 1 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,8 +8,8 @@
 #                                     (MPI's and the libraries' own leaks: tests/sanitizer.supp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --python
 if [[ ${1:-} == --sanitize ]]; then
+  bash scripts/setup.sh --python --sanitize
   bash scripts/build.sh --sanitize
   supp=$PWD/tests/sanitizer.supp
   # MPI's components stay mapped (tests/no_dlclose.c), so their frames have names that
@@ -26,6 +26,7 @@ elif [[ $# -gt 0 ]]; then
   echo "test.sh: unknown option '$1' (expected --sanitize)" >&2
   exit 1
 else
+  bash scripts/setup.sh --python
   bash scripts/build.sh
   cd build
   ctest -j2 --output-on-failure --timeout 900

@@ -42,8 +42,7 @@ def main():
                                f"DCA with chunk size {b['attention']['dca_chunk_size']} and local window "
                                f"{b['attention']['dca_local_size']} (the config's attention.dca_* keys); "
                                "ratios are to the same run's faster fp32 GEMM library (gemm_library) and FMA loop."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+    fig, ax = common.subplots(1, 2, figsize=(12, 4.2), sharey=True)
     names = [r["distribution"] for r in rows if r["kernel"] == "causal"]
     x = range(len(names))
     for k, phase in enumerate(["fwd", "bwd"]):

@@ -50,8 +50,7 @@ def main():
     print(common.write_outputs(a.out, NAME, rows, columns, "CAD ablations: tolerance and ping-pong",
                                "DistCA: removing ping-pong costs 10-17% across nodes (Fig. 11); "
                                "eps 0-0.2 is flat in latency for 8B, and larger eps moves fewer bytes (Fig. 12)."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    fig, ax = common.subplots(1, 2, figsize=(11, 4))
     tol = [r for r in rows if r["experiment"] == "tolerance"]
     ax[0].plot([r["tolerance"] for r in tol], [r["pairs_after_max_over_mean"] for r in tol], "o-", color="C0")
     ax[0].set_xscale("log")

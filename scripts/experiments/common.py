@@ -114,11 +114,36 @@ def write_outputs(out, name, rows, columns, title, notes=""):
     return text
 
 
-def pyplot():
+def subplots(*args, **kwargs):
+    """Every experiment's figure and axes: matplotlib's subplots, drawn off screen (Agg)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    return plt
+    return plt.subplots(*args, **kwargs)
+
+
+def plot_simulated_and_measured(ax, rows, x, y, color, sim_label, meas_label, **match):
+    """The rows whose fields equal match, simulated as a line and measured as stars, of y
+    against x in one color (rows without y are left out)."""
+    for source, style, label, size in (("simulated", "o-", sim_label, None), ("measured", "*", meas_label, 12)):
+        rs = [r for r in rows if r["source"] == source and y in r and all(r[k] == v for k, v in match.items())]
+        ax.plot([r[x] for r in rs], [r[y] for r in rs], style, color=color, markersize=size, label=label)
+
+
+def log2_axes(ax, xlabel, ylabel=None, title=None, logy=False, legend=None):
+    """An axis over powers of two (and y too when logy), labelled, with a light grid and,
+    unless legend is False, a legend at font size legend (None: matplotlib's default)."""
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if legend is not False:
+        ax.legend(fontsize=legend)
 
 
 def save_figure(fig, out, name):

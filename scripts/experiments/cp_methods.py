@@ -106,22 +106,12 @@ def main():
              "summary of the paper adds that ring P2P degrades under causal and document masks). The `limit` "
              "column gives the rule that stops a method.")
     print(common.write_outputs(a.out, NAME, rows, columns, "Context-parallel mechanisms", notes))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, len(MIXES), figsize=(15, 4.2), sharey=False)
+    fig, ax = common.subplots(1, len(MIXES), figsize=(15, 4.2), sharey=False)
     for i, mix in enumerate(MIXES):
         for j, method in enumerate(METHODS):
-            sim = [r for r in rows if r["source"] == "simulated" and r["mix"] == mix and r["method"] == method
-                   and "tokens_per_s" in r]
-            ax[i].plot([r["cp"] for r in sim], [r["tokens_per_s"] for r in sim], "o-", color=f"C{j}",
-                       label=f"{method}, simulated")
-            meas = [r for r in rows if r["source"] == "measured" and r["mix"] == mix and r["method"] == method]
-            ax[i].plot([r["cp"] for r in meas], [r["tokens_per_s"] for r in meas], "*", color=f"C{j}",
-                       markersize=12, label=f"{method}, measured")
-        ax[i].set_xscale("log", base=2)
-        ax[i].set_title(f"{mix} ({seq} tokens)")
-        ax[i].set_xlabel("cp")
-        ax[i].grid(alpha=0.3)
-    ax[0].set_ylabel("tokens/s")
+            common.plot_simulated_and_measured(ax[i], rows, "cp", "tokens_per_s", f"C{j}", f"{method}, simulated",
+                                               f"{method}, measured", mix=mix, method=method)
+        common.log2_axes(ax[i], "cp", "tokens/s" if i == 0 else None, f"{mix} ({seq} tokens)", legend=False)
     ax[-1].legend(fontsize=7)
     common.save_figure(fig, a.out, NAME)
 

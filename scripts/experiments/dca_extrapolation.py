@@ -94,8 +94,7 @@ def main():
                                f"Trained with causal attention at L = {L}; DCA with C = {L - 1}, w = {L // 8}, no "
                                "retraining. ChunkLlama: Llama2 perplexity stays flat to 16-32x with DCA while "
                                "causal RoPE explodes past the trained length; passkey retrieval stays near 100%."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, ax = common.subplots(1, 2, figsize=(12, 4.2))
     for j, kernel in enumerate(("causal", "dca")):
         t = [r for r in rows if r["task"] == "text loss" and r["kernel"] == kernel]
         ax[0].plot([r["context_over_train"] for r in t], [r["loss"] for r in t], "o-", color=f"C{j}", label=kernel)

@@ -116,8 +116,7 @@ def main():
                                f"same run's faster fp32 GEMM library and FMA loop. Steps: {seq}-token sequences of the pretrain mix, {rounds} alternating "
                                f"round(s) of {steps} steps (throughput of the steps after the first two), speedups over one "
                                f"rank with the same mask (medians and spread over rounds); CAD balances attention pairs."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.4))
+    fig, ax = common.subplots(1, 3, figsize=(16, 4.4))
     kern = [r for r in rows if r["part"] == "kernel"]
     names = list(masks)
     for j, layout in enumerate(["one-doc", "packed"]):

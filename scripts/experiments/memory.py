@@ -44,19 +44,13 @@ def main():
                                "Peak activations and resident memory of the largest rank after one step. "
                                "DistCA: CAD's memory overhead is the in-flight attention buffers; context "
                                "parallelism halves a sequence's activations per rank at cp = 2."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, ax = common.subplots(1, 2, figsize=(11, 4.2))
     for j, p in enumerate(PLACEMENTS):
         rs = [r for r in rows if r["placement"] == p]
         ax[0].plot([r["seq_len"] for r in rs], [r["peak_activation_mib"] for r in rs], "o-", color=f"C{j}", label=p)
         ax[1].plot([r["seq_len"] for r in rs], [r["peak_rss_mib"] for r in rs], "o-", color=f"C{j}", label=p)
     for k, label in enumerate(["peak activations per rank (MiB)", "peak resident memory per rank (MiB)"]):
-        ax[k].set_xscale("log", base=2)
-        ax[k].set_yscale("log", base=2)
-        ax[k].set_xlabel("context length L (tokens per sequence)")
-        ax[k].set_ylabel(label)
-        ax[k].grid(alpha=0.3)
-        ax[k].legend()
+        common.log2_axes(ax[k], "context length L (tokens per sequence)", label, logy=True)
     fig.suptitle("Memory per rank vs context length, 2 ranks (largest rank)")
     common.save_figure(fig, a.out, NAME)
 

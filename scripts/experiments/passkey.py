@@ -434,13 +434,12 @@ def summarize(rows, factors, chosen):
 def plot(a, rows, factors, chosen):
     """One heat map per (recipe, kernel): the median over seeds of the generated accuracy
     per (length, depth), with the range over seeds in each cell."""
-    plt = common.pyplot()
     depths = sorted({r["depth"] for r in rows if r["task"] == "passkey"})
     panels = [(rec, ker) for rec in chosen for ker in KERNEL_ORDER
               if any(r["recipe"] == rec and r["kernel"] == ker and r["task"] == "passkey" for r in rows)]
     cols = min(4, len(panels))
     nrows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.4 * cols, 3.3 * nrows), squeeze=False, constrained_layout=True)
+    fig, axes = common.subplots(nrows, cols, figsize=(3.4 * cols, 3.3 * nrows), squeeze=False, constrained_layout=True)
     im = None
     for i, (rec, ker) in enumerate(panels):
         ax = axes[i // cols][i % cols]

@@ -62,22 +62,14 @@ def main():
     print(common.write_outputs(a.out, NAME, rows, columns, "Placements across length distributions",
                                "DistCA: CAD 1.07-1.35x over WLB-ideal (packing + per-document CP, the best "
                                "DP x CP) on Llama-8B/34B with 128K-512K documents."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, len(MIXES), figsize=(15, 4.2), sharey=True)
+    fig, ax = common.subplots(1, len(MIXES), figsize=(15, 4.2), sharey=True)
     for i, mix in enumerate(MIXES):
         for j, p in enumerate(PLACEMENTS):
-            sim = [r for r in rows if r["source"] == "simulated" and r["mix"] == mix and r["placement"] == p]
-            ax[i].plot([r["ranks"] for r in sim], [r["speedup_over_colocated"] for r in sim], "o-",
-                       color=f"C{j}", label=f"{p}, simulated ({seq_sim} tokens)")
-            meas = [r for r in rows if r["source"] == "measured" and r["mix"] == mix and r["placement"] == p]
-            ax[i].plot([r["ranks"] for r in meas], [r["speedup_over_colocated"] for r in meas], "*",
-                       color=f"C{j}", markersize=12, label=f"{p}, measured ({seq_measured} tokens)")
+            common.plot_simulated_and_measured(ax[i], rows, "ranks", "speedup_over_colocated", f"C{j}",
+                                               f"{p}, simulated ({seq_sim} tokens)",
+                                               f"{p}, measured ({seq_measured} tokens)", mix=mix, placement=p)
         ax[i].axhspan(1.07, 1.35, color="r", alpha=0.08, label="DistCA over WLB-ideal (paper)")
-        ax[i].set_xscale("log", base=2)
-        ax[i].set_title(mix)
-        ax[i].set_xlabel("ranks")
-        ax[i].grid(alpha=0.3)
-    ax[0].set_ylabel("tokens/s over colocated DP")
+        common.log2_axes(ax[i], "ranks", "tokens/s over colocated DP" if i == 0 else None, mix, legend=False)
     ax[-1].legend(fontsize=7)
     common.save_figure(fig, a.out, NAME)
 

@@ -97,8 +97,7 @@ def main():
         "recomputation costs a few percent, full 30-40 %; lct's selective recomputes every token-linear "
         "product but the down projection (their selective recomputes only core attention), so it costs "
         "more here (docs/performance.md, 'Activation memory')."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, ax = common.subplots(1, 2, figsize=(11, 4.2))
     for j, mode in enumerate(MODES):
         for precision, style in (("fp32", "o-"), ("bf16", "s--")):
             rs = [r for r in rows if r["recompute"] == mode and r["precision"] == precision and "step_s" in r]
@@ -108,12 +107,7 @@ def main():
             ax[0].plot([r["seq_len"] for r in rs], [r["peak_rss_gib"] for r in rs], style, color=f"C{j}", label=label)
             ax[1].plot([r["seq_len"] for r in rs], [r["step_s"] for r in rs], style, color=f"C{j}", label=label)
     for k, label in enumerate(["peak resident memory (GiB)", "step time (s, second step)"]):
-        ax[k].set_xscale("log", base=2)
-        ax[k].set_yscale("log", base=2)
-        ax[k].set_xlabel("tokens per sequence")
-        ax[k].set_ylabel(label)
-        ax[k].grid(alpha=0.3)
-        ax[k].legend(fontsize=8)
+        common.log2_axes(ax[k], "tokens per sequence", label, logy=True, legend=8)
     fig.suptitle("Activation recomputation, one process (pretrain mix, documents up to 16K)")
     common.save_figure(fig, a.out, NAME)
 

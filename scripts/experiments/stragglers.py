@@ -55,8 +55,7 @@ def main():
                                "Llama-8B with documents up to 512K tokens. 'simulated, paper constants': lct simulate "
                                "--tflops 990 --bandwidth 50 with Llama-8B's shape and 512K-token sequences (packing "
                                "stands in for WLB)."))
-    plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = common.subplots(figsize=(7, 4.2))
     for placement, style in (("colocated", "o-"), ("cad", "s-")):
         sim = [r for r in rows if r["source"] == "simulated" and r["placement"] == placement]
         ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style, label=f"{placement}, simulated")
@@ -68,12 +67,7 @@ def main():
         ax.plot([r["ranks"] for r in sim], [r["idle_percent"] for r in sim], style,
                 label=f"{placement}, simulated: Llama-8B, 990 TFLOP/s, 50 GB/s, {int(long) // 1024}K")
     ax.plot(list(PAPER), list(PAPER.values()), "r^--", label="DistCA Fig. 4b: WLB, 8B, 512K (paper)")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("data-parallel ranks")
-    ax.set_ylabel("idle, % of the step")
-    ax.set_title("Stragglers vs data-parallel degree")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    common.log2_axes(ax, "data-parallel ranks", "idle, % of the step", "Stragglers vs data-parallel degree", legend=8)
     common.save_figure(fig, a.out, NAME)
 
 

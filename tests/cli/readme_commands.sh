@@ -3,7 +3,8 @@
 #   - each command's flags in the README's usage block ("## Commands") are exactly the
 #     flags `lct COMMAND --help` lists (config keys, --section.key, aside);
 #   - the key table's keys are exactly the --section.key options of `lct train --help`
-#     (tests/config/config_test.cpp checks the table's defaults against the built-in ones).
+#     (tests/config/config_test.cpp checks the table's defaults against the built-in ones);
+#   - every Debian package scripts/setup.sh installs is named in the README.
 set -euo pipefail
 LCT=$1
 README=$2
@@ -57,6 +58,18 @@ if table != help_keys:
 else:
     print(f"ok   the key table holds the {len(table)} keys of lct train --help")
 sys.exit(0 if ok else 1)
+EOF
+
+# the packages of setup.sh's packages=(...) and packages+=(...) lists, comments dropped
+python3 - "$(dirname "$README")/scripts/setup.sh" "$README" <<'EOF' || failed=1
+import re, sys
+setup, readme = (open(f).read() for f in sys.argv[1:])
+lists = re.findall(r"\bpackages\+?=\((.*?)\)", re.sub(r"#.*", "", setup), re.S)
+packages = [p for l in lists for p in l.split()]
+missing = [p for p in packages if not re.search(rf"(?<![\w.-]){re.escape(p)}(?![\w.-])", readme)]
+if len(packages) < 15 or missing:
+    print(f"FAIL: setup.sh's packages {packages}: the README does not name {missing}"); sys.exit(1)
+print(f"ok   the README names the {len(packages)} packages scripts/setup.sh installs")
 EOF
 
 [ "$failed" = 0 ] && echo "README commands: all checks passed"

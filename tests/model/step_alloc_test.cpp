@@ -16,6 +16,7 @@
 // code and the inlined standard library it uses live).
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -132,9 +133,8 @@ std::string owner(const Record& r) {
     if (has("libdnnl")) return "oneDNN";
     if (has("openblas") || has("libblas")) return "OpenBLAS";
     if (info.dli_sname) return std::string("lct: ") + info.dli_sname;
-    char offset[32];  // for addr2line -f -C -e <file> <offset>
-    std::snprintf(offset, sizeof offset, "+0x%zx", size_t(static_cast<char*>(r.frames[f]) - static_cast<char*>(info.dli_fbase)));
-    return "lct: " + file + offset;
+    // the offset for addr2line -f -C -e <file> <offset>
+    return fmt::format("lct: {}+{:#x}", file, size_t(static_cast<char*>(r.frames[f]) - static_cast<char*>(info.dli_fbase)));
   }
   return "unknown (runtime only)";
 }

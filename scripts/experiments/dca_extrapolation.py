@@ -100,18 +100,12 @@ def main():
         ax[0].plot([r["context_over_train"] for r in t], [r["loss"] for r in t], "o-", color=f"C{j}", label=kernel)
         q = [r for r in rows if r["task"] == "retrieval" and r["kernel"] == kernel]
         ax[1].plot([r["context_over_train"] for r in q], [r["recall"] for r in q], "o-", color=f"C{j}", label=kernel)
-    ax[0].set_title("per-position loss (license texts, bytes)")
-    ax[0].set_xlabel("in-document position / L (bin end)")
-    ax[0].set_ylabel("mean loss (nats/byte)")
-    ax[1].set_title("synthetic key-value retrieval")
-    ax[1].set_xlabel("document length / L")
-    ax[1].set_ylabel("recall (argmax of the answers)")
     ax[1].axhline(1 / 32, color="k", ls=":", lw=0.8, label="chance (1/32)")
     for x in ax:
         x.axvline(1, color="gray", ls="--", lw=0.8)
-        x.set_xscale("log", base=2)
-        x.grid(alpha=0.3)
-        x.legend()
+    common.log2_axes(ax[0], "in-document position / L (bin end)", "mean loss (nats/byte)",
+                     "per-position loss (license texts, bytes)")
+    common.log2_axes(ax[1], "document length / L", "recall (argmax of the answers)", "synthetic key-value retrieval")
     common.save_figure(fig, a.out, NAME)
 
 

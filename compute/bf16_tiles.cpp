@@ -32,6 +32,15 @@ inline uint32_t load_word(const uint16_t* p) {
   return w;
 }
 
+// C = alpha x (+ C) on the lanes of m. A function of its own, not a lambda in block():
+// a lambda does not inherit its enclosing function's target attribute, so where the
+// compiler's own target lacks AVX-512 (-march=native on AMD Zen 3) it could not be built.
+LCT_BF16_TARGET inline void store_scaled(float* cp, __m512 x, __m512 alpha, bool accumulate, __mmask16 m) {
+  x = _mm512_mul_ps(x, alpha);
+  if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cp));
+  _mm512_mask_storeu_ps(cp, m, x);
+}
+
 // One register block: R rows x V vectors of C, the last vector masked to `tail` lanes.
 // The 24 accumulators are named variables (an array of them would live on the stack:
 // GCC does not split aggregates this large into registers).
@@ -63,17 +72,12 @@ LCT_BF16_TARGET void block(int64_t kp, float alpha, const uint16_t* A, int64_t l
 #undef LCT_ROW
   }
   const __m512 va = _mm512_set1_ps(alpha);
-  const auto store = [&](float* cp, __m512 x, __mmask16 m) {
-    x = _mm512_mul_ps(x, va);
-    if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cp));
-    _mm512_mask_storeu_ps(cp, m, x);
-  };
-#define LCT_STORE(r)                                                  \
-  if constexpr (R > r) {                                              \
-    store(C + r * ldc, c##r##0, m0);                                  \
-    if constexpr (V > 1) store(C + r * ldc + 16, c##r##1, m1);        \
-    if constexpr (V > 2) store(C + r * ldc + 32, c##r##2, m2);        \
-    if constexpr (V > 3) store(C + r * ldc + 48, c##r##3, m3);        \
+#define LCT_STORE(r)                                                                 \
+  if constexpr (R > r) {                                                             \
+    store_scaled(C + r * ldc, c##r##0, va, accumulate, m0);                          \
+    if constexpr (V > 1) store_scaled(C + r * ldc + 16, c##r##1, va, accumulate, m1); \
+    if constexpr (V > 2) store_scaled(C + r * ldc + 32, c##r##2, va, accumulate, m2); \
+    if constexpr (V > 3) store_scaled(C + r * ldc + 48, c##r##3, va, accumulate, m3); \
   }
   LCT_STORE(0) LCT_STORE(1) LCT_STORE(2) LCT_STORE(3) LCT_STORE(4) LCT_STORE(5)
 #undef LCT_STORE

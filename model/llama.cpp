@@ -433,8 +433,8 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
                      s.tokens(), config_.hidden_size);
 }
 
-void LlamaModel::attn_in_forward(int l, ActivationSlot& s) {
-  const ScopedSpan span("before attention");
+void LlamaModel::attn_in_forward(int l, ActivationSlot& s, const char* phase) {
+  const ScopedSpan span(phase);
   const LayerWeights w = layer_weights(l);
   for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
     lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
@@ -453,10 +453,8 @@ AttentionInput LlamaModel::attention_input(int l, const ActivationSlot& s, bool 
 void LlamaModel::recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const Recompute mode = mode_of(l);
   if (mode == Recompute::none) return;
-  {
-    const ScopedSpan span("recompute before attention");
-    attn_in_forward(l, s);  // q, k, v into the lane's workspace (h1 only in a tile)
-  }
+  // q, k, v into the lane's workspace (h1 only in a tile), one span of its own name
+  attn_in_forward(l, s, "recompute before attention");
   phase_done();
   if (mode != Recompute::full) return;
   const ScopedSpan span("recompute attention");

@@ -107,7 +107,9 @@ class LlamaModel {
   float* residual_grad(ActivationSlot& s) { return s.tensor(dx_); }         // [T, C]
 
   void embed_forward(ActivationSlot& s);
-  void attn_in_forward(int l, ActivationSlot& s);
+  // phase: the trace span it records (recomputation names its own, so that the profile
+  // counts its time once and apart from the first forward's)
+  void attn_in_forward(int l, ActivationSlot& s, const char* phase = "before attention");
   void core_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
   void attn_out_forward(int l, ActivationSlot& s);
   // Final norm, LM head and loss (sum, not mean). With backward, accumulates the

@@ -87,6 +87,14 @@ struct PhaseTime {
 // Per name of the compute track's spans (lct bench's profile, the simulator's calibration).
 std::map<std::string, PhaseTime> phase_times(const std::vector<TraceSpan>& spans);
 
+// Whether a phase of the model (model/llama.cpp) is core attention, softmax(QK^T)V and
+// its backward in every placement ("attention", "attention backward start", "attention
+// serve", "recompute attention", ...), not the linear layers around it ("before
+// attention", "after attention backward").
+inline bool is_core_attention_phase(const std::string& name) {
+  return name.rfind("attention", 0) == 0 || name == "recompute attention";
+}
+
 // A rank's spans as events in microseconds since the trace's epoch, named for the file
 // (src/io/trace_json.h writes them).
 struct TraceEvent {

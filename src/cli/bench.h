@@ -4,7 +4,8 @@
 // total time, src/cli/bench_common.h), in the files of src/cli/bench_*.cpp:
 //   machine    CPU, cores used, OpenBLAS core and OPENBLAS_CORETYPE, thread counts
 //   ceilings   SGEMM GFLOP/s on a large square product; FMA-loop peak GFLOP/s; oneDNN's
-//              f32 and bf16 products and the bf16 dot loop where the CPU has them
+//              f32 and bf16 products and the bf16 dot loop where the CPU has them;
+//              memory bandwidth (STREAM copy and triad)
 //   gemm       the model's own linear products at its shapes, on every library and kernel
 //   attention  core attention forward / backward / forward+backward GFLOP/s for one
 //              document and for a packed batch drawn from data.doc_lengths, at each
@@ -16,7 +17,8 @@
 //   step       full training steps of the configured model (one packed sequence of
 //              each length): tokens/s, model GFLOP/s (src/train/flops.h convention), MFU
 //              against both ceilings, and peak resident memory of the step.
-//   profile    the step's phases, and (--profile-out) CAD's measured cost model
+//   profile    the step's phases, its split into linear products, core attention and
+//              the rest against their ceilings, and (--profile-out) CAD's measured cost model
 //   cp_balance, cad_balance   attention-pair imbalance of the context-parallel splits
 //              and of CAD's plans over the configured stream (no timing)
 #pragma once

@@ -145,7 +145,7 @@ double fma_peak_gflops(const BenchOptions& o) {
 }  // namespace
 
 // The same run's ceilings: the fp32 GEMM of both libraries (the faster is the fp32 ceiling)
-// and the FMA loop, oneDNN's bf16 GEMM and the bf16 dot loop.
+// and the FMA loop, oneDNN's bf16 GEMM and the bf16 dot loop, and the memory bandwidth.
 void ceilings_section(const BenchOptions& o, BenchResults& res) {
   double &sgemm = res.sgemm, &fma = res.fma;
   const int64_t sgemm_n = res.sgemm_n;
@@ -165,6 +165,12 @@ void ceilings_section(const BenchOptions& o, BenchResults& res) {
   else
     say(o, "          bf16: this CPU has no bf16 instructions; bf16 runs as fp32 on rounded operands "
            "(its ceilings are the fp32 ones)\n");
+  const StreamRates stream = stream_rates(int64_t(128) << 20, std::max(3, o.repeats));
+  res.stream_copy = stream.copy_gbps;
+  res.stream_triad = stream.triad_gbps;
+  res.stream_array_bytes = stream.array_bytes;
+  say(o, "          memory (STREAM, 3 arrays of {} MiB, best pass): copy {:.1f} GB/s, triad {:.1f} GB/s\n",
+      stream.array_bytes >> 20, stream.copy_gbps, stream.triad_gbps);
 }
 
 // The linear layers' products in each library and precision.

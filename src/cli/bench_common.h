@@ -108,7 +108,23 @@ struct PhaseRow {
   int steps = 0;
   double step_ms = 0;                     // wall clock per step
   std::map<std::string, PhaseTime> phases;  // totals over the traced steps
+  // Per step, by the FLOP convention (src/train/flops.h): the real tokens, the linear
+  // layers' FLOPs (attention pairs 0) and core attention's (the rest of the step's)
+  int64_t tokens = 0;
+  double product_flops = 0, attention_flops = 0;
 };
+
+// A profiled step split into the linear layers' products (every product span), core
+// attention (its phases, model/trace.h is_core_attention_phase) and everything else
+// the traced phases did (norms, RoPE, SwiGLU, residual adds, roundings, loss, optimizer,
+// weight copies), plus the step's time outside every phase; each at its ceiling: the
+// products and attention in model GFLOP/s against the precision's GEMM ceiling, the
+// rest in ns per token (its ceiling is memory bandwidth, the ceilings section's STREAM).
+struct StepSplit {
+  double products_ms = 0, attention_ms = 0, other_ms = 0, untraced_ms = 0;  // per step
+  double products_gflops = 0, attention_gflops = 0, other_ns_per_token = 0;
+};
+StepSplit step_split(const PhaseRow& r);
 
 // ---- balance -------------------------------------------------------------------
 
@@ -140,6 +156,10 @@ struct BenchResults {
   double fp32_gemm = 0;
   const char* fp32_gemm_library = "OpenBLAS";
   double bf16_gemm = 0, bf16_dot = 0;  // 0: this CPU has no bf16 instructions
+  // Memory bandwidth (STREAM copy and triad, src/cli/bench_loops.h): the ceiling of the
+  // passes that are not products
+  double stream_copy = 0, stream_triad = 0;
+  int64_t stream_array_bytes = 0;
   AttentionParams causal, dca;  // the attention shapes measured
   std::vector<AttentionRow> attention;
   std::vector<StepRow> step;

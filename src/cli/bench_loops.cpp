@@ -3,7 +3,9 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "compute/bf16_tiles.h"
 
@@ -97,6 +99,37 @@ double bf16_dot_loop(int64_t iterations) {
   const double s = seconds_since(t0);
   const double flops = 2.0 * 32 * 12 * double(iterations) * omp_get_max_threads();
   return flops / s / 1e9;
+}
+
+StreamRates stream_rates(int64_t array_bytes, int passes) {
+  const int64_t n = array_bytes / int64_t(sizeof(float));
+  const size_t count = size_t(n);
+  std::vector<float> a(count), b(count), c(count);  // (value-initialized: pages mapped)
+  const float scalar = 3.0f;
+  const auto copy = [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) c[size_t(i)] = a[size_t(i)];
+  };
+  const auto triad = [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) a[size_t(i)] = b[size_t(i)] + scalar * c[size_t(i)];
+  };
+  const auto best_seconds = [&](const auto& pass) {
+    pass();  // the threads' first touch of their halves
+    double best = 1e300;
+    for (int p = 0; p < std::max(1, passes); ++p) {
+      const auto t0 = Clock::now();
+      pass();
+      best = std::min(best, seconds_since(t0));
+    }
+    return best;
+  };
+  StreamRates r;
+  r.array_bytes = n * int64_t(sizeof(float));
+  r.copy_gbps = 2.0 * double(r.array_bytes) / best_seconds(copy) / 1e9;
+  r.triad_gbps = 3.0 * double(r.array_bytes) / best_seconds(triad) / 1e9;
+  g_fma_sink = double(a[size_t(n / 2)]);  // the arrays' values are used
+  return r;
 }
 
 }  // namespace lct

@@ -35,7 +35,9 @@ void print_bench_json(const BenchResults& res) {
                   {"blas_warning", res.blas_warning}};
   j["ceilings"] = {{"sgemm_n", res.sgemm_n}, {"sgemm_gflops", res.sgemm}, {"onednn_f32_gflops", res.onednn_f32},
                    {"fp32_gemm_gflops", res.fp32_gemm}, {"fp32_gemm_library", res.fp32_gemm_library}, {"fma_gflops", res.fma},
-                   {"bf16_gemm_gflops", res.bf16_gemm}, {"bf16_dot_gflops", res.bf16_dot}};
+                   {"bf16_gemm_gflops", res.bf16_gemm}, {"bf16_dot_gflops", res.bf16_dot},
+                   {"stream_copy_gbps", res.stream_copy}, {"stream_triad_gbps", res.stream_triad},
+                   {"stream_array_bytes", res.stream_array_bytes}};
   Json gemm = Json::array();
   for (const GemmRow& r : res.gemm)
     gemm.push_back({{"product", r.name}, {"m", r.M}, {"n", r.N}, {"k", r.K}, {"fp32_gflops", r.fp32},
@@ -61,8 +63,14 @@ void print_bench_json(const BenchResults& res) {
     for (const auto& [name, t] : r.phases)
       phases[name] = {{"ms_per_step", 1e3 * t.seconds / r.steps}, {"product_ms_per_step", 1e3 * t.product_seconds / r.steps},
                       {"spans", t.count}};
+    const StepSplit sp = step_split(r);
+    const Json split = {{"products_ms", sp.products_ms}, {"products_gflops", sp.products_gflops},
+                        {"attention_ms", sp.attention_ms}, {"attention_gflops", sp.attention_gflops},
+                        {"other_ms", sp.other_ms}, {"other_ns_per_token", sp.other_ns_per_token},
+                        {"untraced_ms", sp.untraced_ms}, {"tokens", r.tokens},
+                        {"product_flops", r.product_flops}, {"attention_flops", r.attention_flops}};
     j["profile"].push_back({{"precision", r.precision}, {"tokens", r.seq_len}, {"steps", r.steps},
-                            {"step_ms", r.step_ms}, {"phases", phases}});
+                            {"step_ms", r.step_ms}, {"phases", phases}, {"split", split}});
   }
   j["cp_balance"] = Json::array();
   for (const BalanceRow& r : res.cp_balance)

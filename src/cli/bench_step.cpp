@@ -16,6 +16,7 @@
 #include "src/cli/bench_common.h"
 #include "src/io/output_files.h"
 #include "src/train/trainer.h"
+#include "src/train/flops.h"
 #include "src/tune/cad_profile.h"
 #include "src/util/machine.h"
 
@@ -72,9 +73,14 @@ PhaseRow profile_step(const BenchOptions& o, const Config& base, int64_t L, Prec
   for (int i = 0; i < 2; ++i) trainer.train_step();  // warm-up (allocations, primitives)
   Trace trace(TraceClock::now());
   Trace::activate(&trace);
+  double tokens = 0, flops = 0;
   try {
     const auto t0 = Clock::now();
-    for (int i = 0; i < r.steps; ++i) trainer.train_step();
+    for (int i = 0; i < r.steps; ++i) {
+      const StepRecord s = trainer.train_step();
+      tokens += double(s.tokens);
+      flops += s.gflops * 1e9 * (s.ms / 1e3);  // train_step_flops of the step
+    }
     r.step_ms = 1e3 * seconds_since(t0) / r.steps;
   } catch (...) {
     Trace::activate(nullptr);
@@ -82,6 +88,9 @@ PhaseRow profile_step(const BenchOptions& o, const Config& base, int64_t L, Prec
   }
   Trace::activate(nullptr);
   r.phases = phase_times(trace.spans());
+  r.tokens = int64_t(tokens / r.steps + 0.5);
+  r.product_flops = train_step_flops(trainer.model().config(), r.tokens, 0);
+  r.attention_flops = flops / r.steps - r.product_flops;
   return r;
 }
 
@@ -105,18 +114,42 @@ void phase_profile(const Config& config, const BenchOptions& o, BenchResults& re
     for (const auto& [name, t] : r.phases) {
       say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}\n", name, 1e3 * t.seconds / r.steps,
           1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
-      if (name.rfind("recompute", 0) != 0) {  // (recompute spans enclose phases counted themselves)
-        all.seconds += t.seconds;
-        all.product_seconds += t.product_seconds;
-      }
+      all.seconds += t.seconds;
+      all.product_seconds += t.product_seconds;
     }
     say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}   (untraced: {:.2f})\n", "all phases", 1e3 * all.seconds / r.steps,
         1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
         r.step_ms - 1e3 * all.seconds / r.steps);
+    // the split against the same run's ceilings (when the ceilings section ran)
+    const StepSplit sp = step_split(r);
+    const bool bf16_ceiling = precision == Precision::bf16 && res.bf16_gemm > 0;
+    const double gemm = bf16_ceiling ? res.bf16_gemm : res.fp32_gemm;
+    const auto of = [&](double gflops) { return gemm > 0 ? fmt::format(" = {:.2f} of the GEMM ceiling", gflops / gemm) : ""; };
+    say(o, "    split: linear products {:.2f} ms ({:.1f} GFLOP/s{}) | core attention {:.2f} ms ({:.1f} GFLOP/s{}) | "
+        "the rest {:.2f} ms ({:.1f} ns/token{}) | untraced {:.2f} ms\n",
+        sp.products_ms, sp.products_gflops, of(sp.products_gflops), sp.attention_ms, sp.attention_gflops,
+        of(sp.attention_gflops), sp.other_ms, sp.other_ns_per_token,
+        res.stream_triad > 0 ? fmt::format("; STREAM triad {:.1f} GB/s", res.stream_triad) : "", sp.untraced_ms);
   }
 }
 
 }  // namespace
+
+StepSplit step_split(const PhaseRow& r) {
+  StepSplit sp;
+  double traced_ms = 0;
+  for (const auto& [name, t] : r.phases) {
+    const double ms = 1e3 * t.seconds / r.steps, product_ms = 1e3 * t.product_seconds / r.steps;
+    traced_ms += ms;
+    sp.products_ms += product_ms;
+    (is_core_attention_phase(name) ? sp.attention_ms : sp.other_ms) += ms - product_ms;
+  }
+  sp.untraced_ms = r.step_ms - traced_ms;
+  if (sp.products_ms > 0) sp.products_gflops = r.product_flops / (sp.products_ms / 1e3) / 1e9;
+  if (sp.attention_ms > 0) sp.attention_gflops = r.attention_flops / (sp.attention_ms / 1e3) / 1e9;
+  if (r.tokens > 0) sp.other_ns_per_token = 1e6 * sp.other_ms / double(r.tokens);
+  return sp;
+}
 
 // The first packed sequence of length L from the config's data: its documents, and their
 // prefixes or segments under a per-document mask.

@@ -206,8 +206,12 @@ StepRecord Trainer::train_step() {
   const Layout& layout = grid_.layout();
   double comm_s = 0;  // this rank's time inside MPI calls
 
-  take_local_batches();
-  const StepCounts counts = count_step(comm_s);
+  StepCounts counts;
+  {
+    const ScopedSpan span("batches");
+    take_local_batches();
+    counts = count_step(comm_s);
+  }
   const int64_t targets = counts.targets, tokens = counts.tokens, pairs = counts.pairs;
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
@@ -218,8 +222,14 @@ StepRecord Trainer::train_step() {
   // over micro-batches and ranks gives the gradient of the global mean loss.
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
-  model_.zero_grads();
-  model_.refresh_weight_copies();  // bf16: the weights as the last optimizer step left them
+  {
+    const ScopedSpan span("zero gradients");
+    model_.zero_grads();
+  }
+  {
+    const ScopedSpan span("weight copies");
+    model_.refresh_weight_copies();  // bf16: the weights as the last optimizer step left them
+  }
   placement_.placement->reset_stats();
   const PipelineStepStats pipe =
       executor_.run(local_, grad_scale, reducer_, *placement_.placement, grid_.tied_embedding(), tied_);
@@ -238,9 +248,12 @@ StepRecord Trainer::train_step() {
   r.step = step + 1;
   r.loss = targets > 0 ? sums[0] / double(targets) : 0.0;
   // every rank holds its stage's reduced gradient: sum squares over stages
-  double sq = sum_of_squares(model_.grads, counted_);
-  allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
-  r.grad_norm = std::sqrt(sq);
+  {
+    const ScopedSpan span("gradient norm");
+    double sq = sum_of_squares(model_.grads, counted_);
+    allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
+    r.grad_norm = std::sqrt(sq);
+  }
   refuse_non_finite(r);
   const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
                           ? plan_.optimizer.grad_clip / r.grad_norm

@@ -22,6 +22,8 @@ assert c["sgemm_gflops"] > 0 and c["fma_gflops"] > 0 and c["onednn_f32_gflops"] 
 assert c["fp32_gemm_gflops"] == max(c["sgemm_gflops"], c["onednn_f32_gflops"]), c
 assert (c["bf16_gemm_gflops"] > 0) == r["gemm"]["bf16_instructions"], c
 assert c["bf16_dot_gflops"] >= 0, c
+# memory bandwidth: STREAM copy and triad over arrays larger than any cache
+assert c["stream_copy_gbps"] > 0 and c["stream_triad_gbps"] > 0 and c["stream_array_bytes"] == 128 << 20, c
 g = r["gemm"]
 # the model's products as it runs them: fused Q/K/V, O, fused gate/up, down, dx, dW, square
 assert g["tokens"] == 2048 and len(g["rows"]) == 7 and g["bf16_kernel"], g
@@ -81,7 +83,35 @@ for x in rows:
         assert p[name]["product_ms_per_step"] > 0, (name, p[name])
     assert p["attention"]["product_ms_per_step"] == 0 and p["optimizer"]["product_ms_per_step"] == 0, p
     assert sum(t["ms_per_step"] for t in p.values()) <= x["step_ms"] * 1.001, x
+    # the work around the model is traced too (the untraced rest is the loop's overhead)
+    for name in ("batches", "zero gradients", "weight copies", "gradient norm"):
+        assert p[name]["spans"] == x["steps"], (name, p[name])
+    # the split: products, core attention, the rest and the untraced time make the step
+    sp = x["split"]
+    assert sp["tokens"] == 256 and sp["product_flops"] > 0 and sp["attention_flops"] > 0, sp
+    assert abs(sp["products_ms"] + sp["attention_ms"] + sp["other_ms"] + sp["untraced_ms"] - x["step_ms"]) \
+        <= 1e-6 * x["step_ms"], (sp, x["step_ms"])
+    assert abs(sp["products_ms"] - sum(t["product_ms_per_step"] for t in p.values())) <= 1e-9 * x["step_ms"], sp
+    assert abs(sp["attention_ms"] - sum(t["ms_per_step"] for n, t in p.items() if n.startswith("attention"))) \
+        <= 1e-9 * x["step_ms"], sp
+    assert sp["products_gflops"] > 0 and sp["attention_gflops"] > 0 and sp["other_ns_per_token"] > 0, sp
 print("bench_smoke: profile ok")
+PY
+
+# under full recomputation the repeated forward has spans of its own, nested in none:
+# its phases add up to at most the step (they counted twice when a recompute span
+# enclosed the "before attention" span it ran)
+"$LCT" bench --json --sections profile --step-precisions fp32 --repeats 1 --budget 5 --train.recompute full \
+  --model.num_hidden_layers 2 --data.seq_len 256 --data.max_doc_len 256 > "$out"
+python3 - "$out" <<'PY'
+import json, sys
+x = json.load(open(sys.argv[1]))["profile"][0]
+p = x["phases"]
+assert p["recompute before attention"]["spans"] == 2 * x["steps"], p
+assert p["recompute attention"]["spans"] == 2 * x["steps"], p
+assert p["before attention"]["spans"] == 2 * x["steps"], p  # the first forward's only
+assert sum(t["ms_per_step"] for t in p.values()) <= x["step_ms"] * 1.001, x
+print("bench_smoke: recompute profile ok")
 PY
 
 # the context-parallel balance section: zigzag balances, contiguous does not

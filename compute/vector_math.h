@@ -1,7 +1,8 @@
 // Small vectorizable math helpers shared by the attention kernel and the fused
 // model ops. They are branch-free scalar code so that loops calling them under
 // `#pragma omp simd` compile to AVX-512/AVX2 without -ffast-math (the build keeps
-// IEEE semantics elsewhere).
+// IEEE semantics elsewhere). Their clamps are selects: on AVX2 they vectorize only
+// under -fno-trapping-math (CMakeLists.txt), which every lct build sets.
 #pragma once
 
 #include <bit>

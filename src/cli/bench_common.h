@@ -170,6 +170,17 @@ struct BenchResults {
   std::vector<PhaseRow> phases;
 };
 
+// A precision's ceilings for whole steps (the step section's MFU, the profile's split):
+// oneDNN's bf16 GEMM and the VDPBF16PS loop for bf16 on a CPU with bf16 instructions,
+// else the fp32 GEMM ceiling and the FMA loop (bf16 then runs as fp32 on rounded operands).
+struct StepCeilings {
+  double gemm = 0, peak = 0;
+};
+inline StepCeilings step_ceilings(const BenchResults& res, Precision precision) {
+  const bool bf16 = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
+  return {bf16 ? res.bf16_gemm : res.fp32_gemm, bf16 ? res.bf16_dot : res.fma};
+}
+
 // Prints unless --json.
 template <typename... Args>
 void say(const BenchOptions& o, fmt::format_string<Args...> f, Args&&... args) {

@@ -110,20 +110,15 @@ void phase_profile(const Config& config, const BenchOptions& o, BenchResults& re
     res.phases.push_back(r);
     say(o, "  {}, {} tokens, {} steps after 2 warm-up: {:.1f} ms per step\n", r.precision, L, r.steps, r.step_ms);
     say(o, "    {:<28} {:>9} {:>9} {:>9}\n", "phase", "ms/step", "products", "other");
-    PhaseTime all;
-    for (const auto& [name, t] : r.phases) {
+    for (const auto& [name, t] : r.phases)
       say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}\n", name, 1e3 * t.seconds / r.steps,
           1e3 * t.product_seconds / r.steps, 1e3 * (t.seconds - t.product_seconds) / r.steps);
-      all.seconds += t.seconds;
-      all.product_seconds += t.product_seconds;
-    }
-    say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}   (untraced: {:.2f})\n", "all phases", 1e3 * all.seconds / r.steps,
-        1e3 * all.product_seconds / r.steps, 1e3 * (all.seconds - all.product_seconds) / r.steps,
-        r.step_ms - 1e3 * all.seconds / r.steps);
-    // the split against the same run's ceilings (when the ceilings section ran)
     const StepSplit sp = step_split(r);
-    const bool bf16_ceiling = precision == Precision::bf16 && res.bf16_gemm > 0;
-    const double gemm = bf16_ceiling ? res.bf16_gemm : res.fp32_gemm;
+    const double not_products_ms = sp.attention_ms + sp.other_ms;
+    say(o, "    {:<28} {:>9.2f} {:>9.2f} {:>9.2f}   (untraced: {:.2f})\n", "all phases",
+        sp.products_ms + not_products_ms, sp.products_ms, not_products_ms, sp.untraced_ms);
+    // the split against the same run's ceilings (when the ceilings section ran)
+    const double gemm = step_ceilings(res, precision).gemm;
     const auto of = [&](double gflops) { return gemm > 0 ? fmt::format(" = {:.2f} of the GEMM ceiling", gflops / gemm) : ""; };
     say(o, "    split: linear products {:.2f} ms ({:.1f} GFLOP/s{}) | core attention {:.2f} ms ({:.1f} GFLOP/s{}) | "
         "the rest {:.2f} ms ({:.1f} ns/token{}) | untraced {:.2f} ms\n",
@@ -181,7 +176,6 @@ void profile_section(const Config& config, const LlamaConfig& model, const Bench
 
 // Whole training steps at each --step-lengths and precision, against the ceilings.
 void step_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
-  const double fp32_gemm = res.fp32_gemm, fma = res.fma;
   say(o, "\nstep  {} layers, hidden {}, heads {}/{} (hd {}), mlp {}, vocab {}, {} "
       "documents | model GFLOP/s (src/train/flops.h), MFU vs the precision's GEMM ceiling and peak loop "
       "(fp32: the faster fp32 GEMM library, FMA; bf16: oneDNN bf16 GEMM, VDPBF16PS, or the fp32 ones where bf16 "
@@ -196,9 +190,9 @@ void step_section(const Config& config, const LlamaConfig& model, const BenchOpt
   for (const Precision precision : precisions)
     for (int64_t L : o.step_lengths) {
       StepRow r = bench_step(o, config, L, precision);
-      const bool bf16_ceilings = precision == Precision::bf16 && res.bf16_gemm > 0 && res.bf16_dot > 0;
-      r.gemm_ceiling = bf16_ceilings ? res.bf16_gemm : fp32_gemm;
-      r.peak_ceiling = bf16_ceilings ? res.bf16_dot : fma;
+      const StepCeilings ceilings = step_ceilings(res, precision);
+      r.gemm_ceiling = ceilings.gemm;
+      r.peak_ceiling = ceilings.peak;
       res.step.push_back(r);
       say(o, "  {:<9} {:7} {:5} {:>9.1f} {:>9.0f} {:>9.1f} {:>8.2f} {:>8.2f} {:>10.0f} {:>10.0f} {:5}\n", r.precision,
           r.seq_len, r.documents, r.ms, r.tokens_per_s, r.gflops, r.gflops / r.gemm_ceiling,

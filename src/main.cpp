@@ -28,6 +28,21 @@ using namespace lct;
 
 namespace {
 
+// The command the command line names (its first argument that is not a flag), or "" when
+// that is no command of lct's or --help-all asks for every command's help.
+std::string named_command(int argc, char** argv) {
+  static const char* const kCommands[] = {"train", "bench", "simulate", "eval", "make-batch", "inspect", "export", "generate"};
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help-all") == 0) return "";
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    for (const char* c : kCommands)
+      if (std::strcmp(argv[i], c) == 0) return c;
+    return "";
+  }
+  return "";
+}
+
 // Parses the command line and runs the chosen command; returns the exit code.
 int run_command(int argc, char** argv, int rank, int world) {
   CLI::App app{"lct: long-context transformer training on CPUs"};
@@ -37,10 +52,22 @@ int run_command(int argc, char** argv, int rank, int world) {
     return std::string("lct: error: ") + e.what() + " (see --help)\n";
   });
   app.set_help_all_flag("--help-all", "help for every subcommand");
-  const std::vector<Command> commands = {
-      add_train_command(app, rank, world), add_bench_command(app),      add_simulate_command(app),
-      add_eval_command(app),               add_make_batch_command(app), add_inspect_command(app),
-      add_export_command(app),             add_generate_command(app)};
+  // Only the command being run gets its options: every command's config keys are a few
+  // hundred CLI11 options, and CLI11 checks each new option against all before it, which
+  // took a third of a start-up under the sanitizers (0.2 s a process, thousands of
+  // processes in the test suite). `lct --help`, `--help-all` and a first argument that
+  // names no command build them all, as before.
+  const std::string named = named_command(argc, argv);
+  const auto wanted = [&](const char* name) { return named.empty() || named == name; };
+  std::vector<Command> commands;
+  if (wanted("train")) commands.push_back(add_train_command(app, rank, world));
+  if (wanted("bench")) commands.push_back(add_bench_command(app));
+  if (wanted("simulate")) commands.push_back(add_simulate_command(app));
+  if (wanted("eval")) commands.push_back(add_eval_command(app));
+  if (wanted("make-batch")) commands.push_back(add_make_batch_command(app));
+  if (wanted("inspect")) commands.push_back(add_inspect_command(app));
+  if (wanted("export")) commands.push_back(add_export_command(app));
+  if (wanted("generate")) commands.push_back(add_generate_command(app));
 
   std::string parse_error;
   bool help = false;

@@ -28,18 +28,16 @@ using namespace lct;
 
 namespace {
 
-// The command the command line names (its first argument that is not a flag), or "" when
-// that is no command of lct's or --help-all asks for every command's help.
+// The command the command line names as its first argument, or "" when the first argument
+// is no command of lct's (`lct --help train` lists every command) or --help-all asks for
+// every command's help.
 std::string named_command(int argc, char** argv) {
   static const char* const kCommands[] = {"train", "bench", "simulate", "eval", "make-batch", "inspect", "export", "generate"};
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help-all") == 0) return "";
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] == '-') continue;
-    for (const char* c : kCommands)
-      if (std::strcmp(argv[i], c) == 0) return c;
-    return "";
-  }
+  if (argc < 2) return "";
+  for (const char* c : kCommands)
+    if (std::strcmp(argv[1], c) == 0) return c;
   return "";
 }
 

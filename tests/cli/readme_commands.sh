@@ -50,6 +50,26 @@ extra_commands = set(usage) - set(commands)
 if extra_commands:
     print(f"FAIL: the README documents unknown commands {sorted(extra_commands)}"); ok = False
 
+# lct builds only the options of the command it runs (src/main.cpp); the top-level help
+# still lists every command, --help-all shows every command's flags, and `lct --help
+# train` is train's help as `lct train --help` is
+out = subprocess.run([lct, "--help"], capture_output=True, text=True).stdout
+listed = {c for c in commands if re.search(rf"^  {re.escape(c)} ", out, re.M)}
+if listed != set(commands):
+    print(f"FAIL: lct --help lists {sorted(listed)}, not every command"); ok = False
+else:
+    print(f"ok   lct --help lists the {len(commands)} commands")
+out = subprocess.run([lct, "--help-all"], capture_output=True, text=True).stdout
+if not all(f in out for f in ("--max-new-tokens", "--attention-lengths", "--grads-out", "--ranks")):
+    print("FAIL: lct --help-all lacks some command's flags"); ok = False
+else:
+    print("ok   lct --help-all shows every command's flags")
+a, b = (subprocess.run([lct] + args, capture_output=True, text=True).stdout for args in (["--help", "train"], ["train", "--help"]))
+if a != b or "--train.steps" not in a:
+    print("FAIL: lct --help train differs from lct train --help"); ok = False
+else:
+    print("ok   lct --help train is lct train --help")
+
 _, keys = help_flags("train")
 table = set(re.findall(r"^\| `([a-z0-9_]+\.[a-z0-9_]+)`", text, re.M))
 help_keys = {k[2:] for k in keys}

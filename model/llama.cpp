@@ -270,9 +270,11 @@ LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t 
 
 void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const LlamaConfig& c = config_;
-  // RoPE covers every in-document position, and DCA's query positions 0..C even for
-  // short documents (grow-only; the kernel reads the table through attn_params_).
-  int64_t rope_rows = std::max(max_position + 1, T);
+  // RoPE covers every in-document position (positions restart in every document, so the
+  // table follows the longest document, not the sequence), and DCA's query positions
+  // 0..C even for short documents (grow-only; the kernel reads the table through
+  // attn_params_).
+  int64_t rope_rows = max_position + 1;
   if (c.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, c.dca_chunk_size + 1);
   // (dynamic scaling: the base follows the batch's longest document, max_position + 1)
   const double theta = rope_effective_theta(c.rope(), c.head_dim(), max_position + 1);

@@ -107,6 +107,24 @@ else
   fail "--dry-run: '$out'"
 fi
 
+# issue 57: the RoPE table has a row per in-document position, not per sequence token: at
+# 1M tokens and head_dim 1024 (2 heads of a 2048 model), documents of at most 16K need
+# (65536 - 16384) x 1024 x 4 bytes = 192 MiB less scratch than documents of 64K (the
+# attention kernel's own scratch is 64K rows for both; the estimate prints GiB to two
+# decimals). Sized by the sequence, both tables were 1M rows and the scratch the same.
+scratch_gib() {  # max_doc_len
+  "$LCT" train --dry-run --data.seq_len 1048576 --data.max_doc_len "$1" --train.recompute full \
+    --model.hidden_size 2048 --model.num_attention_heads 2 --model.num_key_value_heads 1 \
+    --checkpoint.dir refused 2> /dev/null | sed -n -E 's/^  scratch ([0-9.]+) GiB .*/\1/p'
+}
+short=$(scratch_gib 16384) long=$(scratch_gib 65536)
+if /usr/bin/python3 -c "import sys; d = float(sys.argv[2]) - float(sys.argv[1]); sys.exit(abs(d - 192 / 1024) > 0.011)" \
+     "${short:-x}" "${long:-x}" 2> /dev/null && [[ ! -e refused ]]; then
+  echo "ok   RoPE table by document: scratch $short GiB (documents <= 16K) vs $long GiB (64K) at 1M tokens"
+else
+  fail "RoPE table by document: scratch '$short' GiB vs '$long' GiB at 1M tokens, want 192 MiB apart"
+fi
+
 # crafted checkpoint attributes: one line, no bad_alloc
 "$LCT" train --model.hidden_size 32 --model.intermediate_size 32 --model.num_hidden_layers 1 \
   --model.num_attention_heads 2 --model.num_key_value_heads 1 --data.seq_len 64 --train.steps 1 \

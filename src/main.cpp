@@ -10,11 +10,14 @@
 //   lct bench [--config FILE] [--section.key VALUE ...] [--json] [--attention-lengths ...]
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/process_grid.h"
@@ -27,19 +30,6 @@
 using namespace lct;
 
 namespace {
-
-// The command the command line names as its first argument, or "" when the first argument
-// is no command of lct's (`lct --help train`: every command is built, and CLI11 shows
-// train's help as before) or --help-all asks for every command's help.
-std::string named_command(int argc, char** argv) {
-  static const char* const kCommands[] = {"train", "bench", "simulate", "eval", "make-batch", "inspect", "export", "generate"};
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help-all") == 0) return "";
-  if (argc < 2) return "";
-  for (const char* c : kCommands)
-    if (std::strcmp(argv[1], c) == 0) return c;
-  return "";
-}
 
 // Parses the command line and runs the chosen command; returns the exit code.
 int run_command(int argc, char** argv, int rank, int world) {
@@ -54,18 +44,24 @@ int run_command(int argc, char** argv, int rank, int world) {
   // hundred CLI11 options, and CLI11 checks each new option against all before it: a tiny
   // `lct train` under the sanitizers started in 0.42 s, 0.32 s with one command's options
   // (the test suite starts thousands of processes). `lct --help`, `--help-all` and a
-  // first argument that names no command build them all, as before.
-  const std::string named = named_command(argc, argv);
-  const auto wanted = [&](const char* name) { return named.empty() || named == name; };
+  // first argument that names no command build them all, as before (`lct --help train`:
+  // every command is built, and CLI11 shows train's help).
+  const std::pair<const char*, std::function<Command()>> all[] = {
+      {"train", [&] { return add_train_command(app, rank, world); }},
+      {"bench", [&] { return add_bench_command(app); }},
+      {"simulate", [&] { return add_simulate_command(app); }},
+      {"eval", [&] { return add_eval_command(app); }},
+      {"make-batch", [&] { return add_make_batch_command(app); }},
+      {"inspect", [&] { return add_inspect_command(app); }},
+      {"export", [&] { return add_export_command(app); }},
+      {"generate", [&] { return add_generate_command(app); }}};
+  bool help_all = false;
+  for (int i = 1; i < argc; ++i) help_all = help_all || std::strcmp(argv[i], "--help-all") == 0;
+  const bool named = !help_all && argc > 1 &&
+                     std::any_of(std::begin(all), std::end(all), [&](const auto& c) { return std::strcmp(argv[1], c.first) == 0; });
   std::vector<Command> commands;
-  if (wanted("train")) commands.push_back(add_train_command(app, rank, world));
-  if (wanted("bench")) commands.push_back(add_bench_command(app));
-  if (wanted("simulate")) commands.push_back(add_simulate_command(app));
-  if (wanted("eval")) commands.push_back(add_eval_command(app));
-  if (wanted("make-batch")) commands.push_back(add_make_batch_command(app));
-  if (wanted("inspect")) commands.push_back(add_inspect_command(app));
-  if (wanted("export")) commands.push_back(add_export_command(app));
-  if (wanted("generate")) commands.push_back(add_generate_command(app));
+  for (const auto& [name, add] : all)
+    if (!named || std::strcmp(argv[1], name) == 0) commands.push_back(add());
 
   std::string parse_error;
   bool help = false;

@@ -20,8 +20,8 @@ packages=(
 for option in "$@"; do
   case $option in
     --python) packages+=(python3 python3-numpy python3-h5py python3-torch python3-matplotlib) ;;
-    # libc's debug symbols: a suppression of tests/sanitizer.supp names a libc function
-    # (OpenMPI's strings from vasprintf) that only they name
+    # libc's debug symbols: libc's frames get names when scripts/test.sh --sanitize
+    # reruns a failed test with symbolized reports
     --sanitize) packages+=(libc6-dbg) ;;
     *) echo "setup: unknown option '$option' (expected --python, --sanitize)" >&2; exit 1 ;;
   esac

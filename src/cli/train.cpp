@@ -10,6 +10,7 @@
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
 #include "src/tune/cad_profile.h"
+#include "src/train/longest_fit.h"
 #include "src/train/machine_choices.h"
 #include "src/train/memory_budget.h"
 #include "src/train/rank_agreement.h"
@@ -24,6 +25,8 @@ namespace {
 struct TrainOptions {
   ConfigOptions config;
   bool dry_run = false;
+  bool max_seq_len = false;  // print the longest data.seq_len that fits, train nothing
+  double memory_gib = 0;     // > 0: the memory a rank may use, instead of this machine's
 };
 
 // Every rank's verdict, combined: true when it holds on every rank.
@@ -77,6 +80,9 @@ int run_train(const TrainOptions& o, int rank, int world) {
   RunPlan plan;
   std::string error, latest;
   try {
+    if (o.memory_gib > 0 && !o.dry_run && !o.max_seq_len)
+      throw ConfigError("--memory-gib sizes --dry-run's and --max-seq-len's estimate; a training run uses the "
+                        "machine's memory");
     config = resolve_config(o.config);
     refuse_overlapping_files(config, o.config.file);
     plan = make_run_plan(config, world);
@@ -101,9 +107,15 @@ int run_train(const TrainOptions& o, int rank, int world) {
   const ProcessGrid grid = mpi_active() ? ProcessGrid(plan.layout) : ProcessGrid();
   // the memory budget, before anything is allocated or written; every rank must agree
   // (a rank's MemAvailable moves), so one that does not fit stops them all
-  const MemoryEstimate estimate = estimate_rank_memory(plan);
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
+  MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
+  if (o.memory_gib > 0) available = {o.memory_gib * double(int64_t(1) << 30), fmt::format("--memory-gib {}", o.memory_gib)};
+  if (o.max_seq_len) {
+    const LongestFit fit = longest_fitting_seq_len(config, world, available);
+    if (rank == 0) print_out("{}\n", describe_longest_fit(fit, available));
+    return fit.seq_len > 0 ? 0 : 1;
+  }
+  const MemoryEstimate estimate = estimate_rank_memory(plan);
   const std::string memory_error = check_memory_budget(estimate, available);
   if (o.dry_run) {
     if (rank == 0) print_dry_run(plan, estimate, available);
@@ -133,6 +145,12 @@ Command add_train_command(CLI::App& lct, int rank, int world) {
   CLI::App* train = lct.add_subcommand("train", "train a model (keys: section.key, see --help)");
   train->add_flag("--dry-run", o->dry_run,
                   "print the plan and the memory estimate per rank against the memory available, then exit");
+  train->add_flag("--max-seq-len", o->max_seq_len,
+                  "print the longest data.seq_len (a multiple of 1024) whose run fits the memory available by the "
+                  "--dry-run estimate, every other key as configured, in one line; trains nothing");
+  train->add_option("--memory-gib", o->memory_gib,
+                    "with --dry-run or --max-seq-len: the memory one rank may use, in GiB, instead of this machine's")
+      ->check(CLI::PositiveNumber);
   add_config_options(train, o->config);
   return {train, [o, rank, world] { return run_train(*o, rank, world); }};
 }

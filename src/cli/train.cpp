@@ -111,7 +111,7 @@ int run_train(const TrainOptions& o, int rank, int world) {
   MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
   if (o.memory_gib > 0) available = {o.memory_gib * double(int64_t(1) << 30), fmt::format("--memory-gib {}", o.memory_gib)};
   if (o.max_seq_len) {
-    const LongestFit fit = longest_fitting_seq_len(config, world, available);
+    const LongestFit fit = longest_fitting_seq_len(config, plan, available);
     if (rank == 0) print_out("{}\n", describe_longest_fit(fit, available));
     return fit.seq_len > 0 ? 0 : 1;
   }

@@ -533,7 +533,7 @@ void validate_data(const Config& c) {
   if (c.data.min_doc_len > c.data.max_doc_len)
     throw ConfigError("data.min_doc_len (" + std::to_string(c.data.min_doc_len) +
                       ") must be <= data.max_doc_len (" + std::to_string(c.data.max_doc_len) + ")");
-  if (c.data.seq_len > (int64_t(1) << 30)) throw ConfigError("data.seq_len is too large");
+  if (c.data.seq_len > kMaxSeqLen) throw ConfigError("data.seq_len is too large");
   if (!(c.data.passkey_depth == -1.0 || (c.data.passkey_depth >= 0.0 && c.data.passkey_depth <= 1.0)))
     throw ConfigError("data.passkey_depth must be -1 (uniform) or in [0, 1], got " + number_text(c.data.passkey_depth));
   if (!(c.data.prefix_fraction >= 0 && c.data.prefix_fraction < 1))

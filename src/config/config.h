@@ -67,6 +67,8 @@ std::vector<std::string> apply_toml_text(Config& config, const std::string& text
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides);
 // Cross-field validation; throws ConfigError naming the key.
 void validate_config(const Config& config);
+// The longest data.seq_len validate_config accepts
+constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
 // The keys set away from their defaults that cannot act under the resolved run (a bf16
 // kernel under fp32, a window without a windowed mask, DCA keys under causal attention,
 // ...), each as "key = value does nothing under <what>": a warning line each.

@@ -8,9 +8,6 @@
 namespace lct {
 namespace {
 
-// lct addresses a sequence's tokens with 32-bit offsets (cu_seqlens)
-constexpr int64_t kLongest = int64_t(1) << 31;
-
 struct Candidate {
   bool fits = false;
   MemoryEstimate estimate;  // when the plan is valid
@@ -34,9 +31,9 @@ Candidate try_seq_len(const Config& config, int world, const MemoryAvailable& av
 
 }  // namespace
 
-LongestFit longest_fitting_seq_len(const Config& config, int world, const MemoryAvailable& available) {
+LongestFit longest_fitting_seq_len(const Config& config, const RunPlan& configured, const MemoryAvailable& available) {
   LongestFit f;
-  const RunPlan configured = make_run_plan(config, world);  // its refusal is the run's own
+  const int world = configured.world;
   f.granularity = std::lcm(int64_t(1024), int64_t(2) * configured.layout.cp);
   const int64_t g = f.granularity;
   Candidate first = try_seq_len(config, world, available, g);
@@ -52,7 +49,7 @@ LongestFit longest_fitting_seq_len(const Config& config, int world, const Memory
   // doubling: k fits, then the first 2^i k that does not (or the cap)
   int64_t lo = 1, hi = 0;
   Candidate at_lo = first, at_hi;
-  for (int64_t k = 2; k * g <= kLongest; k *= 2) {
+  for (int64_t k = 2; k * g <= kMaxSeqLen; k *= 2) {
     Candidate c = try_seq_len(config, world, available, k * g);
     if (!c.fits) {
       hi = k, at_hi = c;
@@ -60,9 +57,9 @@ LongestFit longest_fitting_seq_len(const Config& config, int world, const Memory
     }
     lo = k, at_lo = c;
   }
-  if (hi == 0) {  // fits up to the cap
-    hi = kLongest / g + 1;
-    at_hi.refusal = fmt::format("lct addresses at most {} tokens a sequence", kLongest);
+  if (hi == 0) {  // fits up to the config's bound, which refuses the next multiple
+    hi = kMaxSeqLen / g + 1;
+    at_hi = try_seq_len(config, world, available, hi * g);
   }
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;

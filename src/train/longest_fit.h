@@ -23,8 +23,8 @@ struct LongestFit {
   std::string next_refusal;    // when a rule refuses it: that rule's line
 };
 
-// Throws ConfigError when the configured run itself has no valid plan (as train would).
-LongestFit longest_fitting_seq_len(const Config& config, int world, const MemoryAvailable& available);
+// `configured` is config's own run plan (its layout sets the granularity).
+LongestFit longest_fitting_seq_len(const Config& config, const RunPlan& configured, const MemoryAvailable& available);
 
 // The answer in one line.
 std::string describe_longest_fit(const LongestFit& f, const MemoryAvailable& available);

@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
+  ninja-build                   # the build (scripts/build.sh)
   libopenblas-openmp-dev        # every GEMM; the OpenMP build so BLAS and our own threads share one pool
   libopenmpi-dev openmpi-bin    # MPI process grid (data/pipeline/context parallelism, CAD)
   libhdf5-dev hdf5-tools        # checkpoints (serial HDF5 C library) and h5ls/h5dump

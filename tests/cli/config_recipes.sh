@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The recipes in the headers of configs/*.toml run as written (with fewer steps): each
 # "#   build/lct ..." line (with its "\" continuations) is run in order in a scratch
-# folder, "build/lct" replaced by the binary under test and every --train.steps N by a
-# small number, so a resume finds the previous command's checkpoint.
+# folder, "build/lct" replaced by the binary under test and the n-th command's
+# --train.steps by n (a step each), with a checkpoint every step, so a resume finds the
+# previous command's checkpoint and trains one step past it.
 set -euo pipefail
 LCT=$1  # (made absolute by script_common.sh)
 CONFIGS=$(realpath "$2")
@@ -19,7 +20,8 @@ for l in lines:
         if not l.endswith("\\"):
             out.append(cmd.strip()); cmd = ""
 for n, c in enumerate(out):
-    print(re.sub(r"--train\.steps \d+", f"--train.steps {3 * (n + 1)}", c))
+    c = re.sub(r"--train\.steps \d+", f"--train.steps {n + 1}", c)
+    print(c if "--train.steps" in c else f"{c} --train.steps {n + 1}")
 PY
 )
   dir="$work/$(basename "$cfg" .toml)"
@@ -27,9 +29,8 @@ PY
   for c in "${cmds[@]}"; do
     c=${c/build\/lct/$LCT}
     c=${c//configs\//$CONFIGS/}
-    [[ $c == *--train.steps* ]] || c="$c --train.steps 6"
     echo "+ $c"
-    (cd "$dir" && eval "$c" --checkpoint.every 3 > out.log 2>&1) || { echo "FAIL: $c"; tail -3 "$dir/out.log"; failed=1; }
+    (cd "$dir" && eval "$c" --checkpoint.every 1 > out.log 2>&1) || { echo "FAIL: $c"; tail -3 "$dir/out.log"; failed=1; }
     if [[ $c == *--train.resume* ]] && ! grep -q "resumed at step" "$dir/out.log"; then
       echo "FAIL: $c did not resume the previous command's checkpoint"; failed=1
     fi

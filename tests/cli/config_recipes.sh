@@ -26,14 +26,16 @@ PY
 )
   dir="$work/$(basename "$cfg" .toml)"
   mkdir -p "$dir"
+  steps=0  # the previous command's, which a resume continues from
   for c in "${cmds[@]}"; do
     c=${c/build\/lct/$LCT}
     c=${c//configs\//$CONFIGS/}
     echo "+ $c"
     (cd "$dir" && eval "$c" --checkpoint.every 1 > out.log 2>&1) || { echo "FAIL: $c"; tail -3 "$dir/out.log"; failed=1; }
-    if [[ $c == *--train.resume* ]] && ! grep -q "resumed at step" "$dir/out.log"; then
-      echo "FAIL: $c did not resume the previous command's checkpoint"; failed=1
+    if [[ $c == *--train.resume* ]] && ! grep -q "resumed at step $steps " "$dir/out.log"; then
+      echo "FAIL: $c did not resume the previous command's checkpoint (step $steps)"; failed=1
     fi
+    steps=$((steps + 1))
   done
 done
 [ $failed -eq 0 ] && echo "PASS" || exit 1

@@ -26,7 +26,7 @@ PY
 )
   dir="$work/$(basename "$cfg" .toml)"
   mkdir -p "$dir"
-  steps=0  # the previous command's, which a resume continues from
+  steps=0  # the previous command's --train.steps, which a resume continues from
   for c in "${cmds[@]}"; do
     c=${c/build\/lct/$LCT}
     c=${c//configs\//$CONFIGS/}
@@ -35,7 +35,7 @@ PY
     if [[ $c == *--train.resume* ]] && ! grep -q "resumed at step $steps " "$dir/out.log"; then
       echo "FAIL: $c did not resume the previous command's checkpoint (step $steps)"; failed=1
     fi
-    steps=$((steps + 1))
+    [[ $c =~ --train\.steps\ ([0-9]+) ]] && steps=${BASH_REMATCH[1]}
   done
 done
 [ $failed -eq 0 ] && echo "PASS" || exit 1

@@ -39,10 +39,9 @@ struct CadCostModel {
 
 // Measures the cost model of `params` with the calling thread's OpenMP threads
 // (cpu and blas only label it): forward + backward of tasks of q query rows ending a
-// kv-row prefix on a (q, kv) grid; cells with kv < q are measured at kv = q. Each cell
-// runs enough identical tasks (own query rows, shared key rows) for about `pairs`
-// attention pairs, best of `repeats`: about 5 s on one core for a model of 4 heads of
-// dimension 64 with the defaults.
+// kv-row prefix on a (q, kv) grid; a row's cells with kv <= q are one task, at kv = q,
+// measured once. Each cell runs enough identical tasks (own query rows, shared key
+// rows) for about `pairs` attention pairs, best of `repeats`.
 CadCostModel measure_cost_model(const AttentionParams& params, const std::string& cpu,
                                const std::string& blas, int threads, int64_t pairs = int64_t(1) << 20,
                                int repeats = 2);

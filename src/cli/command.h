@@ -1,5 +1,5 @@
 // lct's commands: each file of src/cli/ adds one subcommand to the CLI11 app (its
-// options, stored with it) and returns how to run it; src/main.cpp only parses and
+// options, stored with it) and returns how to run it; src/cli/dispatch.cpp only parses and
 // dispatches. Shared here: the config options every config-taking command has, and the
 // numeric validators with one-line messages.
 #pragma once

@@ -124,7 +124,7 @@ CadCostModel this_setup(const LlamaConfig& m) {
   return s;
 }
 
-std::string cache_file(const CadCostModel& s) {
+std::string cad_cache_file(const CadCostModel& s) {
   return fmt::format("cad_profile-{}-h{}-kv{}-d{}-t{}-{:016x}.toml", s.kernel, s.heads, s.kv_heads, s.head_dim,
                      s.threads, std::hash<std::string>{}(s.cpu + "|" + s.blas));
 }
@@ -196,7 +196,7 @@ CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m) 
   if (setting.kind == CadProfile::Kind::file) return from_file(setting.path, m);
   const CadCostModel setup = this_setup(m);
   const CachedMeasurement c = measured_once(
-      cache_file(setup),
+      cad_cache_file(setup),
       [&](const std::string& text) {
         const std::optional<CadCostModel> cached = parse_quietly(text, "the cached CAD cost model");
         return cached && cached->same_setup(setup);

@@ -84,7 +84,7 @@ double seconds_per_pass(const std::vector<Product>& products, Way way, int repea
   return best;
 }
 
-std::string cache_file(const LlamaConfig& m, int64_t T) {
+std::string gemm_cache_file(const LlamaConfig& m, int64_t T) {
   // (kv names the fused products' shapes: a measurement of the unfused ones is not reused)
   return fmt::format("fp32_gemm-c{}-i{}-q{}-kv{}-t{}-th{}-{:016x}.toml", m.hidden_size, m.intermediate_size,
                      m.num_attention_heads * m.head_dim(), m.num_key_value_heads * m.head_dim(), T,
@@ -171,7 +171,7 @@ Fp32GemmChoice resolve_fp32_gemm(Fp32Library setting, const LlamaConfig& m, int6
   if (setting == Fp32Library::openblas) return {setting, "OpenBLAS SGEMM (train.fp32_gemm = openblas)"};
   if (setting == Fp32Library::onednn) return {setting, "oneDNN f32 matmul (train.fp32_gemm = onednn)"};
   const CachedMeasurement c = measured_once(
-      cache_file(m, tokens), usable_fp32_cache,
+      gemm_cache_file(m, tokens), usable_fp32_cache,
       [&] {
         const Fp32GemmRates r = measure_fp32_gemm(m, tokens);
         return choice_text(kFp32Keys, fp32_library_name(faster_fp32_library(r)), r.openblas, r.onednn);
@@ -256,7 +256,7 @@ std::optional<Bf16Kernel> known_bf16_kernel(Bf16Kernel setting, Fp32Library fp32
   Fp32Library fp32 = fp32_setting;
   Fp32GemmRates fr;
   if (fp32 == Fp32Library::automatic) {
-    const std::optional<std::string> text = cached_text(cache_file(m, tokens), usable_fp32_cache);
+    const std::optional<std::string> text = cached_text(gemm_cache_file(m, tokens), usable_fp32_cache);
     if (!text) return std::nullopt;
     parse_fp32_cache(*text, fp32, fr);
   }

@@ -11,7 +11,7 @@
 #include "tests/attention/dense_attention.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::attention_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -234,4 +234,4 @@ TEST(Attention, AttendedPairsCountsCausalArea) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::attention_test

@@ -11,7 +11,7 @@
 #include "attention/core_attention.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::dca_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 // The query position a query at offset i uses against a key at offset j <= i
@@ -517,4 +517,4 @@ TEST(Dca, RejectsInvalidParameters) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::dca_test

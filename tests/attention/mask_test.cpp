@@ -13,7 +13,7 @@
 #include "tests/attention/dense_attention.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::mask_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -229,4 +229,4 @@ TEST(Masks, BadParametersAreRefused) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::mask_test

@@ -50,7 +50,7 @@ extra_commands = set(usage) - set(commands)
 if extra_commands:
     print(f"FAIL: the README documents unknown commands {sorted(extra_commands)}"); ok = False
 
-# lct builds only the options of the command it runs (src/main.cpp); the top-level help
+# lct builds only the options of the command it runs (src/cli/dispatch.cpp); the top-level help
 # still lists every command, --help-all shows every command's flags, and `lct --help
 # train` is train's help as `lct train --help` is
 out = subprocess.run([lct, "--help"], capture_output=True, text=True).stdout

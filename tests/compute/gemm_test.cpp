@@ -19,7 +19,7 @@
 #include "compute/bf16_tiles.h"
 #include "compute/gemm.h"
 
-namespace lct {
+namespace lct::gemm_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 // bf16 products on `kernel` (the rounded one on OpenBLAS)
@@ -383,4 +383,4 @@ TEST(Gemm, PrecisionNames) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::gemm_test

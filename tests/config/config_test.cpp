@@ -24,7 +24,7 @@
 #include "src/config/config.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::config_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using test::error_of;
 
@@ -235,9 +235,9 @@ TEST(Config, CrossFieldValidation) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::config_test
 
-namespace lct {
+namespace lct::config_test {
 namespace {
 TEST(Config, ReadmeDocumentsEveryKey) {
   std::ifstream in(std::string(LCT_SOURCE_DIR) + "/README.md");
@@ -290,4 +290,4 @@ TEST(Config, ReadmeKeyTableDefaultsAreTheBuiltInOnes) {
   EXPECT_EQ(checked, int(config_keys().size()));  // every key has a row
 }
 }  // namespace
-}  // namespace lct
+}  // namespace lct::config_test

@@ -13,7 +13,7 @@
 #include "data/nano_batches.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::context_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -357,4 +357,4 @@ TEST(AttentionMerge, NoKeyRowsOnEitherSide) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::context_test

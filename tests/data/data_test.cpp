@@ -12,7 +12,7 @@
 #include "data/packing.h"
 #include "data/sources.h"
 
-namespace lct {
+namespace lct::data_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 namespace fs = std::filesystem;
 
@@ -526,4 +526,4 @@ TEST(Xxh64, MatchesTheReferenceWholeAndInPieces) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::data_test

@@ -10,7 +10,7 @@
 #include "src/train/trainer.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::checkpoint_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 namespace fs = std::filesystem;
 
@@ -255,4 +255,4 @@ TEST_F(DamagedCheckpoint, LatestSkipsUnreadableFiles) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::checkpoint_test

@@ -35,7 +35,7 @@
 #include "src/train/run_plan.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::fuzz_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 using Bytes = std::vector<char>;
@@ -459,4 +459,4 @@ TEST(Fuzz, AttributeShapesTypesAndLinksFailCleanly) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::fuzz_test

@@ -20,7 +20,7 @@
 #include "src/util/json.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::hf_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 namespace fs = std::filesystem;
 
@@ -412,4 +412,4 @@ TEST(HfModel, TensorsLctsModelLacksAreRefusedByName) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::hf_test

@@ -12,7 +12,7 @@
 #include "src/io/params_io.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::io_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using test::error_of;
 namespace fs = std::filesystem;
@@ -192,4 +192,4 @@ TEST(Eval, GradientsFileMatchesInMemoryGradients) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::io_test

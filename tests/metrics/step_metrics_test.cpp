@@ -15,7 +15,7 @@
 #include "src/util/json.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::step_metrics_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 namespace fs = std::filesystem;
 
@@ -120,4 +120,4 @@ TEST(StepMetrics, ReductionOverRanks) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::step_metrics_test

@@ -14,7 +14,7 @@
 #include "model/llama.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::generate_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -366,4 +366,4 @@ TEST(Sampling, NonFiniteLogitsAreAnError) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::generate_test

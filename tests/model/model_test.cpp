@@ -16,7 +16,7 @@
 #include "src/train/trainer.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::model_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -420,9 +420,9 @@ TEST(Trainer, SgdStepMovesAgainstTheGradient) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::model_test
 
-namespace lct {
+namespace lct::model_test {
 namespace {
 TEST(Trainer, TrainsOnTextAndTokenFiles) {
   namespace fs = std::filesystem;
@@ -450,4 +450,4 @@ TEST(Trainer, TrainsOnTextAndTokenFiles) {
   fs::remove_all(dir);
 }
 }  // namespace
-}  // namespace lct
+}  // namespace lct::model_test

@@ -7,7 +7,7 @@
 #include "model/rope.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::ops_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -298,4 +298,4 @@ TEST(Ops, CrossEntropyGradientMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::ops_test

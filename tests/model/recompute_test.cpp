@@ -10,7 +10,7 @@
 #include "model/llama.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::recompute_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 using namespace test;
 
@@ -145,4 +145,4 @@ TEST(Recompute, LogitsNeverSpanTheSequence) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::recompute_test

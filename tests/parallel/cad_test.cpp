@@ -18,7 +18,7 @@
 #include "model/rope.h"
 #include "tests/attention/dense_attention.h"
 
-namespace lct {
+namespace lct::cad_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 // n servers, each with `tokens` tokens of documents of random lengths (heavy tail).
@@ -512,4 +512,4 @@ TEST(CadPlan, AlignShortPiecesCutsEveryPieceOnTheAlignment) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::cad_test

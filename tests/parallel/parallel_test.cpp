@@ -12,7 +12,7 @@
 #include "parallel/process_grid.h"
 #include "tests/test_util.h"
 
-namespace lct {
+namespace lct::parallel_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 // Runs every stage's list against each other with unbounded message buffers and returns
@@ -310,4 +310,4 @@ TEST(PipelineSchedule, OneFOneBShapeAndTheSimulatorCatchesBadLists) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::parallel_test

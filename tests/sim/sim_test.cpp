@@ -16,7 +16,7 @@
 #include "src/train/run_objects.h"
 #include "src/train/run_plan.h"
 
-namespace lct {
+namespace lct::sim_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 RunPlan plan_with(const std::map<std::string, std::string>& overrides, int world) {
@@ -151,4 +151,4 @@ TEST(SimNetwork, CadExchangeAcrossHostsIsNotHidden) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::sim_test

@@ -12,7 +12,7 @@
 #include "src/train/run_plan.h"
 #include "src/train/step_model.h"
 
-namespace lct {
+namespace lct::run_plan_test {  // the file's own namespace: a unity build compiles test files together
 namespace {
 
 Config config_with(const std::map<std::string, std::string>& overrides) {
@@ -149,9 +149,9 @@ TEST(RunPlan, Refusals) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::run_plan_test
 
-namespace lct {
+namespace lct::run_plan_test {
 namespace {
 
 // The step model (src/train/step_model.h): replica d of a step starting at `first` reads
@@ -211,4 +211,4 @@ TEST(StepModel, EveryRankTrainsItsShareOfTheGlobalBatch) {
 }
 
 }  // namespace
-}  // namespace lct
+}  // namespace lct::run_plan_test

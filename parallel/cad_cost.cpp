@@ -61,9 +61,23 @@ bool CadCostModel::same_setup(const CadCostModel& o) const {
          heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim;
 }
 
+bool CadCostModel::reaches(int64_t longest) const {
+  const int64_t need = cad_cost_grid(longest).back();
+  return !q_grid.empty() && !kv_grid.empty() && q_grid.back() >= need && kv_grid.back() >= need;
+}
+
+std::vector<int64_t> cad_cost_grid(int64_t longest) {
+  std::vector<int64_t> grid;
+  for (int64_t v : {16, 64, 256, 1024, 4096}) {
+    grid.push_back(v);
+    if (v >= longest) break;
+  }
+  return grid;
+}
+
 CadCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu,
-                               const std::string& blas, int threads, int64_t pairs_per_cell,
-                               int repeats) {
+                               const std::string& blas, int threads, int64_t longest,
+                               int64_t pairs_per_cell, int repeats) {
   using Clock = std::chrono::steady_clock;
   CadCostModel m;
   m.cpu = cpu;
@@ -73,8 +87,8 @@ CadCostModel measure_cost_model(const AttentionParams& p, const std::string& cpu
   m.heads = p.num_heads;
   m.kv_heads = p.num_kv_heads;
   m.head_dim = p.head_dim;
-  m.q_grid = {16, 64, 256, 1024, 4096};
-  m.kv_grid = {16, 64, 256, 1024, 4096};  // beyond: per-pair time flat (clamped)
+  m.q_grid = cad_cost_grid(longest);
+  m.kv_grid = m.q_grid;
   const int64_t qd = int64_t(p.num_heads) * p.head_dim, kvd = int64_t(p.num_kv_heads) * p.head_dim;
   // inputs of unit scale (the values do not change the kernel's time)
   const auto fill = [](std::vector<float>& v, uint32_t seed) {

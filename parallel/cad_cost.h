@@ -35,15 +35,24 @@ struct CadCostModel {
   // Measured for the same attention (kernel and shape) on the same machine (cpu, BLAS)
   // with the same threads: the fields that say where its times hold.
   bool same_setup(const CadCostModel& other) const;
+  // Its grids reach cad_cost_grid(longest)'s last entry: a run whose tasks have at most
+  // `longest` query and key rows never looks up past them.
+  bool reaches(int64_t longest) const;
 };
+
+// The (q, kv) grid measured for tasks of at most `longest` rows: 16, 64, 256, 1024, 4096
+// up to the first entry >= longest (4096 beyond: per-pair time is flat there, clamped).
+// A task within the grid is interpolated between the same two entries as on the whole
+// grid, so a run balances as it would with every entry measured.
+std::vector<int64_t> cad_cost_grid(int64_t longest);
 
 // Measures the cost model of `params` with the calling thread's OpenMP threads
 // (cpu and blas only label it): forward + backward of tasks of q query rows ending a
-// kv-row prefix on a (q, kv) grid; a row's cells with kv <= q are one task, at kv = q,
-// measured once. Each cell runs enough identical tasks (own query rows, shared key
-// rows) for about `pairs` attention pairs, best of `repeats`.
+// kv-row prefix on cad_cost_grid(longest) for both q and kv; a row's cells with kv <= q
+// are one task, at kv = q, measured once. Each cell runs enough identical tasks (own
+// query rows, shared key rows) for about `pairs` attention pairs, best of `repeats`.
 CadCostModel measure_cost_model(const AttentionParams& params, const std::string& cpu,
-                               const std::string& blas, int threads, int64_t pairs = int64_t(1) << 20,
-                               int repeats = 2);
+                               const std::string& blas, int threads, int64_t longest,
+                               int64_t pairs = int64_t(1) << 20, int repeats = 2);
 
 }  // namespace lct

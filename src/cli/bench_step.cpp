@@ -157,7 +157,9 @@ PackedBatch first_sequence(const Config& base, int64_t L) {
 void profile_section(const Config& config, const LlamaConfig& model, const BenchOptions& o, BenchResults& res) {
   phase_profile(config, o, res);
   const AttentionParams& pp = model.attention_kernel == AttentionKernel::dca ? res.dca : res.causal;
-  const CadCostModel m = measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads());
+  // the grid the config's documents reach (the default 2K sequences: every entry)
+  const CadCostModel m =
+      measure_cost_model(pp, res.cpu, blas_description(), omp_get_max_threads(), longest_document_piece(config.data));
   say(o, "\nprofile  CAD cost model: attention fwd+bwd ns per pair, {} kernel, H {}, KV {}, hd {} "
       "(rows: query rows q; columns: key rows kv)\n", m.kernel, m.heads, m.kv_heads, m.head_dim);
   say(o, "  {:>6}", "q \\ kv");

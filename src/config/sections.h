@@ -78,6 +78,15 @@ struct DataConfig {
   int64_t answers_per_question = 0;  // shared_question: answers after each question
 };
 
+// The most rows of one document a sequence can hold: its in-document positions (the RoPE
+// table's rows) and the longest attention task. A sequence cuts a longer document into
+// pieces whose positions restart, so at most data.seq_len; the generated sources'
+// documents are at most data.max_doc_len long, text and token files' as long as theirs.
+inline int64_t longest_document_piece(const DataConfig& d) {
+  const bool bounded = d.source == DataSource::synthetic || d.source == DataSource::passkey || d.source == DataSource::copy;
+  return bounded && d.max_doc_len < d.seq_len ? d.max_doc_len : d.seq_len;
+}
+
 struct TrainConfig {
   int64_t steps = 150;
   int64_t seed = 1234;

@@ -16,10 +16,10 @@ namespace {
 
 // --profile, or attention.cad_profile as training resolves it (src/tune/cad_profile.h): the
 // same cost model the run's planner would balance with
-std::optional<CadCostModel> load_profile(const SimulateOptions& o, const LlamaConfig& m) {
+std::optional<CadCostModel> load_profile(const SimulateOptions& o, const RunPlan& plan) {
   if (o.profile.empty() || o.tflops > 0) return std::nullopt;
   try {
-    return resolve_cad_cost(parse_cad_profile(o.profile), m).model;
+    return resolve_cad_cost(parse_cad_profile(o.profile), plan.model, longest_document_piece(plan.data)).model;
   } catch (const ConfigError& e) {
     throw std::invalid_argument(std::string("lct simulate: ") + e.what());
   }
@@ -396,10 +396,9 @@ Prediction predict(const RunPlan& plan, const SimulateOptions& options) {
   // run times attention in place (an isolated kernel profile is 15-20% faster per pair
   // than attention inside a step, which made every prediction that much too fast)
   if (o.profile.empty()) o.profile = cad_profile_file(plan.cad.profile);
-  const LlamaConfig& mc = plan.model;
   const Layout& layout = plan.layout;
   const bool cad = plan.placement == Placement::cad;
-  const std::optional<CadCostModel> profile = load_profile(o, mc);
+  const std::optional<CadCostModel> profile = load_profile(o, plan);
   const int threads = o.tflops > 0 ? 0 : configure_threads(plan.run.threads);
   const Calibration cal = calibrate(plan, o);
   if (cad && layout.pp > 1) return simulate_cad_ticks(o, plan, profile, threads, cal);

@@ -56,7 +56,7 @@ void resolve_machine_choices(RunPlan& plan, const ProcessGrid& grid) {
   }
   if (plan.placement == Placement::cad) {
     const std::vector<std::string> shared = decided_on_root(grid, 2, "", [&] {
-      const CadCostChoice choice = resolve_cad_cost(plan.cad.profile, plan.model);
+      const CadCostChoice choice = resolve_cad_cost(plan.cad.profile, plan.model, longest_document_piece(plan.data));
       return std::vector<std::string>{choice.text, choice.description};  // cost model text, description
     });
     CadCostChoice cost = cad_cost_from_text(shared[0], shared[1]);

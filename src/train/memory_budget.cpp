@@ -46,14 +46,6 @@ double corpus_bytes(const DataConfig& d) {
     if (e.is_regular_file(ec)) total += double(e.file_size(ec));
   return total;
 }
-// The in-document positions a run can meet: a sequence cuts a longer document into
-// pieces whose positions restart, so at most the sequence; the generated sources' documents
-// are at most data.max_doc_len long, text and token files' as long as their documents.
-int64_t rope_positions(const DataConfig& d) {
-  const bool bounded = d.source == DataSource::synthetic || d.source == DataSource::passkey || d.source == DataSource::copy;
-  return bounded ? std::min(d.seq_len, d.max_doc_len) : d.seq_len;
-}
-
 // The context-parallel exchange's buffers on one rank holding T rows of the sequence
 // (parallel/context_parallel.h, parallel/ulysses_attention.h).
 double cp_exchange_bytes(const RunPlan& plan, double T) {
@@ -144,7 +136,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // the RoPE table: a row per in-document position the run can meet (positions restart in
   // every document and a sequence cuts a longer one: the longest document, at most the
   // sequence; text and token files have no such bound but the sequence)
-  double rope_rows = double(rope_positions(plan.data));
+  double rope_rows = double(longest_document_piece(plan.data));
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;

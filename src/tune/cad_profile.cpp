@@ -129,7 +129,7 @@ std::string cad_cache_file(const CadCostModel& s) {
                      s.threads, std::hash<std::string>{}(s.cpu + "|" + s.blas));
 }
 
-CadCostModel measure(const LlamaConfig& m, const CadCostModel& setup) {
+CadCostModel measure(const LlamaConfig& m, const CadCostModel& setup, int64_t longest) {
   AttentionParams p = attention_params_of(m);
   // time per attention pair, measured on causal tasks whatever the model's mask (the
   // cache file is per kernel and shape, not per mask)
@@ -139,7 +139,7 @@ CadCostModel measure(const LlamaConfig& m, const CadCostModel& setup) {
   p.dca.rope_cos = rope.cos.data();
   p.dca.rope_sin = rope.sin.data();
   p.dca.rope_positions = rope.max_positions;
-  return measure_cost_model(p, setup.cpu, setup.blas, setup.threads);
+  return measure_cost_model(p, setup.cpu, setup.blas, setup.threads, longest);
 }
 
 std::optional<CadCostModel> parse_quietly(const std::string& text, const std::string& origin) {
@@ -158,7 +158,7 @@ CadCostChoice from_model(CadCostModel m, std::string description) {
   return c;
 }
 
-CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
+CadCostChoice from_file(const std::string& path, const LlamaConfig& m, int64_t longest) {
   std::string text;
   try {  // a FIFO or device is refused, never read
     text = read_regular_file(path, "attention.cad_profile");
@@ -186,22 +186,26 @@ CadCostChoice from_file(const std::string& path, const LlamaConfig& m) {
     log_warn("attention.cad_profile '" + path + "' was measured with " + p.blas + ", " +
              std::to_string(p.threads) + " threads on " + p.cpu + "; this run uses " + here.blas +
              ", " + std::to_string(here.threads) + " threads: its times may not fit this machine");
+  if (!p.reaches(longest))
+    log_warn("attention.cad_profile '" + path + "' was measured for tasks of up to " +
+             std::to_string(std::min(p.q_grid.back(), p.kv_grid.back())) + " rows; this run's documents reach " +
+             std::to_string(longest) + " rows, which take the grid's last per-pair time");
   return from_model(std::move(p), "measured kernel time (" + path + ")");
 }
 
 }  // namespace
 
-CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m) {
+CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m, int64_t longest) {
   if (setting.kind == CadProfile::Kind::pairs) return {std::nullopt, "", "attention pairs"};
-  if (setting.kind == CadProfile::Kind::file) return from_file(setting.path, m);
+  if (setting.kind == CadProfile::Kind::file) return from_file(setting.path, m, longest);
   const CadCostModel setup = this_setup(m);
   const CachedMeasurement c = measured_once(
       cad_cache_file(setup),
       [&](const std::string& text) {
         const std::optional<CadCostModel> cached = parse_quietly(text, "the cached CAD cost model");
-        return cached && cached->same_setup(setup);
+        return cached && cached->same_setup(setup) && cached->reaches(longest);
       },
-      [&] { return cad_cost_toml(measure(m, setup)); });
+      [&] { return cad_cost_toml(measure(m, setup, longest)); });
   return from_model(parse_cad_cost_toml(c.text, "the CAD cost model"), "measured kernel time (" + c.where + ")");
 }
 

@@ -1,8 +1,9 @@
 // Which cost model the CAD planner balances with (attention.cad_profile, src/config/sections.h):
 //   auto     (default) this machine's measured kernel time: a cached cost model for the
 //            model's attention (kernel, heads, KV heads, head dim), this CPU, BLAS and
-//            thread count, measured at start when there is none or the cached one was
-//            measured for something else, and cached then;
+//            thread count whose grid reaches the run's longest document piece (parallel/
+//            cad_cost.h: cad_cost_grid), measured at start when there is none, the cached
+//            one was measured for something else or for shorter tasks, and cached then;
 //   pairs    attention pairs (no measurement: the cost of a pair is the same everywhere);
 //            "" too, which configs written before "auto" hold;
 //   a path   a cost model written by `lct bench --sections profile --profile-out`.
@@ -18,9 +19,9 @@
 //
 // The cache: $LCT_CACHE_DIR, else $XDG_CACHE_HOME/lct, else $HOME/.cache/lct; one text
 // file per setup (cad_profile-<kernel>-h<H>-kv<KV>-d<hd>-t<threads>-<machine hash>.toml),
-// written atomically. A cached file is used only when it parses and its recorded CPU,
-// BLAS, threads, kernel and shape equal this run's; otherwise it is measured again and
-// replaced. Without a writable cache the model is measured and used uncached.
+// written atomically. A cached file is used only when it parses, its recorded CPU,
+// BLAS, threads, kernel and shape equal this run's and its grid reaches the run's longest
+// task; otherwise it is measured again (on the run's grid) and replaced. Without a writable cache the model is measured and used uncached.
 #pragma once
 
 #include <optional>
@@ -49,9 +50,11 @@ std::string cad_cost_toml(const CadCostModel& m);
 CadCostModel parse_cad_cost_toml(const std::string& text, const std::string& origin);
 
 // Resolves attention.cad_profile for the model `m` on this process (threads: the
-// OpenMP threads the run uses). May measure (a few seconds) for "auto".
-// Throws ConfigError naming the key for an unreadable or mismatched file.
-CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m);
+// OpenMP threads the run uses) for tasks of at most `longest` rows (longest_document_piece
+// of the run's data). May measure (a few seconds) for "auto". A file whose grid stops
+// short of `longest` is used with a warning. Throws ConfigError naming the key for an
+// unreadable or mismatched file.
+CadCostChoice resolve_cad_cost(const CadProfile& setting, const LlamaConfig& m, int64_t longest);
 // The same choice on another rank, from resolve_cad_cost's text and description.
 CadCostChoice cad_cost_from_text(const std::string& text, const std::string& description);
 

@@ -312,6 +312,30 @@ TEST(CadCost, RoundTripInterpolationAndErrors) {
   }
 }
 
+// A run measures the grid its longest task reaches; within it, a task interpolates
+// between the same entries as on the whole grid, so the times (and the plan) are the same.
+TEST(CadCost, GridFollowsTheLongestTask) {
+  EXPECT_EQ(cad_cost_grid(1), (std::vector<int64_t>{16}));
+  EXPECT_EQ(cad_cost_grid(16), (std::vector<int64_t>{16}));
+  EXPECT_EQ(cad_cost_grid(17), (std::vector<int64_t>{16, 64}));
+  EXPECT_EQ(cad_cost_grid(128), (std::vector<int64_t>{16, 64, 256}));
+  EXPECT_EQ(cad_cost_grid(2048), (std::vector<int64_t>{16, 64, 256, 1024, 4096}));
+  EXPECT_EQ(cad_cost_grid(int64_t(1) << 20), (std::vector<int64_t>{16, 64, 256, 1024, 4096}));
+  CadCostModel whole = small_model();
+  whole.q_grid = whole.kv_grid = cad_cost_grid(4096);
+  whole.seconds_per_pair.clear();
+  for (size_t i = 0; i < 25; ++i) whole.seconds_per_pair.push_back(1e-9 * double(10 + (i * 7) % 11));
+  CadCostModel cut = whole;  // the first three entries of each grid, as measured for 256
+  cut.q_grid = cut.kv_grid = cad_cost_grid(256);
+  cut.seconds_per_pair.clear();
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 3; ++j) cut.seconds_per_pair.push_back(whole.seconds_per_pair[i * 5 + j]);
+  EXPECT_TRUE(cut.reaches(200) && cut.reaches(256) && !cut.reaches(257) && whole.reaches(int64_t(1) << 30));
+  for (int64_t q : {1, 7, 16, 40, 64, 100, 255, 256})
+    for (int64_t kv : {q, q + 1, q + 30, int64_t(256)})
+      if (kv >= q && kv <= 256) EXPECT_EQ(cut.seconds(q, kv), whole.seconds(q, kv)) << q << " x " << kv;
+}
+
 TEST(CadPlan, WithACostModelBalancesMeasuredTime) {
   const CadCostModel m = small_model();
   for (int n : {2, 4, 8})

@@ -91,6 +91,18 @@ echo "garbage" > "$cached"
 train cad2_broken_cache 2 2 $SGD --attention.placement cad
 grep -q "balancing measured kernel time (measured now" cad2_broken_cache.log
 compare "CAD dp=2 after re-measuring its cost model" cad2_broken_cache ref_causal
+# the grid follows the longest document piece (128 rows here: up to 256); a run of longer
+# documents measures its longer grid and replaces the cached one, which the short runs
+# then use
+grep -qE "^q_grid = \[ *16, 64, 256 *\]$" "$cached" || { cat "$cached"; fail "cached grid of 128-token documents"; }
+MODEL_128=$MODEL
+MODEL=${MODEL/--data.seq_len 128 --data.max_doc_len 128/--data.seq_len 512 --data.max_doc_len 512}
+run_train cad2_longer 2 --train.steps 1 $SGD --attention.placement cad
+MODEL=$MODEL_128
+grep -q "balancing measured kernel time (measured now" cad2_longer.log
+grep -qE "^q_grid = \[ *16, 64, 256, 1024 *\]$" "$cached" || { cat "$cached"; fail "cached grid of 512-token documents"; }
+run_train cad2_shorter 2 --train.steps 1 $SGD --attention.placement cad
+grep -q "balancing measured kernel time (cached $LCT_CACHE_DIR/cad_profile-causal-" cad2_shorter.log
 # "" is pairs, as configs written before "auto" hold it (their checkpoints resume)
 train cad2_legacy 2 2 $SGD --attention.placement cad --attention.cad_profile ""
 grep -q "balancing attention pairs" cad2_legacy.log

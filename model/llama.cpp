@@ -76,18 +76,21 @@ void LlamaModel::set_arithmetic(const Arithmetic& arith) {
   attn_params_.bf16_kernel = bf16_kernel_of(arith);
   build_activation_table();
   weight_copies_fresh_ = false;
-  if (arith.precision == Precision::bf16) weight_copies_.assign(params.size(), 0);
-  else std::vector<uint16_t>().swap(weight_copies_);
+  weight_copy_ranges_.clear();
+  if (arith.precision == Precision::bf16) {
+    weight_copies_.assign(params.size(), 0);
+    // the stage's layers (their norms ride along) and the LM head (the embedding, if tied)
+    weight_copy_ranges_.push_back(layer_range(table_, stage_.first_layer, stage_.end_layer));
+    if (stage_.has_head)
+      weight_copy_ranges_.push_back({lm_head_offset_, lm_head_offset_ + config_.vocab_size * config_.hidden_size});
+  } else {
+    std::vector<uint16_t>().swap(weight_copies_);
+  }
 }
 
 void LlamaModel::refresh_weight_copies() {
   if (arith_.precision != Precision::bf16) return;
-  // the stage's layers (their norms ride along) and the LM head (the embedding, if tied)
-  const ArenaRange layers = layer_range(table_, stage_.first_layer, stage_.end_layer);
-  const int64_t V = config_.vocab_size, C = config_.hidden_size;
-  ArenaRange ranges[2] = {layers, {0, 0}};
-  if (stage_.has_head) ranges[1] = {lm_head_offset_, lm_head_offset_ + V * C};
-  for (const ArenaRange& r : ranges)
+  for (const ArenaRange& r : weight_copy_ranges())
     to_bf16_bits(params.data() + r.begin, r.end - r.begin, weight_copies_.data() + r.begin);
   weight_copies_fresh_ = true;
 }

@@ -89,6 +89,12 @@ class LlamaModel {
   // after every change of params (the trainer does, before each step);
   // forward_backward() calls it itself.
   void refresh_weight_copies();
+  // bf16 runs: where those copies live (the arena's layout) and the ranges they cover (the
+  // stage's layers and the LM head), for an optimizer step that writes them as it updates
+  // the weights (model/optimizer.h WeightCopies), so that no refresh pass is needed after
+  // it; null and none in fp32 runs.
+  uint16_t* weight_copy_bits() { return weight_copies_.empty() ? nullptr : weight_copies_.data(); }
+  const std::vector<ArenaRange>& weight_copy_ranges() const { return weight_copy_ranges_; }
   float* param(const std::string& name) { return params.data() + table_.get(name).offset; }
   float* grad(const std::string& name) { return grads.data() + table_.get(name).offset; }
 
@@ -264,6 +270,7 @@ class LlamaModel {
   std::vector<LayerOffsets> layer_offsets_;
   std::vector<uint16_t> weight_copies_;  // bf16 runs: the products' weights, params' layout
   bool weight_copies_fresh_ = false;      // refreshed since set_arithmetic
+  std::vector<ArenaRange> weight_copy_ranges_;  // what they cover (set_arithmetic)
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   RopeTable rope_;
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "compute/gemm.h"
+
 namespace lct {
 
 double learning_rate(const OptimizerConfig& c, int64_t step) {
@@ -60,17 +62,33 @@ Optimizer::Optimizer(const OptimizerConfig& config, const TensorTable& table)
 }
 
 void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads, double lr,
-                     double grad_multiplier) {
+                     double grad_multiplier, const WeightCopies& copies) {
   ++step_count_;
   const float mult = float(grad_multiplier);
+  // where tensor s's bf16 copy goes (null: none)
+  const auto copy_of = [&](const TensorSpec& s) -> uint16_t* {
+    if (!copies.bits) return nullptr;
+    for (const ArenaRange& r : copies.ranges)
+      if (s.offset >= r.begin && s.offset + s.numel <= r.end) return copies.bits + s.offset;
+    return nullptr;
+  };
   if (config_.kind == OptimizerKind::sgd) {
     const float a = float(lr);
     for (const TensorSpec& s : table_.specs()) {
       if (!owns(s)) continue;
       float* p = params.data() + s.offset;
       const float* g = grads.data() + s.offset;
+      uint16_t* c = copy_of(s);
+      if (c) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < s.numel; ++i) {
+          p[i] -= a * mult * g[i];
+          c[i] = bf16_bits(p[i]);
+        }
+      } else {
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < s.numel; ++i) p[i] -= a * mult * g[i];
+        for (int64_t i = 0; i < s.numel; ++i) p[i] -= a * mult * g[i];
+      }
     }
     return;
   }
@@ -79,7 +97,8 @@ void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads
   const float bias2 = float(1.0 - std::pow(b2, double(step_count_)));
   const float eps = float(config_.eps), flr = float(lr);
   const float fb1 = float(b1), fb2 = float(b2);
-  // One parallel region over the flat arena; tensors differ only in weight decay.
+  // One parallel region over the flat arena; tensors differ only in weight decay and
+  // whether a bf16 copy is written.
 #pragma omp parallel
   for (const TensorSpec& s : table_.specs()) {
     if (!owns(s)) continue;
@@ -87,14 +106,24 @@ void Optimizer::step(std::vector<float>& params, const std::vector<float>& grads
     const float* g = grads.data() + s.offset;
     float* m = m_.data() + s.offset;
     float* v = v_.data() + s.offset;
+    uint16_t* c = copy_of(s);
     const float decay = s.weight_decay ? float(config_.weight_decay) : 0.0f;
-#pragma omp for simd schedule(static) nowait
-    for (int64_t i = 0; i < s.numel; ++i) {
+    const auto update = [&](int64_t i) {
       const float gi = g[i] * mult;
       m[i] = fb1 * m[i] + (1.0f - fb1) * gi;
       v[i] = fb2 * v[i] + (1.0f - fb2) * gi * gi;
       const float mhat = m[i] / bias1, vhat = v[i] / bias2;
       p[i] -= flr * (mhat / (std::sqrt(vhat) + eps) + decay * p[i]);
+    };
+    if (c) {
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < s.numel; ++i) {
+        update(i);
+        c[i] = bf16_bits(p[i]);
+      }
+    } else {
+#pragma omp for simd schedule(static) nowait
+      for (int64_t i = 0; i < s.numel; ++i) update(i);
     }
   }
 }

@@ -38,14 +38,24 @@ double learning_rate(const OptimizerConfig& config, int64_t step);
 double sum_of_squares(const std::vector<float>& values, const std::vector<ArenaRange>& ranges);
 double global_grad_norm(const std::vector<float>& grads);
 
+// bf16 runs: the products' weight copies (bf16 bits, the arena's layout) that a step
+// writes as it updates each weight, for the tensors inside `ranges`: the update and the
+// rounding in one pass over the arena instead of a second pass that reads every weight
+// again. A tensor the step does not update (another stage's) keeps its copy.
+struct WeightCopies {
+  uint16_t* bits = nullptr;         // null: no copies (fp32 runs)
+  std::vector<ArenaRange> ranges;   // whole tensors
+};
+
 class Optimizer {
  public:
   Optimizer(const OptimizerConfig& config, const TensorTable& table);
 
   // One update with learning rate lr; grads are multiplied by grad_multiplier first
-  // (clipping). Increments step_count().
+  // (clipping). Increments step_count(). With `copies`, each updated weight inside its
+  // ranges is also written there rounded to bf16 (bf16_bits of the new value).
   void step(std::vector<float>& params, const std::vector<float>& grads, double lr,
-            double grad_multiplier);
+            double grad_multiplier, const WeightCopies& copies = {});
 
   // Only tensors inside these ranges are updated (a pipeline stage's own); default: all.
   void set_owned_ranges(const std::vector<ArenaRange>& ranges) { owned_ = ranges; }

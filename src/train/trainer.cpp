@@ -81,6 +81,7 @@ Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
   // seek at once: nothing is lost, the resumed checkpoint is untouched
   stream_.packer().set_interrupt([] { return g_stop_signal.load() != 0; });
   model_.set_arithmetic(plan.arithmetic());
+  copies_ = {model_.weight_copy_bits(), model_.weight_copy_ranges()};
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
   placement_ = make_placement(plan, grid);
@@ -103,6 +104,7 @@ void Trainer::resume_from(const std::string& path) {
   Optimizer optimizer(plan_.optimizer, model.table());
   load_checkpoint_tensors(f, model, &optimizer);
   model_.params = std::move(model.params);
+  copies_follow_params_ = false;
   optimizer_.exp_avg() = std::move(optimizer.exp_avg());
   optimizer_.exp_avg_sq() = std::move(optimizer.exp_avg_sq());
   optimizer_.set_step_count(optimizer.step_count());
@@ -117,6 +119,7 @@ void Trainer::init_from(const std::string& path) {
   LlamaModel model(model_.config());
   read_hf_params(files, model_.config(), model.table(), model.params.data());
   model_.params = std::move(model.params);
+  copies_follow_params_ = false;
   if (grid_.is_root())
     log_info("train.init_from: parameters from {} ({} weight file(s))", path, files.weights.size());
 }
@@ -228,7 +231,9 @@ StepRecord Trainer::train_step() {
   }
   {
     const ScopedSpan span("weight copies");
-    model_.refresh_weight_copies();  // bf16: the weights as the last optimizer step left them
+    // bf16: the weights as they are now, unless the last optimizer step wrote the copies
+    // as it updated them
+    if (!copies_follow_params_) model_.refresh_weight_copies();
   }
   placement_.placement->reset_stats();
   const PipelineStepStats pipe =
@@ -261,7 +266,9 @@ StepRecord Trainer::train_step() {
   r.lr = learning_rate(plan_.optimizer, step);
   {
     const ScopedSpan span("optimizer");
-    optimizer_.step(model_.params, model_.grads, r.lr, clip);
+    // (bf16: the weight copies written in the same pass)
+    optimizer_.step(model_.params, model_.grads, r.lr, clip, copies_);
+    copies_follow_params_ = copies_.bits != nullptr;
   }
   state_.step += 1;
   state_.next_sequence += layout.dp * mb;

@@ -110,6 +110,11 @@ class Trainer {
   PipelineExecutor executor_;
   TrainerState state_;
   bool resumed_ = false;  // state_ came from a checkpoint
+  // bf16: the model's weight copies hold the current params (the last optimizer step
+  // wrote them), so the step needs no refresh pass; false until a step did, and after
+  // anything else changes params (resume_from, init_from)
+  bool copies_follow_params_ = false;
+  WeightCopies copies_;  // the model's (bf16), for the optimizer to write
   std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches

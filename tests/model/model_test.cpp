@@ -419,6 +419,71 @@ TEST(Trainer, SgdStepMovesAgainstTheGradient) {
     EXPECT_NEAR(t.model().params[i], before[i] - float(c.train.lr) * g[i], 1e-7);
 }
 
+// Issue 56: the optimizer writes the bf16 weight copies in its own pass. For AdamW and
+// SGD: the parameters are the bits a step without copies gives, every tensor inside the
+// ranges gets bf16_bits of its new value, and nothing outside them (or not owned) is written.
+TEST(Optimizer, WritesBf16CopiesInTheSamePass) {
+  LlamaModel m(tiny_config(false));
+  randomize(m, 3);
+  std::mt19937 gen(11);
+  std::normal_distribution<float> n(0.0f, 1e-2f);
+  for (float& g : m.grads) g = n(gen);
+  const TensorTable& t = m.table();
+  const TensorSpec& first_layer = t.get("model.layers.0.self_attn.q_proj.weight");
+  const TensorSpec& head = t.get("lm_head.weight");
+  // the copies cover both layers and the head; the step updates (and writes) only what it owns
+  const std::vector<ArenaRange> ranges{layer_range(t, 0, 2), {head.offset, head.offset + head.numel}};
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::sgd}) {
+    OptimizerConfig oc;
+    oc.kind = kind;
+    Optimizer plain(oc, t), fused(oc, t);
+    // the last layer (1) is another stage's: not updated, its copy not written
+    const ArenaRange last = layer_range(t, m.config().num_hidden_layers - 1, m.config().num_hidden_layers);
+    std::vector<ArenaRange> owned{{0, last.begin}, {last.end, t.total()}};
+    plain.set_owned_ranges(owned);
+    fused.set_owned_ranges(owned);
+    std::vector<float> p0 = m.params, p1 = m.params;
+    std::vector<uint16_t> copies(m.params.size(), 0xdeadu);
+    for (int step = 0; step < 2; ++step) {
+      plain.step(p0, m.grads, 1e-2, 0.5);
+      fused.step(p1, m.grads, 1e-2, 0.5, {copies.data(), ranges});
+    }
+    EXPECT_EQ(p0, p1) << optimizer_name(kind);
+    int64_t written = 0;
+    for (const TensorSpec& s : t.specs()) {  // (the arena's alignment gaps belong to no tensor)
+      const bool inside = s.layer == 0 || s.name == "lm_head.weight";
+      for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+        if (inside) {
+          ASSERT_EQ(copies[size_t(i)], bf16_bits(p1[size_t(i)])) << optimizer_name(kind) << " " << s.name << " " << i;
+          ++written;
+        } else {
+          ASSERT_EQ(copies[size_t(i)], 0xdeadu) << optimizer_name(kind) << " " << s.name << " " << i;
+        }
+      }
+    }
+    EXPECT_GE(written, first_layer.numel + head.numel);
+  }
+}
+
+// A bf16 run's steps after the first need no refresh pass: after every step the copies
+// the optimizer wrote are the rounded parameters, what a refresh would write, so the
+// next step computes with the same bits.
+TEST(Trainer, Bf16CopiesFollowTheParametersAcrossSteps) {
+  Config c = tiny_run_config();
+  c.train.precision = Precision::bf16;
+  Trainer t(make_run_plan(c, 1));
+  const std::vector<ArenaRange> ranges = t.model().weight_copy_ranges();
+  ASSERT_FALSE(ranges.empty());
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<float> before = t.model().params;
+    t.train_step();
+    ASSERT_NE(t.model().params, before);
+    for (const ArenaRange& r : ranges)
+      for (int64_t i = r.begin; i < r.end; ++i)
+        ASSERT_EQ(t.model().weight_copy_bits()[i], bf16_bits(t.model().params[size_t(i)])) << "step " << s << " element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace lct::model_test
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string_view>
 
 namespace lct {
 
@@ -401,6 +402,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   s.round = round;
   s.lane = lane;
   batch.local_tasks(s.tasks, attn_params_.mask);  // every piece against its own rows (what colocated attention runs)
+  s.pairs = attention_pairs(s.tasks, attn_params_.mask);
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)
@@ -440,6 +442,7 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
 
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s, const char* phase) {
   const ScopedSpan span(phase);
+  progress_at(phase == std::string_view("recompute before attention") ? "recompute" : "forward", l, s);
   const LayerWeights w = layer_weights(l);
   for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
     lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
@@ -461,10 +464,17 @@ void LlamaModel::recompute_forward(int l, ActivationSlot& s, AttentionPlacement&
   // q, k, v into the lane's workspace (h1 only in a tile), one span of its own name
   attn_in_forward(l, s, "recompute before attention");
   phase_done();
-  if (mode != Recompute::full) return;
-  const ScopedSpan span("recompute attention");
-  const LayerActivations a = layer_activations(l, s);
-  placement.forward(attention_input(l, s, true, true), a.q, a.k, a.v, a.attn, a.lse);
+  if (mode != Recompute::full) {
+    // selective: the layer's linear part (the MLP's inputs are repeated in its backward's tiles)
+    progress_finished(layer_forward_flops(config_, s.tokens(), 0));
+    return;
+  }
+  {
+    const ScopedSpan span("recompute attention");
+    const LayerActivations a = layer_activations(l, s);
+    placement.forward(attention_input(l, s, true, true), a.q, a.k, a.v, a.attn, a.lse);
+  }
+  progress_finished(layer_forward_flops(config_, s.tokens(), s.pairs));
   phase_done();
 }
 
@@ -481,11 +491,14 @@ void LlamaModel::core_attention_forward_start(int l, ActivationSlot& s, Attentio
 }
 
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
-  const ScopedSpan span("after attention");
-  const LayerWeights w = layer_weights(l);
-  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-    lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
-  });
+  {
+    const ScopedSpan span("after attention");
+    const LayerWeights w = layer_weights(l);
+    for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+      lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
+    });
+  }
+  progress_finished(layer_forward_flops(config_, s.tokens(), s.pairs));  // the layer's forward
 }
 
 void LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward) {
@@ -503,6 +516,7 @@ void LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, Ti
 
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention backward");
+  progress_at("backward", l, s);
   tiled_backward(l, s, lct::mlp_in_forward, lct::attn_out_backward);  // repeats x_mid, h2, gate_up, act
 }
 
@@ -534,8 +548,11 @@ void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratc
 }
 
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
-  const ScopedSpan span("before attention backward");
-  tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward);  // repeats h1, rstd1
+  {
+    const ScopedSpan span("before attention backward");
+    tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward);  // repeats h1, rstd1
+  }
+  progress_finished(2 * layer_forward_flops(config_, s.tokens(), s.pairs));  // the layer's backward
 }
 
 CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float grad_scale,
@@ -546,6 +563,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
   const int64_t T = s.tokens(), C = c.hidden_size, V = c.vocab_size;
   if (!stage_.has_head) throw std::logic_error("head_forward_backward on a stage without the head");
   if (T == 0) return {};  // an empty ping-pong lane
+  progress_at("loss", -1, s);
   const Operand lm_head = lm_head_weight();
   const float* final_norm = params.data() + final_norm_offset_;
   const float eps = float(c.rms_norm_eps);
@@ -580,7 +598,19 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
     std::fill(dx, dx + tn * C, 0.0f);
     rmsnorm_backward(dx, grads.data() + final_norm_offset_, d_.dh, x_final, final_norm, rstd, tn, C);
   });
+  progress_finished((backward ? 3.0 : 1.0) * 2.0 * double(V) * double(C) * double(T));
   return stats;
+}
+
+double LlamaModel::pass_flops(int64_t tokens, int64_t pairs) const {
+  const double layer = layer_forward_flops(config_, tokens, pairs), linear = layer_forward_flops(config_, tokens, 0);
+  double total = 0;
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    const Recompute mode = mode_of(l);
+    total += 3 * layer + (mode == Recompute::full ? layer : mode == Recompute::selective ? linear : 0.0);
+  }
+  if (stage_.has_head) total += 3.0 * 2.0 * double(config_.vocab_size) * double(config_.hidden_size) * double(tokens);
+  return total;
 }
 
 void LlamaModel::stage_forward(ActivationSlot& s, AttentionPlacement& placement) {

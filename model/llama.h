@@ -27,6 +27,7 @@
 #include "model/activations.h"
 #include "model/decoder_layer.h"
 #include "model/ops.h"
+#include "model/progress.h"
 #include "model/recompute.h"
 #include "model/rope.h"
 #include "model/stage.h"
@@ -89,6 +90,13 @@ class LlamaModel {
   // after every change of params (the trainer does, before each step);
   // forward_backward() calls it itself.
   void refresh_weight_copies();
+  // A step's progress, moved as each layer pass of a micro-batch starts and ends (model/
+  // progress.h); null: none (the default).
+  void set_progress(StepProgress* progress) { progress_ = progress; }
+  // The FLOPs this stage's passes over `tokens` tokens with `pairs` attention pairs count
+  // in that progress (forward, backward, what recomputation repeats, the head's loss):
+  // what a whole step of this rank's micro-batches adds up to.
+  double pass_flops(int64_t tokens, int64_t pairs) const;
   // bf16 runs: where those copies live (the arena's layout) and the ranges they cover (the
   // stage's layers and the LM head), for an optimizer step that writes them as it updates
   // the weights (model/optimizer.h WeightCopies), so that no refresh pass is needed after
@@ -270,6 +278,13 @@ class LlamaModel {
   std::vector<LayerOffsets> layer_offsets_;
   std::vector<uint16_t> weight_copies_;  // bf16 runs: the products' weights, params' layout
   bool weight_copies_fresh_ = false;      // refreshed since set_arithmetic
+  StepProgress* progress_ = nullptr;
+  void progress_at(const char* phase, int l, const ActivationSlot& s) {
+    if (progress_) progress_->at(phase, l, s.round);
+  }
+  void progress_finished(double flops) {
+    if (progress_) progress_->finished(flops);
+  }
   std::vector<ArenaRange> weight_copy_ranges_;  // what they cover (set_arithmetic)
   int64_t embed_offset_ = 0, lm_head_offset_ = 0, final_norm_offset_ = 0;
   RopeTable rope_;

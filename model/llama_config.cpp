@@ -126,12 +126,20 @@ void init_llama_params(const TensorTable& table, const LlamaConfig& c, uint64_t 
   }
 }
 
-int64_t matmul_params_per_token(const LlamaConfig& c) {
+int64_t layer_matmul_params(const LlamaConfig& c) {
   const int64_t C = c.hidden_size, I = c.intermediate_size;
   const int64_t qdim = c.num_attention_heads * c.head_dim();
   const int64_t kvdim = c.num_key_value_heads * c.head_dim();
-  const int64_t per_layer = qdim * C * 2 + kvdim * C * 2 + 3 * I * C;
-  return per_layer * c.num_hidden_layers + c.vocab_size * C;
+  return qdim * C * 2 + kvdim * C * 2 + 3 * I * C;
+}
+
+int64_t matmul_params_per_token(const LlamaConfig& c) {
+  return layer_matmul_params(c) * c.num_hidden_layers + c.vocab_size * c.hidden_size;
+}
+
+double layer_forward_flops(const LlamaConfig& c, int64_t tokens, int64_t pairs) {
+  return 2.0 * double(layer_matmul_params(c)) * double(tokens) +
+         4.0 * double(c.num_attention_heads) * double(c.head_dim()) * double(pairs);
 }
 
 LayerOffsets layer_offsets(const TensorTable& table, const LlamaConfig& config, int l) {

@@ -84,5 +84,11 @@ void init_llama_params(const TensorTable& table, const LlamaConfig& config, uint
 // Number of weights a token is multiplied by in the forward pass (projections, MLP,
 // LM head); the embedding lookup is not a matmul.
 int64_t matmul_params_per_token(const LlamaConfig& config);
+// One decoder layer's share: its projections and MLP.
+int64_t layer_matmul_params(const LlamaConfig& config);
+// One decoder layer's forward FLOPs over `tokens` tokens and `pairs` attention pairs, by
+// the step's FLOP convention (src/train/flops.h) for one layer: 2 x its matmul weights
+// per token + 4 H hd per pair (pairs = 0: its linear part alone).
+double layer_forward_flops(const LlamaConfig& config, int64_t tokens, int64_t pairs);
 
 }  // namespace lct

@@ -283,6 +283,8 @@ void add_train_keys(std::vector<ConfigKey>& k) {
   k.push_back(num_key("train.grad_clip", "clip gradients to this global L2 norm (0 = off)", [](Config& c) -> auto& { return c.train.grad_clip; }));
   k.push_back(int_key("train.threads", "threads for BLAS and kernels (0 = all cores)", [](Config& c) -> auto& { return c.train.threads; }, 0));
   k.push_back(in(KeyScope::run, int_key("train.log_every", "print a log line every N steps", [](Config& c) -> auto& { return c.train.log_every; }, 1)));
+  k.push_back(in(KeyScope::run, num_key("train.heartbeat_s", "inside a step longer than this many seconds, print where it is (phase, layer, micro-batch, share of its FLOPs, time to go) every this many seconds (0 = never)",
+                                        [](Config& c) -> auto& { return c.train.heartbeat_s; })));
   k.push_back(in(KeyScope::run, choice_key("train.resume", "resume from: \"\" (fresh run), \"auto\" (newest checkpoint in checkpoint.dir, fresh if none) or a checkpoint path",
                          [](Config& c) -> auto& { return c.train.resume; }, parse_resume, resume_text)));
   k.push_back(in(KeyScope::run, str_key("train.init_from", "a fresh run starts from this Hugging Face Llama folder or safetensors file (weights, and the model keys from its config.json)",
@@ -637,6 +639,8 @@ void validate_training(const Config& c) {
     throw ConfigError("train.lr x train.weight_decay = " + number_text(c.train.lr * c.train.weight_decay) +
                       " must be < 1 (AdamW multiplies the weights by 1 - lr x weight_decay every step)");
   if (c.train.grad_clip < 0) throw ConfigError("train.grad_clip must be >= 0");
+  if (!(c.train.heartbeat_s >= 0) || !std::isfinite(c.train.heartbeat_s))
+    throw ConfigError("train.heartbeat_s must be >= 0 seconds (0 = no heartbeat), got " + number_text(c.train.heartbeat_s));
   if (c.checkpoint.dir.empty()) throw ConfigError("checkpoint.dir must not be empty");
   if (c.model.attention_kernel == AttentionKernel::dca && c.model.dca_chunk_size - c.model.dca_local_size <= c.model.dca_local_size)
     log_warn("attention.dca_chunk_size - attention.dca_local_size (the chunk length " +

@@ -107,6 +107,7 @@ struct TrainConfig {
   double grad_clip = 1.0;
   int64_t threads = 0;  // 0 = all cores
   int64_t log_every = 1;
+  double heartbeat_s = 30;  // a progress line every this many seconds inside longer steps (0 = none)
   Resume resume;        // train.resume
   // A Hugging Face Llama folder (config.json + safetensors) or file a fresh run starts
   // from: its weights, and the model keys from its config.json (src/cli/options.cpp)

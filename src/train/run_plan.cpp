@@ -111,6 +111,7 @@ RunPlan make_run_plan(const Config& c, int world) {
   p.reduction = {c.parallel.bucket_size, c.parallel.overlap_grad_reduce};
   p.run.steps = c.train.steps;
   p.run.log_every = c.train.log_every;
+  p.run.heartbeat_s = c.train.heartbeat_s;
   p.run.threads = c.train.threads;
   p.run.checkpoint = c.checkpoint;
   p.run.trace_path = c.trace.path;

@@ -56,6 +56,7 @@ struct GradReductionPlan {
 // How long the run goes, what it writes and where it starts.
 struct RunControl {
   int64_t steps = 1, log_every = 1;  // train.steps, train.log_every
+  double heartbeat_s = 30;           // train.heartbeat_s (0 = none)
   int64_t threads = 0;               // train.threads (0 = all cores)
   CheckpointConfig checkpoint;       // [checkpoint]
   std::string trace_path;            // trace.path ("" = no timeline)

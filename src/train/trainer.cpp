@@ -82,6 +82,11 @@ Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
   stream_.packer().set_interrupt([] { return g_stop_signal.load() != 0; });
   model_.set_arithmetic(plan.arithmetic());
   copies_ = {model_.weight_copy_bits(), model_.weight_copy_ranges()};
+  if (grid.is_root() && plan.run.heartbeat_s > 0) {
+    model_.set_progress(&progress_);
+    heartbeat_ = std::make_unique<Heartbeat>(plan.run.heartbeat_s, progress_, plan.model.num_hidden_layers,
+                                             plan.micro_batches);
+  }
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
   placement_ = make_placement(plan, grid);
@@ -216,6 +221,17 @@ StepRecord Trainer::train_step() {
     counts = count_step(comm_s);
   }
   const int64_t targets = counts.targets, tokens = counts.tokens, pairs = counts.pairs;
+  // the heartbeat (rank 0) follows this step's passes until it ends, however it ends
+  struct StepHeartbeat {
+    Heartbeat* h;
+    ~StepHeartbeat() {
+      if (h) h->step_ends();
+    }
+  } heartbeat{heartbeat_.get()};
+  if (heartbeat_) {
+    progress_.reset();
+    heartbeat_->step_begins(step + 1, model_.pass_flops(counts.my_tokens, int64_t(counts.my_pairs)), t0);
+  }
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)

@@ -21,6 +21,7 @@
 #include "src/io/output_files.h"
 #include "src/io/run_folder.h"
 #include "src/util/machine.h"
+#include "src/train/heartbeat.h"
 #include "src/train/make_placement.h"
 #include "src/train/rank_agreement.h"
 #include "src/train/run_objects.h"
@@ -115,6 +116,8 @@ class Trainer {
   // anything else changes params (resume_from, init_from)
   bool copies_follow_params_ = false;
   WeightCopies copies_;  // the model's (bf16), for the optimizer to write
+  StepProgress progress_;                 // where the step is (the model moves it)
+  std::unique_ptr<Heartbeat> heartbeat_;  // rank 0, train.heartbeat_s > 0: prints it in long steps
   std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches

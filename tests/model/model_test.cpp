@@ -465,6 +465,36 @@ TEST(Optimizer, WritesBf16CopiesInTheSamePass) {
   }
 }
 
+// Issue 57: the progress a heartbeat reads. Over a micro-batch's forward and backward the
+// model's finished passes add up to exactly pass_flops of its tokens and attention pairs
+// (integers, exact in double), in every recompute mode; the last pass named is the first
+// layer's backward.
+TEST(Model, ProgressAddsUpToTheStepsPassFlops) {
+  const PackedBatch b = make_batch({1, 4, 2, 9, 3, 0, 7, 7, 2, 5, 10, 6, 1, 8, 3}, {0, 5, 6, 15});
+  for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    LlamaModel m(tiny_config(false));
+    m.set_recompute({mode, 0});
+    randomize(m, 5);
+    StepProgress progress;
+    m.set_progress(&progress);
+    m.forward_backward(b, 1.0f, true);
+    std::vector<AttentionTask> tasks;
+    whole_sequence(b).local_tasks(tasks, AttentionMask{});
+    const int64_t pairs = attention_pairs(tasks, AttentionMask{});
+    EXPECT_EQ(pairs, 5 * 6 / 2 + 1 + 9 * 10 / 2);
+    const StepProgress::Position p = progress.position();
+    EXPECT_EQ(p.done, m.pass_flops(15, pairs)) << recompute_name(mode);
+    EXPECT_STREQ(p.phase, "backward");
+    EXPECT_EQ(p.layer, 0);
+    // full recomputation repeats each layer's forward: a third more than none's 3
+    // passes a layer; selective its linear part
+    LlamaModel none(tiny_config(false));
+    const double layer = layer_forward_flops(none.config(), 15, pairs), linear = layer_forward_flops(none.config(), 15, 0);
+    const double extra = mode == Recompute::full ? layer : mode == Recompute::selective ? linear : 0;
+    EXPECT_EQ(m.pass_flops(15, pairs), none.pass_flops(15, pairs) + 2 * extra);
+  }
+}
+
 // A bf16 run's steps after the first need no refresh pass: after every step the copies
 // the optimizer wrote are the rounded parameters, what a refresh would write, so the
 // next step computes with the same bits.

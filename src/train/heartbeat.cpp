@@ -82,8 +82,9 @@ void Heartbeat::step_ends() {
 void Heartbeat::run() {
   const auto interval = std::chrono::duration<double>(interval_s_);
   // wakes often enough to print within a quarter interval of when a line is due (at most
-  // a second late)
-  const auto tick = std::chrono::duration_cast<Clock::duration>(std::min(interval / 4, std::chrono::duration<double>(1.0)));
+  // a second late, at least a millisecond between wakes whatever the interval)
+  const auto tick = std::chrono::duration_cast<Clock::duration>(
+      std::clamp(interval / 4, std::chrono::duration<double>(1e-3), std::chrono::duration<double>(1.0)));
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     wake_.wait_for(lock, tick);

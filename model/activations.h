@@ -69,7 +69,7 @@ class ActivationSlot {
   int backward_round = -1;
   int lane = 0;  // ping-pong: nano-batch 0 or 1 of its micro-batch (own backward scratch)
   std::vector<AttentionTask> tasks;
-  int64_t pairs = 0;  // the attention pairs of `tasks` under the model's mask
+  int64_t pairs = 0;  // the attention pairs of `tasks` under the model's mask (when a progress is set)
   std::vector<int32_t> key_positions;
   std::vector<float> q_scale;  // attention.logit_scaling: each row's query factor (empty: none)
 

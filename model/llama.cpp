@@ -402,7 +402,7 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   s.round = round;
   s.lane = lane;
   batch.local_tasks(s.tasks, attn_params_.mask);  // every piece against its own rows (what colocated attention runs)
-  s.pairs = attention_pairs(s.tasks, attn_params_.mask);
+  s.pairs = progress_ ? attention_pairs(s.tasks, attn_params_.mask) : 0;  // (only the progress counts them)
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)

@@ -2,8 +2,9 @@
 """Attention kernel across length distributions (LongCA-bench style): forward and
 backward GFLOP/s of lct's blocked core attention, causal and DCA, on one packed
 T-token batch drawn from each length distribution (scaled so the longest document is
-T) and on one T-token document, each against the fp32 GEMM ceiling (the faster library) measured in the same
-`lct bench` run (FlashAttention FLOP convention: forward 4*H*hd*pairs, backward 2.5x).
+T) and on one T-token document, each against the fp32 GEMM ceiling (the faster library) measured once
+in the same run of the experiment, for every row (lct bench --ceilings-from; FlashAttention FLOP
+convention: forward 4*H*hd*pairs, backward 2.5x).
 
   /usr/bin/python3 scripts/experiments/attention_kernel.py [--quick] [--out DIR] [--config F]
 """
@@ -20,10 +21,10 @@ def main():
     tokens = "1024" if a.quick else "16384"
     rows = []
     for mix in MIXES:
-        text = common.lct(["bench", "--json", "--sections", "ceilings", "attention", "--attention-lengths", tokens, "--attention-precisions", "fp32",
+        text = common.lct(["bench", "--json", "--sections", "attention", "--attention-lengths", tokens, "--attention-precisions", "fp32",
                            "--repeats", "1" if a.quick else "3", "--budget", "2" if a.quick else "20",
-                           "--data.doc_lengths", mix, "--data.max_doc_len", tokens, "--data.seq_len", tokens],
-                          a.quick, a.config)
+                           "--data.doc_lengths", mix, "--data.max_doc_len", tokens, "--data.seq_len", tokens] +
+                          common.ceilings(a.quick, a.config, a.out), a.quick, a.config)
         b = json.loads(text)
         gemm, fma = b["ceilings"]["fp32_gemm_gflops"], b["ceilings"]["fma_gflops"]
         for r in b["attention"]["rows"]:

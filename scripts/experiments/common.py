@@ -31,9 +31,10 @@ def arguments(name, description):
     if not os.access(LCT, os.X_OK):
         sys.exit(f"{name}: no lct binary at {LCT} (bash scripts/build.sh)")
     os.makedirs(a.out, exist_ok=True)
-    stale = os.path.join(a.out, "calibration.txt")  # a calibration is per run of an experiment
-    if os.path.exists(stale):
-        os.remove(stale)
+    for name in ("calibration.txt", "ceilings.json"):  # a calibration and the ceilings are per run of an experiment
+        stale = os.path.join(a.out, name)
+        if os.path.exists(stale):
+            os.remove(stale)
     return a
 
 
@@ -48,23 +49,46 @@ def quick_model(quick, args):
     return out
 
 
-def lct(args, quick, config):
-    """Runs `lct ARGS` with the config (and the quick model); returns stdout."""
+def lct(args, quick, config, refusal=False):
+    """Runs `lct ARGS` with the config (and the quick model); returns stdout. With
+    refusal, a run that exits 1 with an error line last (a refused plan) returns
+    (None, that line) and one that ran (stdout, "")."""
     # eval, generate and export read the checkpoint's model
     with_config = ["--config", config] if args[0] not in ("eval", "generate", "export") else []
     cmd = [LCT] + args[:1] + with_config + quick_model(quick, args) + args[1:]
     r = subprocess.run(cmd, capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    if refusal and r.returncode == 1 and lines and lines[-1].startswith("lct: error"):
+        return None, lines[-1]
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
-    return r.stdout
+    return (r.stdout, "") if refusal else r.stdout
 
 
-def simulate(args, quick, config, out):
+def ceilings(quick, config, out):
+    """lct bench's options for an experiment's ceilings: measured by the first call (lct
+    bench --sections ceilings, kept in OUT/ceilings.json) and read by every bench call of
+    the experiment (--ceilings-from), so that all its rows share one measurement."""
+    path = os.path.join(out, "ceilings.json")
+    if not os.path.exists(path):
+        text = lct(["bench", "--json", "--sections", "ceilings", "--repeats", "1" if quick else "3",
+                    "--budget", "2" if quick else "20"], quick, config)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    return ["--ceilings-from", path]
+
+
+def simulate(args, quick, config, out, refusal=False):
     """lct simulate --json; every call of an experiment shares one calibration (the
-    first call's, kept in OUT/calibration.txt), so its predictions differ only by layout."""
+    first call's, kept in OUT/calibration.txt), so its predictions differ only by layout.
+    With refusal, (prediction, "") or (None, the run plan's one-line refusal): lct
+    simulate checks the plan before it calibrates or simulates."""
     cal = os.path.join(out, "calibration.txt")
     reuse = ["--calibration", cal] if os.path.exists(cal) else ["--calibration-out", cal]
-    text = lct(["simulate", "--json", "--train.threads", "1"] + reuse + args, quick, config)
+    text = lct(["simulate", "--json", "--train.threads", "1"] + reuse + args, quick, config, refusal)
+    if refusal:
+        return (json.loads(text[0].strip().splitlines()[-1]), "") if text[0] is not None else text
     return json.loads(text.strip().splitlines()[-1])
 
 

@@ -13,7 +13,6 @@ rank and where each method stops scaling.
 """
 import os
 import statistics
-import subprocess
 
 import common
 
@@ -27,18 +26,6 @@ MEASURABLE_AT_2 = ["ring", "allgather", "ulysses"]
 def method_args(method, cp):
     return ["--parallel.cp", str(cp), "--parallel.dp", "1", "--parallel.cp_comm", method,
             "--parallel.cp_ulysses", str(max(2, cp // 2)), "--parallel.cp_inner_ring", "2"]
-
-
-def refusal(method, cp, data, quick, config):
-    """The run plan's one-line refusal of this method at cp on one rank's config (empty
-    if it plans): `lct simulate` checks the plan first."""
-    cmd = [common.LCT, "simulate", "--config", config] + common.quick_model(quick, data) + data + \
-        ["--ranks", str(cp), "--steps", "1", "--tflops", "1"] + method_args(method, cp)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode == 0:
-        return ""
-    line = r.stderr.strip().splitlines()[-1]
-    return line.split(f"--ranks {cp}: ", 1)[-1]  # the rule, without the command's prefix
 
 
 def main():
@@ -79,13 +66,14 @@ def main():
             for method in METHODS:
                 if cp == 2 and method not in MEASURABLE_AT_2:
                     continue
-                why = refusal(method, cp, data, a.quick, a.config)
+                # the measured runs' steps 2.. (the same sequences), or the run plan's
+                # one-line refusal of this method at cp (the rule, without the command's prefix)
+                s, why = common.simulate(["--ranks", str(cp), "--first-step", "1", "--steps", str(int(steps) - 1)] +
+                                         data + method_args(method, cp), a.quick, a.config, a.out, refusal=True)
+                why = why.split(f"--ranks {cp}: ", 1)[-1]
                 row = {"source": "simulated", "mix": mix, "cp": cp, "seq_len": int(seq), "method": method,
                        "limit": why}
                 if not why:
-                    # the measured runs' steps 2.. (the same sequences)
-                    s = common.simulate(["--ranks", str(cp), "--first-step", "1", "--steps", str(int(steps) - 1)] + data +
-                                        method_args(method, cp), a.quick, a.config, a.out)
                     row.update({"tokens_per_s": s["tokens_per_s"],
                                 "mib_sent_per_rank_step": s["exchange_bytes_per_rank"] / 2**20,
                                 "exposed_percent": 100 * s["exchange_exposed_fraction"],

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Attention masks (LongCA-bench, arXiv 2510.17896): for each mask, the attention kernel's
 forward+backward GFLOP/s counting only the pairs the mask lets through (LongCA-bench's
-mask-aware FLOPs) against the same-run fp32 GEMM ceiling (the faster library), on one document and on a packed
+mask-aware FLOPs) against the fp32 GEMM ceiling (the faster library) of the same run of
+the experiment (measured once at its start, for every row), on one document and on a packed
 `pretrain` batch; a sliding window's time against sequence length (linear in T); and the
 step throughput of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 on the
 `pretrain` mix, by the wall clock in alternating rounds (one rank per core, one thread
@@ -36,10 +37,10 @@ def mask_args(quick):
                                 "--data.answers_per_question", "3"]}
 
 
-def bench(args, quick, config):
-    return json.loads(common.lct(["bench", "--json", "--sections", "ceilings", "attention", "--attention-precisions", "fp32",
-                                  "--repeats", "1" if quick else "3", "--budget", "2" if quick else "20"] + args,
-                                 quick, config))
+def bench(args, quick, config, out):
+    return json.loads(common.lct(["bench", "--json", "--sections", "attention", "--attention-precisions", "fp32",
+                                  "--repeats", "1" if quick else "3", "--budget", "2" if quick else "20"] + args +
+                                 common.ceilings(quick, config, out), quick, config))
 
 
 LAYOUTS = {"one rank": (1, []),
@@ -57,7 +58,7 @@ def main():
     # 1. the kernel, per mask, one document and a packed batch of the same tokens
     for mask, extra in masks.items():
         b = bench(["--attention-lengths", kernel_tokens, "--data.doc_lengths", "pretrain", "--data.max_doc_len", kernel_tokens,
-                   "--data.seq_len", kernel_tokens] + extra, a.quick, a.config)
+                   "--data.seq_len", kernel_tokens] + extra, a.quick, a.config, a.out)
         gemm = b["ceilings"]["fp32_gemm_gflops"]
         for r in b["attention"]["rows"]:
             if r["kernel"].startswith("dca"):
@@ -71,7 +72,7 @@ def main():
     W = 256 if a.quick else 4096
     lengths = [str(W * k) for k in (1, 4, 16)]
     for mask, extra in (("sliding_window", ["--attention.mask", "sliding_window", "--attention.window", str(W)]), ("causal", [])):
-        b = bench(["--attention-lengths"] + (lengths if mask != "causal" else [str(W), str(2 * W)]) + extra, a.quick, a.config)
+        b = bench(["--attention-lengths"] + (lengths if mask != "causal" else [str(W), str(2 * W)]) + extra, a.quick, a.config, a.out)
         for r in b["attention"]["rows"]:
             if r["layout"] != "one-doc" or r["kernel"].startswith("dca"):
                 continue

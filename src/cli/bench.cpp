@@ -74,6 +74,7 @@ int run_bench(const Config& config, const BenchOptions& o) {
   res.blas_warning = blas_capability_warning();
   res.causal = ap;
   res.dca = dca_ap;
+  if (!o.ceilings_from.empty()) bench::ceilings_from_file(o.ceilings_from, res);
   const int threads = res.threads;
   const std::string& cpu = res.cpu;
   const std::string& blas_warning = res.blas_warning;
@@ -83,7 +84,8 @@ int run_bench(const Config& config, const BenchOptions& o) {
   if (!blas_warning.empty() && !o.json) log_warn(blas_warning);
   bench::say(o, "each figure: total work over total wall-clock time of up to {} runs (first run a warm-up; {:.0f} s budget each)\n", o.repeats, o.budget_seconds);
 
-  if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) bench::ceilings_section(o, res);
+  if (!o.ceilings_from.empty()) bench::say_ceilings_from(o, res);
+  else if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) bench::ceilings_section(o, res);
 
   if (wants(o, "gemm")) bench::gemm_section(model, config.data.seq_len, o, res);
 
@@ -168,12 +170,17 @@ Command add_bench_command(CLI::App& lct) {
   bench->add_option("--budget", b.budget_seconds, "seconds after which a figure stops repeating (at least one run)")
       ->check(positive())
       ->capture_default_str();
+  bench->add_option("--ceilings-from", b.ceilings_from,
+                    "take the ceilings from this earlier lct bench --json of this machine instead of measuring them");
   bench->add_flag("--json", b.json, "print one JSON document instead of tables");
   add_config_options(bench, o->config);
   return {bench, [o] {
             const Config config = resolve_config(o->config);
             // outputs are checked before the work, not after it (a folder, a device)
             if (!o->bench.profile_out.empty()) require_writable_output(o->bench.profile_out, "--profile-out");
+            if (!o->bench.ceilings_from.empty() && wants(o->bench, "ceilings"))
+              throw std::invalid_argument("lct bench: --sections ceilings measures the ceilings and --ceilings-from " +
+                                          o->bench.ceilings_from + " reads them: give one of the two");
             configure_threads(config.train.threads);
             return run_bench(config, o->bench);
           }};

@@ -45,6 +45,10 @@ struct BenchOptions {
   int64_t balance_sequences = 64;
   std::vector<int64_t> cad_ranks{2, 4, 8, 16};  // cad_balance section: data-parallel ranks
   std::string profile_out;  // profile section: where to write the CAD cost model
+  // A previous lct bench --json of this machine (same CPU, threads and OpenBLAS core):
+  // its ceilings stand for this run's instead of being measured again (an experiment of
+  // many bench processes measures them once, so all its rows share one measurement)
+  std::string ceilings_from;
   int repeats = 5;              // timed runs per figure (total work over total time)
   double budget_seconds = 30;   // stop repeating a measurement once it used this long
   bool json = false;

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "compute/gemm.h"
 #include "src/cli/bench_common.h"
 #include "src/cli/bench_loops.h"
+#include "src/io/json_file.h"
 #include "src/tune/gemm_choice.h"
 
 namespace lct::bench {
@@ -171,6 +173,55 @@ void ceilings_section(const BenchOptions& o, BenchResults& res) {
   res.stream_array_bytes = stream.array_bytes;
   say(o, "          memory (STREAM, 3 arrays of {} MiB, best pass): copy {:.1f} GB/s, triad {:.1f} GB/s\n",
       stream.array_bytes >> 20, stream.copy_gbps, stream.triad_gbps);
+}
+
+// The ceilings of an earlier lct bench --json (--ceilings-from), refused in one line
+// naming the file when it was measured on another CPU, thread count or OpenBLAS core, or
+// when a ceiling is missing, of the wrong type or was not measured (0).
+void ceilings_from_file(const std::string& path, BenchResults& res) {
+  const std::string where = "--ceilings-from " + path;
+  const Json j = read_json_file(path);
+  const auto field = [&](const char* section, const char* key, JsonKind kind) -> const Json& {
+    const bool has = j.is_object() && j.contains(section) && j[section].is_object() && j[section].contains(key);
+    const char* want = has ? json_kind_mismatch(j[section][key], kind) : "present";
+    if (want) throw std::runtime_error(fmt::format("{}: {}.{} must be {} (the file is not an lct bench --json)", where,
+                                                   section, key, want));
+    return j[section][key];
+  };
+  const std::string cpu = field("machine", "cpu", JsonKind::string).get<std::string>();
+  const int64_t threads = field("machine", "threads", JsonKind::integer).get<int64_t>();
+  const std::string core = field("machine", "openblas_core", JsonKind::string).get<std::string>();
+  if (cpu != res.cpu || threads != res.threads || core != openblas_get_corename())
+    throw std::runtime_error(fmt::format("{}: measured on '{}' with {} threads and OpenBLAS core {}; this run is '{}' "
+                                         "with {} threads and core {}", where, cpu, threads, core, res.cpu, res.threads,
+                                         openblas_get_corename()));
+  const auto ceiling = [&](const char* key, bool may_be_zero = false) {
+    const double v = field("ceilings", key, JsonKind::number).get<double>();
+    if (!(v > 0) && !(may_be_zero && v == 0))
+      throw std::runtime_error(fmt::format("{}: ceilings.{} is {}, not a measured ceiling (was the ceilings section "
+                                           "run?)", where, key, v));
+    return v;
+  };
+  res.sgemm_n = field("ceilings", "sgemm_n", JsonKind::integer).get<int64_t>();
+  res.sgemm = ceiling("sgemm_gflops");
+  res.onednn_f32 = ceiling("onednn_f32_gflops");
+  res.fp32_gemm = std::max(res.sgemm, res.onednn_f32);
+  res.fp32_gemm_library = res.onednn_f32 > res.sgemm ? "oneDNN f32" : "OpenBLAS";
+  res.fma = ceiling("fma_gflops");
+  // (0 on a CPU without bf16 instructions)
+  res.bf16_gemm = ceiling("bf16_gemm_gflops", !bf16_support().instructions);
+  res.bf16_dot = ceiling("bf16_dot_gflops", !bf16_support().instructions);
+  res.stream_copy = ceiling("stream_copy_gbps");
+  res.stream_triad = ceiling("stream_triad_gbps");
+  res.stream_array_bytes = field("ceilings", "stream_array_bytes", JsonKind::integer).get<int64_t>();
+  res.ceilings_from = path;
+}
+
+void say_ceilings_from(const BenchOptions& o, const BenchResults& res) {
+  say(o, "\nceilings  from {} (not measured again): fp32 GEMM {:.1f} GFLOP/s ({}) | FMA loop {:.1f} | bf16 GEMM {:.1f}, "
+      "dot loop {:.1f} | STREAM copy {:.1f} GB/s, triad {:.1f} GB/s\n",
+      res.ceilings_from, res.fp32_gemm, res.fp32_gemm_library, res.fma, res.bf16_gemm, res.bf16_dot, res.stream_copy,
+      res.stream_triad);
 }
 
 // The linear layers' products in each library and precision.

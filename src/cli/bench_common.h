@@ -160,6 +160,7 @@ struct BenchResults {
   // passes that are not products
   double stream_copy = 0, stream_triad = 0;
   int64_t stream_array_bytes = 0;
+  std::string ceilings_from;  // --ceilings-from: the file the ceilings were read from (empty: measured here)
   AttentionParams causal, dca;  // the attention shapes measured
   std::vector<AttentionRow> attention;
   std::vector<StepRow> step;
@@ -189,6 +190,9 @@ void say(const BenchOptions& o, fmt::format_string<Args...> f, Args&&... args) {
 
 // bench_ceilings.cpp
 void ceilings_section(const BenchOptions& o, BenchResults& res);
+// --ceilings-from: reads the file into res (before anything is printed), and its line
+void ceilings_from_file(const std::string& path, BenchResults& res);
+void say_ceilings_from(const BenchOptions& o, const BenchResults& res);
 void gemm_section(const LlamaConfig& model, int64_t tokens, const BenchOptions& o, BenchResults& res);
 
 // bench_attention.cpp

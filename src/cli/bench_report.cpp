@@ -37,7 +37,8 @@ void print_bench_json(const BenchResults& res) {
                    {"fp32_gemm_gflops", res.fp32_gemm}, {"fp32_gemm_library", res.fp32_gemm_library}, {"fma_gflops", res.fma},
                    {"bf16_gemm_gflops", res.bf16_gemm}, {"bf16_dot_gflops", res.bf16_dot},
                    {"stream_copy_gbps", res.stream_copy}, {"stream_triad_gbps", res.stream_triad},
-                   {"stream_array_bytes", res.stream_array_bytes}};
+                   {"stream_array_bytes", res.stream_array_bytes},
+                   {"from", res.ceilings_from.empty() ? Json(nullptr) : Json(res.ceilings_from)}};
   Json gemm = Json::array();
   for (const GemmRow& r : res.gemm)
     gemm.push_back({{"product", r.name}, {"m", r.M}, {"n", r.N}, {"k", r.K}, {"fp32_gflops", r.fp32},

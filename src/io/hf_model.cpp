@@ -2,7 +2,6 @@
 #include "src/util/printable.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "data/files.h"
 #include "src/config/config_text.h"
 #include "src/config/sections.h"
+#include "src/io/json_file.h"
 #include "src/io/output_files.h"
 #include "src/util/json.h"
 
@@ -23,29 +23,6 @@ namespace lct {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int64_t kMaxJsonBytes = 64 << 20;  // a config.json or an index of that size is not one
-
-// A JSON file parsed, refused in one line when it is not a regular file, too large, not
-// JSON or nested deeper than any config needs.
-Json read_json_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > kMaxJsonBytes)
-    throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than a JSON config can be (" +
-                             std::to_string(kMaxJsonBytes >> 20) + " MiB)");
-  const std::string text = read_regular_file(path, "the JSON file");
-  refuse_json_nul(text, path);
-  try {
-    return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {
-      if (depth > 32) throw std::runtime_error("nested deeper than 32 levels");
-      return true;
-    });
-  } catch (const Json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error(path + ": " + e.what());
-  }
-}
 
 // A JSON value as the text a config key parses ("true", "12", "1e-05", "yarn").
 std::string value_text(const Json& v) {

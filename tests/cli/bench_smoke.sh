@@ -7,7 +7,8 @@ LCT=$1
 SRC=$2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+first=$(mktemp)
+trap 'rm -f "$out" "$first" "$first".*' EXIT
 
 "$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --step-precisions fp32,bf16 --repeats 2 --budget 5 \
   --model.num_hidden_layers 2 --attention.dca_chunk_size 128 --attention.dca_local_size 16 > "$out"
@@ -60,6 +61,41 @@ for x in steps:
     assert x["mfu_vs_peak"] > 0, x
 print("bench_smoke: JSON ok")
 PY
+cp "$out" "$first"
+
+# --ceilings-from: the first run's ceilings, not measured again (every ceiling equal, and
+# the file named); refused in one line for another machine, a ceiling missing, of the
+# wrong type or 0, and beside --sections ceilings
+"$LCT" bench --json --sections attention --attention-lengths 300 --attention-precisions fp32 --repeats 1 --budget 5 \
+  --model.num_hidden_layers 2 --ceilings-from "$first" > "$out"
+python3 - "$out" "$first" <<'PY'
+import json, sys
+r, first = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c, want = r["ceilings"], dict(first["ceilings"], **{"from": sys.argv[2]})
+assert first["ceilings"]["from"] is None and c == want, (c, want)
+rows = r["attention"]["rows"]
+assert len(rows) == 4 and all(x["fwd_bwd_vs_fp32_gemm"] == x["fwd_bwd_gflops"] / c["fp32_gemm_gflops"] for x in rows), rows
+for name, edit in (("cpu", lambda j: j["machine"].update(cpu="another CPU")),
+                   ("threads", lambda j: j["machine"].update(threads=j["machine"]["threads"] + 1)),
+                   ("missing", lambda j: j["ceilings"].pop("stream_triad_gbps")),
+                   ("type", lambda j: j["ceilings"].update(fma_gflops="100")),
+                   ("zero", lambda j: j["ceilings"].update(sgemm_gflops=0))):
+    j = json.loads(json.dumps(first))
+    edit(j)
+    json.dump(j, open(f"{sys.argv[2]}.{name}", "w"))
+print("bench_smoke: --ceilings-from ok")
+PY
+for c in "cpu|measured on 'another CPU'" "threads|threads and OpenBLAS core" "missing|ceilings.stream_triad_gbps must be present" \
+         "type|ceilings.fma_gflops must be a number" "zero|ceilings.sgemm_gflops is 0, not a measured ceiling"; do
+  name=${c%%|*} want=${c#*|}
+  rc=0
+  err=$("$LCT" bench --sections attention --attention-lengths 300 --ceilings-from "$first.$name" 2>&1 >/dev/null) || rc=$?
+  [[ $rc -eq 1 && $err == "lct: error: --ceilings-from $first.$name: "*"$want"* && $(grep -c . <<< "$err") -eq 1 ]] \
+    || { echo "FAIL: --ceilings-from ($name): exit $rc, '$err'"; exit 1; }
+done
+err=$("$LCT" bench --sections ceilings,attention --ceilings-from "$first" 2>&1 >/dev/null) && { echo "FAIL: accepted"; exit 1; }
+[[ $err == *"--sections ceilings measures the ceilings and --ceilings-from"* ]] || { echo "FAIL: '$err'"; exit 1; }
+echo "bench_smoke: --ceilings-from refusals ok"
 
 # the profile section: each phase's time per step at the config's length, split into the
 # linear products and the rest, in both precisions (the CAD cost model follows it)

@@ -25,8 +25,22 @@ SEQ128_DCA="--data.seq_len 128 --data.max_doc_len 128 --attention.dca_chunk_size
 # largest magnitude, as those bounds assume
 SGD="--train.optimizer sgd --train.lr 0.3 --train.min_lr 0.03"
 
-# compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters
-compare() { /usr/bin/python3 "$HERE/compare_runs.py" "$@"; }
+# compare LABEL RUN_A RUN_B [LOSS_RTOL PARAM_RTOL]: per-step losses and final parameters,
+# its line printed, status 1 when they differ. One compare_runs.py --serve per shell
+# answers every comparison (a Python start with numpy and h5py is about a third of a
+# second; the scripts compare about 270 pairs); it ends when the script does (its stdin
+# closes). A subshell, which cannot use its parent's, starts its own.
+compare() {
+  if [[ ${COMPARER_SHELL:-} != "$BASHPID" ]]; then
+    coproc COMPARER { exec /usr/bin/python3 "$HERE/compare_runs.py" --serve; }
+    COMPARER_SHELL=$BASHPID
+  fi
+  local line IFS=$'\t'
+  printf '%s\n' "$*" >&"${COMPARER[1]}"
+  IFS= read -r line <&"${COMPARER[0]}" || { echo "FAIL $1: compare_runs.py --serve ended"; return 1; }
+  echo "$line"
+  [[ $line == "ok "* ]]
+}
 
 # run_train DIR RANKS ARGS...: lct train with MODEL and ARGS into checkpoint.dir DIR, one
 # process (RANKS = 0) or RANKS under mpirun; the log goes to DIR.log, shown on failure

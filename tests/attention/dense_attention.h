@@ -65,9 +65,9 @@ struct Dense {
 // Dense attention inside each document and its exact backward, computed in Real
 // arithmetic: Real = double is the reference, Real = float is the "naive fp32
 // implementation" whose error sets the tolerance (FlashAttention's test rule). Defined
-// in dense_attention.cpp for float and double (at -O3 under the sanitizers too, where it
-// was half of the kernel tests' time at -O1; no contraction or reassociation either way,
-// so the same values).
+// in dense_attention.cpp for float and double, which the sanitizer build compiles at -O3
+// and uninstrumented (tests/CMakeLists.txt): instrumented, it was most of the kernel
+// tests' time.
 template <typename Real>
 Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k,
                             const std::vector<float>& v, const std::vector<float>& dout);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -75,9 +76,13 @@ Bytes mutate_bytes(const Bytes& in, std::mt19937_64& rng) {
 }
 
 // A whole file's bytes.
-Bytes file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+Bytes file_bytes(const std::string& path) {  // one read, not a character at a time
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  Bytes b(size_t(std::max<std::streamoff>(in.tellg(), 0)));
+  in.seekg(0);
+  in.read(b.data(), std::streamsize(b.size()));
+  b.resize(size_t(in.gcount()));
+  return b;
 }
 
 int64_t extreme_int(std::mt19937_64& rng) {

@@ -3,9 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -180,7 +180,12 @@ void ceilings_section(const BenchOptions& o, BenchResults& res) {
 // when a ceiling is missing, of the wrong type or was not measured (0).
 void ceilings_from_file(const std::string& path, BenchResults& res) {
   const std::string where = "--ceilings-from " + path;
-  const Json j = read_json_file(path);
+  Json j;
+  try {
+    j = read_json_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("--ceilings-from ") + e.what());  // e.what() names the file
+  }
   const auto field = [&](const char* section, const char* key, JsonKind kind) -> const Json& {
     const bool has = j.is_object() && j.contains(section) && j[section].is_object() && j[section].contains(key);
     const char* want = has ? json_kind_mismatch(j[section][key], kind) : "present";
@@ -203,6 +208,7 @@ void ceilings_from_file(const std::string& path, BenchResults& res) {
     return v;
   };
   res.sgemm_n = field("ceilings", "sgemm_n", JsonKind::integer).get<int64_t>();
+  if (res.sgemm_n <= 0) throw std::runtime_error(fmt::format("{}: ceilings.sgemm_n is {}, not a size", where, res.sgemm_n));
   res.sgemm = ceiling("sgemm_gflops");
   res.onednn_f32 = ceiling("onednn_f32_gflops");
   res.fp32_gemm = std::max(res.sgemm, res.onednn_f32);

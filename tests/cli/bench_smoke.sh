@@ -65,7 +65,8 @@ cp "$out" "$first"
 
 # --ceilings-from: the first run's ceilings, not measured again (every ceiling equal, and
 # the file named); refused in one line for another machine, a ceiling missing, of the
-# wrong type or 0, and beside --sections ceilings
+# wrong type or 0, a GEMM size that is none, a file that is not JSON, and beside
+# --sections ceilings
 "$LCT" bench --json --sections attention --attention-lengths 300 --attention-precisions fp32 --repeats 1 --budget 5 \
   --model.num_hidden_layers 2 --ceilings-from "$first" > "$out"
 python3 - "$out" "$first" <<'PY'
@@ -79,14 +80,17 @@ for name, edit in (("cpu", lambda j: j["machine"].update(cpu="another CPU")),
                    ("threads", lambda j: j["machine"].update(threads=j["machine"]["threads"] + 1)),
                    ("missing", lambda j: j["ceilings"].pop("stream_triad_gbps")),
                    ("type", lambda j: j["ceilings"].update(fma_gflops="100")),
-                   ("zero", lambda j: j["ceilings"].update(sgemm_gflops=0))):
+                   ("zero", lambda j: j["ceilings"].update(sgemm_gflops=0)),
+                   ("size", lambda j: j["ceilings"].update(sgemm_n=0))):
     j = json.loads(json.dumps(first))
     edit(j)
     json.dump(j, open(f"{sys.argv[2]}.{name}", "w"))
+open(f"{sys.argv[2]}.text", "w").write('{"ceilings": ')  # not JSON
 print("bench_smoke: --ceilings-from ok")
 PY
 for c in "cpu|measured on 'another CPU'" "threads|threads and OpenBLAS core" "missing|ceilings.stream_triad_gbps must be present" \
-         "type|ceilings.fma_gflops must be a number" "zero|ceilings.sgemm_gflops is 0, not a measured ceiling"; do
+         "type|ceilings.fma_gflops must be a number" "zero|ceilings.sgemm_gflops is 0, not a measured ceiling" \
+         "size|ceilings.sgemm_n is 0, not a size" "text|not valid JSON"; do
   name=${c%%|*} want=${c#*|}
   rc=0
   err=$("$LCT" bench --sections attention --attention-lengths 300 --ceilings-from "$first.$name" 2>&1 >/dev/null) || rc=$?

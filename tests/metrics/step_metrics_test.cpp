@@ -1,6 +1,7 @@
 // The step metrics schema (src/metrics/step_metrics.h) reaches every consumer: the
 // reduction over ranks, metrics.jsonl, the log line, the checkpoint's /metrics and lct
 // inspect's summary (whose --compare rows follow the same summaries).
+#include <fmt/printf.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,16 +54,14 @@ TEST(StepMetrics, EveryLoggedFieldReachesTheLogLine) {
   const std::string line = step_log_fields(r, {2, true, true});
   for (const StepMetric& m : step_metrics()) {
     if (m.when == LogWhen::never) continue;
-    char want[96];
-    std::snprintf(want, sizeof want, m.log.c_str(), m.get(r) * m.log_scale);
+    const std::string want = fmt::sprintf(m.log, m.get(r) * m.log_scale);  // as step_log_fields formats it
     EXPECT_NE(line.find(want), std::string::npos) << want << " not in " << line;
   }
   // and only where it applies: one rank without pipeline or exchange shows none of those
   const std::string plain = step_log_fields(r, {1, false, false});
   for (const StepMetric& m : step_metrics()) {
     if (m.when == LogWhen::never || m.when == LogWhen::always) continue;
-    char text[96];
-    std::snprintf(text, sizeof text, m.log.c_str(), m.get(r) * m.log_scale);
+    const std::string text = fmt::sprintf(m.log, m.get(r) * m.log_scale);
     EXPECT_EQ(plain.find(text), std::string::npos) << text << " in " << plain;
   }
 }

@@ -64,14 +64,16 @@ int32_t next_token(const float* logits, int64_t V, const SamplingSettings& s, in
 }
 
 Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, int64_t new_tokens,
-                    const SamplingSettings& settings) {
+                    const SamplingSettings& settings, GenerationProgress* progress) {
   using Clock = std::chrono::steady_clock;
   const int64_t V = decoder.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V));
   Generation g;
   g.tokens.reserve(static_cast<size_t>(new_tokens));
   const Clock::time_point start = Clock::now();
+  if (progress) progress->prefill.store(true, std::memory_order_relaxed);
   decoder.append(prompt, logits.data());
+  if (progress) progress->prefill.store(false, std::memory_order_relaxed);
   const Clock::time_point prompt_done = Clock::now();
   g.prompt_pairs = decoder.pairs();
   g.prompt_logits = logits;
@@ -80,6 +82,7 @@ Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, in
     const int32_t token = next_token(logits.data(), V, settings, step);
     g.tokens.push_back(token);
     if (step + 1 < new_tokens) decoder.append({&token, 1}, logits.data());
+    if (progress) progress->new_tokens.fetch_add(1, std::memory_order_relaxed);
   }
   const Clock::time_point end = Clock::now();
   g.decode_pairs = decoder.pairs() - g.prompt_pairs;

@@ -3,6 +3,7 @@
 // softmax(logits / temperature) over the top_k most likely tokens.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -35,11 +36,20 @@ struct Generation {
   std::vector<float> prompt_logits;
 };
 
+// Where a generation is, for a heartbeat (src/util/heartbeat.h) read on another thread:
+// generate() sets `prefill` while the prompt's forward runs and counts each new token
+// chosen into `new_tokens` (never reset: a command generating for several prompts
+// shares one). Nothing here changes what is generated.
+struct GenerationProgress {
+  std::atomic<bool> prefill{false};
+  std::atomic<int64_t> new_tokens{0};
+};
+
 // Appends the prompt to a fresh decoder, then chooses new_tokens tokens one at a time,
 // each appended to the cache before the next is chosen. Throws std::runtime_error when
-// a row of logits is not finite (a diverged checkpoint).
+// a row of logits is not finite (a diverged checkpoint). `progress`, if given, follows it.
 Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, int64_t new_tokens,
-                    const SamplingSettings& settings);
+                    const SamplingSettings& settings, GenerationProgress* progress = nullptr);
 
 // A given continuation of the prompt scored by teacher forcing, as lm-evaluation-harness's
 // loglikelihood requests are: each of its tokens against the logits of the row before

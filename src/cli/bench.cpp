@@ -17,6 +17,7 @@
 #include "src/io/output_files.h"
 #include "src/train/memory_budget.h"
 #include "src/train/trainer.h"
+#include "src/util/heartbeat.h"
 #include "src/util/log.h"
 #include "src/util/machine.h"
 
@@ -48,10 +49,31 @@ void check_bench_memory(const RunPlan& plan, const BenchOptions& o) {
   }
 }
 
+// bench: section attention (3 of 4), 17 timed runs | 95 s in
+// (no time to go: a section's runs differ too much in length to extrapolate from)
+std::string bench_heartbeat_line(const BenchProgress& p, const std::vector<std::string>& sections, double elapsed_s) {
+  const std::string section = p.section.load(std::memory_order_relaxed);
+  const auto at = std::find(sections.begin(), sections.end(), section);
+  return fmt::format("bench: section {}{}, {} timed runs | {}", section.empty() ? "(starting)" : section,
+                     at == sections.end() ? "" : fmt::format(" ({} of {})", at - sections.begin() + 1, sections.size()),
+                     p.runs.load(std::memory_order_relaxed), Heartbeat::time_text(elapsed_s, 0));
+}
+
 }  // namespace
 
-int run_bench(const Config& config, const BenchOptions& o) {
+int run_bench(const Config& config, const BenchOptions& options) {
   const RunPlan plan = make_run_plan(config, 1);  // one process: the config's model and kernel
+  // train.heartbeat_s: a line on stderr every so often while it runs (stdout is the report)
+  BenchProgress progress;
+  BenchOptions o = options;
+  o.progress = &progress;
+  Heartbeat heartbeat(plan.run.heartbeat_s, stderr);
+  const HeartbeatScope beat(&heartbeat, [&](double elapsed_s) { return bench_heartbeat_line(progress, o.sections, elapsed_s); });
+  auto section = [&](const char* name) {
+    if (!wants(o, name)) return false;
+    progress.section.store(name, std::memory_order_relaxed);
+    return true;
+  };
   const LlamaConfig& model = plan.model;
   AttentionParams ap = plan.attention;
   check_bench_memory(plan, o);
@@ -85,11 +107,14 @@ int run_bench(const Config& config, const BenchOptions& o) {
   bench::say(o, "each figure: total work over total wall-clock time of up to {} runs (first run a warm-up; {:.0f} s budget each)\n", o.repeats, o.budget_seconds);
 
   if (!o.ceilings_from.empty()) bench::say_ceilings_from(o, res);
-  else if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) bench::ceilings_section(o, res);
+  else if (wants(o, "ceilings") || wants(o, "attention") || wants(o, "step")) {
+    progress.section.store("ceilings", std::memory_order_relaxed);
+    bench::ceilings_section(o, res);
+  }
 
-  if (wants(o, "gemm")) bench::gemm_section(model, config.data.seq_len, o, res);
+  if (section("gemm")) bench::gemm_section(model, config.data.seq_len, o, res);
 
-  if (wants(o, "attention")) {
+  if (section("attention")) {
     bench::say(o, "\nattention  H {}, KV {}, hd {}; dca: C {}, w {} (chunks of {}) | GFLOP/s, "
         "FlashAttention convention (fwd 4*H*hd*pairs, bwd 2.5x)\n",
         ap.num_heads, ap.num_kv_heads, ap.head_dim, dca_ap.dca.chunk_size, dca_ap.dca.local_size,
@@ -100,13 +125,13 @@ int run_bench(const Config& config, const BenchOptions& o) {
     bench::attention_section(config, o, res);
   }
 
-  if (wants(o, "step")) bench::step_section(config, model, o, res);
+  if (section("step")) bench::step_section(config, model, o, res);
 
-  if (wants(o, "cp_balance")) bench::cp_balance_section(plan, o, res);
+  if (section("cp_balance")) bench::cp_balance_section(plan, o, res);
 
-  if (wants(o, "profile")) bench::profile_section(config, model, o, res);
+  if (section("profile")) bench::profile_section(config, model, o, res);
 
-  if (wants(o, "cad_balance")) bench::cad_balance_section(plan, o, res);
+  if (section("cad_balance")) bench::cad_balance_section(plan, o, res);
 
   if (o.json) bench::print_bench_json(res);
   return 0;

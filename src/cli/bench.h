@@ -23,6 +23,8 @@
 //              and of CAD's plans over the configured stream (no timing)
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,6 +32,13 @@
 #include "src/config/config.h"
 
 namespace lct {
+
+// Where lct bench is, for its heartbeat (src/util/heartbeat.h, read on another thread):
+// the section running and the timed runs (warm-ups included) done so far.
+struct BenchProgress {
+  std::atomic<const char*> section{""};
+  std::atomic<int64_t> runs{0};
+};
 
 struct BenchOptions {
   std::vector<int64_t> attention_lengths{1024, 4096, 16384, 65536};
@@ -52,6 +61,7 @@ struct BenchOptions {
   int repeats = 5;              // timed runs per figure (total work over total time)
   double budget_seconds = 30;   // stop repeating a measurement once it used this long
   bool json = false;
+  BenchProgress* progress = nullptr;  // set by run_bench: every timed run counts in it
 };
 
 int run_bench(const Config& config, const BenchOptions& options);

@@ -48,11 +48,16 @@ inline double mean(const std::vector<double>& v) {
 inline std::vector<std::vector<double>> repeat_timed(const BenchOptions& o,
                                                      const std::function<std::vector<double>()>& once) {
   std::vector<std::vector<double>> runs;
+  auto counted = [&] {
+    std::vector<double> r = once();
+    if (o.progress) o.progress->runs.fetch_add(1, std::memory_order_relaxed);
+    return r;
+  };
   const auto t0 = Clock::now();
-  const std::vector<double> warm = once();
+  const std::vector<double> warm = counted();
   if (seconds_since(t0) > o.budget_seconds / 4) runs.push_back(warm);
   while (int(runs.size()) < o.repeats && (runs.empty() || seconds_since(t0) < o.budget_seconds))
-    runs.push_back(once());
+    runs.push_back(counted());
   return runs;
 }
 

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "src/io/model_file.h"
 #include "src/train/flops.h"
 #include "src/train/memory_budget.h"
+#include "src/util/heartbeat.h"
 #include "src/util/integer_text.h"
 #include "src/util/json.h"
 #include "src/util/log.h"
@@ -45,6 +47,7 @@ struct Options {
   int64_t top_k = 0;
   std::string seed = "0";  // parsed whole by run_generate (CLI11 wraps "-1", clamps 2^64)
   int64_t threads = 0;
+  double heartbeat_s = 30;  // a progress line on stderr every this many seconds of a long run (0: never)
   bool json = false, ids = false, per_line = false;
   ModelOverrides overrides;
 };
@@ -265,6 +268,17 @@ struct ContinuationTotals {
   }
 };
 
+// generate: prompt 2 of 5, decoding | 1200 of 4000 new tokens (30%) | 31 s in, about 72 s to go
+std::string generate_heartbeat_line(const GenerationProgress& p, size_t prompt, size_t prompts, int64_t all_new_tokens,
+                                    double elapsed_s) {
+  const int64_t done = p.new_tokens.load(std::memory_order_relaxed);
+  const double share = all_new_tokens > 0 ? std::clamp(double(done) / double(all_new_tokens), 0.0, 1.0) : 0.0;
+  return fmt::format("generate: {}{} | {} of {} new tokens ({:.0f}%) | {}",
+                     prompts > 1 ? fmt::format("prompt {} of {}, ", prompt + 1, prompts) : "",
+                     p.prefill.load(std::memory_order_relaxed) ? "the prompt's forward" : "decoding", done,
+                     all_new_tokens, 100 * share, Heartbeat::time_text(elapsed_s, share));
+}
+
 int run_generate(const Options& o) {
   uint64_t seed = 0;
   if (parse_integer_text(o.seed, seed) != IntegerText::ok)
@@ -302,11 +316,21 @@ int run_generate(const Options& o) {
   double prompt_seconds = 0, decode_seconds = 0;
   int64_t new_tokens = 0;
   ContinuationTotals scores;
+  // a long generation says where it is on stderr (stdout is the continuations)
+  GenerationProgress progress;
+  std::atomic<size_t> prompt_at{0};
+  int64_t all_new_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) all_new_tokens += new_tokens_of(i);
+  Heartbeat heartbeat(o.heartbeat_s, stderr);
+  const HeartbeatScope beat(&heartbeat, [&, n = prompts.size()](double elapsed_s) {
+    return generate_heartbeat_line(progress, prompt_at.load(), n, all_new_tokens, elapsed_s);
+  });
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<int32_t>& prompt = prompts[i];
     const int64_t P = int64_t(prompt.size()), n = new_tokens_of(i);
+    prompt_at.store(i);
     KvCacheDecoder decoder(config, params.data(), P, P + n);
-    const Generation g = generate(decoder, prompt, n, sampling);
+    const Generation g = generate(decoder, prompt, n, sampling, &progress);
     prompt_seconds += g.prompt_seconds;
     decode_seconds += g.decode_seconds;
     new_tokens += int64_t(g.tokens.size());
@@ -371,6 +395,11 @@ Command add_generate_command(CLI::App& lct) {
   cmd->add_option("--threads", o->threads, "threads (0 = all cores)")
       ->check(whole_integer())
       ->check(CLI::Range(int64_t(0), kMaxThreads));
+  cmd->add_option("--heartbeat-s", o->heartbeat_s,
+                  "in a generation longer than this many seconds, print where it is (prompt, new tokens done, time to "
+                  "go) on stderr every this many seconds (0 = never)")
+      ->check(non_negative())
+      ->capture_default_str();
   cmd->add_flag("--per-line", o->per_line,
                 "every line of --prompt-file or --prompt-tokens is its own prompt (one output line each)");
   cmd->add_flag("--ids", o->ids, "print token ids, also for the byte-level vocabulary");

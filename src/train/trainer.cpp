@@ -84,8 +84,7 @@ Trainer::Trainer(const RunPlan& plan, const ProcessGrid& grid)
   copies_ = {model_.weight_copy_bits(), model_.weight_copy_ranges()};
   if (grid.is_root() && plan.run.heartbeat_s > 0) {
     model_.set_progress(&progress_);
-    heartbeat_ = std::make_unique<Heartbeat>(plan.run.heartbeat_s, progress_, plan.model.num_hidden_layers,
-                                             plan.micro_batches);
+    heartbeat_ = std::make_unique<Heartbeat>(plan.run.heartbeat_s);
   }
   model_.set_recompute(plan.recompute);
   model_.set_tile_tokens(plan.tile_tokens);
@@ -222,16 +221,14 @@ StepRecord Trainer::train_step() {
   }
   const int64_t targets = counts.targets, tokens = counts.tokens, pairs = counts.pairs;
   // the heartbeat (rank 0) follows this step's passes until it ends, however it ends
-  struct StepHeartbeat {
-    Heartbeat* h;
-    ~StepHeartbeat() {
-      if (h) h->step_ends();
-    }
-  } heartbeat{heartbeat_.get()};
-  if (heartbeat_) {
-    progress_.reset();
-    heartbeat_->step_begins(step + 1, model_.pass_flops(counts.my_tokens, int64_t(counts.my_pairs)), t0);
-  }
+  if (heartbeat_) progress_.reset();
+  const HeartbeatScope heartbeat(
+      heartbeat_.get(),
+      [this, step = step + 1, flops = heartbeat_ ? model_.pass_flops(counts.my_tokens, int64_t(counts.my_pairs)) : 0.0,
+       layers = plan_.model.num_hidden_layers, micro_batches = plan_.micro_batches](double elapsed_s) {
+        return step_heartbeat_line(step, progress_.position(), flops, layers, micro_batches, elapsed_s);
+      },
+      t0);
   // a step without one target learns nothing (loss 0, zero gradients): said once per
   // step, and a run none of whose steps had one fails before its final checkpoint
   if (targets == 0)

@@ -22,6 +22,7 @@
 #include "src/io/run_folder.h"
 #include "src/util/machine.h"
 #include "src/train/heartbeat.h"
+#include "src/util/heartbeat.h"
 #include "src/train/make_placement.h"
 #include "src/train/rank_agreement.h"
 #include "src/train/run_objects.h"

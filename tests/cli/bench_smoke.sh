@@ -8,10 +8,15 @@ SRC=$2
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 out=$(mktemp)
 first=$(mktemp)
-trap 'rm -f "$out" "$first" "$first".*' EXIT
+trap 'rm -f "$out" "$out.beat" "$first" "$first".*' EXIT
 
 "$LCT" bench --json --attention-lengths 300,700 --step-lengths 256,512 --step-precisions fp32,bf16 --repeats 2 --budget 5 \
-  --model.num_hidden_layers 2 --attention.dca_chunk_size 128 --attention.dca_local_size 16 > "$out"
+  --model.num_hidden_layers 2 --attention.dca_chunk_size 128 --attention.dca_local_size 16 --train.heartbeat_s 0.05 \
+  > "$out" 2> "$out.beat"
+# its heartbeat (train.heartbeat_s, issue 57) on stderr, so stdout stays one JSON document
+grep -qE '^bench: section (ceilings|gemm|attention|step) \([1-4] of 4\), [0-9]+ timed runs \| [0-9.]+ (s|min|h) in$' "$out.beat" \
+  || { cat "$out.beat"; echo "FAIL: no bench heartbeat line on stderr"; exit 1; }
+echo "ok   bench heartbeat: $(grep -c '^bench: section' "$out.beat") lines on stderr"
 python3 - "$out" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

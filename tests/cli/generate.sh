@@ -277,4 +277,15 @@ sys.stdout.write(' '.join(items))" > fz.ids ;;
   fuzzed=$((fuzzed + 1))
 done
 echo "ok   fuzz: $fuzzed runs of random token files, seeds and lengths, each exit 0 or one line and exit 1"
+# a long generation's heartbeat (--heartbeat-s, issue 57): progress lines on stderr,
+# stdout (the tokens) as without them; none with 0
+"$LCT" generate --checkpoint "$CK" --prompt "$PROMPT" --max-new-tokens 3000 --ids --heartbeat-s 0.01 --threads 1 \
+  > beat.out 2> beat.err || { cat beat.err; fail "generate with a heartbeat"; }
+"$LCT" generate --checkpoint "$CK" --prompt "$PROMPT" --max-new-tokens 3000 --ids --heartbeat-s 0 --threads 1 \
+  > quiet.out 2> quiet.err || { cat quiet.err; fail "generate without a heartbeat"; }
+cmp -s beat.out quiet.out || fail "the heartbeat changed the generated tokens"
+line='^generate: (decoding|the prompt.s forward) \| [0-9]+ of 3000 new tokens \([0-9]+%\) \| [0-9.]+ (s|min|h) in(, about [0-9.]+ (s|min|h) to go)?$'
+[[ $(grep -cE "$line" beat.err) -ge 1 && $(grep -c '^generate: .* new tokens (' quiet.err) -eq 0 ]] \
+  || { cat beat.err quiet.err; fail "generate heartbeat lines"; }
+echo "ok   generate heartbeat: $(grep -cE "$line" beat.err) lines on stderr, the same tokens as without"
 echo "generate: all checks passed"

@@ -19,7 +19,10 @@ mkdir -p "$OUT"
 for e in stragglers cad_ablations placements memory recompute attention_kernel masks dca_extrapolation cp_methods passkey; do
   start=$(date +%s)
   echo "== $e"
-  /usr/bin/python3 "scripts/experiments/$e.py" "${QUICK[@]}" --out "$OUT/$e" > "$OUT/$e.log" 2>&1 \
+  # its output in OUT/e.log; its heartbeat lines (an lct run longer than LCT_HEARTBEAT_S,
+  # default 30 s: scripts/experiments/common.py) shown as they come
+  /usr/bin/python3 "scripts/experiments/$e.py" "${QUICK[@]}" --out "$OUT/$e" 2>&1 | tee "$OUT/$e.log" \
+    | { grep --line-buffered -E "^$e: run [0-9]+ " || true; } \
     || { cat "$OUT/$e.log"; echo "all.sh: $e failed" >&2; exit 1; }
   { cat "$OUT/$e/$e.md"; echo; echo "![$e]($e/$e.png)"; echo; } >> "$OUT/README.md"
   echo "   $(( $(date +%s) - start )) s: $OUT/$e/$e.csv, .md, .png"

@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -20,6 +22,62 @@ QUICK_MODEL = ["--model.hidden_size", "64", "--model.intermediate_size", "128",
                "--model.num_hidden_layers", "2", "--model.num_attention_heads", "4",
                "--model.num_key_value_heads", "2", "--data.seq_len", "512",
                "--data.max_doc_len", "512"]
+
+
+# A heartbeat like lct's (src/util/heartbeat.h): while an lct run of the experiment has
+# taken longer than LCT_HEARTBEAT_S seconds (default 30; 0 = never), a line on stderr
+# every that many seconds says which run it is and how long it and the experiment have
+# taken (the runs' output is captured, so lct's own heartbeat lines do not show):
+#   placements: run 7 (lct train, 4 ranks) | 95 s in | the experiment 12.5 min in
+EXPERIMENT = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+_STARTED = time.monotonic()
+_RUNS = [0]
+
+
+def duration_text(s):
+    """4.2 s, 75 s, 12.5 min, 3.1 h (as lct's heartbeat writes them)."""
+    if s < 10:
+        return f"{s:.1f} s"
+    if s < 600:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def heartbeat_interval():
+    text = os.environ.get("LCT_HEARTBEAT_S", "30")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not value >= 0 or value == float("inf"):
+        sys.exit(f"{EXPERIMENT}: LCT_HEARTBEAT_S must be a number of seconds >= 0 (0 = never), got '{text}'")
+    return value
+
+
+def run(cmd, what, **kwargs):
+    """subprocess.run(cmd, capture_output=True, text=True, **kwargs) with the heartbeat;
+    `what` names the run in its lines ("lct train, 4 ranks")."""
+    _RUNS[0] += 1
+    number, interval, start = _RUNS[0], heartbeat_interval(), time.monotonic()
+    done = threading.Event()
+
+    def beat():
+        while not done.wait(interval):
+            now = time.monotonic()
+            print(f"{EXPERIMENT}: run {number} ({what}) | {duration_text(now - start)} in | "
+                  f"the experiment {duration_text(now - _STARTED)} in", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True) if interval > 0 else None
+    if thread:
+        thread.start()
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    finally:
+        done.set()
+        if thread:
+            thread.join()
 
 
 def arguments(name, description):
@@ -56,7 +114,7 @@ def lct(args, quick, config, refusal=False):
     # eval, generate and export read the checkpoint's model
     with_config = ["--config", config] if args[0] not in ("eval", "generate", "export") else []
     cmd = [LCT] + args[:1] + with_config + quick_model(quick, args) + args[1:]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run(cmd, f"lct {args[0]}")
     lines = r.stderr.strip().splitlines()
     if refusal and r.returncode == 1 and lines and lines[-1].startswith("lct: error"):
         return None, lines[-1]
@@ -113,7 +171,7 @@ def mpi_train(ranks, args, quick, config, out_dir):
            "--config", config] + quick_model(quick, args) + [
            "--train.threads", "1", "--checkpoint.every", "0", "--checkpoint.dir", out_dir,
            "--checkpoint.overwrite", "true"] + args  # a rerun of the experiment replaces its runs
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = run(cmd, f"lct train, {ranks} ranks", env=env)
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     return [json.loads(l) for l in open(os.path.join(out_dir, "metrics.jsonl"))]

@@ -17,7 +17,6 @@ recomputation costs a few percent, full recomputation 30-40 %.
 import json
 import os
 import re
-import subprocess
 import sys
 
 import common
@@ -41,7 +40,7 @@ def train(args, quick, config, out_dir):
     cmd = ["/usr/bin/time", "-f", "%M", "-o", peak_file, common.LCT, "train", "--config", config] + \
         common.quick_model(quick, args) + ["--train.steps", "2", "--checkpoint.every", "0",
                                            "--checkpoint.dir", out_dir, "--checkpoint.overwrite", "true"] + args
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = common.run(cmd, "lct train")
     if r.returncode != 0:
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     rows = [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]

@@ -5,8 +5,15 @@ set -euo pipefail
 LCT=$1
 SRC=$2
 source "$(dirname "$0")/../script_common.sh"  # $work (the current directory), MPI's settings, MPIRUN, fail, model_keys
-LCT="$LCT" bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
+# (a heartbeat every 0.2 s of an lct run: lines as each long run goes, issue 57)
+LCT="$LCT" LCT_HEARTBEAT_S=0.2 bash "$SRC/scripts/experiments/all.sh" --quick --out "$work/results" > "$work/all.log" 2>&1 \
   || { cat "$work/all.log"; exit 1; }
+beat='^[a-z_]+: run [0-9]+ \(lct [a-z-]+(, [0-9]+ ranks)?\) \| [0-9.]+ (s|min|h) in \| the experiment [0-9.]+ (s|min|h) in$'
+[[ $(grep -cE "$beat" "$work/all.log") -ge 1 ]] || { cat "$work/all.log"; echo "FAIL: no experiment heartbeat line"; exit 1; }
+echo "ok   experiment heartbeat: $(grep -cE "$beat" "$work/all.log") lines while lct runs went on"
+out=$(LCT="$LCT" LCT_HEARTBEAT_S=-1 /usr/bin/python3 "$SRC/scripts/experiments/stragglers.py" --quick --out "$work/bad" 2>&1) \
+  && { echo "FAIL: LCT_HEARTBEAT_S=-1 accepted"; exit 1; }
+[[ $out == *"LCT_HEARTBEAT_S must be a number of seconds >= 0"* ]] || { echo "FAIL: LCT_HEARTBEAT_S=-1: $out"; exit 1; }
 check() {  # experiment columns...
   local e=$1
   shift

@@ -2,7 +2,7 @@
 // a bench section) has run longer than the interval, rank 0 prints where it is every
 // interval, from a thread of its own that asks the work's line function:
 //   step 3: backward, layer 2 of 4, micro-batch 1 of 2 | 37% of the step's FLOPs | 92 s in, about 2.6 min to go
-//   generate: prompt 1 of 2, 1200 of 4000 new tokens | 30% of the new tokens | 31 s in, about 72 s to go
+//   generate: prompt 1 of 2, decoding | 1200 of 4000 new tokens (30%) | 31 s in, about 72 s to go
 // On a terminal (not under an MPI launcher, whose ranks write to a pseudo-terminal
 // wherever the output goes) it is one line rewritten in place and cleared when the work
 // ends; otherwise a line each time, on stdout or stderr. Nothing the work computes or
@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 namespace lct {
 
@@ -58,12 +59,14 @@ class Heartbeat {
 };
 
 // Begins on construction and ends on destruction, however the work ends (a null
-// heartbeat: nothing).
+// heartbeat: nothing, and the line function is never made into a std::function, so a
+// training step without a heartbeat allocates nothing for it).
 class HeartbeatScope {
  public:
-  HeartbeatScope(Heartbeat* h, Heartbeat::LineFunction line, Heartbeat::Clock::time_point start = Heartbeat::Clock::now())
+  template <typename Line>
+  HeartbeatScope(Heartbeat* h, Line&& line, Heartbeat::Clock::time_point start = Heartbeat::Clock::now())
       : h_(h) {
-    if (h_) h_->begin(std::move(line), start);
+    if (h_) h_->begin(Heartbeat::LineFunction(std::forward<Line>(line)), start);
   }
   ~HeartbeatScope() {
     if (h_) h_->end();

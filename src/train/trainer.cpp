@@ -265,24 +265,7 @@ StepRecord Trainer::train_step() {
   StepRecord r;
   r.step = step + 1;
   r.loss = targets > 0 ? sums[0] / double(targets) : 0.0;
-  // every rank holds its stage's reduced gradient: sum squares over stages
-  {
-    const ScopedSpan span("gradient norm");
-    double sq = sum_of_squares(model_.grads, counted_);
-    allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
-    r.grad_norm = std::sqrt(sq);
-  }
-  refuse_non_finite(r);
-  const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
-                          ? plan_.optimizer.grad_clip / r.grad_norm
-                          : 1.0;
-  r.lr = learning_rate(plan_.optimizer, step);
-  {
-    const ScopedSpan span("optimizer");
-    // (bf16: the weight copies written in the same pass)
-    optimizer_.step(model_.params, model_.grads, r.lr, clip, copies_);
-    copies_follow_params_ = copies_.bits != nullptr;
-  }
+  update_weights(r, step, comm_s);
   state_.step += 1;
   state_.next_sequence += layout.dp * mb;
   state_.tokens_seen += tokens;
@@ -303,6 +286,27 @@ StepRecord Trainer::train_step() {
   r.answers_correct = int64_t(sums[2]);
   history_.push_back(r);
   return r;
+}
+
+// The gradient norm over the whole model (every rank holds its stage's reduced
+// gradient: squares summed over stages), the refusal of a non-finite step, clipping and
+// the optimizer step of step index `step`; r gets the norm and the learning rate.
+void Trainer::update_weights(StepRecord& r, int64_t step, double& comm_s) {
+  {
+    const ScopedSpan span("gradient norm");
+    double sq = sum_of_squares(model_.grads, counted_);
+    allreduce_sum(&sq, 1, grid_.pp(), &comm_s);
+    r.grad_norm = std::sqrt(sq);
+  }
+  refuse_non_finite(r);
+  const double clip = plan_.optimizer.grad_clip > 0 && r.grad_norm > plan_.optimizer.grad_clip
+                          ? plan_.optimizer.grad_clip / r.grad_norm
+                          : 1.0;
+  r.lr = learning_rate(plan_.optimizer, step);
+  const ScopedSpan span("optimizer");
+  // (bf16: the weight copies written in the same pass)
+  optimizer_.step(model_.params, model_.grads, r.lr, clip, copies_);
+  copies_follow_params_ = copies_.bits != nullptr;
 }
 
 std::string Trainer::save_checkpoint() {

@@ -238,16 +238,7 @@ StepRecord Trainer::train_step() {
   // over micro-batches and ranks gives the gradient of the global mean loss.
   const float grad_scale = targets > 0 ? 1.0f / float(targets) : 0.0f;
 
-  {
-    const ScopedSpan span("zero gradients");
-    model_.zero_grads();
-  }
-  {
-    const ScopedSpan span("weight copies");
-    // bf16: the weights as they are now, unless the last optimizer step wrote the copies
-    // as it updated them
-    if (!copies_follow_params_) model_.refresh_weight_copies();
-  }
+  prepare_passes();
   placement_.placement->reset_stats();
   const PipelineStepStats pipe =
       executor_.run(local_, grad_scale, reducer_, *placement_.placement, grid_.tied_embedding(), tied_);
@@ -286,6 +277,17 @@ StepRecord Trainer::train_step() {
   r.answers_correct = int64_t(sums[2]);
   history_.push_back(r);
   return r;
+}
+
+// Before a step's passes: zero gradients, and (bf16) the weight copies as the weights
+// are now, unless the last optimizer step wrote the copies as it updated them.
+void Trainer::prepare_passes() {
+  {
+    const ScopedSpan span("zero gradients");
+    model_.zero_grads();
+  }
+  const ScopedSpan span("weight copies");
+  if (!copies_follow_params_) model_.refresh_weight_copies();
 }
 
 // The gradient norm over the whole model (every rank holds its stage's reduced

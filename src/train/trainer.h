@@ -91,6 +91,7 @@ class Trainer {
   };
   StepCounts count_step(double& comm_s);
   void refuse_non_finite(const StepRecord& r) const;
+  void prepare_passes();
   void update_weights(StepRecord& r, int64_t step, double& comm_s);
   void record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& placement, double step_s,
                            double comm_s, const StepCounts& counts);

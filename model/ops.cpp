@@ -139,17 +139,31 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
 }
 
 namespace {
+// The SwiGLU forward takes each row in two loops: first 1 + exp(-g) into a buffer, then
+// the rest. One loop holding both fast_exp and the division ran 3.5x slower (GCC 12
+// gave it four divisions per 32 elements, two of them masked, where the split loops
+// have two: 0.92 against 0.26 ms for 2048 x 688 bf16 elements on 2 threads of an AMD
+// Zen 5; fp32 1.5x), and both give the same bits (seen on that AVX-512 CPU: every
+// element of fp32 and bf16 rows of 1 to 2048 elements, and 12 training steps of the
+// default config in each precision, losses, gradient norms and checkpoint). The
+// backward keeps its single loop: split the same way, GCC contracts its products into
+// FMAs differently (-ffp-contract=fast), which changes bits.
+constexpr int64_t kSwigluPiece = 1024;  // elements of a row per pair of loops
+
 template <typename In, typename Out>
 void swiglu_rows(Out* out, const In* gate_up, int64_t T, int64_t I) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const In* gate = gate_up + t * 2 * I;
-    const In* up = gate + I;
-    Out* o = out + t * I;
+    float denom[kSwigluPiece];  // 1 + exp(-g)
+    for (int64_t i0 = 0; i0 < I; i0 += kSwigluPiece) {
+      const int64_t n = std::min(kSwigluPiece, I - i0);
+      const In* gate = gate_up + t * 2 * I + i0;
+      const In* up = gate + I;
+      Out* o = out + t * I + i0;
 #pragma omp simd
-    for (int64_t i = 0; i < I; ++i) {
-      const float g = stored_value(gate[i]);
-      o[i] = store_as<Out>(g / (1.0f + fast_exp(-g)) * stored_value(up[i]));
+      for (int64_t i = 0; i < n; ++i) denom[i] = 1.0f + fast_exp(-stored_value(gate[i]));
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = store_as<Out>(stored_value(gate[i]) / denom[i] * stored_value(up[i]));
     }
   }
 }

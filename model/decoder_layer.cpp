@@ -57,8 +57,7 @@ void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTe
                        const LayerActivations& a, const LayerScratch& d, float* dx) {
   const int64_t T = s.T, C = s.C, I = s.I, qdim = s.H * s.hd;
   // MLP block. forward: x_out = x_mid + act Wdown^T ; act = silu(gate) * up
-  std::fill(d.dact, d.dact + T * I, 0.0f);
-  matmul_backward(d.dact, g.wdown, dx, a.act.operand(), w.wdown, T, I, C, s.arith);
+  matmul_backward(d.dact, g.wdown, dx, a.act.operand(), w.wdown, T, I, C, s.arith, DxWrite::overwrite);
   // dgate | dup in one pass (bf16 runs: as the bf16 bits the products read), then one
   // product pair for both
   Operand dgate_up = d.dgate_up;
@@ -69,13 +68,12 @@ void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTe
   } else {
     swiglu_backward(d.dgate_up, d.dact, a.gate_up.f32, T, I);
   }
-  std::fill(d.dh, d.dh + T * C, 0.0f);
-  matmul_backward(d.dh, g.wgate_up, dgate_up, a.h2.operand(), w.wgate_up, T, C, 2 * I, s.arith);
+  matmul_backward(d.dh, g.wgate_up, dgate_up, a.h2.operand(), w.wgate_up, T, C, 2 * I, s.arith,
+                  DxWrite::overwrite);
   // residual: dx already carries d x_mid from the skip path; add the norm's share
   rmsnorm_backward(dx, g.mlp_norm, d.dh, a.x_mid, w.mlp_norm, a.rstd2, T, C);
   // output projection. forward: x_mid = x_in + attn Wo^T
-  std::fill(d.dattn, d.dattn + T * qdim, 0.0f);
-  matmul_backward(d.dattn, g.wo, dx, a.attn, w.wo, T, qdim, C, s.arith);
+  matmul_backward(d.dattn, g.wo, dx, a.attn, w.wo, T, qdim, C, s.arith, DxWrite::overwrite);
 }
 
 void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
@@ -91,8 +89,8 @@ void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTen
   } else {
     rope_join_qkv_grad(d.qkv, d.dq, d.dk, d.dv, q_positions(s), s.q_scale, k_positions(s), *s.rope, T, s.H, s.KV, s.hd);
   }
-  std::fill(d.dh, d.dh + T * C, 0.0f);
-  matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.arith);
+  matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.arith,
+                  DxWrite::overwrite);
   rmsnorm_backward(dx, g.attn_norm, d.dh, a.x_in, w.attn_norm, a.rstd1, T, C);
 }
 

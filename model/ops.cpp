@@ -30,7 +30,7 @@ void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_d
 }
 
 void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
-                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith) {
+                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith, DxWrite dx_write) {
   // forward was out = x W^T, so dx = dout W and dW = dout^T x. In bf16 both products
   // read dout rounded: it is rounded once here instead of in each (a dout that is stored
   // in bf16 is read as it is).
@@ -44,7 +44,8 @@ void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, i
   }
   if (dx) {
     const ScopedSpan span("product", TraceTrack::product);
-    gemm(arith, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, 1.0f, dx, in_dim);
+    const float beta = dx_write == DxWrite::overwrite ? 0.0f : 1.0f;
+    gemm(arith, false, false, T, in_dim, out_dim, 1.0f, g, out_dim, w, in_dim, beta, dx, in_dim);
   }
   if (dw) {
     const ScopedSpan span("product", TraceTrack::product);

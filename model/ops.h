@@ -26,9 +26,12 @@ void matmul_forward(uint16_t* out, Operand x, Operand w, int64_t T, int64_t in_d
                     const Arithmetic& arith);
 // dx[T, I] += dout W ; dw[O, I] += dout^T x   (pass nullptr to skip either; bf16 rounds
 // dout once for both unless it is stored in bf16, and W and x unless stored in bf16; the
-// gradients accumulate in fp32)
+// gradients accumulate in fp32). DxWrite::overwrite writes dx = dout W instead, saving
+// the pass that would zero dx first (the same values: x + 0 = x).
+enum class DxWrite { accumulate, overwrite };
 void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, int64_t T,
-                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith = {});
+                     int64_t in_dim, int64_t out_dim, const Arithmetic& arith = {},
+                     DxWrite dx_write = DxWrite::accumulate);
 // Every product above is one span on the trace's product track (model/trace.h), so a
 // timeline splits each phase into products and everything else.
 

@@ -2,6 +2,8 @@
 // loss sum(r * out) with a fixed random r.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "model/ops.h"
 #include "model/logit_scaling.h"
 #include "model/rope.h"
@@ -65,6 +67,29 @@ TEST(Ops, MatmulBackwardAccumulates) {
   matmul_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), T, I, O);
   for (size_t i = 0; i < dx1.size(); ++i) EXPECT_FLOAT_EQ(dx2[i], dx1[i] + 1.0f);
   for (size_t i = 0; i < dw1.size(); ++i) EXPECT_FLOAT_EQ(dw2[i], dw1[i] + 1.0f);
+}
+
+// DxWrite::overwrite never reads dx (NaN in it would come through a beta-1 sum) and
+// writes what accumulating into zeros writes, on every kernel; dw still accumulates
+TEST(Ops, MatmulBackwardOverwriteWritesWhatAccumulatingIntoZerosDoes) {
+  const std::vector<Arithmetic> kernels = {
+      {Precision::fp32, Fp32Library::openblas, Bf16Kernel::automatic},
+      {Precision::fp32, Fp32Library::onednn, Bf16Kernel::automatic},
+      {Precision::bf16, Fp32Library::openblas, Bf16Kernel::rounded},
+      {Precision::bf16, Fp32Library::openblas, Bf16Kernel::automatic}};
+  for (const int64_t T : {int64_t(1), int64_t(37)}) {
+    const int64_t I = 24, O = 18;
+    auto x = random_vector(T * I, 1), w = random_vector(O * I, 2), g = random_vector(T * O, 3);
+    for (const Arithmetic& arith : kernels) {
+      std::vector<float> dx1(x.size(), 0.0f), dw1(w.size(), 0.5f);
+      std::vector<float> dx2(x.size(), std::numeric_limits<float>::quiet_NaN()), dw2(w.size(), 0.5f);
+      matmul_backward(dx1.data(), dw1.data(), g.data(), x.data(), w.data(), T, I, O, arith);
+      matmul_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), T, I, O, arith,
+                      DxWrite::overwrite);
+      for (size_t i = 0; i < dx1.size(); ++i) EXPECT_EQ(dx2[i], dx1[i]) << "T " << T << " dx " << i;
+      for (size_t i = 0; i < dw1.size(); ++i) EXPECT_EQ(dw2[i], dw1[i]) << "T " << T << " dw " << i;
+    }
+  }
 }
 
 TEST(Ops, EmbeddingGradientMatchesFiniteDifferences) {

@@ -582,7 +582,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
     else rmsnorm_forward(h.f32, rstd, x_final, final_norm, tn, C, eps);
     // rows r0.. of the tile's h
     auto h_rows = [&h, C](int64_t r0) { return h.bf16 ? Operand(h.bf16 + r0 * C) : Operand(h.f32 + r0 * C); };
-    if (backward) std::fill(d_.dh, d_.dh + tn * C, 0.0f);
+    // the row chunks cover the tile: each writes its rows of dh (no zeroing first)
     for (int64_t r0 = 0; r0 < tn; r0 += kLogitRows) {
       const int64_t n = std::min(kLogitRows, tn - r0), row = t0 + r0;
       matmul_forward(logits_, h_rows(r0), lm_head, n, C, V, arith_);
@@ -591,7 +591,7 @@ CrossEntropyStats LlamaModel::head_forward_backward(ActivationSlot& s, float gra
                                      token_correct ? token_correct + row : nullptr);
       if (backward)
         matmul_backward(d_.dh + r0 * C, grads.data() + lm_head_offset_, logits_, h_rows(r0), lm_head, n, C, V,
-                        arith_);
+                        arith_, DxWrite::overwrite);
     }
     if (!backward) return;
     float* dx = residual_grad(s) + t0 * C;

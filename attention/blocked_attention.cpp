@@ -440,7 +440,10 @@ void blocked_attention_backward(const AttentionParams& params,
   for (const AttentionTask& t : tasks) rows = std::max<int64_t>(rows, t.q_row + t.q_len);
   if (rows == 0) return;
 
-  // Key-block work items and their deterministic thread assignment.
+  // Key-block work items and their deterministic thread assignment. The native bf16
+  // backward's items span several key blocks (it packs each query tile once per item).
+  const Arith arith = arith_of(params);
+  const int64_t item_rows = kKeyBlock * (arith == Arith::bf16_native ? kMaxSpanBlocks : 1);
   group_tasks_by_keys(tasks, ws);
   auto& items = ws.key_items;
   items.clear();
@@ -457,7 +460,7 @@ void blocked_attention_backward(const AttentionParams& params,
     const AttentionTask& first = tasks[ws.task_order[group.first]];
     const int64_t row_to_offset = int64_t(first.kv_pos) - first.kv_row;
     for (int64_t r0 = begin, r1; r0 < end; r0 = r1) {
-      r1 = std::min(r0 + kKeyBlock, end);
+      r1 = std::min(r0 + item_rows, end);
       if (geo.dca)
         r1 = std::min(r1, ((r0 + row_to_offset) / geo.s + 1) * geo.s - row_to_offset);
       int64_t cost = 0;
@@ -487,7 +490,6 @@ void blocked_attention_backward(const AttentionParams& params,
   const int64_t dq_floats = rows * geo.ldq;
   float* row_dot = ws.row_dot.get(rows * geo.H);
   float* private_dq = threads > 1 ? ws.private_dq.get(dq_floats * (threads - 1)) : nullptr;
-  const Arith arith = arith_of(params);
   const int64_t krows = key_rows(tasks);
   if (arith == Arith::bf16_rounded) std::tie(k, v) = rounded_keys(geo, k, v, krows, ws);
   BackwardKeys keys;

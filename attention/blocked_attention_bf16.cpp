@@ -9,8 +9,11 @@
 //   dP^T [mc, M]  = V_blk dO^T          dS^T = P^T (dP^T - D)
 //   dK   [mc, hd] += dS^T Qp
 //   dQp^T [hd, M] = scale K_blk^T dS    (then added to dQ, rotated back for DCA)
-// Only query-tile-sized operands (Qp, dO) are repacked per tile; K and V are converted
-// once per call.
+// K and V are converted once per call. A work item spans up to kMaxSpanBlocks key blocks
+// (blocked_attention_tiles.h), so the query-tile operands (Qp, dO: rounding, pair
+// transposition and interleaving) are packed once per item rather than once per key
+// block, and dQp^T is summed over the item's blocks in the microkernel's fp32
+// accumulators before one transposition and one add into dQ.
 #include <algorithm>
 
 #include "compute/bf16_tiles.h"
@@ -86,7 +89,7 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
   const int64_t hd = geo.hd, kp = hd / 2, mp = geo.mp, ldh = half_stride(geo);
   float* st = tile.f;  // S^T, then P^T   [mc, M] (row stride mp)
   float* dpt = st + kKeyBlock * mp;  // dP^T, then dS^T
-  float* dqt = dpt + kKeyBlock * mp;  // dQp^T [hd, M]
+  float* dqt = dpt + kKeyBlock * mp;  // dQp^T [hd, M], summed over the item's key blocks
   float* qp = dqt + hd * mp;
   float* dop = qp + mp * hd;
   float* lse_p = dop + mp * hd;
@@ -100,27 +103,38 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
   uint32_t* qpairs = dot + kp * mp;  // Qp row pairs [pair_rows(M), hd]
   uint32_t* dopairs = qpairs + pair_rows(mp) * hd;
   uint32_t* dspairs = dopairs + pair_rows(mp) * hd;  // dS^T key-row pairs [., mp]
+  const bool causal = geo.mask->causal();
 
   for (const int32_t task : order) {
     const AttentionTask& t = tasks[task];
     const int64_t c0 = std::max<int64_t>(row_begin - t.kv_row, 0);
     const int64_t c1 = std::min<int64_t>(row_end - t.kv_row, t.kv_len);
     if (c0 >= c1) continue;
-    const int64_t mc = c1 - c0, kr0 = t.kv_row + c0;
-    const uint16_t* kc = keys.k + kr0 * geo.ldk + g * hd;
-    const uint16_t* vc = keys.v + kr0 * geo.ldk + g * hd;
-    const uint16_t* ktc = keys.kt + g * hd * keys.kt_ld + kr0;
-    float* dkc = dk + kr0 * geo.ldk + g * hd;
-    float* dvc = dv + kr0 * geo.ldk + g * hd;
-    const auto [i_first, i_end] = key_block_queries(geo, t, c0, c1);
+    // The item's key blocks: kKeyBlock rows from its first row (the fp32 kernel's blocks),
+    // as task-relative key ranges with the query rows that read each.
+    struct KeyBlock {
+      int64_t c0, c1, i_first, i_end;
+    } blocks[kMaxSpanBlocks];
+    int num_blocks = 0;
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kKeyBlock) {
+      const int64_t b0 = std::max<int64_t>(r0 - t.kv_row, c0);
+      const int64_t b1 = std::min<int64_t>(r0 + kKeyBlock - t.kv_row, c1);
+      if (b0 >= b1) continue;
+      const auto [first, end] = key_block_queries(geo, t, b0, b1);
+      if (first < end) blocks[num_blocks++] = {b0, b1, first, end};
+    }
+    if (num_blocks == 0) continue;
+    int64_t i_first = blocks[0].i_first, i_end = blocks[0].i_end;
+    for (int b = 1; b < num_blocks; ++b)
+      i_first = std::min(i_first, blocks[b].i_first), i_end = std::max(i_end, blocks[b].i_end);
     const float factor = logit_scale(geo, t);
-    const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;
-    const bool causal = geo.mask->causal();
+    const int64_t key_chunk = geo.dca ? (t.kv_pos + c0) / geo.s : 0;  // one chunk per item
 
     for (int64_t i0 = i_first, i1; i0 < i_end; i0 = i1) {
       i1 = std::min(query_tile_end(geo, t, i0), i_end);
       const int64_t n = i1 - i0, M = geo.G * n, Mp = M + (M & 1);
       const int64_t chunk_distance = geo.dca ? (t.q_pos + i0) / geo.s - key_chunk : kNoRotation;
+      // Q and dO of the tile, packed once for all the item's key blocks
       pack_rows(geo, t, g, i0, n, q, factor, qp, chunk_distance, true);  // Q as bf16 values (Arith)
       pack_rows(geo, t, g, i0, n, dout, 1.0f, dop);
       bf16_tiles::to_bf16(qp, M * hd, 1.0f, qb);
@@ -135,59 +149,75 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
         dd[r] = row_dot[row * geo.H + h];
       }
 
-      // S^T [mc, M] = K_blk Qp^T; P^T = exp(S^T - LSE) where the query sees the key
-      bf16_tiles::gemm(mc, M, kp, 1.0f, kc, geo.ldk, qt, mp, false, st, mp);
-      // masks: the key columns each query row of the tile reads, [0, s1) and [b0, b1)
-      int32_t s1[kPackedRows], b0[kPackedRows], b1[kPackedRows];
-      if (!causal)
-        for (int64_t i = 0; i < n; ++i) {
-          const RowColumns rc = row_columns(geo, t, i0 + i, c0, mc);
-          s1[i] = int32_t(rc.s1), b0[i] = int32_t(rc.b0), b1[i] = int32_t(rc.b1);
-        }
-      for (int64_t c = 0; c < mc; ++c) {
-        float* row = st + c * mp;
-        // causal: query i (tile-relative) sees key c iff i >= first
-        const int64_t first =
-            causal ? std::clamp<int64_t>(int64_t(t.kv_pos) + c0 + c - t.q_pos - i0, 0, n) : 0;
-        for (int64_t hh = 0; hh < geo.G; ++hh) {
-          float* seg = row + hh * n;
-          const float* shift = lse_p + hh * n;
-          std::fill(seg, seg + first, 0.0f);
-          if (causal) {
+      bool dq_started = false;
+      for (int b = 0; b < num_blocks; ++b) {
+        const KeyBlock& blk = blocks[b];
+        if (blk.i_end <= i0 || blk.i_first >= i1) continue;  // no row of the tile reads it
+        const int64_t bc0 = blk.c0, mc = blk.c1 - blk.c0, kr0 = t.kv_row + bc0;
+        const uint16_t* kc = keys.k + kr0 * geo.ldk + g * hd;
+        const uint16_t* vc = keys.v + kr0 * geo.ldk + g * hd;
+        const uint16_t* ktc = keys.kt + g * hd * keys.kt_ld + kr0;
+        float* dkc = dk + kr0 * geo.ldk + g * hd;
+        float* dvc = dv + kr0 * geo.ldk + g * hd;
+
+        // S^T [mc, M] = K_blk Qp^T; P^T = exp(S^T - LSE) where the query sees the key
+        bf16_tiles::gemm(mc, M, kp, 1.0f, kc, geo.ldk, qt, mp, false, st, mp);
+        // masks: the key columns each query row of the tile reads, [0, s1) and [b0, b1)
+        int32_t s1[kPackedRows], b0[kPackedRows], b1[kPackedRows];
+        if (!causal)
+          for (int64_t i = 0; i < n; ++i) {
+            const RowColumns rc = row_columns(geo, t, i0 + i, bc0, mc);
+            s1[i] = int32_t(rc.s1), b0[i] = int32_t(rc.b0), b1[i] = int32_t(rc.b1);
+          }
+        for (int64_t c = 0; c < mc; ++c) {
+          float* row = st + c * mp;
+          // causal: query i (tile-relative) sees key c iff i >= first
+          const int64_t first =
+              causal ? std::clamp<int64_t>(int64_t(t.kv_pos) + bc0 + c - t.q_pos - i0, 0, n) : 0;
+          for (int64_t hh = 0; hh < geo.G; ++hh) {
+            float* seg = row + hh * n;
+            const float* shift = lse_p + hh * n;
+            std::fill(seg, seg + first, 0.0f);
+            if (causal) {
 #pragma omp simd
-            for (int64_t i = first; i < n; ++i)
-              seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
-          } else {
-            const int32_t cc = int32_t(c);
+              for (int64_t i = first; i < n; ++i)
+                seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+            } else {
+              const int32_t cc = int32_t(c);
 #pragma omp simd
-            for (int64_t i = 0; i < n; ++i) {
-              const bool seen = cc < s1[i] || (cc >= b0[i] && cc < b1[i]);
-              seg[i] = !seen || shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+              for (int64_t i = 0; i < n; ++i) {
+                const bool seen = cc < s1[i] || (cc >= b0[i] && cc < b1[i]);
+                seg[i] = !seen || shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+              }
             }
           }
+          uint16_t* pr = ptb + c * ldh;
+          pr[Mp - 1] = 0;
+          bf16_tiles::to_bf16(row, M, 1.0f, pr);
         }
-        uint16_t* pr = ptb + c * ldh;
-        pr[Mp - 1] = 0;
-        bf16_tiles::to_bf16(row, M, 1.0f, pr);
-      }
-      // dV [mc, hd] += P^T dO
-      bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, ptb, ldh, dopairs, hd, true, dvc, geo.ldk);
-      // dP^T [mc, M] = V_blk dO^T; dS^T = P^T (dP^T - D)
-      bf16_tiles::gemm(mc, M, kp, 1.0f, vc, geo.ldk, dot, mp, false, dpt, mp);
-      for (int64_t c = 0; c < mc; ++c) {
-        const float* pr = st + c * mp;
-        float* dr = dpt + c * mp;
+        // dV [mc, hd] += P^T dO
+        bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, ptb, ldh, dopairs, hd, true, dvc, geo.ldk);
+        // dP^T [mc, M] = V_blk dO^T; dS^T = P^T (dP^T - D)
+        bf16_tiles::gemm(mc, M, kp, 1.0f, vc, geo.ldk, dot, mp, false, dpt, mp);
+        for (int64_t c = 0; c < mc; ++c) {
+          const float* pr = st + c * mp;
+          float* dr = dpt + c * mp;
 #pragma omp simd
-        for (int64_t r = 0; r < M; ++r) dr[r] = pr[r] * (dr[r] - dd[r]);
-        uint16_t* out = dstb + c * ldh;
-        out[Mp - 1] = 0;
-        bf16_tiles::to_bf16(dr, M, 1.0f, out);
+          for (int64_t r = 0; r < M; ++r) dr[r] = pr[r] * (dr[r] - dd[r]);
+          uint16_t* out = dstb + c * ldh;
+          out[Mp - 1] = 0;
+          bf16_tiles::to_bf16(dr, M, 1.0f, out);
+        }
+        // dK [mc, hd] += dS^T Qp (Qp carries the logit scale)
+        bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, dstb, ldh, qpairs, hd, true, dkc, geo.ldk);
+        // dQp^T [hd, M] (+)= scale K_blk^T dS over key-row pairs (an odd last row pairs
+        // with zero), summed over the item's key blocks
+        bf16_tiles::interleave_rows(dstb, mc, M, ldh, dspairs, mp);
+        bf16_tiles::gemm(hd, M, (mc + 1) / 2, factor, ktc, keys.kt_ld, dspairs, mp, dq_started,
+                         dqt, mp);
+        dq_started = true;
       }
-      // dK [mc, hd] += dS^T Qp (Qp carries the logit scale)
-      bf16_tiles::gemm(mc, hd, Mp / 2, 1.0f, dstb, ldh, qpairs, hd, true, dkc, geo.ldk);
-      // dQp^T [hd, M] = scale K_blk^T dS over key-row pairs (an odd last row pairs with zero)
-      bf16_tiles::interleave_rows(dstb, mc, M, ldh, dspairs, mp);
-      bf16_tiles::gemm(hd, M, (mc + 1) / 2, factor, ktc, keys.kt_ld, dspairs, mp, false, dqt, mp);
+      if (!dq_started) continue;
       // back to rows [M, hd] (into qp, packed already), so the adds below run along rows
       for (int64_t d = 0; d < hd; ++d) {
         const float* src = dqt + d * mp;

@@ -23,6 +23,9 @@ namespace lct::blocked {
 constexpr int64_t kPackedRows = 128;
 constexpr int64_t kMinQueryBlock = 16;
 constexpr int64_t kKeyBlock = 256;
+// The native bf16 backward's work items span up to this many key blocks (the fp32 and
+// rounded ones one): its query tiles are packed once per item.
+constexpr int64_t kMaxSpanBlocks = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Geometry {
@@ -267,9 +270,10 @@ struct Bf16TileSizes {
 };
 Bf16TileSizes bf16_backward_tile_sizes(const Geometry& geo);
 
-// dK/dV of key rows [row_begin, row_end) of kv head g, and the dQ they feed, for the
-// tasks tasks[order[i]] (which share those key rows): the same work as the fp32
-// backward_key_block, with every product in bf16 (see blocked_attention_bf16.cpp).
+// dK/dV of key rows [row_begin, row_end) of kv head g (up to kMaxSpanBlocks key blocks of
+// kKeyBlock rows from row_begin), and the dQ they feed, for the tasks tasks[order[i]]
+// (which share those key rows): the same work as the fp32 backward_key_block, with every
+// product in bf16 (see blocked_attention_bf16.cpp).
 void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask> tasks,
                              std::span<const int32_t> order, int64_t g, int64_t row_begin,
                              int64_t row_end, const BackwardKeys& keys, const float* q,

@@ -331,6 +331,9 @@ TEST(Dca, Bf16PackedDocumentsMatchDenseReference) {
   // chunks cutting tiles and blocks at odd rows, GQA, three-part query tiles
   expect_bf16_matches_dense({4, 2, 16, {0, 100, 101, 138, 409}, 24, 7});
   expect_bf16_matches_dense({2, 1, 32, {0, 600}, 200, 13});
+  // chunks of 550 rows: the native backward's items of four 256-row key blocks end at
+  // chunk boundaries, so an item holds 2 or 3 key blocks and one rotation per query tile
+  expect_bf16_matches_dense({2, 1, 32, {0, 1200}, 650, 100});
 }
 
 TEST(Dca, TemperatureMultipliesLogits) {

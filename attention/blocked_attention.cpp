@@ -102,6 +102,43 @@ size_t forward_tile_halves(const Geometry& geo) {  // native: Qp and P in bf16
   return ((geo.mp * (geo.hd + kPStride) + 31) / 32) * 32;
 }
 
+// One row of a score tile through the online softmax. The row (query i of task t) reads
+// columns [0, s1) and [b0, b1) of the key block [j0, j0 + m) under the mask (causal:
+// [0, b1)): those become exp(s - the new running max), the others 0, and the running
+// max, sum and accumulator row are rescaled to the new max.
+inline void softmax_row(const Geometry& geo, const AttentionTask& t, int64_t i, int64_t j0, int64_t m,
+                        float* sr, float& row_max, float& row_sum, float* acc_row) {
+  const RowColumns rc = row_columns(geo, t, i, j0, m);
+  if (rc.count() == 0) {  // the row sees none of this block: P row is zero
+    std::fill(sr, sr + m, 0.0f);
+    return;
+  }
+  const float mx = max_of(sr + rc.b0, rc.b1 - rc.b0, max_of(sr, rc.s1, row_max));
+  // online softmax: rescale the running sum and accumulator to the new max
+  const float correction = row_max == kNegInf ? 0.0f : fast_exp(row_max - mx);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < rc.s1; ++c) {
+    const float e = fast_exp(sr[c] - mx);
+    sr[c] = e;
+    sum += e;
+  }
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = rc.b0; c < rc.b1; ++c) {
+    const float e = fast_exp(sr[c] - mx);
+    sr[c] = e;
+    sum += e;
+  }
+  std::fill(sr + rc.s1, sr + rc.b0, 0.0f);
+  std::fill(sr + rc.b1, sr + m, 0.0f);
+  row_sum = row_sum * correction + sum;
+  row_max = mx;
+  if (correction != 1.0f) {
+#pragma omp simd
+    for (int64_t d = 0; d < geo.hd; ++d) acc_row[d] *= correction;
+  }
+}
+
 void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int64_t g, int64_t i0,
                   int64_t n, const float* q, const ForwardKeys& keys, float* out, float* lse,
                   float* tile, uint16_t* tile16) {
@@ -169,48 +206,20 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
       else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(m), int(hd), 1.0f, qp,
                     int(hd), kg + j0 * geo.ldk, int(geo.ldk), 0.0f, s, int(kKeyBlock));
+      // native: P in bf16 [M, kPStride], each row converted while it is in L1, shifted by
+      // one column when the key block starts at an odd row (V pairs start at even rows)
+      const int64_t row0 = t.kv_row + j0, lead = row0 & 1, width = lead + m + ((lead + m) & 1);
       for (int64_t r = 0; r < M; ++r) {
         float* sr = s + r * kKeyBlock;
-        // the row reads columns [0, s1) and [b0, b1) of this block (causal: [0, b1))
-        const RowColumns rc = row_columns(geo, t, i0 + r % n, j0, m);
-        if (rc.count() == 0) {  // the row sees none of this block: P row is zero
-          std::fill(sr, sr + m, 0.0f);
-          continue;
-        }
-        const float mx = max_of(sr + rc.b0, rc.b1 - rc.b0, max_of(sr, rc.s1, row_max[r]));
-        // online softmax: rescale the running sum and accumulator to the new max
-        const float correction = row_max[r] == kNegInf ? 0.0f : fast_exp(row_max[r] - mx);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < rc.s1; ++c) {
-          const float e = fast_exp(sr[c] - mx);
-          sr[c] = e;
-          sum += e;
-        }
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = rc.b0; c < rc.b1; ++c) {
-          const float e = fast_exp(sr[c] - mx);
-          sr[c] = e;
-          sum += e;
-        }
-        std::fill(sr + rc.s1, sr + rc.b0, 0.0f);
-        std::fill(sr + rc.b1, sr + m, 0.0f);
-        row_sum[r] = row_sum[r] * correction + sum;
-        row_max[r] = mx;
-        if (correction != 1.0f) {
-          float* a = acc + r * hd;
-#pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) a[d] *= correction;
+        softmax_row(geo, t, i0 + r % n, j0, m, sr, row_max[r], row_sum[r], acc + r * hd);
+        if (native) {
+          uint16_t* pr = pb + r * kPStride;
+          pr[0] = pr[width - 1] = 0;
+          bf16_tiles::to_bf16(sr, m, 1.0f, pr + lead);
         }
       }
       // acc [M, hd] += P V_blk
       if (native) {
-        const int64_t row0 = t.kv_row + j0, lead = row0 & 1, width = lead + m + ((lead + m) & 1);
-        for (int64_t r = 0; r < M; ++r) {
-          uint16_t* pr = pb + r * kPStride;
-          pr[0] = pr[width - 1] = 0;
-          bf16_tiles::to_bf16(s + r * kKeyBlock, m, 1.0f, pr + lead);
-        }
         bf16_tiles::gemm(M, hd, width / 2, 1.0f, pb, kPStride,
                          keys.vp + (g * keys.vp_pairs + (row0 - lead) / 2) * hd, hd, true, acc, hd);
       } else {

@@ -27,18 +27,17 @@ void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActi
 
 void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
   const int64_t T = s.T, C = s.C, I = s.I;
-  // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added)
+  // x_mid = x_in + attn Wo^T  (the projection is written, then the residual added in the
+  // pass of the norm that reads x_mid)
   matmul_forward(a.x_mid, a.attn, w.wo, T, s.H * s.hd, C, s.arith);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) a.x_mid[i] += a.x_in[i];
   // h2, then gate and up in one product (bf16 runs: written in bf16 by the product), then
   // act in one pass
   if (a.h2.bf16) {
-    rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
+    add_rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, a.x_in, w.mlp_norm, T, C, s.eps);
     matmul_forward(a.gate_up.bf16, a.h2.bf16, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.bf16, a.gate_up.bf16, T, I);
   } else {
-    rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, w.mlp_norm, T, C, s.eps);
+    add_rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, a.x_in, w.mlp_norm, T, C, s.eps);
     matmul_forward(a.gate_up.f32, a.h2.f32, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.f32, a.gate_up.f32, T, I);
   }

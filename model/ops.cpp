@@ -76,11 +76,20 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
 }
 
 namespace {
+// With a residual, x += residual first, row by row, so the norm reads the row from cache
+// (the sum is the same loop over the same values as without it: the same bits).
 template <typename Out>
-void rmsnorm_rows(Out* out, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps) {
+void rmsnorm_rows(Out* out, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
+                  float* x_plus = nullptr, const float* residual = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * C;
+    if (residual) {
+      float* xw = x_plus + t * C;
+      const float* rt = residual + t * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) xw[c] += rt[c];
+    }
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += xt[c] * xt[c];
@@ -103,6 +112,16 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
 void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w, int64_t T,
                      int64_t C, float eps) {
   rmsnorm_rows(out, rstd, x, w, T, C, eps);
+}
+
+void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* residual, const float* w,
+                         int64_t T, int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps, x, residual);
+}
+
+void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const float* residual, const float* w,
+                         int64_t T, int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps, x, residual);
 }
 
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,

@@ -48,6 +48,12 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
 // The same with out stored as bf16 bits (each value the fp32 result rounded)
 void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w, int64_t T,
                      int64_t C, float eps);
+// x += residual, then out = rmsnorm(x) as above, in one pass over the rows: the same bits
+// as the add and the norm in two passes (the residual add fused with the next norm)
+void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* residual, const float* w,
+                         int64_t T, int64_t C, float eps);
+void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const float* residual, const float* w,
+                         int64_t T, int64_t C, float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
 

@@ -2,6 +2,8 @@
 // loss sum(r * out) with a fixed random r.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <limits>
 
 #include "model/ops.h"
@@ -128,6 +130,29 @@ TEST(Ops, RmsNormForwardMatchesFormula) {
   rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), 1, 4, 0.0f);
   const double r = 1.0 / std::sqrt((1 + 4 + 9 + 16) / 4.0);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[size_t(i)], x[size_t(i)] * r * w[size_t(i)], 1e-6);
+}
+
+// The residual add fused with the norm (x += residual; out = rmsnorm(x)) gives the bits of
+// the add and the norm as two passes, for fp32 and bf16 outputs, at the model's width and
+// at widths that are no multiple of a vector.
+TEST(Ops, AddRmsNormIsTheAddThenTheNorm) {
+  for (const int64_t C : {256, 37}) {
+    const int64_t T = 67;
+    const auto x0 = random_vector(T * C, 11), res = random_vector(T * C, 12), w = random_vector(C, 13);
+    std::vector<float> x_two = x0, x_one = x0, out_two(static_cast<size_t>(T * C)), out_one(static_cast<size_t>(T * C));
+    std::vector<float> rstd_two(static_cast<size_t>(T)), rstd_one(static_cast<size_t>(T));
+    for (size_t i = 0; i < x_two.size(); ++i) x_two[i] += res[i];
+    rmsnorm_forward(out_two.data(), rstd_two.data(), x_two.data(), w.data(), T, C, 1e-5f);
+    add_rmsnorm_forward(out_one.data(), rstd_one.data(), x_one.data(), res.data(), w.data(), T, C, 1e-5f);
+    EXPECT_EQ(std::memcmp(x_one.data(), x_two.data(), x_one.size() * sizeof(float)), 0) << "C " << C;
+    EXPECT_EQ(std::memcmp(out_one.data(), out_two.data(), out_one.size() * sizeof(float)), 0) << "C " << C;
+    EXPECT_EQ(std::memcmp(rstd_one.data(), rstd_two.data(), rstd_one.size() * sizeof(float)), 0) << "C " << C;
+    std::vector<uint16_t> b_two(static_cast<size_t>(T * C)), b_one(static_cast<size_t>(T * C));
+    x_one = x0;
+    rmsnorm_forward(b_two.data(), rstd_two.data(), x_two.data(), w.data(), T, C, 1e-5f);
+    add_rmsnorm_forward(b_one.data(), rstd_one.data(), x_one.data(), res.data(), w.data(), T, C, 1e-5f);
+    EXPECT_EQ(b_one, b_two) << "bf16, C " << C;
+  }
 }
 
 // rope_backward is the gradient of sum(rope_forward(x) * r) (finite differences at x; x

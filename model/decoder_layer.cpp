@@ -13,8 +13,9 @@ const int32_t* k_positions(const LayerShape& s) { return s.dca ? s.key_positions
 }  // namespace
 
 void attn_norm_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
-  if (a.h1.bf16) rmsnorm_forward(a.h1.bf16, a.rstd1, a.x_in, w.attn_norm, s.T, s.C, s.eps);
-  else rmsnorm_forward(a.h1.f32, a.rstd1, a.x_in, w.attn_norm, s.T, s.C, s.eps);
+  if (a.h1.f32) rmsnorm_forward(a.h1.f32, a.rstd1, a.x_in.f32, w.attn_norm, s.T, s.C, s.eps);
+  else if (a.x_in.bf16) rmsnorm_forward(a.h1.bf16, a.rstd1, a.x_in.bf16, w.attn_norm, s.T, s.C, s.eps);
+  else rmsnorm_forward(a.h1.bf16, a.rstd1, a.x_in.f32, w.attn_norm, s.T, s.C, s.eps);
 }
 
 void attn_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a,
@@ -33,11 +34,12 @@ void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActiv
   // h2, then gate and up in one product (bf16 runs: written in bf16 by the product), then
   // act in one pass
   if (a.h2.bf16) {
-    add_rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, a.x_in, w.mlp_norm, T, C, s.eps);
+    if (a.x_in.bf16) add_rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, a.x_in.bf16, w.mlp_norm, T, C, s.eps);
+    else add_rmsnorm_forward(a.h2.bf16, a.rstd2, a.x_mid, a.x_in.f32, w.mlp_norm, T, C, s.eps);
     matmul_forward(a.gate_up.bf16, a.h2.bf16, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.bf16, a.gate_up.bf16, T, I);
   } else {
-    add_rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, a.x_in, w.mlp_norm, T, C, s.eps);
+    add_rmsnorm_forward(a.h2.f32, a.rstd2, a.x_mid, a.x_in.f32, w.mlp_norm, T, C, s.eps);
     matmul_forward(a.gate_up.f32, a.h2.f32, w.wgate_up, T, C, 2 * I, s.arith);
     swiglu_forward(a.act.f32, a.gate_up.f32, T, I);
   }
@@ -46,10 +48,15 @@ void mlp_in_forward(const LayerShape& s, const LayerWeights& w, const LayerActiv
 void attn_out_forward(const LayerShape& s, const LayerWeights& w, const LayerActivations& a) {
   const int64_t T = s.T, C = s.C;
   mlp_in_forward(s, w, a);
-  // x_out = x_mid + act Wdown^T
+  // x_out = x_mid + act Wdown^T (kept as bf16 bits: rounded in the add's pass)
   matmul_forward(a.x_out, a.act.operand(), w.wdown, T, s.I, C, s.arith);
+  if (a.x_out_bits) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < T * C; ++i) a.x_out[i] += a.x_mid[i];
+    for (int64_t i = 0; i < T * C; ++i) a.x_out_bits[i] = bf16_bits(a.x_out[i] + a.x_mid[i]);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < T * C; ++i) a.x_out[i] += a.x_mid[i];
+  }
 }
 
 void attn_out_backward(const LayerShape& s, const LayerWeights& w, const LayerTensors& g,
@@ -90,7 +97,8 @@ void attn_in_backward(const LayerShape& s, const LayerWeights& w, const LayerTen
   }
   matmul_backward(d.dh, g.wqkv, dqkv, a.h1.operand(), w.wqkv, T, C, qkv_width(s), s.arith,
                   DxWrite::overwrite);
-  rmsnorm_backward(dx, g.attn_norm, d.dh, a.x_in, w.attn_norm, a.rstd1, T, C);
+  if (a.x_in.bf16) rmsnorm_backward(dx, g.attn_norm, d.dh, a.x_in.bf16, w.attn_norm, a.rstd1, T, C);
+  else rmsnorm_backward(dx, g.attn_norm, d.dh, a.x_in.f32, w.attn_norm, a.rstd1, T, C);
 }
 
 }  // namespace lct

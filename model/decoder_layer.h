@@ -53,14 +53,20 @@ struct SavedRows {
   Operand operand() const { return bf16 ? Operand(bf16) : Operand(f32); }
 };
 
-struct LayerActivations {  // saved by forward for backward; x_out is the next layer's x_in
-  float *x_in, *rstd1;
+// x_out is the next layer's x_in. A bf16 run keeps a layer's input as bf16 bits (x_in.bf16;
+// a later pipeline stage's first input stays fp32), so a layer whose output is kept so
+// has x_out_bits set: x_out then only stages the down product's rows, and the residual
+// add writes x_out_bits (each sum rounded) in its pass.
+struct LayerActivations {  // saved by forward for backward
+  SavedRows x_in;
+  float* rstd1;
   SavedRows h1;
   float *q, *k, *v, *attn, *lse, *x_mid, *rstd2;
   SavedRows h2;
   SavedRows gate_up;  // [T, 2I]: gate | up per row, the fused product's output
   SavedRows act;      // silu(gate) * up [T, I]
   float* x_out;
+  uint16_t* x_out_bits = nullptr;
 };
 
 // Backward temporaries; dq/dk/dv/dattn meet the placement (whole sequence). The tile's:

@@ -145,7 +145,7 @@ void KvCacheDecoder::append(std::span<const int32_t> tokens, float* logits, bool
       sh.key_positions = key_positions_.data() + r0;
       sh.q_scale = q_scale_.empty() ? nullptr : q_scale_.data() + r0;
       LayerActivations a{};
-      a.x_in = x_.data() + r0 * C_;
+      a.x_in.f32 = x_.data() + r0 * C_;
       a.rstd1 = rstd1_.data();
       a.h1.f32 = h1_.data();
       a.q = q_.data() + r0 * qdim_;
@@ -158,7 +158,7 @@ void KvCacheDecoder::append(std::span<const int32_t> tokens, float* logits, bool
       a.h2.f32 = h2_.data();
       a.gate_up.f32 = gate_up_.data();
       a.act.f32 = act_.data();
-      a.x_out = a.x_in;
+      a.x_out = a.x_in.f32;
       return a;
     };
     LayerScratch scratch{};

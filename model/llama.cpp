@@ -111,9 +111,13 @@ void LlamaModel::refresh_weight_copies() {
 // (gate and up are one tensor, gate_up [2I], the fused product's output.) In a bf16 run,
 // h1, h2, gate_up and act are stored as bf16 bits: they feed only products (which round
 // them anyway) and the SwiGLU, and the products and the SwiGLU write them in bf16 directly.
-// Everything the backward needs at full precision stays fp32: the residual stream (x_in,
-// x_mid, x_out, dx), the RMSNorm statistics, Q/K/V and O (the placements exchange and the
-// kernel reads fp32; it rounds its own operands), and the LSE.
+// A bf16 run rounds each layer's input to bf16 (the embedding's rows and every layer output
+// that another layer reads, a later pipeline stage's too: the stage before sends its
+// output in bf16; the last layer's output, the final norm's input, stays fp32) and keeps
+// it as bf16 bits; the backward treats the rounding as the identity. Everything
+// else the backward needs at full precision stays fp32: x_mid, x_out, dx, the RMSNorm
+// statistics, Q/K/V and O (the placements exchange and the kernel reads fp32; it rounds
+// its own operands), and the LSE.
 ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSpec& stage,
                                              Precision precision, const RecomputePolicy& recompute,
                                              ActivationIds* ids) {
@@ -126,7 +130,11 @@ ActivationTable LlamaModel::activation_table(const LlamaConfig& c, const StageSp
     const std::string p = "layers." + std::to_string(l) + ".";
     LayerIds i;
     i.mode = recompute.of(l);
-    i.x_in = t.add(p + "x_in", C);
+    // bf16 runs round the residual stream at every layer boundary and keep each layer's
+    // input as bf16 bits, in every recompute mode (so a recomputed layer starts from the
+    // very values its forward read); a later pipeline stage receives its first input as
+    // bf16 bits straight into the slot
+    i.x_in = t.add(p + "x_in", C, precision);
     if (i.mode == Recompute::selective) {
       i.attn = t.add(p + "attn", qdim);
       i.lse = t.add(p + "lse", H);
@@ -174,18 +182,21 @@ int64_t LlamaModel::workspace_floats_per_token(const LlamaConfig& c, const Stage
 
 namespace {
 // a token tile's intermediates (TileBuffers, all fp32-sized): rstd1, h1, x_mid, rstd2,
-// h2, gate_up (2I), act, rstd_final, h_final per row
-int64_t tile_floats_per_row(const LlamaConfig& c) { return 3 + 4 * c.hidden_size + 3 * c.intermediate_size; }
+// h2, gate_up (2I), act, rstd_final, h_final per row; in bf16 runs also the layer
+// output's rows before their rounding (x_out: the slot keeps it as bf16 bits)
+int64_t tile_floats_per_row(const LlamaConfig& c, Precision precision) {
+  return 3 + 4 * c.hidden_size + 3 * c.intermediate_size + (precision == Precision::bf16 ? c.hidden_size : 0);
+}
 }  // namespace
 
 // whole sequence: dq qdim, dk kvdim, dv kvdim, dattn qdim per token; one token tile:
 // dh C, qkv qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM
 // head's logit rows (processed kLogitRows at a time)
-int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens) {
+int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens, Precision precision) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens);
   return T * (2 * qdim + 2 * kvdim) +
-         tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c)) +
+         tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c, precision)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
 }
 
@@ -244,10 +255,11 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
     if (acts_table_.specs()[size_t(id)].storage == Precision::bf16) return {nullptr, s.bf16_tensor(id) + r0 * width};
     return {s.tensor(id) + r0 * width, nullptr};
   };
-  float* x_out = l + 1 < stage_.end_layer ? s.tensor(ids_[size_t(l + 1 - stage_.first_layer)].x_in)
-                                          : s.tensor(x_out_);
+  // the layer's output: the next layer's input (bf16 bits in a bf16 run; tile_activations
+  // gives the rows that stage it) or the stage's output
+  const int out = l + 1 < stage_.end_layer ? ids_[size_t(l + 1 - stage_.first_layer)].x_in : x_out_;
   LayerActivations a;
-  a.x_in = s.tensor(i.x_in) + r0 * C;
+  a.x_in = tile_saved(i.x_in, {}, C);
   a.rstd1 = tile_rows(i.rstd1, tile_.rstd1, 1);
   a.h1 = tile_saved(i.h1, tile_.h1, C);
   a.q = rows(i.q, w.q, qdim);
@@ -260,9 +272,20 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
   a.h2 = tile_saved(i.h2, tile_.h2, C);
   a.gate_up = tile_saved(i.gate_up, tile_.gate_up, 2 * I);
   a.act = tile_saved(i.act, tile_.act, I);
-  a.x_out = x_out + r0 * C;
+  a.x_out = nullptr;
+  if (kept_in_bf16(out)) a.x_out_bits = s.bf16_tensor(out) + r0 * C;
+  else a.x_out = s.tensor(out) + r0 * C;
   return a;
 }
+
+bool LlamaModel::kept_in_bf16(int id) const { return acts_table_.specs()[size_t(id)].storage == Precision::bf16; }
+
+LayerActivations LlamaModel::tile_activations(int l, ActivationSlot& s, int64_t r0) {
+  LayerActivations a = layer_activations(l, s, r0);
+  if (a.x_out_bits) a.x_out = tile_.x_out;
+  return a;
+}
+
 
 LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t n) const {
   const LlamaConfig& c = config_;
@@ -304,7 +327,7 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens_);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
-  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_)), 0.0f);
+  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision)), 0.0f);
   float* p = scratch_.data();
   auto take = [&](int64_t rows, int64_t n) {
     float* r = p;
@@ -334,6 +357,7 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   tile_.act = saved(I);
   tile_.rstd_final = take(tile, 1);
   tile_.h_final = saved(C);
+  tile_.x_out = arith_.precision == Precision::bf16 ? take(tile, C) : nullptr;
   logits_ = p;
   scratch_tokens_ = T;
 }
@@ -440,8 +464,13 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int round, int lane) 
 void LlamaModel::embed_forward(ActivationSlot& s) {
   const ScopedSpan span("embedding");
   if (s.tokens() == 0) return;  // an empty ping-pong lane computes nothing
-  embedding_forward(stage_input(s), s.batch->tokens.data(), params.data() + embed_offset_,
-                    s.tokens(), config_.hidden_size);
+  const int in = ids_[0].x_in;
+  if (kept_in_bf16(in))
+    embedding_forward(s.bf16_tensor(in), s.batch->tokens.data(), params.data() + embed_offset_, s.tokens(),
+                      config_.hidden_size);
+  else
+    embedding_forward(s.tensor(in), s.batch->tokens.data(), params.data() + embed_offset_, s.tokens(),
+                      config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(ActivationSlot& s) {
@@ -506,7 +535,7 @@ void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
     const ScopedSpan span("after attention");
     const LayerWeights w = layer_weights(l);
     for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-      lct::attn_out_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0));
+      lct::attn_out_forward(layer_shape(s, r0, n), w, tile_activations(l, s, r0));
     });
   }
   progress_finished(layer_forward_flops(config_, s.tokens(), s.pairs));  // the layer's forward

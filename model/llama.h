@@ -116,7 +116,12 @@ class LlamaModel {
   // The same on a slot the caller owns (outside the pool: a pipeline tick's dummy).
   void prepare(ActivationSlot& s, const LocalBatch& batch, int round, int lane = 0);
   void end(ActivationSlot& slot) { pool_.release(slot); }
-  float* stage_input(ActivationSlot& s) { return s.tensor(ids_[0].x_in); }  // [T, C]
+  // [T, C]: the stage's input in its storage, fp32, or bf16 bits in a bf16 run (a later
+  // stage receives it so: its values are bf16 values, every layer's input is)
+  SavedRows stage_input(ActivationSlot& s) {
+    if (kept_in_bf16(ids_[0].x_in)) return {nullptr, s.bf16_tensor(ids_[0].x_in)};
+    return {s.tensor(ids_[0].x_in), nullptr};
+  }
   float* stage_output(ActivationSlot& s) { return s.tensor(x_out_); }       // [T, C]
   float* residual_grad(ActivationSlot& s) { return s.tensor(dx_); }         // [T, C]
 
@@ -182,7 +187,8 @@ class LlamaModel {
                                              Precision precision, const RecomputePolicy& recompute = {});
   static int64_t workspace_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                             const RecomputePolicy& recompute);
-  static int64_t scratch_floats(const LlamaConfig& config, int64_t T, int64_t tile_tokens = kTileTokens);
+  static int64_t scratch_floats(const LlamaConfig& config, int64_t T, int64_t tile_tokens = kTileTokens,
+                                Precision precision = Precision::fp32);
   static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
   // Rows of a token tile (train.tile_tokens; kTileTokens unless set, and set before the
   // first slot is taken): the token-linear phases (norms, products, MLP, LM head and
@@ -221,6 +227,7 @@ class LlamaModel {
     std::vector<float> data;
     float *rstd1 = nullptr, *x_mid = nullptr, *rstd2 = nullptr, *rstd_final = nullptr;
     SavedRows h1, h2, gate_up, act, h_final;
+    float* x_out = nullptr;  // bf16 runs: a layer's output rows before their rounding
   };
   void build_activation_table();
   LayerTensors layer_tensors(std::vector<float>& arena, int l);
@@ -229,7 +236,12 @@ class LlamaModel {
   // Layer l's arrays from row r0 on: the slot's rows of what the layer keeps, the lane's
   // workspace rows of what it recomputes over the whole sequence, and the tile buffers
   // for a recomputed layer's token-tile intermediates.
+  // (An output kept as bf16 bits, the next layer's input in a bf16 run, has x_out null.)
   LayerActivations layer_activations(int l, ActivationSlot& s, int64_t r0 = 0);
+  // The same for the forward of a token tile from row r0: such an output's rows are
+  // staged in the tile buffer before their rounding.
+  LayerActivations tile_activations(int l, ActivationSlot& s, int64_t r0);
+  bool kept_in_bf16(int activation_id) const;
   // Layer l's shape for rows [r0, r0 + n) of a slot (the whole slot by default).
   LayerShape layer_shape(const ActivationSlot& s, int64_t r0 = 0, int64_t n = -1) const;
   // recomputed: the forward that a full-recompute layer repeats in backward.

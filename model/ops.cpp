@@ -59,6 +59,17 @@ void embedding_forward(float* out, const int32_t* tokens, const float* table, in
   for (int64_t t = 0; t < T; ++t) std::copy_n(table + int64_t(tokens[t]) * C, C, out + t * C);
 }
 
+void embedding_forward(uint16_t* out, const int32_t* tokens, const float* table, int64_t T,
+                       int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = table + int64_t(tokens[t]) * C;
+    uint16_t* o = out + t * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = bf16_bits(row[c]);
+  }
+}
+
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t T,
                         int64_t C) {
   // Threads own disjoint column ranges and walk tokens in order: no races, and the
@@ -77,28 +88,29 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
 
 namespace {
 // With a residual, x += residual first, row by row, so the norm reads the row from cache
-// (the sum is the same loop over the same values as without it: the same bits).
-template <typename Out>
-void rmsnorm_rows(Out* out, float* rstd, const float* x, const float* w, int64_t T, int64_t C, float eps,
-                  float* x_plus = nullptr, const float* residual = nullptr) {
+// (the sum is the same loop over the same values as without it: the same bits). x or the
+// residual stored as bf16 bits (a bf16 run's layer input) is widened as it is read.
+template <typename Out, typename In, typename Residual = float>
+void rmsnorm_rows(Out* out, float* rstd, const In* x, const float* w, int64_t T, int64_t C, float eps,
+                  float* x_plus = nullptr, const Residual* residual = nullptr) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const float* xt = x + t * C;
+    const In* xt = x + t * C;
     if (residual) {
       float* xw = x_plus + t * C;
-      const float* rt = residual + t * C;
+      const Residual* rt = residual + t * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) xw[c] += rt[c];
+      for (int64_t c = 0; c < C; ++c) xw[c] += stored_value(rt[c]);
     }
     float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += xt[c] * xt[c];
+    for (int64_t c = 0; c < C; ++c) ss += stored_value(xt[c]) * stored_value(xt[c]);
     const float r = 1.0f / std::sqrt(ss / float(C) + eps);
     rstd[t] = r;
     Out* ot = out + t * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
-      ot[c] = store_as<Out>(xt[c] * r * w[c]);
+      ot[c] = store_as<Out>(stored_value(xt[c]) * r * w[c]);
     }
   }
 }
@@ -114,6 +126,11 @@ void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w,
   rmsnorm_rows(out, rstd, x, w, T, C, eps);
 }
 
+void rmsnorm_forward(uint16_t* out, float* rstd, const uint16_t* x, const float* w, int64_t T,
+                     int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps);
+}
+
 void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* residual, const float* w,
                          int64_t T, int64_t C, float eps) {
   rmsnorm_rows(out, rstd, x, w, T, C, eps, x, residual);
@@ -124,8 +141,15 @@ void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const float* resi
   rmsnorm_rows(out, rstd, x, w, T, C, eps, x, residual);
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t T, int64_t C) {
+void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const uint16_t* residual, const float* w,
+                         int64_t T, int64_t C, float eps) {
+  rmsnorm_rows(out, rstd, x, w, T, C, eps, x, residual);
+}
+
+namespace {
+template <typename In>
+void rmsnorm_grad_rows(float* dx, float* dw, const float* dout, const In* x, const float* w,
+                       const float* rstd, int64_t T, int64_t C) {
   // forward: y_c = x_c * r * w_c with r = (mean(x^2) + eps)^(-1/2)
   // dw_c += sum_t dy_c x_c r
   // dx_c += r * g_c - x_c * r^3 / C * sum_j g_j x_j   where g = dy * w
@@ -139,23 +163,34 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
   for (int64_t ch = 0; ch < chunks; ++ch) {
     float* dwp = dw_partial + ch * C;
     for (int64_t t = ch * kReduceChunk; t < std::min(T, (ch + 1) * kReduceChunk); ++t) {
-      const float* xt = x + t * C;
+      const In* xt = x + t * C;
       const float* gt = dout + t * C;
       const float r = rstd[t];
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t c = 0; c < C; ++c) {
-        dot += gt[c] * w[c] * xt[c];
-        dwp[c] += gt[c] * xt[c] * r;
+        dot += gt[c] * w[c] * stored_value(xt[c]);
+        dwp[c] += gt[c] * stored_value(xt[c]) * r;
       }
       const float k = dot * r * r * r / float(C);
       float* dxt = dx + t * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) dxt[c] += r * gt[c] * w[c] - xt[c] * k;
+      for (int64_t c = 0; c < C; ++c) dxt[c] += r * gt[c] * w[c] - stored_value(xt[c]) * k;
     }
   }
   for (int64_t ch = 0; ch < chunks; ++ch)
     for (int64_t c = 0; c < C; ++c) dw[c] += dw_partial[ch * C + c];
+}
+}  // namespace
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, int64_t T, int64_t C) {
+  rmsnorm_grad_rows(dx, dw, dout, x, w, rstd, T, C);
+}
+
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const uint16_t* x, const float* w,
+                      const float* rstd, int64_t T, int64_t C) {
+  rmsnorm_grad_rows(dx, dw, dout, x, w, rstd, T, C);
 }
 
 namespace {

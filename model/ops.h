@@ -38,6 +38,9 @@ void matmul_backward(float* dx, float* dw, Operand dout, Operand x, Operand w, i
 // out[T, C] = table[tokens[t], :]
 void embedding_forward(float* out, const int32_t* tokens, const float* table, int64_t T,
                        int64_t C);
+// The same with out stored as bf16 bits (each value rounded to nearest even)
+void embedding_forward(uint16_t* out, const int32_t* tokens, const float* table, int64_t T,
+                       int64_t C);
 // dtable[tokens[t], :] += dout[t, :]
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t T,
                         int64_t C);
@@ -45,8 +48,11 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* tokens,
 // out = x / sqrt(mean(x^2) + eps) * w ; rstd[T] saved for backward
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
                      int64_t C, float eps);
-// The same with out stored as bf16 bits (each value the fp32 result rounded)
+// The same with out stored as bf16 bits (each value the fp32 result rounded); x may be
+// bf16 bits too (a bf16 run's layer input), widened as it is read
 void rmsnorm_forward(uint16_t* out, float* rstd, const float* x, const float* w, int64_t T,
+                     int64_t C, float eps);
+void rmsnorm_forward(uint16_t* out, float* rstd, const uint16_t* x, const float* w, int64_t T,
                      int64_t C, float eps);
 // x += residual, then out = rmsnorm(x) as above, in one pass over the rows: the same bits
 // as the add and the norm in two passes (the residual add fused with the next norm)
@@ -54,7 +60,11 @@ void add_rmsnorm_forward(float* out, float* rstd, float* x, const float* residua
                          int64_t T, int64_t C, float eps);
 void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const float* residual, const float* w,
                          int64_t T, int64_t C, float eps);
+void add_rmsnorm_forward(uint16_t* out, float* rstd, float* x, const uint16_t* residual, const float* w,
+                         int64_t T, int64_t C, float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, int64_t T, int64_t C);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const uint16_t* x, const float* w,
                       const float* rstd, int64_t T, int64_t C);
 
 // The SwiGLU on the fused gate and up product: gate_up[T, 2I] holds row t's gate in

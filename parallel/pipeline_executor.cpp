@@ -62,20 +62,22 @@ void PipelineExecutor::post_send(float* rows, int mb, int lane, bool gradient, M
   bytes_sent_ += int64_t(count) * int64_t(bf16_wire_ ? sizeof(uint16_t) : sizeof(float));
 }
 
-void PipelineExecutor::post_recv(float* rows, int mb, int lane, bool gradient, MPI_Request* request) {
+void PipelineExecutor::post_recv(SavedRows rows, int mb, int lane, bool gradient, MPI_Request* request) {
   const ActivationSlot& s = *flight_[size_t(mb)].slots[lane];
   const int count = message_count(s), from = gradient ? stage_ + 1 : stage_ - 1;
-  if (bf16_wire_)
+  if (rows.bf16)  // kept as bf16 bits (a bf16 run's stage input): straight into the slot
+    MPI_Irecv(rows.bf16, count, MPI_UINT16_T, from, tag(mb, lane, gradient), comm_, request);
+  else if (bf16_wire_)
     MPI_Irecv(wire(mb, lane, gradient ? backward_in : forward_in, count), count, MPI_UINT16_T, from,
               tag(mb, lane, gradient), comm_, request);
   else
-    MPI_Irecv(rows, count, MPI_FLOAT, from, tag(mb, lane, gradient), comm_, request);
+    MPI_Irecv(rows.f32, count, MPI_FLOAT, from, tag(mb, lane, gradient), comm_, request);
 }
 
-void PipelineExecutor::widen_received(float* rows, int mb, int lane, bool gradient) {
-  if (!bf16_wire_) return;
+void PipelineExecutor::widen_received(SavedRows rows, int mb, int lane, bool gradient) {
+  if (!bf16_wire_ || rows.bf16) return;
   const int count = message_count(*flight_[size_t(mb)].slots[lane]);
-  from_bf16_bits(wire(mb, lane, gradient ? backward_in : forward_in, count), count, rows);
+  from_bf16_bits(wire(mb, lane, gradient ? backward_in : forward_in, count), count, rows.f32);
 }
 
 void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches, int mb) {
@@ -90,7 +92,7 @@ void PipelineExecutor::post_recv_forward(const std::vector<LocalBatch>& batches,
 void PipelineExecutor::post_recv_backward(int mb) {
   InFlight& f = flight_[size_t(mb)];
   for (int i = 0; i < lanes_; ++i)
-    post_recv(model_.residual_grad(*f.slots[i]), mb, i, true, &f.recv_backward[i]);
+    post_recv({model_.residual_grad(*f.slots[i]), nullptr}, mb, i, true, &f.recv_backward[i]);
   f.backward_posted = true;
 }
 
@@ -228,7 +230,7 @@ void PipelineExecutor::run_action(const PipeAction& a, int m, const std::vector<
       if (!f.backward_posted) post_recv_backward(a.micro_batch);
       for (int i = 0; i < lanes_; ++i) {
         st.recv_wait_seconds += wait_for(f.recv_backward[i]);
-        widen_received(model_.residual_grad(*f.slots[i]), a.micro_batch, i, true);
+        widen_received({model_.residual_grad(*f.slots[i]), nullptr}, a.micro_batch, i, true);
       }
       break;
     case PipeOp::backward:

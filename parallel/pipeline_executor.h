@@ -99,8 +99,9 @@ class PipelineExecutor {
   enum Wire { forward_in = 0, forward_out = 1, backward_in = 2, backward_out = 3 };
   uint16_t* wire(int mb, int lane, Wire which, int64_t values);
   void post_send(float* rows, int mb, int lane, bool gradient, MPI_Request* request);
-  void post_recv(float* rows, int mb, int lane, bool gradient, MPI_Request* request);
-  void widen_received(float* rows, int mb, int lane, bool gradient);  // after the receive completed
+  // into fp32 rows (through the wire buffer when it is bf16) or straight into bf16 bits
+  void post_recv(SavedRows rows, int mb, int lane, bool gradient, MPI_Request* request);
+  void widen_received(SavedRows rows, int mb, int lane, bool gradient);  // after the receive completed
   void run_dummy(const PipeAction& a, AttentionPlacement& placement);
   // One action of the stage's list on its micro-batch (m in the step), its waits into st
   void run_action(const PipeAction& a, int m, const std::vector<LocalBatch>& batches, float grad_scale,

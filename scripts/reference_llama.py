@@ -352,7 +352,8 @@ def rotate_half(x):
 # forward and both backward products, and every block product of core attention take
 # their operands rounded to bfloat16 (through float32, ties to even, as lct rounds its
 # float32 values) and are summed here in float64; the SwiGLU takes gate and up rounded,
-# as lct saves them. lct sums in float32, so the two agree
+# as lct saves them, and each layer's input is rounded (lct keeps it as bf16), its
+# gradient passed through. lct sums in float32, so the two agree
 # to float32 summation error plus the rare operand that lands on the other side of a
 # bf16 rounding boundary (and, in attention, P rounded against a running maximum where
 # a document spans several key blocks).
@@ -597,6 +598,8 @@ def forward(cfg, P, tokens, cu):
     x = P["model.embed_tokens.weight"][tokens]                       # (T, C)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if BF16:   # lct keeps each layer's input as bf16 (its gradient passes through)
+            x = bf16_values(x)
         h = rmsnorm(x, P[p + "input_layernorm.weight"], eps)         # (T, C)
         q = linear(h, P[p + "self_attn.q_proj.weight"]).view(T, H, hd)
         k = linear(h, P[p + "self_attn.k_proj.weight"]).view(T, KV, hd)

@@ -138,7 +138,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // sequence; text and token files have no such bound but the sequence)
   double rope_rows = double(longest_document_piece(plan.data));
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
-  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens)) +
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most max(64K, the longest document)
@@ -213,7 +213,7 @@ double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int6
   double rope_rows = double(L);
   if (model.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(model.dca_chunk_size) + 1);
   const double head_dim = double(model.hidden_size / std::max(1, model.num_attention_heads));
-  const double scratch = (double(LlamaModel::scratch_floats(model, T)) + rope_rows * head_dim) * f;
+  const double scratch = (double(LlamaModel::scratch_floats(model, T, LlamaModel::kTileTokens, precision)) + rope_rows * head_dim) * f;
   AttentionParams params = attention_params_of(model);
   params.precision = precision;
   const double kernel = double(attention_workspace_bytes(

@@ -504,8 +504,9 @@ void Trainer::log_header() const {
   if (!plan_.machine.fp32_description.empty())
     log_info("fp32 products: {}", plan_.machine.fp32_description);
   if (plan_.precision == Precision::bf16)
-    log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs; "
-             "residual stream, softmax statistics, norms, loss, weights, gradients and optimizer in fp32), "
+    log_info("precision bf16 (linear layers and attention products, the MLP's and norms' saved outputs, each "
+             "layer's input; the residual stream within a layer, softmax statistics, norms, loss, weights, "
+             "gradients and optimizer in fp32), "
              "bf16 kernel {}", plan_.machine.bf16_description);
   log_info("GFLOP/s: mask-aware model FLOPs of real tokens, 3 x (2 x matmul params x tokens + "
            "4 x H x hd x layers x attention pairs) per step; pairs: {}",

@@ -253,8 +253,8 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
       }
 }
 
-// A bf16 run stores h1, h2, gate_up and act as bf16 bits and nothing else (half the
-// floats per token each; fp32 stores the same tensors). (The head's normed rows live only
+// A bf16 run stores h1, h2, gate_up, act and each layer's input x_in as bf16 bits and
+// nothing else (half the floats per token each; fp32 stores the same tensors). (The head's normed rows live only
 // in a token tile, in either precision.)
 TEST(Model, Bf16RunStoresProductInputsInBf16) {
   const LlamaConfig c = tiny_config(false);
@@ -264,17 +264,18 @@ TEST(Model, Bf16RunStoresProductInputsInBf16) {
   const int64_t bf16 = LlamaModel::activation_floats_per_token(c, whole, Precision::bf16);
   ASSERT_EQ(C % 2, 0);
   ASSERT_EQ(I % 2, 0);
-  EXPECT_EQ(2 * (fp32 - bf16), L * (2 * C + 3 * I));
+  EXPECT_EQ(2 * (fp32 - bf16), L * (3 * C + 3 * I));
   LlamaModel m(c);
   m.set_arithmetic({.precision = Precision::bf16});
   int stored_bf16 = 0;
   for (const ActivationSpec& a : m.activation_table().specs()) {
     const std::string last = a.name.substr(a.name.rfind('.') + 1);
-    const bool product_input = last == "h1" || last == "h2" || last == "gate_up" || last == "act";
-    EXPECT_EQ(a.storage == Precision::bf16, product_input) << a.name;
+    // the products' inputs, and each layer's input (a bf16 value in a bf16 run)
+    const bool bf16_value = last == "h1" || last == "h2" || last == "gate_up" || last == "act" || last == "x_in";
+    EXPECT_EQ(a.storage == Precision::bf16, bf16_value) << a.name;
     stored_bf16 += a.storage == Precision::bf16;
   }
-  EXPECT_EQ(stored_bf16, 4 * L);
+  EXPECT_EQ(stored_bf16, 5 * L);
 }
 
 // The bf16 weight copies: forward_backward refreshes them, so a change of params shows;

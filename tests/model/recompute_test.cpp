@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "data/context_shards.h"
 #include "data/nano_batches.h"
 #include "model/llama.h"
 #include "tests/test_util.h"
@@ -104,9 +105,10 @@ TEST(Recompute, TokenTilesChangeOnlySummationOrder) {
   }
 }
 
-// What a layer keeps per token: none everything, selective x_in, O and LSE, full x_in;
-// recompute_layers = N only the first N layers recompute. Every stage also keeps x_out
-// and dx. The workspace holds one layer's Q, K, V (and O, LSE for full).
+// What a layer keeps per token: none everything, selective x_in, O and LSE, full x_in
+// (in bf16 runs as bf16 bits); recompute_layers = N only the first N layers recompute.
+// Every stage also keeps x_out and dx. The workspace holds one layer's Q, K, V (and O,
+// LSE for full).
 TEST(Recompute, EachModeKeepsWhatItSays) {
   const LlamaConfig c = small_config(false, false);
   const StageSpec whole = whole_model_stage(c);
@@ -117,9 +119,15 @@ TEST(Recompute, EachModeKeepsWhatItSays) {
     const int64_t full = LlamaModel::activation_floats_per_token(c, whole, precision, {Recompute::full, 0});
     const int64_t sel = LlamaModel::activation_floats_per_token(c, whole, precision, {Recompute::selective, 0});
     const int64_t one = LlamaModel::activation_floats_per_token(c, whole, precision, {Recompute::full, 1});
-    EXPECT_EQ(full, L * C + 2 * C);
-    EXPECT_EQ(sel, L * (C + qdim + H) + 2 * C);
-    EXPECT_EQ(one, none - (none - 2 * C) / L + C);  // one of L equal layers keeps only x_in
+    // a bf16 run keeps each layer's input as bf16 bits (half a float per value)
+    const int64_t x_in = precision == Precision::bf16 ? (C + 1) / 2 : C;
+    EXPECT_EQ(full, L * x_in + 2 * C);
+    EXPECT_EQ(sel, L * (x_in + qdim + H) + 2 * C);
+    EXPECT_EQ(one, none - (none - 2 * C) / L + x_in);  // one of L equal layers keeps only x_in
+    // a later pipeline stage keeps its first layer's input as the others
+    const StageSpec later{1, 3, false, true};
+    EXPECT_EQ(LlamaModel::activation_floats_per_token(c, later, precision, {Recompute::full, 0}),
+              2 * x_in + 2 * C);
     EXPECT_LT(full, sel);
     EXPECT_LT(sel, none);
   }
@@ -132,6 +140,51 @@ TEST(Recompute, EachModeKeepsWhatItSays) {
   LlamaModel m(c);
   EXPECT_THROW(m.set_recompute({Recompute::full, int(L) + 1}), std::invalid_argument);
   EXPECT_THROW(m.set_tile_tokens(0), std::invalid_argument);
+}
+
+// A bf16 run rounds the residual stream at every layer boundary and keeps each layer's
+// input as bf16 bits; a pipeline stage boundary is a layer boundary like any other. Two
+// stages in one process (the first's output rounded into the second's input bits as the
+// pipeline executor sends it, the gradient back in fp32) give the same loss and gradients
+// as the whole model, with and without recomputation.
+TEST(Recompute, Bf16StageBoundaryIsALayerBoundary) {
+  const PackedBatch b = batch_of(29, {0, 4, 5, 17, 29});
+  const float scale = 1.0f / float(b.num_targets());
+  for (const bool dca : {false, true})
+    for (const RecomputePolicy& policy : {RecomputePolicy{}, RecomputePolicy{Recompute::full, 0}}) {
+      const LlamaConfig c = small_config(dca, false);
+      const Result whole = run(c, Precision::bf16, policy, 4096, b, false);
+      const StageSpec first{0, 1, true, false}, second{1, c.num_hidden_layers, false, true};
+      LlamaModel a(c, first), z(c, second);
+      for (LlamaModel* m : {&a, &z}) {
+        m->set_arithmetic({.precision = Precision::bf16});
+        m->set_recompute(policy);
+        randomize_params(m->table(), m->params, 11);
+        m->zero_grads();
+        m->refresh_weight_copies();
+      }
+      const LocalBatch lb = whole_sequence(b);
+      ColocatedAttention pa, pz;
+      ActivationSlot& sa = a.begin(lb, 0);
+      ActivationSlot& sz = z.begin(lb, 0);
+      a.stage_forward(sa, pa);
+      const int64_t n = int64_t(b.tokens.size()) * c.hidden_size;
+      const SavedRows in = z.stage_input(sz);
+      ASSERT_NE(in.bf16, nullptr);
+      to_bf16_bits(a.stage_output(sa), n, in.bf16);
+      z.stage_forward(sz, pz);
+      const double loss = z.head_forward_backward(sz, scale, true).loss_sum;
+      z.stage_backward(sz, pz);
+      std::copy_n(z.residual_grad(sz), n, a.residual_grad(sa));
+      a.stage_backward(sa, pa);
+      EXPECT_EQ(loss, whole.loss) << "dca " << dca << " " << recompute_name(policy.mode);
+      // each stage's gradients are zero outside its own ranges
+      int64_t differ = 0;
+      for (size_t i = 0; i < whole.grads.size(); ++i) differ += a.grads[i] + z.grads[i] != whole.grads[i];
+      EXPECT_EQ(differ, 0) << "dca " << dca << " " << recompute_name(policy.mode);
+      a.end(sa);
+      z.end(sz);
+    }
 }
 
 // With a large vocabulary the logits exist for kLogitRows rows at a time, never for the

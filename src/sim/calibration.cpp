@@ -17,6 +17,7 @@
 #include "src/config/config_text.h"
 #include "src/io/output_files.h"
 #include "src/train/flops.h"
+#include "src/train/machine_choices.h"
 #include "src/train/run_objects.h"
 
 namespace lct {
@@ -57,11 +58,27 @@ void with_recompute(const RunPlan& plan, Calibration& c) {
   c.attention_per_pair_layer += c.recompute_attention;
 }
 
+}  // namespace
+
+void prepare_calibration_model(const RunPlan& plan, LlamaModel& model) {
+  // the run's precision on this machine's kernels, as lct train chooses them (a bf16 run
+  // timed in fp32 on OpenBLAS was predicted 2x slower than it ran); one process, so not
+  // CAD's cost model, which the calibration does not use
+  RunPlan timed = plan;
+  timed.placement = Placement::colocated;
+  static const ProcessGrid one_process;
+  resolve_machine_choices(timed, one_process);
+  model.set_arithmetic(timed.arithmetic());
+  // no recomputation: with_recompute adds its cost
+  model.set_tile_tokens(plan.tile_tokens);
+  init_llama_params(model.table(), plan.model, uint64_t(plan.seed), model.params.data());
+}
+
+namespace {
 Calibration measure_calibration(const RunPlan& plan, const SimulateOptions& o) {
   const LlamaConfig mc = plan.model;
-  LlamaModel model(mc);  // no recomputation: with_recompute adds its cost
-  model.set_tile_tokens(plan.tile_tokens);
-  init_llama_params(model.table(), mc, uint64_t(plan.seed), model.params.data());
+  LlamaModel model(mc);
+  prepare_calibration_model(plan, model);
   Optimizer optimizer(plan.optimizer, model.table());
   DocumentStream stream(plan);
   Trace trace(TraceClock::now());

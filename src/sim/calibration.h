@@ -10,6 +10,8 @@
 
 namespace lct {
 
+class LlamaModel;
+
 // Seconds of this machine's phases, from single-process steps (src/sim/options.h).
 struct Calibration {
   double linear_per_token_layer = 0;  // before + after attention, forward + backward
@@ -29,5 +31,10 @@ struct Calibration {
 // --linear-scale and --attention-scale, with train.recompute's share added; written to
 // --calibration-out when given.
 Calibration calibrate(const RunPlan& plan, const SimulateOptions& o);
+
+// The model a measured calibration times (a whole model built from plan.model): the run's
+// arithmetic (precision and this machine's kernels) and token tiles, and the run's
+// initial parameters.
+void prepare_calibration_model(const RunPlan& plan, LlamaModel& model);
 
 }  // namespace lct

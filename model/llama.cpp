@@ -286,7 +286,6 @@ LayerActivations LlamaModel::tile_activations(int l, ActivationSlot& s, int64_t 
   return a;
 }
 
-
 LayerShape LlamaModel::layer_shape(const ActivationSlot& s, int64_t r0, int64_t n) const {
   const LlamaConfig& c = config_;
   LayerShape sh;

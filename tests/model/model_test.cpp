@@ -254,8 +254,8 @@ TEST(Model, PingPongPairGivesTheWholeMicroBatch) {
 }
 
 // A bf16 run stores h1, h2, gate_up, act and each layer's input x_in as bf16 bits and
-// nothing else (half the floats per token each; fp32 stores the same tensors). (The head's normed rows live only
-// in a token tile, in either precision.)
+// nothing else (half the floats per token each; fp32 stores the same tensors). (The
+// head's normed rows live only in a token tile, in either precision.)
 TEST(Model, Bf16RunStoresProductInputsInBf16) {
   const LlamaConfig c = tiny_config(false);
   const StageSpec whole = whole_model_stage(c);

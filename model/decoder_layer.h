@@ -53,9 +53,8 @@ struct SavedRows {
   Operand operand() const { return bf16 ? Operand(bf16) : Operand(f32); }
 };
 
-// x_out is the next layer's x_in. A bf16 run keeps a layer's input as bf16 bits (x_in.bf16;
-// a later pipeline stage's first input stays fp32), so a layer whose output is kept so
-// has x_out_bits set: x_out then only stages the down product's rows, and the residual
+// x_out is the next layer's x_in. A bf16 run keeps each layer's input as bf16 bits
+// (x_in.bf16), so a layer whose output is the next layer's input has x_out_bits set: x_out then only stages the down product's rows, and the residual
 // add writes x_out_bits (each sum rounded) in its pass.
 struct LayerActivations {  // saved by forward for backward
   SavedRows x_in;

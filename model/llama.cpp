@@ -463,13 +463,11 @@ ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int round, int lane) 
 void LlamaModel::embed_forward(ActivationSlot& s) {
   const ScopedSpan span("embedding");
   if (s.tokens() == 0) return;  // an empty ping-pong lane computes nothing
-  const int in = ids_[0].x_in;
-  if (kept_in_bf16(in))
-    embedding_forward(s.bf16_tensor(in), s.batch->tokens.data(), params.data() + embed_offset_, s.tokens(),
-                      config_.hidden_size);
-  else
-    embedding_forward(s.tensor(in), s.batch->tokens.data(), params.data() + embed_offset_, s.tokens(),
-                      config_.hidden_size);
+  const SavedRows in = stage_input(s);
+  const int32_t* tokens = s.batch->tokens.data();
+  const float* table = params.data() + embed_offset_;
+  if (in.bf16) embedding_forward(in.bf16, tokens, table, s.tokens(), config_.hidden_size);
+  else embedding_forward(in.f32, tokens, table, s.tokens(), config_.hidden_size);
 }
 
 void LlamaModel::embed_backward(ActivationSlot& s) {

@@ -70,6 +70,11 @@ ProcessGrid::ProcessGrid(const Layout& layout) : layout_(layout) {
   MPI_Comm_split(MPI_COMM_WORLD, holds_copy ? c + layout.cp * d : MPI_UNDEFINED, world_rank_, &tied_);
 }
 
+const ProcessGrid& single_process_grid() {
+  static const ProcessGrid grid;
+  return grid;
+}
+
 ProcessGrid::~ProcessGrid() {
   if (!mpi_active()) return;
   for (MPI_Comm* comm : {&cp_, &pp_, &dp_cp_, &tied_})

@@ -28,7 +28,7 @@ int mpi_world_size();  // 1 without MPI
 
 class ProcessGrid {
  public:
-  // Single-process grid (no MPI).
+  // Single-process grid (no MPI); single_process_grid() gives one shared.
   ProcessGrid() = default;
   // Splits MPI_COMM_WORLD by layout (collective over all ranks).
   explicit ProcessGrid(const Layout& layout);
@@ -57,5 +57,9 @@ class ProcessGrid {
   MPI_Comm dp_cp_ = MPI_COMM_NULL, pp_ = MPI_COMM_NULL, cp_ = MPI_COMM_NULL,
            tied_ = MPI_COMM_NULL;
 };
+
+// The single-process grid (no MPI) of this process, shared by whoever needs one: a run
+// in one process, the simulator's calibration.
+const ProcessGrid& single_process_grid();
 
 }  // namespace lct

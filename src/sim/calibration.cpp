@@ -66,8 +66,7 @@ void prepare_calibration_model(const RunPlan& plan, LlamaModel& model) {
   // CAD's cost model, which the calibration does not use
   RunPlan timed = plan;
   timed.placement = Placement::colocated;
-  static const ProcessGrid one_process;
-  resolve_machine_choices(timed, one_process);
+  resolve_machine_choices(timed, single_process_grid());
   model.set_arithmetic(timed.arithmetic());
   // no recomputation: with_recompute adds its cost
   model.set_tile_tokens(plan.tile_tokens);

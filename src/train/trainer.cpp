@@ -48,11 +48,6 @@ void install_stop_signal_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-const ProcessGrid& Trainer::single_process_grid() {
-  static const ProcessGrid grid;
-  return grid;
-}
-
 Trainer::Trainer(RunPlan plan)
     : Trainer(
           [&] {

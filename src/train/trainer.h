@@ -99,7 +99,6 @@ class Trainer {
   void open_metrics_file();
   void log_header() const;
   void log_placement() const;
-  static const ProcessGrid& single_process_grid();
   RunPlan plan_;  // the resolved run (src/train/run_plan.h)
   const ProcessGrid& grid_;
   RankHosts hosts_;  // every rank's host (names ranks in the log and in errors)

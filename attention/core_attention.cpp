@@ -195,34 +195,67 @@ struct TaskChunk {
   int64_t q0 = 0, kv0 = 0;
 };
 
-// Consecutive runs of `tasks` whose query rows and key rows each span at most
-// max(kAttentionChunkRows, the run's largest task), calling f(chunk) for each, in order.
+// attention_runs' chunks, calling f(chunk) for each, in order.
 // (thread_local: grow-only, so steady-state steps allocate nothing)
 template <typename F>
 void for_each_chunk(std::span<const AttentionTask> tasks, F&& f) {
   thread_local TaskChunk chunk;
-  size_t i = 0;
-  while (i < tasks.size()) {
-    int64_t qlo = INT64_MAX, qhi = 0, klo = INT64_MAX, khi = 0;
-    size_t j = i;
-    for (; j < tasks.size(); ++j) {
-      const AttentionTask& t = tasks[j];
-      const int64_t nqlo = std::min(qlo, t.q_row), nqhi = std::max(qhi, t.q_row + t.q_len);
-      const int64_t nklo = std::min(klo, t.kv_row), nkhi = std::max(khi, t.kv_row + t.kv_len);
-      const int64_t own = std::max<int64_t>({kAttentionChunkRows, t.q_len, t.kv_len});
-      if (j > i && (nqhi - nqlo > own || nkhi - nklo > own)) break;
-      qlo = nqlo, qhi = nqhi, klo = nklo, khi = nkhi;
-    }
-    chunk.tasks.assign(tasks.begin() + ptrdiff_t(i), tasks.begin() + ptrdiff_t(j));
-    chunk.q0 = qlo == INT64_MAX ? 0 : qlo;
-    chunk.kv0 = klo == INT64_MAX ? 0 : klo;
+  thread_local std::vector<AttentionRun> runs;
+  attention_runs(tasks, runs);
+  for (const AttentionRun& r : runs) {
+    chunk.tasks.assign(tasks.begin() + ptrdiff_t(r.first), tasks.begin() + ptrdiff_t(r.end));
+    chunk.q0 = r.q_lo;
+    chunk.kv0 = r.kv_lo;
     for (AttentionTask& t : chunk.tasks) t.q_row -= chunk.q0, t.kv_row -= chunk.kv0;
     f(chunk);
-    i = j;
   }
 }
 
 }  // namespace
+
+void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionRun>& runs) {
+  runs.clear();
+  // the group of consecutive tasks from task i on whose query or key rows overlap (an
+  // empty range overlaps nothing), and the rows it spans
+  struct Span {
+    int64_t q_lo = INT64_MAX, q_hi = 0, kv_lo = INT64_MAX, kv_hi = 0;
+    void add(const AttentionTask& t) {
+      q_lo = std::min(q_lo, t.q_row), q_hi = std::max(q_hi, t.q_row + t.q_len);
+      kv_lo = std::min(kv_lo, t.kv_row), kv_hi = std::max(kv_hi, t.kv_row + t.kv_len);
+    }
+  };
+  auto group_end = [&](size_t i, Span& g) {
+    g = Span{};
+    g.add(tasks[i]);
+    size_t j = i + 1;
+    for (; j < tasks.size(); ++j) {
+      const AttentionTask& t = tasks[j];
+      const bool q_overlap = t.q_len > 0 && t.q_row < g.q_hi && t.q_row + t.q_len > g.q_lo;
+      const bool kv_overlap = t.kv_len > 0 && t.kv_row < g.kv_hi && t.kv_row + t.kv_len > g.kv_lo;
+      if (!q_overlap && !kv_overlap) break;
+      g.add(t);
+    }
+    return j;
+  };
+  size_t i = 0;
+  while (i < tasks.size()) {
+    Span run, g;
+    size_t j = i;
+    while (j < tasks.size()) {
+      const size_t next = group_end(j, g);
+      Span joined = run;
+      joined.q_lo = std::min(run.q_lo, g.q_lo), joined.q_hi = std::max(run.q_hi, g.q_hi);
+      joined.kv_lo = std::min(run.kv_lo, g.kv_lo), joined.kv_hi = std::max(run.kv_hi, g.kv_hi);
+      const int64_t own = std::max<int64_t>({kAttentionChunkRows, g.q_hi - g.q_lo, g.kv_hi - g.kv_lo});
+      if (j > i && (joined.q_hi - joined.q_lo > own || joined.kv_hi - joined.kv_lo > own)) break;
+      run = joined;
+      j = next;
+    }
+    runs.push_back({i, j, run.q_lo == INT64_MAX ? 0 : run.q_lo, run.q_hi, run.kv_lo == INT64_MAX ? 0 : run.kv_lo,
+                    run.kv_hi});
+    i = j;
+  }
+}
 
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                        const float* q, const float* k, const float* v, float* out, float* lse) {

@@ -167,9 +167,22 @@ void merge_attention_partial(float* out, float* lse, const float* part_out,
 
 // attention_forward and attention_backward hand the kernel consecutive runs of the
 // tasks whose query rows and key rows each span at most max(kAttentionChunkRows, the
-// run's largest task), so the kernel's scratch grows with the longest document (or
-// 64K rows), not with the batch: 1M packed tokens need no 1M-row buffers.
+// run's largest group), so the kernel's scratch grows with the longest document (or
+// 64K rows), not with the batch: 1M packed tokens need no 1M-row buffers. A group is a
+// maximal stretch of consecutive tasks whose query rows or key rows overlap (a
+// document's pieces: shared_question's segments, a context-parallel rank's pieces of one
+// document), and a run never splits one: the tasks that accumulate into the same dK and
+// dV rows always meet in one kernel call.
 constexpr int64_t kAttentionChunkRows = 65536;
+struct AttentionRun {
+  size_t first = 0, end = 0;                   // tasks [first, end)
+  int64_t q_lo = 0, q_hi = 0, kv_lo = 0, kv_hi = 0;  // the query and key rows they span
+};
+// Those runs, in order (the one rule attention_forward and attention_backward apply). A
+// caller that hands attention_forward or attention_backward one run at a time (rebased
+// or not) makes exactly the kernel calls one call over all the tasks makes: the same
+// bits (the model's pieces, model/llama.h).
+void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionRun>& runs);
 // An upper bound of that scratch for runs of `rows` rows on `threads` threads (memory
 // budgets): D = rowsum(dO * O), the other threads' dQ partials, bf16 copies of K and V
 // (train.precision = bf16), the threads' tiles.

@@ -72,6 +72,20 @@ class ActivationSlot {
   int64_t pairs = 0;  // the attention pairs of `tasks` under the model's mask (when a progress is set)
   std::vector<int32_t> key_positions;
   std::vector<float> q_scale;  // attention.logit_scaling: each row's query factor (empty: none)
+  // The rows in pieces of whole documents, one of the attention kernel's runs each
+  // (attention_runs; one piece [0, T) unless the tasks make several): a placement that
+  // runs documents where they are lets a layer run piece by piece (model/llama.h), its
+  // tasks in piece_tasks [task_begin, task_end), rebased to the piece's first row.
+  struct Piece {
+    int64_t row_begin = 0, row_end = 0;
+    size_t task_begin = 0, task_end = 0;
+    int64_t pairs = 0;  // (only with a progress, as `pairs`)
+  };
+  std::vector<Piece> pieces;
+  std::vector<AttentionTask> piece_tasks;
+  // Rows of the attention arrays (Q, K, V, O, LSE of a recomputed layer; dO, dQ, dK, dV)
+  // a layer run piece by piece holds at once: at most 2 pieces and 3 token tiles
+  int64_t window_rows = 0;
 
  private:
   std::vector<float> data_;

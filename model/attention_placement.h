@@ -83,6 +83,11 @@ class AttentionPlacement {
   // Drives transfers in flight (OpenMPI progresses them only inside MPI calls); the
   // model's phases call it between compute pieces.
   virtual void progress() {}
+  // Whether the placement runs every task where its rows are and reads nothing but the
+  // rows it is handed (colocated attention): the model may then hand it a layer's tasks
+  // one piece of whole documents at a time and hold only those pieces' attention rows
+  // (model/llama.h). The placements that move rows between ranks see the whole sequence.
+  virtual bool document_local() const { return false; }
   // Whether every rank of the job must join every layer's attention (CAD: ranks of
   // other pipeline stages serve each other), so a stage with nothing to compute in a
   // pipeline tick still runs a dummy micro-batch through its layers.
@@ -99,6 +104,7 @@ class AttentionPlacement {
 // Colocated attention: every task runs on the rank that holds its tokens.
 class ColocatedAttention final : public AttentionPlacement {
  public:
+  bool document_local() const override { return true; }
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override {
     if (!in.recomputed) stats_.pairs_served += double(attention_pairs(in.tasks, in.params.mask));

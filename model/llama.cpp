@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -189,15 +190,21 @@ int64_t tile_floats_per_row(const LlamaConfig& c, Precision precision) {
 }
 }  // namespace
 
-// whole sequence: dq qdim, dk kvdim, dv kvdim, dattn qdim per token; one token tile:
+// the attention rows: dq qdim, dk kvdim, dv kvdim, dattn qdim per row; one token tile:
 // dh C, qkv qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM
 // head's logit rows (processed kLogitRows at a time)
-int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens, Precision precision) {
+int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens, Precision precision,
+                                   int64_t attention_rows) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens);
-  return T * (2 * qdim + 2 * kvdim) +
+  return (attention_rows < 0 ? T : attention_rows) * (2 * qdim + 2 * kvdim) +
          tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c, precision)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
+}
+
+int64_t LlamaModel::attention_window_rows(int64_t T, int64_t piece_rows, int64_t tile_tokens) {
+  if (piece_rows >= T) return T;
+  return std::min(T, 2 * piece_rows + 3 * std::min(T, tile_tokens));
 }
 
 // dattn, dq (qdim each), dk, dv (kvdim each) per token
@@ -244,9 +251,11 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const Workspace& w = workspace_[size_t(s.lane)];
-  // kept: the slot's rows from r0; recomputed over the whole sequence: the workspace's
+  // kept: the slot's rows from r0; recomputed: the workspace's (rows from window_base_
+  // in a layer run piece by piece, lane 0)
+  const int64_t w0 = r0 - (s.lane == 0 ? window_base_ : 0);
   auto rows = [&](int id, float* recomputed, int64_t width) {
-    return id >= 0 ? s.tensor(id) + r0 * width : recomputed ? recomputed + r0 * width : nullptr;
+    return id >= 0 ? s.tensor(id) + r0 * width : recomputed ? recomputed + w0 * width : nullptr;
   };
   // kept: the slot's rows; recomputed in a tile: the tile buffer (its rows from 0)
   auto tile_rows = [&](int id, float* tile, int64_t width) { return id >= 0 ? s.tensor(id) + r0 * width : tile; };
@@ -326,17 +335,13 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens_);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
-  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision)), 0.0f);
+  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision, 0)), 0.0f);  // (the attention rows: ensure_attention_grads)
   float* p = scratch_.data();
   auto take = [&](int64_t rows, int64_t n) {
     float* r = p;
     p += rows * n;
     return r;
   };
-  d_.dq = take(T, qdim);  // whole sequence
-  d_.dk = take(T, kvdim);
-  d_.dv = take(T, kvdim);
-  d_.dattn = take(T, qdim);
   d_.dh = take(tile, C);  // one token tile
   d_.qkv = take(tile, qdim + 2 * kvdim);
   d_.dgate_up = take(tile, 2 * I);
@@ -359,6 +364,20 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   tile_.x_out = arith_.precision == Precision::bf16 ? take(tile, C) : nullptr;
   logits_ = p;
   scratch_tokens_ = T;
+}
+
+void LlamaModel::ensure_attention_grads(int64_t rows) {
+  if (rows <= attention_grad_rows_) return;
+  const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
+                kvdim = config_.num_key_value_heads * config_.head_dim();
+  std::vector<float>().swap(attention_grads_);  // free first: no old + new peak
+  attention_grads_.assign(size_t(rows * (2 * qdim + 2 * kvdim)), 0.0f);
+  float* p = attention_grads_.data();
+  d_.dq = p, p += rows * qdim;
+  d_.dk = p, p += rows * kvdim;
+  d_.dv = p, p += rows * kvdim;
+  d_.dattn = p;
+  attention_grad_rows_ = rows;
 }
 
 void LlamaModel::ensure_workspace(int lane, int64_t T) {
@@ -387,7 +406,7 @@ int64_t LlamaModel::stored_bytes() const {
 }
 
 int64_t LlamaModel::scratch_bytes() const {
-  return int64_t((scratch_.size() + lane_scratch_.size()) * sizeof(float));
+  return int64_t((scratch_.size() + lane_scratch_.size() + attention_grads_.size()) * sizeof(float));
 }
 
 void LlamaModel::ensure_lane_scratch(int64_t T) {
@@ -414,10 +433,14 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s, int64_t r0) const {
   }
   const int64_t qdim = config_.num_attention_heads * config_.head_dim();
   const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
-  d.dattn += r0 * qdim;
-  d.dq += r0 * qdim;
-  d.dk += r0 * kvdim;
-  d.dv += r0 * kvdim;
+  // (lane 0's rows from window_base_; not yet allocated before the first backward)
+  const int64_t w0 = r0 - (s.lane == 0 ? window_base_ : 0);
+  if (d.dattn) {
+    d.dattn += w0 * qdim;
+    d.dq += w0 * qdim;
+    d.dk += w0 * kvdim;
+    d.dv += w0 * kvdim;
+  }
   return d;
 }
 
@@ -430,13 +453,13 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
   ensure_scratch(std::max<int64_t>(T, 1), max_position);
   if (lane == 1) ensure_lane_scratch(T);
-  ensure_workspace(lane, T);
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.round = round;
   s.lane = lane;
   batch.local_tasks(s.tasks, attn_params_.mask);  // every piece against its own rows (what colocated attention runs)
   s.pairs = progress_ ? attention_pairs(s.tasks, attn_params_.mask) : 0;  // (only the progress counts them)
+  find_pieces(s);
   if (config_.attention_kernel == AttentionKernel::dca) {
     s.key_positions.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t)
@@ -447,6 +470,42 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
     s.q_scale.resize(size_t(T));
     for (int64_t t = 0; t < T; ++t) s.q_scale[size_t(t)] = logit_scale(config_.logit_scaling, batch.positions[size_t(t)]);
   }
+}
+
+void LlamaModel::find_pieces(ActivationSlot& s) {
+  const int64_t T = s.tokens();
+  s.pieces.clear();
+  s.piece_tasks.clear();
+  attention_runs(s.tasks, runs_);
+  // the kernel's runs as pieces of rows: each from its first row to the next one's (the
+  // first from 0, the last to T); one piece unless the runs' rows follow each other
+  bool ordered = runs_.size() > 1;
+  for (size_t j = 1; ordered && j < runs_.size(); ++j)
+    ordered = std::min(runs_[j].q_lo, runs_[j].kv_lo) >= std::max(runs_[j - 1].q_hi, runs_[j - 1].kv_hi);
+  if (!ordered) {
+    s.pieces.push_back({0, T, 0, s.tasks.size(), s.pairs});
+    s.window_rows = T;
+    return;
+  }
+  s.piece_tasks = s.tasks;
+  int64_t longest = 0;
+  for (size_t j = 0; j < runs_.size(); ++j) {
+    ActivationSlot::Piece p;
+    p.row_begin = j == 0 ? 0 : std::min(runs_[j].q_lo, runs_[j].kv_lo);
+    p.row_end = j + 1 < runs_.size() ? std::min(runs_[j + 1].q_lo, runs_[j + 1].kv_lo) : T;
+    p.task_begin = runs_[j].first;
+    p.task_end = runs_[j].end;
+    for (size_t i = p.task_begin; i < p.task_end; ++i) {
+      s.piece_tasks[i].q_row -= p.row_begin;
+      s.piece_tasks[i].kv_row -= p.row_begin;
+    }
+    if (progress_)
+      p.pairs = attention_pairs(std::span<const AttentionTask>(s.tasks).subspan(p.task_begin, p.task_end - p.task_begin),
+                                attn_params_.mask);
+    longest = std::max(longest, p.row_end - p.row_begin);
+    s.pieces.push_back(p);
+  }
+  s.window_rows = attention_window_rows(T, longest, tile_tokens_);
 }
 
 ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int round, int lane) {
@@ -561,7 +620,7 @@ void LlamaModel::core_attention_backward(int l, ActivationSlot& s, AttentionPlac
   const ScopedSpan span("attention backward");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
-  zero_attention_grads(s, d);
+  zero_attention_grads(d, s.tokens());
   placement.backward(attention_input(l, s, true), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk,
                      d.dv);
 }
@@ -570,13 +629,12 @@ void LlamaModel::core_attention_backward_start(int l, ActivationSlot& s, Attenti
   const ScopedSpan span("attention backward start");
   const LayerActivations a = layer_activations(l, s);
   const LayerScratch d = scratch_of(s);
-  zero_attention_grads(s, d);
+  zero_attention_grads(d, s.tokens());
   placement.backward_start(attention_input(l, s, true), a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq,
                            d.dk, d.dv);
 }
 
-void LlamaModel::zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const {
-  const int64_t T = s.tokens();
+void LlamaModel::zero_attention_grads(const LayerScratch& d, int64_t T) const {
   const int64_t qdim = config_.num_attention_heads * config_.head_dim();
   const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
   std::fill(d.dq, d.dq + T * qdim, 0.0f);  // the placement accumulates
@@ -652,27 +710,29 @@ double LlamaModel::pass_flops(int64_t tokens, int64_t pairs) const {
 
 void LlamaModel::stage_forward(ActivationSlot& s, AttentionPlacement& placement) {
   if (stage_.has_embedding) embed_forward(s);
-  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
-    attn_in_forward(l, s);
-    phase_done();
-    core_attention_forward(l, s, placement);
-    phase_done();
-    attn_out_forward(l, s);
-    phase_done();
-  }
+  ensure_workspace(s.lane, by_pieces(s, placement) ? s.window_rows : s.tokens());
+  for (int l = stage_.first_layer; l < stage_.end_layer; ++l) layer_forward(l, s, placement);
+}
+
+void LlamaModel::layer_forward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  if (by_pieces(s, placement)) return layer_forward_by_pieces(l, s, placement);
+  attn_in_forward(l, s);
+  phase_done();
+  core_attention_forward(l, s, placement);
+  phase_done();
+  attn_out_forward(l, s);
+  phase_done();
 }
 
 void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement) {
+  const int64_t rows = by_pieces(s, placement) ? s.window_rows : s.tokens();
+  ensure_workspace(s.lane, rows);
+  if (s.lane == 0) ensure_attention_grads(rows);
   // the final norm and the LM head sit at the end of the arena (tied: the head is the
   // embedding, which is only final after the embedding backward, at offset 0)
   if (stage_.has_head) report_final(final_norm_offset_);
   for (int l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
-    recompute_forward(l, s, placement);
-    attn_out_backward(l, s);
-    phase_done();
-    core_attention_backward(l, s, placement);
-    phase_done();
-    attn_in_backward(l, s);
+    layer_backward(l, s, placement);
     report_final(layer_range(table_, l, l + 1).begin);
     phase_done();
   }
@@ -680,6 +740,169 @@ void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement
     embed_backward(s);
     report_final(0);
   }
+}
+
+void LlamaModel::layer_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  if (by_pieces(s, placement)) return layer_backward_by_pieces(l, s, placement);
+  recompute_forward(l, s, placement);
+  attn_out_backward(l, s);
+  phase_done();
+  core_attention_backward(l, s, placement);
+  phase_done();
+  attn_in_backward(l, s);
+}
+
+namespace {
+// The rows through which the token tiles from `done` (a tile's first row) must run to
+// cover rows up to `end`: the end of the tile holding row end - 1, at most T.
+int64_t tiles_cover(int64_t done, int64_t end, int64_t tile, int64_t T) {
+  if (done >= end) return done;
+  return std::min(T, done + (end - done + tile - 1) / tile * tile);
+}
+}  // namespace
+
+void LlamaModel::slide_window(const ActivationSlot& s, int64_t low, int64_t high, int64_t need, bool grads) {
+  if (need - window_base_ <= s.window_rows) return;
+  if (need - low > s.window_rows || low < window_base_)
+    throw std::logic_error("a layer run by pieces outgrew its attention window");
+  const LlamaConfig& c = config_;
+  const int64_t H = c.num_attention_heads, qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  const int64_t shift = low - window_base_, n = std::max<int64_t>(high - low, 0);
+  auto move = [&](float* a, int64_t width) {
+    if (a && n > 0) std::memmove(a, a + shift * width, size_t(n * width) * sizeof(float));
+  };
+  const Workspace& w = workspace_[0];
+  move(w.q, qdim), move(w.k, kvdim), move(w.v, kvdim), move(w.attn, qdim), move(w.lse, H);
+  if (grads) move(d_.dattn, qdim), move(d_.dq, qdim), move(d_.dk, kvdim), move(d_.dv, kvdim);
+  window_base_ = low;
+}
+
+void LlamaModel::piece_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j,
+                                         bool recomputed) {
+  const ScopedSpan span(recomputed ? "recompute attention" : "attention");
+  const ActivationSlot::Piece& p = s.pieces[j];
+  const LayerActivations a = layer_activations(l, s, p.row_begin);
+  AttentionInput in = attention_input(l, s, recomputed, recomputed);
+  in.tasks = std::span<const AttentionTask>(s.piece_tasks).subspan(p.task_begin, p.task_end - p.task_begin);
+  placement.forward(in, a.q, a.k, a.v, a.attn, a.lse);
+}
+
+void LlamaModel::piece_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j) {
+  const ScopedSpan span("attention backward");
+  const ActivationSlot::Piece& p = s.pieces[j];
+  const LayerActivations a = layer_activations(l, s, p.row_begin);
+  const LayerScratch d = scratch_of(s, p.row_begin);
+  zero_attention_grads(d, p.row_end - p.row_begin);
+  AttentionInput in = attention_input(l, s, true);
+  in.tasks = std::span<const AttentionTask>(s.piece_tasks).subspan(p.task_begin, p.task_end - p.task_begin);
+  placement.backward(in, a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk, d.dv);
+}
+
+// A layer's forward by pieces (the class comment): the tiles before attention run until
+// they have covered piece j, its attention runs, and the tiles after attention whose rows
+// attention has finished follow. The window holds the rows the tiles after attention
+// have not yet read up to those the tiles before it have written.
+void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const int64_t T = s.tokens(), tile = tile_tokens_;
+  const LayerWeights w = layer_weights(l);
+  progress_at("forward", l, s);
+  window_base_ = 0;
+  int64_t in = 0, out = 0;  // rows through which the tiles before and after attention have run
+  for (size_t j = 0; j < s.pieces.size(); ++j) {
+    const int64_t end = s.pieces[j].row_end;
+    slide_window(s, out, in, tiles_cover(in, end, tile, T), false);
+    {
+      const ScopedSpan span("before attention");
+      for (; in < end; in = std::min(in + tile, T)) {
+        const int64_t n = std::min(tile, T - in);
+        lct::attn_in_forward(layer_shape(s, in, n), w, layer_activations(l, s, in), scratch_of(s, in));
+      }
+    }
+    phase_done();
+    piece_attention_forward(l, s, placement, j, false);
+    phase_done();
+    {
+      const ScopedSpan span("after attention");
+      for (; out < T && std::min(out + tile, T) <= end; out = std::min(out + tile, T))
+        lct::attn_out_forward(layer_shape(s, out, std::min(tile, T - out)), w, tile_activations(l, s, out));
+    }
+    progress_finished(layer_forward_flops(config_, s.pieces[j].row_end - s.pieces[j].row_begin, s.pieces[j].pairs));
+    phase_done();
+  }
+  window_base_ = 0;
+}
+
+// A layer's backward by pieces: per piece j, the repeated tiles before attention (a
+// recomputing layer) and the repeated attention (full) cover it, the backward tiles after
+// attention run as far as attention's output is there, attention's backward runs for
+// every piece whose dO is complete, and the backward tiles before attention follow as
+// far as its dQ, dK, dV are. Every weight gradient still accumulates tile by tile in
+// the tiles' order.
+void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
+  const Recompute mode = mode_of(l);
+  const bool recompute = mode != Recompute::none;
+  const int64_t T = s.tokens(), tile = tile_tokens_, C = config_.hidden_size;
+  const LayerWeights w = layer_weights(l);
+  const LayerTensors g = layer_tensors(grads, l);
+  float* dx = residual_grad(s);
+  progress_at(recompute ? "recompute" : "backward", l, s);
+  window_base_ = 0;
+  // rows through which the repeated tiles before attention, the backward tiles after it
+  // and before it have run; pieces through attention's backward
+  int64_t again = 0, after = 0, before = 0;
+  size_t attended = 0;
+  for (size_t j = 0; j < s.pieces.size(); ++j) {
+    const ActivationSlot::Piece& p = s.pieces[j];
+    const int64_t end = p.row_end;
+    slide_window(s, before, std::max(again, after), std::max(end, recompute ? tiles_cover(again, end, tile, T) : 0),
+                 true);
+    if (recompute) {
+      {
+        const ScopedSpan span("recompute before attention");
+        for (; again < end; again = std::min(again + tile, T)) {
+          const int64_t n = std::min(tile, T - again);
+          lct::attn_in_forward(layer_shape(s, again, n), w, layer_activations(l, s, again), scratch_of(s, again));
+        }
+      }
+      phase_done();
+      if (mode == Recompute::full) {
+        piece_attention_forward(l, s, placement, j, true);
+        phase_done();
+      }
+    }
+    {
+      const ScopedSpan span("after attention backward");
+      for (; after < T && std::min(after + tile, T) <= end; after = std::min(after + tile, T)) {
+        const LayerShape sh = layer_shape(s, after, std::min(tile, T - after));
+        const LayerActivations a = layer_activations(l, s, after);
+        if (recompute) lct::mlp_in_forward(sh, w, a);  // x_mid, h2, gate_up, act
+        lct::attn_out_backward(sh, w, g, a, scratch_of(s, after), dx + after * C);
+      }
+    }
+    phase_done();
+    for (; attended <= j && s.pieces[attended].row_end <= after; ++attended) {
+      piece_attention_backward(l, s, placement, attended);
+      phase_done();
+    }
+    const int64_t ready = attended > 0 ? s.pieces[attended - 1].row_end : 0;
+    {
+      const ScopedSpan span("before attention backward");
+      for (; before < T && std::min(before + tile, T) <= ready; before = std::min(before + tile, T)) {
+        const LayerShape sh = layer_shape(s, before, std::min(tile, T - before));
+        const LayerActivations a = layer_activations(l, s, before);
+        if (recompute) lct::attn_norm_forward(sh, w, a);  // h1, rstd1
+        lct::attn_in_backward(sh, w, g, a, scratch_of(s, before), dx + before * C);
+      }
+    }
+    // piece j's share of the layer's backward and of what it repeats
+    const int64_t rows = p.row_end - p.row_begin;
+    const double repeated = mode == Recompute::full        ? layer_forward_flops(config_, rows, p.pairs)
+                            : mode == Recompute::selective ? layer_forward_flops(config_, rows, 0)
+                                                           : 0.0;
+    progress_finished(repeated + 2 * layer_forward_flops(config_, rows, p.pairs));
+    if (j + 1 < s.pieces.size()) phase_done();
+  }
+  window_base_ = 0;
 }
 
 void LlamaModel::serve_then_finish(AttentionPlacement& placement, void (AttentionPlacement::*serve)(int),
@@ -705,6 +928,7 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
                                     AttentionPlacement& placement) {
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_forward_pair: lanes 0 and 1");
   ActivationSlot* lanes[2] = {&a, &b};
+  for (ActivationSlot* s : lanes) ensure_workspace(s->lane, s->tokens());
   const int first = stage_.first_layer, end = stage_.end_layer;
   for (ActivationSlot* s : lanes) {
     if (stage_.has_embedding) embed_forward(*s);
@@ -732,6 +956,8 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
                                      AttentionPlacement& placement) {
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_backward_pair: lanes 0 and 1");
   ActivationSlot* lanes[2] = {&a, &b};
+  for (ActivationSlot* s : lanes) ensure_workspace(s->lane, s->tokens());
+  ensure_attention_grads(a.tokens());
   const int first = stage_.first_layer, last = stage_.end_layer - 1;
   if (stage_.has_head) report_final(final_norm_offset_);
   // (with recomputation each lane repeats its layer's forward first; a full layer's

@@ -51,6 +51,16 @@ namespace lct {
 // lse) in the slot: its forward writes q, k, v (and o, lse) to the lane's workspace and
 // the tile's intermediates to the tile buffers, and stage_backward repeats what the layer
 // did not keep, layer by layer, just before differentiating it.
+// Pieces: under a document-local placement (colocated attention) a slot whose tasks
+// make several of the attention kernel's runs (more than 64K rows of documents,
+// attention_runs) runs each layer piece by piece: the token tiles advance in their one
+// grid over the sequence, each piece's attention runs once the tiles before it have
+// written its Q, K and V, and the tiles after attention follow as far as attention is
+// done; backward the same, its recomputation first. So the recomputation workspace and
+// the attention gradients (dO, dQ, dK, dV) hold a window of at most two pieces and three
+// tiles (ActivationSlot::window_rows), not the sequence, and every product, kernel call
+// and gradient sum is the one the layer run over the whole sequence at once makes: the
+// same bits.
 // Between stages the executor moves stage_output() forward and residual_grad() back.
 // forward_backward() composes every phase for one micro-batch in one process.
 //
@@ -187,8 +197,13 @@ class LlamaModel {
                                              Precision precision, const RecomputePolicy& recompute = {});
   static int64_t workspace_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                             const RecomputePolicy& recompute);
+  // attention_rows: the rows of dO, dQ, dK, dV (attention_window_rows; -1: T)
   static int64_t scratch_floats(const LlamaConfig& config, int64_t T, int64_t tile_tokens = kTileTokens,
-                                Precision precision = Precision::fp32);
+                                Precision precision = Precision::fp32, int64_t attention_rows = -1);
+  // The attention rows a slot of T tokens holds (the recomputation workspace's and the
+  // attention gradients'): T, or under a document-local placement whose pieces span at
+  // most piece_rows, a window of two pieces and three token tiles.
+  static int64_t attention_window_rows(int64_t T, int64_t piece_rows, int64_t tile_tokens);
   static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
   // Rows of a token tile (train.tile_tokens; kTileTokens unless set, and set before the
   // first slot is taken): the token-linear phases (norms, products, MLP, LM head and
@@ -255,7 +270,7 @@ class LlamaModel {
   Recompute mode_of(int l) const { return ids_[size_t(l - stage_.first_layer)].mode; }
   void core_attention_forward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
   void core_attention_backward_start(int l, ActivationSlot& s, AttentionPlacement& placement);
-  void zero_attention_grads(const ActivationSlot& s, const LayerScratch& d) const;
+  void zero_attention_grads(const LayerScratch& d, int64_t rows) const;
   // Layer l's backward on one side of core attention (attn_out_backward,
   // attn_in_backward) over token tiles, into the slot's residual gradient; where the
   // layer recomputes, each tile first repeats the `repeat` part of its forward.
@@ -265,6 +280,24 @@ class LlamaModel {
   void tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward);
   void ensure_scratch(int64_t T, int64_t max_position);
   void ensure_workspace(int lane, int64_t T);
+  void ensure_attention_grads(int64_t rows);
+  // The slot's pieces, their rebased tasks and window rows (prepare)
+  void find_pieces(ActivationSlot& s);
+  // Whether a slot's layers run piece by piece, and the attention rows they then hold
+  bool by_pieces(const ActivationSlot& s, const AttentionPlacement& placement) const {
+    return s.lane == 0 && s.pieces.size() > 1 && placement.document_local();
+  }
+  void layer_forward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void layer_backward(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement);
+  void layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement);
+  // Piece j's attention (recomputed: a full layer's repeated forward)
+  void piece_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j, bool recomputed);
+  void piece_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j);
+  // A layer run piece by piece holds rows [window_base_, window_base_ + window rows) of
+  // its attention arrays; before rows up to `need` are written, the live rows [low, high)
+  // move to the arrays' start when they would not fit otherwise.
+  void slide_window(const ActivationSlot& s, int64_t low, int64_t high, int64_t need, bool grads);
   void ensure_lane_scratch(int64_t T);
   void phase_done() {
     if (between_phases) between_phases();
@@ -316,6 +349,11 @@ class LlamaModel {
   int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
   LayerScratch d_{};
+  // lane 0's dattn, dq, dk, dv (grow-only, by the attention rows a backward holds)
+  int64_t attention_grad_rows_ = 0;
+  std::vector<float> attention_grads_;
+  int64_t window_base_ = 0;  // lane 0's attention arrays hold rows from here (slide_window)
+  std::vector<AttentionRun> runs_;  // find_pieces' (reused)
   int64_t lane_scratch_tokens_ = 0;
   std::vector<float> lane_scratch_;  // lane 1's dattn, dq, dk, dv
   LayerScratch d_lane1_{};

@@ -103,6 +103,14 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   const int lanes = plan.lanes;
   const int m = int(std::min<int64_t>(plan.micro_batches, std::numeric_limits<int>::max()));
   const double T = std::ceil(double(plan.data.seq_len) / layout.cp);  // tokens per rank and slot
+  // a colocated layer runs piece by piece (model/llama.h): its recomputation workspace and
+  // attention gradients hold two of the kernel's runs (at most max(64K, the longest
+  // document) rows each) and three token tiles; the other placements see the whole slot
+  const int64_t longest = longest_document_piece(plan.data);
+  const double window =
+      plan.placement == Placement::colocated && lanes == 1
+          ? double(LlamaModel::attention_window_rows(int64_t(T), std::max(kAttentionChunkRows, longest), plan.tile_tokens))
+          : T;
 
   MemoryEstimate e;
   e.weights = 2 * params * f + (plan.precision == Precision::bf16 ? params * 2 : 0);  // + bf16 copies
@@ -122,13 +130,12 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
     const double tokens =
         lanes == 2 ? T + std::min(T, double(plan.data.max_doc_len)) / 2 : T;
     const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
-    // the recomputation workspace: one per lane, for the whole sequence of one layer
-    const double workspace =
-        double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)], plan.recompute)) * tokens * f;
+    // the recomputation workspace: one per lane, for the attention rows of one layer
+    const double workspace = double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)], plan.recompute)) *
+                             (lanes == 2 ? tokens : window) * f;
     if (bytes + workspace > e.activations + e.workspace) {
       e.activations = bytes, e.workspace = workspace, e.slots = slots * lanes;
-      e.stored_per_token = (per_token + double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)],
-                                                                                     plan.recompute))) * f;
+      e.stored_per_token = per_token * f + workspace / tokens;
     }
   }
   e.tokens_per_slot = int64_t(T);
@@ -136,9 +143,9 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // the RoPE table: a row per in-document position the run can meet (positions restart in
   // every document and a sequence cuts a longer one: the longest document, at most the
   // sequence; text and token files have no such bound but the sequence)
-  double rope_rows = double(longest_document_piece(plan.data));
+  double rope_rows = double(longest);
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
-  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision)) +
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision, int64_t(window))) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most max(64K, the longest document)

@@ -197,5 +197,135 @@ TEST(Recompute, LogitsNeverSpanTheSequence) {
   EXPECT_LT(scratch, T * c.vocab_size / 64);
 }
 
+// Colocated attention that does not say it is document-local: the model then runs every
+// layer over the whole sequence at once (the reference for the pieces below).
+class WholeSequenceAttention final : public AttentionPlacement {
+ public:
+  void forward(const AttentionInput& in, const float* q, const float* k, const float* v, float* out,
+               float* lse) override {
+    attention_forward(in.params, in.tasks, q, k, v, out, lse);
+  }
+  void backward(const AttentionInput& in, const float* q, const float* k, const float* v, const float* out,
+                const float* lse, const float* dout, float* dq, float* dk, float* dv) override {
+    attention_backward(in.params, in.tasks, q, k, v, out, lse, dout, dq, dk, dv);
+  }
+};
+
+struct PieceRun {
+  Result result;
+  size_t pieces = 0;
+  int64_t window_rows = 0, attention_bytes = 0;  // the workspace's and the scratch's
+};
+
+PieceRun run_through(const LlamaConfig& c, Precision precision, const RecomputePolicy& policy, int64_t tile,
+                     const PackedBatch& b, AttentionPlacement& placement) {
+  LlamaModel m(c);
+  m.set_arithmetic({.precision = precision});
+  m.set_recompute(policy);
+  m.set_tile_tokens(tile);
+  randomize_params(m.table(), m.params, 11);
+  m.zero_grads();
+  m.refresh_weight_copies();
+  const LocalBatch lb = whole_sequence(b);
+  PieceRun r;
+  ActivationSlot& s = m.begin(lb, 0);
+  m.stage_forward(s, placement);
+  r.result.loss = m.head_forward_backward(s, 1.0f / float(b.num_targets()), true).loss_sum;
+  m.stage_backward(s, placement);
+  r.result.grads = m.grads;
+  r.pieces = s.pieces.size();
+  r.window_rows = s.window_rows;
+  r.attention_bytes = m.activation_bytes() - m.slot_pool().peak_bytes();
+  m.end(s);
+  return r;
+}
+
+// Issue 57 item 2: under colocated attention a sequence of more than 64K rows of
+// documents runs each layer piece by piece (one piece per attention-kernel run, the token
+// tiles in their one grid across the pieces), so the attention arrays hold a window of
+// two pieces and three tiles. Every mode, both precisions, causal, DCA and a sliding
+// window, a tile that divides neither a piece nor the sequence, and a document longer
+// than 64K rows (a piece of its own, under the window: causal would take seconds): the
+// same loss and the same gradient bits as the layers run over the whole sequence at
+// once, with less memory. (Two layers and a few combinations: at 140K tokens each run
+// takes about half a second.)
+TEST(Recompute, LayersRunByPiecesGiveTheWholeSequencesBits) {
+  const int64_t T[] = {140000, 160000};
+  std::vector<int32_t> mix = {0}, one_long = {0, 500, 66500};
+  while (mix.back() < T[0]) mix.push_back(std::min<int32_t>(int32_t(T[0]), mix.back() + 61 + 37 * int32_t(mix.size() % 13)));
+  while (one_long.back() < T[1]) one_long.push_back(std::min<int32_t>(int32_t(T[1]), one_long.back() + 300));
+  const PackedBatch batches[] = {batch_of(T[0], mix), batch_of(T[1], one_long)};
+  enum Kernel { causal, dca, window };
+  struct Case {
+    Kernel kernel;
+    Precision precision;
+    Recompute mode;
+    int batch;
+  };
+  const Case cases[] = {{causal, Precision::fp32, Recompute::none, 0},  {causal, Precision::fp32, Recompute::selective, 0},
+                        {causal, Precision::fp32, Recompute::full, 0},  {causal, Precision::bf16, Recompute::none, 0},
+                        {causal, Precision::bf16, Recompute::full, 0},  {dca, Precision::fp32, Recompute::full, 0},
+                        {dca, Precision::bf16, Recompute::selective, 0}, {window, Precision::fp32, Recompute::none, 1},
+                        {window, Precision::bf16, Recompute::full, 1}};
+  for (const Case& k : cases) {
+    LlamaConfig c = test::llama_shape(19, 16, 24, 2, 4, 2, false);
+    if (k.kernel == dca) {
+      c.attention_kernel = AttentionKernel::dca;
+      c.dca_chunk_size = 256;
+      c.dca_local_size = 32;
+    }
+    if (k.kernel == window) c.attention_mask = {MaskKind::sliding_window, 40, 4, 8192};
+    const int64_t tile = 3001;
+    const RecomputePolicy policy{k.mode, 0};
+    WholeSequenceAttention whole_placement;
+    ColocatedAttention colocated;
+    const PieceRun whole = run_through(c, k.precision, policy, tile, batches[k.batch], whole_placement);
+    const PieceRun pieces = run_through(c, k.precision, policy, tile, batches[k.batch], colocated);
+    const std::string what = std::string(recompute_name(k.mode)) + " " + precision_name(k.precision) + " kernel " +
+                             std::to_string(int(k.kernel)) + " batch " + std::to_string(k.batch);
+    EXPECT_GE(pieces.pieces, 3u) << what;
+    EXPECT_EQ(whole.pieces, pieces.pieces) << what;
+    EXPECT_LT(pieces.window_rows, T[k.batch]) << what;
+    EXPECT_LT(pieces.attention_bytes, whole.attention_bytes) << what;
+    EXPECT_EQ(pieces.result.loss, whole.result.loss) << what;
+    EXPECT_TRUE(same_bits(pieces.result.grads, whole.result.grads)) << what;
+  }
+}
+
+// The kernel's runs never split a group of tasks that share rows (shared_question's
+// segments of one document, a context-parallel rank's pieces of one): otherwise runs of
+// whole groups spanning at most max(64K, the group's rows).
+TEST(Recompute, AttentionRunsKeepADocumentsTasksTogether) {
+  std::vector<AttentionTask> tasks;
+  // documents of 20,000 rows, the third cut into segments that all read its first rows
+  for (int d = 0; d < 5; ++d) {
+    const int64_t row = int64_t(d) * 20000;
+    if (d != 2) {
+      tasks.push_back({row, row, 20000, 20000});
+      continue;
+    }
+    for (int seg = 0; seg < 4; ++seg)
+      tasks.push_back({row + seg * 5000, row, 5000, int32_t(seg * 5000 + 5000), seg * 5000, 0});
+  }
+  std::vector<AttentionRun> runs;
+  attention_runs(tasks, runs);
+  // 20K + 20K + the third document (40K..60K) fit in 64K rows; the fourth and fifth follow
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].first, 0u);
+  EXPECT_EQ(runs[0].end, 6u);
+  EXPECT_EQ(runs[0].q_hi, 60000);
+  EXPECT_EQ(runs[1].q_lo, 60000);
+  EXPECT_EQ(runs[1].end, tasks.size());
+  // shifted so that the cut would fall inside the third document's segments: the whole
+  // document moves to the next run
+  for (AttentionTask& t : tasks) t.q_row += 10000, t.kv_row += 10000;
+  tasks.insert(tasks.begin(), AttentionTask{0, 0, 10000, 10000});
+  attention_runs(tasks, runs);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].end, 3u);  // 10K + 20K + 20K; the third document's 20K more would make 70K
+  EXPECT_EQ(runs[1].first, 3u);
+  EXPECT_EQ(runs[1].kv_lo, 50000);
+}
+
 }  // namespace
 }  // namespace lct::recompute_test

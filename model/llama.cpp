@@ -335,7 +335,8 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens_);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
-  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision, 0)), 0.0f);  // (the attention rows: ensure_attention_grads)
+  // (the attention rows' dq, dk, dv, dattn live apart: ensure_attention_grads)
+  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision, 0)), 0.0f);
   float* p = scratch_.data();
   auto take = [&](int64_t rows, int64_t n) {
     float* r = p;

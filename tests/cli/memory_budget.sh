@@ -67,6 +67,11 @@ check "cad_dp2_8k" 2 "${common[@]}" --data.seq_len 8192 --attention.placement ca
 check "one_process_16k_full_bf16" 1 "${common[@]}" --data.seq_len 16384 --train.recompute full --train.precision bf16
 check "pp2_8k_selective" 2 "${common[@]}" --data.seq_len 8192 --parallel.pp 2 --train.micro_batches 3 --train.recompute selective
 check "cp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2 --train.recompute full
+# issue 57 item 2: past 64K rows of documents a colocated layer runs piece by piece and
+# holds its attention arrays for two pieces and three tiles, not the sequence; the
+# estimate follows (a small model, so that 192K tokens take seconds)
+check "pieces_192k_full_bf16" 1 "${common[@]}" --data.seq_len 196608 --data.max_doc_len 4096 --train.recompute full \
+  --train.precision bf16 $(model_keys 64 176 2 4 2)
 # a 32K vocabulary: the LM head and the loss run in token tiles of 512-row chunks, so the
 # step never holds the sequence's logits (16K x 32K floats = 2 GiB); the estimate holds.
 # Hidden size 64 and 2 layers: the logits do not depend on them, and the LM head's
@@ -158,6 +163,13 @@ PY
 else
   fail "--max-seq-len: '$line' (want a length whose --dry-run estimate fits 6 GiB and the next multiple's not)"
 fi
+# issue 57: 4,194,304 tokens of the pretrain mix (documents up to 16K) fit 24 GiB with
+# full recomputation in bf16 (the layer inputs in bf16, the attention arrays by piece)
+out=$("$LCT" train --dry-run --data.seq_len 4194304 --data.max_doc_len 16384 --train.recompute full \
+  --train.precision bf16 --memory-gib 24 --checkpoint.dir refused)
+[[ $? -eq 0 && $out == *"fits: yes"* && ! -e refused ]] \
+  && echo "ok   4M tokens, full, bf16: $(grep -m1 'memory per rank' <<< "$out")" \
+  || fail "4M tokens, full, bf16 on 24 GiB: '$out'"
 err=$("$LCT" train --max-seq-len --memory-gib 0.01 --checkpoint.dir refused 2> /dev/null)
 [[ $? -eq 1 && $err == "longest data.seq_len that fits: none, 1024 tokens would need about"* && ! -e refused ]] \
   && echo "ok   --max-seq-len under 10 MiB: none fits, exit 1" || fail "--max-seq-len under 10 MiB: '$err'"

@@ -68,7 +68,7 @@ struct LayerActivations {  // saved by forward for backward
   uint16_t* x_out_bits = nullptr;
 };
 
-// Backward temporaries; dq/dk/dv/dattn meet the placement (whole sequence). The tile's:
+// Backward temporaries; dq/dk/dv/dattn meet the placement (the slot's attention rows). The tile's:
 // qkv [T, (H + 2 KV) hd] holds the fused Q/K/V product's output in forward (fp32, before
 // RoPE splits it) and its output gradient in backward (bf16 bits in a bf16 run);
 // dgate_up [T, 2I] the MLP's (bf16 bits in a bf16 run), dact [T, I] fp32. They hold

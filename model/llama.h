@@ -189,9 +189,10 @@ class LlamaModel {
   int64_t scratch_bytes() const;  // backward scratch and tile buffers (both lanes')
   // The same sizes without building a model (memory budgets, src/train/memory_budget.h):
   // floats per token a stage saves between forward and backward (a slot holds T of
-  // them); per token of the recomputation workspace (one per lane: the whole-sequence
-  // tensors of the one layer being recomputed, 0 without recomputation); of the
-  // backward scratch for T tokens (with the token tiles' buffers and the logit rows);
+  // them); per attention row of the recomputation workspace (one per lane: the tensors
+  // of the one layer being recomputed, 0 without recomputation; attention_window_rows
+  // rows); of the backward scratch for T tokens (with the token tiles' buffers, the logit
+  // rows and attention_rows rows of attention gradients);
   // and of lane 1's own scratch (ping-pong).
   static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                              Precision precision, const RecomputePolicy& recompute = {});
@@ -229,8 +230,9 @@ class LlamaModel {
   static ActivationTable activation_table(const LlamaConfig& config, const StageSpec& stage,
                                           Precision precision, const RecomputePolicy& recompute,
                                           ActivationIds* ids);
-  // One lane's recomputation workspace: a recomputed layer's whole-sequence tensors
-  // (selective: q, k, v; full: also attn and lse), reused by every recomputed layer.
+  // One lane's recomputation workspace: a recomputed layer's attention rows (the whole
+  // sequence, or a window of pieces) of q, k, v (full: also attn and lse), reused by every
+  // recomputed layer.
   struct Workspace {
     std::vector<float> data;
     int64_t tokens = 0;
@@ -249,7 +251,7 @@ class LlamaModel {
   LayerWeights layer_weights(int l) const;
   Operand lm_head_weight() const;
   // Layer l's arrays from row r0 on: the slot's rows of what the layer keeps, the lane's
-  // workspace rows of what it recomputes over the whole sequence, and the tile buffers
+  // workspace rows of what it recomputes (from window_base_ on lane 0), and the tile buffers
   // for a recomputed layer's token-tile intermediates.
   // (An output kept as bf16 bits, the next layer's input in a bf16 run, has x_out null.)
   LayerActivations layer_activations(int l, ActivationSlot& s, int64_t r0 = 0);
@@ -261,9 +263,10 @@ class LlamaModel {
   LayerShape layer_shape(const ActivationSlot& s, int64_t r0 = 0, int64_t n = -1) const;
   // recomputed: the forward that a full-recompute layer repeats in backward.
   AttentionInput attention_input(int l, const ActivationSlot& s, bool backward, bool recomputed = false) const;
-  // Backward scratch of a slot from row r0 on: whole-sequence arrays (dattn, dq, dk, dv,
-  // which live across a split-phase attention and which lane 1 has its own of) at row
-  // r0, the tile's (dh, qkv, dgate_up, dact) from their start.
+  // Backward scratch of a slot from row r0 on: the attention rows (dattn, dq, dk, dv, the
+  // whole sequence or, on lane 0, a window from window_base_; they live across a
+  // split-phase attention and lane 1 has its own) at row r0, the tile's (dh, qkv,
+  // dgate_up, dact) from their start.
   LayerScratch scratch_of(const ActivationSlot& s, int64_t r0 = 0) const;
   // Backward of layer l repeats what its recompute mode did not keep (nothing for none).
   void recompute_forward(int l, ActivationSlot& s, AttentionPlacement& placement);

@@ -12,10 +12,19 @@
 namespace lct {
 
 namespace {
-// f(r0, n) for the token tiles [r0, r0 + n) of T rows, in order
+// f(r0, n) for the token tiles [r0, r0 + n) of T rows in their one grid, in order, from
+// row `from` (a tile's first row, or T) on: while they start before `end` (cover: through
+// the tile holding row end - 1) or while they end by `end`. Returns the row they stopped
+// at. With end = T both run every tile from `from`.
+template <typename F>
+int64_t run_tiles(int64_t from, int64_t end, bool cover, int64_t T, int64_t tile, F&& f) {
+  for (; from < T && (cover ? from < end : std::min(from + tile, T) <= end); from = std::min(from + tile, T))
+    f(from, std::min(tile, T - from));
+  return from;
+}
 template <typename F>
 void for_each_tile(int64_t T, int64_t tile, F&& f) {
-  for (int64_t r0 = 0; r0 < T; r0 += tile) f(r0, std::min(tile, T - r0));
+  run_tiles(0, T, true, T, tile, f);
 }
 }  // namespace
 
@@ -367,18 +376,20 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   scratch_tokens_ = T;
 }
 
-void LlamaModel::ensure_attention_grads(int64_t rows) {
-  if (rows <= attention_grad_rows_) return;
+void LlamaModel::ensure_attention_grads(int lane, int64_t rows) {
+  AttentionGrads& g = attention_grads_[size_t(lane)];
+  if (rows <= g.rows && !g.data.empty()) return;
   const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
                 kvdim = config_.num_key_value_heads * config_.head_dim();
-  std::vector<float>().swap(attention_grads_);  // free first: no old + new peak
-  attention_grads_.assign(size_t(rows * (2 * qdim + 2 * kvdim)), 0.0f);
-  float* p = attention_grads_.data();
-  d_.dq = p, p += rows * qdim;
-  d_.dk = p, p += rows * kvdim;
-  d_.dv = p, p += rows * kvdim;
-  d_.dattn = p;
-  attention_grad_rows_ = rows;
+  const int64_t n = std::max<int64_t>(rows, 1);
+  std::vector<float>().swap(g.data);  // free first: no old + new peak
+  g.data.assign(size_t(lane_scratch_floats(config_, n)), 0.0f);
+  float* p = g.data.data();
+  g.dattn = p, p += n * qdim;
+  g.dq = p, p += n * qdim;
+  g.dk = p, p += n * kvdim;
+  g.dv = p;
+  g.rows = rows;
 }
 
 void LlamaModel::ensure_workspace(int lane, int64_t T) {
@@ -407,31 +418,14 @@ int64_t LlamaModel::stored_bytes() const {
 }
 
 int64_t LlamaModel::scratch_bytes() const {
-  return int64_t((scratch_.size() + lane_scratch_.size() + attention_grads_.size()) * sizeof(float));
-}
-
-void LlamaModel::ensure_lane_scratch(int64_t T) {
-  if (T <= lane_scratch_tokens_) return;
-  const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
-                kvdim = config_.num_key_value_heads * config_.head_dim();
-  std::vector<float>().swap(lane_scratch_);  // free first: no old + new peak
-  lane_scratch_.assign(size_t(lane_scratch_floats(config_, T)), 0.0f);
-  float* p = lane_scratch_.data();
-  d_lane1_.dattn = p, p += T * qdim;
-  d_lane1_.dq = p, p += T * qdim;
-  d_lane1_.dk = p, p += T * kvdim;
-  d_lane1_.dv = p;
-  lane_scratch_tokens_ = T;
+  return int64_t((scratch_.size() + attention_grads_[0].data.size() + attention_grads_[1].data.size()) *
+                 sizeof(float));
 }
 
 LayerScratch LlamaModel::scratch_of(const ActivationSlot& s, int64_t r0) const {
   LayerScratch d = d_;
-  if (s.lane == 1) {
-    d.dattn = d_lane1_.dattn;
-    d.dq = d_lane1_.dq;
-    d.dk = d_lane1_.dk;
-    d.dv = d_lane1_.dv;
-  }
+  const AttentionGrads& g = attention_grads_[size_t(s.lane)];
+  d.dattn = g.dattn, d.dq = g.dq, d.dk = g.dk, d.dv = g.dv;
   const int64_t qdim = config_.num_attention_heads * config_.head_dim();
   const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
   // (lane 0's rows from window_base_; not yet allocated before the first backward)
@@ -453,7 +447,6 @@ void LlamaModel::prepare(ActivationSlot& s, const LocalBatch& batch, int round, 
   int32_t max_position = 0;
   for (int32_t p : batch.positions) max_position = std::max(max_position, p);
   ensure_scratch(std::max<int64_t>(T, 1), max_position);
-  if (lane == 1) ensure_lane_scratch(T);
   s.reset(acts_table_, T);
   s.batch = &batch;
   s.round = round;
@@ -540,9 +533,20 @@ void LlamaModel::embed_backward(ActivationSlot& s) {
 void LlamaModel::attn_in_forward(int l, ActivationSlot& s, const char* phase) {
   const ScopedSpan span(phase);
   progress_at(phase == std::string_view("recompute before attention") ? "recompute" : "forward", l, s);
+  attn_in_tiles(l, s, 0, s.tokens());
+}
+
+int64_t LlamaModel::attn_in_tiles(int l, ActivationSlot& s, int64_t from, int64_t end) {
   const LayerWeights w = layer_weights(l);
-  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+  return run_tiles(from, end, true, s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
     lct::attn_in_forward(layer_shape(s, r0, n), w, layer_activations(l, s, r0), scratch_of(s, r0));
+  });
+}
+
+int64_t LlamaModel::attn_out_tiles(int l, ActivationSlot& s, int64_t from, int64_t end) {
+  const LayerWeights w = layer_weights(l);
+  return run_tiles(from, end, false, s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+    lct::attn_out_forward(layer_shape(s, r0, n), w, tile_activations(l, s, r0));
   });
 }
 
@@ -590,20 +594,18 @@ void LlamaModel::core_attention_forward_start(int l, ActivationSlot& s, Attentio
 void LlamaModel::attn_out_forward(int l, ActivationSlot& s) {
   {
     const ScopedSpan span("after attention");
-    const LayerWeights w = layer_weights(l);
-    for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
-      lct::attn_out_forward(layer_shape(s, r0, n), w, tile_activations(l, s, r0));
-    });
+    attn_out_tiles(l, s, 0, s.tokens());
   }
   progress_finished(layer_forward_flops(config_, s.tokens(), s.pairs));  // the layer's forward
 }
 
-void LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward) {
+int64_t LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward,
+                                   int64_t from, int64_t end) {
   const LayerWeights w = layer_weights(l);
   const LayerTensors g = layer_tensors(grads, l);
   const bool recompute = mode_of(l) != Recompute::none;
   float* dx = residual_grad(s);
-  for_each_tile(s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
+  return run_tiles(from, end, false, s.tokens(), tile_tokens_, [&](int64_t r0, int64_t n) {
     const LayerShape sh = layer_shape(s, r0, n);
     const LayerActivations a = layer_activations(l, s, r0);
     if (recompute) repeat(sh, w, a);
@@ -614,7 +616,7 @@ void LlamaModel::tiled_backward(int l, ActivationSlot& s, TileForward repeat, Ti
 void LlamaModel::attn_out_backward(int l, ActivationSlot& s) {
   const ScopedSpan span("after attention backward");
   progress_at("backward", l, s);
-  tiled_backward(l, s, lct::mlp_in_forward, lct::attn_out_backward);  // repeats x_mid, h2, gate_up, act
+  tiled_backward(l, s, lct::mlp_in_forward, lct::attn_out_backward, 0, s.tokens());  // repeats x_mid, h2, gate_up, act
 }
 
 void LlamaModel::core_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement) {
@@ -646,7 +648,7 @@ void LlamaModel::zero_attention_grads(const LayerScratch& d, int64_t T) const {
 void LlamaModel::attn_in_backward(int l, ActivationSlot& s) {
   {
     const ScopedSpan span("before attention backward");
-    tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward);  // repeats h1, rstd1
+    tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward, 0, s.tokens());  // repeats h1, rstd1
   }
   progress_finished(2 * layer_forward_flops(config_, s.tokens(), s.pairs));  // the layer's backward
 }
@@ -728,7 +730,7 @@ void LlamaModel::layer_forward(int l, ActivationSlot& s, AttentionPlacement& pla
 void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement) {
   const int64_t rows = by_pieces(s, placement) ? s.window_rows : s.tokens();
   ensure_workspace(s.lane, rows);
-  if (s.lane == 0) ensure_attention_grads(rows);
+  ensure_attention_grads(s.lane, rows);
   // the final norm and the LM head sit at the end of the arena (tied: the head is the
   // embedding, which is only final after the embedding backward, at offset 0)
   if (stage_.has_head) report_final(final_norm_offset_);
@@ -774,7 +776,8 @@ void LlamaModel::slide_window(const ActivationSlot& s, int64_t low, int64_t high
   };
   const Workspace& w = workspace_[0];
   move(w.q, qdim), move(w.k, kvdim), move(w.v, kvdim), move(w.attn, qdim), move(w.lse, H);
-  if (grads) move(d_.dattn, qdim), move(d_.dq, qdim), move(d_.dk, kvdim), move(d_.dv, kvdim);
+  const AttentionGrads& g = attention_grads_[0];
+  if (grads) move(g.dattn, qdim), move(g.dq, qdim), move(g.dk, kvdim), move(g.dv, kvdim);
   window_base_ = low;
 }
 
@@ -805,7 +808,6 @@ void LlamaModel::piece_attention_backward(int l, ActivationSlot& s, AttentionPla
 // have not yet read up to those the tiles before it have written.
 void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const int64_t T = s.tokens(), tile = tile_tokens_;
-  const LayerWeights w = layer_weights(l);
   progress_at("forward", l, s);
   window_base_ = 0;
   int64_t in = 0, out = 0;  // rows through which the tiles before and after attention have run
@@ -814,18 +816,14 @@ void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlac
     slide_window(s, out, in, tiles_cover(in, end, tile, T), false);
     {
       const ScopedSpan span("before attention");
-      for (; in < end; in = std::min(in + tile, T)) {
-        const int64_t n = std::min(tile, T - in);
-        lct::attn_in_forward(layer_shape(s, in, n), w, layer_activations(l, s, in), scratch_of(s, in));
-      }
+      in = attn_in_tiles(l, s, in, end);
     }
     phase_done();
     piece_attention_forward(l, s, placement, j, false);
     phase_done();
     {
       const ScopedSpan span("after attention");
-      for (; out < T && std::min(out + tile, T) <= end; out = std::min(out + tile, T))
-        lct::attn_out_forward(layer_shape(s, out, std::min(tile, T - out)), w, tile_activations(l, s, out));
+      out = attn_out_tiles(l, s, out, end);
     }
     progress_finished(layer_forward_flops(config_, s.pieces[j].row_end - s.pieces[j].row_begin, s.pieces[j].pairs));
     phase_done();
@@ -842,10 +840,7 @@ void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlac
 void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const Recompute mode = mode_of(l);
   const bool recompute = mode != Recompute::none;
-  const int64_t T = s.tokens(), tile = tile_tokens_, C = config_.hidden_size;
-  const LayerWeights w = layer_weights(l);
-  const LayerTensors g = layer_tensors(grads, l);
-  float* dx = residual_grad(s);
+  const int64_t T = s.tokens(), tile = tile_tokens_;
   progress_at(recompute ? "recompute" : "backward", l, s);
   window_base_ = 0;
   // rows through which the repeated tiles before attention, the backward tiles after it
@@ -860,10 +855,7 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
     if (recompute) {
       {
         const ScopedSpan span("recompute before attention");
-        for (; again < end; again = std::min(again + tile, T)) {
-          const int64_t n = std::min(tile, T - again);
-          lct::attn_in_forward(layer_shape(s, again, n), w, layer_activations(l, s, again), scratch_of(s, again));
-        }
+        again = attn_in_tiles(l, s, again, end);
       }
       phase_done();
       if (mode == Recompute::full) {
@@ -873,12 +865,7 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
     }
     {
       const ScopedSpan span("after attention backward");
-      for (; after < T && std::min(after + tile, T) <= end; after = std::min(after + tile, T)) {
-        const LayerShape sh = layer_shape(s, after, std::min(tile, T - after));
-        const LayerActivations a = layer_activations(l, s, after);
-        if (recompute) lct::mlp_in_forward(sh, w, a);  // x_mid, h2, gate_up, act
-        lct::attn_out_backward(sh, w, g, a, scratch_of(s, after), dx + after * C);
-      }
+      after = tiled_backward(l, s, lct::mlp_in_forward, lct::attn_out_backward, after, end);
     }
     phase_done();
     for (; attended <= j && s.pieces[attended].row_end <= after; ++attended) {
@@ -888,12 +875,7 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
     const int64_t ready = attended > 0 ? s.pieces[attended - 1].row_end : 0;
     {
       const ScopedSpan span("before attention backward");
-      for (; before < T && std::min(before + tile, T) <= ready; before = std::min(before + tile, T)) {
-        const LayerShape sh = layer_shape(s, before, std::min(tile, T - before));
-        const LayerActivations a = layer_activations(l, s, before);
-        if (recompute) lct::attn_norm_forward(sh, w, a);  // h1, rstd1
-        lct::attn_in_backward(sh, w, g, a, scratch_of(s, before), dx + before * C);
-      }
+      before = tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward, before, ready);
     }
     // piece j's share of the layer's backward and of what it repeats
     const int64_t rows = p.row_end - p.row_begin;
@@ -957,8 +939,10 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
                                      AttentionPlacement& placement) {
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_backward_pair: lanes 0 and 1");
   ActivationSlot* lanes[2] = {&a, &b};
-  for (ActivationSlot* s : lanes) ensure_workspace(s->lane, s->tokens());
-  ensure_attention_grads(a.tokens());
+  for (ActivationSlot* s : lanes) {
+    ensure_workspace(s->lane, s->tokens());
+    ensure_attention_grads(s->lane, s->tokens());
+  }
   const int first = stage_.first_layer, last = stage_.end_layer - 1;
   if (stage_.has_head) report_final(final_norm_offset_);
   // (with recomputation each lane repeats its layer's forward first; a full layer's

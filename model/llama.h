@@ -280,10 +280,17 @@ class LlamaModel {
   using TileForward = void (*)(const LayerShape&, const LayerWeights&, const LayerActivations&);
   using TileBackward = void (*)(const LayerShape&, const LayerWeights&, const LayerTensors&,
                                 const LayerActivations&, const LayerScratch&, float*);
-  void tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward);
+  // (the tiles from row `from` that end by `end`; returns the row they stopped at)
+  int64_t tiled_backward(int l, ActivationSlot& s, TileForward repeat, TileBackward backward, int64_t from,
+                         int64_t end);
+  // Layer l's forward on one side of core attention over the token tiles from row `from`:
+  // before it through the tile holding row end - 1, after it the tiles that end by `end`;
+  // each returns the row it stopped at
+  int64_t attn_in_tiles(int l, ActivationSlot& s, int64_t from, int64_t end);
+  int64_t attn_out_tiles(int l, ActivationSlot& s, int64_t from, int64_t end);
   void ensure_scratch(int64_t T, int64_t max_position);
   void ensure_workspace(int lane, int64_t T);
-  void ensure_attention_grads(int64_t rows);
+  void ensure_attention_grads(int lane, int64_t rows);
   // The slot's pieces, their rebased tasks and window rows (prepare)
   void find_pieces(ActivationSlot& s);
   // Whether a slot's layers run piece by piece, and the attention rows they then hold
@@ -301,7 +308,6 @@ class LlamaModel {
   // its attention arrays; before rows up to `need` are written, the live rows [low, high)
   // move to the arrays' start when they would not fit otherwise.
   void slide_window(const ActivationSlot& s, int64_t low, int64_t high, int64_t need, bool grads);
-  void ensure_lane_scratch(int64_t T);
   void phase_done() {
     if (between_phases) between_phases();
   }
@@ -352,14 +358,16 @@ class LlamaModel {
   int64_t scratch_tokens_ = 0;
   std::vector<float> scratch_;
   LayerScratch d_{};
-  // lane 0's dattn, dq, dk, dv (grow-only, by the attention rows a backward holds)
-  int64_t attention_grad_rows_ = 0;
-  std::vector<float> attention_grads_;
+  // per lane: dattn, dq, dk, dv (grow-only, by the attention rows a backward holds: the
+  // lane's tokens, or lane 0's window of pieces)
+  struct AttentionGrads {
+    std::vector<float> data;
+    int64_t rows = 0;
+    float *dattn = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  };
+  AttentionGrads attention_grads_[2];
   int64_t window_base_ = 0;  // lane 0's attention arrays hold rows from here (slide_window)
   std::vector<AttentionRun> runs_;  // find_pieces' (reused)
-  int64_t lane_scratch_tokens_ = 0;
-  std::vector<float> lane_scratch_;  // lane 1's dattn, dq, dk, dv
-  LayerScratch d_lane1_{};
   float* logits_ = nullptr;
   static constexpr int64_t kLogitRows = 512;  // LM head processed in row chunks
 };

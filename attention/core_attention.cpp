@@ -198,12 +198,13 @@ struct TaskChunk {
 // attention_runs' chunks, calling f(chunk) for each, in order.
 // (thread_local: grow-only, so steady-state steps allocate nothing)
 template <typename F>
-void for_each_chunk(std::span<const AttentionTask> tasks, F&& f) {
+void for_each_chunk(const AttentionParams& params, std::span<const AttentionTask> tasks, F&& f) {
   thread_local TaskChunk chunk;
   thread_local std::vector<AttentionRun> runs;
-  attention_runs(tasks, runs);
+  attention_runs(tasks, params.mask, params.chunk_rows, runs);
   for (const AttentionRun& r : runs) {
-    chunk.tasks.assign(tasks.begin() + ptrdiff_t(r.first), tasks.begin() + ptrdiff_t(r.end));
+    chunk.tasks.clear();
+    run_tasks(tasks, r, chunk.tasks);
     chunk.q0 = r.q_lo;
     chunk.kv0 = r.kv_lo;
     for (AttentionTask& t : chunk.tasks) t.q_row -= chunk.q0, t.kv_row -= chunk.kv0;
@@ -211,9 +212,20 @@ void for_each_chunk(std::span<const AttentionTask> tasks, F&& f) {
   }
 }
 
+// The key rows of task t that its query rows [q_lo, q_hi) can read: from its first key
+// row to the last key the last query reads (mask_keys' end is non-decreasing in the
+// query position).
+int64_t slice_key_end(const AttentionTask& t, const AttentionMask& mask, int64_t q_hi) {
+  const int64_t last = int64_t(t.q_pos) + (q_hi - t.q_row) - 1;
+  const int64_t hi = mask_keys(mask, t.prefix_len, t.segment_pos, last).hi;
+  return t.kv_row + std::clamp<int64_t>(hi - t.kv_pos, 0, t.kv_len);
+}
+
 }  // namespace
 
-void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionRun>& runs) {
+void attention_runs(std::span<const AttentionTask> tasks, const AttentionMask& mask, int64_t chunk_rows,
+                    std::vector<AttentionRun>& runs) {
+  if (chunk_rows <= 0) throw std::invalid_argument("attention: chunk_rows must be positive");
   runs.clear();
   // the group of consecutive tasks from task i on whose query or key rows overlap (an
   // empty range overlaps nothing), and the rows it spans
@@ -240,13 +252,31 @@ void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionR
   size_t i = 0;
   while (i < tasks.size()) {
     Span run, g;
+    const size_t first_end = group_end(i, g);
+    const AttentionTask& t = tasks[i];
+    if (first_end == i + 1 && t.q_len > chunk_rows) {
+      // one long task: its query slices, cut at in-document multiples of chunk_rows where
+      // no query before the cut reads a key after it (prefix_lm: not inside the prefix)
+      for (int64_t q = t.q_row, end = t.q_row + t.q_len; q < end;) {
+        const int64_t pos = int64_t(t.q_pos) + (q - t.q_row);
+        int64_t cut = (pos / chunk_rows + 1) * chunk_rows;  // in-document position
+        while (cut < int64_t(t.q_pos) + t.q_len && mask_keys(mask, t.prefix_len, t.segment_pos, cut - 1).hi > cut)
+          cut += chunk_rows;
+        const int64_t q_hi = std::min(end, q + (cut - pos));
+        runs.push_back({i, i + 1, q, q_hi, t.kv_row, slice_key_end(t, mask, q_hi), true});
+        q = q_hi;
+      }
+      i = first_end;
+      continue;
+    }
     size_t j = i;
     while (j < tasks.size()) {
       const size_t next = group_end(j, g);
+      if (j > i && next == j + 1 && tasks[j].q_len > chunk_rows) break;  // sliced in a run of its own
       Span joined = run;
       joined.q_lo = std::min(run.q_lo, g.q_lo), joined.q_hi = std::max(run.q_hi, g.q_hi);
       joined.kv_lo = std::min(run.kv_lo, g.kv_lo), joined.kv_hi = std::max(run.kv_hi, g.kv_hi);
-      const int64_t own = std::max<int64_t>({kAttentionChunkRows, g.q_hi - g.q_lo, g.kv_hi - g.kv_lo});
+      const int64_t own = std::max<int64_t>({chunk_rows, g.q_hi - g.q_lo, g.kv_hi - g.kv_lo});
       if (j > i && (joined.q_hi - joined.q_lo > own || joined.kv_hi - joined.kv_lo > own)) break;
       run = joined;
       j = next;
@@ -257,12 +287,29 @@ void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionR
   }
 }
 
+void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, std::vector<AttentionTask>& out) {
+  if (!run.slice) {
+    out.insert(out.end(), tasks.begin() + ptrdiff_t(run.first), tasks.begin() + ptrdiff_t(run.end));
+    return;
+  }
+  const AttentionTask& t = tasks[run.first];
+  AttentionTask s = t;
+  s.q_row = run.q_lo;
+  s.q_len = int32_t(run.q_hi - run.q_lo);
+  s.q_pos = int32_t(int64_t(t.q_pos) + (run.q_lo - t.q_row));
+  s.kv_len = int32_t(run.kv_hi - run.kv_lo);
+  // (DCA's length-dependent multiplier: the whole document's length, not the slice's)
+  s.doc_len = t.doc_len > 0 ? t.doc_len
+                            : int32_t(std::max<int64_t>(int64_t(t.q_pos) + t.q_len, int64_t(t.kv_pos) + t.kv_len));
+  out.push_back(s);
+}
+
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                        const float* q, const float* k, const float* v, float* out, float* lse) {
   check_params(params);
   const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
   const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
-  for_each_chunk(tasks, [&](const TaskChunk& c) {
+  for_each_chunk(params, tasks, [&](const TaskChunk& c) {
     const int64_t qo = c.q0 * ldq, ko = c.kv0 * ldk;
     blocked_attention_forward(params, c.tasks, q + qo, k + ko, v + ko, out + qo, lse + c.q0 * params.num_heads);
   });
@@ -274,7 +321,7 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
   check_params(params);
   const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
   const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
-  for_each_chunk(tasks, [&](const TaskChunk& c) {
+  for_each_chunk(params, tasks, [&](const TaskChunk& c) {
     const int64_t qo = c.q0 * ldq, ko = c.kv0 * ldk;
     blocked_attention_backward(params, c.tasks, q + qo, k + ko, v + ko, out + qo, lse + c.q0 * params.num_heads,
                                dout + qo, dq + qo, dk + ko, dv + ko);

@@ -91,6 +91,9 @@ int32_t dca_query_position_at_distance(int64_t i, int64_t chunk_distance, const 
 // Logit multiplier of a document of length doc_len.
 float dca_logit_multiplier(int64_t doc_len, const DcaParams& dca);
 
+// The rows of the attention kernel's runs (attention_runs); AttentionParams::chunk_rows.
+constexpr int64_t kAttentionChunkRows = 65536;
+
 struct AttentionParams {
   AttentionKernel kernel = AttentionKernel::causal;
   int num_heads = 0;     // H, query heads
@@ -110,6 +113,9 @@ struct AttentionParams {
   // there); rounded (and every CPU without them) runs them as fp32 SGEMM on the rounded
   // operands, which gives the same numbers up to summation order (the tests check both).
   Bf16Kernel bf16_kernel = Bf16Kernel::automatic;
+  // The rows of the kernel's runs (attention_runs below): kAttentionChunkRows unless a
+  // test wants many runs of a short batch.
+  int64_t chunk_rows = kAttentionChunkRows;
 };
 
 // Per-document mask data of a packed batch (attention_mask.h), empty when the mask needs
@@ -166,23 +172,34 @@ void merge_attention_partial(float* out, float* lse, const float* part_out,
                              const float* part_lse, int64_t rows, int heads, int head_dim);
 
 // attention_forward and attention_backward hand the kernel consecutive runs of the
-// tasks whose query rows and key rows each span at most max(kAttentionChunkRows, the
-// run's largest group), so the kernel's scratch grows with the longest document (or
-// 64K rows), not with the batch: 1M packed tokens need no 1M-row buffers. A group is a
-// maximal stretch of consecutive tasks whose query rows or key rows overlap (a
-// document's pieces: shared_question's segments, a context-parallel rank's pieces of one
-// document), and a run never splits one: the tasks that accumulate into the same dK and
-// dV rows always meet in one kernel call.
-constexpr int64_t kAttentionChunkRows = 65536;
+// tasks whose query rows and key rows each span at most max(chunk_rows, the run's
+// largest group), so the kernel's scratch grows with the longest group (or 64K rows),
+// not with the batch: 1M packed tokens need no 1M-row buffers. A group is a maximal
+// stretch of consecutive tasks whose query rows or key rows overlap (a document's
+// pieces: shared_question's segments, a context-parallel rank's pieces of one document),
+// and a run never splits one: the tasks that accumulate into the same dK and dV rows
+// meet in one kernel call. One exception: a group of a single task with more than
+// chunk_rows query rows (one long document) runs as query slices, one run each: its
+// query rows cut at in-document positions that are multiples of chunk_rows, each slice
+// with the task's key rows up to the last one its queries can read (mask_keys). A slice's
+// Q, O, LSE, dQ and dO are chunk_rows rows; its K and V (and the dK, dV it adds into) are
+// the document's. The forward's O and LSE are those of the whole task (a query row's
+// arithmetic does not depend on the cut, attention_query_tile); the backward sums each
+// slice's dK and dV into the document's, one slice after another.
 struct AttentionRun {
-  size_t first = 0, end = 0;                   // tasks [first, end)
+  size_t first = 0, end = 0;                         // tasks [first, end)
   int64_t q_lo = 0, q_hi = 0, kv_lo = 0, kv_hi = 0;  // the query and key rows they span
+  bool slice = false;  // a query slice of task `first` (end = first + 1): rows [q_lo, q_hi)
 };
 // Those runs, in order (the one rule attention_forward and attention_backward apply). A
-// caller that hands attention_forward or attention_backward one run at a time (rebased
-// or not) makes exactly the kernel calls one call over all the tasks makes: the same
-// bits (the model's pieces, model/llama.h).
-void attention_runs(std::span<const AttentionTask> tasks, std::vector<AttentionRun>& runs);
+// caller that hands attention_forward or attention_backward one run's tasks at a time
+// (run_tasks; rebased or not) makes exactly the kernel calls one call over all the tasks
+// makes: the same bits (the model's pieces, model/llama.h).
+void attention_runs(std::span<const AttentionTask> tasks, const AttentionMask& mask, int64_t chunk_rows,
+                    std::vector<AttentionRun>& runs);
+// Appends the tasks of a run to `out`: tasks [first, end), or a slice's task cut to its
+// query rows and the key rows they read.
+void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, std::vector<AttentionTask>& out);
 // An upper bound of that scratch for runs of `rows` rows on `threads` threads (memory
 // budgets): D = rowsum(dO * O), the other threads' dQ partials, bf16 copies of K and V
 // (train.precision = bf16), the threads' tiles.

@@ -43,6 +43,14 @@ class ActivationTable {
 
 struct LocalBatch;
 
+// Rows of a slot's attention arrays, by the rows they follow: Q, O, LSE (of a recomputed
+// layer) and dO by the query rows attention is working on; K, V, dK, dV and dQ by the
+// keys those queries read (dQ waits with dK and dV for the product that sums all three,
+// attn_in_backward). The whole slot (both T) unless a layer runs piece by piece.
+struct AttentionRows {
+  int64_t query = 0, key = 0;
+};
+
 // One micro-batch's saved activations plus the metadata its phases need.
 class ActivationSlot {
  public:
@@ -76,16 +84,20 @@ class ActivationSlot {
   // (attention_runs; one piece [0, T) unless the tasks make several): a placement that
   // runs documents where they are lets a layer run piece by piece (model/llama.h), its
   // tasks in piece_tasks [task_begin, task_end), rebased to the piece's first row.
+  // A piece of a document longer than the kernel's runs is one of its query slices, whose
+  // keys start at the document's first row (key_begin < row_begin); the tasks' key rows
+  // are rebased to key_begin.
   struct Piece {
     int64_t row_begin = 0, row_end = 0;
+    int64_t key_begin = 0;  // the first key row its tasks read (row_begin but in a slice)
+    int64_t keys_from = 0;  // the first key row it or a later piece reads
     size_t task_begin = 0, task_end = 0;
     int64_t pairs = 0;  // (only with a progress, as `pairs`)
   };
   std::vector<Piece> pieces;
   std::vector<AttentionTask> piece_tasks;
-  // Rows of the attention arrays (Q, K, V, O, LSE of a recomputed layer; dO, dQ, dK, dV)
-  // a layer run piece by piece holds at once: at most 2 pieces and 3 token tiles
-  int64_t window_rows = 0;
+  // Rows of the attention arrays a layer run piece by piece holds at once (model/llama.h)
+  AttentionRows window;
 
  private:
   std::vector<float> data_;

@@ -73,6 +73,12 @@ void LlamaModel::set_tile_tokens(int64_t rows) {
   scratch_tokens_ = 0;  // the tile's scratch is sized by it
 }
 
+void LlamaModel::set_attention_chunk_rows(int64_t rows) {
+  if (pool_.in_use() > 0) throw std::logic_error("set_attention_chunk_rows while activation slots are in use");
+  if (rows < 1) throw std::invalid_argument("an attention run needs at least one row");
+  attn_params_.chunk_rows = rows;
+}
+
 void LlamaModel::set_recompute(const RecomputePolicy& policy) {
   if (pool_.in_use() > 0) throw std::logic_error("set_recompute while activation slots are in use");
   if (policy.layers < 0 || policy.layers > config_.num_hidden_layers)
@@ -190,6 +196,19 @@ int64_t LlamaModel::workspace_floats_per_token(const LlamaConfig& c, const Stage
   return n;
 }
 
+// the query side (q; with a full-recompute layer attn and lse) by the query rows, k and v
+// by the key rows
+int64_t LlamaModel::workspace_floats(const LlamaConfig& c, const StageSpec& stage, const RecomputePolicy& recompute,
+                                     AttentionRows rows) {
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  int64_t query = 0, key = 0;
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+    if (recompute.of(l) == Recompute::selective) query = std::max(query, qdim), key = 2 * kvdim;
+    if (recompute.of(l) == Recompute::full) query = std::max(query, 2 * qdim + c.num_attention_heads), key = 2 * kvdim;
+  }
+  return query * rows.query + key * rows.key;
+}
+
 namespace {
 // a token tile's intermediates (TileBuffers, all fp32-sized): rstd1, h1, x_mid, rstd2,
 // h2, gate_up (2I), act, rstd_final, h_final per row; in bf16 runs also the layer
@@ -199,21 +218,24 @@ int64_t tile_floats_per_row(const LlamaConfig& c, Precision precision) {
 }
 }  // namespace
 
-// the attention rows: dq qdim, dk kvdim, dv kvdim, dattn qdim per row; one token tile:
+// the attention rows: dattn qdim per query row, dq qdim, dk kvdim, dv kvdim per key row; one token tile:
 // dh C, qkv qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM
 // head's logit rows (processed kLogitRows at a time)
 int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens, Precision precision,
-                                   int64_t attention_rows) {
+                                   AttentionRows attention_rows) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens);
-  return (attention_rows < 0 ? T : attention_rows) * (2 * qdim + 2 * kvdim) +
+  return (attention_rows.query < 0 ? T : attention_rows.query) * qdim +
+         (attention_rows.key < 0 ? T : attention_rows.key) * (qdim + 2 * kvdim) +
          tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c, precision)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
 }
 
-int64_t LlamaModel::attention_window_rows(int64_t T, int64_t piece_rows, int64_t tile_tokens) {
-  if (piece_rows >= T) return T;
-  return std::min(T, 2 * piece_rows + 3 * std::min(T, tile_tokens));
+AttentionRows LlamaModel::attention_window_rows(int64_t T, int64_t piece_rows, int64_t key_reach,
+                                                int64_t tile_tokens) {
+  if (piece_rows >= T) return {T, T};
+  const int64_t rows = 2 * piece_rows + 3 * std::min(T, tile_tokens);
+  return {std::min(T, rows), std::min(T, rows + key_reach)};
 }
 
 // dattn, dq (qdim each), dk, dv (kvdim each) per token
@@ -260,11 +282,11 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
   const int64_t C = c.hidden_size, I = c.intermediate_size, H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const Workspace& w = workspace_[size_t(s.lane)];
-  // kept: the slot's rows from r0; recomputed: the workspace's (rows from window_base_
-  // in a layer run piece by piece, lane 0)
-  const int64_t w0 = r0 - (s.lane == 0 ? window_base_ : 0);
-  auto rows = [&](int id, float* recomputed, int64_t width) {
-    return id >= 0 ? s.tensor(id) + r0 * width : recomputed ? recomputed + w0 * width : nullptr;
+  // kept: the slot's rows from r0; recomputed: the workspace's (rows from the windows'
+  // bases in a layer run piece by piece, lane 0)
+  const int64_t wq = r0 - (s.lane == 0 ? window_base_.query : 0), wk = r0 - (s.lane == 0 ? window_base_.key : 0);
+  auto rows = [&](int id, float* recomputed, int64_t width, bool key_side = false) {
+    return id >= 0 ? s.tensor(id) + r0 * width : recomputed ? recomputed + (key_side ? wk : wq) * width : nullptr;
   };
   // kept: the slot's rows; recomputed in a tile: the tile buffer (its rows from 0)
   auto tile_rows = [&](int id, float* tile, int64_t width) { return id >= 0 ? s.tensor(id) + r0 * width : tile; };
@@ -281,8 +303,8 @@ LayerActivations LlamaModel::layer_activations(int l, ActivationSlot& s, int64_t
   a.rstd1 = tile_rows(i.rstd1, tile_.rstd1, 1);
   a.h1 = tile_saved(i.h1, tile_.h1, C);
   a.q = rows(i.q, w.q, qdim);
-  a.k = rows(i.k, w.k, kvdim);
-  a.v = rows(i.v, w.v, kvdim);
+  a.k = rows(i.k, w.k, kvdim, true);
+  a.v = rows(i.v, w.v, kvdim, true);
   a.attn = rows(i.attn, w.attn, qdim);
   a.lse = rows(i.lse, w.lse, H);
   a.x_mid = tile_rows(i.x_mid, tile_.x_mid, C);
@@ -345,7 +367,7 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   const int64_t tile = std::min(T, tile_tokens_);
   std::vector<float>().swap(scratch_);  // free first: no old + new peak
   // (the attention rows' dq, dk, dv, dattn live apart: ensure_attention_grads)
-  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision, 0)), 0.0f);
+  scratch_.assign(size_t(scratch_floats(c, T, tile_tokens_, arith_.precision, {0, 0})), 0.0f);
   float* p = scratch_.data();
   auto take = [&](int64_t rows, int64_t n) {
     float* r = p;
@@ -376,41 +398,41 @@ void LlamaModel::ensure_scratch(int64_t T, int64_t max_position) {
   scratch_tokens_ = T;
 }
 
-void LlamaModel::ensure_attention_grads(int lane, int64_t rows) {
+void LlamaModel::ensure_attention_grads(int lane, AttentionRows rows) {
   AttentionGrads& g = attention_grads_[size_t(lane)];
-  if (rows <= g.rows && !g.data.empty()) return;
+  if (rows.query <= g.rows.query && rows.key <= g.rows.key && !g.data.empty()) return;
   const int64_t qdim = config_.num_attention_heads * config_.head_dim(),
                 kvdim = config_.num_key_value_heads * config_.head_dim();
-  const int64_t n = std::max<int64_t>(rows, 1);
+  const int64_t nq = std::max<int64_t>({rows.query, g.rows.query, 1}), nk = std::max<int64_t>({rows.key, g.rows.key, 1});
   std::vector<float>().swap(g.data);  // free first: no old + new peak
-  g.data.assign(size_t(lane_scratch_floats(config_, n)), 0.0f);
+  g.data.assign(size_t(nq * qdim + nk * (qdim + 2 * kvdim)), 0.0f);
   float* p = g.data.data();
-  g.dattn = p, p += n * qdim;
-  g.dq = p, p += n * qdim;
-  g.dk = p, p += n * kvdim;
+  g.dattn = p, p += nq * qdim;
+  g.dq = p, p += nk * qdim;
+  g.dk = p, p += nk * kvdim;
   g.dv = p;
-  g.rows = rows;
+  g.rows = {nq, nk};
 }
 
-void LlamaModel::ensure_workspace(int lane, int64_t T) {
+void LlamaModel::ensure_workspace(int lane, AttentionRows rows) {
   Workspace& w = workspace_[size_t(lane)];
-  if (!recomputes_ || (T <= w.tokens && !w.data.empty())) return;
+  if (!recomputes_ || (rows.query <= w.rows.query && rows.key <= w.rows.key && !w.data.empty())) return;
   const LlamaConfig& c = config_;
   const int64_t H = c.num_attention_heads;
   const int64_t qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  const int64_t rows = std::max<int64_t>(T, 1);
+  const AttentionRows n{std::max<int64_t>({rows.query, w.rows.query, 1}), std::max<int64_t>({rows.key, w.rows.key, 1})};
   std::vector<float>().swap(w.data);  // free first: no old + new peak
-  w.data.assign(size_t(rows * workspace_floats_per_token(c, stage_, recompute_)), 0.0f);
+  w.data.assign(size_t(workspace_floats(c, stage_, recompute_, n)), 0.0f);
   float* p = w.data.data();
-  w.q = p, p += rows * qdim;
-  w.k = p, p += rows * kvdim;
-  w.v = p, p += rows * kvdim;
+  w.q = p, p += n.query * qdim;
+  w.k = p, p += n.key * kvdim;
+  w.v = p, p += n.key * kvdim;
   w.attn = w.lse = nullptr;
   if (recomputes_attention_) {
-    w.attn = p, p += rows * qdim;
+    w.attn = p, p += n.query * qdim;
     w.lse = p;
   }
-  w.tokens = T;
+  w.rows = n;
 }
 
 int64_t LlamaModel::stored_bytes() const {
@@ -428,13 +450,13 @@ LayerScratch LlamaModel::scratch_of(const ActivationSlot& s, int64_t r0) const {
   d.dattn = g.dattn, d.dq = g.dq, d.dk = g.dk, d.dv = g.dv;
   const int64_t qdim = config_.num_attention_heads * config_.head_dim();
   const int64_t kvdim = config_.num_key_value_heads * config_.head_dim();
-  // (lane 0's rows from window_base_; not yet allocated before the first backward)
-  const int64_t w0 = r0 - (s.lane == 0 ? window_base_ : 0);
+  // (lane 0's rows from the windows' bases; not yet allocated before the first backward)
+  const int64_t wq = r0 - (s.lane == 0 ? window_base_.query : 0), wk = r0 - (s.lane == 0 ? window_base_.key : 0);
   if (d.dattn) {
-    d.dattn += w0 * qdim;
-    d.dq += w0 * qdim;
-    d.dk += w0 * kvdim;
-    d.dv += w0 * kvdim;
+    d.dattn += wq * qdim;
+    d.dq += wk * qdim;
+    d.dk += wk * kvdim;
+    d.dv += wk * kvdim;
   }
   return d;
 }
@@ -470,36 +492,42 @@ void LlamaModel::find_pieces(ActivationSlot& s) {
   const int64_t T = s.tokens();
   s.pieces.clear();
   s.piece_tasks.clear();
-  attention_runs(s.tasks, runs_);
+  attention_runs(s.tasks, attn_params_.mask, attn_params_.chunk_rows, runs_);
   // the kernel's runs as pieces of rows: each from its first row to the next one's (the
-  // first from 0, the last to T); one piece unless the runs' rows follow each other
+  // first from 0, the last to T); one piece unless the runs' rows follow each other. A
+  // slice of a long document starts at its first query row and reads keys before it.
+  const auto first_row = [&](const AttentionRun& r) { return r.slice ? r.q_lo : std::min(r.q_lo, r.kv_lo); };
   bool ordered = runs_.size() > 1;
   for (size_t j = 1; ordered && j < runs_.size(); ++j)
-    ordered = std::min(runs_[j].q_lo, runs_[j].kv_lo) >= std::max(runs_[j - 1].q_hi, runs_[j - 1].kv_hi);
+    ordered = first_row(runs_[j]) >= std::max(runs_[j - 1].q_hi, runs_[j - 1].kv_hi);
   if (!ordered) {
-    s.pieces.push_back({0, T, 0, s.tasks.size(), s.pairs});
-    s.window_rows = T;
+    s.pieces.push_back({0, T, 0, 0, 0, s.tasks.size(), s.pairs});
+    s.window = {T, T};
     return;
   }
-  s.piece_tasks = s.tasks;
-  int64_t longest = 0;
+  int64_t longest = 0, reach = 0;
   for (size_t j = 0; j < runs_.size(); ++j) {
     ActivationSlot::Piece p;
-    p.row_begin = j == 0 ? 0 : std::min(runs_[j].q_lo, runs_[j].kv_lo);
-    p.row_end = j + 1 < runs_.size() ? std::min(runs_[j + 1].q_lo, runs_[j + 1].kv_lo) : T;
-    p.task_begin = runs_[j].first;
-    p.task_end = runs_[j].end;
+    p.row_begin = j == 0 ? 0 : first_row(runs_[j]);
+    p.row_end = j + 1 < runs_.size() ? first_row(runs_[j + 1]) : T;
+    p.key_begin = std::min(p.row_begin, runs_[j].kv_lo);
+    p.task_begin = s.piece_tasks.size();
+    run_tasks(s.tasks, runs_[j], s.piece_tasks);
+    p.task_end = s.piece_tasks.size();
     for (size_t i = p.task_begin; i < p.task_end; ++i) {
       s.piece_tasks[i].q_row -= p.row_begin;
-      s.piece_tasks[i].kv_row -= p.row_begin;
+      s.piece_tasks[i].kv_row -= p.key_begin;
     }
     if (progress_)
-      p.pairs = attention_pairs(std::span<const AttentionTask>(s.tasks).subspan(p.task_begin, p.task_end - p.task_begin),
+      p.pairs = attention_pairs(std::span<const AttentionTask>(s.piece_tasks).subspan(p.task_begin, p.task_end - p.task_begin),
                                 attn_params_.mask);
     longest = std::max(longest, p.row_end - p.row_begin);
+    reach = std::max(reach, p.row_begin - p.key_begin);
     s.pieces.push_back(p);
   }
-  s.window_rows = attention_window_rows(T, longest, tile_tokens_);
+  int64_t keys_from = T;
+  for (size_t j = s.pieces.size(); j-- > 0;) s.pieces[j].keys_from = keys_from = std::min(keys_from, s.pieces[j].key_begin);
+  s.window = attention_window_rows(T, longest, reach, tile_tokens_);
 }
 
 ActivationSlot& LlamaModel::begin(const LocalBatch& batch, int round, int lane) {
@@ -713,7 +741,7 @@ double LlamaModel::pass_flops(int64_t tokens, int64_t pairs) const {
 
 void LlamaModel::stage_forward(ActivationSlot& s, AttentionPlacement& placement) {
   if (stage_.has_embedding) embed_forward(s);
-  ensure_workspace(s.lane, by_pieces(s, placement) ? s.window_rows : s.tokens());
+  ensure_workspace(s.lane, attention_rows(s, placement));
   for (int l = stage_.first_layer; l < stage_.end_layer; ++l) layer_forward(l, s, placement);
 }
 
@@ -728,7 +756,7 @@ void LlamaModel::layer_forward(int l, ActivationSlot& s, AttentionPlacement& pla
 }
 
 void LlamaModel::stage_backward(ActivationSlot& s, AttentionPlacement& placement) {
-  const int64_t rows = by_pieces(s, placement) ? s.window_rows : s.tokens();
+  const AttentionRows rows = attention_rows(s, placement);
   ensure_workspace(s.lane, rows);
   ensure_attention_grads(s.lane, rows);
   // the final norm and the LM head sit at the end of the arena (tied: the head is the
@@ -764,56 +792,67 @@ int64_t tiles_cover(int64_t done, int64_t end, int64_t tile, int64_t T) {
 }
 }  // namespace
 
-void LlamaModel::slide_window(const ActivationSlot& s, int64_t low, int64_t high, int64_t need, bool grads) {
-  if (need - window_base_ <= s.window_rows) return;
-  if (need - low > s.window_rows || low < window_base_)
-    throw std::logic_error("a layer run by pieces outgrew its attention window");
+void LlamaModel::slide_window(const ActivationSlot& s, bool keys, int64_t low, int64_t high, int64_t need,
+                              bool grads) {
+  int64_t& base = keys ? window_base_.key : window_base_.query;
+  const int64_t rows = keys ? s.window.key : s.window.query;
+  if (need - base <= rows) return;
+  if (need - low > rows || low < base) throw std::logic_error("a layer run by pieces outgrew its attention window");
   const LlamaConfig& c = config_;
   const int64_t H = c.num_attention_heads, qdim = H * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  const int64_t shift = low - window_base_, n = std::max<int64_t>(high - low, 0);
+  const int64_t shift = low - base, n = std::max<int64_t>(high - low, 0);
   auto move = [&](float* a, int64_t width) {
     if (a && n > 0) std::memmove(a, a + shift * width, size_t(n * width) * sizeof(float));
   };
   const Workspace& w = workspace_[0];
-  move(w.q, qdim), move(w.k, kvdim), move(w.v, kvdim), move(w.attn, qdim), move(w.lse, H);
   const AttentionGrads& g = attention_grads_[0];
-  if (grads) move(g.dattn, qdim), move(g.dq, qdim), move(g.dk, kvdim), move(g.dv, kvdim);
-  window_base_ = low;
+  if (keys) {
+    move(w.k, kvdim), move(w.v, kvdim);
+    if (grads) move(g.dq, qdim), move(g.dk, kvdim), move(g.dv, kvdim);
+  } else {
+    move(w.q, qdim), move(w.attn, qdim), move(w.lse, H);
+    if (grads) move(g.dattn, qdim);
+  }
+  base = low;
 }
 
 void LlamaModel::piece_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j,
                                          bool recomputed) {
   const ScopedSpan span(recomputed ? "recompute attention" : "attention");
   const ActivationSlot::Piece& p = s.pieces[j];
-  const LayerActivations a = layer_activations(l, s, p.row_begin);
+  const LayerActivations a = layer_activations(l, s, p.row_begin), keys = layer_activations(l, s, p.key_begin);
   AttentionInput in = attention_input(l, s, recomputed, recomputed);
   in.tasks = std::span<const AttentionTask>(s.piece_tasks).subspan(p.task_begin, p.task_end - p.task_begin);
-  placement.forward(in, a.q, a.k, a.v, a.attn, a.lse);
+  placement.forward(in, a.q, keys.k, keys.v, a.attn, a.lse);
 }
 
 void LlamaModel::piece_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j) {
   const ScopedSpan span("attention backward");
   const ActivationSlot::Piece& p = s.pieces[j];
-  const LayerActivations a = layer_activations(l, s, p.row_begin);
-  const LayerScratch d = scratch_of(s, p.row_begin);
+  const LayerActivations a = layer_activations(l, s, p.row_begin), keys = layer_activations(l, s, p.key_begin);
+  const LayerScratch d = scratch_of(s, p.row_begin), dkeys = scratch_of(s, p.key_begin);
+  // (the piece's own rows: a slice adds into the dK, dV rows of its document's earlier
+  // pieces, zeroed when those ran)
   zero_attention_grads(d, p.row_end - p.row_begin);
   AttentionInput in = attention_input(l, s, true);
   in.tasks = std::span<const AttentionTask>(s.piece_tasks).subspan(p.task_begin, p.task_end - p.task_begin);
-  placement.backward(in, a.q, a.k, a.v, a.attn, a.lse, d.dattn, d.dq, d.dk, d.dv);
+  placement.backward(in, a.q, keys.k, keys.v, a.attn, a.lse, d.dattn, d.dq, dkeys.dk, dkeys.dv);
 }
 
 // A layer's forward by pieces (the class comment): the tiles before attention run until
 // they have covered piece j, its attention runs, and the tiles after attention whose rows
-// attention has finished follow. The window holds the rows the tiles after attention
-// have not yet read up to those the tiles before it have written.
+// attention has finished follow. The query window holds the rows the tiles after
+// attention have not yet read up to those the tiles before it have written; the key
+// window the same from the first key a piece from j on reads.
 void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const int64_t T = s.tokens(), tile = tile_tokens_;
   progress_at("forward", l, s);
-  window_base_ = 0;
+  window_base_ = {0, 0};
   int64_t in = 0, out = 0;  // rows through which the tiles before and after attention have run
   for (size_t j = 0; j < s.pieces.size(); ++j) {
-    const int64_t end = s.pieces[j].row_end;
-    slide_window(s, out, in, tiles_cover(in, end, tile, T), false);
+    const int64_t end = s.pieces[j].row_end, need = tiles_cover(in, end, tile, T);
+    slide_window(s, false, out, in, need, false);
+    slide_window(s, true, std::min(out, s.pieces[j].keys_from), in, need, false);
     {
       const ScopedSpan span("before attention");
       in = attn_in_tiles(l, s, in, end);
@@ -828,21 +867,21 @@ void LlamaModel::layer_forward_by_pieces(int l, ActivationSlot& s, AttentionPlac
     progress_finished(layer_forward_flops(config_, s.pieces[j].row_end - s.pieces[j].row_begin, s.pieces[j].pairs));
     phase_done();
   }
-  window_base_ = 0;
+  window_base_ = {0, 0};
 }
 
 // A layer's backward by pieces: per piece j, the repeated tiles before attention (a
 // recomputing layer) and the repeated attention (full) cover it, the backward tiles after
 // attention run as far as attention's output is there, attention's backward runs for
 // every piece whose dO is complete, and the backward tiles before attention follow as
-// far as its dQ, dK, dV are. Every weight gradient still accumulates tile by tile in
-// the tiles' order.
+// far as its dQ, dK, dV are final (a long document's keys: once its last slice is done).
+// Every weight gradient still accumulates tile by tile in the tiles' order.
 void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPlacement& placement) {
   const Recompute mode = mode_of(l);
   const bool recompute = mode != Recompute::none;
   const int64_t T = s.tokens(), tile = tile_tokens_;
   progress_at(recompute ? "recompute" : "backward", l, s);
-  window_base_ = 0;
+  window_base_ = {0, 0};
   // rows through which the repeated tiles before attention, the backward tiles after it
   // and before it have run; pieces through attention's backward
   int64_t again = 0, after = 0, before = 0;
@@ -850,8 +889,10 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
   for (size_t j = 0; j < s.pieces.size(); ++j) {
     const ActivationSlot::Piece& p = s.pieces[j];
     const int64_t end = p.row_end;
-    slide_window(s, before, std::max(again, after), std::max(end, recompute ? tiles_cover(again, end, tile, T) : 0),
-                 true);
+    const int64_t high = std::max(again, after), need = std::max(end, recompute ? tiles_cover(again, end, tile, T) : 0);
+    // (the pieces from `attended` on still read their Q, O, LSE, dO and keys)
+    slide_window(s, false, std::min(after, s.pieces[attended].row_begin), high, need, true);
+    slide_window(s, true, std::min(before, s.pieces[attended].keys_from), high, need, true);
     if (recompute) {
       {
         const ScopedSpan span("recompute before attention");
@@ -872,7 +913,11 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
       piece_attention_backward(l, s, placement, attended);
       phase_done();
     }
-    const int64_t ready = attended > 0 ? s.pieces[attended - 1].row_end : 0;
+    // dQ, dK, dV are final below the first piece still to run and the first key it or a
+    // later piece reads
+    const int64_t ready = attended == 0                ? 0
+                          : attended < s.pieces.size() ? std::min(s.pieces[attended].row_begin, s.pieces[attended].keys_from)
+                                                       : T;
     {
       const ScopedSpan span("before attention backward");
       before = tiled_backward(l, s, lct::attn_norm_forward, lct::attn_in_backward, before, ready);
@@ -885,7 +930,7 @@ void LlamaModel::layer_backward_by_pieces(int l, ActivationSlot& s, AttentionPla
     progress_finished(repeated + 2 * layer_forward_flops(config_, rows, p.pairs));
     if (j + 1 < s.pieces.size()) phase_done();
   }
-  window_base_ = 0;
+  window_base_ = {0, 0};
 }
 
 void LlamaModel::serve_then_finish(AttentionPlacement& placement, void (AttentionPlacement::*serve)(int),
@@ -911,7 +956,7 @@ void LlamaModel::stage_forward_pair(ActivationSlot& a, ActivationSlot& b,
                                     AttentionPlacement& placement) {
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_forward_pair: lanes 0 and 1");
   ActivationSlot* lanes[2] = {&a, &b};
-  for (ActivationSlot* s : lanes) ensure_workspace(s->lane, s->tokens());
+  for (ActivationSlot* s : lanes) ensure_workspace(s->lane, {s->tokens(), s->tokens()});
   const int first = stage_.first_layer, end = stage_.end_layer;
   for (ActivationSlot* s : lanes) {
     if (stage_.has_embedding) embed_forward(*s);
@@ -940,8 +985,8 @@ void LlamaModel::stage_backward_pair(ActivationSlot& a, ActivationSlot& b,
   if (a.lane != 0 || b.lane != 1) throw std::logic_error("stage_backward_pair: lanes 0 and 1");
   ActivationSlot* lanes[2] = {&a, &b};
   for (ActivationSlot* s : lanes) {
-    ensure_workspace(s->lane, s->tokens());
-    ensure_attention_grads(s->lane, s->tokens());
+    ensure_workspace(s->lane, {s->tokens(), s->tokens()});
+    ensure_attention_grads(s->lane, {s->tokens(), s->tokens()});
   }
   const int first = stage_.first_layer, last = stage_.end_layer - 1;
   if (stage_.has_head) report_final(final_norm_offset_);

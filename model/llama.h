@@ -58,7 +58,7 @@ namespace lct {
 // written its Q, K and V, and the tiles after attention follow as far as attention is
 // done; backward the same, its recomputation first. So the recomputation workspace and
 // the attention gradients (dO, dQ, dK, dV) hold a window of at most two pieces and three
-// tiles (ActivationSlot::window_rows), not the sequence, and every product, kernel call
+// tiles (ActivationSlot::window), not the sequence, and every product, kernel call
 // and gradient sum is the one the layer run over the whole sequence at once makes: the
 // same bits.
 // Between stages the executor moves stage_output() forward and residual_grad() back.
@@ -189,22 +189,25 @@ class LlamaModel {
   int64_t scratch_bytes() const;  // backward scratch and tile buffers (both lanes')
   // The same sizes without building a model (memory budgets, src/train/memory_budget.h):
   // floats per token a stage saves between forward and backward (a slot holds T of
-  // them); per attention row of the recomputation workspace (one per lane: the tensors
-  // of the one layer being recomputed, 0 without recomputation; attention_window_rows
-  // rows); of the backward scratch for T tokens (with the token tiles' buffers, the logit
-  // rows and attention_rows rows of attention gradients);
+  // them); of the recomputation workspace (one per lane: the tensors of the one layer
+  // being recomputed, 0 without recomputation) per token and for given attention rows;
+  // of the backward scratch for T tokens (with the token tiles' buffers, the logit rows
+  // and the attention gradients for attention_rows, T where negative);
   // and of lane 1's own scratch (ping-pong).
   static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                              Precision precision, const RecomputePolicy& recompute = {});
   static int64_t workspace_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                             const RecomputePolicy& recompute);
-  // attention_rows: the rows of dO, dQ, dK, dV (attention_window_rows; -1: T)
+  static int64_t workspace_floats(const LlamaConfig& config, const StageSpec& stage, const RecomputePolicy& recompute,
+                                  AttentionRows rows);
   static int64_t scratch_floats(const LlamaConfig& config, int64_t T, int64_t tile_tokens = kTileTokens,
-                                Precision precision = Precision::fp32, int64_t attention_rows = -1);
+                                Precision precision = Precision::fp32, AttentionRows attention_rows = {-1, -1});
   // The attention rows a slot of T tokens holds (the recomputation workspace's and the
   // attention gradients'): T, or under a document-local placement whose pieces span at
-  // most piece_rows, a window of two pieces and three token tiles.
-  static int64_t attention_window_rows(int64_t T, int64_t piece_rows, int64_t tile_tokens);
+  // most piece_rows and whose keys reach at most key_reach rows before a piece's first
+  // row (slices of a long document), a window of two pieces and three token tiles for
+  // the query side and key_reach more rows for the key side.
+  static AttentionRows attention_window_rows(int64_t T, int64_t piece_rows, int64_t key_reach, int64_t tile_tokens);
   static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
   // Rows of a token tile (train.tile_tokens; kTileTokens unless set, and set before the
   // first slot is taken): the token-linear phases (norms, products, MLP, LM head and
@@ -214,6 +217,9 @@ class LlamaModel {
   static constexpr int64_t kTileTokens = 4096;
   void set_tile_tokens(int64_t rows);
   int64_t tile_tokens() const { return tile_tokens_; }
+  // Rows of the attention kernel's runs, and so of the pieces (AttentionParams::chunk_rows:
+  // kAttentionChunkRows unless a test wants many pieces of a short sequence).
+  void set_attention_chunk_rows(int64_t rows);
   SlotPool& slot_pool() { return pool_; }
 
  private:
@@ -235,7 +241,7 @@ class LlamaModel {
   // recomputed layer.
   struct Workspace {
     std::vector<float> data;
-    int64_t tokens = 0;
+    AttentionRows rows;
     float *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *lse = nullptr;
   };
   // A token tile's intermediates of recomputed layers and of the head (kTileTokens
@@ -251,7 +257,7 @@ class LlamaModel {
   LayerWeights layer_weights(int l) const;
   Operand lm_head_weight() const;
   // Layer l's arrays from row r0 on: the slot's rows of what the layer keeps, the lane's
-  // workspace rows of what it recomputes (from window_base_ on lane 0), and the tile buffers
+  // workspace rows of what it recomputes (from the windows' bases on lane 0), and the tile buffers
   // for a recomputed layer's token-tile intermediates.
   // (An output kept as bf16 bits, the next layer's input in a bf16 run, has x_out null.)
   LayerActivations layer_activations(int l, ActivationSlot& s, int64_t r0 = 0);
@@ -264,7 +270,7 @@ class LlamaModel {
   // recomputed: the forward that a full-recompute layer repeats in backward.
   AttentionInput attention_input(int l, const ActivationSlot& s, bool backward, bool recomputed = false) const;
   // Backward scratch of a slot from row r0 on: the attention rows (dattn, dq, dk, dv, the
-  // whole sequence or, on lane 0, a window from window_base_; they live across a
+  // whole sequence or, on lane 0, windows from their bases; they live across a
   // split-phase attention and lane 1 has its own) at row r0, the tile's (dh, qkv,
   // dgate_up, dact) from their start.
   LayerScratch scratch_of(const ActivationSlot& s, int64_t r0 = 0) const;
@@ -289,8 +295,11 @@ class LlamaModel {
   int64_t attn_in_tiles(int l, ActivationSlot& s, int64_t from, int64_t end);
   int64_t attn_out_tiles(int l, ActivationSlot& s, int64_t from, int64_t end);
   void ensure_scratch(int64_t T, int64_t max_position);
-  void ensure_workspace(int lane, int64_t T);
-  void ensure_attention_grads(int lane, int64_t rows);
+  void ensure_workspace(int lane, AttentionRows rows);
+  void ensure_attention_grads(int lane, AttentionRows rows);
+  AttentionRows attention_rows(const ActivationSlot& s, const AttentionPlacement& placement) const {
+    return by_pieces(s, placement) ? s.window : AttentionRows{s.tokens(), s.tokens()};
+  }
   // The slot's pieces, their rebased tasks and window rows (prepare)
   void find_pieces(ActivationSlot& s);
   // Whether a slot's layers run piece by piece, and the attention rows they then hold
@@ -304,10 +313,11 @@ class LlamaModel {
   // Piece j's attention (recomputed: a full layer's repeated forward)
   void piece_attention_forward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j, bool recomputed);
   void piece_attention_backward(int l, ActivationSlot& s, AttentionPlacement& placement, size_t j);
-  // A layer run piece by piece holds rows [window_base_, window_base_ + window rows) of
-  // its attention arrays; before rows up to `need` are written, the live rows [low, high)
-  // move to the arrays' start when they would not fit otherwise.
-  void slide_window(const ActivationSlot& s, int64_t low, int64_t high, int64_t need, bool grads);
+  // A layer run piece by piece holds rows [base, base + rows) of its attention arrays,
+  // a window each for the query side and the key side (AttentionRows): before rows up to
+  // `need` are written, a window's live rows [low, high) move to its start when they
+  // would not fit otherwise.
+  void slide_window(const ActivationSlot& s, bool keys, int64_t low, int64_t high, int64_t need, bool grads);
   void phase_done() {
     if (between_phases) between_phases();
   }
@@ -362,11 +372,12 @@ class LlamaModel {
   // lane's tokens, or lane 0's window of pieces)
   struct AttentionGrads {
     std::vector<float> data;
-    int64_t rows = 0;
+    AttentionRows rows;
     float *dattn = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
   };
   AttentionGrads attention_grads_[2];
-  int64_t window_base_ = 0;  // lane 0's attention arrays hold rows from here (slide_window)
+  // lane 0's attention arrays hold rows from here (slide_window): Q, O, LSE, dO; K, V, dQ, dK, dV
+  AttentionRows window_base_;
   std::vector<AttentionRun> runs_;  // find_pieces' (reused)
   float* logits_ = nullptr;
   static constexpr int64_t kLogitRows = 512;  // LM head processed in row chunks

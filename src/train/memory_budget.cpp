@@ -104,13 +104,21 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   const int m = int(std::min<int64_t>(plan.micro_batches, std::numeric_limits<int>::max()));
   const double T = std::ceil(double(plan.data.seq_len) / layout.cp);  // tokens per rank and slot
   // a colocated layer runs piece by piece (model/llama.h): its recomputation workspace and
-  // attention gradients hold two of the kernel's runs (at most max(64K, the longest
-  // document) rows each) and three token tiles; the other placements see the whole slot
+  // attention gradients hold two of the kernel's runs and three token tiles, and the key
+  // side a long document's keys too; the other placements see the whole slot. Runs span
+  // at most 64K rows, or a longer document's query slices (attention_runs), which the
+  // masks that keep a document's queries together (shared_question's segments,
+  // prefix_lm's prefix) may make as long as the document.
   const int64_t longest = longest_document_piece(plan.data);
-  const double window =
-      plan.placement == Placement::colocated && lanes == 1
-          ? double(LlamaModel::attention_window_rows(int64_t(T), std::max(kAttentionChunkRows, longest), plan.tile_tokens))
-          : T;
+  AttentionRows window{int64_t(T), int64_t(T)};
+  if (plan.placement == Placement::colocated && lanes == 1) {
+    const int64_t chunk = plan.attention.chunk_rows;
+    const MaskKind mask = plan.attention.mask.kind;
+    const bool whole = mask == MaskKind::shared_question || mask == MaskKind::prefix_lm;
+    const int64_t piece = whole ? std::max(chunk, longest) : chunk;
+    const int64_t reach = longest > chunk ? longest : 0;
+    window = LlamaModel::attention_window_rows(int64_t(T), piece, reach, plan.tile_tokens);
+  }
 
   MemoryEstimate e;
   e.weights = 2 * params * f + (plan.precision == Precision::bf16 ? params * 2 : 0);  // + bf16 copies
@@ -131,8 +139,8 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
         lanes == 2 ? T + std::min(T, double(plan.data.max_doc_len)) / 2 : T;
     const double bytes = double(slots) * per_token * tokens * f * (1 + 1.0 / 64);  // slot headroom
     // the recomputation workspace: one per lane, for the attention rows of one layer
-    const double workspace = double(LlamaModel::workspace_floats_per_token(mc, stages[size_t(s)], plan.recompute)) *
-                             (lanes == 2 ? tokens : window) * f;
+    const AttentionRows rows = lanes == 2 ? AttentionRows{int64_t(tokens), int64_t(tokens)} : window;
+    const double workspace = double(LlamaModel::workspace_floats(mc, stages[size_t(s)], plan.recompute, rows)) * f;
     if (bytes + workspace > e.activations + e.workspace) {
       e.activations = bytes, e.workspace = workspace, e.slots = slots * lanes;
       e.stored_per_token = per_token * f + workspace / tokens;
@@ -145,7 +153,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // sequence; text and token files have no such bound but the sequence)
   double rope_rows = double(longest);
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
-  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision, int64_t(window))) +
+  e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision, window)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most max(64K, the longest document)

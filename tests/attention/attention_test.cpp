@@ -182,6 +182,42 @@ void expect_bf16_matches_dense(Problem pr, const std::vector<AttentionTask>* tas
     EXPECT_LE(norm_error(*x, as_double(*y)), u / 8) << "the two ways of bf16 differ in " << name;
 }
 
+// A document longer than the kernel's runs runs as query slices (attention_runs): here
+// runs of 256 rows over a 1,500-row document among short ones, under causal attention
+// and the masks whose reach differs (a window, chunks, a prefix of 600 that a cut may not
+// split: the first slice then runs to 768). Against float64 like any batch, the forward
+// bit for bit what one unsliced call gives (a query row's arithmetic does not depend on
+// the cut), the backward within fp32 summation order of it (each slice adds its dK and dV
+// into the document's), in fp32 and in bf16.
+TEST(Attention, ALongDocumentRunsAsQuerySlices) {
+  const AttentionMask masks[] = {{}, {MaskKind::sliding_window, 100, 0, 1}, {MaskKind::chunked, 1, 0, 300},
+                                 {MaskKind::prefix_lm, 1, 0, 1}};
+  for (const AttentionMask& mask : masks) {
+    Problem pr{4, 2, 16, {0, 37, 1537, 1600}};
+    pr.mask = mask;
+    if (mask.kind == MaskKind::prefix_lm) pr.prefix_lens = {10, 600, 5};
+    pr.chunk_rows = 256;
+    std::vector<AttentionRun> runs;
+    attention_runs(tasks_for_documents(pr.cu, pr.mask_data()), pr.mask, pr.chunk_rows, runs);
+    ASSERT_EQ(runs.size(), mask.kind == MaskKind::prefix_lm ? 6u : 8u) << mask.describe();
+    EXPECT_TRUE(runs[1].slice && runs[1].q_lo == 37 && runs[1].kv_lo == 37);
+    EXPECT_EQ(runs[1].q_hi, mask.kind == MaskKind::prefix_lm ? 37 + 768 : 37 + 256);
+    EXPECT_EQ(runs[1].kv_hi, runs[1].q_hi);
+    EXPECT_FALSE(runs.back().slice);
+    expect_matches_dense(pr);
+    expect_bf16_matches_dense(pr);
+    const KernelRun sliced = run_kernel(pr, 41);
+    pr.chunk_rows = kAttentionChunkRows;
+    const KernelRun whole = run_kernel(pr, 41);
+    EXPECT_EQ(sliced.o, whole.o) << mask.describe();
+    EXPECT_EQ(sliced.lse, whole.lse) << mask.describe();
+    for (auto [a, b] : {std::pair{&sliced.dq, &whole.dq}, {&sliced.dk, &whole.dk}, {&sliced.dv, &whole.dv}})
+      for (size_t i = 0; i < a->size(); ++i)
+        ASSERT_NEAR((*a)[i], (*b)[i], 1e-6 * (1 + std::fabs((*b)[i]))) << mask.describe() << " " << i;
+  }
+}
+
+
 TEST(Attention, Bf16OneDocumentMatchesDenseReference) { expect_bf16_matches_dense({2, 2, 64, {0, 700}}); }
 
 TEST(Attention, Bf16PackedGqaDocumentsAtOddRows) {

@@ -30,11 +30,13 @@ struct Problem {
     p.precision = precision;
     p.bf16_kernel = bf16_kernel;
     p.mask = mask;
+    p.chunk_rows = chunk_rows;
     return p;
   }
   Precision precision = Precision::fp32;
   Bf16Kernel bf16_kernel = Bf16Kernel::automatic;  // rounded: fp32 SGEMM on rounded operands
   AttentionMask mask;
+  int64_t chunk_rows = kAttentionChunkRows;  // the kernel's runs (AttentionParams::chunk_rows)
   std::vector<int32_t> prefix_lens;  // prefix_lm: per document
   std::vector<int32_t> segment_ids;  // shared_question: per token
   MaskData mask_data() const { return {prefix_lens, segment_ids}; }

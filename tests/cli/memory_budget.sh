@@ -72,6 +72,12 @@ check "cp2_8k_full" 2 "${common[@]}" --data.seq_len 8192 --parallel.cp 2 --train
 # estimate follows (a small model, so that 192K tokens take seconds)
 check "pieces_192k_full_bf16" 1 "${common[@]}" --data.seq_len 196608 --data.max_doc_len 4096 --train.recompute full \
   --train.precision bf16 $(model_keys 64 176 2 4 2)
+# one document longer than 64K rows runs as query slices: its keys' side (K, V, dK, dV,
+# dQ) holds the document, its queries' side (Q, O, LSE, dO) a window (a 1,024-token
+# window keeps its attention cheap)
+check "slices_192k_full_bf16" 1 "${common[@]}" --data.seq_len 196608 --data.doc_lengths fixed \
+  --data.min_doc_len 196608 --data.max_doc_len 196608 --attention.mask sliding_window --attention.window 1024 \
+  --train.recompute full --train.precision bf16 $(model_keys 64 176 2 4 2)
 # a 32K vocabulary: the LM head and the loss run in token tiles of 512-row chunks, so the
 # step never holds the sequence's logits (16K x 32K floats = 2 GiB); the estimate holds.
 # Hidden size 64 and 2 layers: the logits do not depend on them, and the LM head's

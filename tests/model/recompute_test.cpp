@@ -213,16 +213,18 @@ class WholeSequenceAttention final : public AttentionPlacement {
 
 struct PieceRun {
   Result result;
-  size_t pieces = 0;
-  int64_t window_rows = 0, attention_bytes = 0;  // the workspace's and the scratch's
+  size_t pieces = 0, slices = 0;  // (slices: pieces whose keys start before their rows)
+  AttentionRows window;
+  int64_t attention_bytes = 0;  // the workspace's and the scratch's
 };
 
 PieceRun run_through(const LlamaConfig& c, Precision precision, const RecomputePolicy& policy, int64_t tile,
-                     const PackedBatch& b, AttentionPlacement& placement) {
+                     int64_t chunk_rows, const PackedBatch& b, AttentionPlacement& placement) {
   LlamaModel m(c);
   m.set_arithmetic({.precision = precision});
   m.set_recompute(policy);
   m.set_tile_tokens(tile);
+  m.set_attention_chunk_rows(chunk_rows);
   randomize_params(m.table(), m.params, 11);
   m.zero_grads();
   m.refresh_weight_copies();
@@ -234,27 +236,28 @@ PieceRun run_through(const LlamaConfig& c, Precision precision, const RecomputeP
   m.stage_backward(s, placement);
   r.result.grads = m.grads;
   r.pieces = s.pieces.size();
-  r.window_rows = s.window_rows;
+  for (const ActivationSlot::Piece& p : s.pieces) r.slices += p.key_begin < p.row_begin;
+  r.window = s.window;
   r.attention_bytes = m.activation_bytes() - m.slot_pool().peak_bytes();
   m.end(s);
   return r;
 }
 
-// Issue 57 item 2: under colocated attention a sequence of more than 64K rows of
-// documents runs each layer piece by piece (one piece per attention-kernel run, the token
-// tiles in their one grid across the pieces), so the attention arrays hold a window of
-// two pieces and three tiles. Every mode, both precisions, causal, DCA and a sliding
-// window, a tile that divides neither a piece nor the sequence, and a document longer
-// than 64K rows (a piece of its own, under the window: causal would take seconds): the
-// same loss and the same gradient bits as the layers run over the whole sequence at
-// once, with less memory. (Two layers and a few combinations: at 140K tokens each run
-// takes about half a second.)
+// Issue 57 item 2: under colocated attention a sequence of more rows of documents than
+// the kernel's runs (64K; 4,096 here, so that a short sequence makes many pieces) runs
+// each layer piece by piece (one piece per attention-kernel run, the token tiles in their
+// one grid across the pieces), so the attention arrays hold a window of two pieces and
+// three tiles, and a document longer than a run is a run of query slices whose key side
+// holds the document. Every mode, both precisions, causal, DCA and a sliding window, a
+// tile that divides neither a piece nor the sequence, packed short documents and a
+// 13,000-row document among them (four slices): the same loss and the same gradient
+// bits as the layers run over the whole sequence at once, with less memory.
 TEST(Recompute, LayersRunByPiecesGiveTheWholeSequencesBits) {
-  const int64_t T[] = {140000, 160000};
-  std::vector<int32_t> mix = {0}, one_long = {0, 500, 66500};
-  while (mix.back() < T[0]) mix.push_back(std::min<int32_t>(int32_t(T[0]), mix.back() + 61 + 37 * int32_t(mix.size() % 13)));
-  while (one_long.back() < T[1]) one_long.push_back(std::min<int32_t>(int32_t(T[1]), one_long.back() + 300));
-  const PackedBatch batches[] = {batch_of(T[0], mix), batch_of(T[1], one_long)};
+  const int64_t chunk = 4096, T = 30000;
+  std::vector<int32_t> mix = {0}, one_long = {0, 500, 13500};
+  while (mix.back() < T) mix.push_back(std::min<int32_t>(int32_t(T), mix.back() + 61 + 37 * int32_t(mix.size() % 13)));
+  while (one_long.back() < T) one_long.push_back(std::min<int32_t>(int32_t(T), one_long.back() + 300));
+  const PackedBatch batches[] = {batch_of(T, mix), batch_of(T, one_long)};
   enum Kernel { causal, dca, window };
   struct Case {
     Kernel kernel;
@@ -262,11 +265,12 @@ TEST(Recompute, LayersRunByPiecesGiveTheWholeSequencesBits) {
     Recompute mode;
     int batch;
   };
-  const Case cases[] = {{causal, Precision::fp32, Recompute::none, 0},  {causal, Precision::fp32, Recompute::selective, 0},
-                        {causal, Precision::fp32, Recompute::full, 0},  {causal, Precision::bf16, Recompute::none, 0},
-                        {causal, Precision::bf16, Recompute::full, 0},  {dca, Precision::fp32, Recompute::full, 0},
-                        {dca, Precision::bf16, Recompute::selective, 0}, {window, Precision::fp32, Recompute::none, 1},
-                        {window, Precision::bf16, Recompute::full, 1}};
+  const Case cases[] = {{causal, Precision::fp32, Recompute::none, 0},   {causal, Precision::fp32, Recompute::selective, 0},
+                        {causal, Precision::bf16, Recompute::full, 0},   {dca, Precision::bf16, Recompute::selective, 0},
+                        {causal, Precision::fp32, Recompute::none, 1},   {causal, Precision::fp32, Recompute::selective, 1},
+                        {causal, Precision::fp32, Recompute::full, 1},   {causal, Precision::bf16, Recompute::none, 1},
+                        {causal, Precision::bf16, Recompute::full, 1},   {dca, Precision::fp32, Recompute::full, 1},
+                        {window, Precision::fp32, Recompute::none, 1},   {window, Precision::bf16, Recompute::full, 1}};
   for (const Case& k : cases) {
     LlamaConfig c = test::llama_shape(19, 16, 24, 2, 4, 2, false);
     if (k.kernel == dca) {
@@ -275,17 +279,20 @@ TEST(Recompute, LayersRunByPiecesGiveTheWholeSequencesBits) {
       c.dca_local_size = 32;
     }
     if (k.kernel == window) c.attention_mask = {MaskKind::sliding_window, 40, 4, 8192};
-    const int64_t tile = 3001;
+    const int64_t tile = 1001;
     const RecomputePolicy policy{k.mode, 0};
     WholeSequenceAttention whole_placement;
     ColocatedAttention colocated;
-    const PieceRun whole = run_through(c, k.precision, policy, tile, batches[k.batch], whole_placement);
-    const PieceRun pieces = run_through(c, k.precision, policy, tile, batches[k.batch], colocated);
+    const PieceRun whole = run_through(c, k.precision, policy, tile, chunk, batches[k.batch], whole_placement);
+    const PieceRun pieces = run_through(c, k.precision, policy, tile, chunk, batches[k.batch], colocated);
     const std::string what = std::string(recompute_name(k.mode)) + " " + precision_name(k.precision) + " kernel " +
                              std::to_string(int(k.kernel)) + " batch " + std::to_string(k.batch);
-    EXPECT_GE(pieces.pieces, 3u) << what;
+    EXPECT_GE(pieces.pieces, 6u) << what;
     EXPECT_EQ(whole.pieces, pieces.pieces) << what;
-    EXPECT_LT(pieces.window_rows, T[k.batch]) << what;
+    EXPECT_EQ(pieces.slices, k.batch == 1 ? 3u : 0u) << what;  // the long document's slices after its first
+    EXPECT_LT(pieces.window.query, T) << what;
+    EXPECT_LT(pieces.window.key, T) << what;
+    EXPECT_EQ(pieces.window.key > pieces.window.query, k.batch == 1) << what;
     EXPECT_LT(pieces.attention_bytes, whole.attention_bytes) << what;
     EXPECT_EQ(pieces.result.loss, whole.result.loss) << what;
     EXPECT_TRUE(same_bits(pieces.result.grads, whole.result.grads)) << what;
@@ -308,7 +315,7 @@ TEST(Recompute, AttentionRunsKeepADocumentsTasksTogether) {
       tasks.push_back({row + seg * 5000, row, 5000, int32_t(seg * 5000 + 5000), seg * 5000, 0});
   }
   std::vector<AttentionRun> runs;
-  attention_runs(tasks, runs);
+  attention_runs(tasks, {}, kAttentionChunkRows, runs);
   // 20K + 20K + the third document (40K..60K) fit in 64K rows; the fourth and fifth follow
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].first, 0u);
@@ -320,7 +327,7 @@ TEST(Recompute, AttentionRunsKeepADocumentsTasksTogether) {
   // document moves to the next run
   for (AttentionTask& t : tasks) t.q_row += 10000, t.kv_row += 10000;
   tasks.insert(tasks.begin(), AttentionTask{0, 0, 10000, 10000});
-  attention_runs(tasks, runs);
+  attention_runs(tasks, {}, kAttentionChunkRows, runs);
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].end, 3u);  // 10K + 20K + 20K; the third document's 20K more would make 70K
   EXPECT_EQ(runs[1].first, 3u);

@@ -330,15 +330,21 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
 
 int64_t attention_query_tile(const AttentionParams& params) { return blocked::Geometry(params).qb; }
 
-int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads) {
+int64_t attention_run_query_rows(const AttentionParams& params, int64_t longest) {
+  const MaskKind kind = params.mask.kind;
+  const bool together = kind == MaskKind::prefix_lm || kind == MaskKind::shared_question;
+  return together ? std::max(params.chunk_rows, longest) : params.chunk_rows;
+}
+
+int64_t attention_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows, int threads) {
   const int64_t qdim = int64_t(params.num_heads) * params.head_dim;
   const int64_t kvdim = int64_t(params.num_kv_heads) * params.head_dim;
-  int64_t per_row = 4 * int64_t(params.num_heads) + 4 * int64_t(std::max(0, threads - 1)) * qdim;  // D, dQ partials
-  if (params.precision == Precision::bf16)
-    per_row += std::max<int64_t>(6 * kvdim + 4 * kvdim, 8 * kvdim);  // bf16 K, V, K^T and pair words; or rounded copies
+  const int64_t per_query = 4 * int64_t(params.num_heads) + 4 * int64_t(std::max(0, threads - 1)) * qdim;  // D, dQ partials
+  // bf16 K, V, K^T and pair words; or rounded copies
+  const int64_t per_key = params.precision == Precision::bf16 ? std::max<int64_t>(6 * kvdim + 4 * kvdim, 8 * kvdim) : 0;
   // the threads' tiles: a generous bound on blocked_attention's (a few 64 x 64 blocks each)
   const int64_t tiles = int64_t(std::max(1, threads)) * 64 * (4 * params.head_dim + 1024) * 4 * 4;
-  return per_row * (rows + 2) + tiles;
+  return per_query * (query_rows + 2) + per_key * (key_rows + 2) + tiles;
 }
 
 void attention_release_workspace() { blocked_attention_release_workspace(); }

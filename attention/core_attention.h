@@ -200,10 +200,14 @@ void attention_runs(std::span<const AttentionTask> tasks, const AttentionMask& m
 // Appends the tasks of a run to `out`: tasks [first, end), or a slice's task cut to its
 // query rows and the key rows they read.
 void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, std::vector<AttentionTask>& out);
-// An upper bound of that scratch for runs of `rows` rows on `threads` threads (memory
-// budgets): D = rowsum(dO * O), the other threads' dQ partials, bf16 copies of K and V
-// (train.precision = bf16), the threads' tiles.
-int64_t attention_workspace_bytes(const AttentionParams& params, int64_t rows, int threads);
+// The most query rows of a run over documents of at most `longest` rows: chunk_rows, or
+// the document's under the masks that may keep its queries together (prefix_lm's prefix,
+// shared_question's segments). Its key rows span at most max(chunk_rows, longest).
+int64_t attention_run_query_rows(const AttentionParams& params, int64_t longest);
+// An upper bound of that scratch for runs of query_rows and key_rows on `threads` threads
+// (memory budgets): D = rowsum(dO * O) and the other threads' dQ partials by the query
+// rows, bf16 copies of K and V (train.precision = bf16) by the key rows, the threads' tiles.
+int64_t attention_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows, int threads);
 
 // Rows of the kernel's query tile. Tiles start at in-document positions that are
 // multiples of it, so query rows of one document cut into tasks at such positions get

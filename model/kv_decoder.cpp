@@ -54,7 +54,7 @@ double KvCacheDecoder::bytes(const LlamaConfig& c, int64_t prompt_tokens, int64_
                                : L;
   const double rope = rope_rows * hd * f;  // cos and sin, hd / 2 each
   const double logits = double(c.vocab_size) * f;
-  const double kernel = double(attention_workspace_bytes(attention_params_of(c), total_tokens, threads));
+  const double kernel = double(attention_workspace_bytes(attention_params_of(c), total_tokens, total_tokens, threads));
   return cache + rows + tile + rope + logits + kernel;
 }
 

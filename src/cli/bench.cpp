@@ -41,7 +41,7 @@ void check_bench_memory(const RunPlan& plan, const BenchOptions& o) {
     const int64_t L = *std::max_element(o.attention_lengths.begin(), o.attention_lengths.end());
     const double per_row = 4.0 * (2 * double(ap.num_heads) * ap.head_dim + 2 * double(ap.num_kv_heads) * ap.head_dim +
                                   ap.num_heads) * 2;  // fp32 values and gradients
-    const double bytes = per_row * double(L) + double(attention_workspace_bytes(ap, L, omp_get_max_threads()));
+    const double bytes = per_row * double(L) + double(attention_workspace_bytes(ap, L, L, omp_get_max_threads()));
     const std::string no = check_command_memory("lct bench --attention-lengths " + std::to_string(L), bytes,
                                                 "Q, K, V, O, LSE, their gradients and the kernel's scratch",
                                                 "give shorter --attention-lengths");

@@ -110,14 +110,12 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // masks that keep a document's queries together (shared_question's segments,
   // prefix_lm's prefix) may make as long as the document.
   const int64_t longest = longest_document_piece(plan.data);
+  const int64_t chunk = plan.attention.chunk_rows;
   AttentionRows window{int64_t(T), int64_t(T)};
   if (plan.placement == Placement::colocated && lanes == 1) {
-    const int64_t chunk = plan.attention.chunk_rows;
-    const MaskKind mask = plan.attention.mask.kind;
-    const bool whole = mask == MaskKind::shared_question || mask == MaskKind::prefix_lm;
-    const int64_t piece = whole ? std::max(chunk, longest) : chunk;
     const int64_t reach = longest > chunk ? longest : 0;
-    window = LlamaModel::attention_window_rows(int64_t(T), piece, reach, plan.tile_tokens);
+    window = LlamaModel::attention_window_rows(int64_t(T), attention_run_query_rows(plan.attention, longest), reach,
+                                               plan.tile_tokens);
   }
 
   MemoryEstimate e;
@@ -156,13 +154,16 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision, window)) +
                (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
-  // the attention kernel's own scratch: runs of at most max(64K, the longest document)
-  // rows (attention/core_attention.h), on every core of the rank at most
-  const double kernel_rows = std::min(double(plan.data.seq_len),
-                                      std::max(double(kAttentionChunkRows), double(plan.data.max_doc_len)));
+  // the attention kernel's own scratch: runs of at most 64K query rows (or a document's,
+  // attention_run_query_rows) and max(64K, the longest document) key rows
+  // (attention/core_attention.h), on every core of the rank at most
+  const int64_t longest_run = std::max<int64_t>(chunk, plan.data.max_doc_len);
+  const int64_t key_rows = std::min<int64_t>(plan.data.seq_len, longest_run);
+  const int64_t query_rows =
+      std::min<int64_t>(plan.data.seq_len, attention_run_query_rows(plan.attention, plan.data.max_doc_len));
   const int threads = plan.run.threads > 0 ? int(std::min<int64_t>(plan.run.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
-  e.scratch += double(attention_workspace_bytes(plan.attention, int64_t(kernel_rows), threads));
+  e.scratch += double(attention_workspace_bytes(plan.attention, query_rows, key_rows, threads));
   if (plan.precision == Precision::bf16) e.scratch += bf16_product_scratch(plan, T);
   // what the libraries touch on first use and keep: OpenBLAS's and oneDNN's per-thread
   // working buffers and primitive scratchpads (more on a run that first measures the
@@ -231,8 +232,9 @@ double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int6
   const double scratch = (double(LlamaModel::scratch_floats(model, T, LlamaModel::kTileTokens, precision)) + rope_rows * head_dim) * f;
   AttentionParams params = attention_params_of(model);
   params.precision = precision;
+  const int64_t longest_run = std::min<int64_t>(T, std::max<int64_t>(params.chunk_rows, L));
   const double kernel = double(attention_workspace_bytes(
-      params, std::min<int64_t>(T, std::max<int64_t>(kAttentionChunkRows, L)), omp_get_max_threads()));
+      params, std::min<int64_t>(longest_run, attention_run_query_rows(params, L)), longest_run, omp_get_max_threads()));
   const double batch = double(T) * 32;  // tokens, targets, positions, masks, per-token loss
   const double libraries = 32.0 * 1048576 * omp_get_max_threads();  // as estimate_rank_memory allows
   return weights + activations + scratch + kernel + batch + libraries;

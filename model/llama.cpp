@@ -184,20 +184,13 @@ int64_t LlamaModel::activation_floats_per_token(const LlamaConfig& config, const
   return activation_table(config, stage, precision, recompute, nullptr).floats_per_token();
 }
 
-// q qdim, k kvdim, v kvdim, and with a full-recompute layer attn qdim and lse H
 int64_t LlamaModel::workspace_floats_per_token(const LlamaConfig& c, const StageSpec& stage,
                                                const RecomputePolicy& recompute) {
-  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
-  int64_t n = 0;
-  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
-    if (recompute.of(l) == Recompute::selective) n = std::max(n, qdim + 2 * kvdim);
-    if (recompute.of(l) == Recompute::full) n = std::max(n, 2 * qdim + 2 * kvdim + c.num_attention_heads);
-  }
-  return n;
+  return workspace_floats(c, stage, recompute, {1, 1});
 }
 
-// the query side (q; with a full-recompute layer attn and lse) by the query rows, k and v
-// by the key rows
+// the query side (q qdim; with a full-recompute layer attn qdim and lse H) by the query
+// rows, k and v (kvdim each) by the key rows
 int64_t LlamaModel::workspace_floats(const LlamaConfig& c, const StageSpec& stage, const RecomputePolicy& recompute,
                                      AttentionRows rows) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();

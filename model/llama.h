@@ -52,15 +52,16 @@ namespace lct {
 // the tile's intermediates to the tile buffers, and stage_backward repeats what the layer
 // did not keep, layer by layer, just before differentiating it.
 // Pieces: under a document-local placement (colocated attention) a slot whose tasks
-// make several of the attention kernel's runs (more than 64K rows of documents,
-// attention_runs) runs each layer piece by piece: the token tiles advance in their one
-// grid over the sequence, each piece's attention runs once the tiles before it have
-// written its Q, K and V, and the tiles after attention follow as far as attention is
-// done; backward the same, its recomputation first. So the recomputation workspace and
-// the attention gradients (dO, dQ, dK, dV) hold a window of at most two pieces and three
-// tiles (ActivationSlot::window), not the sequence, and every product, kernel call
-// and gradient sum is the one the layer run over the whole sequence at once makes: the
-// same bits.
+// make several of the attention kernel's runs (more than 64K rows of documents, or a
+// longer document's query slices: attention_runs) runs each layer piece by piece: the
+// token tiles advance in their one grid over the sequence, each piece's attention runs
+// once the tiles before it have written its Q, K and V, and the tiles after attention
+// follow as far as attention is done; backward the same, its recomputation first. So
+// the recomputation workspace and the attention gradients hold two windows
+// (ActivationSlot::window, AttentionRows), not the sequence: Q, O, LSE and dO at most two
+// pieces and three tiles, K, V, dK, dV and dQ that plus the keys a slice reads before its
+// rows. Every product, kernel call and gradient sum is the one the layer run over the
+// whole sequence at once makes: the same bits.
 // Between stages the executor moves stage_output() forward and residual_grad() back.
 // forward_backward() composes every phase for one micro-batch in one process.
 //

@@ -54,10 +54,7 @@ constexpr int64_t kNoRotation = -1;
 // Logit multiplier of task t: scale, times DCA's per-document temperature.
 inline float logit_scale(const Geometry& geo, const AttentionTask& t) {
   if (!geo.dca) return geo.scale;
-  const int64_t doc_len = t.doc_len > 0 ? t.doc_len
-                                        : std::max<int64_t>(int64_t(t.q_pos) + t.q_len,
-                                                            int64_t(t.kv_pos) + t.kv_len);
-  return geo.scale * dca_logit_multiplier(doc_len, *geo.dca_params);
+  return geo.scale * dca_logit_multiplier(document_length(t), *geo.dca_params);
 }
 
 // End (task-relative, exclusive) of the query tile starting at row i0. Tiles are

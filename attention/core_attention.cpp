@@ -299,8 +299,7 @@ void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, st
   s.q_pos = int32_t(int64_t(t.q_pos) + (run.q_lo - t.q_row));
   s.kv_len = int32_t(run.kv_hi - run.kv_lo);
   // (DCA's length-dependent multiplier: the whole document's length, not the slice's)
-  s.doc_len = t.doc_len > 0 ? t.doc_len
-                            : int32_t(std::max<int64_t>(int64_t(t.q_pos) + t.q_len, int64_t(t.kv_pos) + t.kv_len));
+  s.doc_len = int32_t(document_length(t));
   out.push_back(s);
 }
 

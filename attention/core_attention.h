@@ -52,6 +52,10 @@ struct AttentionTask {
   int32_t prefix_len = 0;
   int32_t segment_pos = 0;
 };
+// The length of a task's whole document: doc_len, or when 0 the end of its rows.
+inline int64_t document_length(const AttentionTask& t) {
+  return t.doc_len > 0 ? t.doc_len : std::max<int64_t>(int64_t(t.q_pos) + t.q_len, int64_t(t.kv_pos) + t.kv_len);
+}
 // Causal rule inside a task: query i may read key j iff kv_pos + j <= q_pos + i; a mask
 // (AttentionParams::mask) narrows it by in-document positions (attention_mask.h).
 

@@ -211,15 +211,15 @@ int64_t tile_floats_per_row(const LlamaConfig& c, Precision precision) {
 }
 }  // namespace
 
-// the attention rows: dattn qdim per query row, dq qdim, dk kvdim, dv kvdim per key row; one token tile:
-// dh C, qkv qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM
-// head's logit rows (processed kLogitRows at a time)
+// the attention gradients' rows (attention_grads_floats); one token tile: dh C, qkv
+// qdim + 2 kvdim, dgate_up 2I, dact I per row and the tile buffers; the LM head's logit
+// rows (processed kLogitRows at a time)
 int64_t LlamaModel::scratch_floats(const LlamaConfig& c, int64_t T, int64_t tile_tokens, Precision precision,
                                    AttentionRows attention_rows) {
   const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
   const int64_t tile = std::min(T, tile_tokens);
-  return (attention_rows.query < 0 ? T : attention_rows.query) * qdim +
-         (attention_rows.key < 0 ? T : attention_rows.key) * (qdim + 2 * kvdim) +
+  return attention_grads_floats(c, {attention_rows.query < 0 ? T : attention_rows.query,
+                                    attention_rows.key < 0 ? T : attention_rows.key}) +
          tile * (c.hidden_size + qdim + 2 * kvdim + 3 * c.intermediate_size + tile_floats_per_row(c, precision)) +
          std::min<int64_t>(T, kLogitRows) * c.vocab_size;
 }
@@ -231,9 +231,10 @@ AttentionRows LlamaModel::attention_window_rows(int64_t T, int64_t piece_rows, i
   return {std::min(T, rows), std::min(T, rows + key_reach)};
 }
 
-// dattn, dq (qdim each), dk, dv (kvdim each) per token
-int64_t LlamaModel::lane_scratch_floats(const LlamaConfig& c, int64_t T) {
-  return T * (2 * c.num_attention_heads * c.head_dim() + 2 * c.num_key_value_heads * c.head_dim());
+// dattn qdim per query row; dq qdim, dk and dv kvdim each per key row
+int64_t LlamaModel::attention_grads_floats(const LlamaConfig& c, AttentionRows rows) {
+  const int64_t qdim = c.num_attention_heads * c.head_dim(), kvdim = c.num_key_value_heads * c.head_dim();
+  return rows.query * qdim + rows.key * (qdim + 2 * kvdim);
 }
 
 void LlamaModel::zero_grads() {
@@ -398,7 +399,7 @@ void LlamaModel::ensure_attention_grads(int lane, AttentionRows rows) {
                 kvdim = config_.num_key_value_heads * config_.head_dim();
   const int64_t nq = std::max<int64_t>({rows.query, g.rows.query, 1}), nk = std::max<int64_t>({rows.key, g.rows.key, 1});
   std::vector<float>().swap(g.data);  // free first: no old + new peak
-  g.data.assign(size_t(nq * qdim + nk * (qdim + 2 * kvdim)), 0.0f);
+  g.data.assign(size_t(attention_grads_floats(config_, {nq, nk})), 0.0f);
   float* p = g.data.data();
   g.dattn = p, p += nq * qdim;
   g.dq = p, p += nk * qdim;

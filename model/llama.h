@@ -193,8 +193,7 @@ class LlamaModel {
   // them); of the recomputation workspace (one per lane: the tensors of the one layer
   // being recomputed, 0 without recomputation) per token and for given attention rows;
   // of the backward scratch for T tokens (with the token tiles' buffers, the logit rows
-  // and the attention gradients for attention_rows, T where negative);
-  // and of lane 1's own scratch (ping-pong).
+  // and the attention gradients for attention_rows, T where negative).
   static int64_t activation_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
                                              Precision precision, const RecomputePolicy& recompute = {});
   static int64_t workspace_floats_per_token(const LlamaConfig& config, const StageSpec& stage,
@@ -209,7 +208,9 @@ class LlamaModel {
   // row (slices of a long document), a window of two pieces and three token tiles for
   // the query side and key_reach more rows for the key side.
   static AttentionRows attention_window_rows(int64_t T, int64_t piece_rows, int64_t key_reach, int64_t tile_tokens);
-  static int64_t lane_scratch_floats(const LlamaConfig& config, int64_t T);
+  // The attention gradients for those rows (dO by the query rows; dQ, dK, dV by the key
+  // rows): a part of the backward scratch, and lane 1's own scratch (ping-pong, T rows).
+  static int64_t attention_grads_floats(const LlamaConfig& config, AttentionRows rows);
   // Rows of a token tile (train.tile_tokens; kTileTokens unless set, and set before the
   // first slot is taken): the token-linear phases (norms, products, MLP, LM head and
   // loss) run over the sequence in tiles of this many rows, in every recompute mode, so

@@ -152,7 +152,7 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   double rope_rows = double(longest);
   if (mc.attention_kernel == AttentionKernel::dca) rope_rows = std::max(rope_rows, double(mc.dca_chunk_size) + 1);
   e.scratch = (double(LlamaModel::scratch_floats(mc, int64_t(T), plan.tile_tokens, plan.precision, window)) +
-               (lanes == 2 ? double(LlamaModel::lane_scratch_floats(mc, int64_t(T))) : 0) + rope_rows * hd) * f;
+               (lanes == 2 ? double(LlamaModel::attention_grads_floats(mc, {int64_t(T), int64_t(T)})) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most 64K query rows (or a document's,
   // attention_run_query_rows) and max(64K, the longest document) key rows

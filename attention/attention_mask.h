@@ -87,6 +87,20 @@ inline MaskKeys mask_keys(const AttentionMask& m, int64_t prefix_len, int64_t se
   return {std::min(sink, lo), lo, hi};
 }
 
+// Keys read by the queries at positions [pos, pos + len) together (len >= 1): the union
+// of their mask_keys, again [0, sink_end) and [lo, hi) with sink_end <= lo (every rule's
+// lo and hi grow with the query, and each query's run reaches its successor's, so the
+// first and last query bound it).
+inline MaskKeys mask_run_keys(const AttentionMask& m, int64_t prefix_len, int64_t segment_pos, int64_t pos,
+                              int64_t len) {
+  const MaskKeys first = mask_keys(m, prefix_len, segment_pos, pos);
+  const MaskKeys last = mask_keys(m, prefix_len, segment_pos, pos + len - 1);
+  return {std::min(last.sink_end, first.lo), first.lo, last.hi};
+}
+// The first key of the one contiguous run of keys a kernel call reads for them: 0 when
+// they read sinks (the keys between are masked), else lo.
+inline int64_t first_key(const MaskKeys& k) { return k.sink_end > 0 ? 0 : k.lo; }
+
 inline MaskQueries mask_queries(const AttentionMask& m, int64_t prefix_len, int64_t segment_pos, int64_t k) {
   int64_t first = k, last = kMaskUnbounded;
   switch (m.kind) {

@@ -36,11 +36,16 @@ struct DocPiece {
   int32_t segment_pos = 0;
 
   int32_t end() const { return pos + len; }
+  // The keys its queries read, in-document positions: [0, sink_end) and [lo, hi)
+  // (mask_run_keys). The one place that says which keys a piece needs: the exchanges of
+  // context parallelism (data/key_runs.h) and the simulator use it.
+  MaskKeys keys(const AttentionMask& mask) const {
+    if (len <= 0) return {0, pos, pos};
+    return mask_run_keys(mask, prefix_len, segment_pos, pos, len);
+  }
   // Its queries read keys of [0, key_end) only: their causal prefix, and under prefix_lm
   // the whole prefix (bidirectional, so the prefix's first queries read ahead).
-  int32_t key_end(const AttentionMask& mask) const {
-    return mask.kind == MaskKind::prefix_lm ? std::max(end(), prefix_len) : end();
-  }
+  int32_t key_end(const AttentionMask& mask) const { return int32_t(keys(mask).hi); }
   // The task of its queries (at its row) against the keys [kv_pos, kv_pos + kv_len) of
   // its document, held from row kv_row: the one place a piece becomes a task.
   AttentionTask task(int64_t kv_row, int32_t kv_pos, int32_t kv_len) const;

@@ -133,9 +133,30 @@ int64_t CadAttention::in_place_row(const Plan& p, const CadTask& t) {
     if (holder != t.server) continue;
     if (d.pos == 0) row = d.row, end = d.len, next_row = d.row + d.len;
     else if (row >= 0 && d.pos == end && d.row == next_row) end += d.len, next_row += d.len;
-    if (row >= 0 && end >= t.kv_len()) return row;
+    if (row >= 0 && end >= t.kv_end) return row + t.kv_begin();
   }
   return -1;
+}
+
+namespace {
+// sorts and merges overlapping or touching [a, b) spans
+void merge_spans(std::vector<std::pair<int32_t, int32_t>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  size_t out = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (out > 0 && spans[i].first <= spans[out - 1].second)
+      spans[out - 1].second = std::max(spans[out - 1].second, spans[i].second);
+    else
+      spans[out++] = spans[i];
+  }
+  spans.resize(out);
+}
+}  // namespace
+
+int64_t CadAttention::Plan::ws_at(int32_t gdoc, int32_t pos) const {
+  for (const WsRun& r : ws_runs.at(gdoc))
+    if (pos >= r.begin && pos < r.end) return r.row + (pos - r.begin);
+  throw std::logic_error("CAD: a key position outside the server's workspace");
 }
 
 void CadAttention::route(Plan& p) const {
@@ -147,13 +168,22 @@ void CadAttention::route(Plan& p) const {
     std::sort(list.begin(), list.end(), [&](const auto& x, const auto& y) {
       return p.docs[x.second].pos < p.docs[y.second].pos;
     });
-  // key prefixes each server needs (document -> P) for its tasks not run in place
-  std::vector<std::map<int32_t, int32_t>> need(n);
+  // What each server needs of each document for its tasks not run in place: the runs
+  // their kernels read ([kv_begin, kv_end), merged: the workspace's layout) and the keys
+  // they read (what moves; the rest of the layout, between sinks and a window, is zeros)
+  struct Need {
+    std::vector<std::pair<int32_t, int32_t>> layout, read;
+  };
+  std::vector<std::map<int32_t, Need>> need(n);
   for (const CadTask& t : p.plan.tasks)
-    if (in_place_row(p, t) < 0) {
-      int32_t& P = need[size_t(t.server)][p.gdoc[piece_of(p, t)]];
-      P = std::max(P, t.kv_len());
+    if (t.q_len > 0 && in_place_row(p, t) < 0) {
+      Need& x = need[size_t(t.server)][p.gdoc[piece_of(p, t)]];
+      x.layout.push_back({t.kv_begin(), t.kv_end});
+      if (t.kv_sink_end > 0) x.read.push_back({0, t.kv_sink_end});
+      x.read.push_back({t.kv_lo, t.kv_end});
     }
+  for (auto& server : need)
+    for (auto& [g, x] : server) merge_spans(x.layout), merge_spans(x.read);
   const auto flow = [&](int h, int s) {
     Flow f;
     for (size_t i = 0; i < p.plan.tasks.size(); ++i) {
@@ -163,14 +193,15 @@ void CadAttention::route(Plan& p) const {
         f.q_rows += t.q_len;
       }
     }
-    for (const auto& [g, P] : need[size_t(s)])
-      for (const auto& [holder, i] : p.doc_pieces[size_t(g)]) {
-        const CadPiece& d = p.docs[i];
-        if (holder != h || d.pos >= P) continue;
-        const int32_t len = std::min(d.len, P - d.pos);
-        f.kv.push_back({g, d.row, d.pos, len});
-        f.kv_rows += len;
-      }
+    for (const auto& [g, x] : need[size_t(s)])
+      for (const auto& [a, b] : x.read)
+        for (const auto& [holder, i] : p.doc_pieces[size_t(g)]) {
+          const CadPiece& d = p.docs[i];
+          const int32_t lo = std::max(a, d.pos), hi = std::min(b, d.pos + d.len);
+          if (holder != h || lo >= hi) continue;
+          f.kv.push_back({g, d.row + (lo - d.pos), lo, hi - lo});
+          f.kv_rows += hi - lo;
+        }
     return f;
   };
   p.out.assign(n, Flow{});
@@ -178,16 +209,31 @@ void CadAttention::route(Plan& p) const {
   for (int r = 0; r < size_; ++r)
     if (r != rank_) p.out[size_t(r)] = flow(rank_, r), p.in[size_t(r)] = flow(r, rank_);
   p.ws_rows = 0;
-  for (const auto& [g, P] : need[size_t(rank_)]) p.ws_row[g] = p.ws_rows, p.ws_rows += P;
+  int64_t zeros = 0;
+  for (const auto& [g, x] : need[size_t(rank_)]) {
+    std::vector<Plan::WsRun>& runs = p.ws_runs[g];
+    for (const auto& [a, b] : x.layout) {
+      runs.push_back({a, b, p.ws_rows});
+      // the layout's rows no task reads: zeros
+      int32_t at = a;
+      for (const auto& [ra, rb] : x.read) {
+        if (rb <= a || ra >= b) continue;
+        if (ra > at) p.ws_zero.push_back({p.ws_rows + (at - a), ra - at}), zeros += ra - at;
+        at = std::max(at, rb);
+      }
+      if (at < b) p.ws_zero.push_back({p.ws_rows + (at - a), b - at}), zeros += b - at;
+      p.ws_rows += b - a;
+    }
+  }
   const Flow own = flow(rank_, rank_);  // own tasks on the workspace and own key rows
   p.own_kv = own.kv;
   // every workspace row comes from exactly one holder's segment (the pieces of a
-  // document tile it), else the kernels would read stale keys
-  int64_t covered = own.kv_rows;
+  // document tile it) or is a zero, else the kernels would read stale keys
+  int64_t covered = own.kv_rows + zeros;
   for (int o = 0; o < size_; ++o)
     if (o != rank_) covered += p.in[size_t(o)].kv_rows;
   if (covered != p.ws_rows)
-    throw std::logic_error("CAD: the holders' key segments cover " + std::to_string(covered) +
+    throw std::logic_error("CAD: the holders' key segments and the zeros cover " + std::to_string(covered) +
                            " of " + std::to_string(p.ws_rows) + " workspace rows");
   list_tasks(p, own);
 }
@@ -208,7 +254,7 @@ void CadAttention::list_tasks(Plan& p, const Flow& own) const {
   }
   for (int32_t i : own.tasks) {
     const CadTask& t = p.plan.tasks[size_t(i)];
-    p.own_ws.push_back(task_of(t, local_row(t), p.ws_row.at(p.gdoc[piece_of(p, t)])));
+    p.own_ws.push_back(task_of(t, local_row(t), p.ws_at(p.gdoc[piece_of(p, t)], t.kv_begin())));
   }
   p.served.assign(size_t(size_), {});
   for (int o = 0; o < size_; ++o) {
@@ -216,7 +262,7 @@ void CadAttention::list_tasks(Plan& p, const Flow& own) const {
     int64_t q_row = 0;
     for (int32_t i : p.in[size_t(o)].tasks) {
       const CadTask& t = p.plan.tasks[size_t(i)];
-      p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_row.at(p.gdoc[piece_of(p, t)])));
+      p.served[size_t(o)].push_back(task_of(t, q_row, p.ws_at(p.gdoc[piece_of(p, t)], t.kv_begin())));
       q_row += t.q_len;
     }
   }
@@ -396,8 +442,12 @@ std::vector<std::vector<float*>> CadAttention::gather_keys(Lane& L) {
   const size_t nq = L.in.q.size();
   const size_t ws = size_t(p.ws_rows * kvd);
   if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
+  for (const auto& [row, len] : p.ws_zero) {  // between sinks and a window: masked, never sent
+    std::fill_n(L.ws_k.data() + row * kvd, len * kvd, 0.0f);
+    std::fill_n(L.ws_v.data() + row * kvd, len * kvd, 0.0f);
+  }
   const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row, bool bf16) {
-    const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+    const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
     get_rows(k, src_row * kvd, n, bf16, L.ws_k.data() + at);
     get_rows(v, src_row * kvd, n, bf16, L.ws_v.data() + at);
   };
@@ -455,7 +505,7 @@ void CadAttention::return_key_gradients(Lane& L, const std::vector<std::vector<f
     int64_t row = 0;
     const Reply r = reply_of(reply[size_t(o)], true);
     for (const KvPiece& g : p.in[size_t(o)].kv) {
-      const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+      const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
       std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, r.dk + row * kvd);
       std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, r.dv + row * kvd);
       row += g.len;
@@ -535,7 +585,7 @@ void CadAttention::finish_lane(Lane& L) {
   };
   if (L.backward)  // key gradients of own rows from this rank's own workspace tasks first
     for (const KvPiece& g : p.own_kv) {
-      const int64_t at = (p.ws_row.at(g.gdoc) + g.pos) * kvd, n = int64_t(g.len) * kvd;
+      const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
       add(L.dk + int64_t(g.row) * kvd, L.ws_dk.data() + at, n);
       add(L.dv + int64_t(g.row) * kvd, L.ws_dv.data() + at, n);
     }

@@ -5,19 +5,20 @@
 // layer), the ranks all-gather their pieces of documents (six integers each: row,
 // length, position, document length, document, first rank of the context-parallel
 // group; two collectives) and all compute the same plan (parallel/cad_plan.h): CA-tasks, a
-// run of query rows with its causal key prefix, assigned to servers so that attention
+// run of query rows with the keys it reads, assigned to servers so that attention
 // pairs are balanced within attention.cad_tolerance. Each layer then moves only what the
 // plan moved, with one MPI_Ialltoallv each way:
-//   forward   holder -> server: Q rows of its tasks there, and its K and V rows of every
-//             document prefix the server needs (once per document and server: the
-//             longest prefix its tasks need), which the server assembles in a workspace;
-//             server -> origin: O and LSE of the task's rows.
+//   forward   holder -> server: Q rows of its tasks there, and its K and V rows that
+//             the server's tasks read of each document (once per document and server:
+//             the union of what its tasks read under the mask, CadTask), which the
+//             server assembles in a workspace (zeros between sinks and a window, which
+//             nobody sends); server -> origin: O and LSE of the task's rows.
 //   backward  holder -> server: Q, O, dO, LSE rows and K, V rows again (servers keep
 //             nothing between forward and backward); server -> holder: dQ rows and the
 //             dK, dV of the key rows it sent, summed over all the server's tasks of the
 //             document. The holder adds them after its own share, in server rank order
 //             (deterministic).
-// Tasks whose server is their origin and whose key prefix is one local run (every own
+// Tasks whose server is their origin and whose keys lie in one local run from position 0 (every own
 // task without context parallelism) run in place on the local arrays, in two halves
 // (by pairs): the first while the exchange to the servers travels, the second while the
 // replies travel; the exchanges are tested between kernel calls (OpenMPI progresses
@@ -27,7 +28,7 @@
 // compute the served tasks, send the replies, then the own tasks), finish (wait for the
 // replies, unpack), while the other lane's token-linear layers compute; each lane has
 // its own buffers and request, so both lanes' exchanges can be in flight at once.
-// Every query row is in exactly one task and every task sees its whole causal prefix, so O, LSE and the
+// Every query row is in exactly one task and every task sees every key it reads, so O, LSE and the
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.
 //
@@ -37,8 +38,8 @@
 // micro-batch or of a dummy with no tokens in every tick, and has as many layers; a
 // backward tick holds other micro-batches than its forward ticks did, so it plans
 // again at the stage's last layer). With context parallelism a rank holds pieces of
-// documents: each piece is planned like a document whose keys are the document's prefix,
-// held by several ranks of its context-parallel group, so a server assembles every key prefix it needs
+// documents: each piece is planned like a document whose keys are those of its document
+// it reads, held by several ranks of its context-parallel group, so a server assembles every key run it needs
 // in a workspace from the key pieces each holder sends (and sends their key gradients
 // back to the same holders).
 #pragma once
@@ -121,12 +122,19 @@ class CadAttention final : public AttentionPlacement {
     std::vector<Flow> out;          // [server]: this rank's rows to each server
     std::vector<Flow> in;           // [origin]: each rank's rows to this one
     // This rank as a server: every document it needs keys of (for tasks not run in
-    // place) gets its prefix [0, P) contiguous in a workspace, filled from the holders'
-    // segments (own_kv: its own rows).
-    std::map<int32_t, int64_t> ws_row;  // document -> first workspace row
+    // place) gets the runs its tasks' kernels read ([kv_begin, kv_end), merged)
+    // contiguous in a workspace, filled from the holders' segments (own_kv: its own
+    // rows), and zeros where no task reads (between sinks and a window).
+    struct WsRun {
+      int32_t begin = 0, end = 0;  // in-document positions
+      int64_t row = 0;             // workspace row of position begin
+    };
+    std::map<int32_t, std::vector<WsRun>> ws_runs;  // document -> its runs
+    std::vector<std::pair<int64_t, int64_t>> ws_zero;  // (row, rows) of zeros
     int64_t ws_rows = 0;
+    int64_t ws_at(int32_t gdoc, int32_t pos) const;  // the workspace row of a key
     std::vector<KvPiece> own_kv;
-    std::vector<AttentionTask> own_local;  // own tasks whose whole prefix is one local run
+    std::vector<AttentionTask> own_local;  // own tasks whose keys are one local run
     std::vector<AttentionTask> own_ws;     // own tasks reading keys from the workspace
     std::vector<std::vector<AttentionTask>> served;  // [origin]: queries in its message
   };

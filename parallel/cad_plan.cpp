@@ -33,7 +33,7 @@ CadPlanOptions cad_plan_options(const AttentionParams& p, double tolerance, cons
 }
 
 AttentionTask CadTask::attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const {
-  AttentionTask t{q_row, kv_row, q_len, kv_end, q_begin, 0, doc_len};
+  AttentionTask t{q_row, kv_row, q_len, kv_len(), q_begin, kv_begin(), doc_len};
   t.prefix_len = prefix_len;
   t.segment_pos = segment_pos;
   return t;
@@ -41,8 +41,12 @@ AttentionTask CadTask::attention_task(int64_t q_row, int64_t kv_row, int32_t doc
 
 CadTask cad_task(const CadPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask) {
   CadTask t{d.origin, server, d.doc, int32_t(q_begin), int32_t(q_len), d.prefix_len, d.segment_pos};
-  t.kv_end = int32_t(q_begin + q_len);
-  if (mask.kind == MaskKind::prefix_lm) t.kv_end = std::max(t.kv_end, d.prefix_len);
+  if (q_len <= 0) {
+    t.kv_lo = t.kv_end = int32_t(q_begin);
+    return t;
+  }
+  const MaskKeys k = mask_run_keys(mask, d.prefix_len, d.segment_pos, q_begin, q_len);
+  t.kv_sink_end = int32_t(k.sink_end), t.kv_lo = int32_t(k.lo), t.kv_end = int32_t(k.hi);
   return t;
 }
 
@@ -157,12 +161,12 @@ class Balancer {
       if (wanted >= remaining) {
         c.whole = true;
         c.load = remaining;
-        c.bytes = rows * o_.q_bytes_per_row + task(d, P + head_[i], rows).kv_len * o_.kv_bytes_per_row;
+        c.bytes = rows * o_.q_bytes_per_row + cad_task(d, d.origin, P + head_[i], rows, o_.mask).kv_read() * o_.kv_bytes_per_row;
       } else {
         std::tie(c.head, c.tail) = split_rows(i, largest_split(i, wanted));
         if (c.head + c.tail == 0) continue;
         c.load = split_cost(i, c.head, c.tail);
-        c.bytes = (c.head + c.tail) * o_.q_bytes_per_row + task(d, P + head_[i], rows).kv_len * o_.kv_bytes_per_row;
+        c.bytes = (c.head + c.tail) * o_.q_bytes_per_row + cad_task(d, d.origin, P + head_[i], rows, o_.mask).kv_read() * o_.kv_bytes_per_row;
       }
       const double e = c.load / double(std::max<int64_t>(c.bytes, 1));
       if (e > best_e) best_e = e, best = c;

@@ -2,8 +2,9 @@
 // which piece of core attention. Pure and deterministic: no MPI, every rank computes
 // the same plan from the same small metadata.
 //
-// A CA-task is a run of query rows of one document together with the keys of its whole
-// causal prefix [0, q_end) (under prefix_lm, of the whole prefix too). Its cost is its
+// A CA-task is a run of query rows of one document together with the keys they read
+// under the mask (CadTask: the causal prefix [0, q_end), a window's last W keys, sinks,
+// the question and the own answer, a bidirectional prefix). Its cost is its
 // attention pairs (attention_pairs: those the mask lets through, with the document's
 // prefix or segment). Every rank is
 // an attention server, for its own documents first. The planner balances pairs over
@@ -48,15 +49,21 @@ struct CadTask {
   int32_t q_begin = 0;  // in-document offset of the first query row (>= the piece's pos)
   int32_t q_len = 0;
   int32_t prefix_len = 0, segment_pos = 0;  // its piece's (CadPiece)
-  // keys [0, kv_end): the queries' causal prefix, and under prefix_lm the whole prefix
-  int32_t kv_end = 0;
-  int32_t kv_len() const { return kv_end; }
-  // The kernel's task of it: its queries at q_row, the document's keys from kv_row.
+  // The keys its queries read under the mask (mask_run_keys): [0, kv_sink_end) and
+  // [kv_lo, kv_end). The kernel reads them as one run [kv_begin, kv_end): from 0 when
+  // there are sinks (the keys between are masked: a server zeroes them, nobody sends
+  // them), else from kv_lo. Causal: [0, q_end); a window: the W keys before each query.
+  int32_t kv_sink_end = 0, kv_lo = 0, kv_end = 0;
+  int32_t kv_begin() const { return kv_sink_end > 0 ? 0 : kv_lo; }
+  int32_t kv_len() const { return kv_end - kv_begin(); }
+  int32_t kv_read() const { return kv_sink_end + (kv_end - kv_lo); }  // the rows that move
+  // The kernel's task of it: its queries at q_row, its keys from kv_row (the row of
+  // position kv_begin).
   AttentionTask attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const;
 };
 
 // The task of query rows [q_begin, q_begin + q_len) of piece `d` (the keys they read
-// under `mask`, from the document's start), run by `server`.
+// under `mask`), run by `server`.
 CadTask cad_task(const CadPiece& d, int server, int64_t q_begin, int64_t q_len, const AttentionMask& mask);
 
 struct CadCostModel;
@@ -105,7 +112,7 @@ struct CadPlan {
   std::vector<int64_t> pairs_after;   // per server: the pairs of the tasks it runs
   std::vector<double> load_after;     // per server: the planner's cost of its tasks (no
                                       // base or speed: the cost model's own units)
-  int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of moved prefixes
+  int64_t bytes_moved = 0;          // Q/O/LSE of moved rows + K/V of the keys they read
 };
 
 CadPlan plan_core_attention(const std::vector<CadPiece>& documents, int servers,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "data/key_runs.h"
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
 
@@ -51,130 +52,394 @@ void ContextParallelAttention::forward(const AttentionInput& in, const float* q,
   if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
     throw std::logic_error("context-parallel batch was split for another group");
   if (!in.recomputed) stats_.pairs_served += double(in.batch.attention_pairs(in.params.mask));
+  exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
   if (method_ == CpComm::allgather)
     allgather_forward(in, q, k, v, out, lse);
+  else if (method_ == CpComm::ring)
+    direct_forward(in, q, k, v, out, lse);
   else
-    ring_forward(in, q, k, v, out, lse);
+    relay_forward(in, q, k, v, out, lse);
 }
 
 void ContextParallelAttention::backward(const AttentionInput& in, const float* q,
                                         const float* k, const float* v, const float* out,
                                         const float* lse, const float* dout, float* dq,
                                         float* dk, float* dv) {
+  exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
   if (method_ == CpComm::allgather)
     allgather_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+  else if (method_ == CpComm::ring)
+    direct_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
   else
-    ring_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+    relay_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 // ---- all-gather -------------------------------------------------------------------
 
-// K and V of the whole sequence, in sequence order, into ks_ / vs_; tasks_ = every local
-// piece against its document's key prefix.
-void ContextParallelAttention::gather_sequence_kv(const AttentionInput& in, const float* k,
-                                                  const float* v) {
+// Every rank sends every other rank the rows of its K and V that rank reads (exchange_,
+// data/key_runs.h) in one MPI_Alltoallv, placed in sequence order into ks_ / vs_ next to
+// the rank's own rows; tasks_ = every local piece against the keys it reads, from its
+// document's first row if it reads sinks (the keys between are zeros the mask hides)
+// or from the first key of its run.
+void ContextParallelAttention::gather_read_kv(const AttentionInput& in, const float* k, const float* v) {
   const int64_t w = kv_width(in.params);
-  const auto& group = in.batch.group_pieces;
+  const bool wire16 = in.params.precision == Precision::bf16;
   counts_.assign(size_t(size_), 0);
   displs_.assign(size_t(size_), 0);
-  int64_t total = 0;
+  recv_counts_.assign(size_t(size_), 0);
+  recv_displs_.assign(size_t(size_), 0);
+  int64_t sent = 0, received = 0;
   for (int j = 0; j < size_; ++j) {
-    counts_[size_t(j)] = count_of(2 * rows_of(group[size_t(j)]) * w);
-    displs_[size_t(j)] = count_of(total);
-    total += counts_[size_t(j)];
+    const int64_t out_n = 2 * rows_of(exchange_.to[size_t(j)]) * w, in_n = 2 * rows_of(exchange_.from[size_t(j)]) * w;
+    counts_[size_t(j)] = count_of(out_n);
+    displs_[size_t(j)] = count_of(sent);
+    recv_counts_[size_t(j)] = count_of(in_n);
+    recv_displs_[size_t(j)] = count_of(received);
+    sent += out_n;
+    received += in_n;
   }
-  if (gathered_.size() < size_t(total)) gathered_.resize(size_t(total));
-  const int64_t mine = rows_of(in.batch.pieces) * w;
-  const bool wire16 = in.params.precision == Precision::bf16;
-  if (wire16 && gathered16_.size() < size_t(total)) gathered16_.resize(size_t(total));
-  const auto t0 = SteadyClock::now();
+  // pack: for each rank, K of its runs then V of its runs
   if (wire16) {
-    uint16_t* slot = gathered16_.data() + displs_[size_t(rank_)];
-    to_bf16_bits(k, mine, slot);
-    to_bf16_bits(v, mine, slot + mine);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered16_.data(), counts_.data(),
-                   displs_.data(), MPI_UINT16_T, comm_);
+    if (send16_.size() < size_t(sent)) send16_.resize(size_t(sent));
+    if (gathered16_.size() < size_t(received)) gathered16_.resize(size_t(received));
   } else {
-    float* slot = gathered_.data() + displs_[size_t(rank_)];
-    std::copy(k, k + mine, slot);
-    std::copy(v, v + mine, slot + mine);
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, gathered_.data(), counts_.data(),
-                   displs_.data(), MPI_FLOAT, comm_);
+    if (send_.size() < size_t(sent)) send_.resize(size_t(sent));
+    if (gathered_.size() < size_t(received)) gathered_.resize(size_t(received));
   }
+  for (int j = 0; j < size_; ++j) {
+    const std::vector<KeyRun>& runs = exchange_.to[size_t(j)];
+    const int64_t half = rows_of(runs) * w;
+    int64_t at = displs_[size_t(j)];
+    for (const KeyRun& r : runs) {
+      const int64_t n = int64_t(r.len) * w, src = int64_t(r.row) * w;
+      if (wire16) {
+        to_bf16_bits(k + src, n, send16_.data() + at);
+        to_bf16_bits(v + src, n, send16_.data() + at + half);
+      } else {
+        std::copy_n(k + src, n, send_.data() + at);
+        std::copy_n(v + src, n, send_.data() + at + half);
+      }
+      at += n;
+    }
+  }
+  const auto t0 = SteadyClock::now();
+  if (wire16)
+    MPI_Alltoallv(send16_.data(), counts_.data(), displs_.data(), MPI_UINT16_T, gathered16_.data(),
+                  recv_counts_.data(), recv_displs_.data(), MPI_UINT16_T, comm_);
+  else
+    MPI_Alltoallv(send_.data(), counts_.data(), displs_.data(), MPI_FLOAT, gathered_.data(), recv_counts_.data(),
+                  recv_displs_.data(), MPI_FLOAT, comm_);
   stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
-  stats_.bytes_sent += int64_t(size_ - 1) * 2 * mine * int64_t(wire16 ? sizeof(uint16_t) : sizeof(float));
+  stats_.bytes_sent += sent * int64_t(wire16 ? sizeof(uint16_t) : sizeof(float));
 
   const size_t seq = size_t(in.batch.sequence_tokens * w);
   if (ks_.size() < seq) ks_.resize(seq), vs_.resize(seq);
+  const AttentionMask& mask = in.params.mask;
+  tasks_.clear();
+  for (const DocPiece& p : in.batch.pieces) {
+    const MaskKeys keys = p.keys(mask);
+    const int64_t first = first_key(keys);
+    if (keys.sink_end < keys.lo && keys.sink_end > 0) {  // the keys between sinks and window: zeros
+      std::fill(ks_.data() + (p.doc_start + keys.sink_end) * w, ks_.data() + (p.doc_start + keys.lo) * w, 0.0f);
+      std::fill(vs_.data() + (p.doc_start + keys.sink_end) * w, vs_.data() + (p.doc_start + keys.lo) * w, 0.0f);
+    }
+    tasks_.push_back(p.task(p.doc_start + first, int32_t(first), int32_t(keys.hi - first)));
+  }
+  for (const DocPiece& p : in.batch.pieces) {  // own rows
+    std::copy_n(k + int64_t(p.row) * w, int64_t(p.len) * w, ks_.data() + int64_t(p.seq_row()) * w);
+    std::copy_n(v + int64_t(p.row) * w, int64_t(p.len) * w, vs_.data() + int64_t(p.seq_row()) * w);
+  }
   for (int j = 0; j < size_; ++j) {
-    const int64_t rows_j = rows_of(group[size_t(j)]);
-    const int64_t at = displs_[size_t(j)];
-    for (const DocPiece& p : group[size_t(j)]) {
-      float* kd = ks_.data() + p.seq_row() * w;
-      float* vd = vs_.data() + p.seq_row() * w;
-      const int64_t k_at = at + p.row * w, v_at = at + (rows_j + p.row) * w, n = p.len * w;
+    const std::vector<KeyRun>& runs = exchange_.from[size_t(j)];
+    const int64_t half = rows_of(runs) * w;
+    int64_t at = recv_displs_[size_t(j)];
+    for (const KeyRun& r : runs) {
+      const int64_t n = int64_t(r.len) * w, dst = (int64_t(r.doc_start) + r.pos) * w;
       if (wire16) {
-        from_bf16_bits(gathered16_.data() + k_at, n, kd);
-        from_bf16_bits(gathered16_.data() + v_at, n, vd);
+        from_bf16_bits(gathered16_.data() + at, n, ks_.data() + dst);
+        from_bf16_bits(gathered16_.data() + at + half, n, vs_.data() + dst);
       } else {
-        std::copy_n(gathered_.data() + k_at, n, kd);
-        std::copy_n(gathered_.data() + v_at, n, vd);
+        std::copy_n(gathered_.data() + at, n, ks_.data() + dst);
+        std::copy_n(gathered_.data() + at + half, n, vs_.data() + dst);
       }
+      at += n;
     }
   }
-  tasks_.clear();
-  for (const DocPiece& p : in.batch.pieces) tasks_.push_back(p.task(p.doc_start, 0, p.key_end(in.params.mask)));
 }
 
 void ContextParallelAttention::allgather_forward(const AttentionInput& in, const float* q,
                                                  const float* k, const float* v, float* out,
                                                  float* lse) {
-  gather_sequence_kv(in, k, v);
+  gather_read_kv(in, k, v);
   attention_forward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse);
 }
 
+// dK/dV of the rows each rank read go back to their holder in a second MPI_Alltoallv
+// (fp32); the holder sums its own part and then every other rank's in rank order.
 void ContextParallelAttention::allgather_backward(const AttentionInput& in, const float* q,
                                                   const float* k, const float* v,
                                                   const float* out, const float* lse,
                                                   const float* dout, float* dq, float* dk,
                                                   float* dv) {
-  gather_sequence_kv(in, k, v);  // K and V are not kept between forward and backward
+  gather_read_kv(in, k, v);  // K and V are not kept between forward and backward
   const int64_t w = kv_width(in.params);
   const size_t seq = size_t(in.batch.sequence_tokens * w);
   dks_.assign(seq, 0.0f);
   dvs_.assign(seq, 0.0f);
   attention_backward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, dout, dq,
                      dks_.data(), dvs_.data());
-  // back to rank-block order, then each rank receives the sum for its own rows
-  const auto& group = in.batch.group_pieces;
-  if (reduced_.size() < gathered_.size()) reduced_.resize(gathered_.size());
+  // the way back: what was received is sent, what was sent is received
+  std::swap(counts_, recv_counts_);
+  std::swap(displs_, recv_displs_);
+  int64_t sent = 0, received = 0;
+  for (int j = 0; j < size_; ++j) sent += counts_[size_t(j)], received += recv_counts_[size_t(j)];
+  if (send_.size() < size_t(sent)) send_.resize(size_t(sent));
+  if (gathered_.size() < size_t(received)) gathered_.resize(size_t(received));
   for (int j = 0; j < size_; ++j) {
-    const int64_t rows_j = rows_of(group[size_t(j)]);
-    float* kb = reduced_.data() + displs_[size_t(j)];
-    float* vb = kb + rows_j * w;
-    for (const DocPiece& p : group[size_t(j)]) {
-      std::copy(dks_.data() + p.seq_row() * w, dks_.data() + (p.seq_row() + p.len) * w, kb + p.row * w);
-      std::copy(dvs_.data() + p.seq_row() * w, dvs_.data() + (p.seq_row() + p.len) * w, vb + p.row * w);
+    const std::vector<KeyRun>& runs = exchange_.from[size_t(j)];
+    const int64_t half = rows_of(runs) * w;
+    int64_t at = displs_[size_t(j)];
+    for (const KeyRun& r : runs) {
+      const int64_t n = int64_t(r.len) * w, src = (int64_t(r.doc_start) + r.pos) * w;
+      std::copy_n(dks_.data() + src, n, send_.data() + at);
+      std::copy_n(dvs_.data() + src, n, send_.data() + at + half);
+      at += n;
     }
   }
-  const int64_t mine = rows_of(in.batch.pieces) * w;
   const auto t0 = SteadyClock::now();
-  MPI_Reduce_scatter(reduced_.data(), gathered_.data(), counts_.data(), MPI_FLOAT, MPI_SUM, comm_);
+  MPI_Alltoallv(send_.data(), counts_.data(), displs_.data(), MPI_FLOAT, gathered_.data(), recv_counts_.data(),
+                recv_displs_.data(), MPI_FLOAT, comm_);
   stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
-  int64_t others = 0;
-  for (int j = 0; j < size_; ++j)
-    if (j != rank_) others += counts_[size_t(j)];
-  stats_.bytes_sent += others * int64_t(sizeof(float));
+  stats_.bytes_sent += sent * int64_t(sizeof(float));
+  // this rank's own part, then every other rank's in rank order
+  const int64_t mine = rows_of(in.batch.pieces) * w;
+  if (reduced_.size() < size_t(2 * mine)) reduced_.resize(size_t(2 * mine));
+  float* rk = reduced_.data();
+  float* rv = rk + mine;
+  for (const DocPiece& p : in.batch.pieces) {
+    std::copy_n(dks_.data() + int64_t(p.seq_row()) * w, int64_t(p.len) * w, rk + int64_t(p.row) * w);
+    std::copy_n(dvs_.data() + int64_t(p.seq_row()) * w, int64_t(p.len) * w, rv + int64_t(p.row) * w);
+  }
+  for (int j = 0; j < size_; ++j) {
+    const std::vector<KeyRun>& runs = exchange_.to[size_t(j)];
+    const int64_t half = rows_of(runs) * w;
+    int64_t at = recv_displs_[size_t(j)];
+    for (const KeyRun& r : runs) {
+      const int64_t n = int64_t(r.len) * w, dst = int64_t(r.row) * w;
+      const float* gk = gathered_.data() + at;
+      const float* gv = gk + half;
+      for (int64_t e = 0; e < n; ++e) rk[dst + e] += gk[e], rv[dst + e] += gv[e];
+      at += n;
+    }
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < mine; ++i) {
-    dk[i] += gathered_[size_t(i)];
-    dv[i] += gathered_[size_t(mine + i)];
+    dk[i] += rk[i];
+    dv[i] += rv[i];
   }
 }
 
-// ---- ring -------------------------------------------------------------------------
+// ---- ring: every rank sends each other rank the rows that rank reads ---------------
 
-void ContextParallelAttention::ring_tasks(const AttentionInput& in, int j) {
+// The local pieces as runs of this rank's own rows (what step 0 computes on, in place).
+void ContextParallelAttention::own_runs(const AttentionInput& in) {
+  own_runs_.clear();
+  for (const DocPiece& p : in.batch.pieces) own_runs_.push_back({p.doc, p.doc_start, p.pos, p.len, p.row});
+}
+
+// Calls of tasks of the local pieces against the runs `runs`, each held from row
+// kv_rows[i] (a run's own row in place, or its row in a received block), split so that
+// no two tasks of one call share query rows.
+void ContextParallelAttention::run_calls(const AttentionInput& in, const std::vector<KeyRun>& runs, bool in_place) {
+  for (auto& c : calls_) c.clear();
+  run_at_.resize(runs.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < runs.size(); ++i) run_at_[i] = in_place ? runs[i].row : at, at += runs[i].len;
+  for (const DocPiece& p : in.batch.pieces) {
+    auto it = std::lower_bound(runs.begin(), runs.end(), p.doc, [](const KeyRun& x, int32_t doc) { return x.doc < doc; });
+    size_t call = 0;
+    for (; it != runs.end() && it->doc == p.doc; ++it) {
+      if (!reads(p, *it, in.params.mask)) continue;
+      if (calls_.size() <= call) calls_.emplace_back();
+      calls_[call++].push_back(p.task(run_at_[size_t(it - runs.begin())], it->pos, it->len));
+    }
+  }
+}
+
+// Step s's transfers: this rank's rows rank + s reads go to it, and the rows of rank - s
+// this rank reads arrive into direct_slot_[s & 1]; tags 4 s, 4 s + 1. Nothing is posted
+// for an empty direction (both sides know the counts).
+void ContextParallelAttention::post_direct(const AttentionInput& in, int s, const float* k, const float* v) {
+  const int64_t w = kv_width(in.params);
+  const int dst = (rank_ + s) % size_, src = (rank_ - s + size_) % size_;
+  const std::vector<KeyRun>& out_runs = exchange_.to[size_t(dst)];
+  const int64_t n_out = rows_of(out_runs) * w, n_in = rows_of(exchange_.from[size_t(src)]) * w;
+  const MPI_Datatype type = bf16_wire_ ? MPI_UINT16_T : MPI_FLOAT;
+  requests_.clear();
+  Slot& slot = direct_slot_[s & 1];
+  if (n_in > 0) {
+    void *rk, *rv;
+    if (bf16_wire_) {
+      if (slot.wire_k.size() < size_t(n_in)) slot.wire_k.resize(size_t(n_in)), slot.wire_v.resize(size_t(n_in));
+      rk = slot.wire_k.data(), rv = slot.wire_v.data();
+    } else {
+      if (slot.k.size() < size_t(n_in)) slot.k.resize(size_t(n_in)), slot.v.resize(size_t(n_in));
+      rk = slot.k.data(), rv = slot.v.data();
+    }
+    requests_.resize(2);
+    MPI_Irecv(rk, count_of(n_in), type, src, 4 * s, comm_, &requests_[0]);
+    MPI_Irecv(rv, count_of(n_in), type, src, 4 * s + 1, comm_, &requests_[1]);
+  }
+  if (n_out > 0) {
+    const size_t el = bf16_wire_ ? sizeof(uint16_t) : sizeof(float);
+    if (pack_.size() < size_t(2 * n_out) * el) pack_.resize(size_t(2 * n_out) * el);
+    int64_t at = 0;
+    for (const KeyRun& r : out_runs) {
+      const int64_t n = int64_t(r.len) * w, from = int64_t(r.row) * w;
+      if (bf16_wire_) {
+        uint16_t* d = reinterpret_cast<uint16_t*>(pack_.data());
+        to_bf16_bits(k + from, n, d + at);
+        to_bf16_bits(v + from, n, d + n_out + at);
+      } else {
+        float* d = reinterpret_cast<float*>(pack_.data());
+        std::copy_n(k + from, n, d + at);
+        std::copy_n(v + from, n, d + n_out + at);
+      }
+      at += n;
+    }
+    const size_t r0 = requests_.size();
+    requests_.resize(r0 + 2);
+    MPI_Isend(pack_.data(), count_of(n_out), type, dst, 4 * s, comm_, &requests_[r0]);
+    MPI_Isend(pack_.data() + size_t(n_out) * el, count_of(n_out), type, dst, 4 * s + 1, comm_, &requests_[r0 + 1]);
+    stats_.bytes_sent += 2 * n_out * int64_t(el);
+  }
+}
+
+// The K and V rows of step s (s >= 1) as the kernel reads them (fp32), once arrived.
+ContextParallelAttention::Block ContextParallelAttention::direct_block(const AttentionInput& in, int s) {
+  const int src = (rank_ - s + size_) % size_;
+  return arrived(direct_slot_[s & 1], rows_of(exchange_.from[size_t(src)]) * kv_width(in.params));
+}
+
+void ContextParallelAttention::direct_forward(const AttentionInput& in, const float* q, const float* k,
+                                              const float* v, float* out, float* lse) {
+  const AttentionParams& prm = in.params;
+  const int64_t H = prm.num_heads, hd = prm.head_dim;
+  const int64_t T = rows_of(in.batch.pieces);
+  std::fill(out, out + T * H * hd, 0.0f);
+  std::fill(lse, lse + T * H, -INFINITY);
+  if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
+  if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
+  bf16_wire_ = prm.precision == Precision::bf16;
+  own_runs(in);
+  for (int s = 0; s < size_; ++s) {
+    Block cur{k, v, k, v};
+    if (s > 0) {
+      finish(requests_);  // step s's rows (posted during step s - 1)
+      cur = direct_block(in, s);
+    }
+    if (s + 1 < size_) post_direct(in, s + 1, k, v);  // step s + 1's travel meanwhile
+    run_calls(in, s == 0 ? own_runs_ : exchange_.from[size_t((rank_ - s + size_) % size_)], s == 0);
+    for (const std::vector<AttentionTask>& call : calls_) {
+      if (call.empty()) continue;
+      std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
+      attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
+      progress();
+      merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
+      progress();
+    }
+  }
+  finish(requests_);
+}
+
+// Backward: the rows travel again as in forward; the dK/dV of the rows this rank read
+// of rank - s go back to it (fp32, tags 4 s + 2, 4 s + 3) while the next step computes,
+// and a rank sums the returns in step order after its own part.
+void ContextParallelAttention::direct_backward(const AttentionInput& in, const float* q, const float* k,
+                                               const float* v, const float* out, const float* lse,
+                                               const float* dout, float* dq, float* dk, float* dv) {
+  const AttentionParams& prm = in.params;
+  const int64_t w = kv_width(prm);
+  const int64_t mine = rows_of(in.batch.pieces) * w;
+  bf16_wire_ = prm.precision == Precision::bf16;
+  own_runs(in);
+  acc_k_[0].assign(size_t(mine), 0.0f);  // this rank's dK/dV: own part, then the returns
+  acc_v_[0].assign(size_t(mine), 0.0f);
+  MPI_Request sent[2][2] = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL}, {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
+  MPI_Request back[2][2] = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL}, {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
+  const auto wait_exposed = [&](MPI_Request* r) {
+    const auto t0 = SteadyClock::now();
+    MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+    stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
+  };
+  // adds step t's return (the dK/dV of this rank's rows rank + t read) once arrived
+  const auto add_return = [&](int t) {
+    wait_exposed(back[t & 1]);
+    const std::vector<KeyRun>& runs = exchange_.to[size_t((rank_ + t) % size_)];
+    const int64_t half = rows_of(runs) * w;
+    const float* gk = ret_[t & 1].data();
+    int64_t at = 0;
+    for (const KeyRun& r : runs) {
+      const int64_t n = int64_t(r.len) * w, d = int64_t(r.row) * w;
+      for (int64_t e = 0; e < n; ++e) acc_k_[0][size_t(d + e)] += gk[at + e], acc_v_[0][size_t(d + e)] += gk[half + at + e];
+      at += n;
+    }
+  };
+  for (int s = 0; s < size_; ++s) {
+    const int src = (rank_ - s + size_) % size_, dst = (rank_ + s) % size_;
+    Block cur{k, v, k, v};
+    if (s > 0) {
+      finish(requests_);
+      cur = direct_block(in, s);
+    }
+    if (s + 1 < size_) post_direct(in, s + 1, k, v);
+    const int64_t n_back = s > 0 ? rows_of(exchange_.to[size_t(dst)]) * w : 0;
+    if (n_back > 0) {  // what rank + s computed on this rank's rows comes back
+      std::vector<float>& buf = ret_[s & 1];
+      if (buf.size() < size_t(2 * n_back)) buf.resize(size_t(2 * n_back));
+      MPI_Irecv(buf.data(), count_of(n_back), MPI_FLOAT, dst, 4 * s + 2, comm_, &back[s & 1][0]);
+      MPI_Irecv(buf.data() + n_back, count_of(n_back), MPI_FLOAT, dst, 4 * s + 3, comm_, &back[s & 1][1]);
+    }
+    if (s == 0) {
+      run_calls(in, own_runs_, true);
+      for (const std::vector<AttentionTask>& call : calls_) {
+        if (call.empty()) continue;
+        attention_backward(prm, call, q, k, v, out, lse, dout, dq, acc_k_[0].data(), acc_v_[0].data());
+        progress();
+      }
+    } else {
+      const std::vector<KeyRun>& runs = exchange_.from[size_t(src)];
+      const int64_t n = rows_of(runs) * w;
+      if (n > 0) {
+        wait_exposed(sent[s & 1]);  // step s - 2's return has left this buffer
+        std::vector<float>& buf = out_[s & 1];
+        buf.assign(size_t(2 * n), 0.0f);
+        run_calls(in, runs, false);
+        for (const std::vector<AttentionTask>& call : calls_) {
+          if (call.empty()) continue;
+          attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, buf.data(), buf.data() + n);
+          progress();
+        }
+        MPI_Isend(buf.data(), count_of(n), MPI_FLOAT, src, 4 * s + 2, comm_, &sent[s & 1][0]);
+        MPI_Isend(buf.data() + n, count_of(n), MPI_FLOAT, src, 4 * s + 3, comm_, &sent[s & 1][1]);
+        stats_.bytes_sent += 2 * n * int64_t(sizeof(float));
+      }
+    }
+    if (s >= 2) add_return(s - 1);  // in step order, one step behind
+  }
+  if (size_ >= 2) add_return(size_ - 1);
+  finish(requests_);
+  for (auto& pair : sent) wait_exposed(pair);
+#pragma omp parallel for schedule(static)
+  for (int64_t e = 0; e < mine; ++e) {
+    dk[e] += acc_k_[0][size_t(e)];
+    dv[e] += acc_v_[0][size_t(e)];
+  }
+}
+
+// ---- double ring: blocks relayed rank to rank ------------------------------------
+
+void ContextParallelAttention::relay_tasks(const AttentionInput& in, int j) {
   const std::vector<DocPiece>& theirs = in.batch.group_pieces[size_t(j)];
   for (auto& c : calls_) c.clear();
   for (const DocPiece& p : in.batch.pieces) {
@@ -279,7 +544,7 @@ ContextParallelAttention::Slot& ContextParallelAttention::start_passes(const Att
   return i + 1 < inner_ ? inner_slot_[(s + 1) & 1] : outer_slot_[(o + 1) & 1];
 }
 
-void ContextParallelAttention::ring_forward(const AttentionInput& in, const float* q,
+void ContextParallelAttention::relay_forward(const AttentionInput& in, const float* q,
                                             const float* k, const float* v, float* out,
                                             float* lse) {
   const AttentionParams& prm = in.params;
@@ -293,7 +558,7 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
   for (int s = 0; s < size_; ++s) {
     const int j = block_at(s);
     Slot& next = start_passes(in, s, cur, 2 * s);  // the next block travels meanwhile
-    ring_tasks(in, j);
+    relay_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
       std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
@@ -308,7 +573,7 @@ void ContextParallelAttention::ring_forward(const AttentionInput& in, const floa
   }
 }
 
-void ContextParallelAttention::ring_backward(const AttentionInput& in, const float* q,
+void ContextParallelAttention::relay_backward(const AttentionInput& in, const float* q,
                                              const float* k, const float* v, const float* out,
                                              const float* lse, const float* dout, float* dq,
                                              float* dk, float* dv) {
@@ -348,7 +613,7 @@ void ContextParallelAttention::ring_backward(const AttentionInput& in, const flo
     std::vector<float>& av = acc_v_[b];
     ak.assign(size_t(n_j), 0.0f);
     av.assign(size_t(n_j), 0.0f);
-    ring_tasks(in, j);
+    relay_tasks(in, j);
     for (const std::vector<AttentionTask>& call : calls_) {
       if (call.empty()) continue;
       attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());

@@ -2,36 +2,44 @@
 // the LocalBatch of data/context_shards.h) and exchange keys and values inside core
 // attention only; every other layer phase is token-local and runs unchanged.
 //
-//   allgather  (Llama-3 style) per layer, MPI_Allgatherv of the group's K and V, put in
-//              sequence order; each local query piece attends to its document's key
-//              prefix [0, pos + len) in one kernel call. Backward gathers K and V again,
-//              computes dK/dV for the whole sequence and MPI_Reduce_scatter returns each
-//              rank the sum for its own rows.
-//   ring       (ring attention / TransformerEngine P2P) K and V blocks travel around
-//              the ring r -> r + 1; at step i a rank computes its queries against the
-//              block of rank r - i while the next block travels (MPI progress is driven
-//              between kernel calls), and merges the partial (O, LSE) in step order. In
-//              backward the blocks travel again and each block's dK/dV accumulator
-//              follows it, picking up every rank's contribution, back to its owner.
-//   double_ring (LoongTrain) the ring split in two: inner rings of `inner_ring`
-//              consecutive ranks and an outer ring across them (rank = g inner + u).
-//              For each outer step the blocks of one group of ranks circulate in the
-//              inner ring while, from the outer step's first inner step on, the block
-//              of the next outer step travels over the outer ring (rank (g, u) to
-//              (g + 1, u)); an accumulator follows its block through the same visits.
-//              Every rank computes on every block once, as in the ring, in another
-//              order: results equal the ring's up to the order of the partial merges
-//              and dK/dV sums. inner_ring = cp is the ring itself.
+// Which rows move is the mask's (data/key_runs.h): rank r receives from rank o only the
+// rows of o's pieces some query of r's pieces reads (DocPiece::keys), as runs of rows;
+// under a window that is the W keys before each piece, under causal what lies before
+// its last query; sinks, a question and a bidirectional prefix the same way.
+//
+//   allgather  (Llama-3 style) per layer one MPI_Alltoallv gives every rank the rows of
+//              K and V it reads, put in sequence order; each local query piece attends
+//              to its keys in one kernel call. Backward exchanges K and V again, and a
+//              second MPI_Alltoallv returns the dK/dV of every row read to its holder,
+//              which sums its own part and then the others' in rank order.
+//   ring       at step s = 1 .. cp - 1 rank r sends rank r + s the rows it reads and
+//              receives from rank r - s the rows it reads of r - s (nothing is posted
+//              for an empty direction, so a mask that needs no neighbour skips the
+//              step), while it computes its queries against the rows of step s - 1
+//              (MPI progress is driven between kernel calls) and merges the partial
+//              (O, LSE) in step order. Backward: the rows travel again, and the dK/dV
+//              of the rows read from r - s go back to r - s while the next step
+//              computes; a rank sums its own part and then the returns in step order.
+//              Direct sends, not a relay: a relayed block passes ranks that do not read
+//              it, which is what a mask should not pay for.
+//   double_ring (LoongTrain) K and V blocks relayed rank to rank, in two levels: inner
+//              rings of `inner_ring` consecutive ranks and an outer ring across them
+//              (rank = g inner + u). For each outer step the blocks of one group of
+//              ranks circulate in the inner ring while, from the outer step's first
+//              inner step on, the block of the next outer step travels over the outer
+//              ring (rank (g, u) to (g + 1, u)); an accumulator follows its block
+//              through the same visits. Every rank computes on every block once. A
+//              relay forwards whole blocks, so it moves the same bytes under every mask
+//              (the ring sends only what is read).
 //
 // In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
 // them to bf16 anyway, so the results are the same and the bytes half. The backward's
-// dK/dV accumulators and sums stay fp32.
+// dK/dV returns, accumulators and sums stay fp32.
 //
 // Positions inside a task are in-document, never shard-local, so DCA is exact too.
 // Hidden exchange time is estimated from a bandwidth probe (PlacementStats).
-// Both are deterministic for a given layout: the ring merges and sums in step order;
-// the all-gather's dK/dV sum is MPI_Reduce_scatter's (fixed by the MPI library for a
-// given group, not by lct).
+// Every method is deterministic for a given layout: merges and sums run in step or
+// rank order.
 #pragma once
 
 #include <mpi.h>
@@ -41,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "data/key_runs.h"
 #include "model/attention_placement.h"
 #include "parallel/layout.h"
 
@@ -63,21 +72,30 @@ class ContextParallelAttention final : public AttentionPlacement {
 
  private:
   // all-gather
-  void gather_sequence_kv(const AttentionInput& in, const float* k, const float* v);
+  void gather_read_kv(const AttentionInput& in, const float* k, const float* v);
   void allgather_forward(const AttentionInput& in, const float* q, const float* k,
                          const float* v, float* out, float* lse);
   void allgather_backward(const AttentionInput& in, const float* q, const float* k,
                           const float* v, const float* out, const float* lse,
                           const float* dout, float* dq, float* dk, float* dv);
-  // ring and double ring
+  // ring: direct sends of the rows each rank reads
+  void own_runs(const AttentionInput& in);
+  void run_calls(const AttentionInput& in, const std::vector<KeyRun>& runs, bool in_place);
+  void post_direct(const AttentionInput& in, int s, const float* k, const float* v);
+  void direct_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                      float* out, float* lse);
+  void direct_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                       const float* out, const float* lse, const float* dout, float* dq,
+                       float* dk, float* dv);
+  // double ring: blocks relayed rank to rank
   // Calls of tasks of the local pieces against block `j`'s pieces, split so that no two
   // tasks of one call share query rows (a piece may see two pieces of j's document).
-  void ring_tasks(const AttentionInput& in, int j);
-  void ring_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
-                    float* out, float* lse);
-  void ring_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
-                     const float* out, const float* lse, const float* dout, float* dq,
-                     float* dk, float* dv);
+  void relay_tasks(const AttentionInput& in, int j);
+  void relay_forward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                     float* out, float* lse);
+  void relay_backward(const AttentionInput& in, const float* q, const float* k, const float* v,
+                      const float* out, const float* lse, const float* dout, float* dq,
+                      float* dk, float* dv);
   // The K and V block in hand at a ring step: as it travels (fp32, or bf16 bits in a
   // bf16 run) and as the kernel reads it (fp32).
   struct Block {
@@ -93,6 +111,7 @@ class ContextParallelAttention final : public AttentionPlacement {
   int block_at(int s) const;          // whose block this rank computes on at ring step s
   Block own_block(const AttentionInput& in, const float* k, const float* v, int64_t n);
   Block arrived(Slot& slot, int64_t n);
+  Block direct_block(const AttentionInput& in, int s);
   void post_block(const Block& cur, int64_t n, int dst, int src, int64_t n_next, Slot& slot, int tag,
                   std::vector<MPI_Request>& requests);
   Slot& start_passes(const AttentionInput& in, int s, const Block& cur, int tag);
@@ -115,7 +134,14 @@ class ContextParallelAttention final : public AttentionPlacement {
   std::vector<uint16_t> own_k_, own_v_, gathered16_;  // bf16 on the wire
   std::vector<std::vector<AttentionTask>> calls_;
   std::vector<AttentionTask> tasks_;
-  std::vector<int> counts_, displs_;
+  std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
+  KeyExchange exchange_;  // this call's rows to and from every rank (data/key_runs.h)
+  std::vector<KeyRun> own_runs_;
+  std::vector<int64_t> run_at_;
+  std::vector<float> send_, ret_[2], out_[2];
+  std::vector<uint16_t> send16_;
+  std::vector<char> pack_;
+  Slot direct_slot_[2];
 };
 
 }  // namespace lct

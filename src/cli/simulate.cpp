@@ -86,6 +86,10 @@ void print_json(const SimulateOptions& o, const RunPlan& plan, const Prediction&
       row["rank_tokens"].push_back(int64_t(p.rank_tokens[r]));
       row["rank_attention_pairs"].push_back(int64_t(p.rank_pairs[r]));
     }
+    if (p.rank_bytes_exact) {
+      row["rank_exchange_bytes"] = Json::array();
+      for (double b : p.rank_bytes) row["rank_exchange_bytes"].push_back(int64_t(b));
+    }
     j["steps"].push_back(row);
   }
   print_out("{}\n", json_text(j));

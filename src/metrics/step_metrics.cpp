@@ -171,6 +171,7 @@ void write_metrics_json(std::ostream& out, const StepRecord& r) {
   if (!r.rank_tokens.empty()) {
     row["rank_tokens"] = r.rank_tokens;
     row["rank_attention_pairs"] = r.rank_attention_pairs;
+    row["rank_exchange_bytes"] = r.rank_exchange_bytes;
   }
   out << json_text(row) << "\n";
 }

@@ -55,8 +55,10 @@ struct StepRecord {
   std::vector<int64_t> stage_activation_bytes;
   // Per rank, in world-rank order (metrics.jsonl only, not checkpointed): the tokens of
   // the micro-batches it trained and the attention pairs its queries read under the mask
-  // (the step model, src/train/step_model.h; lct simulate --json predicts the same).
-  std::vector<int64_t> rank_tokens, rank_attention_pairs;
+  // (the step model, src/train/step_model.h; lct simulate --json predicts the same), and
+  // the bytes its attention exchange sent (the simulator predicts them exactly for the
+  // ring, the all-gather and the double ring).
+  std::vector<int64_t> rank_tokens, rank_attention_pairs, rank_exchange_bytes;
   double retrieval_acc() const;  // NaN when the step had no answers
 };
 

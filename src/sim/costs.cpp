@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "data/context_shards.h"
+#include "data/key_runs.h"
 #include "data/nano_batches.h"
 #include "model/llama.h"
 
@@ -36,7 +37,8 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
     received[size_t(phase)][k][size_t(to)] += b;
   };
   for (int r = 0; r < n; ++r) lane.linear[size_t(r)] = cal_.linear_per_token_layer * double(group[size_t(r)].num_tokens());
-  std::map<std::tuple<int32_t, int32_t, int32_t>, int64_t> prefix;  // (server, origin, doc) -> longest prefix
+  // (server, origin, doc) -> the keys its tasks there read (the trainer's spans)
+  std::map<std::tuple<int32_t, int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> reads;
   const double H = double(mc_.num_attention_heads), f = sizeof(float);
   for (const CadTask& t : plan.tasks) {
     const AttentionTask task = t.attention_task(0, 0, 0);
@@ -53,10 +55,14 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
     ship(1, t.server, t.origin, rows * (double(qd_) + H) * f);
     ship(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
     ship(3, t.server, t.origin, rows * double(qd_) * f);
-    int64_t& pre = prefix[{t.server, t.origin, t.doc}];
-    pre = std::max<int64_t>(pre, t.kv_len());
+    auto& spans = reads[{t.server, t.origin, t.doc}];
+    if (t.kv_sink_end > 0) spans.emplace_back(0, t.kv_sink_end);
+    spans.emplace_back(t.kv_lo, t.kv_end);
   }
-  for (const auto& [key, rows] : prefix) {
+  for (auto& [key, spans] : reads) {
+    std::sort(spans.begin(), spans.end());
+    int64_t rows = 0, end = 0;  // rows of the union
+    for (const auto& [a, b] : spans) rows += std::max<int64_t>(0, b - std::max(a, end)), end = std::max(end, b);
     // K, V there in forward and again in backward, dK, dV back
     const double kv = double(rows) * 2.0 * double(kvd_) * f;
     const int server = std::get<0>(key), origin = std::get<1>(key);
@@ -225,6 +231,51 @@ void ulysses_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& piec
 
 }  // namespace
 
+// What each rank of the group sends in one layer's forward and backward exchanges,
+// exactly as ContextParallelAttention counts it ([2c]: forward, [2c + 1]: backward).
+//   ring, allgather  to each other rank the rows of K and V it reads (data/key_runs.h),
+//                    in the wire precision, forward and again backward, and back the
+//                    dK/dV of the rows it read (fp32)
+//   double_ring      blocks relayed whole: a rank sends the block in hand at every inner
+//                    step but an outer step's last, and at an outer step's first the
+//                    outer pass; backward the same plus every step's dK/dV accumulator
+std::vector<double> cp_rank_bytes(const RunPlan& plan, const std::vector<LocalBatch>& pieces) {
+  const int cp = plan.layout.cp;
+  const double w = double(plan.model.num_key_value_heads) * double(plan.model.head_dim());
+  const double wire = wire_bytes(plan);
+  std::vector<double> out(size_t(2 * cp), 0.0);
+  if (cp <= 1) return out;
+  std::vector<std::vector<DocPiece>> group;
+  for (const LocalBatch& b : pieces) group.push_back(b.pieces);
+  const AttentionMask& mask = plan.model.attention_mask;
+  if (plan.cp_comm != CpComm::double_ring) {
+    KeyExchange x;
+    for (int c = 0; c < cp; ++c) {
+      x.plan(group, c, mask);
+      const double to = double(x.rows_to()), from = double(x.rows_from());
+      out[size_t(2 * c)] = 2.0 * to * w * wire;
+      out[size_t(2 * c + 1)] = 2.0 * to * w * wire + 2.0 * from * w * kF32;
+    }
+    return out;
+  }
+  const int inner = plan.cp_inner_ring, outer = cp / inner;
+  const auto rank = [&](int g, int u) { return ((g % outer + outer) % outer) * inner + (u % inner + inner) % inner; };
+  for (int c = 0; c < cp; ++c) {
+    const int g = c / inner, u = c % inner;
+    double kv = 0, acc = 0;
+    for (int s = 0; s < cp; ++s) {
+      const int o = s / inner, i = s % inner;
+      const double n = double(pieces[size_t(rank(g - o, u - i))].num_tokens()) * w;
+      if (i + 1 < inner) kv += 2.0 * n * wire;
+      if (i == 0 && o + 1 < outer) kv += 2.0 * n * wire;
+      acc += 2.0 * n * kF32;
+    }
+    out[size_t(2 * c)] = kv;
+    out[size_t(2 * c + 1)] = kv + acc;
+  }
+  return out;
+}
+
 CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
                       const AttentionCost& attn, const Calibration& cal, const Network& net,
                       const std::vector<int>& ranks) {
@@ -246,11 +297,13 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     return out;
   }
   if (plan.cp_comm == CpComm::ring || plan.cp_comm == CpComm::double_ring || plan.cp_comm == CpComm::allgather) {
-    // the all-gather sends its block twice (forward, backward) and its share of the
-    // dK/dV reduce-scatter (fp32)
-    const double n = tokens / cp * KV * hd;
-    out.bytes = plan.cp_comm == CpComm::allgather ? double(cp - 1) * 2.0 * n * (2.0 * wire + kF32)
-                                                  : ring_bytes(plan, cp, tokens / cp, KV * hd);
+    (void)tokens;
+    const std::vector<double> sent = cp_rank_bytes(plan, pieces);
+    for (int c = 0; c < cp; ++c) {
+      out.rank_forward.push_back(sent[size_t(2 * c)]);
+      out.rank_backward.push_back(sent[size_t(2 * c + 1)]);
+      out.bytes += (sent[size_t(2 * c)] + sent[size_t(2 * c + 1)]) / cp;
+    }
     // a ring (or double ring) that crosses hosts anywhere runs at the host link, exposed
     const bool across = spans_hosts(net, ranks, 0, 1, cp);
     const double transfer = net.seconds(out.bytes, 3.0 * (cp - 1), across);
@@ -315,6 +368,14 @@ StageCosts replica_stage_costs(const RunPlan& plan, const std::vector<std::vecto
         p.exposed_per_rank += layers * (cpl.time[c] - cpl.busy[c]) / double(o.ranks);
       }
       p.bytes_per_rank += cpl.bytes * layers * double(cp) / double(o.ranks);
+      // a layer that recomputes in full runs its forward exchange again
+      const StageSpec& st = plan.stages[size_t(s)];
+      int full = 0;
+      for (int l = st.first_layer; l < st.end_layer; ++l) full += plan.recompute.of(l) == Recompute::full;
+      if (cp > 1 && cpl.rank_forward.empty()) p.rank_bytes_exact = false;
+      for (size_t c = 0; c < cpl.rank_forward.size(); ++c)
+        p.rank_bytes[size_t(rank_of(s, int(c)))] +=
+            layers * (cpl.rank_forward[c] + cpl.rank_backward[c]) + double(full) * cpl.rank_forward[c];
     }
   }
   return t;

@@ -44,7 +44,7 @@ struct AttentionCost {
 // time is its linear work + the attention it serves + its exchange not hidden (behind
 // its own tasks, or with ping-pong behind the other nano-batch's linear layers), and the
 // layer ends with the slowest rank. Bytes: Q (+ LSE) and O, dO, dQ of every shipped task;
-// K, V (twice) and dK, dV of the longest prefix a server needs of each document, between
+// K, V (twice) and dK, dV of the keys a server's tasks read of each document, between
 // the server and the query's holder (with cp the prefix has several holders: an
 // approximation). The exchange runs in four phases, one after the other (forward there,
 // back; backward there, back), each as long as the larger of what the rank sends and
@@ -112,12 +112,11 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
 // it computes) and its layer time, the compute plus the exchange it waits for; and the
 // bytes each rank sends per layer (forward and backward). K, V, Q, O and dO travel in
 // the run's precision, the LSE and every gradient in fp32, as lct sends them.
-//   ring, double_ring  K, V blocks travel while the rank computes the block in hand:
-//                      cp - 1 blocks forward, cp - 1 backward plus cp dK/dV accumulators
-//                      (fp32); the part not hidden behind the rank's attention waits.
-//                      On one bandwidth the double ring moves the same bytes.
-//   allgather          its block twice and its share of the dK/dV reduce-scatter, in
-//                      blocking collectives: all exposed.
+//   ring, double_ring  K, V rows travel while the rank computes the rows in hand (the
+//                      ring: to each rank the rows it reads; the double ring: whole
+//                      blocks relayed, cp_rank_bytes); the part not hidden behind the
+//                      rank's attention waits.
+//   allgather          the same rows as the ring, in blocking collectives: all exposed.
 //   ulysses, hybrid    two blocking all-to-alls per direction inside groups of U ranks;
 //                      each rank computes its group's attention for H / U heads
 //                      (hybrid: its group's pieces against the sequence, with a K/V ring
@@ -126,8 +125,12 @@ std::vector<std::vector<LocalBatch>> ranks_micro_batches(const RunPlan& plan,
 // link and is exposed in full (src/sim/network.h).
 struct CpLayer {
   std::vector<double> busy, time;
-  double bytes = 0;
+  double bytes = 0;  // mean over the group's ranks
+  // ring, all-gather, double ring: what each rank sends in the layer's forward and
+  // backward (cp_rank_bytes), exactly as the trainer counts it
+  std::vector<double> rank_forward, rank_backward;
 };
+std::vector<double> cp_rank_bytes(const RunPlan& plan, const std::vector<LocalBatch>& pieces);
 CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces, double tokens,
                       const AttentionCost& attn, const Calibration& cal, const Network& net,
                       const std::vector<int>& ranks);

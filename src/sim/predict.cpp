@@ -106,6 +106,7 @@ StepPrediction zero_step(int n) {
   StepPrediction p;
   p.compute.assign(size_t(n), 0.0);
   p.rank_tokens.assign(size_t(n), 0.0);
+  p.rank_bytes.assign(size_t(n), 0.0);
   return p;
 }
 
@@ -289,6 +290,7 @@ Prediction simulate_cad_ticks(const SimulateOptions& o, const RunPlan& plan,
     // batches[d][m][c]: replica d's micro-batch m, piece c
     std::vector<std::vector<std::vector<LocalBatch>>> batches(static_cast<size_t>(dp));
     StepPrediction p = zero_step(n);
+    p.rank_bytes_exact = false;  // CAD estimates its bytes
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     // the step model's batches (src/train/step_model.h), as the trainer takes them
     const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
@@ -348,6 +350,7 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
     const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
     const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
     StepPrediction p = zero_step(n);
+    p.rank_bytes_exact = !cad;  // CAD estimates its bytes
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank

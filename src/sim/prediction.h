@@ -31,6 +31,11 @@ struct StepPrediction {
   // per rank: the tokens it trains and the attention pairs its queries read (the step
   // model's batches, as lct train's metrics.jsonl records them)
   std::vector<double> rank_tokens, rank_pairs;
+  // per rank: the bytes its attention exchange sends (lct train's rank_exchange_bytes),
+  // exact where rank_bytes_exact (no exchange, the ring, the all-gather, the double
+  // ring); Ulysses, the hybrid and CAD only estimate their bytes (bytes_per_rank)
+  std::vector<double> rank_bytes;
+  bool rank_bytes_exact = true;
 };
 
 // The predicted timeline (trace.path): every rank's compute and wait spans of each

@@ -55,9 +55,17 @@ double cp_exchange_bytes(const RunPlan& plan, double T) {
   const double seq = double(plan.data.seq_len);
   const double partial = T * H * (hd + 1) * f;  // the ring's partial O and LSE of a block
   switch (plan.cp_comm) {
-    case CpComm::ring: return 4 * T * 2 * kvdim * f + partial;  // two blocks in flight, two accumulators
+    // the ring: the packed rows out, and per step in flight (one at cp = 2, else two) the
+    // rows in (and their bf16 wire copies), the dK/dV out and back; this rank's dK/dV
+    // sum (a peer's rows at most ~T)
+    case CpComm::ring: {
+      const double steps = std::min(2, plan.layout.cp - 1);
+      const double wire = plan.precision == Precision::bf16 ? 1 : 0;
+      return (4 + steps * (6 + wire)) * T * kvdim * f + partial;
+    }
     case CpComm::double_ring: return 6 * T * 2 * kvdim * f + partial;  // + the outer ring's two blocks
-    case CpComm::allgather: return 4 * seq * 2 * kvdim * f;  // the sequence's K, V gathered, dK/dV, the sums
+    // the rows read, sent and received, placed in sequence order, their dK/dV, this rank's sums
+    case CpComm::allgather: return 4 * seq * 2 * kvdim * f + 2 * T * kvdim * f;
     case CpComm::ulysses:
     case CpComm::hybrid: {
       const double U = plan.cp_ulysses, hq = H / U, hk = KV >= U ? KV / U : 1;

@@ -161,7 +161,8 @@ void Trainer::refuse_non_finite(const StepRecord& r) const {
 
 // Every rank's figures of the step, reduced over ranks into r (src/metrics/step_metrics.h):
 // compute and communication time, its stage's bubble and peak activation bytes, the
-// exchange's bytes and time, and what each rank trained (rank_tokens, rank_attention_pairs).
+// exchange's bytes and time, and what each rank trained and sent (rank_tokens,
+// rank_attention_pairs, rank_exchange_bytes).
 void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, const PlacementStats& placement,
                                   double step_s, double comm_s, const StepCounts& counts) {
   const Layout& layout = grid_.layout();
@@ -191,10 +192,13 @@ void Trainer::record_rank_figures(StepRecord& r, const PipelineStepStats& pipe, 
   for (int k = 0; k < grid_.world_size(); ++k) stage_of[size_t(k)] = grid_coordinates(layout, k).pp_rank;
   reduce_over_ranks(allgather_rows(rank_values(mine), grid_.world()), stage_of, layout.pp, step_s, r);
   // what every rank trained (the step model's batches), for metrics.jsonl
-  const std::vector<double> trained = allgather_rows({double(counts.my_tokens), counts.my_pairs}, grid_.world());
-  for (size_t k = 0; k + 1 < trained.size(); k += 2) {
+  // and the bytes its attention exchange sent
+  const std::vector<double> trained =
+      allgather_rows({double(counts.my_tokens), counts.my_pairs, double(placement.bytes_sent)}, grid_.world());
+  for (size_t k = 0; k + 2 < trained.size(); k += 3) {
     r.rank_tokens.push_back(int64_t(trained[k]));
     r.rank_attention_pairs.push_back(int64_t(trained[k + 1]));
+    r.rank_exchange_bytes.push_back(int64_t(trained[k + 2]));
   }
   if (layout.pp > 1) r.bubble_theoretical = theoretical_bubble(layout.pp, int(mb));
   else r.bubble_fraction = 0;

@@ -10,6 +10,7 @@
 
 #include "attention/core_attention.h"
 #include "data/context_shards.h"
+#include "data/key_runs.h"
 #include "data/nano_batches.h"
 #include "tests/test_util.h"
 
@@ -203,6 +204,112 @@ TEST(ContextShards, PiecesCarryPrefixesAndSegments) {
           EXPECT_LT(mx / (sum / cp), 1.01) << mask_kind_name(mask.kind) << " cp " << cp;
         }
       }
+  }
+}
+
+// data/key_runs.h: the rows of a holder's pieces a reader's queries read, against every
+// query's mask_keys one by one (a difference array over each document), for every mask,
+// both splits and cp 2 to 4: every key read travels, nothing else does, runs are merged,
+// disjoint, in the holder's row order, at the holder's rows (a run may span consecutive
+// pieces: shared_question's segments).
+TEST(KeyRuns, ExactlyTheKeysSomeQueryReads) {
+  struct Case {
+    AttentionMask mask;
+    DocStructure st;
+  };
+  const std::vector<Case> cases = {
+      {{MaskKind::causal}, {}},
+      {{MaskKind::sliding_window, 37}, {}},
+      {{MaskKind::sink_window, 16, 5}, {}},
+      {{MaskKind::chunked, 0, 0, 40}, {}},
+      {{MaskKind::prefix_lm}, {0.3, 0}},
+      {{MaskKind::shared_question}, {0.2, 3}},
+  };
+  for (const Case& c : cases) {
+    PackedBatch b = packed({700, 3000, 5, 9, 1200});
+    if (c.mask.per_document()) {
+      for (int64_t d = 0; d < b.num_docs(); ++d) {
+        const int32_t L = b.cu_seqlens[size_t(d + 1)] - b.cu_seqlens[size_t(d)];
+        c.st.append_piece(b, L, 0, L);
+      }
+      ASSERT_EQ(check_mask_data(b), "");
+    }
+    for (const CpSplit split : {CpSplit::zigzag, CpSplit::contiguous})
+      for (int cp : {2, 3, 4}) {
+        std::vector<std::vector<DocPiece>> group;
+        for (int r = 0; r < cp; ++r) group.push_back(shard_sequence(b, cp, r, split, {c.mask, 0.0}).pieces);
+        for (int reader = 0; reader < cp; ++reader) {
+          // read[row of the sequence]: some query of the reader reads it
+          std::vector<int> diff(size_t(b.num_tokens()) + 1, 0);
+          for (const DocPiece& p : group[size_t(reader)])
+            for (int32_t i = p.pos; i < p.end(); ++i) {
+              const MaskKeys k = mask_keys(c.mask, p.prefix_len, p.segment_pos, i);
+              ++diff[size_t(p.doc_start)], --diff[size_t(p.doc_start + k.sink_end)];
+              ++diff[size_t(p.doc_start + k.lo)], --diff[size_t(p.doc_start + k.hi)];
+            }
+          std::vector<bool> read(size_t(b.num_tokens()));
+          for (int64_t t = 0, run = 0; t < b.num_tokens(); ++t) read[size_t(t)] = (run += diff[size_t(t)]) > 0;
+          for (int holder = 0; holder < cp; ++holder) {
+            const std::string where = std::string(mask_kind_name(c.mask.kind)) + " cp " + std::to_string(cp) +
+                                      " holder " + std::to_string(holder) + " reader " + std::to_string(reader);
+            std::vector<KeyRun> runs;
+            read_runs(group[size_t(holder)], group[size_t(reader)], c.mask, runs);
+            std::vector<bool> sent(size_t(b.num_tokens()));
+            int32_t last_row = -1;
+            for (const KeyRun& r : runs) {
+              ASSERT_GT(r.len, 0) << where;
+              ASSERT_GE(r.row, last_row) << where << ": runs out of row order";
+              last_row = r.row + r.len;
+              bool someone = false;
+              for (const DocPiece& p : group[size_t(reader)]) someone = someone || reads(p, r, c.mask);
+              EXPECT_TRUE(someone) << where;
+              for (int32_t t = r.pos; t < r.end(); ++t) {
+                ASSERT_FALSE(sent[size_t(r.doc_start + t)]) << where << ": a row sent twice";
+                sent[size_t(r.doc_start + t)] = true;
+              }
+            }
+            for (size_t i = 1; i < runs.size(); ++i)
+              EXPECT_FALSE(runs[i].doc == runs[i - 1].doc && runs[i].pos == runs[i - 1].end() &&
+                           runs[i].row == runs[i - 1].row + runs[i - 1].len)
+                  << where << ": two runs not merged";
+            for (const DocPiece& h : group[size_t(holder)])
+              for (int32_t t = h.pos; t < h.end(); ++t) {
+                ASSERT_EQ(sent[size_t(h.doc_start + t)], bool(read[size_t(h.doc_start + t)])) << where << " position " << t;
+              }
+            for (const KeyRun& r : runs)  // at the holder's rows (a run may span consecutive pieces)
+              for (int32_t t = r.pos; t < r.end(); ++t) {
+                const auto h = std::find_if(group[size_t(holder)].begin(), group[size_t(holder)].end(),
+                                            [&](const DocPiece& p) { return p.doc == r.doc && p.pos <= t && t < p.end(); });
+                ASSERT_NE(h, group[size_t(holder)].end()) << where;
+                ASSERT_EQ(r.row + (t - r.pos), h->row + (t - h->pos)) << where;
+              }
+          }
+        }
+      }
+  }
+}
+
+// Issue 58's bound: under a window of W keys over one T-token document split zigzag
+// over cp ranks, each rank sends at most (W + T / cp) / T of what it sends under causal
+// (here 4,096 over 65,536 tokens on 4 ranks: 0.3125).
+TEST(KeyRuns, AWindowMovesAtMostWPlusAShareOfCausal) {
+  const PackedBatch b = packed({65536});
+  const int cp = 4;
+  const int32_t W = 4096;
+  const AttentionMask causal{}, window{MaskKind::sliding_window, W};
+  const auto rows_sent = [&](const AttentionMask& mask) {
+    std::vector<std::vector<DocPiece>> group;
+    for (int r = 0; r < cp; ++r) group.push_back(shard_sequence(b, cp, r, CpSplit::zigzag, {mask, 0.0}).pieces);
+    std::vector<int64_t> rows;
+    KeyExchange x;
+    for (int r = 0; r < cp; ++r) x.plan(group, r, mask), rows.push_back(x.rows_to());
+    return rows;
+  };
+  const std::vector<int64_t> c = rows_sent(causal), w = rows_sent(window);
+  const double bound = double(W + 65536 / cp) / 65536.0;
+  for (int r = 0; r < cp; ++r) {
+    EXPECT_GT(c[size_t(r)], 0);
+    EXPECT_LE(double(w[size_t(r)]), bound * double(c[size_t(r)])) << "rank " << r;
   }
 }
 

@@ -4,7 +4,9 @@
 # packing, and a mask), every rank's tokens and attention pairs of every step in
 # metrics.jsonl (what the trainer ran, gathered from every rank) equal the simulator's
 # prediction of the same steps (simulate --json "steps"), exactly: both are integer
-# counts of the same documents.
+# counts of the same documents. So do the bytes each rank's exchange sent
+# (rank_exchange_bytes) where the simulator prices them exactly: no exchange, the ring,
+# the all-gather and the double ring, under masks, bf16 and full recomputation.
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -24,13 +26,15 @@ name = sys.argv[1]
 ran = [json.loads(l) for l in open(f"{name}/metrics.jsonl")]
 sim = json.load(open(f"{name}.sim.json"))["steps"]
 assert len(ran) == len(sim), (name, len(ran), len(sim))
+exact_bytes = "rank_exchange_bytes" in sim[0]
 for k, (r, s) in enumerate(zip(ran, sim)):
-    for key in ("rank_tokens", "rank_attention_pairs"):
+    for key in ("rank_tokens", "rank_attention_pairs") + (("rank_exchange_bytes",) if exact_bytes else ()):
         if r[key] != s[key]:
             sys.exit(f"FAIL: {name} step {k + 1} {key}: trained {r[key]}, simulated {s[key]}")
     assert sum(r["rank_tokens"]) > 0
-print(f"ok   {name}: per-rank tokens and attention pairs of {len(ran)} steps as simulated "
-      f"(step 1: tokens {ran[0]['rank_tokens']}, pairs {ran[0]['rank_attention_pairs']})")
+print(f"ok   {name}: per-rank tokens, attention pairs{' and exchange bytes' if exact_bytes else ''} of {len(ran)} "
+      f"steps as simulated (step 1: tokens {ran[0]['rank_tokens']}, pairs {ran[0]['rank_attention_pairs']}"
+      + (f", bytes {ran[0]['rank_exchange_bytes']})" if exact_bytes else ")"))
 PY
 }
 
@@ -39,6 +43,13 @@ check packing2 2 --parallel.dp 2 --parallel.dp_balance packing
 check pp2 2 --parallel.dp 1 --parallel.pp 2
 check cp2 2 --parallel.dp 1 --parallel.cp 2
 check cp2_window 2 --parallel.dp 1 --parallel.cp 2 --attention.mask sliding_window --attention.window 32
+# the bytes each rank's exchange sends: the rows the mask lets its peers read (data/key_runs.h)
+check cp2_allgather_sinks 2 --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm allgather \
+  --attention.mask sink_window --attention.window 24 --attention.sink_tokens 3
+check cp4_window_bf16_full 4 --parallel.dp 1 --parallel.cp 4 --attention.mask sliding_window --attention.window 24 \
+  --train.precision bf16 --train.recompute full
+check cp4_double_ring 4 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2 \
+  --attention.mask chunked --attention.block_size 40
 check cad2 2 --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
 check cad2_pp2 4 --parallel.dp 2 --parallel.pp 2 --attention.placement cad --attention.cad_profile pairs
 check cad2_cp2 4 --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs

@@ -8,6 +8,7 @@ std::string AttentionMask::validate() const {
   switch (kind) {
     case MaskKind::sliding_window:
     case MaskKind::sink_window:
+    case MaskKind::bidirectional_window:
       if (window < 1)
         return std::string("attention.window must be >= 1 for attention.mask = ") + mask_kind_name(kind) +
                " (got " + std::to_string(window) + ")";
@@ -15,13 +16,21 @@ std::string AttentionMask::validate() const {
         return "attention.sink_tokens must be >= 0 (got " + std::to_string(sink_tokens) + ")";
       break;
     case MaskKind::chunked:
+    case MaskKind::causal_blockwise:
       if (block_size < 1)
-        return "attention.block_size must be >= 1 for attention.mask = chunked (got " +
-               std::to_string(block_size) + ")";
+        return std::string("attention.block_size must be >= 1 for attention.mask = ") + mask_kind_name(kind) +
+               " (got " + std::to_string(block_size) + ")";
       break;
     default: break;
   }
   return {};
+}
+
+std::string AttentionMask::training_problem() const {
+  if (!reads_ahead() || kind == MaskKind::prefix_lm) return {};
+  return std::string("attention.mask = ") + mask_kind_name(kind) +
+         " lets a query read the token it predicts, so the next-token loss cannot train under it (lct bench "
+         "runs it; lct train takes the causal masks and prefix_lm)";
 }
 
 std::string AttentionMask::describe() const {
@@ -31,7 +40,9 @@ std::string AttentionMask::describe() const {
     case MaskKind::sink_window:
       s += " (window " + std::to_string(window) + ", sinks " + std::to_string(sink_tokens) + ")";
       break;
-    case MaskKind::chunked: s += " (block " + std::to_string(block_size) + ")"; break;
+    case MaskKind::chunked:
+    case MaskKind::causal_blockwise: s += " (block " + std::to_string(block_size) + ")"; break;
+    case MaskKind::bidirectional_window: s += " (window " + std::to_string(window) + ")"; break;
     default: break;
   }
   return s;

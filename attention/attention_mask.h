@@ -11,13 +11,24 @@
 //   shared_question  segment(j) = 0 or segment(j) = segment(i); segment 0 is the document's
 //                    question, 1, 2, ... its answers (contiguous runs of positions)
 //
+// and three that read ahead (LongCA-bench's, arXiv 2510.17896, for lct bench and the
+// masks experiment: a query that reads the token it predicts cannot be trained on the
+// next-token loss, so lct train refuses them, AttentionMask::training_problem):
+//
+//   full_document         every j of the document (bidirectional)
+//   bidirectional_window  |i - j| < W (W - 1 keys on each side and its own)
+//   causal_blockwise      floor(j / B) <= floor(i / B) (blocks of B read each other
+//                         causally, and the whole of their own block)
+//
 // The last two need per-document data, carried by the attention task (core_attention.h:
 // AttentionTask::prefix_len, and segment_pos, the first position of the segment its
 // queries lie in; a shared_question task never spans two segments).
 //
 // Every rule is the same shape, which the kernel, the pair counts and the placements
 // share: query p reads the keys [0, sink_end) and [lo, hi) (in-document positions,
-// sink_end <= lo < hi), and key k is read by the queries [first, last].
+// sink_end <= lo < hi; hi may pass the document's end, which bounds it), and key k is
+// read by the queries [first, last]; lo, hi and sink_end never decrease from one query
+// to the next.
 #pragma once
 
 #include <algorithm>
@@ -29,7 +40,17 @@
 
 namespace lct {
 
-enum class MaskKind { causal, sliding_window, sink_window, chunked, prefix_lm, shared_question };
+enum class MaskKind {
+  causal,
+  sliding_window,
+  sink_window,
+  chunked,
+  prefix_lm,
+  shared_question,
+  full_document,
+  bidirectional_window,
+  causal_blockwise
+};
 
 inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
     {MaskKind::causal, "causal", "its own key and every earlier one"},
@@ -38,6 +59,11 @@ inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
     {MaskKind::chunked, "chunked", "causal within its attention.block_size block"},
     {MaskKind::prefix_lm, "prefix_lm", "the whole bidirectional prefix, then causal"},
     {MaskKind::shared_question, "shared_question", "the question and its own answer"},
+    {MaskKind::full_document, "full_document", "its whole document (bidirectional; lct bench only)"},
+    {MaskKind::bidirectional_window, "bidirectional_window",
+     "attention.window - 1 keys on each side (lct bench only)"},
+    {MaskKind::causal_blockwise, "causal_blockwise",
+     "every earlier attention.block_size block and its own whole (lct bench only)"},
 };
 inline MaskKind parse_mask_kind(const std::string& name) { return parse_enum(kMaskKindNames, name, "attention mask"); }
 inline const char* mask_kind_name(MaskKind value) { return enum_name(kMaskKindNames, value); }
@@ -50,6 +76,15 @@ struct AttentionMask {
   bool causal() const { return kind == MaskKind::causal; }
   // Masks whose rule needs per-document data (prefix lengths, segments).
   bool per_document() const { return kind == MaskKind::prefix_lm || kind == MaskKind::shared_question; }
+  // Masks under which a query may read keys after it (so its run of queries cannot be
+  // cut where a later key is read: attention_runs' query slices).
+  bool reads_ahead() const {
+    return kind == MaskKind::prefix_lm || kind == MaskKind::full_document || kind == MaskKind::bidirectional_window ||
+           kind == MaskKind::causal_blockwise;
+  }
+  // Empty when lct train can train under it, else one line: the masks that let a query
+  // read the token it predicts (all that read ahead but prefix_lm, whose prefix is given).
+  std::string training_problem() const;
   // Empty when the parameters the kind uses are valid, else one line naming the key.
   std::string validate() const;
   // e.g. "sliding_window (window 4096)"
@@ -83,6 +118,12 @@ inline MaskKeys mask_keys(const AttentionMask& m, int64_t prefix_len, int64_t se
       lo = std::min(segment_pos, p);
       sink = prefix_len;
       break;
+    case MaskKind::full_document: hi = kMaskUnbounded; break;
+    case MaskKind::bidirectional_window:
+      lo = std::max<int64_t>(0, p - m.window + 1);
+      hi = p + m.window;
+      break;
+    case MaskKind::causal_blockwise: hi = (p / m.block_size + 1) * m.block_size; break;
   }
   return {std::min(sink, lo), lo, hi};
 }
@@ -118,6 +159,12 @@ inline MaskQueries mask_queries(const AttentionMask& m, int64_t prefix_len, int6
       // and their own segment, never a key between the two
       if (k >= prefix_len && k < segment_pos) last = -1;
       break;
+    case MaskKind::full_document: first = 0; break;
+    case MaskKind::bidirectional_window:
+      first = std::max<int64_t>(0, k - m.window + 1);
+      last = k + m.window - 1;
+      break;
+    case MaskKind::causal_blockwise: first = k / m.block_size * m.block_size; break;
   }
   return {first, last};
 }

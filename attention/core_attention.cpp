@@ -95,9 +95,9 @@ int64_t attention_pairs(const AttentionTask& t, const AttentionMask& mask) {
   };
   std::vector<int64_t> cuts = {Q0, Q1};
   const int64_t W = mask.window, S = mask.sink_tokens, P = t.prefix_len, G = t.segment_pos;
-  for (int64_t x : {K0, K1, W, K0 + W, K1 + W, S + W, P, G})
+  for (int64_t x : {K0, K1, W, K0 + W, K1 + W, S + W, P, G, K0 - W, K1 - W})
     for (int64_t d : {-1, 0, 1}) cuts.push_back(x + d);
-  if (mask.kind == MaskKind::chunked)
+  if (mask.kind == MaskKind::chunked || mask.kind == MaskKind::causal_blockwise)
     for (int64_t b = (Q0 / mask.block_size + 1) * mask.block_size; b < Q1; b += mask.block_size) cuts.push_back(b);
   std::sort(cuts.begin(), cuts.end());
   int64_t pairs = 0;
@@ -331,7 +331,7 @@ int64_t attention_query_tile(const AttentionParams& params) { return blocked::Ge
 
 int64_t attention_run_query_rows(const AttentionParams& params, int64_t longest) {
   const MaskKind kind = params.mask.kind;
-  const bool together = kind == MaskKind::prefix_lm || kind == MaskKind::shared_question;
+  const bool together = kind == MaskKind::shared_question || params.mask.reads_ahead();
   return together ? std::max(params.chunk_rows, longest) : params.chunk_rows;
 }
 

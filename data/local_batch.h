@@ -41,7 +41,9 @@ struct DocPiece {
   // context parallelism (data/key_runs.h) and the simulator use it.
   MaskKeys keys(const AttentionMask& mask) const {
     if (len <= 0) return {0, pos, pos};
-    return mask_run_keys(mask, prefix_len, segment_pos, pos, len);
+    MaskKeys k = mask_run_keys(mask, prefix_len, segment_pos, pos, len);
+    k.hi = std::min<int64_t>(k.hi, std::max(doc_len, end()));  // masks that read ahead stop at the end
+    return k;
   }
   // Its queries read keys of [0, key_end) only: their causal prefix, and under prefix_lm
   // the whole prefix (bidirectional, so the prefix's first queries read ahead).

@@ -95,7 +95,7 @@ void CadAttention::make_plan(const AttentionInput& in, bool counted) {
     p.first_doc.push_back(p.docs.size());
     for (int i = 0; i < counts[size_t(r)] / kFields; ++i) {
       const int32_t* f = all.data() + displs[size_t(r)] + kFields * i;
-      p.docs.push_back({r, i, f[0], f[1], f[2], f[6], f[7]});
+      p.docs.push_back({r, i, f[0], f[1], f[2], f[6], f[7], f[3]});
       const auto [it, added] = number.emplace(std::make_pair(f[5], f[4]), int32_t(p.doc_len.size()));
       if (added) p.doc_len.push_back(f[3]);
       p.gdoc.push_back(it->second);

@@ -3,6 +3,7 @@
 #include "parallel/cad_cost.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <tuple>
@@ -46,7 +47,10 @@ CadTask cad_task(const CadPiece& d, int server, int64_t q_begin, int64_t q_len, 
     return t;
   }
   const MaskKeys k = mask_run_keys(mask, d.prefix_len, d.segment_pos, q_begin, q_len);
-  t.kv_sink_end = int32_t(k.sink_end), t.kv_lo = int32_t(k.lo), t.kv_end = int32_t(k.hi);
+  t.kv_sink_end = int32_t(k.sink_end), t.kv_lo = int32_t(k.lo);
+  // the masks that read ahead stop at the document's end (unknown: 0, only in tests of
+  // the masks that do not)
+  t.kv_end = int32_t(std::min<int64_t>(k.hi, d.doc_len > 0 ? d.doc_len : std::numeric_limits<int32_t>::max()));
   return t;
 }
 

@@ -41,6 +41,7 @@ struct CadPiece {
   // per-document mask data, as DocPiece carries it (a piece lies in one shared_question
   // segment): prefix_lm's prefix or the question's length, and the segment's start
   int32_t prefix_len = 0, segment_pos = 0;
+  int32_t doc_len = 0;  // tokens of the whole document (bounds the masks that read ahead)
 };
 
 struct CadTask {

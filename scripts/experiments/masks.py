@@ -4,13 +4,19 @@ forward+backward GFLOP/s counting only the pairs the mask lets through (LongCA-b
 mask-aware FLOPs) against the fp32 GEMM ceiling (the faster library) of the same run of
 the experiment (measured once at its start, for every row), on one document and on a packed
 `pretrain` batch; a sliding window's time against sequence length (linear in T); and the
-step throughput of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 on the
-`pretrain` mix, by the wall clock in alternating rounds (one rank per core, one thread
-each), as speedups over one rank with the same mask.
+bytes each rank's exchange moves per mask (cp = 4: ring, all-gather, double ring, as the
+simulator counts them, which is exactly what lct train sends); and the step throughput
+of one rank, cp = 2 (ring, all-gather, Ulysses) and CAD dp = 2 on the `pretrain` mix, by
+the wall clock in alternating rounds (one rank per core, one thread each), as speedups
+over one rank with the same mask, with the busiest rank's bytes and the exchange's
+exposed share of the step.
 
 prefix_lm and shared_question take their per-document data from the packer
 (data.prefix_fraction; data.answers_per_question): a quarter of each document as the
 bidirectional prefix, and a fifth as the question followed by three answers.
+full_document, bidirectional_window and causal_blockwise (LongCA-bench's masks that read
+ahead) run in the kernel and exchange parts only: lct train refuses them. LongCA-bench's
+causal global_sliding_window is sink_window (global tokens as sinks).
 
   /usr/bin/python3 scripts/experiments/masks.py [--quick] [--out DIR] [--config F]
 """
@@ -34,7 +40,15 @@ def mask_args(quick):
             "chunked": ["--attention.mask", "chunked", "--attention.block_size", b],
             "prefix_lm": ["--attention.mask", "prefix_lm", "--data.prefix_fraction", "0.25"],
             "shared_question": ["--attention.mask", "shared_question", "--data.prefix_fraction", "0.2",
-                                "--data.answers_per_question", "3"]}
+                                "--data.answers_per_question", "3"],
+            # LongCA-bench's masks that read ahead: benchmarks only (lct train refuses them)
+            "full_document": ["--attention.mask", "full_document"],
+            "bidirectional_window": ["--attention.mask", "bidirectional_window", "--attention.window", w],
+            "causal_blockwise": ["--attention.mask", "causal_blockwise", "--attention.block_size", b]}
+
+
+# the masks lct train refuses (a query reads the token it predicts)
+BENCH_ONLY = ("full_document", "bidirectional_window", "causal_blockwise")
 
 
 def bench(args, quick, config, out):
@@ -81,10 +95,42 @@ def main():
                          "fwd_bwd_vs_gemm": r["fwd_bwd_vs_fp32_gemm"], "fwd_bwd_vs_fma": r["fwd_bwd_vs_fma"],
                          "gemm_gflops": b["ceilings"]["fp32_gemm_gflops"],
                          "us_per_token": 1e3 * (r["fwd_ms"] + r["bwd_ms"]) / r["tokens"]})
-    # 3. training steps: every layout with every mask, alternating rounds (--quick: causal
+    # 3. what the exchanges move per mask: every rank's bytes of one step over one
+    #    document split 4 ways (cp = 4: the ring, the all-gather, the double ring 2 x 2),
+    #    as lct simulate counts them (exactly what lct train sends: tests/parallel/mpi_step_model.sh),
+    #    against the same layout under causal, and issue 58's bound (W + T / cp) / T
+    T = 4096 if a.quick else 65536
+    cp = 4
+    one_doc = ["--data.doc_lengths", "fixed", "--data.min_doc_len", str(T), "--data.max_doc_len", str(T)]
+    packed = ["--data.doc_lengths", "pretrain", "--data.max_doc_len", str(T)]  # the packer's per-document data
+
+    def sent_bytes(comm, doc, extra):
+        inner = ["--parallel.cp_inner_ring", "2"] if comm == "double_ring" else []
+        # analytic costs (--tflops): only the bytes are read, and they do not depend on time
+        text = common.lct(["simulate", "--json", "--ranks", str(cp), "--parallel.dp", "1", "--parallel.cp", str(cp),
+                           "--parallel.cp_comm", comm, "--data.seq_len", str(T), "--steps", "1", "--tflops", "1"]
+                          + inner + doc + extra, a.quick, a.config)
+        return json.loads(text.strip().splitlines()[-1])["steps"][0]["rank_exchange_bytes"]
+
+    causal_bytes = {}
+    for mask, extra in masks.items():
+        doc = packed if mask in ("prefix_lm", "shared_question") else one_doc
+        for comm in ("ring", "allgather", "double_ring"):
+            if (comm, doc[1]) not in causal_bytes:
+                causal_bytes[(comm, doc[1])] = sent_bytes(comm, doc, [])
+            base = causal_bytes[(comm, doc[1])]
+            sent = base if mask == "causal" else sent_bytes(comm, doc, extra)
+            # the bound of a causal window of W keys (issue 58)
+            window = int(extra[extra.index("--attention.window") + 1]) if mask in ("sliding_window", "sink_window") else None
+            data = "one document" if doc is one_doc else "pretrain mix"
+            rows.append({"part": f"exchange T {T} cp {cp}", "mask": mask, "layout": f"cp={cp} {comm} ({data})", "tokens": T,
+                         "mib_sent_per_rank_step": max(sent) / 2**20,
+                         "vs_causal": max(x / c for x, c in zip(sent, base)) if all(base) else "",
+                         "bound": (window + T / cp) / T if window else ""})
+    # 4. training steps: every layout with every mask, alternating rounds (--quick: causal
     #    and the sliding window, enough for the table and the figure; tests/parallel/mpi_masks.sh
     #    runs every mask on every layout)
-    step_masks = {m: masks[m] for m in (("causal", "sliding_window") if a.quick else masks)}
+    step_masks = {m: masks[m] for m in (("causal", "sliding_window") if a.quick else masks) if m not in BENCH_ONLY}
     seq = "512" if a.quick else "8192"
     steps = "4" if a.quick else "6"
     rounds = 1 if a.quick else 2
@@ -107,16 +153,25 @@ def main():
                          "speedup_spread": f"{min(speedups):.3f}-{max(speedups):.3f}",
                          "compute_max_over_mean": last.get("compute_max_over_mean", ""),
                          "pairs_max_over_mean": last.get("attention_pairs_served_max_over_mean",
-                                                         last.get("attention_pairs_max_over_mean", ""))})
+                                                         last.get("attention_pairs_max_over_mean", "")),
+                         # the busiest rank's bytes and the exchange's exposed share, medians over the measured steps
+                         "mib_sent_per_rank_step": statistics.median(max(m.get("rank_exchange_bytes", [0])) / 2**20
+                                                                     for m in tps[(mask, layout)][-1][1][2:]),
+                         "exchange_exposed_pct": 100 * statistics.median(m.get("exchange_exposed_fraction", 0)
+                                                                          for m in tps[(mask, layout)][-1][1][2:])})
     columns = ["part", "mask", "layout", "tokens", "pairs", "fwd_bwd_ms", "fwd_gflops", "bwd_gflops", "fwd_bwd_vs_gemm",
                "fwd_bwd_vs_fma", "gemm_gflops", "us_per_token", "tokens_per_s", "speedup_over_one_rank", "speedup_spread",
-               "compute_max_over_mean", "pairs_max_over_mean"]
+               "compute_max_over_mean", "pairs_max_over_mean", "mib_sent_per_rank_step", "vs_causal", "bound",
+               "exchange_exposed_pct"]
     settings = ", ".join(m + "".join(f" {k.split('.')[-1]} {v}" for k, v in zip(x[2::2], x[3::2])) for m, x in masks.items())
     print(common.write_outputs(a.out, NAME, rows, columns, "Attention masks: kernel, length and step throughput",
                                f"Masks: {settings}. GFLOP/s count only the pairs a mask lets through; ratios are to the "
                                f"same run's faster fp32 GEMM library and FMA loop. Steps: {seq}-token sequences of the pretrain mix, {rounds} alternating "
                                f"round(s) of {steps} steps (throughput of the steps after the first two), speedups over one "
-                               f"rank with the same mask (medians and spread over rounds); CAD balances attention pairs."))
+                               f"rank with the same mask (medians and spread over rounds); CAD balances attention pairs. Exchange: "
+                               f"the busiest rank's bytes of one step of a {T}-token sequence split over {cp} ranks (one "
+                               f"document, or pretrain documents for the per-document masks), as lct simulate counts them (what lct train sends, "
+                               f"exactly), the largest ratio of a rank's bytes to its bytes under causal, and (W + T/cp)/T."))
     fig, ax = common.subplots(1, 3, figsize=(16, 4.4))
     kern = [r for r in rows if r["part"] == "kernel"]
     names = list(masks)

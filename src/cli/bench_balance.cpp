@@ -49,7 +49,7 @@ std::vector<CadBalanceRow> cad_balance(const RunPlan& plan, const BenchOptions& 
       for (int64_t rank = 0; rank < n; ++rank) {
         int32_t i = 0;  // whole documents (one piece per shared_question segment)
         for (const DocPiece& d : whole_sequence(stream.sequence(tick * n + rank)).pieces)
-          docs.push_back({int32_t(rank), i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
+          docs.push_back({int32_t(rank), i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos, d.doc_len});
       }
       const CadPlan plan = plan_core_attention(docs, int(n), opt);
       const auto ratio = [](const std::vector<int64_t>& v) {

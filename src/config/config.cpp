@@ -664,9 +664,11 @@ std::vector<std::string> inert_keys(const Config& c) {
     std::string why;
   } rules[] = {
       {"train.bf16_kernel", c.train.precision == Precision::bf16, "train.precision = fp32"},
-      {"attention.window", mask == MaskKind::sliding_window || mask == MaskKind::sink_window, mask_text},
+      {"attention.window",
+       mask == MaskKind::sliding_window || mask == MaskKind::sink_window || mask == MaskKind::bidirectional_window,
+       mask_text},
       {"attention.sink_tokens", mask == MaskKind::sink_window, mask_text},
-      {"attention.block_size", mask == MaskKind::chunked, mask_text},
+      {"attention.block_size", mask == MaskKind::chunked || mask == MaskKind::causal_blockwise, mask_text},
       {"attention.dca_chunk_size", dca, "attention.kernel = causal"},
       {"attention.dca_local_size", dca, "attention.kernel = causal"},
       {"attention.dca_mscale", dca, "attention.kernel = causal"},

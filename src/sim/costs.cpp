@@ -17,7 +17,7 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
   std::vector<CadPiece> docs;
   for (int r = 0; r < n; ++r) {
     int32_t i = 0;
-    for (const DocPiece& d : group[size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos});
+    for (const DocPiece& d : group[size_t(r)].pieces) docs.push_back({r, i++, d.row, d.len, d.pos, d.prefix_len, d.segment_pos, d.doc_len});
   }
   const CadPlan plan = plan_core_attention(docs, n, po_);
   LaneCost lane;
@@ -280,9 +280,6 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
                       const AttentionCost& attn, const Calibration& cal, const Network& net,
                       const std::vector<int>& ranks) {
   const int cp = plan.layout.cp;
-  const LlamaConfig& mc = plan.model;
-  const double hd = double(mc.head_dim()), KV = double(mc.num_key_value_heads);
-  const double wire = wire_bytes(plan);
   CpLayer out;
   out.busy.assign(size_t(cp), 0.0);
   out.time.assign(size_t(cp), 0.0);
@@ -297,7 +294,6 @@ CpLayer cp_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& pieces
     return out;
   }
   if (plan.cp_comm == CpComm::ring || plan.cp_comm == CpComm::double_ring || plan.cp_comm == CpComm::allgather) {
-    (void)tokens;
     const std::vector<double> sent = cp_rank_bytes(plan, pieces);
     for (int c = 0; c < cp; ++c) {
       out.rank_forward.push_back(sent[size_t(2 * c)]);

@@ -54,6 +54,9 @@ struct Problem {
         const int32_t si = segment_ids[size_t(cu[d] + i)], sj = segment_ids[size_t(cu[d] + j)];
         return j <= i && (sj == 0 || sj == si);
       }
+      case MaskKind::full_document: return true;
+      case MaskKind::bidirectional_window: return j > i - m.window && j < i + m.window;
+      case MaskKind::causal_blockwise: return j / m.block_size <= i / m.block_size;
     }
     return false;
   }

@@ -50,8 +50,9 @@ Problem masked(MaskKind kind, int H = 4, int KV = 2, int hd = 16, std::vector<in
   return pr;
 }
 
-constexpr MaskKind kAllMasks[] = {MaskKind::causal,    MaskKind::sliding_window, MaskKind::sink_window,
-                                  MaskKind::chunked,   MaskKind::prefix_lm,      MaskKind::shared_question};
+constexpr MaskKind kAllMasks[] = {MaskKind::causal,          MaskKind::sliding_window,       MaskKind::sink_window,
+                                  MaskKind::chunked,         MaskKind::prefix_lm,            MaskKind::shared_question,
+                                  MaskKind::full_document,   MaskKind::bidirectional_window, MaskKind::causal_blockwise};
 
 // fp32: the kernel's error against float64 is at most twice that of a naive float32
 // implementation of the same dense formulas (the causal kernel's tolerance).

@@ -35,8 +35,17 @@ check recompute seq_len precision recompute estimate_gib fits peak_rss_gib estim
 check attention_kernel distribution kernel tokens documents fwd_gflops bwd_gflops fwd_vs_gemm bwd_vs_gemm \
   fwd_bwd_vs_gemm fwd_bwd_vs_fma gemm_gflops gemm_library dca_time_vs_causal
 check masks part mask layout tokens pairs fwd_bwd_ms fwd_gflops bwd_gflops fwd_bwd_vs_gemm fwd_bwd_vs_fma gemm_gflops us_per_token \
-  tokens_per_s speedup_over_one_rank speedup_spread compute_max_over_mean pairs_max_over_mean
+  tokens_per_s speedup_over_one_rank speedup_spread compute_max_over_mean pairs_max_over_mean mib_sent_per_rank_step \
+  vs_causal bound exchange_exposed_pct
 grep -q "^kernel,sliding_window,one-doc,1024,63520," "$work/results/masks/masks.csv"  # the mask's pairs, not causal's
+# the ring and the all-gather move at most (W + T/cp)/T of causal's bytes under a window
+/usr/bin/python3 - "$work/results/masks/masks.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["part"].startswith("exchange")]
+window = [r for r in rows if r["mask"] == "sliding_window" and "double_ring" not in r["layout"]]
+assert len(window) == 2 and all(0 < float(r["vs_causal"]) <= float(r["bound"]) for r in window), window
+print("ok   masks: a window's exchange within (W + T/cp)/T of causal's:", [(r["layout"], r["vs_causal"]) for r in window])
+PY
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit

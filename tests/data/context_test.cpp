@@ -224,6 +224,9 @@ TEST(KeyRuns, ExactlyTheKeysSomeQueryReads) {
       {{MaskKind::chunked, 0, 0, 40}, {}},
       {{MaskKind::prefix_lm}, {0.3, 0}},
       {{MaskKind::shared_question}, {0.2, 3}},
+      {{MaskKind::full_document}, {}},
+      {{MaskKind::bidirectional_window, 37}, {}},
+      {{MaskKind::causal_blockwise, 0, 0, 40}, {}},
   };
   for (const Case& c : cases) {
     PackedBatch b = packed({700, 3000, 5, 9, 1200});
@@ -243,7 +246,8 @@ TEST(KeyRuns, ExactlyTheKeysSomeQueryReads) {
           std::vector<int> diff(size_t(b.num_tokens()) + 1, 0);
           for (const DocPiece& p : group[size_t(reader)])
             for (int32_t i = p.pos; i < p.end(); ++i) {
-              const MaskKeys k = mask_keys(c.mask, p.prefix_len, p.segment_pos, i);
+              MaskKeys k = mask_keys(c.mask, p.prefix_len, p.segment_pos, i);
+              k.hi = std::min<int64_t>(k.hi, p.doc_len);  // the masks that read ahead stop at the document's end
               ++diff[size_t(p.doc_start)], --diff[size_t(p.doc_start + k.sink_end)];
               ++diff[size_t(p.doc_start + k.lo)], --diff[size_t(p.doc_start + k.hi)];
             }

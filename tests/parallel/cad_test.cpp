@@ -156,7 +156,7 @@ TEST(CadPlan, PerDocumentMasksCarryPrefixesAndSegments) {
           whole += attention_pairs(tasks_for_documents(b.cu_seqlens, {b.prefix_lens, b.segment_ids}), mask);
           int32_t i = 0;
           for (const DocPiece& p : whole_sequence(b).pieces)
-            docs.push_back({s, i++, p.row, p.len, p.pos, p.prefix_len, p.segment_pos});
+            docs.push_back({s, i++, p.row, p.len, p.pos, p.prefix_len, p.segment_pos, p.doc_len});
         }
         CadPlanOptions o;
         o.tolerance = 0.1;

@@ -146,6 +146,11 @@ bad "attention.window must be >= 1" --attention.mask sliding_window --attention.
 bad "attention.sink_tokens must be >= 0" --attention.mask sink_window --attention.sink_tokens -1
 bad "attention.block_size must be >= 1" --attention.mask chunked --attention.block_size 0
 bad "unknown attention mask" --attention.mask window
+# LongCA-bench's masks that read ahead run in lct bench, not in training
+for m in full_document "bidirectional_window --attention.window 8" "causal_blockwise --attention.block_size 16"; do
+  bad "attention.mask = ${m%% *} lets a query read the token it predicts" --attention.mask $m
+done
+bad "attention.window must be >= 1" --attention.mask bidirectional_window --attention.window 0
 bad "dca takes only attention.mask = causal" --attention.mask chunked --attention.kernel dca
 bad "attention.mask = prefix_lm needs data.prefix_fraction > 0" --attention.mask prefix_lm
 bad "attention.mask = shared_question needs data.answers_per_question >= 1" --attention.mask shared_question

@@ -212,13 +212,15 @@ void for_each_chunk(const AttentionParams& params, std::span<const AttentionTask
   }
 }
 
-// The key rows of task t that its query rows [q_lo, q_hi) can read: from its first key
-// row to the last key the last query reads (mask_keys' end is non-decreasing in the
-// query position).
-int64_t slice_key_end(const AttentionTask& t, const AttentionMask& mask, int64_t q_hi) {
-  const int64_t last = int64_t(t.q_pos) + (q_hi - t.q_row) - 1;
-  const int64_t hi = mask_keys(mask, t.prefix_len, t.segment_pos, last).hi;
-  return t.kv_row + std::clamp<int64_t>(hi - t.kv_pos, 0, t.kv_len);
+// The key rows [begin, end) of task t that its query rows [q_lo, q_hi) read as one run:
+// from the first key the first query reads (its document's first under sinks or a
+// causal mask, a window's first key under a window) to the last key the last query
+// reads (mask_run_keys).
+std::pair<int64_t, int64_t> slice_keys(const AttentionTask& t, const AttentionMask& mask, int64_t q_lo, int64_t q_hi) {
+  const MaskKeys k =
+      mask_run_keys(mask, t.prefix_len, t.segment_pos, int64_t(t.q_pos) + (q_lo - t.q_row), q_hi - q_lo);
+  const auto row = [&t](int64_t pos) { return t.kv_row + std::clamp<int64_t>(pos - t.kv_pos, 0, t.kv_len); };
+  return {row(first_key(k)), row(k.hi)};
 }
 
 }  // namespace
@@ -263,7 +265,8 @@ void attention_runs(std::span<const AttentionTask> tasks, const AttentionMask& m
         while (cut < int64_t(t.q_pos) + t.q_len && mask_keys(mask, t.prefix_len, t.segment_pos, cut - 1).hi > cut)
           cut += chunk_rows;
         const int64_t q_hi = std::min(end, q + (cut - pos));
-        runs.push_back({i, i + 1, q, q_hi, t.kv_row, slice_key_end(t, mask, q_hi), true});
+        const auto [kv_lo, kv_hi] = slice_keys(t, mask, q, q_hi);
+        runs.push_back({i, i + 1, q, q_hi, kv_lo, kv_hi, true});
         q = q_hi;
       }
       i = first_end;
@@ -297,6 +300,8 @@ void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, st
   s.q_row = run.q_lo;
   s.q_len = int32_t(run.q_hi - run.q_lo);
   s.q_pos = int32_t(int64_t(t.q_pos) + (run.q_lo - t.q_row));
+  s.kv_row = run.kv_lo;
+  s.kv_pos = int32_t(int64_t(t.kv_pos) + (run.kv_lo - t.kv_row));
   s.kv_len = int32_t(run.kv_hi - run.kv_lo);
   // (DCA's length-dependent multiplier: the whole document's length, not the slice's)
   s.doc_len = int32_t(document_length(t));
@@ -330,9 +335,18 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
 int64_t attention_query_tile(const AttentionParams& params) { return blocked::Geometry(params).qb; }
 
 int64_t attention_run_query_rows(const AttentionParams& params, int64_t longest) {
-  const MaskKind kind = params.mask.kind;
-  const bool together = kind == MaskKind::shared_question || params.mask.reads_ahead();
+  const bool together = params.mask.kind == MaskKind::shared_question || params.mask.reads_ahead();
   return together ? std::max(params.chunk_rows, longest) : params.chunk_rows;
+}
+
+int64_t attention_run_key_reach(const AttentionParams& params, int64_t longest) {
+  if (longest <= params.chunk_rows) return 0;
+  const AttentionMask& m = params.mask;
+  int64_t back = longest - 1;
+  if (m.kind == MaskKind::sliding_window || (m.kind == MaskKind::sink_window && m.sink_tokens == 0))
+    back = int64_t(m.window) - 1;
+  if (m.kind == MaskKind::chunked) back = int64_t(m.block_size) - 1;
+  return std::min(back, longest - 1);
 }
 
 int64_t attention_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows, int threads) {

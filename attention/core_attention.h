@@ -185,11 +185,14 @@ void merge_attention_partial(float* out, float* lse, const float* part_out,
 // meet in one kernel call. One exception: a group of a single task with more than
 // chunk_rows query rows (one long document) runs as query slices, one run each: its
 // query rows cut at in-document positions that are multiples of chunk_rows, each slice
-// with the task's key rows up to the last one its queries can read (mask_keys). A slice's
-// Q, O, LSE, dQ and dO are chunk_rows rows; its K and V (and the dK, dV it adds into) are
-// the document's. The forward's O and LSE are those of the whole task (a query row's
-// arithmetic does not depend on the cut, attention_query_tile); the backward sums each
-// slice's dK and dV into the document's, one slice after another.
+// with the one run of the task's key rows its queries read (mask_run_keys: from the
+// document's first key under causal or sinks, from a window's or a block's first key
+// under sliding_window or chunked, to the last key its last query reads). A slice's Q,
+// O, LSE, dQ and dO are chunk_rows rows; its K and V (and the dK, dV it adds into) are
+// those keys of the document. The forward's O and LSE are those of the whole task (a
+// query row's arithmetic does not depend on the cut, attention_query_tile, nor on where
+// its keys start: the kernel visits the key blocks a tile reads from its first key); the
+// backward sums each slice's dK and dV into the document's, one slice after another.
 struct AttentionRun {
   size_t first = 0, end = 0;                         // tasks [first, end)
   int64_t q_lo = 0, q_hi = 0, kv_lo = 0, kv_hi = 0;  // the query and key rows they span
@@ -206,8 +209,14 @@ void attention_runs(std::span<const AttentionTask> tasks, const AttentionMask& m
 void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, std::vector<AttentionTask>& out);
 // The most query rows of a run over documents of at most `longest` rows: chunk_rows, or
 // the document's under the masks that may keep its queries together (prefix_lm's prefix,
-// shared_question's segments). Its key rows span at most max(chunk_rows, longest).
+// shared_question's segments, the masks that read ahead).
 int64_t attention_run_query_rows(const AttentionParams& params, int64_t longest);
+// How many rows before its first query row a run's keys may start, over documents of at
+// most `longest` rows: 0 unless a document is longer than chunk_rows; then a query
+// slice's keys start at its first query's first key: W - 1 rows back under a window (no
+// sinks), B - 1 under chunked, else at the document's first row (up to longest - 1).
+// A run's key rows span at most its query rows plus this.
+int64_t attention_run_key_reach(const AttentionParams& params, int64_t longest);
 // An upper bound of that scratch for runs of query_rows and key_rows on `threads` threads
 // (memory budgets): D = rowsum(dO * O) and the other threads' dQ partials by the query
 // rows, bf16 copies of K and V (train.precision = bf16) by the key rows, the threads' tiles.

@@ -116,12 +116,13 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   // side a long document's keys too; the other placements see the whole slot. Runs span
   // at most 64K rows, or a longer document's query slices (attention_runs), which the
   // masks that keep a document's queries together (shared_question's segments,
-  // prefix_lm's prefix) may make as long as the document.
+  // prefix_lm's prefix) may make as long as the document; a slice's keys reach back to
+  // its first query's first key (attention_run_key_reach: a window's, or the document's).
   const int64_t longest = longest_document_piece(plan.data);
   const int64_t chunk = plan.attention.chunk_rows;
   AttentionRows window{int64_t(T), int64_t(T)};
   if (plan.placement == Placement::colocated && lanes == 1) {
-    const int64_t reach = longest > chunk ? longest : 0;
+    const int64_t reach = attention_run_key_reach(plan.attention, longest);
     window = LlamaModel::attention_window_rows(int64_t(T), attention_run_query_rows(plan.attention, longest), reach,
                                                plan.tile_tokens);
   }
@@ -163,12 +164,16 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
                (lanes == 2 ? double(LlamaModel::attention_grads_floats(mc, {int64_t(T), int64_t(T)})) : 0) + rope_rows * hd) * f;
   e.scratch_per_token = (e.scratch - rope_rows * hd * f) / T;
   // the attention kernel's own scratch: runs of at most 64K query rows (or a document's,
-  // attention_run_query_rows) and max(64K, the longest document) key rows
-  // (attention/core_attention.h), on every core of the rank at most
-  const int64_t longest_run = std::max<int64_t>(chunk, plan.data.max_doc_len);
-  const int64_t key_rows = std::min<int64_t>(plan.data.seq_len, longest_run);
+  // attention_run_query_rows) and as many key rows plus how far a query slice's keys
+  // reach back (attention_run_key_reach; attention/core_attention.h), on every core of
+  // the rank at most
   const int64_t query_rows =
       std::min<int64_t>(plan.data.seq_len, attention_run_query_rows(plan.attention, plan.data.max_doc_len));
+  const int64_t key_rows = std::min<int64_t>(
+      plan.data.seq_len,
+      std::max<int64_t>({chunk, query_rows,
+                         std::min<int64_t>(plan.data.max_doc_len,
+                                           chunk + attention_run_key_reach(plan.attention, plan.data.max_doc_len))}));
   const int threads = plan.run.threads > 0 ? int(std::min<int64_t>(plan.run.threads, 1 << 16))
                                                : std::max(1, omp_get_num_procs());
   e.scratch += double(attention_workspace_bytes(plan.attention, query_rows, key_rows, threads));

@@ -204,6 +204,16 @@ TEST(Attention, ALongDocumentRunsAsQuerySlices) {
     EXPECT_EQ(runs[1].q_hi, mask.kind == MaskKind::prefix_lm ? 37 + 768 : 37 + 256);
     EXPECT_EQ(runs[1].kv_hi, runs[1].q_hi);
     EXPECT_FALSE(runs.back().slice);
+    // a later slice's keys start where its first query's do: the document's first key
+    // (causal, prefix_lm), the window's (q - W + 1) or the block's
+    for (const AttentionRun& r : runs)
+      if (r.slice && r.q_lo > 37) {
+        const int64_t q = r.q_lo - 37;  // in-document position of its first query
+        const int64_t first = mask.kind == MaskKind::sliding_window ? q - 100 + 1
+                              : mask.kind == MaskKind::chunked     ? q / 300 * 300
+                                                                   : 0;
+        EXPECT_EQ(r.kv_lo, 37 + first) << mask.describe() << " slice from " << q;
+      }
     expect_matches_dense(pr);
     expect_bf16_matches_dense(pr);
     const KernelRun sliced = run_kernel(pr, 41);

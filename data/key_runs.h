@@ -29,8 +29,8 @@ struct KeyRun {
 };
 
 // The runs of `holder`'s rows that some query of `reader`'s pieces reads under `mask`,
-// in the holder's row order, consecutive pieces' rows merged into one run (replaces runs). Both lists are in document order (as every
-// rank's pieces are).
+// in the holder's row order, consecutive pieces' rows merged into one run (replaces
+// runs). Both lists are in document order (as every rank's pieces are).
 void read_runs(std::span<const DocPiece> holder, std::span<const DocPiece> reader, const AttentionMask& mask,
                std::vector<KeyRun>& runs);
 int64_t rows_of(std::span<const KeyRun> runs);

@@ -188,7 +188,7 @@ void CadAttention::route(Plan& p) const {
     Flow f;
     for (size_t i = 0; i < p.plan.tasks.size(); ++i) {
       const CadTask& t = p.plan.tasks[i];
-      if (t.origin == h && t.server == s && (h != s || in_place_row(p, t) < 0)) {
+      if (t.q_len > 0 && t.origin == h && t.server == s && (h != s || in_place_row(p, t) < 0)) {
         f.tasks.push_back(int32_t(i));
         f.q_rows += t.q_len;
       }

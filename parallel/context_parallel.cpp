@@ -247,8 +247,8 @@ void ContextParallelAttention::own_runs(const AttentionInput& in) {
   for (const DocPiece& p : in.batch.pieces) own_runs_.push_back({p.doc, p.doc_start, p.pos, p.len, p.row});
 }
 
-// Calls of tasks of the local pieces against the runs `runs`, each held from row
-// kv_rows[i] (a run's own row in place, or its row in a received block), split so that
+// Calls of tasks of the local pieces against the runs `runs` they read, run i held from
+// row run_at_[i] (its own row in place, or its row in a received block), split so that
 // no two tasks of one call share query rows.
 void ContextParallelAttention::run_calls(const AttentionInput& in, const std::vector<KeyRun>& runs, bool in_place) {
   for (auto& c : calls_) c.clear();

@@ -12,7 +12,7 @@
 namespace lct {
 
 CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& group, std::vector<double>& served,
-                                               double& sent_bytes) const {
+                                               std::vector<double>& rank_bytes) const {
   const int n = int(group.size());
   std::vector<CadPiece> docs;
   for (int r = 0; r < n; ++r) {
@@ -86,7 +86,7 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
     const double rounds = n > 1 ? 4.0 : 0.0;
     lane.comm[size_t(r)] = seconds[0] + (across ? 0.0 : rounds * net_.latency);
     if (across) lane.remote[size_t(r)] = seconds[1] + rounds * net_.host_latency;
-    sent_bytes += bytes[0] + bytes[1];
+    rank_bytes[size_t(r)] += bytes[0] + bytes[1];
   }
   return lane;
 }
@@ -105,8 +105,10 @@ CadLayer CadLayerCost::cost(const std::vector<LocalBatch>& batches, std::vector<
     }
   }
   CadLayer out;
+  out.rank_bytes.assign(size_t(n), 0.0);
   std::vector<LaneCost> lanes;
-  for (int g = 0; g < lanes_; ++g) lanes.push_back(lane_cost(groups[size_t(g)], served, out.bytes));
+  for (int g = 0; g < lanes_; ++g) lanes.push_back(lane_cost(groups[size_t(g)], served, out.rank_bytes));
+  for (double b : out.rank_bytes) out.bytes += b;
   out.busy.assign(size_t(n), 0.0);
   for (int r = 0; r < n; ++r) {
     double t = 0;

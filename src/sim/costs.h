@@ -54,6 +54,9 @@ struct CadLayer {
   double seconds = 0;
   std::vector<double> busy;  // per rank: linear + attention served
   double bytes = 0;          // sent, summed over the ranks
+  // per rank: what it sends (what lct train counts, exactly for an fp32 run without
+  // context parallelism, whose key rows have one holder)
+  std::vector<double> rank_bytes;
 };
 
 class CadLayerCost {
@@ -73,11 +76,12 @@ class CadLayerCost {
  private:
   // One lane's (a batch, or one of its two nano-batches) seconds per rank: linear work,
   // attention served, of it the rank's own tasks, and the exchange within the host
-  // (hideable) and with other hosts (not); `bytes` accumulates what every rank sends.
+  // (hideable) and with other hosts (not); `rank_bytes` accumulates what each rank sends.
   struct LaneCost {
     std::vector<double> linear, work, own, comm, remote;
   };
-  LaneCost lane_cost(const std::vector<LocalBatch>& group, std::vector<double>& served, double& bytes) const;
+  LaneCost lane_cost(const std::vector<LocalBatch>& group, std::vector<double>& served,
+                     std::vector<double>& rank_bytes) const;
 
   const LlamaConfig& mc_;
   const Calibration& cal_;

@@ -261,7 +261,10 @@ double cad_micro_batches(const RunPlan& plan, const CadLayerCost& cad_layer,
         timeline.wait(r, "attention exchange (CAD)", t0 + layer.busy[size_t(r)], t0 + layer.seconds);
       }
     sync += layers * layer.seconds;
-    for (int r = 0; r < n; ++r) p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+    for (int r = 0; r < n; ++r) {
+      p.compute[size_t(r)] += layers * layer.busy[size_t(r)];
+      p.rank_bytes[size_t(r)] += layers * layer.rank_bytes[size_t(r)];
+    }
     p.bytes_per_rank += layer.bytes * layers / double(n);
   }
   return sync;
@@ -350,7 +353,10 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
     const std::vector<PackedBatch> global = step_sequences(sim.stream, plan, step);
     const std::vector<std::vector<LocalBatch>> local = ranks_micro_batches(plan, global);
     StepPrediction p = zero_step(n);
-    p.rank_bytes_exact = !cad;  // CAD estimates its bytes
+    // CAD's bytes are exact in fp32 without context parallelism (one holder per key row)
+    // or full recomputation (which repeats the forward's exchange)
+    p.rank_bytes_exact = !cad || (plan.precision == Precision::fp32 && cp == 1 &&
+                                  plan.recompute.mode != Recompute::full);
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank

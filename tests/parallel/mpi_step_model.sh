@@ -6,7 +6,8 @@
 # prediction of the same steps (simulate --json "steps"), exactly: both are integer
 # counts of the same documents. So do the bytes each rank's exchange sent
 # (rank_exchange_bytes) where the simulator prices them exactly: no exchange, the ring,
-# the all-gather and the double ring, under masks, bf16 and full recomputation.
+# the all-gather and the double ring, under masks, bf16 and full recomputation, and CAD
+# in fp32 without context parallelism or full recomputation.
 set -euo pipefail
 LCT=$1
 source "$(dirname "$0")/mpi_common.sh"  # MPIRUN, a scratch folder (current directory), helpers
@@ -51,6 +52,10 @@ check cp4_window_bf16_full 4 --parallel.dp 1 --parallel.cp 4 --attention.mask sl
 check cp4_double_ring 4 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2 \
   --attention.mask chunked --attention.block_size 40
 check cad2 2 --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+# CAD's bytes too, in fp32 without context parallelism (each key row has one holder): a
+# window's tasks fetch only the keys they read; ping-pong's two nano-batches
+check cad2_window_pingpong 2 --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs \
+  --attention.mask sink_window --attention.window 24 --attention.sink_tokens 3 --attention.cad_pingpong true
 check cad2_pp2 4 --parallel.dp 2 --parallel.pp 2 --attention.placement cad --attention.cad_profile pairs
 check cad2_cp2 4 --parallel.dp 2 --parallel.cp 2 --attention.placement cad --attention.cad_profile pairs
 check dp2_pp2 4 --parallel.dp 2 --parallel.pp 2

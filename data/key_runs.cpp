@@ -4,28 +4,36 @@
 
 namespace lct {
 
+void add_key_spans(const MaskKeys& k, KeySpans& spans) {
+  if (k.sink_end > 0) spans.emplace_back(0, k.sink_end);
+  if (k.lo < k.hi) spans.emplace_back(k.lo, k.hi);
+}
+
+void merge_spans(KeySpans& spans) {
+  std::sort(spans.begin(), spans.end());
+  size_t out = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (out > 0 && spans[i].first <= spans[out - 1].second)
+      spans[out - 1].second = std::max(spans[out - 1].second, spans[i].second);
+    else
+      spans[out++] = spans[i];
+  }
+  spans.resize(out);
+}
+
 void read_runs(std::span<const DocPiece> holder, std::span<const DocPiece> reader, const AttentionMask& mask,
                std::vector<KeyRun>& runs) {
   runs.clear();
-  std::vector<std::pair<int64_t, int64_t>> spans;  // what the reader reads of one holder piece
+  KeySpans spans;  // what the reader reads of one holder piece
   for (const DocPiece& h : holder) {
     auto it = std::lower_bound(reader.begin(), reader.end(), h.doc,
                                [](const DocPiece& x, int32_t doc) { return x.doc < doc; });
     spans.clear();
-    for (; it != reader.end() && it->doc == h.doc; ++it) {
-      const MaskKeys k = it->keys(mask);
-      const auto add = [&](int64_t a, int64_t b) {
-        a = std::max<int64_t>(a, h.pos);
-        b = std::min<int64_t>(b, h.end());
-        if (a < b) spans.emplace_back(a, b);
-      };
-      add(0, k.sink_end);
-      add(k.lo, k.hi);
-    }
-    std::sort(spans.begin(), spans.end());
-    for (size_t i = 0; i < spans.size();) {  // merge overlapping and adjacent spans
-      int64_t a = spans[i].first, b = spans[i].second;
-      for (++i; i < spans.size() && spans[i].first <= b; ++i) b = std::max(b, spans[i].second);
+    for (; it != reader.end() && it->doc == h.doc; ++it) add_key_spans(it->keys(mask), spans);
+    for (auto& [a, b] : spans) a = std::max<int64_t>(a, h.pos), b = std::min<int64_t>(b, h.end());  // of h's rows
+    std::erase_if(spans, [](const auto& x) { return x.first >= x.second; });
+    merge_spans(spans);
+    for (const auto& [a, b] : spans) {
       const int32_t row = int32_t(h.row + (a - h.pos));
       KeyRun* last = runs.empty() ? nullptr : &runs.back();
       if (last && last->doc == h.doc && last->end() == a && last->row + last->len == row)

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "data/local_batch.h"
@@ -27,6 +28,13 @@ struct KeyRun {
   int32_t row = 0;
   int32_t end() const { return pos + len; }
 };
+
+// Spans [a, b) of in-document key positions.
+using KeySpans = std::vector<std::pair<int64_t, int64_t>>;
+// Appends the keys k names, [0, sink_end) and [lo, hi), leaving out an empty one.
+void add_key_spans(const MaskKeys& k, KeySpans& spans);
+// Sorts spans and merges those that overlap or touch.
+void merge_spans(KeySpans& spans);
 
 // The runs of `holder`'s rows that some query of `reader`'s pieces reads under `mask`,
 // in the holder's row order, consecutive pieces' rows merged into one run (replaces

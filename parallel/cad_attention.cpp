@@ -6,6 +6,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "data/key_runs.h"
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
 
@@ -138,21 +139,6 @@ int64_t CadAttention::in_place_row(const Plan& p, const CadTask& t) {
   return -1;
 }
 
-namespace {
-// sorts and merges overlapping or touching [a, b) spans
-void merge_spans(std::vector<std::pair<int32_t, int32_t>>& spans) {
-  std::sort(spans.begin(), spans.end());
-  size_t out = 0;
-  for (size_t i = 0; i < spans.size(); ++i) {
-    if (out > 0 && spans[i].first <= spans[out - 1].second)
-      spans[out - 1].second = std::max(spans[out - 1].second, spans[i].second);
-    else
-      spans[out++] = spans[i];
-  }
-  spans.resize(out);
-}
-}  // namespace
-
 int64_t CadAttention::Plan::ws_at(int32_t gdoc, int32_t pos) const {
   for (const WsRun& r : ws_runs.at(gdoc))
     if (pos >= r.begin && pos < r.end) return r.row + (pos - r.begin);
@@ -172,15 +158,14 @@ void CadAttention::route(Plan& p) const {
   // their kernels read ([kv_begin, kv_end), merged: the workspace's layout) and the keys
   // they read (what moves; the rest of the layout, between sinks and a window, is zeros)
   struct Need {
-    std::vector<std::pair<int32_t, int32_t>> layout, read;
+    KeySpans layout, read;
   };
   std::vector<std::map<int32_t, Need>> need(n);
   for (const CadTask& t : p.plan.tasks)
     if (t.q_len > 0 && in_place_row(p, t) < 0) {
       Need& x = need[size_t(t.server)][p.gdoc[piece_of(p, t)]];
-      x.layout.push_back({t.kv_begin(), t.kv_end});
-      if (t.kv_sink_end > 0) x.read.push_back({0, t.kv_sink_end});
-      x.read.push_back({t.kv_lo, t.kv_end});
+      x.layout.emplace_back(t.kv_begin(), t.kv_end);
+      add_key_spans(t.keys(), x.read);
     }
   for (auto& server : need)
     for (auto& [g, x] : server) merge_spans(x.layout), merge_spans(x.read);
@@ -197,7 +182,7 @@ void CadAttention::route(Plan& p) const {
       for (const auto& [a, b] : x.read)
         for (const auto& [holder, i] : p.doc_pieces[size_t(g)]) {
           const CadPiece& d = p.docs[i];
-          const int32_t lo = std::max(a, d.pos), hi = std::min(b, d.pos + d.len);
+          const int32_t lo = int32_t(std::max<int64_t>(a, d.pos)), hi = int32_t(std::min<int64_t>(b, d.pos + d.len));
           if (holder != h || lo >= hi) continue;
           f.kv.push_back({g, d.row + (lo - d.pos), lo, hi - lo});
           f.kv_rows += hi - lo;
@@ -213,9 +198,9 @@ void CadAttention::route(Plan& p) const {
   for (const auto& [g, x] : need[size_t(rank_)]) {
     std::vector<Plan::WsRun>& runs = p.ws_runs[g];
     for (const auto& [a, b] : x.layout) {
-      runs.push_back({a, b, p.ws_rows});
+      runs.push_back({int32_t(a), int32_t(b), p.ws_rows});
       // the layout's rows no task reads: zeros
-      int32_t at = a;
+      int64_t at = a;
       for (const auto& [ra, rb] : x.read) {
         if (rb <= a || ra >= b) continue;
         if (ra > at) p.ws_zero.push_back({p.ws_rows + (at - a), ra - at}), zeros += ra - at;

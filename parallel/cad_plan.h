@@ -58,6 +58,7 @@ struct CadTask {
   int32_t kv_begin() const { return kv_sink_end > 0 ? 0 : kv_lo; }
   int32_t kv_len() const { return kv_end - kv_begin(); }
   int32_t kv_read() const { return kv_sink_end + (kv_end - kv_lo); }  // the rows that move
+  MaskKeys keys() const { return {kv_sink_end, kv_lo, kv_end}; }
   // The kernel's task of it: its queries at q_row, its keys from kv_row (the row of
   // position kv_begin).
   AttentionTask attention_task(int64_t q_row, int64_t kv_row, int32_t doc_len) const;

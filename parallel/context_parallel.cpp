@@ -324,12 +324,8 @@ ContextParallelAttention::Block ContextParallelAttention::direct_block(const Att
 void ContextParallelAttention::direct_forward(const AttentionInput& in, const float* q, const float* k,
                                               const float* v, float* out, float* lse) {
   const AttentionParams& prm = in.params;
-  const int64_t H = prm.num_heads, hd = prm.head_dim;
   const int64_t T = rows_of(in.batch.pieces);
-  std::fill(out, out + T * H * hd, 0.0f);
-  std::fill(lse, lse + T * H, -INFINITY);
-  if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
-  if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
+  begin_merge(prm, T, out, lse);
   bf16_wire_ = prm.precision == Precision::bf16;
   own_runs(in);
   for (int s = 0; s < size_; ++s) {
@@ -340,14 +336,7 @@ void ContextParallelAttention::direct_forward(const AttentionInput& in, const fl
     }
     if (s + 1 < size_) post_direct(in, s + 1, k, v);  // step s + 1's travel meanwhile
     run_calls(in, s == 0 ? own_runs_ : exchange_.from[size_t((rank_ - s + size_) % size_)], s == 0);
-    for (const std::vector<AttentionTask>& call : calls_) {
-      if (call.empty()) continue;
-      std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
-      attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
-      progress();
-      merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
-      progress();
-    }
+    merge_calls(prm, q, cur, T, out, lse);
   }
   finish(requests_);
 }
@@ -402,11 +391,7 @@ void ContextParallelAttention::direct_backward(const AttentionInput& in, const f
     }
     if (s == 0) {
       run_calls(in, own_runs_, true);
-      for (const std::vector<AttentionTask>& call : calls_) {
-        if (call.empty()) continue;
-        attention_backward(prm, call, q, k, v, out, lse, dout, dq, acc_k_[0].data(), acc_v_[0].data());
-        progress();
-      }
+      backward_calls(prm, q, k, v, out, lse, dout, dq, acc_k_[0].data(), acc_v_[0].data());
     } else {
       const std::vector<KeyRun>& runs = exchange_.from[size_t(src)];
       const int64_t n = rows_of(runs) * w;
@@ -415,11 +400,7 @@ void ContextParallelAttention::direct_backward(const AttentionInput& in, const f
         std::vector<float>& buf = out_[s & 1];
         buf.assign(size_t(2 * n), 0.0f);
         run_calls(in, runs, false);
-        for (const std::vector<AttentionTask>& call : calls_) {
-          if (call.empty()) continue;
-          attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, buf.data(), buf.data() + n);
-          progress();
-        }
+        backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, buf.data(), buf.data() + n);
         MPI_Isend(buf.data(), count_of(n), MPI_FLOAT, src, 4 * s + 2, comm_, &sent[s & 1][0]);
         MPI_Isend(buf.data() + n, count_of(n), MPI_FLOAT, src, 4 * s + 3, comm_, &sent[s & 1][1]);
         stats_.bytes_sent += 2 * n * int64_t(sizeof(float));
@@ -453,6 +434,42 @@ void ContextParallelAttention::relay_tasks(const AttentionInput& in, int j) {
       if (calls_.size() <= call) calls_.emplace_back();
       calls_[call++].push_back(p.task(it->row, it->pos, it->len));
     }
+  }
+}
+
+// A forward's start: O = 0 and LSE = -inf for the T local rows (a row that sees no key
+// keeps them), and room for one call's partial.
+void ContextParallelAttention::begin_merge(const AttentionParams& prm, int64_t T, float* out, float* lse) {
+  const int64_t H = prm.num_heads, hd = prm.head_dim;
+  std::fill(out, out + T * H * hd, 0.0f);
+  std::fill(lse, lse + T * H, -INFINITY);
+  if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
+  if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
+}
+
+// The calls of calls_ against the K and V in hand, each partial (O, LSE) merged into
+// (out, lse) in call order; MPI progress driven between kernel calls.
+void ContextParallelAttention::merge_calls(const AttentionParams& prm, const float* q, const Block& cur, int64_t T,
+                                           float* out, float* lse) {
+  const int64_t H = prm.num_heads, hd = prm.head_dim;
+  for (const std::vector<AttentionTask>& call : calls_) {
+    if (call.empty()) continue;
+    std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
+    attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
+    progress();
+    merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
+    progress();
+  }
+}
+
+// The backward of the calls of calls_ against keys k, v, adding into dq and dk, dv.
+void ContextParallelAttention::backward_calls(const AttentionParams& prm, const float* q, const float* k,
+                                              const float* v, const float* out, const float* lse,
+                                              const float* dout, float* dq, float* dk, float* dv) {
+  for (const std::vector<AttentionTask>& call : calls_) {
+    if (call.empty()) continue;
+    attention_backward(prm, call, q, k, v, out, lse, dout, dq, dk, dv);
+    progress();
   }
 }
 
@@ -548,25 +565,15 @@ void ContextParallelAttention::relay_forward(const AttentionInput& in, const flo
                                             const float* k, const float* v, float* out,
                                             float* lse) {
   const AttentionParams& prm = in.params;
-  const int64_t w = kv_width(prm), H = prm.num_heads, hd = prm.head_dim;
+  const int64_t w = kv_width(prm);
   const int64_t T = rows_of(in.batch.pieces);
-  std::fill(out, out + T * H * hd, 0.0f);
-  std::fill(lse, lse + T * H, -INFINITY);
-  if (part_out_.size() < size_t(T * H * hd)) part_out_.resize(size_t(T * H * hd));
-  if (part_lse_.size() < size_t(T * H)) part_lse_.resize(size_t(T * H));
+  begin_merge(prm, T, out, lse);
   Block cur = own_block(in, k, v, T * w);
   for (int s = 0; s < size_; ++s) {
     const int j = block_at(s);
     Slot& next = start_passes(in, s, cur, 2 * s);  // the next block travels meanwhile
     relay_tasks(in, j);
-    for (const std::vector<AttentionTask>& call : calls_) {
-      if (call.empty()) continue;
-      std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
-      attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
-      progress();
-      merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
-      progress();
-    }
+    merge_calls(prm, q, cur, T, out, lse);
     finish(requests_);
     if ((s + 1) % inner_ == 0) finish(outer_requests_);
     if (s + 1 < size_) cur = arrived(next, rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]) * w);
@@ -614,11 +621,7 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
     ak.assign(size_t(n_j), 0.0f);
     av.assign(size_t(n_j), 0.0f);
     relay_tasks(in, j);
-    for (const std::vector<AttentionTask>& call : calls_) {
-      if (call.empty()) continue;
-      attention_backward(prm, call, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
-      progress();
-    }
+    backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
     finish(requests_);
     if ((s + 1) % inner_ == 0) finish(outer_requests_);
     if (s > 0) {  // upstream sum + this rank's part (a fixed order)

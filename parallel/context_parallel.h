@@ -112,6 +112,11 @@ class ContextParallelAttention final : public AttentionPlacement {
   Block own_block(const AttentionInput& in, const float* k, const float* v, int64_t n);
   Block arrived(Slot& slot, int64_t n);
   Block direct_block(const AttentionInput& in, int s);
+  // the kernel calls of calls_ (forward merged into out, lse; backward added)
+  void begin_merge(const AttentionParams& prm, int64_t T, float* out, float* lse);
+  void merge_calls(const AttentionParams& prm, const float* q, const Block& cur, int64_t T, float* out, float* lse);
+  void backward_calls(const AttentionParams& prm, const float* q, const float* k, const float* v, const float* out,
+                      const float* lse, const float* dout, float* dq, float* dk, float* dv);
   void post_block(const Block& cur, int64_t n, int dst, int src, int64_t n_next, Slot& slot, int tag,
                   std::vector<MPI_Request>& requests);
   Slot& start_passes(const AttentionInput& in, int s, const Block& cur, int tag);

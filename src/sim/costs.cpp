@@ -38,7 +38,7 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
   };
   for (int r = 0; r < n; ++r) lane.linear[size_t(r)] = cal_.linear_per_token_layer * double(group[size_t(r)].num_tokens());
   // (server, origin, doc) -> the keys its tasks there read (the trainer's spans)
-  std::map<std::tuple<int32_t, int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> reads;
+  std::map<std::tuple<int32_t, int32_t, int32_t>, KeySpans> reads;
   const double H = double(mc_.num_attention_heads), f = sizeof(float);
   for (const CadTask& t : plan.tasks) {
     const AttentionTask task = t.attention_task(0, 0, 0);
@@ -55,14 +55,12 @@ CadLayerCost::LaneCost CadLayerCost::lane_cost(const std::vector<LocalBatch>& gr
     ship(1, t.server, t.origin, rows * (double(qd_) + H) * f);
     ship(2, t.origin, t.server, rows * (3.0 * double(qd_) + H) * f);
     ship(3, t.server, t.origin, rows * double(qd_) * f);
-    auto& spans = reads[{t.server, t.origin, t.doc}];
-    if (t.kv_sink_end > 0) spans.emplace_back(0, t.kv_sink_end);
-    spans.emplace_back(t.kv_lo, t.kv_end);
+    add_key_spans(t.keys(), reads[{t.server, t.origin, t.doc}]);
   }
   for (auto& [key, spans] : reads) {
-    std::sort(spans.begin(), spans.end());
-    int64_t rows = 0, end = 0;  // rows of the union
-    for (const auto& [a, b] : spans) rows += std::max<int64_t>(0, b - std::max(a, end)), end = std::max(end, b);
+    merge_spans(spans);
+    int64_t rows = 0;  // rows of the union
+    for (const auto& [a, b] : spans) rows += b - a;
     // K, V there in forward and again in backward, dK, dV back
     const double kv = double(rows) * 2.0 * double(kvd_) * f;
     const int server = std::get<0>(key), origin = std::get<1>(key);

@@ -17,9 +17,12 @@ std::string AttentionMask::validate() const {
       break;
     case MaskKind::chunked:
     case MaskKind::causal_blockwise:
+    case MaskKind::block_sparse:
       if (block_size < 1)
         return std::string("attention.block_size must be >= 1 for attention.mask = ") + mask_kind_name(kind) +
                " (got " + std::to_string(block_size) + ")";
+      if (kind == MaskKind::block_sparse && top_blocks < 0)
+        return "attention.top_blocks must be >= 0 (got " + std::to_string(top_blocks) + ")";
       break;
     default: break;
   }
@@ -43,6 +46,9 @@ std::string AttentionMask::describe() const {
     case MaskKind::chunked:
     case MaskKind::causal_blockwise: s += " (block " + std::to_string(block_size) + ")"; break;
     case MaskKind::bidirectional_window: s += " (window " + std::to_string(window) + ")"; break;
+    case MaskKind::block_sparse:
+      s += " (block " + std::to_string(block_size) + ", top " + std::to_string(top_blocks) + ")";
+      break;
     default: break;
   }
   return s;

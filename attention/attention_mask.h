@@ -10,6 +10,14 @@
 //   prefix_lm        j <= i, or j < P              (P = the document's prefix length)
 //   shared_question  segment(j) = 0 or segment(j) = segment(i); segment 0 is the document's
 //                    question, 1, 2, ... its answers (contiguous runs of positions)
+//   block_sparse     MoBA (arXiv 2502.13189), per KV head group g: j in i's own block of B
+//                    positions (causally), or j in one of the k = top_blocks earlier blocks
+//                    that i selects for g: the blocks m < floor(i / B) of highest score
+//                    qbar_i,g . kbar_m,g (qbar: the mean of query i's rows over g's query
+//                    heads, kbar: the mean of block m's keys of g, both after RoPE; all of
+//                    them if fewer than k; ties to the later block). Content-dependent, so
+//                    its kernel is attention/block_sparse.h; the range form below is the
+//                    causal superset (every key a query may select)
 //
 // and three that read ahead (LongCA-bench's, arXiv 2510.17896, for lct bench and the
 // masks experiment: a query that reads the token it predicts cannot be trained on the
@@ -49,7 +57,8 @@ enum class MaskKind {
   shared_question,
   full_document,
   bidirectional_window,
-  causal_blockwise
+  causal_blockwise,
+  block_sparse
 };
 
 inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
@@ -64,6 +73,9 @@ inline constexpr EnumName<MaskKind> kMaskKindNames[] = {
      "attention.window - 1 keys on each side (lct bench only)"},
     {MaskKind::causal_blockwise, "causal_blockwise",
      "every earlier attention.block_size block and its own whole (lct bench only)"},
+    {MaskKind::block_sparse, "block_sparse",
+     "its own attention.block_size block causally and the attention.top_blocks earlier blocks its "
+     "query selects (MoBA)"},
 };
 inline MaskKind parse_mask_kind(const std::string& name) { return parse_enum(kMaskKindNames, name, "attention mask"); }
 inline const char* mask_kind_name(MaskKind value) { return enum_name(kMaskKindNames, value); }
@@ -72,8 +84,12 @@ struct AttentionMask {
   MaskKind kind = MaskKind::causal;
   int32_t window = 0;       // sliding_window, sink_window: W >= 1
   int32_t sink_tokens = 0;  // sink_window: S >= 0
-  int32_t block_size = 0;   // chunked: B >= 1
+  int32_t block_size = 0;   // chunked, causal_blockwise, block_sparse: B >= 1
+  int32_t top_blocks = 0;   // block_sparse: k >= 0, the earlier blocks a query selects
   bool causal() const { return kind == MaskKind::causal; }
+  // Which keys a query reads depends on the queries' and keys' values (block_sparse), not
+  // only on positions: mask_keys gives the keys it may read.
+  bool content_dependent() const { return kind == MaskKind::block_sparse; }
   // Masks whose rule needs per-document data (prefix lengths, segments).
   bool per_document() const { return kind == MaskKind::prefix_lm || kind == MaskKind::shared_question; }
   // Masks under which a query may read keys after it (so its run of queries cannot be
@@ -124,6 +140,7 @@ inline MaskKeys mask_keys(const AttentionMask& m, int64_t prefix_len, int64_t se
       hi = p + m.window;
       break;
     case MaskKind::causal_blockwise: hi = (p / m.block_size + 1) * m.block_size; break;
+    case MaskKind::block_sparse: break;  // any earlier key may be selected
   }
   return {std::min(sink, lo), lo, hi};
 }
@@ -165,6 +182,7 @@ inline MaskQueries mask_queries(const AttentionMask& m, int64_t prefix_len, int6
       last = k + m.window - 1;
       break;
     case MaskKind::causal_blockwise: first = k / m.block_size * m.block_size; break;
+    case MaskKind::block_sparse: break;  // any later query may select its block
   }
   return {first, last};
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "attention/block_sparse.h"
 #include "attention/blocked_attention.h"
 #include "attention/blocked_attention_tiles.h"
 
@@ -85,6 +86,17 @@ int64_t sum_positive(int64_t n, int64_t c, int64_t s) {
 
 int64_t attention_pairs(const AttentionTask& t, const AttentionMask& mask) {
   if (mask.causal()) return causal_pairs(t);
+  if (mask.kind == MaskKind::block_sparse) {
+    // the own block's causal pairs, and min(k, b) whole blocks per query of block b (a
+    // task holds its document's key prefix: block_sparse.h)
+    AttentionMask own = mask;
+    own.kind = MaskKind::chunked;
+    int64_t pairs = attention_pairs(t, own);
+    const int64_t B = mask.block_size, Q0 = t.q_pos, Q1 = Q0 + t.q_len;
+    for (int64_t b = Q0 / B; b * B < Q1; ++b)
+      pairs += (std::min(Q1, (b + 1) * B) - std::max(Q0, b * B)) * std::min<int64_t>(mask.top_blocks, b) * B;
+    return pairs;
+  }
   // Query p reads the task's keys [K0, K1) in two ranges (attention_mask.h): [0, sink)
   // and [lo, hi); each overlap, unclamped, is linear in p between the points where one
   // of its min/max terms switches, so the rows are summed piece by piece in closed form.
@@ -311,6 +323,7 @@ void run_tasks(std::span<const AttentionTask> tasks, const AttentionRun& run, st
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                        const float* q, const float* k, const float* v, float* out, float* lse) {
   check_params(params);
+  if (params.mask.kind == MaskKind::block_sparse) return block_sparse_forward(params, tasks, q, k, v, out, lse);
   const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
   const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
   for_each_chunk(params, tasks, [&](const TaskChunk& c) {
@@ -323,6 +336,8 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
                         const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   check_params(params);
+  if (params.mask.kind == MaskKind::block_sparse)
+    return block_sparse_backward(params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
   const int64_t ldq = int64_t(params.num_heads) * params.head_dim;
   const int64_t ldk = int64_t(params.num_kv_heads) * params.head_dim;
   for_each_chunk(params, tasks, [&](const TaskChunk& c) {
@@ -357,7 +372,8 @@ int64_t attention_workspace_bytes(const AttentionParams& params, int64_t query_r
   const int64_t per_key = params.precision == Precision::bf16 ? std::max<int64_t>(6 * kvdim + 4 * kvdim, 8 * kvdim) : 0;
   // the threads' tiles: a generous bound on blocked_attention's (a few 64 x 64 blocks each)
   const int64_t tiles = int64_t(std::max(1, threads)) * 64 * (4 * params.head_dim + 1024) * 4 * 4;
-  return per_query * (query_rows + 2) + per_key * (key_rows + 2) + tiles;
+  return per_query * (query_rows + 2) + per_key * (key_rows + 2) + tiles +
+         block_sparse_workspace_bytes(params, query_rows, key_rows);
 }
 
 void attention_release_workspace() { blocked_attention_release_workspace(); }

@@ -40,7 +40,7 @@ struct LlamaConfig {
   LogitScaling logit_scaling;
   // Which keys of its document a query reads ([attention] mask, window, sink_tokens,
   // block_size; attention/attention_mask.h). Unused fields keep their defaults.
-  AttentionMask attention_mask{MaskKind::causal, 4096, 4, 8192};
+  AttentionMask attention_mask{MaskKind::causal, 4096, 4, 8192, 3};
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // The parameters build_llama_table lays out, counted in 128 bits (never wraps; the

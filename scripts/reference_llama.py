@@ -180,7 +180,7 @@ def load_checkpoint(path):
         if "attention_mask" in g.attrs:
             v = g.attrs["attention_mask"]
             cfg["attention_mask"] = v.decode() if isinstance(v, bytes) else str(v)
-            for k in ("attention_window", "attention_sink_tokens", "attention_block_size"):
+            for k in ("attention_window", "attention_sink_tokens", "attention_block_size", "attention_top_blocks"):
                 cfg[k] = int(read_attr(g, k, where)) if k in g.attrs else 0
         cfg["logit_scaling"] = "none"
         if "logit_scaling" in g.attrs:
@@ -471,8 +471,37 @@ def document_mask(d, s, L):
     elif kind == "shared_question":
         seg = torch.as_tensor(MASK["segment_ids"][s:s + L])
         m = m & ((seg[None, :] == 0) | (seg[None, :] == seg[:, None]))
+    elif kind == "block_sparse":
+        m = m & (i // MASK["block_size"] == j // MASK["block_size"])   # the own block; block_sparse_mask adds
     elif kind != "causal":
         raise RefError(f"unknown attention_mask '{kind}'")
+    return m
+
+
+def block_sparse_mask(own, qd, kd, rep):
+    """(H, L, L) bool: attention_mask block_sparse (MoBA) for one document, from its
+    definition: query i of block b = i // B reads its own block causally (own) and, per kv
+    head group, the top_blocks earlier blocks of highest score mean_h(q_i,h) . mean_j(k_j)
+    (the group's query heads, the block's keys; after RoPE), all of them if fewer, ties
+    to the later block. The selection is not differentiated.
+    qd: (H, L, hd), kd: (KV, L, hd)."""
+    B, K = MASK["block_size"], MASK["top_blocks"]
+    H, L, hd = qd.shape
+    KV = kd.shape[0]
+    m = own.expand(H, L, L).clone()
+    blocks = L // B
+    if K == 0 or blocks == 0:
+        return m
+    with torch.no_grad():
+        qbar = qd.detach().double().reshape(KV, rep, L, hd).mean(dim=1)              # (KV, L, hd)
+        kbar = kd.detach().double()[:, :blocks * B].reshape(KV, blocks, B, hd).mean(dim=2)
+        score = (qbar @ kbar.transpose(1, 2)).tolist()                               # (KV, L, blocks)
+    for g in range(KV):
+        for i in range(B, L):
+            b = i // B
+            top = sorted(range(b), key=lambda n: (score[g][i][n], n), reverse=True)[:K]
+            for n in top:
+                m[g * rep:(g + 1) * rep, i, n * B:(n + 1) * B] = True
     return m
 
 
@@ -487,6 +516,8 @@ def attention(q, k, v, cu):
         L = e - s
         qd, kd, vd = (t[s:e].transpose(0, 1) for t in (q, k, v))   # (H, L, hd)
         causal = document_mask(d, s, L)                             # key j <= query i, and the mask
+        if MASK["kind"] == "block_sparse":                          # (H, L, L): per kv head group
+            causal = block_sparse_mask(causal, qd, k[s:e, ::rep].transpose(0, 1), rep)
         if BF16:
             cls = torch.where(causal, 0, -1)
             o = Bf16CoreAttention.apply((bf16_values(qd) / math.sqrt(hd))[None], kd, vd, cls)
@@ -623,7 +654,8 @@ def forward(cfg, P, tokens, cu):
 
 def set_mask(cfg, cu):
     MASK.update(kind=cfg.get("attention_mask", "causal"), window=cfg.get("attention_window", 0),
-                sink_tokens=cfg.get("attention_sink_tokens", 0), block_size=cfg.get("attention_block_size", 0))
+                sink_tokens=cfg.get("attention_sink_tokens", 0), block_size=cfg.get("attention_block_size", 0),
+                top_blocks=cfg.get("attention_top_blocks", 0))
     if MASK["kind"] == "prefix_lm" and MASK["prefix_lens"] is None:
         raise RefError("attention_mask prefix_lm needs the batch's prefix_lens")
     if MASK["kind"] == "shared_question" and MASK["segment_ids"] is None:

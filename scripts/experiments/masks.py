@@ -15,7 +15,9 @@ prefix_lm and shared_question take their per-document data from the packer
 (data.prefix_fraction; data.answers_per_question): a quarter of each document as the
 bidirectional prefix, and a fifth as the question followed by three answers.
 full_document, bidirectional_window and causal_blockwise (LongCA-bench's masks that read
-ahead) run in the kernel and exchange parts only: lct train refuses them. LongCA-bench's
+ahead) run in the kernel and exchange parts only: lct train refuses them. block_sparse
+(MoBA) runs in the kernel part and on one rank (lct train refuses context parallelism
+and CAD for it); scripts/experiments/block_sparse.py measures its quality and cost. LongCA-bench's
 causal global_sliding_window is sink_window (global tokens as sinks).
 
   /usr/bin/python3 scripts/experiments/masks.py [--quick] [--out DIR] [--config F]
@@ -44,11 +46,17 @@ def mask_args(quick):
             # LongCA-bench's masks that read ahead: benchmarks only (lct train refuses them)
             "full_document": ["--attention.mask", "full_document"],
             "bidirectional_window": ["--attention.mask", "bidirectional_window", "--attention.window", w],
-            "causal_blockwise": ["--attention.mask", "causal_blockwise", "--attention.block_size", b]}
+            "causal_blockwise": ["--attention.mask", "causal_blockwise", "--attention.block_size", b],
+            # MoBA's trainable block-sparse attention: blocks of 1/16 of the kernel's
+            # document, 3 selected (scripts/experiments/block_sparse.py: quality and length)
+            "block_sparse": ["--attention.mask", "block_sparse", "--attention.block_size", "64" if quick else "1024",
+                             "--attention.top_blocks", "3"]}
 
 
 # the masks lct train refuses (a query reads the token it predicts)
 BENCH_ONLY = ("full_document", "bidirectional_window", "causal_blockwise")
+# the masks that train colocated only (lct train refuses context parallelism and CAD)
+COLOCATED_ONLY = ("block_sparse",)
 
 
 def bench(args, quick, config, out):
@@ -114,6 +122,8 @@ def main():
 
     causal_bytes = {}
     for mask, extra in masks.items():
+        if mask in COLOCATED_ONLY:
+            continue
         doc = packed if mask in ("prefix_lm", "shared_question") else one_doc
         for comm in ("ring", "allgather", "double_ring"):
             if (comm, doc[1]) not in causal_bytes:
@@ -140,11 +150,15 @@ def main():
     for r in range(rounds):
         for mask, extra in step_masks.items():
             for layout, (ranks, largs) in LAYOUTS.items():
+                if mask in COLOCATED_ONLY and ranks > 1:
+                    continue
                 run = common.mpi_train(ranks, data + extra + largs, a.quick, a.config,
                                        os.path.join(a.out, f"run_{mask}_{layout.replace(' ', '_').replace('=', '')}_{r}"))
                 tps.setdefault((mask, layout), []).append((common.wall_clock(run, warmup=2)["tokens_per_s"], run))
     for mask in step_masks:
         for layout in LAYOUTS:
+            if (mask, layout) not in tps:
+                continue
             speedups = [t / tps[(mask, "one rank")][i][0] for i, (t, _) in enumerate(tps[(mask, layout)])]
             last = tps[(mask, layout)][-1][1][-1]
             rows.append({"part": "step", "mask": mask, "layout": layout, "tokens": int(seq),
@@ -196,6 +210,7 @@ def main():
     ax[1].grid(alpha=0.3)
     step = [r for r in rows if r["part"] == "step" and r["layout"] != "one rank"]
     layouts = [l for l in LAYOUTS if l != "one rank"]
+    step_masks = [m for m in step_masks if m not in COLOCATED_ONLY]
     width = 0.8 / len(step_masks)
     for j, mask in enumerate(step_masks):
         v = [next(r["speedup_over_one_rank"] for r in step if r["mask"] == mask and r["layout"] == l) for l in layouts]

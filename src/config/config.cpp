@@ -218,7 +218,8 @@ void add_attention_keys(std::vector<ConfigKey>& k) {
                          [](Config& c) -> auto& { return c.model.attention_mask.kind; }, parse_mask_kind, mask_kind_name)));
   k.push_back(in(KeyScope::function, int_key("attention.window", "sliding_window, sink_window: W, the keys a query reads, its own included (j > i - W)", [](Config& c) -> auto& { return c.model.attention_mask.window; }, 1)));
   k.push_back(in(KeyScope::function, int_key("attention.sink_tokens", "sink_window: S, the document's first tokens every query also reads", [](Config& c) -> auto& { return c.model.attention_mask.sink_tokens; }, 0)));
-  k.push_back(in(KeyScope::function, int_key("attention.block_size", "chunked: B, queries read only keys of their own block of B positions", [](Config& c) -> auto& { return c.model.attention_mask.block_size; }, 1)));
+  k.push_back(in(KeyScope::function, int_key("attention.block_size", "chunked, causal_blockwise, block_sparse: B, the positions of a block (chunked: a query reads only its own block)", [](Config& c) -> auto& { return c.model.attention_mask.block_size; }, 1)));
+  k.push_back(in(KeyScope::function, int_key("attention.top_blocks", "block_sparse: k, the earlier blocks each query selects by its mean query's affinity to their mean key (MoBA; docs/model.md)", [](Config& c) -> auto& { return c.model.attention_mask.top_blocks; }, 0)));
   k.push_back(in(KeyScope::function, int_key("attention.dca_chunk_size", "DCA: C, the largest relative position (Qwen/vLLM chunk_size)", [](Config& c) -> auto& { return c.model.dca_chunk_size; }, 1)));
   k.push_back(in(KeyScope::function, int_key("attention.dca_local_size", "DCA: w, local window; chunks are C - w tokens", [](Config& c) -> auto& { return c.model.dca_local_size; }, 0)));
   k.push_back(in(KeyScope::function, num_key("attention.dca_mscale", "DCA: constant logit multiplier (attention temperature)", [](Config& c) -> auto& { return c.model.dca_mscale; })));
@@ -668,7 +669,9 @@ std::vector<std::string> inert_keys(const Config& c) {
        mask == MaskKind::sliding_window || mask == MaskKind::sink_window || mask == MaskKind::bidirectional_window,
        mask_text},
       {"attention.sink_tokens", mask == MaskKind::sink_window, mask_text},
-      {"attention.block_size", mask == MaskKind::chunked || mask == MaskKind::causal_blockwise, mask_text},
+      {"attention.block_size",
+       mask == MaskKind::chunked || mask == MaskKind::causal_blockwise || mask == MaskKind::block_sparse, mask_text},
+      {"attention.top_blocks", mask == MaskKind::block_sparse, mask_text},
       {"attention.dca_chunk_size", dca, "attention.kernel = causal"},
       {"attention.dca_local_size", dca, "attention.kernel = causal"},
       {"attention.dca_mscale", dca, "attention.kernel = causal"},

@@ -277,6 +277,7 @@ class HfConfigReader {
         {"attention_window", {"attention.window", JsonKind::integer}},
         {"attention_sink_tokens", {"attention.sink_tokens", JsonKind::integer}},
         {"attention_block_size", {"attention.block_size", JsonKind::integer}},
+        {"attention_top_blocks", {"attention.top_blocks", JsonKind::integer}},
         {"logit_scaling", {"attention.logit_scaling", JsonKind::string}},
         {"logit_scaling_length", {"attention.logit_scaling_length", JsonKind::integer}}};
     for (auto it = l.begin(); it != l.end(); ++it) {
@@ -416,6 +417,7 @@ std::string hf_config_json(const LlamaConfig& c, int64_t trained_length, Safeten
     lct["attention_window"] = c.attention_mask.window;
     lct["attention_sink_tokens"] = c.attention_mask.sink_tokens;
     lct["attention_block_size"] = c.attention_mask.block_size;
+    if (c.attention_mask.kind == MaskKind::block_sparse) lct["attention_top_blocks"] = c.attention_mask.top_blocks;
   }
   const Json j = {{"architectures", {"LlamaForCausalLM"}},
                   {"model_type", "llama"},

@@ -39,6 +39,8 @@ void write_model_attrs(H5File& f, const LlamaConfig& c) {
   f.set_attr("/model", "attention_window", int64_t(c.attention_mask.window));
   f.set_attr("/model", "attention_sink_tokens", int64_t(c.attention_mask.sink_tokens));
   f.set_attr("/model", "attention_block_size", int64_t(c.attention_mask.block_size));
+  if (c.attention_mask.kind == MaskKind::block_sparse)  // absent: the key's default (before block_sparse)
+    f.set_attr("/model", "attention_top_blocks", int64_t(c.attention_mask.top_blocks));
   if (c.attention_kernel == AttentionKernel::dca) {
     f.set_attr("/model", "dca_chunk_size", c.dca_chunk_size);
     f.set_attr("/model", "dca_local_size", c.dca_local_size);
@@ -116,6 +118,7 @@ LlamaConfig read_model_attrs(const H5File& f) {
     int_attr("attention_window", "attention.window");
     int_attr("attention_sink_tokens", "attention.sink_tokens");
     int_attr("attention_block_size", "attention.block_size");
+    if (f.attr_int("/model", "attention_top_blocks")) int_attr("attention_top_blocks", "attention.top_blocks");
   }
   const LlamaConfig c = typed;
   const std::string err = c.validate();

@@ -138,6 +138,12 @@ RunPlan make_run_plan(const Config& c, int world) {
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
+  // block_sparse selects its blocks from a document's whole key prefix, which only a
+  // rank that holds the document has (attention/block_sparse.h)
+  if (p.model.attention_mask.kind == MaskKind::block_sparse && p.placement != Placement::colocated)
+    throw ConfigError(std::string("attention.mask = block_sparse runs colocated (data and pipeline parallelism); "
+                                  "not under ") +
+                      (cad ? "attention.placement = cad" : "parallel.cp = " + std::to_string(p.layout.cp)));
   plan_cp_exchange(p, par);
   plan_cad(p, par, cc, cad);
   if (par.dp_balance == DpBalance::packing) {

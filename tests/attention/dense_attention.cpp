@@ -9,9 +9,48 @@
 
 namespace lct::test {
 
+std::vector<int32_t> reference_selection(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k) {
+  const int H = pr.H, KV = pr.KV, hd = pr.hd, G = H / KV, K = pr.mask.top_blocks, B = pr.mask.block_size;
+  std::vector<int32_t> sel(size_t(pr.T() * KV * K), -1);
+  for (size_t d = 0; d + 1 < pr.cu.size(); ++d) {
+    const int64_t start = pr.cu[d], len = pr.cu[d + 1] - start;
+    for (int g = 0; g < KV; ++g) {
+      std::vector<std::vector<double>> kbar;  // the document's whole blocks' mean keys
+      for (int64_t m = 0; (m + 1) * B <= len; ++m) {
+        std::vector<double> mean(size_t(hd), 0.0);
+        for (int64_t j = m * B; j < (m + 1) * B; ++j)
+          for (int x = 0; x < hd; ++x) mean[size_t(x)] += k[size_t(((start + j) * KV + g) * hd + x)];
+        for (double& x : mean) x /= B;
+        kbar.push_back(mean);
+      }
+      for (int64_t i = 0; i < len; ++i) {
+        std::vector<double> qbar(size_t(hd), 0.0);
+        for (int h = g * G; h < (g + 1) * G; ++h)
+          for (int x = 0; x < hd; ++x) qbar[size_t(x)] += q[size_t(((start + i) * H + h) * hd + x)];
+        for (double& x : qbar) x /= G;
+        std::vector<std::pair<double, int32_t>> scores;  // (score, block)
+        for (int64_t m = 0; m < i / B; ++m) {
+          double s = 0;
+          for (int x = 0; x < hd; ++x) s = std::fma(qbar[size_t(x)], kbar[size_t(m)][size_t(x)], s);
+          scores.push_back({s, int32_t(m)});
+        }
+        // highest first, the later block first among equal scores
+        std::sort(scores.begin(), scores.end(), [](auto a, auto b) { return a > b; });
+        std::vector<int32_t> top;
+        for (size_t n = 0; n < scores.size() && int(n) < K; ++n) top.push_back(scores[n].second);
+        std::sort(top.begin(), top.end());
+        std::copy(top.begin(), top.end(), sel.begin() + ((start + i) * KV + g) * K);
+      }
+    }
+  }
+  return sel;
+}
+
 template <typename Real>
-Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k,
+Dense<Real> dense_attention(const Problem& problem, const std::vector<float>& q, const std::vector<float>& k,
                             const std::vector<float>& v, const std::vector<float>& dout) {
+  Problem pr = problem;
+  if (pr.mask.kind == MaskKind::block_sparse) pr.selected = reference_selection(pr, q, k);
   const int H = pr.H, KV = pr.KV, hd = pr.hd, group = H / KV;
   const int64_t T = pr.T();
   const Real scale = Real(1) / std::sqrt(Real(hd));
@@ -30,7 +69,7 @@ Dense<Real> dense_attention(const Problem& pr, const std::vector<float>& q, cons
         std::vector<int64_t> keys;  // the rows query i reads
         Real mx = -std::numeric_limits<Real>::infinity();
         for (int64_t j = b; j < e; ++j) {
-          if (!pr.visible(d, i - b, j - b)) continue;
+          if (!pr.visible(d, i - b, j - b, g)) continue;
           Real acc = 0;
           for (int x = 0; x < hd; ++x)
             acc += Real(q[size_t((i * H + h) * hd + x)]) * k[size_t((j * KV + g) * hd + x)];

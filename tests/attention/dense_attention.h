@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <utility>
@@ -39,10 +40,13 @@ struct Problem {
   int64_t chunk_rows = kAttentionChunkRows;  // the kernel's runs (AttentionParams::chunk_rows)
   std::vector<int32_t> prefix_lens;  // prefix_lm: per document
   std::vector<int32_t> segment_ids;  // shared_question: per token
+  // block_sparse: the blocks each query row selects per kv head group, [T][KV][top_blocks]
+  // (-1: none), from reference_selection
+  std::vector<int32_t> selected;
   MaskData mask_data() const { return {prefix_lens, segment_ids}; }
-  // Whether query i reads key j (in-document positions) of document d, by the
-  // definitions in attention_mask.h.
-  bool visible(size_t d, int64_t i, int64_t j) const {
+  // Whether query i reads key j (in-document positions) of document d (with kv head
+  // group g), by the definitions in attention_mask.h.
+  bool visible(size_t d, int64_t i, int64_t j, int g = 0) const {
     const AttentionMask& m = mask;
     switch (m.kind) {
       case MaskKind::causal: return j <= i;
@@ -57,10 +61,21 @@ struct Problem {
       case MaskKind::full_document: return true;
       case MaskKind::bidirectional_window: return j > i - m.window && j < i + m.window;
       case MaskKind::causal_blockwise: return j / m.block_size <= i / m.block_size;
+      case MaskKind::block_sparse: {
+        if (j > i) return false;
+        if (j / m.block_size == i / m.block_size) return true;
+        const int32_t* sel = selected.data() + ((cu[d] + i) * KV + g) * m.top_blocks;
+        return std::find(sel, sel + m.top_blocks, int32_t(j / m.block_size)) != sel + m.top_blocks;
+      }
     }
     return false;
   }
 };
+
+// block_sparse's selection straight from its definition (attention_mask.h): per document,
+// query and group, the mean query over the group's heads against each earlier block's
+// mean key, in double; the top_blocks highest (ties to the later block).
+std::vector<int32_t> reference_selection(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k);
 
 template <typename Real>
 struct Dense {

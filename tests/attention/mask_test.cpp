@@ -23,7 +23,7 @@ const std::vector<int32_t> kDocs = {0, 1, 4, 45, 141, 441, 442, 700, 713, 1813};
 
 Problem masked(MaskKind kind, int H = 4, int KV = 2, int hd = 16, std::vector<int32_t> cu = kDocs) {
   Problem pr{H, KV, hd, std::move(cu)};
-  pr.mask = {kind, 50, 4, 96};
+  pr.mask = {kind, 50, 4, 96, 2};
   const size_t docs = pr.cu.size() - 1;
   if (kind == MaskKind::prefix_lm) {
     // prefixes of 0, the whole document, and in between (in tiles and across them)
@@ -52,7 +52,8 @@ Problem masked(MaskKind kind, int H = 4, int KV = 2, int hd = 16, std::vector<in
 
 constexpr MaskKind kAllMasks[] = {MaskKind::causal,          MaskKind::sliding_window,       MaskKind::sink_window,
                                   MaskKind::chunked,         MaskKind::prefix_lm,            MaskKind::shared_question,
-                                  MaskKind::full_document,   MaskKind::bidirectional_window, MaskKind::causal_blockwise};
+                                  MaskKind::full_document,   MaskKind::bidirectional_window, MaskKind::causal_blockwise,
+                                  MaskKind::block_sparse};
 
 // fp32: the kernel's error against float64 is at most twice that of a naive float32
 // implementation of the same dense formulas (the causal kernel's tolerance).
@@ -108,7 +109,7 @@ TEST(Masks, Bf16EveryMaskMatchesDenseReference) {
 TEST(Masks, GradientsMatchFiniteDifferences) {
   for (MaskKind kind : kAllMasks) {
     Problem pr = masked(kind, 4, 2, 8, {0, 3, 14, 31});
-    pr.mask = {kind, 5, 2, 4};
+    pr.mask = {kind, 5, 2, 4, 2};
     if (kind == MaskKind::prefix_lm) pr.prefix_lens = {3, 4, 9};
     if (kind == MaskKind::shared_question)
       pr.segment_ids = {0, 0, 1, /**/ 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3, /**/ 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3};
@@ -130,7 +131,8 @@ TEST(Masks, GradientsMatchFiniteDifferences) {
 // start, or from the first key its window or block reaches), equals the whole document:
 // what context parallelism and CAD hand the kernel.
 TEST(Masks, TaskSplitsEqualTheWholeDocument) {
-  for (MaskKind kind : {MaskKind::sliding_window, MaskKind::sink_window, MaskKind::chunked, MaskKind::prefix_lm}) {
+  for (MaskKind kind :
+       {MaskKind::sliding_window, MaskKind::sink_window, MaskKind::chunked, MaskKind::prefix_lm, MaskKind::block_sparse}) {
     Problem pr = masked(kind, 4, 2, 8, {0, 600});
     if (kind == MaskKind::prefix_lm) pr.prefix_lens = {333};
     const KernelRun whole = run_kernel(pr, 21);
@@ -165,6 +167,10 @@ TEST(Masks, TaskSplitsEqualTheWholeDocument) {
 TEST(Masks, PairsCountTheUnmaskedPairs) {
   for (MaskKind kind : kAllMasks) {
     Problem pr = masked(kind);
+    if (kind == MaskKind::block_sparse) {  // the selection of random queries and keys (group 0's)
+      const KernelRun r = run_kernel(pr, 9);
+      pr.selected = reference_selection(pr, r.q, r.k);
+    }
     const auto tasks = tasks_for_documents(pr.cu, pr.mask_data());
     int64_t counted = 0;
     for (size_t d = 0; d + 1 < pr.cu.size(); ++d)

@@ -224,7 +224,8 @@ MASK_RUN="--model.vocab_size 96 --model.hidden_size 32 --model.intermediate_size
   --data.seq_len 256 --data.max_doc_len 200 --data.doc_lengths pretrain"
 for mask in "sliding_window --attention.window 20" "sink_window --attention.window 16 --attention.sink_tokens 3" \
             "chunked --attention.block_size 24" "prefix_lm --data.prefix_fraction 0.3" \
-            "shared_question --data.prefix_fraction 0.2 --data.answers_per_question 3"; do
+            "shared_question --data.prefix_fraction 0.2 --data.answers_per_question 3" \
+            "block_sparse --attention.block_size 16 --attention.top_blocks 2"; do
   name=mask_${mask%% *}
   "$LCT" train $MASK_RUN --attention.mask $mask --train.steps 3 --checkpoint.dir "$name" > "$name.log"
   "$LCT" make-batch $MASK_RUN --attention.mask $mask --sequences 2 --first 3 --out "$name.batch.h5" > /dev/null

@@ -181,6 +181,9 @@ TEST(KvCacheDecoder, GreedyIsTheFullForwardsArgmaxMasks) {
   check_decoding(c, 12, 20, 12);
   c.attention_mask = AttentionMask{MaskKind::shared_question, 0, 0, 0};
   check_decoding(c, 12, 20, 13);
+  // each new token selects its blocks from the cache's keys
+  c.attention_mask = AttentionMask{MaskKind::block_sparse, 0, 0, 4, 2};
+  check_decoding(c, 6, 30, 17);
 }
 
 // A prompt longer than a token tile: the prompt's rows run in tiles.

@@ -8,7 +8,8 @@
 # (layouts sum gradients over tokens and merge attention over key blocks in other
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
-# and the contiguous split. Then: a masked checkpoint resumes only
+# and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2 and full recomputation
+# (context parallelism and CAD refuse it). Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -56,6 +57,27 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
   if compare "$name against causal" "ref_$name" ref_causal > /dev/null; then echo "FAIL: $name trains like causal"; exit 1; fi
   on_every_layout "$name" "$m"
 done
+
+# block_sparse (MoBA): its selection needs a document's whole key prefix, which data and
+# pipeline parallelism keep on one rank (and recomputation reruns it): those equal one
+# process; context parallelism and CAD are refused with one line
+bs="--attention.mask block_sparse --attention.block_size 16 --attention.top_blocks 2"
+train ref_block_sparse 0 $bs
+grep -q "mask block_sparse (block 16, top 2)" ref_block_sparse.log || { cat ref_block_sparse.log; echo "FAIL: the log does not name the mask"; exit 1; }
+if compare "block_sparse against causal" ref_block_sparse ref_causal > /dev/null; then echo "FAIL: block_sparse trains like causal"; exit 1; fi
+train ref_block_chunked 0 --attention.mask chunked --attention.block_size 16
+if compare "block_sparse against chunked" ref_block_sparse ref_block_chunked > /dev/null; then
+  echo "FAIL: block_sparse trains like chunked (it selects nothing)"; exit 1; fi
+MB=1 train dp2_block_sparse 2 $bs --parallel.dp 2
+compare "dp=2, block_sparse" dp2_block_sparse ref_block_sparse
+train pp2_block_sparse 2 $bs --parallel.dp 1 --parallel.pp 2
+compare "pp=2, block_sparse" pp2_block_sparse ref_block_sparse
+train recompute_block_sparse 0 $bs --train.recompute full
+compare "full recomputation, block_sparse" recompute_block_sparse ref_block_sparse
+expect_layout_error 2 "attention.mask = block_sparse runs colocated (data and pipeline parallelism); not under parallel.cp = 2" \
+  $bs --parallel.dp 1 --parallel.cp 2
+expect_layout_error 2 "attention.mask = block_sparse runs colocated (data and pipeline parallelism); not under attention.placement = cad" \
+  $bs --parallel.dp 2 --attention.placement cad
 
 # per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
 # documents shorter and longer than them, on every layout: context parallelism and CAD
@@ -146,6 +168,7 @@ bad "attention.window must be >= 1" --attention.mask sliding_window --attention.
 bad "attention.sink_tokens must be >= 0" --attention.mask sink_window --attention.sink_tokens -1
 bad "attention.block_size must be >= 1" --attention.mask chunked --attention.block_size 0
 bad "unknown attention mask" --attention.mask window
+bad "attention.top_blocks must be >= 0" --attention.mask block_sparse --attention.top_blocks -1
 # LongCA-bench's masks that read ahead run in lct bench, not in training
 for m in full_document "bidirectional_window --attention.window 8" "causal_blockwise --attention.block_size 16"; do
   bad "attention.mask = ${m%% *} lets a query read the token it predicts" --attention.mask $m

@@ -1,0 +1,355 @@
+#include "attention/block_sparse.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace lct {
+
+namespace {
+
+struct Shape {
+  int64_t H, KV, G, hd, ldq, ldk, B, k;
+  explicit Shape(const AttentionParams& p)
+      : H(p.num_heads), KV(p.num_kv_heads), G(p.num_heads / p.num_kv_heads), hd(p.head_dim),
+        ldq(int64_t(p.num_heads) * p.head_dim), ldk(int64_t(p.num_kv_heads) * p.head_dim), B(p.mask.block_size),
+        k(p.mask.top_blocks) {}
+};
+
+void check_head_dim(const AttentionParams& p) {
+  if (p.head_dim > 512) throw std::invalid_argument("attention: block_sparse takes head_dim <= 512");
+}
+
+void check_task(const AttentionTask& t) {
+  if (t.q_len > 0 && (t.kv_pos != 0 || int64_t(t.kv_len) < int64_t(t.q_pos) + t.q_len))
+    throw std::invalid_argument(
+        "attention: block_sparse needs each task's keys from its document's first to its last query (got keys [" +
+        std::to_string(t.kv_pos) + ", " + std::to_string(int64_t(t.kv_pos) + t.kv_len) + ") for queries [" +
+        std::to_string(t.q_pos) + ", " + std::to_string(int64_t(t.q_pos) + t.q_len) + "))");
+}
+
+// kbar[g][x][m]: the mean of block m's keys of group g (dimension x), blocks [0, blocks)
+// of task t (blocks contiguous: the scores below run along them).
+void block_means(const Shape& s, const AttentionTask& t, const float* k, int64_t blocks, std::vector<double>& kbar) {
+  kbar.assign(size_t(s.KV * blocks * s.hd), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < blocks; ++m)
+    for (int64_t g = 0; g < s.KV; ++g) {
+      double sum[512];  // head_dim <= 512 (checked by the caller)
+      std::fill(sum, sum + s.hd, 0.0);
+      for (int64_t j = 0; j < s.B; ++j) {
+        const float* row = k + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
+        for (int64_t x = 0; x < s.hd; ++x) sum[x] += double(row[x]);
+      }
+      for (int64_t x = 0; x < s.hd; ++x) kbar[size_t((g * s.hd + x) * blocks + m)] = sum[x] / double(s.B);
+    }
+}
+
+// Rows scored together against a stretch of blocks (the stretch's scores stay in L1,
+// its block means are read once per tile of rows).
+constexpr int64_t kScoreRows = 8, kScoreBlocks = 256;
+
+// The selection of query rows [q_lo, q_hi) of task t (select_blocks), given kbar over
+// the blocks before the last query's block. Each score is fma(qbar[x], kbar[x], .) over
+// x = 0, 1, ... in order: the same bits for any cut of the rows and on any machine.
+void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q_hi, const float* q,
+                 const std::vector<double>& kbar, int64_t blocks, std::vector<int32_t>& selected) {
+  const int64_t n = q_hi - q_lo, K = s.k, R = kScoreRows;
+  selected.assign(size_t(n * s.KV * K), -1);
+  if (K == 0) return;
+#pragma omp parallel
+  {
+    std::vector<double> qbar(size_t(R * s.hd)), score(size_t(R * std::max<int64_t>(blocks, 1)));
+    std::vector<double> best_s(static_cast<size_t>(K));
+    std::vector<int32_t> best_m(static_cast<size_t>(K));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t r0 = 0; r0 < n; r0 += R) {
+      const int64_t rows = std::min(R, n - r0);
+      const auto block_of = [&](int64_t r) { return (int64_t(t.q_pos) + (q_lo + r - t.q_row)) / s.B; };
+      const int64_t bmax = block_of(r0 + rows - 1);
+      for (int64_t g = 0; g < s.KV; ++g) {
+        if (bmax > K) {  // some row chooses: the tile's mean queries and scores
+          for (int64_t i = 0; i < rows; ++i) {
+            double* qb = qbar.data() + i * s.hd;
+            std::fill(qb, qb + s.hd, 0.0);
+            for (int64_t h = 0; h < s.G; ++h) {
+              const float* row = q + (q_lo + r0 + i) * s.ldq + (g * s.G + h) * s.hd;
+              for (int64_t x = 0; x < s.hd; ++x) qb[x] += double(row[x]);
+            }
+            for (int64_t x = 0; x < s.hd; ++x) qb[x] /= double(s.G);
+          }
+          const double* kb = kbar.data() + g * s.hd * blocks;
+          for (int64_t m0 = 0; m0 < bmax; m0 += kScoreBlocks) {
+            const int64_t m1 = std::min(bmax, m0 + kScoreBlocks);
+            for (int64_t i = 0; i < rows; ++i) std::fill(score.data() + i * blocks + m0, score.data() + i * blocks + m1, 0.0);
+            for (int64_t x = 0; x < s.hd; ++x) {
+              const double* km = kb + x * blocks;
+              for (int64_t i = 0; i < rows; ++i) {
+                const double qx = qbar[size_t(i * s.hd + x)];
+                double* sc = score.data() + i * blocks;
+#pragma omp simd
+                for (int64_t m = m0; m < m1; ++m) sc[m] = std::fma(qx, km[m], sc[m]);
+              }
+            }
+          }
+        }
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t b = block_of(r0 + i);
+          int32_t* out = selected.data() + ((r0 + i) * s.KV + g) * K;
+          if (b <= K) {  // every earlier block
+            for (int64_t m = 0; m < b; ++m) out[m] = int32_t(m);
+            continue;
+          }
+          // the k best, best first; a block beats another of higher score, or of equal
+          // score and later (blocks come in increasing order: >= keeps the later)
+          const double* sc = score.data() + i * blocks;
+          int64_t kept = 0;
+          for (int64_t m = 0; m < b; ++m) {
+            const double v = sc[m];
+            if (kept == K && !(v >= best_s[size_t(K - 1)])) continue;
+            int64_t at = kept < K ? kept++ : K - 1;
+            while (at > 0 && v >= best_s[size_t(at - 1)]) {
+              best_s[size_t(at)] = best_s[size_t(at - 1)], best_m[size_t(at)] = best_m[size_t(at - 1)];
+              --at;
+            }
+            best_s[size_t(at)] = v, best_m[size_t(at)] = int32_t(m);
+          }
+          std::copy(best_m.begin(), best_m.begin() + kept, out);
+          std::sort(out, out + kept);
+        }
+      }
+    }
+  }
+}
+
+// The rows of a slice that selected each block, per group: rows[offset[g][m] ..
+// offset[g][m + 1]) are slice rows (increasing) that selected block m for group g.
+struct Lists {
+  std::vector<int64_t> offset;  // [KV][blocks + 1]
+  std::vector<int32_t> rows;
+};
+void invert(const Shape& s, const std::vector<int32_t>& selected, int64_t n, int64_t blocks, Lists& l) {
+  l.offset.assign(size_t(s.KV * (blocks + 1)), 0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < s.KV; ++g)
+      for (int64_t i = 0; i < s.k; ++i)
+        if (const int32_t m = selected[size_t((r * s.KV + g) * s.k + i)]; m >= 0) ++l.offset[size_t(g * (blocks + 1) + m + 1)];
+  int64_t total = 0;
+  for (int64_t g = 0; g < s.KV; ++g)
+    for (int64_t m = 0; m <= blocks; ++m) {
+      int64_t& o = l.offset[size_t(g * (blocks + 1) + m)];
+      total += o;
+      o = total;
+    }
+  l.rows.resize(size_t(total));
+  std::vector<int64_t> fill(l.offset);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < s.KV; ++g)
+      for (int64_t i = 0; i < s.k; ++i)
+        if (const int32_t m = selected[size_t((r * s.KV + g) * s.k + i)]; m >= 0)
+          l.rows[size_t(fill[size_t(g * (blocks + 1) + m)]++)] = int32_t(r);
+}
+
+// Grow-only scratch of the calling thread.
+struct Scratch {
+  std::vector<double> kbar;
+  std::vector<int32_t> selected;
+  Lists lists;
+  std::vector<float> qg, og, lseg, dog, dqg, po, plse, kb, vb, dkb, dvb;
+};
+thread_local Scratch tls;
+
+void grow(std::vector<float>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+}
+
+// Copies rows[i] (slice rows from row0) of group g's heads between a [rows, H, hd]
+// array and a packed [n, G, hd] one (per = hd; per = 1 for LSE's [rows, H]).
+template <bool ToPacked, typename Src, typename Dst>
+void move_rows(const Shape& s, const int32_t* rows, int64_t n, int64_t row0, int64_t g, int64_t per, Src full,
+               Dst packed) {
+  const int64_t width = s.G * per;
+#pragma omp parallel for schedule(static) if (n * width > 16384)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = (row0 + rows[i]) * s.H * per + g * width;
+    if constexpr (ToPacked)
+      std::copy(full + at, full + at + width, packed + i * width);
+    else
+      std::copy(packed + i * width, packed + i * width + width, full + at);
+  }
+}
+
+// The same, adding the packed rows into the full array.
+void add_rows(const Shape& s, const int32_t* rows, int64_t n, int64_t row0, int64_t g, const float* packed,
+              float* full) {
+  const int64_t width = s.G * s.hd;
+#pragma omp parallel for schedule(static) if (n * width > 16384)
+  for (int64_t i = 0; i < n; ++i) {
+    float* f = full + (row0 + rows[i]) * s.H * s.hd + g * width;
+    const float* p = packed + i * width;
+    for (int64_t x = 0; x < width; ++x) f[x] += p[x];
+  }
+}
+
+// Block m's keys (or values) of group g, packed [B, hd]; and back, added.
+void gather_block(const Shape& s, const AttentionTask& t, int64_t m, int64_t g, const float* src, float* out) {
+  for (int64_t j = 0; j < s.B; ++j) {
+    const float* row = src + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
+    std::copy(row, row + s.hd, out + j * s.hd);
+  }
+}
+void add_block(const Shape& s, const AttentionTask& t, int64_t m, int64_t g, const float* in, float* dst) {
+  for (int64_t j = 0; j < s.B; ++j) {
+    float* row = dst + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
+    const float* p = in + j * s.hd;
+    for (int64_t x = 0; x < s.hd; ++x) row[x] += p[x];
+  }
+}
+
+// The own blocks: the chunked mask.
+AttentionParams own_blocks(const AttentionParams& params) {
+  AttentionParams own = params;
+  own.mask = AttentionMask{};
+  own.mask.kind = MaskKind::chunked;
+  own.mask.block_size = params.mask.block_size;
+  return own;
+}
+
+// One selected block's problem: G query heads over one kv head, every key visible (the
+// queries sit after the block's keys, at a multiple of the query tile).
+AttentionParams part_params(const AttentionParams& params) {
+  AttentionParams part = params;
+  part.num_heads = params.num_heads / params.num_kv_heads;
+  part.num_kv_heads = 1;
+  part.mask = AttentionMask{};
+  return part;
+}
+AttentionTask part_task(const AttentionParams& part, int64_t n, int64_t B) {
+  const int64_t tile = attention_query_tile(part);
+  AttentionTask t;
+  t.q_len = int32_t(n);
+  t.kv_len = int32_t(B);
+  t.q_pos = int32_t((B + tile - 1) / tile * tile);
+  return t;
+}
+
+// For each task, each query slice of at most chunk_rows rows (at in-document multiples
+// of chunk_rows), each group and each selected block in increasing order: f(task, slice
+// row0, group, block, rows, n).
+template <typename F>
+void for_each_part(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
+                   const float* k, F&& f) {
+  const Shape s(params);
+  Scratch& w = tls;
+  for (const AttentionTask& t : tasks) {
+    if (t.q_len <= 0) continue;
+    const int64_t last = int64_t(t.q_pos) + t.q_len - 1, blocks = last / s.B;
+    if (blocks == 0) continue;  // no earlier block
+    block_means(s, t, k, blocks, w.kbar);
+    for (int64_t lo = t.q_row, end = t.q_row + t.q_len; lo < end;) {
+      const int64_t pos = int64_t(t.q_pos) + (lo - t.q_row);
+      const int64_t hi = std::min(end, lo + ((pos / params.chunk_rows + 1) * params.chunk_rows - pos));
+      select_rows(s, t, lo, hi, q, w.kbar, blocks, w.selected);
+      invert(s, w.selected, hi - lo, blocks, w.lists);
+      for (int64_t g = 0; g < s.KV; ++g)
+        for (int64_t m = 0; m < blocks; ++m) {
+          const int64_t a = w.lists.offset[size_t(g * (blocks + 1) + m)], b = w.lists.offset[size_t(g * (blocks + 1) + m + 1)];
+          if (b > a) f(t, lo, g, m, w.lists.rows.data() + a, b - a);
+        }
+      lo = hi;
+    }
+  }
+}
+
+}  // namespace
+
+void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
+                   const float* q, const float* k, std::vector<int32_t>& selected) {
+  check_task(t);
+  check_head_dim(params);
+  const Shape s(params);
+  const int64_t blocks = q_hi > q_lo ? (int64_t(t.q_pos) + (q_hi - 1 - t.q_row)) / s.B : 0;
+  std::vector<double> kbar;
+  block_means(s, t, k, blocks, kbar);
+  select_rows(s, t, q_lo, q_hi, q, kbar, blocks, selected);
+}
+
+void block_sparse_forward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
+                          const float* k, const float* v, float* out, float* lse) {
+  for (const AttentionTask& t : tasks) check_task(t);
+  check_head_dim(params);
+  attention_forward(own_blocks(params), tasks, q, k, v, out, lse);
+  if (params.mask.top_blocks == 0) return;
+  const Shape s(params);
+  const AttentionParams part = part_params(params);
+  Scratch& w = tls;
+  for_each_part(params, tasks, q, k,
+                [&](const AttentionTask& t, int64_t row0, int64_t g, int64_t m, const int32_t* rows, int64_t n) {
+                  const int64_t qsize = n * s.G * s.hd;
+                  grow(w.qg, qsize), grow(w.og, qsize), grow(w.po, qsize);
+                  grow(w.lseg, n * s.G), grow(w.plse, n * s.G);
+                  grow(w.kb, s.B * s.hd), grow(w.vb, s.B * s.hd);
+                  move_rows<true>(s, rows, n, row0, g, s.hd, q, w.qg.data());
+                  move_rows<true>(s, rows, n, row0, g, s.hd, out, w.og.data());
+                  move_rows<true>(s, rows, n, row0, g, 1, lse, w.lseg.data());
+                  gather_block(s, t, m, g, k, w.kb.data());
+                  gather_block(s, t, m, g, v, w.vb.data());
+                  const AttentionTask pt = part_task(part, n, s.B);
+                  attention_forward(part, {&pt, 1}, w.qg.data(), w.kb.data(), w.vb.data(), w.po.data(),
+                                    w.plse.data());
+                  merge_attention_partial(w.og.data(), w.lseg.data(), w.po.data(), w.plse.data(), n, int(s.G),
+                                          int(s.hd));
+                  move_rows<false>(s, rows, n, row0, g, s.hd, out, w.og.data());
+                  move_rows<false>(s, rows, n, row0, g, 1, lse, w.lseg.data());
+                });
+}
+
+void block_sparse_backward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
+                           const float* k, const float* v, const float* out, const float* lse, const float* dout,
+                           float* dq, float* dk, float* dv) {
+  for (const AttentionTask& t : tasks) check_task(t);
+  check_head_dim(params);
+  attention_backward(own_blocks(params), tasks, q, k, v, out, lse, dout, dq, dk, dv);
+  if (params.mask.top_blocks == 0) return;
+  const Shape s(params);
+  const AttentionParams part = part_params(params);
+  Scratch& w = tls;
+  for_each_part(params, tasks, q, k,
+                [&](const AttentionTask& t, int64_t row0, int64_t g, int64_t m, const int32_t* rows, int64_t n) {
+                  const int64_t qsize = n * s.G * s.hd;
+                  grow(w.qg, qsize), grow(w.og, qsize), grow(w.dog, qsize), grow(w.dqg, qsize);
+                  grow(w.lseg, n * s.G);
+                  grow(w.kb, s.B * s.hd), grow(w.vb, s.B * s.hd), grow(w.dkb, s.B * s.hd), grow(w.dvb, s.B * s.hd);
+                  move_rows<true>(s, rows, n, row0, g, s.hd, q, w.qg.data());
+                  move_rows<true>(s, rows, n, row0, g, s.hd, out, w.og.data());
+                  move_rows<true>(s, rows, n, row0, g, s.hd, dout, w.dog.data());
+                  move_rows<true>(s, rows, n, row0, g, 1, lse, w.lseg.data());
+                  gather_block(s, t, m, g, k, w.kb.data());
+                  gather_block(s, t, m, g, v, w.vb.data());
+                  std::fill_n(w.dqg.begin(), qsize, 0.0f);
+                  std::fill_n(w.dkb.begin(), s.B * s.hd, 0.0f);
+                  std::fill_n(w.dvb.begin(), s.B * s.hd, 0.0f);
+                  const AttentionTask pt = part_task(part, n, s.B);
+                  attention_backward(part, {&pt, 1}, w.qg.data(), w.kb.data(), w.vb.data(), w.og.data(),
+                                     w.lseg.data(), w.dog.data(), w.dqg.data(), w.dkb.data(), w.dvb.data());
+                  add_rows(s, rows, n, row0, g, w.dqg.data(), dq);
+                  add_block(s, t, m, g, w.dkb.data(), dk);
+                  add_block(s, t, m, g, w.dvb.data(), dv);
+                });
+}
+
+int64_t block_sparse_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows) {
+  if (params.mask.kind != MaskKind::block_sparse) return 0;
+  const Shape s(params);
+  const int64_t rows = std::min(query_rows, params.chunk_rows);
+  const int64_t block = s.B * s.hd * 4 * 4;                             // K, V, dK, dV of a block
+  const int64_t per_row = 4 * (5 * s.G * s.hd + 3 * s.G)                // Q, O, dO, dQ, part O; LSEs
+                          + 4 * s.KV * std::max<int64_t>(1, s.k) * 2;   // selection and its lists
+  const int64_t means = 8 * s.KV * s.hd * (key_rows / s.B + 1);         // block means
+  return block + per_row * (rows + 2) + means + 16 * s.KV * (key_rows / s.B + 2);  // + list offsets
+}
+
+}  // namespace lct

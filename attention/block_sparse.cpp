@@ -153,11 +153,21 @@ void invert(const Shape& s, const std::vector<int32_t>& selected, int64_t n, int
           l.rows[size_t(fill[size_t(g * (blocks + 1) + m)]++)] = int32_t(r);
 }
 
+// One block of a batch: its index, the slice rows that selected it, and where they sit
+// in the batch's packed query rows.
+struct Part {
+  int64_t block;
+  const int32_t* rows;
+  int64_t n, at;
+};
+
 // Grow-only scratch of the calling thread.
 struct Scratch {
   std::vector<double> kbar;
   std::vector<int32_t> selected;
   Lists lists;
+  std::vector<Part> parts;
+  std::vector<AttentionTask> part_tasks;
   std::vector<float> qg, og, lseg, dog, dqg, po, plse, kb, vb, dkb, dvb;
 };
 thread_local Scratch tls;
@@ -218,8 +228,13 @@ AttentionParams own_blocks(const AttentionParams& params) {
   return own;
 }
 
-// One selected block's problem: G query heads over one kv head, every key visible (the
-// queries sit after the block's keys, at a multiple of the query tile).
+// The selected blocks' problems: G query heads over one kv head, every key visible. A
+// batch of blocks of one group is one kernel call, one task per block (the block's
+// keys at rows [i B, (i + 1) B) of the packed K and V, the rows that selected it after
+// the previous block's rows, sitting after the keys at a multiple of the query tile):
+// the kernel spreads the batch's key blocks over the threads, and each task's
+// arithmetic is its own (a batch's blocks are merged and added one after another, in
+// increasing block order, as one block a call would).
 AttentionParams part_params(const AttentionParams& params) {
   AttentionParams part = params;
   part.num_heads = params.num_heads / params.num_kv_heads;
@@ -227,23 +242,21 @@ AttentionParams part_params(const AttentionParams& params) {
   part.mask = AttentionMask{};
   return part;
 }
-AttentionTask part_task(const AttentionParams& part, int64_t n, int64_t B) {
-  const int64_t tile = attention_query_tile(part);
-  AttentionTask t;
-  t.q_len = int32_t(n);
-  t.kv_len = int32_t(B);
-  t.q_pos = int32_t((B + tile - 1) / tile * tile);
-  return t;
-}
+
+// The rows of the blocks a batch gathers at most (a block's rows are never split).
+constexpr int64_t kBatchRows = 16384;
+
 
 // For each task, each query slice of at most chunk_rows rows (at in-document multiples
-// of chunk_rows), each group and each selected block in increasing order: f(task, slice
-// row0, group, block, rows, n).
+// of chunk_rows), each group, and batches of its selected blocks in increasing order:
+// f(task, slice row0, group, parts, tasks of the batch's kernel call, its query rows).
 template <typename F>
-void for_each_part(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
-                   const float* k, F&& f) {
+void for_each_batch(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
+                    const float* k, F&& f) {
   const Shape s(params);
   Scratch& w = tls;
+  const int64_t tile = attention_query_tile(part_params(params));
+  const int32_t q_pos = int32_t((s.B + tile - 1) / tile * tile);
   for (const AttentionTask& t : tasks) {
     if (t.q_len <= 0) continue;
     const int64_t last = int64_t(t.q_pos) + t.q_len - 1, blocks = last / s.B;
@@ -254,11 +267,30 @@ void for_each_part(const AttentionParams& params, std::span<const AttentionTask>
       const int64_t hi = std::min(end, lo + ((pos / params.chunk_rows + 1) * params.chunk_rows - pos));
       select_rows(s, t, lo, hi, q, w.kbar, blocks, w.selected);
       invert(s, w.selected, hi - lo, blocks, w.lists);
-      for (int64_t g = 0; g < s.KV; ++g)
+      for (int64_t g = 0; g < s.KV; ++g) {
+        w.parts.clear(), w.part_tasks.clear();
+        int64_t rows = 0;
+        const auto flush = [&] {
+          if (!w.parts.empty()) f(t, lo, g, std::span<const Part>(w.parts), std::span<const AttentionTask>(w.part_tasks), rows);
+          w.parts.clear(), w.part_tasks.clear();
+          rows = 0;
+        };
         for (int64_t m = 0; m < blocks; ++m) {
           const int64_t a = w.lists.offset[size_t(g * (blocks + 1) + m)], b = w.lists.offset[size_t(g * (blocks + 1) + m + 1)];
-          if (b > a) f(t, lo, g, m, w.lists.rows.data() + a, b - a);
+          if (b == a) continue;
+          if (rows > 0 && rows + (b - a) > kBatchRows) flush();
+          AttentionTask pt;
+          pt.q_row = rows;
+          pt.kv_row = int64_t(w.parts.size()) * s.B;
+          pt.q_len = int32_t(b - a);
+          pt.kv_len = int32_t(s.B);
+          pt.q_pos = q_pos;
+          w.parts.push_back({m, w.lists.rows.data() + a, b - a, rows});
+          w.part_tasks.push_back(pt);
+          rows += b - a;
         }
+        flush();
+      }
       lo = hi;
     }
   }
@@ -286,25 +318,32 @@ void block_sparse_forward(const AttentionParams& params, std::span<const Attenti
   const Shape s(params);
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
-  for_each_part(params, tasks, q, k,
-                [&](const AttentionTask& t, int64_t row0, int64_t g, int64_t m, const int32_t* rows, int64_t n) {
-                  const int64_t qsize = n * s.G * s.hd;
-                  grow(w.qg, qsize), grow(w.og, qsize), grow(w.po, qsize);
-                  grow(w.lseg, n * s.G), grow(w.plse, n * s.G);
-                  grow(w.kb, s.B * s.hd), grow(w.vb, s.B * s.hd);
-                  move_rows<true>(s, rows, n, row0, g, s.hd, q, w.qg.data());
-                  move_rows<true>(s, rows, n, row0, g, s.hd, out, w.og.data());
-                  move_rows<true>(s, rows, n, row0, g, 1, lse, w.lseg.data());
-                  gather_block(s, t, m, g, k, w.kb.data());
-                  gather_block(s, t, m, g, v, w.vb.data());
-                  const AttentionTask pt = part_task(part, n, s.B);
-                  attention_forward(part, {&pt, 1}, w.qg.data(), w.kb.data(), w.vb.data(), w.po.data(),
-                                    w.plse.data());
-                  merge_attention_partial(w.og.data(), w.lseg.data(), w.po.data(), w.plse.data(), n, int(s.G),
-                                          int(s.hd));
-                  move_rows<false>(s, rows, n, row0, g, s.hd, out, w.og.data());
-                  move_rows<false>(s, rows, n, row0, g, 1, lse, w.lseg.data());
-                });
+  const int64_t width = s.G * s.hd;
+  for_each_batch(params, tasks, q, k,
+                 [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
+                     std::span<const AttentionTask> part_tasks, int64_t rows) {
+                   const int64_t keys = int64_t(parts.size()) * s.B;
+                   grow(w.qg, rows * width), grow(w.og, rows * width), grow(w.po, rows * width);
+                   grow(w.lseg, rows * s.G), grow(w.plse, rows * s.G);
+                   grow(w.kb, keys * s.hd), grow(w.vb, keys * s.hd);
+                   for (size_t i = 0; i < parts.size(); ++i) {
+                     const Part& p = parts[i];
+                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
+                     gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
+                     gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
+                   }
+                   attention_forward(part, part_tasks, w.qg.data(), w.kb.data(), w.vb.data(), w.po.data(),
+                                     w.plse.data());
+                   // merged one block after another: a row may have selected several
+                   for (const Part& p : parts) {
+                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, out, w.og.data());
+                     move_rows<true>(s, p.rows, p.n, row0, g, 1, lse, w.lseg.data());
+                     merge_attention_partial(w.og.data(), w.lseg.data(), w.po.data() + p.at * width,
+                                             w.plse.data() + p.at * s.G, p.n, int(s.G), int(s.hd));
+                     move_rows<false>(s, p.rows, p.n, row0, g, s.hd, out, w.og.data());
+                     move_rows<false>(s, p.rows, p.n, row0, g, 1, lse, w.lseg.data());
+                   }
+                 });
 }
 
 void block_sparse_backward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
@@ -317,28 +356,36 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
   const Shape s(params);
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
-  for_each_part(params, tasks, q, k,
-                [&](const AttentionTask& t, int64_t row0, int64_t g, int64_t m, const int32_t* rows, int64_t n) {
-                  const int64_t qsize = n * s.G * s.hd;
-                  grow(w.qg, qsize), grow(w.og, qsize), grow(w.dog, qsize), grow(w.dqg, qsize);
-                  grow(w.lseg, n * s.G);
-                  grow(w.kb, s.B * s.hd), grow(w.vb, s.B * s.hd), grow(w.dkb, s.B * s.hd), grow(w.dvb, s.B * s.hd);
-                  move_rows<true>(s, rows, n, row0, g, s.hd, q, w.qg.data());
-                  move_rows<true>(s, rows, n, row0, g, s.hd, out, w.og.data());
-                  move_rows<true>(s, rows, n, row0, g, s.hd, dout, w.dog.data());
-                  move_rows<true>(s, rows, n, row0, g, 1, lse, w.lseg.data());
-                  gather_block(s, t, m, g, k, w.kb.data());
-                  gather_block(s, t, m, g, v, w.vb.data());
-                  std::fill_n(w.dqg.begin(), qsize, 0.0f);
-                  std::fill_n(w.dkb.begin(), s.B * s.hd, 0.0f);
-                  std::fill_n(w.dvb.begin(), s.B * s.hd, 0.0f);
-                  const AttentionTask pt = part_task(part, n, s.B);
-                  attention_backward(part, {&pt, 1}, w.qg.data(), w.kb.data(), w.vb.data(), w.og.data(),
-                                     w.lseg.data(), w.dog.data(), w.dqg.data(), w.dkb.data(), w.dvb.data());
-                  add_rows(s, rows, n, row0, g, w.dqg.data(), dq);
-                  add_block(s, t, m, g, w.dkb.data(), dk);
-                  add_block(s, t, m, g, w.dvb.data(), dv);
-                });
+  const int64_t width = s.G * s.hd;
+  for_each_batch(params, tasks, q, k,
+                 [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
+                     std::span<const AttentionTask> part_tasks, int64_t rows) {
+                   const int64_t keys = int64_t(parts.size()) * s.B;
+                   grow(w.qg, rows * width), grow(w.og, rows * width), grow(w.dog, rows * width);
+                   grow(w.dqg, rows * width), grow(w.lseg, rows * s.G);
+                   grow(w.kb, keys * s.hd), grow(w.vb, keys * s.hd), grow(w.dkb, keys * s.hd), grow(w.dvb, keys * s.hd);
+                   for (size_t i = 0; i < parts.size(); ++i) {
+                     const Part& p = parts[i];
+                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
+                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, out, w.og.data() + p.at * width);
+                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, dout, w.dog.data() + p.at * width);
+                     move_rows<true>(s, p.rows, p.n, row0, g, 1, lse, w.lseg.data() + p.at * s.G);
+                     gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
+                     gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
+                   }
+                   std::fill_n(w.dqg.begin(), rows * width, 0.0f);
+                   std::fill_n(w.dkb.begin(), keys * s.hd, 0.0f);
+                   std::fill_n(w.dvb.begin(), keys * s.hd, 0.0f);
+                   attention_backward(part, part_tasks, w.qg.data(), w.kb.data(), w.vb.data(), w.og.data(),
+                                      w.lseg.data(), w.dog.data(), w.dqg.data(), w.dkb.data(), w.dvb.data());
+                   // added one block after another: a row may have selected several
+                   for (size_t i = 0; i < parts.size(); ++i) {
+                     const Part& p = parts[i];
+                     add_rows(s, p.rows, p.n, row0, g, w.dqg.data() + p.at * width, dq);
+                     add_block(s, t, p.block, g, w.dkb.data() + int64_t(i) * s.B * s.hd, dk);
+                     add_block(s, t, p.block, g, w.dvb.data() + int64_t(i) * s.B * s.hd, dv);
+                   }
+                 });
 }
 
 int64_t block_sparse_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows) {

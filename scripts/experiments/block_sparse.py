@@ -41,7 +41,7 @@ def quality_masks(quick):
 
 def eval_loss(checkpoint, batch, quick, config):
     """(loss, retrieval accuracy) of a checkpoint on a batch file (lct eval's line)."""
-    text = common.lct(["eval", "--checkpoint", checkpoint, "--batch-file", batch], quick, config)
+    text = common.lct(["eval", "--checkpoint", checkpoint, "--batch-file", batch], False, config)  # the checkpoint's model
     loss = float(re.search(r"loss\s+([0-9.]+)", text).group(1))
     acc = re.search(r"accuracy\s+([0-9.]+)", text)
     return loss, float(acc.group(1)) if acc else ""

@@ -13,10 +13,12 @@ namespace {
 
 struct Shape {
   int64_t H, KV, G, hd, ldq, ldk, B, k;
+  bool bf16;  // the selection reads Q and K rounded to bf16, as the kernel does
   explicit Shape(const AttentionParams& p)
       : H(p.num_heads), KV(p.num_kv_heads), G(p.num_heads / p.num_kv_heads), hd(p.head_dim),
         ldq(int64_t(p.num_heads) * p.head_dim), ldk(int64_t(p.num_kv_heads) * p.head_dim), B(p.mask.block_size),
-        k(p.mask.top_blocks) {}
+        k(p.mask.top_blocks), bf16(p.precision == Precision::bf16) {}
+  double value(float x) const { return double(bf16 ? round_to_bf16(x) : x); }
 };
 
 void check_head_dim(const AttentionParams& p) {
@@ -42,7 +44,7 @@ void block_means(const Shape& s, const AttentionTask& t, const float* k, int64_t
       std::fill(sum, sum + s.hd, 0.0);
       for (int64_t j = 0; j < s.B; ++j) {
         const float* row = k + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
-        for (int64_t x = 0; x < s.hd; ++x) sum[x] += double(row[x]);
+        for (int64_t x = 0; x < s.hd; ++x) sum[x] += s.value(row[x]);
       }
       for (int64_t x = 0; x < s.hd; ++x) kbar[size_t((g * s.hd + x) * blocks + m)] = sum[x] / double(s.B);
     }
@@ -77,7 +79,7 @@ void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q
             std::fill(qb, qb + s.hd, 0.0);
             for (int64_t h = 0; h < s.G; ++h) {
               const float* row = q + (q_lo + r0 + i) * s.ldq + (g * s.G + h) * s.hd;
-              for (int64_t x = 0; x < s.hd; ++x) qb[x] += double(row[x]);
+              for (int64_t x = 0; x < s.hd; ++x) qb[x] += s.value(row[x]);
             }
             for (int64_t x = 0; x < s.hd; ++x) qb[x] /= double(s.G);
           }

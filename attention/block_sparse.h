@@ -8,9 +8,11 @@
 //   s(i, g, m) = qbar(i, g) . kbar(m, g),
 // qbar the mean of query i's rows over g's heads, kbar the mean of block m's keys of g
 // (both as given, after RoPE), every earlier block when b <= k, ties to the later block.
-// The scores are computed in double from the fp32 rows (fp32 and bf16 runs select
-// alike), in the same order for every cut of the queries, so every placement that hands
-// the kernel a document's query rows with its key prefix selects the same blocks. The
+// The scores are computed in double from the rows the kernel reads (fp32, or rounded to
+// bf16 under bf16 precision, which placements may send as bf16: core_attention.h), by
+// fused multiply-adds in a fixed order for every cut of the queries, so every placement
+// that hands the kernel a document's query rows with its key prefix selects the same
+// blocks. The
 // selection depends on query i and earlier keys only (nothing leaks from later tokens)
 // and is not differentiated: gradients flow through the attention it selects.
 //
@@ -24,8 +26,10 @@
 // block's causal pairs plus min(k, b) B per query.
 //
 // Tasks must hold their document's key prefix: keys from position 0 to at least the
-// last query (what one process, pipeline and data parallelism hand the kernel; context
-// parallelism and CAD are refused by the run plan).
+// last query. One process, pipeline and data parallelism, the all-gather and Ulysses
+// exchanges and CAD hand the kernel such tasks (each moves the whole key prefix, as
+// under causal); the ring exchanges hand it other ranks' key blocks one at a time, and
+// the run plan refuses them.
 #pragma once
 
 #include <cstdint>

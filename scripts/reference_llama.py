@@ -482,8 +482,9 @@ def block_sparse_mask(own, qd, kd, rep):
     """(H, L, L) bool: attention_mask block_sparse (MoBA) for one document, from its
     definition: query i of block b = i // B reads its own block causally (own) and, per kv
     head group, the top_blocks earlier blocks of highest score mean_h(q_i,h) . mean_j(k_j)
-    (the group's query heads, the block's keys; after RoPE), all of them if fewer, ties
-    to the later block. The selection is not differentiated.
+    (the group's query heads, the block's keys; after RoPE; under bf16 their bf16 values,
+    which lct's kernel reads), all of them if fewer, ties to the later block. The
+    selection is not differentiated.
     qd: (H, L, hd), kd: (KV, L, hd)."""
     B, K = MASK["block_size"], MASK["top_blocks"]
     H, L, hd = qd.shape
@@ -493,8 +494,9 @@ def block_sparse_mask(own, qd, kd, rep):
     if K == 0 or blocks == 0:
         return m
     with torch.no_grad():
-        qbar = qd.detach().double().reshape(KV, rep, L, hd).mean(dim=1)              # (KV, L, hd)
-        kbar = kd.detach().double()[:, :blocks * B].reshape(KV, blocks, B, hd).mean(dim=2)
+        qs, ks = (bf16(qd), bf16(kd)) if BF16 else (qd, kd)
+        qbar = qs.detach().double().reshape(KV, rep, L, hd).mean(dim=1)              # (KV, L, hd)
+        kbar = ks.detach().double()[:, :blocks * B].reshape(KV, blocks, B, hd).mean(dim=2)
         score = (qbar @ kbar.transpose(1, 2)).tolist()                               # (KV, L, blocks)
     for g in range(KV):
         for i in range(B, L):

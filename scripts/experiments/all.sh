@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 : > "$OUT/README.md"
-for e in stragglers cad_ablations placements memory recompute attention_kernel masks dca_extrapolation cp_methods passkey; do
+for e in stragglers cad_ablations placements memory recompute attention_kernel masks block_sparse dca_extrapolation cp_methods passkey; do
   start=$(date +%s)
   echo "== $e"
   # its output in OUT/e.log; its heartbeat lines (an lct run longer than LCT_HEARTBEAT_S,

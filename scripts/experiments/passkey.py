@@ -34,6 +34,10 @@ the key line at each depth 0, 25, 50, 75 and 100 %:
   dca_logn    both: trained with DCA (C = L / 4) and logn
   dca_logn_wide  capacity: dca_logn with a model twice as wide, four heads of the same
               32 dimensions (its own copy warm-up); only when named in --recipes
+  block_sparse  trained with attention.mask = block_sparse (MoBA: blocks of L / 16, each
+              query its own block and the 2 earlier blocks its mean query selects);
+              evaluated under its own mask (does the selection find the key line's
+              block?) and under causal attention; only when named in --recipes
 
 A document counts as retrieved when `lct generate` (greedy, KV cache) writes its five
 digits after the question, as ChunkLlama scores it (generated_accuracy), and, beside it,
@@ -138,10 +142,15 @@ def recipes(L, rope_kernels=False):
         "logn": Recipe("logn", logn("logn", L), {"causal": lambda k: [], "dca": eval_dca}),
         "dca_logn": Recipe("dca_logn", trained_dca + logn("logn", L), own_and_causal),
         "dca_logn_wide": Recipe("dca_logn_wide", trained_dca + logn("logn", L), own_and_causal, "wide"),
+        # MoBA: blocks of L / 16, two selected (a query reads at most 3 L / 16 keys): does
+        # the selection find the key line's block? Under its own mask and under causal
+        "block_sparse": Recipe("block_sparse", ["--attention.mask", "block_sparse", "--attention.block_size",
+                                                str(L // 16), "--attention.top_blocks", "2"],
+                               {"causal": lambda k: ["--attention.mask", "causal"], "block_sparse": lambda k: []}),
     }
 
 
-KERNEL_ORDER = ("causal", "dca", "dca+logn_beyond", "linear", "dynamic", "yarn")
+KERNEL_ORDER = ("causal", "dca", "dca+logn_beyond", "linear", "dynamic", "yarn", "block_sparse")
 
 
 def train(a, out_dir, args, steps, seed, model, init_from=None, resume=None, seq_len=4096):
@@ -479,7 +488,8 @@ def main():
     p.add_argument("--config", default=os.path.join(common.ROOT, "configs", "default.toml"))
     p.add_argument("--seeds", type=int, default=None, help="seeds per recipe (default 3; --quick 1)")
     p.add_argument("--recipes", default=None,
-                   help="of causal, dca_trained, dca_logn, logn, dca_logn_wide (default causal,dca_trained,dca_logn; "
+                   help="of causal, dca_trained, dca_logn, logn, dca_logn_wide, block_sparse (default "
+                        "causal,dca_trained,dca_logn; "
                         "--quick also logn, so that every small-model recipe runs in the suite)")
     p.add_argument("--jobs", type=int, default=None,
                    help="recipes (of any seed) trained and scored at once, one thread each (default: cores)")

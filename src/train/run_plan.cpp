@@ -138,13 +138,16 @@ RunPlan make_run_plan(const Config& c, int world) {
                 : p.layout.cp > 1 ? Placement::context_parallel
                                   : Placement::colocated;
 
-  // block_sparse selects its blocks from a document's whole key prefix, which only a
-  // rank that holds the document has (attention/block_sparse.h)
-  if (p.model.attention_mask.kind == MaskKind::block_sparse && p.placement != Placement::colocated)
-    throw ConfigError(std::string("attention.mask = block_sparse runs colocated (data and pipeline parallelism); "
-                                  "not under ") +
-                      (cad ? "attention.placement = cad" : "parallel.cp = " + std::to_string(p.layout.cp)));
   plan_cp_exchange(p, par);
+  // block_sparse selects its blocks from a document's whole key prefix, which the
+  // all-gather, Ulysses and CAD hand the kernel; the rings hand it one rank's key block
+  // at a time (attention/block_sparse.h)
+  if (p.model.attention_mask.kind == MaskKind::block_sparse && p.placement == Placement::context_parallel &&
+      (p.cp_comm == CpComm::ring || p.cp_comm == CpComm::double_ring || p.cp_comm == CpComm::hybrid))
+    throw ConfigError(std::string("attention.mask = block_sparse needs a document's whole key prefix on the rank of its "
+                                  "queries: parallel.cp_comm = allgather or ulysses (or attention.placement = cad), "
+                                  "not ") +
+                      cp_comm_name(p.cp_comm));
   plan_cad(p, par, cc, cad);
   if (par.dp_balance == DpBalance::packing) {
     if (p.layout.cp > 1 || c.attention.placement == Placement::cad)

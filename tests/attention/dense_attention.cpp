@@ -12,6 +12,8 @@ namespace lct::test {
 std::vector<int32_t> reference_selection(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k) {
   const int H = pr.H, KV = pr.KV, hd = pr.hd, G = H / KV, K = pr.mask.top_blocks, B = pr.mask.block_size;
   std::vector<int32_t> sel(size_t(pr.T() * KV * K), -1);
+  // under bf16 the kernel reads (and selects from) Q and K rounded to bf16
+  const auto value = [&pr](float x) { return double(pr.precision == Precision::bf16 ? round_to_bf16(x) : x); };
   for (size_t d = 0; d + 1 < pr.cu.size(); ++d) {
     const int64_t start = pr.cu[d], len = pr.cu[d + 1] - start;
     for (int g = 0; g < KV; ++g) {
@@ -19,14 +21,14 @@ std::vector<int32_t> reference_selection(const Problem& pr, const std::vector<fl
       for (int64_t m = 0; (m + 1) * B <= len; ++m) {
         std::vector<double> mean(size_t(hd), 0.0);
         for (int64_t j = m * B; j < (m + 1) * B; ++j)
-          for (int x = 0; x < hd; ++x) mean[size_t(x)] += k[size_t(((start + j) * KV + g) * hd + x)];
+          for (int x = 0; x < hd; ++x) mean[size_t(x)] += value(k[size_t(((start + j) * KV + g) * hd + x)]);
         for (double& x : mean) x /= B;
         kbar.push_back(mean);
       }
       for (int64_t i = 0; i < len; ++i) {
         std::vector<double> qbar(size_t(hd), 0.0);
         for (int h = g * G; h < (g + 1) * G; ++h)
-          for (int x = 0; x < hd; ++x) qbar[size_t(x)] += q[size_t(((start + i) * H + h) * hd + x)];
+          for (int x = 0; x < hd; ++x) qbar[size_t(x)] += value(q[size_t(((start + i) * H + h) * hd + x)]);
         for (double& x : qbar) x /= G;
         std::vector<std::pair<double, int32_t>> scores;  // (score, block)
         for (int64_t m = 0; m < i / B; ++m) {

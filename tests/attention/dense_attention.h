@@ -74,7 +74,8 @@ struct Problem {
 
 // block_sparse's selection straight from its definition (attention_mask.h): per document,
 // query and group, the mean query over the group's heads against each earlier block's
-// mean key, in double; the top_blocks highest (ties to the later block).
+// mean key, in double (of the bf16 values under pr.precision = bf16); the top_blocks
+// highest (ties to the later block).
 std::vector<int32_t> reference_selection(const Problem& pr, const std::vector<float>& q, const std::vector<float>& k);
 
 template <typename Real>

@@ -82,8 +82,8 @@ TEST(Masks, Bf16EveryMaskMatchesDenseReference) {
   for (MaskKind kind : kAllMasks) {
     Problem pr = masked(kind, 4, 1, 32);
     const KernelRun inputs = run_kernel(pr, 100);
+    pr.precision = Precision::bf16;  // (block_sparse selects from the bf16 values)
     const Dense<double> ref = dense_attention<double>(pr, inputs.q, inputs.k, inputs.v, inputs.dout);
-    pr.precision = Precision::bf16;
     std::vector<KernelRun> runs;
     for (const bool instructions : {false, true}) {
       pr.bf16_kernel = instructions ? Bf16Kernel::automatic : Bf16Kernel::rounded;

@@ -8,8 +8,8 @@
 # (layouts sum gradients over tokens and merge attention over key blocks in other
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
-# and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2 and full recomputation
-# (context parallelism and CAD refuse it). Then: a masked checkpoint resumes only
+# and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2, full recomputation,
+# cp = 2 (all-gather, Ulysses; bf16 too) and CAD dp = 2 (the rings refuse it). Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -58,9 +58,10 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
   on_every_layout "$name" "$m"
 done
 
-# block_sparse (MoBA): its selection needs a document's whole key prefix, which data and
-# pipeline parallelism keep on one rank (and recomputation reruns it): those equal one
-# process; context parallelism and CAD are refused with one line
+# block_sparse (MoBA): its selection needs a document's whole key prefix on the rank of
+# its queries, which data and pipeline parallelism, recomputation, the all-gather and
+# Ulysses exchanges and CAD provide: each equals one process (bf16 too, whose exchanges
+# send bf16 and whose selection reads the bf16 values); the rings are refused with one line
 bs="--attention.mask block_sparse --attention.block_size 16 --attention.top_blocks 2"
 train ref_block_sparse 0 $bs
 grep -q "mask block_sparse (block 16, top 2)" ref_block_sparse.log || { cat ref_block_sparse.log; echo "FAIL: the log does not name the mask"; exit 1; }
@@ -74,10 +75,19 @@ train pp2_block_sparse 2 $bs --parallel.dp 1 --parallel.pp 2
 compare "pp=2, block_sparse" pp2_block_sparse ref_block_sparse
 train recompute_block_sparse 0 $bs --train.recompute full
 compare "full recomputation, block_sparse" recompute_block_sparse ref_block_sparse
-expect_layout_error 2 "attention.mask = block_sparse runs colocated (data and pipeline parallelism); not under parallel.cp = 2" \
-  $bs --parallel.dp 1 --parallel.cp 2
-expect_layout_error 2 "attention.mask = block_sparse runs colocated (data and pipeline parallelism); not under attention.placement = cad" \
-  $bs --parallel.dp 2 --attention.placement cad
+for comm in allgather ulysses; do
+  train "cp2_${comm}_block_sparse" 2 $bs --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm "$comm"
+  compare "cp=2 $comm, block_sparse" "cp2_${comm}_block_sparse" ref_block_sparse
+done
+MB=1 train cad2_block_sparse 2 $bs --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+compare "CAD dp=2, block_sparse" cad2_block_sparse ref_block_sparse
+train ref_block_sparse_bf16 0 $bs --train.precision bf16
+train cp2_allgather_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm allgather
+# (bf16 layouts differ within mpi_precision.sh's derived bounds: loss 1e-3, parameters
+# 1e-3 per SGD update, here eight; fp32 sums in another order flip bf16 roundings)
+compare "cp=2 allgather bf16, block_sparse" cp2_allgather_block_sparse_bf16 ref_block_sparse_bf16 1e-3 8e-3
+expect_layout_error 2 "attention.mask = block_sparse needs a document's whole key prefix on the rank of its queries" \
+  $bs --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
 
 # per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
 # documents shorter and longer than them, on every layout: context parallelism and CAD

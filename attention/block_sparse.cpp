@@ -245,9 +245,9 @@ AttentionParams part_params(const AttentionParams& params) {
   return part;
 }
 
-// The rows of the blocks a batch gathers at most (a block's rows are never split).
+// The query rows, and the keys, a batch gathers at most (unless one block alone has
+// more rows: a block's rows are never split).
 constexpr int64_t kBatchRows = 16384;
-
 
 // For each task, each query slice of at most chunk_rows rows (at in-document multiples
 // of chunk_rows), each group, and batches of its selected blocks in increasing order:
@@ -280,7 +280,7 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
         for (int64_t m = 0; m < blocks; ++m) {
           const int64_t a = w.lists.offset[size_t(g * (blocks + 1) + m)], b = w.lists.offset[size_t(g * (blocks + 1) + m + 1)];
           if (b == a) continue;
-          if (rows > 0 && rows + (b - a) > kBatchRows) flush();
+          if (rows > 0 && (rows + (b - a) > kBatchRows || int64_t(w.parts.size() + 1) * s.B > kBatchRows)) flush();
           AttentionTask pt;
           pt.q_row = rows;
           pt.kv_row = int64_t(w.parts.size()) * s.B;
@@ -393,12 +393,17 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
 int64_t block_sparse_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows) {
   if (params.mask.kind != MaskKind::block_sparse) return 0;
   const Shape s(params);
-  const int64_t rows = std::min(query_rows, params.chunk_rows);
-  const int64_t block = s.B * s.hd * 4 * 4;                             // K, V, dK, dV of a block
-  const int64_t per_row = 4 * (5 * s.G * s.hd + 3 * s.G)                // Q, O, dO, dQ, part O; LSEs
-                          + 4 * s.KV * std::max<int64_t>(1, s.k) * 2;   // selection and its lists
-  const int64_t means = 8 * s.KV * s.hd * (key_rows / s.B + 1);         // block means
-  return block + per_row * (rows + 2) + means + 16 * s.KV * (key_rows / s.B + 2);  // + list offsets
+  const int64_t slice = std::min(query_rows, params.chunk_rows);
+  // a batch: up to kBatchRows gathered rows (or one block's, at most a slice), each row
+  // gathered once per block it selected; up to kBatchRows keys (or one block)
+  const int64_t batch_rows = std::min(std::max(kBatchRows, slice), slice * std::max<int64_t>(1, s.k));
+  const int64_t batch_keys = std::max(kBatchRows, s.B);
+  const int64_t keys = 4 * 4 * s.hd * batch_keys;                                   // K, V, dK, dV
+  const int64_t gathered = 4 * (5 * s.G * s.hd + 3 * s.G) * (batch_rows + 2);       // Q, O, dO, dQ, part O; LSEs
+  const int64_t selection = 4 * s.KV * std::max<int64_t>(1, s.k) * 2 * (slice + 2);  // selection and its lists
+  const int64_t means = 8 * s.KV * s.hd * (key_rows / s.B + 1) + 16 * s.KV * (key_rows / s.B + 2);  // + offsets
+  const int64_t scores = 8 * int64_t(omp_get_max_threads()) * (kScoreRows * (key_rows / s.B + 1) + kScoreRows * s.hd);
+  return keys + gathered + selection + means + scores;
 }
 
 }  // namespace lct

@@ -298,6 +298,19 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
   }
 }
 
+// A batch's query rows of group g (packed by part) and its blocks' keys and values.
+void gather_batch(const Shape& s, const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
+                  int64_t rows, const float* q, const float* k, const float* v, Scratch& w) {
+  const int64_t width = s.G * s.hd, keys = int64_t(parts.size()) * s.B;
+  grow(w.qg, rows * width), grow(w.kb, keys * s.hd), grow(w.vb, keys * s.hd);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
+    gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
+    gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
+  }
+}
+
 }  // namespace
 
 void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
@@ -324,16 +337,8 @@ void block_sparse_forward(const AttentionParams& params, std::span<const Attenti
   for_each_batch(params, tasks, q, k,
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
-                   const int64_t keys = int64_t(parts.size()) * s.B;
-                   grow(w.qg, rows * width), grow(w.og, rows * width), grow(w.po, rows * width);
-                   grow(w.lseg, rows * s.G), grow(w.plse, rows * s.G);
-                   grow(w.kb, keys * s.hd), grow(w.vb, keys * s.hd);
-                   for (size_t i = 0; i < parts.size(); ++i) {
-                     const Part& p = parts[i];
-                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
-                     gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
-                     gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
-                   }
+                   gather_batch(s, t, row0, g, parts, rows, q, k, v, w);
+                   grow(w.og, rows * width), grow(w.po, rows * width), grow(w.lseg, rows * s.G), grow(w.plse, rows * s.G);
                    attention_forward(part, part_tasks, w.qg.data(), w.kb.data(), w.vb.data(), w.po.data(),
                                      w.plse.data());
                    // merged one block after another: a row may have selected several
@@ -363,17 +368,13 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
                    const int64_t keys = int64_t(parts.size()) * s.B;
-                   grow(w.qg, rows * width), grow(w.og, rows * width), grow(w.dog, rows * width);
-                   grow(w.dqg, rows * width), grow(w.lseg, rows * s.G);
-                   grow(w.kb, keys * s.hd), grow(w.vb, keys * s.hd), grow(w.dkb, keys * s.hd), grow(w.dvb, keys * s.hd);
-                   for (size_t i = 0; i < parts.size(); ++i) {
-                     const Part& p = parts[i];
-                     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
+                   gather_batch(s, t, row0, g, parts, rows, q, k, v, w);
+                   grow(w.og, rows * width), grow(w.dog, rows * width), grow(w.dqg, rows * width);
+                   grow(w.lseg, rows * s.G), grow(w.dkb, keys * s.hd), grow(w.dvb, keys * s.hd);
+                   for (const Part& p : parts) {
                      move_rows<true>(s, p.rows, p.n, row0, g, s.hd, out, w.og.data() + p.at * width);
                      move_rows<true>(s, p.rows, p.n, row0, g, s.hd, dout, w.dog.data() + p.at * width);
                      move_rows<true>(s, p.rows, p.n, row0, g, 1, lse, w.lseg.data() + p.at * s.G);
-                     gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
-                     gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
                    }
                    std::fill_n(w.dqg.begin(), rows * width, 0.0f);
                    std::fill_n(w.dkb.begin(), keys * s.hd, 0.0f);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,8 @@ struct Shape {
 
 void check_head_dim(const AttentionParams& p) {
   if (p.head_dim > 512) throw std::invalid_argument("attention: block_sparse takes head_dim <= 512");
+  if (int64_t(p.num_kv_heads) * p.head_dim > 4096)
+    throw std::invalid_argument("attention: block_sparse takes num_kv_heads * head_dim <= 4096");
 }
 
 void check_task(const AttentionTask& t) {
@@ -33,21 +36,44 @@ void check_task(const AttentionTask& t) {
         std::to_string(t.q_pos) + ", " + std::to_string(int64_t(t.q_pos) + t.q_len) + "))");
 }
 
+// A key value as a fixed-point number with 64 fraction bits (block_sparse.h): from the
+// float's bits, rounded to the nearest (halves away from zero).
+KeySum fixed_of(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  const int e = int(b >> 23) & 255;
+  const uint32_t frac = b & 0x7fffffu;
+  if (e == 0 || (e == 255 && frac != 0)) return 0;  // zero, subnormal (below 2^-126), NaN
+  KeySum m;
+  if (e >= 127 + 31) {
+    m = KeySum(1) << (31 + 64);  // 2^31 and beyond, infinities
+  } else {
+    const int shift = e - 86;  // value = (frac | 2^23) 2^(e - 150), times 2^64
+    const uint32_t mant = frac | 0x800000u;
+    if (shift >= 0)
+      m = KeySum(mant) << shift;
+    else if (shift <= -25)
+      m = 0;
+    else
+      m = KeySum((uint64_t(mant) + (uint64_t(1) << (-shift - 1))) >> -shift);
+  }
+  return (b >> 31) ? -m : m;
+}
+
 // kbar[g][x][m]: the mean of block m's keys of group g (dimension x), blocks [0, blocks)
 // of task t (blocks contiguous: the scores below run along them).
-void block_means(const Shape& s, const AttentionTask& t, const float* k, int64_t blocks, std::vector<double>& kbar) {
+void block_means(const AttentionParams& p, const Shape& s, const AttentionTask& t, const float* k, int64_t blocks,
+                 std::vector<double>& kbar) {
   kbar.assign(size_t(s.KV * blocks * s.hd), 0.0);
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < blocks; ++m)
-    for (int64_t g = 0; g < s.KV; ++g) {
-      double sum[512];  // head_dim <= 512 (checked by the caller)
-      std::fill(sum, sum + s.hd, 0.0);
-      for (int64_t j = 0; j < s.B; ++j) {
-        const float* row = k + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
-        for (int64_t x = 0; x < s.hd; ++x) sum[x] += s.value(row[x]);
-      }
-      for (int64_t x = 0; x < s.hd; ++x) kbar[size_t((g * s.hd + x) * blocks + m)] = sum[x] / double(s.B);
-    }
+  for (int64_t m = 0; m < blocks; ++m) {
+    KeySum sum[4096];  // KV * head_dim <= 4096 (checked by the caller)
+    std::fill(sum, sum + s.ldk, KeySum(0));
+    add_key_sums(p, k + (t.kv_row + m * s.B) * s.ldk, s.B, sum);
+    for (int64_t g = 0; g < s.KV; ++g)
+      for (int64_t x = 0; x < s.hd; ++x)
+        kbar[size_t((g * s.hd + x) * blocks + m)] = key_mean(sum[g * s.hd + x], s.B);
+  }
 }
 
 // Rows scored together against a stretch of blocks (the stretch's scores stay in L1,
@@ -58,7 +84,7 @@ constexpr int64_t kScoreRows = 8, kScoreBlocks = 256;
 // the blocks before the last query's block. Each score is fma(qbar[x], kbar[x], .) over
 // x = 0, 1, ... in order: the same bits for any cut of the rows and on any machine.
 void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q_hi, const float* q,
-                 const std::vector<double>& kbar, int64_t blocks, std::vector<int32_t>& selected) {
+                 const BlockMeans& kbar, int64_t blocks, std::vector<int32_t>& selected) {
   const int64_t n = q_hi - q_lo, K = s.k, R = kScoreRows;
   selected.assign(size_t(n * s.KV * K), -1);
   if (K == 0) return;
@@ -83,12 +109,12 @@ void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q
             }
             for (int64_t x = 0; x < s.hd; ++x) qb[x] /= double(s.G);
           }
-          const double* kb = kbar.data() + g * s.hd * blocks;
+          const double* kb = kbar.kbar + g * s.hd * kbar.stride;
           for (int64_t m0 = 0; m0 < bmax; m0 += kScoreBlocks) {
             const int64_t m1 = std::min(bmax, m0 + kScoreBlocks);
             for (int64_t i = 0; i < rows; ++i) std::fill(score.data() + i * blocks + m0, score.data() + i * blocks + m1, 0.0);
             for (int64_t x = 0; x < s.hd; ++x) {
-              const double* km = kb + x * blocks;
+              const double* km = kb + x * kbar.stride;
               for (int64_t i = 0; i < rows; ++i) {
                 const double qx = qbar[size_t(i * s.hd + x)];
                 double* sc = score.data() + i * blocks;
@@ -254,20 +280,27 @@ constexpr int64_t kBatchRows = 16384;
 // f(task, slice row0, group, parts, tasks of the batch's kernel call, its query rows).
 template <typename F>
 void for_each_batch(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
-                    const float* k, F&& f) {
+                    const float* k, std::span<const BlockMeans> means, F&& f) {
   const Shape s(params);
   Scratch& w = tls;
   const int64_t tile = attention_query_tile(part_params(params));
   const int32_t q_pos = int32_t((s.B + tile - 1) / tile * tile);
-  for (const AttentionTask& t : tasks) {
+  for (size_t ti = 0; ti < tasks.size(); ++ti) {
+    const AttentionTask& t = tasks[ti];
     if (t.q_len <= 0) continue;
     const int64_t last = int64_t(t.q_pos) + t.q_len - 1, blocks = last / s.B;
     if (blocks == 0) continue;  // no earlier block
-    block_means(s, t, k, blocks, w.kbar);
+    BlockMeans kbar;
+    if (means.empty()) {
+      block_means(params, s, t, k, blocks, w.kbar);
+      kbar = {w.kbar.data(), blocks};
+    } else {
+      kbar = means[ti];
+    }
     for (int64_t lo = t.q_row, end = t.q_row + t.q_len; lo < end;) {
       const int64_t pos = int64_t(t.q_pos) + (lo - t.q_row);
       const int64_t hi = std::min(end, lo + ((pos / params.chunk_rows + 1) * params.chunk_rows - pos));
-      select_rows(s, t, lo, hi, q, w.kbar, blocks, w.selected);
+      select_rows(s, t, lo, hi, q, kbar, blocks, w.selected);
       invert(s, w.selected, hi - lo, blocks, w.lists);
       for (int64_t g = 0; g < s.KV; ++g) {
         w.parts.clear(), w.part_tasks.clear();
@@ -313,28 +346,58 @@ void gather_batch(const Shape& s, const AttentionTask& t, int64_t row0, int64_t 
 
 }  // namespace
 
+void add_key_sums(const AttentionParams& params, const float* k, int64_t rows, KeySum* sums) {
+  const int64_t width = int64_t(params.num_kv_heads) * params.head_dim;
+  const bool bf16 = params.precision == Precision::bf16;
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* row = k + j * width;
+    for (int64_t x = 0; x < width; ++x) sums[x] += fixed_of(bf16 ? round_to_bf16(row[x]) : row[x]);
+  }
+}
+
+double key_mean(KeySum sum, int64_t block_size) { return std::ldexp(double(sum), -64) / double(block_size); }
+
 void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
-                   const float* q, const float* k, std::vector<int32_t>& selected) {
-  check_task(t);
+                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given) {
+  if (!given) check_task(t);
   check_head_dim(params);
   const Shape s(params);
   const int64_t blocks = q_hi > q_lo ? (int64_t(t.q_pos) + (q_hi - 1 - t.q_row)) / s.B : 0;
   std::vector<double> kbar;
-  block_means(s, t, k, blocks, kbar);
-  select_rows(s, t, q_lo, q_hi, q, kbar, blocks, selected);
+  BlockMeans means;
+  if (given) {
+    if (given->stride < blocks) throw std::invalid_argument("attention: block_sparse's given block means miss blocks");
+    means = *given;
+  } else {
+    block_means(params, s, t, k, blocks, kbar);
+    means = {kbar.data(), blocks};
+  }
+  select_rows(s, t, q_lo, q_hi, q, means, blocks, selected);
 }
 
+namespace {
+void check_means(std::span<const AttentionTask> tasks, std::span<const BlockMeans> means, int64_t B) {
+  if (means.empty()) return;
+  if (means.size() != tasks.size())
+    throw std::invalid_argument("attention: block_sparse takes block means for every task or none");
+  for (size_t i = 0; i < tasks.size(); ++i)
+    if (tasks[i].q_len > 0 && means[i].stride < (int64_t(tasks[i].q_pos) + tasks[i].q_len - 1) / B)
+      throw std::invalid_argument("attention: block_sparse's given block means miss blocks");
+}
+}  // namespace
+
 void block_sparse_forward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
-                          const float* k, const float* v, float* out, float* lse) {
+                          const float* k, const float* v, float* out, float* lse, std::span<const BlockMeans> means) {
   for (const AttentionTask& t : tasks) check_task(t);
   check_head_dim(params);
+  check_means(tasks, means, params.mask.block_size);
   attention_forward(own_blocks(params), tasks, q, k, v, out, lse);
   if (params.mask.top_blocks == 0) return;
   const Shape s(params);
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
   const int64_t width = s.G * s.hd;
-  for_each_batch(params, tasks, q, k,
+  for_each_batch(params, tasks, q, k, means,
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
                    gather_batch(s, t, row0, g, parts, rows, q, k, v, w);
@@ -355,16 +418,17 @@ void block_sparse_forward(const AttentionParams& params, std::span<const Attenti
 
 void block_sparse_backward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
                            const float* k, const float* v, const float* out, const float* lse, const float* dout,
-                           float* dq, float* dk, float* dv) {
+                           float* dq, float* dk, float* dv, std::span<const BlockMeans> means) {
   for (const AttentionTask& t : tasks) check_task(t);
   check_head_dim(params);
+  check_means(tasks, means, params.mask.block_size);
   attention_backward(own_blocks(params), tasks, q, k, v, out, lse, dout, dq, dk, dv);
   if (params.mask.top_blocks == 0) return;
   const Shape s(params);
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
   const int64_t width = s.G * s.hd;
-  for_each_batch(params, tasks, q, k,
+  for_each_batch(params, tasks, q, k, means,
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
                    const int64_t keys = int64_t(parts.size()) * s.B;

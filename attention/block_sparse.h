@@ -9,10 +9,9 @@
 // qbar the mean of query i's rows over g's heads, kbar the mean of block m's keys of g
 // (both as given, after RoPE), every earlier block when b <= k, ties to the later block.
 // The scores are computed in double from the rows the kernel reads (fp32, or rounded to
-// bf16 under bf16 precision, which placements may send as bf16: core_attention.h), by
-// fused multiply-adds in a fixed order for every cut of the queries, so every placement
-// that hands the kernel a document's query rows with its key prefix selects the same
-// blocks. The
+// bf16 under bf16 precision, which placements may send as bf16: core_attention.h), the
+// block means exactly (KeySum below) and the scores by fused multiply-adds in a fixed
+// order for every cut of the queries, so every placement selects the same blocks. The
 // selection depends on query i and earlier keys only (nothing leaks from later tokens)
 // and is not differentiated: gradients flow through the attention it selects.
 //
@@ -26,10 +25,12 @@
 // block's causal pairs plus min(k, b) B per query.
 //
 // Tasks must hold their document's key prefix: keys from position 0 to at least the
-// last query. One process, pipeline and data parallelism, the all-gather and Ulysses
-// exchanges and CAD hand the kernel such tasks (each moves the whole key prefix, as
-// under causal); the ring exchanges hand it other ranks' key blocks one at a time, and
-// the run plan refuses them.
+// last query (rows the kernel does not read, given the block means, may be anything
+// finite). One process, pipeline and data parallelism, the all-gather and Ulysses
+// exchanges and CAD hand the kernel such tasks; the all-gather moves only the selected
+// blocks and the own blocks (parallel/selected_keys.h), Ulysses and CAD the whole key
+// prefix; the ring exchanges hand it other ranks' key blocks one at a time, and the run
+// plan refuses them.
 #pragma once
 
 #include <cstdint>
@@ -40,18 +41,46 @@
 
 namespace lct {
 
+// The block means kbar are exact: each key value (the kernel's: rounded to bf16 under bf16
+// precision) is taken as a fixed-point number with 64 fraction bits (rounded to the
+// nearest; magnitudes of 2^31 or more count as 2^31, NaN as 0: a model that has them has
+// diverged), a block's values are summed in 128-bit integers, and the sum converts to
+// double (rounded to nearest) before dividing by B. Integer sums do not depend on their
+// order, so a placement that holds a block's rows on several ranks adds the ranks' sums
+// and selects exactly as one process does.
+using KeySum = __int128;
+// Adds rows [0, rows) of k (rows of num_kv_heads * head_dim values) into sums, one per
+// value of a row ([num_kv_heads * head_dim]).
+void add_key_sums(const AttentionParams& params, const float* k, int64_t rows, KeySum* sums);
+// A block's mean from the sum of its B rows.
+double key_mean(KeySum sum, int64_t block_size);
+
+// Block means a caller gives (a placement that holds only the key blocks its queries
+// selected): kbar[(g * head_dim + x) * stride + m] for blocks m < stride of the task's
+// document, computed by add_key_sums and key_mean; stride covers every block before the
+// task's last query's block.
+struct BlockMeans {
+  const double* kbar = nullptr;
+  int64_t stride = 0;
+};
+
 // The blocks the query rows [q_lo, q_hi) of task t select (rows of Q and K as in
 // attention_forward): [q_hi - q_lo][KV][top_blocks] block indices in increasing order,
-// -1 after the last when a query has fewer than top_blocks earlier blocks.
+// -1 after the last when a query has fewer than top_blocks earlier blocks. With `given`,
+// the means are the caller's and k is not read.
 void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
-                   const float* q, const float* k, std::vector<int32_t>& selected);
+                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given = nullptr);
 
-// attention_forward and attention_backward under attention.mask = block_sparse.
+// attention_forward and attention_backward under attention.mask = block_sparse. With
+// `means` (one per task), the selection reads the caller's block means, and K and V are
+// read only in each task's own blocks and the blocks its queries select (the rows a
+// placement that moves only those has filled).
 void block_sparse_forward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
-                          const float* k, const float* v, float* out, float* lse);
+                          const float* k, const float* v, float* out, float* lse,
+                          std::span<const BlockMeans> means = {});
 void block_sparse_backward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
                            const float* k, const float* v, const float* out, const float* lse, const float* dout,
-                           float* dq, float* dk, float* dv);
+                           float* dq, float* dk, float* dv, std::span<const BlockMeans> means = {});
 
 // The scratch block_sparse adds to the kernel's for runs of query_rows and key_rows
 // (memory budgets; 0 under other masks).

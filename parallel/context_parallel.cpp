@@ -52,7 +52,7 @@ void ContextParallelAttention::forward(const AttentionInput& in, const float* q,
   if (int(in.batch.group_pieces.size()) != size_ || in.batch.cp_rank != rank_)
     throw std::logic_error("context-parallel batch was split for another group");
   if (!in.recomputed) stats_.pairs_served += double(in.batch.attention_pairs(in.params.mask));
-  exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+  plan(in, q, k);
   if (method_ == CpComm::allgather)
     allgather_forward(in, q, k, v, out, lse);
   else if (method_ == CpComm::ring)
@@ -65,13 +65,27 @@ void ContextParallelAttention::backward(const AttentionInput& in, const float* q
                                         const float* k, const float* v, const float* out,
                                         const float* lse, const float* dout, float* dq,
                                         float* dk, float* dv) {
-  exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+  plan(in, q, k);
   if (method_ == CpComm::allgather)
     allgather_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
   else if (method_ == CpComm::ring)
     direct_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
   else
     relay_backward(in, q, k, v, out, lse, dout, dq, dk, dv);
+}
+
+bool ContextParallelAttention::selects(const AttentionInput& in) const {
+  return method_ == CpComm::allgather && in.params.mask.kind == MaskKind::block_sparse;
+}
+
+void ContextParallelAttention::plan(const AttentionInput& in, const float* q, const float* k) {
+  if (!selects(in)) {
+    exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+    return;
+  }
+  plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, exchange_, selected_);
+  stats_.bytes_sent += selected_.bytes_sent;
+  stats_.exposed_seconds += selected_.exposed_seconds;
 }
 
 // ---- all-gather -------------------------------------------------------------------
@@ -136,9 +150,16 @@ void ContextParallelAttention::gather_read_kv(const AttentionInput& in, const fl
   if (ks_.size() < seq) ks_.resize(seq), vs_.resize(seq);
   const AttentionMask& mask = in.params.mask;
   tasks_.clear();
+  int32_t zeroed_doc = -1;
   for (const DocPiece& p : in.batch.pieces) {
     const MaskKeys keys = p.keys(mask);
     const int64_t first = first_key(keys);
+    if (selects(in) && p.doc != zeroed_doc) {  // only the rows read arrive: the others are zeros
+      zeroed_doc = p.doc;
+      const int64_t a = int64_t(p.doc_start) * w, b = (int64_t(p.doc_start) + std::max(p.doc_len, p.end())) * w;
+      std::fill(ks_.data() + a, ks_.data() + std::min<int64_t>(b, int64_t(seq)), 0.0f);
+      std::fill(vs_.data() + a, vs_.data() + std::min<int64_t>(b, int64_t(seq)), 0.0f);
+    }
     if (keys.sink_end < keys.lo && keys.sink_end > 0) {  // the keys between sinks and window: zeros
       std::fill(ks_.data() + (p.doc_start + keys.sink_end) * w, ks_.data() + (p.doc_start + keys.lo) * w, 0.0f);
       std::fill(vs_.data() + (p.doc_start + keys.sink_end) * w, vs_.data() + (p.doc_start + keys.lo) * w, 0.0f);
@@ -171,7 +192,10 @@ void ContextParallelAttention::allgather_forward(const AttentionInput& in, const
                                                  const float* k, const float* v, float* out,
                                                  float* lse) {
   gather_read_kv(in, k, v);
-  attention_forward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse);
+  if (selects(in))
+    block_sparse_forward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, selected_.means);
+  else
+    attention_forward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse);
 }
 
 // dK/dV of the rows each rank read go back to their holder in a second MPI_Alltoallv
@@ -186,8 +210,12 @@ void ContextParallelAttention::allgather_backward(const AttentionInput& in, cons
   const size_t seq = size_t(in.batch.sequence_tokens * w);
   dks_.assign(seq, 0.0f);
   dvs_.assign(seq, 0.0f);
-  attention_backward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, dout, dq,
-                     dks_.data(), dvs_.data());
+  if (selects(in))
+    block_sparse_backward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, dout, dq, dks_.data(),
+                          dvs_.data(), selected_.means);
+  else
+    attention_backward(in.params, tasks_, q, ks_.data(), vs_.data(), out, lse, dout, dq, dks_.data(),
+                       dvs_.data());
   // the way back: what was received is sent, what was sent is received
   std::swap(counts_, recv_counts_);
   std::swap(displs_, recv_displs_);

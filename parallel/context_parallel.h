@@ -32,6 +32,10 @@
 //              relay forwards whole blocks, so it moves the same bytes under every mask
 //              (the ring sends only what is read).
 //
+// Under attention.mask = block_sparse the all-gather moves only the key blocks the
+// receiver's queries select and their own blocks (parallel/selected_keys.h); the rings
+// are refused (run plan).
+//
 // In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
 // them to bf16 anyway, so the results are the same and the bytes half. The backward's
 // dK/dV returns, accumulators and sums stay fp32.
@@ -52,6 +56,7 @@
 #include "data/key_runs.h"
 #include "model/attention_placement.h"
 #include "parallel/layout.h"
+#include "parallel/selected_keys.h"
 
 namespace lct {
 
@@ -141,6 +146,10 @@ class ContextParallelAttention final : public AttentionPlacement {
   std::vector<AttentionTask> tasks_;
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
   KeyExchange exchange_;  // this call's rows to and from every rank (data/key_runs.h)
+  // block_sparse under the all-gather: the exchange is the selection's (selected_keys.h)
+  bool selects(const AttentionInput& in) const;
+  void plan(const AttentionInput& in, const float* q, const float* k);
+  SelectedKeys selected_;
   std::vector<KeyRun> own_runs_;
   std::vector<int64_t> run_at_;
   std::vector<float> send_, ret_[2], out_[2];

@@ -357,6 +357,9 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
     // or full recomputation (which repeats the forward's exchange)
     p.rank_bytes_exact = !cad || (plan.precision == Precision::fp32 && cp == 1 &&
                                   plan.recompute.mode != Recompute::full);
+    // block_sparse's all-gather moves the blocks the content selects (parallel/
+    // selected_keys.h): priced as the causal superset, an upper bound
+    if (cp > 1 && plan.model.attention_mask.content_dependent()) p.rank_bytes_exact = false;
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank

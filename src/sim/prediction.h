@@ -33,7 +33,8 @@ struct StepPrediction {
   std::vector<double> rank_tokens, rank_pairs;
   // per rank: the bytes its attention exchange sends (lct train's rank_exchange_bytes),
   // exact where rank_bytes_exact (no exchange, the ring, the all-gather, the double
-  // ring); Ulysses, the hybrid and CAD only estimate their bytes (bytes_per_rank)
+  // ring); Ulysses, the hybrid and CAD only estimate their bytes (bytes_per_rank), and
+  // block_sparse's all-gather is priced as the causal superset (an upper bound)
   std::vector<double> rank_bytes;
   bool rank_bytes_exact = true;
 };

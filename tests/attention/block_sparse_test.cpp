@@ -103,6 +103,110 @@ TEST(BlockSparse, QuerySlicesEqualTheWholeDocument) {
     for (size_t i = 0; i < a->size(); ++i) ASSERT_NEAR((*a)[i], (*b)[i], 1e-5 * (1 + std::fabs((*b)[i]))) << i;
 }
 
+// The block means' sums are exact: a block's rows summed in any split add up to the
+// whole block's sum; the fixed point rounds to 64 fraction bits (2^-64 is one unit,
+// 2^-66 rounds to zero, -2^-65 to -1 away from zero), clamps 2^31 and beyond (and
+// infinities) and reads NaN as zero; the mean is the sum's double over B.
+TEST(BlockSparse, BlockSumsDoNotDependOnTheSplit) {
+  Problem pr = sparse(2, {0, 96});
+  const AttentionParams p = pr.params();
+  const int64_t width = pr.KV * pr.hd;
+  const std::vector<float> k = random_vector(96 * width, 3);
+  std::vector<KeySum> whole(size_t(width), 0);
+  add_key_sums(p, k.data(), 96, whole.data());
+  for (const int64_t cut : {1, 17, 50, 95}) {
+    std::vector<KeySum> a(size_t(width), 0), b(size_t(width), 0);
+    add_key_sums(p, k.data() + cut * width, 96 - cut, b.data());  // the later part first
+    add_key_sums(p, k.data(), cut, a.data());
+    for (int64_t x = 0; x < width; ++x) ASSERT_TRUE(a[size_t(x)] + b[size_t(x)] == whole[size_t(x)]) << cut << " " << x;
+  }
+  double sum0 = 0;
+  for (int64_t j = 0; j < 96; ++j) sum0 += k[size_t(j * width)];
+  EXPECT_NEAR(key_mean(whole[0], 96), sum0 / 96, 1e-15);
+  pr = sparse(2, {0, 1});
+  pr.KV = 1, pr.H = 1;
+  const auto fixed = [&](float x) {
+    KeySum s[16] = {};
+    std::vector<float> row(16, 0.0f);
+    row[0] = x;
+    add_key_sums(pr.params(), row.data(), 1, s);
+    return s[0];
+  };
+  EXPECT_TRUE(fixed(std::ldexp(1.0f, -64)) == KeySum(1));
+  EXPECT_TRUE(fixed(std::ldexp(1.0f, -66)) == KeySum(0));
+  EXPECT_TRUE(fixed(-std::ldexp(1.0f, -65)) == KeySum(-1));
+  EXPECT_TRUE(fixed(1.5f) == KeySum(3) << 63);
+  EXPECT_TRUE(fixed(std::ldexp(1.0f, 40)) == KeySum(1) << 95);
+  EXPECT_TRUE(fixed(-INFINITY) == -(KeySum(1) << 95));
+  EXPECT_TRUE(fixed(NAN) == KeySum(0));
+  EXPECT_TRUE(fixed(1e-40f) == KeySum(0));  // subnormal
+  EXPECT_EQ(key_mean(KeySum(3) << 63, 2), 0.75);
+}
+
+// Given block means (what a placement that holds only the selected blocks passes), the
+// kernel selects what it selects from K, and reads K and V only in each query's own
+// block and the blocks it selected: with every other key and value row replaced by a
+// huge value, O, LSE and dQ are the same bit for bit, and so are dK and dV of the rows
+// read (the others get nothing). The queries: the last 8 of a 1,100-token document (34
+// earlier blocks of 32), top_blocks 1, two groups: at most 16 blocks are read.
+TEST(BlockSparse, GivenMeansReadOnlySelectedBlocks) {
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    Problem pr = sparse(1, {0, 1100});
+    pr.precision = precision;
+    const AttentionParams p = pr.params();
+    const int64_t T = 1100, width = pr.KV * pr.hd, B = 32, n = 8;
+    const std::vector<AttentionTask> tasks = {AttentionTask{T - n, 0, int32_t(n), int32_t(T), int32_t(T - n), 0, int32_t(T)}};
+    const AttentionTask& t = tasks[0];
+    const std::vector<float> q = random_vector(T * pr.H * pr.hd, 31), k0 = random_vector(T * width, 32),
+                             v0 = random_vector(T * width, 33), dout = random_vector(T * pr.H * pr.hd, 34);
+    // the means, from sums of each block's rows
+    const int64_t L = (T - 1) / B;
+    std::vector<double> kbar(size_t(L * width), 0.0);
+    for (int64_t m = 0; m < L; ++m) {
+      std::vector<KeySum> sums(size_t(width), 0);
+      add_key_sums(p, k0.data() + m * B * width, B, sums.data());
+      for (int64_t c = 0; c < width; ++c) kbar[size_t(c * L + m)] = key_mean(sums[size_t(c)], B);
+    }
+    const std::vector<BlockMeans> means = {BlockMeans{kbar.data(), L}};
+    std::vector<int32_t> from_k, given;
+    select_blocks(p, t, t.q_row, t.q_row + n, q.data(), k0.data(), from_k);
+    select_blocks(p, t, t.q_row, t.q_row + n, q.data(), nullptr, given, &means[0]);
+    ASSERT_EQ(from_k, given);
+    std::vector<char> read(size_t(T), 0);
+    for (int64_t j = (T - n) / B * B; j < T; ++j) read[size_t(j)] = 1;  // own blocks
+    for (const int32_t m : given)
+      if (m >= 0) std::fill_n(read.begin() + m * B, B, char(1));
+    std::vector<float> k = k0, v = v0;
+    int64_t unread = 0;
+    for (int64_t row = 0; row < T; ++row)
+      if (!read[size_t(row)]) {
+        ++unread;
+        std::fill_n(k.begin() + row * width, width, 1e30f);
+        std::fill_n(v.begin() + row * width, width, -1e30f);
+      }
+    ASSERT_GE(unread, 18 * B);  // 34 earlier blocks, at most 8 x 2 selected
+    const auto run = [&](const std::vector<float>& kk, const std::vector<float>& vv, std::span<const BlockMeans> mm) {
+      KernelRun r;
+      r.o.assign(q.size(), 0), r.lse.assign(size_t(T * pr.H), 0), r.dq.assign(q.size(), 0);
+      r.dk.assign(kk.size(), 0), r.dv.assign(vv.size(), 0);
+      block_sparse_forward(p, tasks, q.data(), kk.data(), vv.data(), r.o.data(), r.lse.data(), mm);
+      block_sparse_backward(p, tasks, q.data(), kk.data(), vv.data(), r.o.data(), r.lse.data(), dout.data(),
+                            r.dq.data(), r.dk.data(), r.dv.data(), mm);
+      return r;
+    };
+    const KernelRun ref = run(k0, v0, {}), ours = run(k, v, means);
+    EXPECT_EQ(ours.o, ref.o);
+    EXPECT_EQ(ours.lse, ref.lse);
+    EXPECT_EQ(ours.dq, ref.dq);
+    for (int64_t row = 0; row < T; ++row)
+      for (int64_t c = 0; c < width; ++c) {
+        const size_t i = size_t(row * width + c);
+        ASSERT_EQ(ours.dk[i], read[size_t(row)] ? ref.dk[i] : 0.0f) << row;
+        ASSERT_EQ(ours.dv[i], read[size_t(row)] ? ref.dv[i] : 0.0f) << row;
+      }
+  }
+}
+
 // Tasks without their document's key prefix (a context-parallel piece) are refused,
 // naming what is missing; so is a negative top_blocks.
 TEST(BlockSparse, RefusesTasksWithoutTheKeyPrefix) {

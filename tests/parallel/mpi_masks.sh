@@ -9,7 +9,8 @@
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
 # and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2, full recomputation,
-# cp = 2 (all-gather, Ulysses; bf16 too) and CAD dp = 2 (the rings refuse it). Then: a masked checkpoint resumes only
+# cp = 2 (all-gather, Ulysses; bf16 too), cp = 4 all-gather and CAD dp = 2 (the rings
+# refuse it). Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -58,10 +59,11 @@ for mask in "sliding_window --attention.window 24" "sink_window --attention.wind
   on_every_layout "$name" "$m"
 done
 
-# block_sparse (MoBA): its selection needs a document's whole key prefix on the rank of
-# its queries, which data and pipeline parallelism, recomputation, the all-gather and
-# Ulysses exchanges and CAD provide: each equals one process (bf16 too, whose exchanges
-# send bf16 and whose selection reads the bf16 values); the rings are refused with one line
+# block_sparse (MoBA): its selection needs the block means of a document's earlier keys
+# where its queries are: data and pipeline parallelism, recomputation, the all-gather
+# (which exchanges the means and then moves only the selected blocks), Ulysses and CAD
+# each equal one process (bf16 too, whose exchanges send bf16 and whose selection reads
+# the bf16 values); the rings are refused with one line
 bs="--attention.mask block_sparse --attention.block_size 16 --attention.top_blocks 2"
 train ref_block_sparse 0 $bs
 grep -q "mask block_sparse (block 16, top 2)" ref_block_sparse.log || { cat ref_block_sparse.log; echo "FAIL: the log does not name the mask"; exit 1; }
@@ -79,6 +81,28 @@ for comm in allgather ulysses; do
   train "cp2_${comm}_block_sparse" 2 $bs --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm "$comm"
   compare "cp=2 $comm, block_sparse" "cp2_${comm}_block_sparse" ref_block_sparse
 done
+# cp = 4 all-gather: the sums of blocks held on several ranks add up exactly, and only the
+# selected and own blocks move (parallel/selected_keys.h). With top_blocks 0 nothing is
+# selected: it trains as chunked and moves chunked's rows (the own blocks) plus the
+# runs each rank asks for (a few percent here; no block sums: nothing is chosen), under
+# half of what causal moves
+train cp4_allgather_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm allgather
+compare "cp=4 allgather, block_sparse" cp4_allgather_block_sparse ref_block_sparse
+bs0="--attention.mask block_sparse --attention.block_size 16 --attention.top_blocks 0"
+train cp4_allgather_block_sparse0 4 $bs0 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm allgather
+compare "cp=4 allgather, block_sparse top_blocks 0 against chunked" cp4_allgather_block_sparse0 ref_block_chunked
+train cp4_allgather_chunked 4 --attention.mask chunked --attention.block_size 16 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm allgather
+train cp4_allgather_causal 4 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm allgather
+/usr/bin/python3 - <<'PY'
+import json
+def sent(run):
+    return sum(sum(json.loads(l)["rank_exchange_bytes"]) for l in open(f"{run}/metrics.jsonl"))
+b0, chunked, causal = sent("cp4_allgather_block_sparse0"), sent("cp4_allgather_chunked"), sent("cp4_allgather_causal")
+assert chunked < b0 <= 1.1 * chunked and b0 < causal / 2, \
+    f"FAIL: block_sparse top_blocks 0 sent {b0} bytes, chunked {chunked}, causal {causal}"
+print(f"ok   cp=4 allgather bytes: block_sparse top_blocks 0 {b0} (chunked {chunked}, causal {causal}), "
+      f"block_sparse top_blocks 2 {sent('cp4_allgather_block_sparse')}")
+PY
 MB=1 train cad2_block_sparse 2 $bs --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
 compare "CAD dp=2, block_sparse" cad2_block_sparse ref_block_sparse
 train ref_block_sparse_bf16 0 $bs --train.precision bf16

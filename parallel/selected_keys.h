@@ -1,0 +1,54 @@
+// attention.mask = block_sparse under the all-gather exchange: only the key blocks some
+// query selects move (the "only selected key blocks move"), instead of every key
+// before each rank's last query.
+//
+// Which blocks a query selects depends on the block means of every earlier block of its
+// document, and those depend on keys held by other ranks. So, per exchange:
+//   1. every rank sums, per document block, the key rows it holds of that block (exact
+//      128-bit fixed-point sums, attention/block_sparse.h: KeySum), and one
+//      MPI_Allgatherv gives every rank every rank's sums (the counts follow from the
+//      group's pieces, which every rank knows); a rank adds the parts of each block of
+//      the documents it holds queries of, in any order, and gets the block means one
+//      process computes, bit for bit;
+//   2. each rank selects for its own queries (select_blocks over the means), and reads
+//      the union of its queries' selected blocks and of their own blocks (the causal
+//      run from the own block's first key to the last query);
+//   3. an MPI_Alltoall of counts and an MPI_Alltoallv of runs tell every holder which of
+//      its rows each reader reads (content-dependent, unlike data/key_runs.h's plan).
+// The result is a KeyExchange the all-gather then uses as under any other mask, and the
+// block means the kernel selects from (block_sparse_forward/backward's `means`), since
+// the gathered K is filled only in the rows read.
+//
+// The bytes of steps 1 and 3 count as exchange bytes, their waits as exposed time.
+// `lct simulate` cannot know the content, so it prices block_sparse's all-gather as the
+// causal superset (every key before a rank's last query): an upper bound.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/block_sparse.h"
+#include "data/key_runs.h"
+#include "data/local_batch.h"
+
+namespace lct {
+
+struct SelectedKeys {
+  std::vector<BlockMeans> means;   // per local piece (in LocalBatch::pieces order)
+  int64_t bytes_sent = 0;          // steps 1 and 3, this rank
+  double exposed_seconds = 0;      // waits in steps 1 and 3
+  // scratch, kept between calls
+  std::vector<KeySum> mine, all;
+  std::vector<std::vector<double>> doc_kbar;
+  std::vector<int32_t> selected;
+};
+
+// Plans one exchange (replaces `exchange`) for the local queries q and keys k (the rows
+// of batch.pieces) of rank `me` of the context-parallel group `comm`
+// (batch.group_pieces: every rank's), and gives the block means in `out`.
+void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, const LocalBatch& batch,
+                        const float* q, const float* k, KeyExchange& exchange, SelectedKeys& out);
+
+}  // namespace lct

@@ -14,8 +14,9 @@
 //                    positions (causally), or j in one of the k = top_blocks earlier blocks
 //                    that i selects for g: the blocks m < floor(i / B) of highest score
 //                    qbar_i,g . kbar_m,g (qbar: the mean of query i's rows over g's query
-//                    heads, kbar: the mean of block m's keys of g, both after RoPE; all of
-//                    them if fewer than k; ties to the later block). Content-dependent, so
+//                    heads, kbar: the mean of block m's keys of g, both after RoPE, kbar
+//                    summed exactly: block_sparse.h; all of them if fewer than k; ties to
+//                    the later block). Content-dependent, so
 //                    its kernel is attention/block_sparse.h; the range form below is the
 //                    causal superset (every key a query may select)
 //

@@ -22,7 +22,15 @@ against causal attention and a sliding window of the same visible pairs.
    against sliding_window (W = 4,096) in 2 alternating rounds of 3 steps; each round's
    wall clock of steps 2-3 (their time; step 1 is warm-up) and the ratio per round.
 
-LCT_BS_PARTS=quality,cost,step (the default: all) picks parts; LCT_SEEDS=1,2,3 the
+4. Bytes: what the all-gather moves per rank under cp = 4 (lct train, 4 ranks, one
+   thread each), one 65,536-token document through a one-layer model of the default
+   width, 2 steps: causal, sliding_window (W = 4,096) and block_sparse (B = 512, k = 8 and
+   k = 3), each rank's bytes per step as lct train counts them (K and V rows, the
+   returned dK/dV, and under block_sparse the block sums and the runs each rank asks for:
+   parallel/selected_keys.h), against causal's (lct simulate prices block_sparse as the
+   causal superset: it cannot know the selection).
+
+LCT_BS_PARTS=quality,cost,step,bytes (the default: all) picks parts; LCT_SEEDS=1,2,3 the
 quality part's seeds.
 
   /usr/bin/python3 scripts/experiments/block_sparse.py [--quick] [--out DIR] [--config F]
@@ -57,7 +65,7 @@ def eval_loss(checkpoint, batch, quick, config):
 def main():
     a = common.arguments(NAME, __doc__.splitlines()[0])
     seeds = [int(s) for s in os.environ.get("LCT_SEEDS", "1,2,3").split(",")] if not a.quick else [1]
-    parts = os.environ.get("LCT_BS_PARTS", "quality,cost,step").split(",")
+    parts = os.environ.get("LCT_BS_PARTS", "quality,cost,step,bytes").split(",")
     steps = "20" if a.quick else "300"
     rows = []
     losses, cost = {}, {}
@@ -67,6 +75,8 @@ def main():
         cost_part(a, rows, cost)
     if "step" in parts:
         step_part(a, rows)
+    if "bytes" in parts:
+        bytes_part(a, rows)
     write(a, steps, seeds, rows, losses, cost)
 
 
@@ -140,10 +150,33 @@ def step_part(a, rows):
                      "vs_window_time": statistics.median(ratios) if mask == "block_sparse" else ""})
 
 
+def bytes_part(a, rows):
+    T = "4096" if a.quick else "65536"
+    cp = 4
+    B, W = ("256", "1024") if a.quick else ("512", "4096")
+    masks = {"causal": [],
+             "sliding_window": ["--attention.mask", "sliding_window", "--attention.window", W],
+             "block_sparse k 8": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "8"],
+             "block_sparse k 3": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "3"]}
+    data = ["--data.seq_len", T, "--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
+            "--model.num_hidden_layers", "1", "--train.steps", "2", "--train.log_every", "1", "--parallel.dp", "1",
+            "--parallel.cp", str(cp), "--parallel.cp_comm", "allgather"]
+    sent = {}
+    for mask, extra in masks.items():
+        run = common.mpi_train(cp, data + extra, a.quick, a.config, os.path.join(a.out, f"bytes_{mask.replace(' ', '_')}"))
+        sent[mask] = [m["rank_exchange_bytes"] for m in run]
+    for mask, steps in sent.items():
+        rows.append({"part": f"bytes T {T} cp {cp} allgather", "mask": mask, "settings": " ".join(masks[mask][2:]),
+                     "tokens": int(T),
+                     "mib_per_rank_step": statistics.mean(statistics.mean(s) for s in steps) / 2**20,
+                     "max_mib_rank_step": max(max(s) for s in steps) / 2**20,
+                     "vs_causal": statistics.mean(sum(s) for s in steps) / statistics.mean(sum(s) for s in sent["causal"])})
+
+
 def write(a, steps, seeds, rows, losses, cost):
     columns = ["part", "mask", "settings", "seed", "steps", "train_loss_last10", "held_out_loss", "held_out_accuracy",
                "spread", "vs_causal", "tokens", "pairs", "pairs_per_query", "fwd_bwd_ms", "fwd_gflops", "bwd_gflops",
-               "fwd_bwd_vs_gemm", "gemm_gflops", "step_s", "vs_window_time"]
+               "fwd_bwd_vs_gemm", "gemm_gflops", "step_s", "vs_window_time", "mib_per_rank_step", "max_mib_rank_step"]
     B, k, W = ("256", "4", "1024") if a.quick else ("512", "8", "4096")
     print(common.write_outputs(
         a.out, NAME, rows, columns, "Block-sparse attention (MoBA): quality and cost",
@@ -152,7 +185,8 @@ def write(a, steps, seeds, rows, losses, cost):
         f"seeds. Cost: attention forward + backward on one document, fp32, block_sparse B {B} k {k} against "
         f"sliding_window W {W}; GFLOP/s count the pairs read, against the same run's fp32 GEMM ceiling. Step: one "
         f"document through a one-layer model, seconds per step of steps 2-3 (medians and spread over 2 alternating "
-        f"rounds), block_sparse's over the window's (median of the rounds' ratios)."))
+        f"rounds), block_sparse's over the window's (median of the rounds' ratios). Bytes: cp = 4 all-gather, lct "
+        f"train's per-rank bytes per step (mean over ranks and 2 steps, and the largest), over causal's."))
     fig, ax = common.subplots(1, 2, figsize=(11, 4.2))
     names = [m for m in quality_masks(a.quick) if m in losses]
     for i, mask in enumerate(names):

@@ -26,7 +26,7 @@ Problem sparse(int top_blocks, std::vector<int32_t> cu = {0, 20, 52, 53, 300, 11
 // The kernel's selection is the definition's, block for block, query by query (in one
 // call over a document and in query slices of it), in fp32 and bf16.
 TEST(BlockSparse, SelectionIsTheDefinition) {
-  for (const auto [k, precision] : {std::pair{1, Precision::fp32}, {3, Precision::fp32}, {8, Precision::fp32},
+  for (const auto& [k, precision] : {std::pair{1, Precision::fp32}, {3, Precision::fp32}, {8, Precision::fp32},
                                     {3, Precision::bf16}}) {
     Problem pr = sparse(k);
     pr.precision = precision;  // bf16: from the bf16 values of Q and K

@@ -47,9 +47,11 @@ assert len(window) == 2 and all(0 < float(r["vs_causal"]) <= float(r["bound"]) f
 print("ok   masks: a window's exchange within (W + T/cp)/T of causal's:", [(r["layout"], r["vs_causal"]) for r in window])
 PY
 check block_sparse part mask settings seed steps train_loss_last10 held_out_loss held_out_accuracy spread vs_causal \
-  tokens pairs pairs_per_query fwd_bwd_ms fwd_gflops bwd_gflops fwd_bwd_vs_gemm gemm_gflops step_s vs_window_time
+  tokens pairs pairs_per_query fwd_bwd_ms fwd_gflops bwd_gflops fwd_bwd_vs_gemm gemm_gflops step_s vs_window_time \
+  mib_per_rank_step max_mib_rank_step
 grep -q "^kernel,block_sparse,one-doc,1024," "$work/results/masks/masks.csv" || { echo "FAIL: masks.csv has no block_sparse kernel row"; exit 1; }
 grep -q "^quality (over seeds),block_sparse," "$work/results/block_sparse/block_sparse.csv" || { echo "FAIL: block_sparse.csv has no quality summary"; exit 1; }
+grep -q "^bytes T 4096 cp 4 allgather,block_sparse k 3," "$work/results/block_sparse/block_sparse.csv" || { echo "FAIL: block_sparse.csv has no bytes rows"; exit 1; }
 check dca_extrapolation task kernel train_len position_begin position_end context_over_train targets loss recall
 check cp_methods source mix cp seq_len method tokens_per_s speedup_over_one_rank speedup_spread \
   mib_sent_per_rank_step exposed_percent memory_mib_per_rank error_vs_measured_percent limit

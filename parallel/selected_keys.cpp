@@ -98,13 +98,17 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
   std::vector<int64_t> doc_blocks;
   std::vector<std::vector<KeySum>> doc_sums;
   out.doc_kbar.resize(batch.pieces.size());
-  for (const DocPiece& p : batch.pieces) {
-    if (p.len <= 0 || doc_index.count(p.doc)) continue;
-    doc_index[p.doc] = doc_blocks.size();
-    const int64_t L = (std::max<int64_t>(p.doc_len, p.end()) - 1) / B;
-    doc_blocks.push_back(L);
-    doc_sums.emplace_back(size_t(L * width), KeySum(0));
+  for (const DocPiece& p : batch.pieces) {  // L: the blocks before its last local query's block
+    if (p.len <= 0) continue;
+    const int64_t L = (int64_t(p.end()) - 1) / B;
+    if (!doc_index.count(p.doc)) {
+      doc_index[p.doc] = doc_blocks.size();
+      doc_blocks.push_back(L);
+    }
+    int64_t& l = doc_blocks[doc_index[p.doc]];
+    l = std::max(l, L);
   }
+  for (const int64_t L : doc_blocks) doc_sums.emplace_back(size_t(L * width), KeySum(0));
   for (int r = 0; r < size; ++r) {
     const KeySum* at = r == me ? out.mine.data() : out.all.data() + rdispl[size_t(r)] / int64_t(sizeof(KeySum));
     for (const BlockPart& part : parts[size_t(r)]) {

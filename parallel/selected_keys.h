@@ -6,8 +6,9 @@
 // document, and those depend on keys held by other ranks. So, per exchange:
 //   1. every rank sums, per document block, the key rows it holds of that block (exact
 //      128-bit fixed-point sums, attention/block_sparse.h: KeySum), and one
-//      MPI_Allgatherv gives every rank every rank's sums (the counts follow from the
-//      group's pieces, which every rank knows); a rank adds the parts of each block of
+//      MPI_Alltoallv sends each rank the sums of the blocks before its last query in
+//      the documents where its queries choose (the counts follow from the group's
+//      pieces, which every rank knows); a rank adds the parts of each block of
 //      the documents it holds queries of, in any order, and gets the block means one
 //      process computes, bit for bit;
 //   2. each rank selects for its own queries (select_blocks over the means), and reads
@@ -21,7 +22,8 @@
 //
 // The bytes of steps 1 and 3 count as exchange bytes, their waits as exposed time.
 // `lct simulate` cannot know the content, so it prices block_sparse's all-gather as the
-// causal superset (every key before a rank's last query): an upper bound.
+// causal superset (every key before a rank's last query), an estimate: a rank's union of
+// selections is usually the whole prefix, and the sums and runs come on top.
 #pragma once
 
 #include <mpi.h>

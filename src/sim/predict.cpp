@@ -148,7 +148,8 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     StepPrediction p = zero_step(n);
     // block_sparse's all-gather moves the blocks the content selects (parallel/
-    // selected_keys.h): priced as the causal superset, an upper bound
+    // selected_keys.h) plus block sums and runs: priced as the causal superset, an
+    // estimate
     if (layout.cp > 1 && plan.model.attention_mask.content_dependent()) p.rank_bytes_exact = false;
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
     std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends
@@ -360,8 +361,6 @@ Prediction simulate_data_parallel(const SimulateOptions& o, const RunPlan& plan,
     // or full recomputation (which repeats the forward's exchange)
     p.rank_bytes_exact = !cad || (plan.precision == Precision::fp32 && cp == 1 &&
                                   plan.recompute.mode != Recompute::full);
-    // block_sparse's all-gather moves the blocks the content selects (parallel/
-    // selected_keys.h): priced as the causal superset, an upper bound
     std::vector<double> pairs(static_cast<size_t>(n), 0.0), served(static_cast<size_t>(n), 0.0);
     double sync = 0;  // CAD: time of the per-layer synchronised part
     std::vector<double> head(static_cast<size_t>(n), 0.0);  // embedding + loss, per rank

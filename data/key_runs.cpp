@@ -30,17 +30,21 @@ void read_runs(std::span<const DocPiece> holder, std::span<const DocPiece> reade
                                [](const DocPiece& x, int32_t doc) { return x.doc < doc; });
     spans.clear();
     for (; it != reader.end() && it->doc == h.doc; ++it) add_key_spans(it->keys(mask), spans);
-    for (auto& [a, b] : spans) a = std::max<int64_t>(a, h.pos), b = std::min<int64_t>(b, h.end());  // of h's rows
-    std::erase_if(spans, [](const auto& x) { return x.first >= x.second; });
-    merge_spans(spans);
-    for (const auto& [a, b] : spans) {
-      const int32_t row = int32_t(h.row + (a - h.pos));
-      KeyRun* last = runs.empty() ? nullptr : &runs.back();
-      if (last && last->doc == h.doc && last->end() == a && last->row + last->len == row)
-        last->len += int32_t(b - a);  // continues the last run (consecutive pieces)
-      else
-        runs.push_back({h.doc, h.doc_start, int32_t(a), int32_t(b - a), row});
-    }
+    append_runs(h, spans, runs);
+  }
+}
+
+void append_runs(const DocPiece& h, KeySpans& spans, std::vector<KeyRun>& runs) {
+  for (auto& [a, b] : spans) a = std::max<int64_t>(a, h.pos), b = std::min<int64_t>(b, h.end());  // of h's rows
+  std::erase_if(spans, [](const auto& x) { return x.first >= x.second; });
+  merge_spans(spans);
+  for (const auto& [a, b] : spans) {
+    const int32_t row = int32_t(h.row + (a - h.pos));
+    KeyRun* last = runs.empty() ? nullptr : &runs.back();
+    if (last && last->doc == h.doc && last->end() == a && last->row + last->len == row)
+      last->len += int32_t(b - a);  // continues the last run (consecutive pieces)
+    else
+      runs.push_back({h.doc, h.doc_start, int32_t(a), int32_t(b - a), row});
   }
 }
 

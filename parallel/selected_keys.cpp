@@ -158,14 +158,11 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
   exchange.from.assign(size_t(size), {});
   for (int o = 0; o < size; ++o) {
     if (o == me) continue;
-    std::vector<KeyRun>& runs = exchange.from[size_t(o)];
     for (const DocPiece& h : batch.group_pieces[size_t(o)]) {
       const auto it = spans.find(h.doc);
       if (h.len <= 0 || it == spans.end()) continue;
-      for (const auto& [a0, b0] : it->second) {
-        const int64_t a = std::max<int64_t>(a0, h.pos), b = std::min<int64_t>(b0, h.end());
-        if (a < b) runs.push_back({h.doc, h.doc_start, int32_t(a), int32_t(b - a), int32_t(h.row + (a - h.pos))});
-      }
+      KeySpans of_h = it->second;
+      append_runs(h, of_h, exchange.from[size_t(o)]);
     }
   }
   for (int o = 0; o < size; ++o) send_n[size_t(o)] = count_of(int64_t(exchange.from[size_t(o)].size() * sizeof(KeyRun)));

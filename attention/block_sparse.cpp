@@ -186,6 +186,7 @@ struct Part {
   int64_t block;
   const int32_t* rows;
   int64_t n, at;
+  int64_t key_lo, keys;  // the block's keys the task holds: positions [key_lo, key_lo + keys)
 };
 
 // Grow-only scratch of the calling thread.
@@ -231,16 +232,16 @@ void add_rows(const Shape& s, const int32_t* rows, int64_t n, int64_t row0, int6
   }
 }
 
-// Block m's keys (or values) of group g, packed [B, hd]; and back, added.
-void gather_block(const Shape& s, const AttentionTask& t, int64_t m, int64_t g, const float* src, float* out) {
-  for (int64_t j = 0; j < s.B; ++j) {
-    const float* row = src + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
+// A part's keys (or values) of group g, packed [keys, hd]; and back, added.
+void gather_block(const Shape& s, const AttentionTask& t, const Part& p, int64_t g, const float* src, float* out) {
+  for (int64_t j = 0; j < p.keys; ++j) {
+    const float* row = src + (t.kv_row + (p.key_lo - t.kv_pos) + j) * s.ldk + g * s.hd;
     std::copy(row, row + s.hd, out + j * s.hd);
   }
 }
-void add_block(const Shape& s, const AttentionTask& t, int64_t m, int64_t g, const float* in, float* dst) {
-  for (int64_t j = 0; j < s.B; ++j) {
-    float* row = dst + (t.kv_row + m * s.B + j) * s.ldk + g * s.hd;
+void add_block(const Shape& s, const AttentionTask& t, const Part& p, int64_t g, const float* in, float* dst) {
+  for (int64_t j = 0; j < p.keys; ++j) {
+    float* row = dst + (t.kv_row + (p.key_lo - t.kv_pos) + j) * s.ldk + g * s.hd;
     const float* p = in + j * s.hd;
     for (int64_t x = 0; x < s.hd; ++x) row[x] += p[x];
   }
@@ -288,7 +289,9 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
     const AttentionTask& t = tasks[ti];
     if (t.q_len <= 0) continue;
     const int64_t last = int64_t(t.q_pos) + t.q_len - 1, blocks = last / s.B;
-    if (blocks == 0) continue;  // no earlier block
+    // the earlier blocks' keys the task holds: positions [key_lo, key_hi)
+    const int64_t key_lo = t.kv_pos, key_hi = std::min<int64_t>(int64_t(t.kv_pos) + t.kv_len, blocks * s.B);
+    if (key_hi <= key_lo) continue;  // none (or no earlier block)
     BlockMeans kbar;
     if (means.empty()) {
       block_means(params, s, t, k, blocks, w.kbar);
@@ -309,17 +312,18 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
           w.parts.clear(), w.part_tasks.clear();
           rows = 0;
         };
-        for (int64_t m = 0; m < blocks; ++m) {
+        for (int64_t m = key_lo / s.B; m * s.B < key_hi; ++m) {
           const int64_t a = w.lists.offset[size_t(g * (blocks + 1) + m)], b = w.lists.offset[size_t(g * (blocks + 1) + m + 1)];
           if (b == a) continue;
           if (rows > 0 && (rows + (b - a) > kBatchRows || int64_t(w.parts.size() + 1) * s.B > kBatchRows)) flush();
+          const int64_t lo_m = std::max(key_lo, m * s.B), hi_m = std::min(key_hi, (m + 1) * s.B);
           AttentionTask pt;
           pt.q_row = rows;
           pt.kv_row = int64_t(w.parts.size()) * s.B;
           pt.q_len = int32_t(b - a);
-          pt.kv_len = int32_t(s.B);
+          pt.kv_len = int32_t(hi_m - lo_m);
           pt.q_pos = q_pos;
-          w.parts.push_back({m, w.lists.rows.data() + a, b - a, rows});
+          w.parts.push_back({m, w.lists.rows.data() + a, b - a, rows, lo_m, hi_m - lo_m});
           w.part_tasks.push_back(pt);
           rows += b - a;
         }
@@ -338,8 +342,8 @@ void gather_batch(const Shape& s, const AttentionTask& t, int64_t row0, int64_t 
   for (size_t i = 0; i < parts.size(); ++i) {
     const Part& p = parts[i];
     move_rows<true>(s, p.rows, p.n, row0, g, s.hd, q, w.qg.data() + p.at * width);
-    gather_block(s, t, p.block, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
-    gather_block(s, t, p.block, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
+    gather_block(s, t, p, g, k, w.kb.data() + int64_t(i) * s.B * s.hd);
+    gather_block(s, t, p, g, v, w.vb.data() + int64_t(i) * s.B * s.hd);
   }
 }
 
@@ -379,15 +383,19 @@ void check_means(std::span<const AttentionTask> tasks, std::span<const BlockMean
   if (means.empty()) return;
   if (means.size() != tasks.size())
     throw std::invalid_argument("attention: block_sparse takes block means for every task or none");
-  for (size_t i = 0; i < tasks.size(); ++i)
+  for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].q_len > 0 && means[i].stride < (int64_t(tasks[i].q_pos) + tasks[i].q_len - 1) / B)
       throw std::invalid_argument("attention: block_sparse's given block means miss blocks");
+    if (tasks[i].kv_pos < 0 || tasks[i].kv_len < 0)
+      throw std::invalid_argument("attention: block_sparse task keys start before their document");
+  }
 }
 }  // namespace
 
 void block_sparse_forward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
                           const float* k, const float* v, float* out, float* lse, std::span<const BlockMeans> means) {
-  for (const AttentionTask& t : tasks) check_task(t);
+  if (means.empty())
+    for (const AttentionTask& t : tasks) check_task(t);
   check_head_dim(params);
   check_means(tasks, means, params.mask.block_size);
   attention_forward(own_blocks(params), tasks, q, k, v, out, lse);
@@ -418,7 +426,8 @@ void block_sparse_forward(const AttentionParams& params, std::span<const Attenti
 void block_sparse_backward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
                            const float* k, const float* v, const float* out, const float* lse, const float* dout,
                            float* dq, float* dk, float* dv, std::span<const BlockMeans> means) {
-  for (const AttentionTask& t : tasks) check_task(t);
+  if (means.empty())
+    for (const AttentionTask& t : tasks) check_task(t);
   check_head_dim(params);
   check_means(tasks, means, params.mask.block_size);
   attention_backward(own_blocks(params), tasks, q, k, v, out, lse, dout, dq, dk, dv);
@@ -448,8 +457,8 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
                    for (size_t i = 0; i < parts.size(); ++i) {
                      const Part& p = parts[i];
                      add_rows(s, p.rows, p.n, row0, g, w.dqg.data() + p.at * width, dq);
-                     add_block(s, t, p.block, g, w.dkb.data() + int64_t(i) * s.B * s.hd, dk);
-                     add_block(s, t, p.block, g, w.dvb.data() + int64_t(i) * s.B * s.hd, dv);
+                     add_block(s, t, p, g, w.dkb.data() + int64_t(i) * s.B * s.hd, dk);
+                     add_block(s, t, p, g, w.dvb.data() + int64_t(i) * s.B * s.hd, dv);
                    }
                  });
 }

@@ -24,13 +24,16 @@
 // dQ, dK, dV in the same order. Work is the pairs attention_pairs counts: the own
 // block's causal pairs plus min(k, b) B per query.
 //
-// Tasks must hold their document's key prefix: keys from position 0 to at least the
-// last query (rows the kernel does not read, given the block means, may be anything
-// finite). One process, pipeline and data parallelism, the all-gather and Ulysses
-// exchanges and CAD hand the kernel such tasks; the all-gather moves only the selected
-// blocks and the own blocks (parallel/selected_keys.h), Ulysses and CAD the whole key
-// prefix; the ring exchanges hand it other ranks' key blocks one at a time, and the run
-// plan refuses them.
+// Without block means, tasks must hold their document's key prefix: keys from position
+// 0 to at least the last query (one process, pipeline and data parallelism, Ulysses and
+// CAD, which move the whole prefix). With the caller's block means (`means`), a task may
+// hold any range of its document's keys: each query reads, among them, its own block's
+// (causally) and its selected blocks' (a block the range cuts contributes the keys in
+// it), and gets the (O, LSE) of that part of its attention (LSE -inf where it reads
+// none), which merge_attention_partial merges with the other ranges' parts into what
+// the whole prefix gives. The all-gather hands it the selected and own blocks only
+// (rows it does not read may be anything finite), the rings one rank's key rows at a
+// time (parallel/selected_keys.h).
 #pragma once
 
 #include <cstdint>
@@ -72,9 +75,10 @@ void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_
                    const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given = nullptr);
 
 // attention_forward and attention_backward under attention.mask = block_sparse. With
-// `means` (one per task), the selection reads the caller's block means, and K and V are
-// read only in each task's own blocks and the blocks its queries select (the rows a
-// placement that moves only those has filled).
+// `means` (one per task), the selection reads the caller's block means, K and V are read
+// only in each task's own blocks and the blocks its queries select (the rows a placement
+// that moves only those has filled), and a task's keys may be any range of its document
+// (the partial attention above; the backward's parts add up the same way).
 void block_sparse_forward(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
                           const float* k, const float* v, float* out, float* lse,
                           std::span<const BlockMeans> means = {});

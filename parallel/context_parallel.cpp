@@ -75,15 +75,16 @@ void ContextParallelAttention::backward(const AttentionInput& in, const float* q
 }
 
 bool ContextParallelAttention::selects(const AttentionInput& in) const {
-  return method_ == CpComm::allgather && in.params.mask.kind == MaskKind::block_sparse;
+  return in.params.mask.kind == MaskKind::block_sparse;
 }
 
+// The rows to move (exchange_), and under block_sparse the block means: the all-gather
+// and the direct ring move the selected rows; the double ring relays whole blocks.
 void ContextParallelAttention::plan(const AttentionInput& in, const float* q, const float* k) {
-  if (!selects(in)) {
-    exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
-    return;
-  }
-  plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, exchange_, selected_);
+  const bool relay = method_ == CpComm::double_ring;
+  if (!selects(in) || relay) exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+  if (!selects(in)) return;
+  plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, relay ? nullptr : &exchange_, selected_);
   stats_.bytes_sent += selected_.bytes_sent;
   stats_.exposed_seconds += selected_.exposed_seconds;
 }
@@ -279,19 +280,32 @@ void ContextParallelAttention::own_runs(const AttentionInput& in) {
 // row run_at_[i] (its own row in place, or its row in a received block), split so that
 // no two tasks of one call share query rows.
 void ContextParallelAttention::run_calls(const AttentionInput& in, const std::vector<KeyRun>& runs, bool in_place) {
-  for (auto& c : calls_) c.clear();
+  clear_calls();
   run_at_.resize(runs.size());
   int64_t at = 0;
   for (size_t i = 0; i < runs.size(); ++i) run_at_[i] = in_place ? runs[i].row : at, at += runs[i].len;
-  for (const DocPiece& p : in.batch.pieces) {
+  for (size_t pi = 0; pi < in.batch.pieces.size(); ++pi) {
+    const DocPiece& p = in.batch.pieces[pi];
     auto it = std::lower_bound(runs.begin(), runs.end(), p.doc, [](const KeyRun& x, int32_t doc) { return x.doc < doc; });
     size_t call = 0;
     for (; it != runs.end() && it->doc == p.doc; ++it) {
       if (!reads(p, *it, in.params.mask)) continue;
-      if (calls_.size() <= call) calls_.emplace_back();
-      calls_[call++].push_back(p.task(run_at_[size_t(it - runs.begin())], it->pos, it->len));
+      add_task(in, call++, pi, p.task(run_at_[size_t(it - runs.begin())], it->pos, it->len));
     }
   }
+}
+
+void ContextParallelAttention::clear_calls() {
+  for (auto& c : calls_) c.clear();
+  for (auto& c : call_means_) c.clear();
+}
+
+// Task t of local piece `piece` into call `call` (with the piece's block means under
+// block_sparse).
+void ContextParallelAttention::add_task(const AttentionInput& in, size_t call, size_t piece, const AttentionTask& t) {
+  if (calls_.size() <= call) calls_.resize(call + 1), call_means_.resize(call + 1);
+  calls_[call].push_back(t);
+  if (selects(in)) call_means_[call].push_back(selected_.means[piece]);
 }
 
 // Step s's transfers: this rank's rows rank + s reads go to it, and the rows of rank - s
@@ -450,8 +464,9 @@ void ContextParallelAttention::direct_backward(const AttentionInput& in, const f
 
 void ContextParallelAttention::relay_tasks(const AttentionInput& in, int j) {
   const std::vector<DocPiece>& theirs = in.batch.group_pieces[size_t(j)];
-  for (auto& c : calls_) c.clear();
-  for (const DocPiece& p : in.batch.pieces) {
+  clear_calls();
+  for (size_t pi = 0; pi < in.batch.pieces.size(); ++pi) {
+    const DocPiece& p = in.batch.pieces[pi];
     // j's pieces are in document order: find the ones of p's document
     auto it = std::lower_bound(theirs.begin(), theirs.end(), p.doc,
                                [](const DocPiece& x, int32_t doc) { return x.doc < doc; });
@@ -459,8 +474,7 @@ void ContextParallelAttention::relay_tasks(const AttentionInput& in, int j) {
     const int32_t key_end = p.key_end(in.params.mask);
     for (; it != theirs.end() && it->doc == p.doc; ++it) {
       if (it->pos >= key_end) continue;  // p reads none of its keys
-      if (calls_.size() <= call) calls_.emplace_back();
-      calls_[call++].push_back(p.task(it->row, it->pos, it->len));
+      add_task(in, call++, pi, p.task(it->row, it->pos, it->len));
     }
   }
 }
@@ -480,10 +494,14 @@ void ContextParallelAttention::begin_merge(const AttentionParams& prm, int64_t T
 void ContextParallelAttention::merge_calls(const AttentionParams& prm, const float* q, const Block& cur, int64_t T,
                                            float* out, float* lse) {
   const int64_t H = prm.num_heads, hd = prm.head_dim;
-  for (const std::vector<AttentionTask>& call : calls_) {
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    const std::vector<AttentionTask>& call = calls_[c];
     if (call.empty()) continue;
     std::fill(part_lse_.begin(), part_lse_.begin() + T * H, -INFINITY);
-    attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
+    if (prm.mask.kind == MaskKind::block_sparse)
+      block_sparse_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data(), call_means_[c]);
+    else
+      attention_forward(prm, call, q, cur.k, cur.v, part_out_.data(), part_lse_.data());
     progress();
     merge_attention_partial(out, lse, part_out_.data(), part_lse_.data(), T, int(H), int(hd));
     progress();
@@ -494,9 +512,13 @@ void ContextParallelAttention::merge_calls(const AttentionParams& prm, const flo
 void ContextParallelAttention::backward_calls(const AttentionParams& prm, const float* q, const float* k,
                                               const float* v, const float* out, const float* lse,
                                               const float* dout, float* dq, float* dk, float* dv) {
-  for (const std::vector<AttentionTask>& call : calls_) {
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    const std::vector<AttentionTask>& call = calls_[c];
     if (call.empty()) continue;
-    attention_backward(prm, call, q, k, v, out, lse, dout, dq, dk, dv);
+    if (prm.mask.kind == MaskKind::block_sparse)
+      block_sparse_backward(prm, call, q, k, v, out, lse, dout, dq, dk, dv, call_means_[c]);
+    else
+      attention_backward(prm, call, q, k, v, out, lse, dout, dq, dk, dv);
     progress();
   }
 }

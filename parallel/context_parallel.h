@@ -32,9 +32,11 @@
 //              relay forwards whole blocks, so it moves the same bytes under every mask
 //              (the ring sends only what is read).
 //
-// Under attention.mask = block_sparse the all-gather moves only the key blocks the
-// receiver's queries select and their own blocks (parallel/selected_keys.h); the rings
-// are refused (run plan).
+// Under attention.mask = block_sparse every rank first gets the block means its queries
+// select from (parallel/selected_keys.h); the all-gather and the ring then move only the
+// key blocks the receiver's queries select and their own blocks, the double ring its
+// whole blocks, and the kernel computes each query's part of its attention in the rows
+// in hand (attention/block_sparse.h), merged as under any mask.
 //
 // In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
 // them to bf16 anyway, so the results are the same and the bytes half. The backward's
@@ -143,10 +145,13 @@ class ContextParallelAttention final : public AttentionPlacement {
   std::vector<float> part_out_, part_lse_, acc_k_[2], acc_v_[2], acc_in_k_, acc_in_v_;
   std::vector<uint16_t> own_k_, own_v_, gathered16_;  // bf16 on the wire
   std::vector<std::vector<AttentionTask>> calls_;
+  std::vector<std::vector<BlockMeans>> call_means_;  // block_sparse: per task of calls_
+  void clear_calls();
+  void add_task(const AttentionInput& in, size_t call, size_t piece, const AttentionTask& t);
   std::vector<AttentionTask> tasks_;
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
   KeyExchange exchange_;  // this call's rows to and from every rank (data/key_runs.h)
-  // block_sparse under the all-gather: the exchange is the selection's (selected_keys.h)
+  // block_sparse: the block means, and the selection's exchange (selected_keys.h)
   bool selects(const AttentionInput& in) const;
   void plan(const AttentionInput& in, const float* q, const float* k);
   SelectedKeys selected_;

@@ -36,7 +36,7 @@ int count_of(int64_t n) { return mpi_count(n, "a block_sparse selection message"
 }  // namespace
 
 void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, const LocalBatch& batch,
-                        const float* q, const float* k, KeyExchange& exchange, SelectedKeys& out) {
+                        const float* q, const float* k, KeyExchange* exchange, SelectedKeys& out) {
   const int size = int(batch.group_pieces.size());
   const int64_t B = params.mask.block_size, width = int64_t(params.num_kv_heads) * params.head_dim;
   const int64_t part_bytes = width * int64_t(sizeof(KeySum));
@@ -129,22 +129,29 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
       for (int64_t c = 0; c < width; ++c) kbar[size_t(c * L + m)] = key_mean(doc_sums[d][size_t(m * width + c)], B);
   }
 
-  // 2. the local selection: the keys this rank reads, per document (in-document spans)
   out.means.assign(batch.pieces.size(), BlockMeans{});
+  for (size_t i = 0; i < batch.pieces.size(); ++i)
+    if (const DocPiece& p = batch.pieces[i]; p.len > 0) {
+      const size_t d = doc_index.at(p.doc);
+      out.means[i] = {out.doc_kbar[d].data(), doc_blocks[d]};
+    }
+  if (!exchange) return;
+
+  // 2. the local selection: the keys this rank reads, per document (in-document spans)
   std::map<int32_t, KeySpans> spans;
   const int64_t KV = params.num_kv_heads;
+  std::vector<char> used;
   for (size_t i = 0; i < batch.pieces.size(); ++i) {
     const DocPiece& p = batch.pieces[i];
     if (p.len <= 0) continue;
     const size_t d = doc_index.at(p.doc);
-    out.means[i] = {out.doc_kbar[d].data(), doc_blocks[d]};
     KeySpans& s = spans[p.doc];
     s.emplace_back(p.pos / B * B, p.end());  // the own blocks, causally
     const AttentionTask t = p.task(0, 0, p.end());
     for (int64_t lo = t.q_row, end = t.q_row + t.q_len; lo < end; lo += params.chunk_rows) {
       const int64_t hi = std::min(end, lo + params.chunk_rows);
       select_blocks(params, t, lo, hi, q, nullptr, out.selected, &out.means[i]);
-      std::vector<char> used(static_cast<size_t>(doc_blocks[d]), 0);
+      used.assign(static_cast<size_t>(doc_blocks[d]), 0);
       for (int64_t e = 0; e < (hi - lo) * KV * K; ++e)
         if (const int32_t m = out.selected[size_t(e)]; m >= 0) used[size_t(m)] = 1;
       for (int64_t m = 0; m < doc_blocks[d]; ++m)
@@ -154,18 +161,18 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
   }
 
   // 3. the runs of each holder this rank reads, and the holders told
-  exchange.to.assign(size_t(size), {});
-  exchange.from.assign(size_t(size), {});
+  exchange->to.assign(size_t(size), {});
+  exchange->from.assign(size_t(size), {});
   for (int o = 0; o < size; ++o) {
     if (o == me) continue;
     for (const DocPiece& h : batch.group_pieces[size_t(o)]) {
       const auto it = spans.find(h.doc);
       if (h.len <= 0 || it == spans.end()) continue;
       KeySpans of_h = it->second;
-      append_runs(h, of_h, exchange.from[size_t(o)]);
+      append_runs(h, of_h, exchange->from[size_t(o)]);
     }
   }
-  for (int o = 0; o < size; ++o) send_n[size_t(o)] = count_of(int64_t(exchange.from[size_t(o)].size() * sizeof(KeyRun)));
+  for (int o = 0; o < size; ++o) send_n[size_t(o)] = count_of(int64_t(exchange->from[size_t(o)].size() * sizeof(KeyRun)));
   t0 = SteadyClock::now();
   MPI_Alltoall(send_n.data(), 1, MPI_INT, recv_n.data(), 1, MPI_INT, comm);
   int64_t sent = 0;
@@ -175,14 +182,14 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
     sent += send_n[size_t(o)], received += recv_n[size_t(o)];
   }
   std::vector<KeyRun> send_runs, recv_runs(size_t(received) / sizeof(KeyRun));
-  for (int o = 0; o < size; ++o) send_runs.insert(send_runs.end(), exchange.from[size_t(o)].begin(), exchange.from[size_t(o)].end());
+  for (int o = 0; o < size; ++o) send_runs.insert(send_runs.end(), exchange->from[size_t(o)].begin(), exchange->from[size_t(o)].end());
   MPI_Alltoallv(send_runs.data(), send_n.data(), sdispl.data(), MPI_BYTE, recv_runs.data(), recv_n.data(),
                 rdispl.data(), MPI_BYTE, comm);
   out.exposed_seconds += waited_since(t0, "context-parallel exchange");
   out.bytes_sent += sent + int64_t(sizeof(int)) * (size - 1);
   for (int o = 0; o < size; ++o) {
     const KeyRun* first = recv_runs.data() + rdispl[size_t(o)] / int64_t(sizeof(KeyRun));
-    exchange.to[size_t(o)].assign(first, first + recv_n[size_t(o)] / int64_t(sizeof(KeyRun)));
+    exchange->to[size_t(o)].assign(first, first + recv_n[size_t(o)] / int64_t(sizeof(KeyRun)));
   }
 }
 

@@ -1,6 +1,8 @@
-// attention.mask = block_sparse under the all-gather exchange: only the key blocks some
-// query selects move (the "only selected key blocks move"), instead of every key
-// before each rank's last query.
+// attention.mask = block_sparse under context parallelism: each rank gets the block means
+// its queries select from, and under the all-gather and the direct ring only the key
+// blocks some query selects move (the "only selected key blocks move"), instead
+// of every key before each rank's last query. The double ring relays whole blocks (it
+// moves the same bytes under every mask) and takes only the means.
 //
 // Which blocks a query selects depends on the block means of every earlier block of its
 // document, and those depend on keys held by other ranks. So, per exchange:
@@ -16,9 +18,10 @@
 //      run from the own block's first key to the last query);
 //   3. an MPI_Alltoall of counts and an MPI_Alltoallv of runs tell every holder which of
 //      its rows each reader reads (content-dependent, unlike data/key_runs.h's plan).
-// The result is a KeyExchange the all-gather then uses as under any other mask, and the
-// block means the kernel selects from (block_sparse_forward/backward's `means`), since
-// the gathered K is filled only in the rows read.
+// The result is a KeyExchange the all-gather or the ring then uses as under any other
+// mask, and the block means the kernel selects from (block_sparse_forward/backward's
+// `means`): the gathered K is filled only in the rows read, and a ring step holds one
+// rank's rows.
 //
 // The bytes of steps 1 and 3 count as exchange bytes, their waits as exposed time.
 // `lct simulate` cannot know the content, so it prices block_sparse's all-gather as the
@@ -47,10 +50,11 @@ struct SelectedKeys {
   std::vector<int32_t> selected;
 };
 
-// Plans one exchange (replaces `exchange`) for the local queries q and keys k (the rows
-// of batch.pieces) of rank `me` of the context-parallel group `comm`
-// (batch.group_pieces: every rank's), and gives the block means in `out`.
+// Plans one exchange (replaces `*exchange`; null: step 1 only, the means) for the local
+// queries q and keys k (the rows of batch.pieces) of rank `me` of the context-parallel
+// group `comm` (batch.group_pieces: every rank's), and gives the block means in `out`.
+// Collective over `comm`.
 void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, const LocalBatch& batch,
-                        const float* q, const float* k, KeyExchange& exchange, SelectedKeys& out);
+                        const float* q, const float* k, KeyExchange* exchange, SelectedKeys& out);
 
 }  // namespace lct

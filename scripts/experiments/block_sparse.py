@@ -22,7 +22,7 @@ against causal attention and a sliding window of the same visible pairs.
    against sliding_window (W = 4,096) in 2 alternating rounds of 3 steps; each round's
    wall clock of steps 2-3 (their time; step 1 is warm-up) and the ratio per round.
 
-4. Bytes: what the all-gather moves per rank under cp = 4 (lct train, 4 ranks, one
+4. Bytes: what the all-gather and the ring move per rank under cp = 4 (lct train, 4 ranks, one
    thread each), one 65,536-token document through a one-layer model of the default
    width, 2 steps: causal, sliding_window (W = 4,096) and block_sparse (B = 512, k = 8 and
    k = 3), each rank's bytes per step as lct train counts them (K and V rows, the
@@ -158,19 +158,21 @@ def bytes_part(a, rows):
              "sliding_window": ["--attention.mask", "sliding_window", "--attention.window", W],
              "block_sparse k 8": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "8"],
              "block_sparse k 3": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "3"]}
-    data = ["--data.seq_len", T, "--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
-            "--model.num_hidden_layers", "1", "--train.steps", "2", "--train.log_every", "1", "--parallel.dp", "1",
-            "--parallel.cp", str(cp), "--parallel.cp_comm", "allgather"]
-    sent = {}
-    for mask, extra in masks.items():
-        run = common.mpi_train(cp, data + extra, a.quick, a.config, os.path.join(a.out, f"bytes_{mask.replace(' ', '_')}"))
-        sent[mask] = [m["rank_exchange_bytes"] for m in run]
-    for mask, steps in sent.items():
-        rows.append({"part": f"bytes T {T} cp {cp} allgather", "mask": mask, "settings": " ".join(masks[mask][2:]),
-                     "tokens": int(T),
-                     "mib_per_rank_step": statistics.mean(statistics.mean(s) for s in steps) / 2**20,
-                     "max_mib_rank_step": max(max(s) for s in steps) / 2**20,
-                     "vs_causal": statistics.mean(sum(s) for s in steps) / statistics.mean(sum(s) for s in sent["causal"])})
+    for comm in ("allgather", "ring"):
+        data = ["--data.seq_len", T, "--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
+                "--model.num_hidden_layers", "1", "--train.steps", "2", "--train.log_every", "1", "--parallel.dp", "1",
+                "--parallel.cp", str(cp), "--parallel.cp_comm", comm]
+        sent = {}
+        for mask, extra in masks.items():
+            run = common.mpi_train(cp, data + extra, a.quick, a.config,
+                                   os.path.join(a.out, f"bytes_{comm}_{mask.replace(' ', '_')}"))
+            sent[mask] = [m["rank_exchange_bytes"] for m in run]
+        for mask, steps in sent.items():
+            rows.append({"part": f"bytes T {T} cp {cp} {comm}", "mask": mask, "settings": " ".join(masks[mask][2:]),
+                         "tokens": int(T),
+                         "mib_per_rank_step": statistics.mean(statistics.mean(s) for s in steps) / 2**20,
+                         "max_mib_rank_step": max(max(s) for s in steps) / 2**20,
+                         "vs_causal": statistics.mean(sum(s) for s in steps) / statistics.mean(sum(s) for s in sent["causal"])})
 
 
 def write(a, steps, seeds, rows, losses, cost):
@@ -185,7 +187,7 @@ def write(a, steps, seeds, rows, losses, cost):
         f"seeds. Cost: attention forward + backward on one document, fp32, block_sparse B {B} k {k} against "
         f"sliding_window W {W}; GFLOP/s count the pairs read, against the same run's fp32 GEMM ceiling. Step: one "
         f"document through a one-layer model, seconds per step of steps 2-3 (medians and spread over 2 alternating "
-        f"rounds), block_sparse's over the window's (median of the rounds' ratios). Bytes: cp = 4 all-gather, lct "
+        f"rounds), block_sparse's over the window's (median of the rounds' ratios). Bytes: cp = 4 all-gather and ring, lct "
         f"train's per-rank bytes per step (mean over ranks and 2 steps, and the largest), over causal's."))
     fig, ax = common.subplots(1, 2, figsize=(11, 4.2))
     names = [m for m in quality_masks(a.quick) if m in losses]

@@ -16,9 +16,8 @@ prefix_lm and shared_question take their per-document data from the packer
 bidirectional prefix, and a fifth as the question followed by three answers.
 full_document, bidirectional_window and causal_blockwise (LongCA-bench's masks that read
 ahead) run in the kernel and exchange parts only: lct train refuses them. block_sparse
-(MoBA) runs in the kernel and step parts, not on the ring (which refuses it) nor in the
-simulated exchange part (its exchanges depend on the content, which lct simulate
-cannot price);
+(MoBA) runs in the kernel and step parts (every layout), not in the simulated exchange
+part (its exchanges depend on the content, which lct simulate cannot price);
 scripts/experiments/block_sparse.py measures its quality, cost and the all-gather's
 bytes. LongCA-bench's
 causal global_sliding_window is sink_window (global tokens as sinks).
@@ -59,7 +58,7 @@ def mask_args(quick):
 # the masks lct train refuses (a query reads the token it predicts)
 BENCH_ONLY = ("full_document", "bidirectional_window", "causal_blockwise")
 # content-dependent masks: their exchanges move what the content selects, which lct
-# simulate cannot price (the exchange part skips them), and the rings refuse them
+# simulate cannot price (the exchange part skips them)
 CONTENT_DEPENDENT = ("block_sparse",)
 
 
@@ -154,8 +153,6 @@ def main():
     for r in range(rounds):
         for mask, extra in step_masks.items():
             for layout, (ranks, largs) in LAYOUTS.items():
-                if mask in CONTENT_DEPENDENT and "ring" in layout:
-                    continue
                 run = common.mpi_train(ranks, data + extra + largs, a.quick, a.config,
                                        os.path.join(a.out, f"run_{mask}_{layout.replace(' ', '_').replace('=', '')}_{r}"))
                 tps.setdefault((mask, layout), []).append((common.wall_clock(run, warmup=2)["tokens_per_s"], run))

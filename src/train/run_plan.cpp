@@ -46,6 +46,12 @@ void plan_cp_exchange(RunPlan& p, const ParallelConfig& par) {
     if (KV % U != 0 && U % KV != 0)
       throw ConfigError("parallel.cp_comm = " + name + ": model.num_key_value_heads = " + std::to_string(KV) +
                         " must be a multiple or a divisor of " + group + std::to_string(U));
+    // block_sparse selects per KV head group by the mean of the group's query heads: a
+    // rank that holds only some of a group's query heads (KV < U) would select by theirs
+    if (p.model.attention_mask.kind == MaskKind::block_sparse && KV % U != 0)
+      throw ConfigError("attention.mask = block_sparse under parallel.cp_comm = " + name +
+                        " needs model.num_key_value_heads = " + std::to_string(KV) + " to be a multiple of " + group +
+                        std::to_string(U) + " (a rank selects by the mean of a whole group's query heads)");
   }
 
   if (p.placement == Placement::context_parallel && p.cp_comm == CpComm::double_ring) {
@@ -139,15 +145,6 @@ RunPlan make_run_plan(const Config& c, int world) {
                                   : Placement::colocated;
 
   plan_cp_exchange(p, par);
-  // block_sparse selects its blocks from a document's whole key prefix, which the
-  // all-gather, Ulysses and CAD hand the kernel; the rings hand it one rank's key block
-  // at a time (attention/block_sparse.h)
-  if (p.model.attention_mask.kind == MaskKind::block_sparse && p.placement == Placement::context_parallel &&
-      (p.cp_comm == CpComm::ring || p.cp_comm == CpComm::double_ring || p.cp_comm == CpComm::hybrid))
-    throw ConfigError(std::string("attention.mask = block_sparse needs a document's whole key prefix on the rank of its "
-                                  "queries: parallel.cp_comm = allgather or ulysses (or attention.placement = cad), "
-                                  "not ") +
-                      cp_comm_name(p.cp_comm));
   plan_cad(p, par, cc, cad);
   if (par.dp_balance == DpBalance::packing) {
     if (p.layout.cp > 1 || c.attention.placement == Placement::cad)

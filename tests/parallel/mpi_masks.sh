@@ -9,8 +9,8 @@
 # orders; SGD keeps parameters linear in the gradients, see mpi_context_parallel.sh).
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
 # and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2, full recomputation,
-# cp = 2 (all-gather, Ulysses; bf16 too), cp = 4 all-gather and CAD dp = 2 (the rings
-# refuse it). Then: a masked checkpoint resumes only
+# cp = 2 (all-gather, Ulysses, ring; bf16 too), cp = 4 all-gather, ring, double ring and
+# hybrid, and CAD dp = 2. Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -63,7 +63,7 @@ done
 # where its queries are: data and pipeline parallelism, recomputation, the all-gather
 # (which exchanges the means and then moves only the selected blocks), Ulysses and CAD
 # each equal one process (bf16 too, whose exchanges send bf16 and whose selection reads
-# the bf16 values); the rings are refused with one line
+# the bf16 values); so do the rings
 bs="--attention.mask block_sparse --attention.block_size 16 --attention.top_blocks 2"
 train ref_block_sparse 0 $bs
 grep -q "mask block_sparse (block 16, top 2)" ref_block_sparse.log || { cat ref_block_sparse.log; echo "FAIL: the log does not name the mask"; exit 1; }
@@ -110,8 +110,23 @@ train cp2_allgather_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp
 # (bf16 layouts differ within mpi_precision.sh's derived bounds: loss 1e-3, parameters
 # 1e-3 per SGD update, here eight; fp32 sums in another order flip bf16 roundings)
 compare "cp=2 allgather bf16, block_sparse" cp2_allgather_block_sparse_bf16 ref_block_sparse_bf16 1e-3 8e-3
-expect_layout_error 2 "attention.mask = block_sparse needs a document's whole key prefix on the rank of its queries" \
-  $bs --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
+# the rings: each rank gets the block means first; the ring moves the selected and own
+# rows and the double ring whole blocks, and each step's partial attention merges
+# (blocks cut between ranks contribute their rows on each); hybrid's ring runs over
+# whole KV head groups
+train cp2_ring_block_sparse 2 $bs --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
+compare "cp=2 ring, block_sparse" cp2_ring_block_sparse ref_block_sparse
+train cp4_ring_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm ring
+compare "cp=4 ring, block_sparse" cp4_ring_block_sparse ref_block_sparse
+train cp4_double_ring_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2
+compare "cp=4 double_ring, block_sparse" cp4_double_ring_block_sparse ref_block_sparse
+train cp4_hybrid_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm hybrid --parallel.cp_ulysses 2
+compare "cp=4 hybrid, block_sparse" cp4_hybrid_block_sparse ref_block_sparse
+train cp2_ring_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring
+compare "cp=2 ring bf16, block_sparse" cp2_ring_block_sparse_bf16 ref_block_sparse_bf16 1e-3 8e-3
+# Ulysses over more ranks than KV heads would split a group's query heads
+expect_layout_error 4 "attention.mask = block_sparse under parallel.cp_comm = ulysses needs model.num_key_value_heads = 2 to be a multiple of parallel.cp = 4" \
+  $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm ulysses
 
 # per-document masks: the packer's prefixes (prefix_lm) and segments (shared_question),
 # documents shorter and longer than them, on every layout: context parallelism and CAD

@@ -242,8 +242,8 @@ void gather_block(const Shape& s, const AttentionTask& t, const Part& p, int64_t
 void add_block(const Shape& s, const AttentionTask& t, const Part& p, int64_t g, const float* in, float* dst) {
   for (int64_t j = 0; j < p.keys; ++j) {
     float* row = dst + (t.kv_row + (p.key_lo - t.kv_pos) + j) * s.ldk + g * s.hd;
-    const float* p = in + j * s.hd;
-    for (int64_t x = 0; x < s.hd; ++x) row[x] += p[x];
+    const float* d = in + j * s.hd;
+    for (int64_t x = 0; x < s.hd; ++x) row[x] += d[x];
   }
 }
 

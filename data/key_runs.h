@@ -44,7 +44,7 @@ void read_runs(std::span<const DocPiece> holder, std::span<const DocPiece> reade
 // Appends the rows of holder piece h that the in-document spans name (clipped to h,
 // merged; replaces spans by them) as runs, continuing the last run when it ends where
 // the first begins (consecutive pieces). read_runs's spans come from the mask; a
-// block_sparse all-gather's from the selection (parallel/selected_keys.h).
+// block_sparse all-gather's and ring's from the selection (parallel/selected_keys.h).
 void append_runs(const DocPiece& h, KeySpans& spans, std::vector<KeyRun>& runs);
 int64_t rows_of(std::span<const KeyRun> runs);
 // Does piece p read any key of run r (same document)?

@@ -34,7 +34,7 @@ struct StepPrediction {
   // per rank: the bytes its attention exchange sends (lct train's rank_exchange_bytes),
   // exact where rank_bytes_exact (no exchange, the ring, the all-gather, the double
   // ring); Ulysses, the hybrid and CAD only estimate their bytes (bytes_per_rank), and
-  // block_sparse's all-gather is priced as the causal superset (an estimate: the
+  // block_sparse under any cp > 1 is priced as the causal superset (an estimate: the
   // selected blocks, block sums and runs it moves depend on the content)
   std::vector<double> rank_bytes;
   bool rank_bytes_exact = true;

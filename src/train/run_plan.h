@@ -22,7 +22,8 @@
 //   cp_comm     ulysses trades over all cp ranks, hybrid over groups of parallel.cp_ulysses
 //               (1 < U < cp, U divides cp); either needs the heads to split over U ranks:
 //               num_attention_heads divisible by U, and num_key_value_heads divisible by
-//               U or dividing it (fewer KV heads than U are replicated); double_ring
+//               U or dividing it (fewer KV heads than U are replicated; block_sparse
+//               needs it divisible: a rank selects by a whole group's query heads); double_ring
 //               needs parallel.cp_inner_ring to divide cp, strictly between 1 and cp
 //   rank speeds CAD learns rank speeds only with one lane (ping-pong plans each lane
 //               alone) and a measured cost model (not with attention.cad_profile = pairs)

@@ -255,14 +255,20 @@ TEST(BlockSparse, KeyRangesMergeToTheWholePrefix) {
   block_sparse_backward(p, {&whole, 1}, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
                         dk.data(), dv.data());
   const std::vector<int64_t> cuts = {0, 45, 300, 301, 640, 1000, T};
+  // the ranges' K and V rows sit `shift` rows after their positions (as in a received
+  // block: kv_row is not kv_pos)
+  const int64_t shift = 7;
+  std::vector<float> ks(size_t((T + shift) * width), 0.0f), vs(ks.size(), 0.0f);
+  std::copy(k.begin(), k.end(), ks.begin() + shift * width);
+  std::copy(v.begin(), v.end(), vs.begin() + shift * width);
   std::vector<float> mo(q.size(), 0.0f), mlse(size_t(T * H), -INFINITY), po(q.size()), plse(size_t(T * H));
   std::vector<AttentionTask> ranges;
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     AttentionTask t = whole;
-    t.kv_row = cuts[i], t.kv_pos = int32_t(cuts[i]), t.kv_len = int32_t(cuts[i + 1] - cuts[i]);
+    t.kv_row = cuts[i] + shift, t.kv_pos = int32_t(cuts[i]), t.kv_len = int32_t(cuts[i + 1] - cuts[i]);
     ranges.push_back(t);
     std::fill(plse.begin(), plse.end(), -INFINITY);
-    block_sparse_forward(p, {&t, 1}, q.data(), k.data(), v.data(), po.data(), plse.data(), means);
+    block_sparse_forward(p, {&t, 1}, q.data(), ks.data(), vs.data(), po.data(), plse.data(), means);
     merge_attention_partial(mo.data(), mlse.data(), po.data(), plse.data(), T, int(H), int(hd));
   }
   const auto near = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
@@ -270,14 +276,21 @@ TEST(BlockSparse, KeyRangesMergeToTheWholePrefix) {
     for (const float x : b)
       if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
     for (size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i]) ASSERT_NEAR(a[i], b[i], 64 * 0x1p-24 * scale) << what << " " << i;
+      if (a[i] != b[i]) {
+        ASSERT_NEAR(a[i], b[i], 64 * 0x1p-24 * scale) << what << " " << i;
+      }
   };
   near(mo, o, "O");
   near(mlse, lse, "LSE");
-  std::vector<float> gq(q.size(), 0), gk(k.size(), 0), gv(v.size(), 0);
+  std::vector<float> gq(q.size(), 0), gks(ks.size(), 0), gvs(vs.size(), 0);
   for (const AttentionTask& t : ranges)
-    block_sparse_backward(p, {&t, 1}, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), gq.data(),
-                          gk.data(), gv.data(), means);
+    block_sparse_backward(p, {&t, 1}, q.data(), ks.data(), vs.data(), o.data(), lse.data(), dout.data(), gq.data(),
+                          gks.data(), gvs.data(), means);
+  for (int64_t e = 0; e < shift * width; ++e) {
+    ASSERT_EQ(gks[size_t(e)], 0.0f);
+    ASSERT_EQ(gvs[size_t(e)], 0.0f);
+  }
+  const std::vector<float> gk(gks.begin() + shift * width, gks.end()), gv(gvs.begin() + shift * width, gvs.end());
   near(gq, dq, "dQ");
   near(gk, dk, "dK");
   near(gv, dv, "dV");

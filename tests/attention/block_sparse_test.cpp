@@ -25,6 +25,19 @@ Problem sparse(int top_blocks, std::vector<int32_t> cu = {0, 20, 52, 53, 300, 11
   return pr;
 }
 
+// The block means a placement gives the kernel (BlockMeans: kbar[c * L + m]) for blocks
+// [0, L) of a document whose key rows start at k, from sums of each block's rows.
+std::vector<double> block_means_of(const AttentionParams& p, const std::vector<float>& k, int64_t L) {
+  const int64_t width = int64_t(p.num_kv_heads) * p.head_dim, B = p.mask.block_size;
+  std::vector<double> kbar(size_t(L * width), 0.0);
+  for (int64_t m = 0; m < L; ++m) {
+    std::vector<KeySum> sums(size_t(width), 0);
+    add_key_sums(p, k.data() + m * B * width, B, sums.data());
+    for (int64_t c = 0; c < width; ++c) kbar[size_t(c * L + m)] = key_mean(sums[size_t(c)], B);
+  }
+  return kbar;
+}
+
 // The kernel's selection is the definition's, block for block, query by query (in one
 // call over a document and in query slices of it), in fp32 and bf16.
 TEST(BlockSparse, SelectionIsTheDefinition) {
@@ -182,14 +195,8 @@ TEST(BlockSparse, GivenMeansReadOnlySelectedBlocks) {
     const AttentionTask& t = tasks[0];
     const std::vector<float> q = random_vector(T * pr.H * pr.hd, 31), k0 = random_vector(T * width, 32),
                              v0 = random_vector(T * width, 33), dout = random_vector(T * pr.H * pr.hd, 34);
-    // the means, from sums of each block's rows
     const int64_t L = (T - 1) / B;
-    std::vector<double> kbar(size_t(L * width), 0.0);
-    for (int64_t m = 0; m < L; ++m) {
-      std::vector<KeySum> sums(size_t(width), 0);
-      add_key_sums(p, k0.data() + m * B * width, B, sums.data());
-      for (int64_t c = 0; c < width; ++c) kbar[size_t(c * L + m)] = key_mean(sums[size_t(c)], B);
-    }
+    const std::vector<double> kbar = block_means_of(p, k0, L);
     const std::vector<BlockMeans> means = {BlockMeans{kbar.data(), L}};
     std::vector<int32_t> from_k, given;
     select_blocks(p, t, t.q_row, t.q_row + n, q.data(), k0.data(), from_k);
@@ -243,12 +250,7 @@ TEST(BlockSparse, KeyRangesMergeToTheWholePrefix) {
   const std::vector<float> q = random_vector(T * H * hd, 41), k = random_vector(T * width, 42),
                            v = random_vector(T * width, 43), dout = random_vector(T * H * hd, 44);
   const int64_t L = (T - 1) / B;
-  std::vector<double> kbar(size_t(L * width), 0.0);
-  for (int64_t m = 0; m < L; ++m) {
-    std::vector<KeySum> sums(size_t(width), 0);
-    add_key_sums(p, k.data() + m * B * width, B, sums.data());
-    for (int64_t c = 0; c < width; ++c) kbar[size_t(c * L + m)] = key_mean(sums[size_t(c)], B);
-  }
+  const std::vector<double> kbar = block_means_of(p, k, L);
   const std::vector<BlockMeans> means = {BlockMeans{kbar.data(), L}};
   std::vector<float> o(q.size(), 0), lse(size_t(T * H), -INFINITY), dq(q.size(), 0), dk(k.size(), 0), dv(v.size(), 0);
   block_sparse_forward(p, {&whole, 1}, q.data(), k.data(), v.data(), o.data(), lse.data());

@@ -29,11 +29,14 @@ std::string AttentionMask::validate() const {
   return {};
 }
 
-std::string AttentionMask::training_problem() const {
+std::string AttentionMask::next_token_problem(const std::string& command) const {
   if (!reads_ahead() || kind == MaskKind::prefix_lm) return {};
+  const std::string use = command == "lct train"  ? "cannot train under it"
+                          : command == "lct eval" ? "would score tokens it has read"
+                                                  : "cannot predict under it";
   return std::string("attention.mask = ") + mask_kind_name(kind) +
-         " lets a query read the token it predicts, so the next-token loss cannot train under it (lct bench "
-         "runs it; lct train takes the causal masks and prefix_lm)";
+         " lets a query read the token it predicts, so the next-token loss " + use + " (lct bench runs it; " +
+         command + " takes the causal masks and prefix_lm)";
 }
 
 std::string AttentionMask::describe() const {

@@ -22,7 +22,8 @@
 //
 // and three that read ahead (LongCA-bench's, arXiv 2510.17896, for lct bench and the
 // masks experiment: a query that reads the token it predicts cannot be trained on the
-// next-token loss, so lct train refuses them, AttentionMask::training_problem):
+// next-token loss, so lct train, eval and generate refuse them,
+// AttentionMask::next_token_problem):
 //
 //   full_document         every j of the document (bidirectional)
 //   bidirectional_window  |i - j| < W (W - 1 keys on each side and its own)
@@ -99,9 +100,10 @@ struct AttentionMask {
     return kind == MaskKind::prefix_lm || kind == MaskKind::full_document || kind == MaskKind::bidirectional_window ||
            kind == MaskKind::causal_blockwise;
   }
-  // Empty when lct train can train under it, else one line: the masks that let a query
-  // read the token it predicts (all that read ahead but prefix_lm, whose prefix is given).
-  std::string training_problem() const;
+  // Empty when the next-token loss means something under it, else one line naming
+  // `command` ("lct train", "lct eval", "lct generate"): the masks that let a query read
+  // the token it predicts (all that read ahead but prefix_lm, whose prefix is given).
+  std::string next_token_problem(const std::string& command) const;
   // Empty when the parameters the kind uses are valid, else one line naming the key.
   std::string validate() const;
   // e.g. "sliding_window (window 4096)"

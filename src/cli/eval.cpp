@@ -108,6 +108,8 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
                     const EvalOptions& options) {
   const std::string& grads_out = options.grads_out;
   LlamaModel model = load_model(checkpoint_path, options.adjust_model);
+  if (const std::string no = model.config().attention_mask.next_token_problem("lct eval"); !no.empty())
+    throw std::runtime_error(no);
   model.set_arithmetic({.precision = options.precision});
   PackedBatch batch = read_batch_file(batch_path, model.config().vocab_size);
   apply_batch_mask(batch, model.config().attention_mask, batch_path);

@@ -287,6 +287,8 @@ int run_generate(const Options& o) {
   configure_threads(o.threads);
   ModelFile file(o.checkpoint);
   const LlamaConfig config = adjusted_config(file, o.overrides.adjuster());
+  if (const std::string no = config.attention_mask.next_token_problem("lct generate"); !no.empty())
+    throw std::runtime_error(no);
   const int64_t V = config.vocab_size;
   const std::vector<std::vector<int32_t>> prompts = read_prompts(o, V);
   const std::vector<std::vector<int32_t>> continuations = read_continuations(o, V, prompts.size());

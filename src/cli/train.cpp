@@ -84,7 +84,7 @@ int run_train(const TrainOptions& o, int rank, int world) {
       throw ConfigError("--memory-gib sizes --dry-run's and --max-seq-len's estimate; a training run uses the "
                         "machine's memory");
     config = resolve_config(o.config);
-    if (const std::string e = config.model.attention_mask.training_problem(); !e.empty()) throw ConfigError(e);
+    if (const std::string e = config.model.attention_mask.next_token_problem("lct train"); !e.empty()) throw ConfigError(e);
     refuse_overlapping_files(config, o.config.file);
     plan = make_run_plan(config, world);
     // the data as training opens it: --dry-run refuses what training would refuse

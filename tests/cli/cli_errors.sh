@@ -88,6 +88,15 @@ for name, mask in (('mask_values.h5', [0, 1, 2, 0, 0, 0, 0, 0, 0, 0]), ('mask_sh
         f['answer_mask'] = np.array(mask, dtype=np.int32)"
 expect_error "mask_values.h5: answer_mask[2] = 2 (must be 0 or 1)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_values.h5
 expect_error "mask_shape.h5: answer_mask must be 1-D with one entry per token (10)" eval --checkpoint ck/step_00000001.h5 --batch-file mask_shape.h5
+# the masks that read the token a query predicts: lct eval and lct generate refuse them
+# as lct train does (a loss over tokens the model has read), and write nothing
+expect_error "attention.mask = full_document lets a query read the token it predicts, so the next-token loss would score tokens it has read (lct bench runs it; lct eval takes" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.mask full_document --per-document-out ahead.csv
+[[ ! -e ahead.csv ]] || { echo "FAIL: a refused lct eval wrote ahead.csv"; failures=$((failures + 1)); }
+expect_error "attention.mask = causal_blockwise lets a query read the token it predicts" \
+  eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.mask causal_blockwise --attention.block_size 4
+expect_error "attention.mask = bidirectional_window lets a query read the token it predicts, so the next-token loss cannot predict under it (lct bench runs it; lct generate takes" \
+  generate --checkpoint ck/step_00000001.h5 --prompt abc --attention.mask bidirectional_window --attention.window 4
 # per-document mask data (prefix_lm, shared_question) of the wrong shape or values
 /usr/bin/python3 -c "
 import h5py, numpy as np

@@ -85,8 +85,9 @@ TEST(StepMetrics, EveryFieldReachesTheCheckpoint) {
 TEST(StepMetrics, EverySummarisedFieldReachesInspect) {
   const std::string json = metrics_summary_json({distinct_record(), distinct_record(), distinct_record()});
   for (const StepMetric& m : step_metrics())
-    if (m.summary != Summary::none)
+    if (m.summary != Summary::none) {
       EXPECT_NE(json.find("\"" + m.name + "\":"), std::string::npos) << m.name << " not in " << json;
+    }
   // rates by the clock: three equal steps give the step's own rate
   const StepRecord r = distinct_record();
   EXPECT_NE(json.find("\"tokens_per_s\":" + std::to_string(int(r.tokens_per_s))), std::string::npos) << json;

@@ -192,8 +192,10 @@ void expect_steady_state_bounded(const ProductPath& path) {
     for (const auto& [who, n] : steps[i])
       EXPECT_FALSE(who.rfind("lct", 0) == 0 || who.rfind("unknown", 0) == 0)
           << path.name << ", step " << i + 2 << ": " << n << " allocations by " << who;
-    if (i > 0) EXPECT_EQ(steps[i], steps[0]) << path.name << ": allocations differ between steady-state steps ("
-                                              << text(steps[0]) << " against " << text(steps[i]) << ")";
+    if (i > 0) {
+      EXPECT_EQ(steps[i], steps[0]) << path.name << ": allocations differ between steady-state steps ("
+                                    << text(steps[0]) << " against " << text(steps[i]) << ")";
+    }
   }
   std::printf("  %s: allocations per steady-state step: %s\n", path.name, text(steps[0]).c_str());
 }

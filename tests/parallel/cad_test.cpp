@@ -261,7 +261,9 @@ TEST(CadPlan, OneLongDocumentIsSplitIntoHeadTailPairs) {
       EXPECT_EQ(t.origin, 0);
     }
   EXPECT_EQ(moved, 2);  // one head and one tail piece
-  EXPECT_THROW(plan_core_attention(docs, 2, {0.0, 1, 1}), std::invalid_argument);
+  CadPlanOptions no_tolerance;
+  no_tolerance.tolerance = 0.0;
+  EXPECT_THROW(plan_core_attention(docs, 2, no_tolerance), std::invalid_argument);
 }
 
 CadCostModel small_model() {
@@ -333,7 +335,9 @@ TEST(CadCost, GridFollowsTheLongestTask) {
   EXPECT_TRUE(cut.reaches(200) && cut.reaches(256) && !cut.reaches(257) && whole.reaches(int64_t(1) << 30));
   for (int64_t q : {1, 7, 16, 40, 64, 100, 255, 256})
     for (int64_t kv : {q, q + 1, q + 30, int64_t(256)})
-      if (kv >= q && kv <= 256) EXPECT_EQ(cut.seconds(q, kv), whole.seconds(q, kv)) << q << " x " << kv;
+      if (kv >= q && kv <= 256) {
+        EXPECT_EQ(cut.seconds(q, kv), whole.seconds(q, kv)) << q << " x " << kv;
+      }
 }
 
 TEST(CadPlan, WithACostModelBalancesMeasuredTime) {

@@ -79,11 +79,14 @@ bool ContextParallelAttention::selects(const AttentionInput& in) const {
 }
 
 // The rows to move (exchange_), and under block_sparse the block means: the all-gather
-// and the direct ring move the selected rows; the double ring relays whole blocks.
+// and the direct ring move the rows their plan names (under block_sparse the selected
+// ones); the double ring relays whole blocks and plans no rows.
 void ContextParallelAttention::plan(const AttentionInput& in, const float* q, const float* k) {
   const bool relay = method_ == CpComm::double_ring;
-  if (!selects(in) || relay) exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
-  if (!selects(in)) return;
+  if (!selects(in)) {
+    if (!relay) exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+    return;
+  }
   plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, relay ? nullptr : &exchange_, selected_);
   stats_.bytes_sent += selected_.bytes_sent;
   stats_.exposed_seconds += selected_.exposed_seconds;

@@ -150,7 +150,7 @@ class ContextParallelAttention final : public AttentionPlacement {
   void add_task(const AttentionInput& in, size_t call, size_t piece, const AttentionTask& t);
   std::vector<AttentionTask> tasks_;
   std::vector<int> counts_, displs_, recv_counts_, recv_displs_;
-  KeyExchange exchange_;  // this call's rows to and from every rank (data/key_runs.h)
+  KeyExchange exchange_;  // this call's rows to and from every rank (data/key_runs.h; not the double ring's)
   // block_sparse: the block means, and the selection's exchange (selected_keys.h)
   bool selects(const AttentionInput& in) const;
   void plan(const AttentionInput& in, const float* q, const float* k);

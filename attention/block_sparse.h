@@ -25,15 +25,16 @@
 // block's causal pairs plus min(k, b) B per query.
 //
 // Without block means, tasks must hold their document's key prefix: keys from position
-// 0 to at least the last query (one process, pipeline and data parallelism, Ulysses and
-// CAD, which move the whole prefix). With the caller's block means (`means`), a task may
+// 0 to at least the last query (one process, pipeline and data parallelism, Ulysses,
+// which moves the whole prefix, and CAD's tasks run in place). With the caller's block
+// means (`means`), a task may
 // hold any range of its document's keys: each query reads, among them, its own block's
 // (causally) and its selected blocks' (a block the range cuts contributes the keys in
 // it), and gets the (O, LSE) of that part of its attention (LSE -inf where it reads
 // none), which merge_attention_partial merges with the other ranges' parts into what
-// the whole prefix gives. The all-gather hands it the selected and own blocks only
-// (rows it does not read may be anything finite), the rings one rank's key rows at a
-// time (parallel/selected_keys.h).
+// the whole prefix gives. The all-gather and a CAD server hand it the selected and own
+// blocks only (rows it does not read may be anything finite), the rings one rank's key
+// rows at a time (parallel/selected_keys.h, parallel/cad_attention.h).
 #pragma once
 
 #include <cstdint>

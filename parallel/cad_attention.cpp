@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <stdexcept>
 
+#include "attention/block_sparse.h"
 #include "data/key_runs.h"
 #include "parallel/collectives.h"
 #include "parallel/mpi_util.h"
@@ -13,16 +15,43 @@
 namespace lct {
 namespace {
 int count_of(int64_t n) { return mpi_count(n, "a CAD exchange with one rank"); }
+
+// One blocking exchange of int32 records (out[r] to rank r; nothing to oneself): what
+// each rank sent this one. Adds the bytes sent and the time blocked.
+std::vector<std::vector<int32_t>> exchange_ints(MPI_Comm comm, const std::vector<std::vector<int32_t>>& out,
+                                                int64_t& bytes_sent, double& exposed_seconds) {
+  const size_t n = out.size();
+  std::vector<int> sn(n), rn(n), sd(n), rd(n);
+  for (size_t r = 0; r < n; ++r) sn[r] = count_of(int64_t(out[r].size()));
+  const auto t0 = SteadyClock::now();
+  MPI_Alltoall(sn.data(), 1, MPI_INT, rn.data(), 1, MPI_INT, comm);
+  std::vector<int32_t> send;
+  int64_t total = 0;
+  for (size_t r = 0; r < n; ++r) {
+    sd[r] = count_of(int64_t(send.size()));
+    send.insert(send.end(), out[r].begin(), out[r].end());
+    rd[r] = count_of(total);
+    total += rn[r];
+  }
+  std::vector<int32_t> recv(static_cast<size_t>(total));
+  MPI_Alltoallv(send.data(), sn.data(), sd.data(), MPI_INT, recv.data(), rn.data(), rd.data(), MPI_INT, comm);
+  exposed_seconds += waited_since(t0, "CAD block_sparse selection exchange");
+  bytes_sent += int64_t(sizeof(int32_t)) * (int64_t(send.size()) + int64_t(n) - 1);
+  std::vector<std::vector<int32_t>> in(n);
+  for (size_t r = 0; r < n; ++r) in[r].assign(recv.begin() + rd[r], recv.begin() + rd[r] + rn[r]);
+  return in;
+}
 }  // namespace
 
 CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCostModel> cost,
-                           bool rank_speeds, bool align_every_cut)
-    : comm_(comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_),
+                           bool rank_speeds, bool align_every_cut, MPI_Comm cp_comm)
+    : comm_(comm), cp_comm_(cp_comm == MPI_COMM_NULL ? MPI_COMM_SELF : cp_comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_),
       align_every_cut_(align_every_cut) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("CAD needs a communicator");
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Comm_size(cp_comm_, &cp_size_);
   bytes_per_second_ = probe_ring_bandwidth(comm_);
   reset_stats();
 }
@@ -237,6 +266,7 @@ void CadAttention::list_tasks(Plan& p, const Flow& own) const {
     const int64_t row = in_place_row(p, t);
     if (t.server == rank_ && row >= 0) p.own_local.push_back(task_of(t, local_row(t), row));
   }
+  p.own_ws_tasks = own.tasks;
   for (int32_t i : own.tasks) {
     const CadTask& t = p.plan.tasks[size_t(i)];
     p.own_ws.push_back(task_of(t, local_row(t), p.ws_at(p.gdoc[piece_of(p, t)], t.kv_begin())));
@@ -261,17 +291,17 @@ CadAttention::Reply CadAttention::reply_of(const std::vector<float*>& a, bool ba
   return backward ? Reply{nullptr, nullptr, a[0], a[1], a[2]} : Reply{a[0], a[1]};
 }
 
-int64_t CadAttention::message_floats(const Flow& f, const Widths& w) const {
+int64_t CadAttention::message_floats(int64_t q_rows, int64_t kv_rows, const Widths& w) {
   int64_t n = 0;
-  for (size_t i = 0; i < w.q.size(); ++i) n += f.q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
-  for (int64_t x : w.kv) n += f.kv_rows * Widths::floats(x, w.kv_bf16);
+  for (size_t i = 0; i < w.q.size(); ++i) n += q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
+  for (int64_t x : w.kv) n += kv_rows * Widths::floats(x, w.kv_bf16);
   return n;
 }
 
-std::vector<float*> CadAttention::arrays_of(float* base, const Flow& f, const Widths& w) const {
+std::vector<float*> CadAttention::arrays_of(float* base, int64_t q_rows, int64_t kv_rows, const Widths& w) {
   std::vector<float*> a;
-  for (size_t i = 0; i < w.q.size(); ++i) a.push_back(base), base += f.q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
-  for (int64_t x : w.kv) a.push_back(base), base += f.kv_rows * Widths::floats(x, w.kv_bf16);
+  for (size_t i = 0; i < w.q.size(); ++i) a.push_back(base), base += q_rows * Widths::floats(w.q[i], w.q_bf16[i]);
+  for (int64_t x : w.kv) a.push_back(base), base += kv_rows * Widths::floats(x, w.kv_bf16);
   return a;
 }
 
@@ -298,6 +328,173 @@ const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const 
   const auto it = plans_.find(in.round);
   if (it == plans_.end()) throw std::logic_error("CAD: no plan for this round");
   return it->second;
+}
+
+// ---- the key rows a layer moves ---------------------------------------------------------
+
+void CadAttention::plan_keys(Lane& L) const {
+  const Plan& p = *L.plan;
+  Keys& ks = L.keys;
+  const size_t n = size_t(size_);
+  ks.selected = false;
+  ks.out.assign(n, {});
+  ks.in.assign(n, {});
+  ks.out_kv_rows.assign(n, 0);
+  ks.in_kv_rows.assign(n, 0);
+  ks.out_means_floats.assign(n, 0);
+  ks.in_means_floats.assign(n, 0);
+  ks.means_out.assign(n, {});
+  ks.means_in.assign(n, {});
+  for (size_t r = 0; r < n; ++r) {
+    ks.out[r] = p.out[r].kv, ks.out_kv_rows[r] = p.out[r].kv_rows;
+    ks.in[r] = p.in[r].kv, ks.in_kv_rows[r] = p.in[r].kv_rows;
+  }
+  ks.own = p.own_kv;
+}
+
+// attention.mask = block_sparse: each origin selects the key blocks of its tasks' queries
+// (where the queries are), and only those rows, with the block means the servers' kernels
+// select from, move. Collective over comm_ (and the context-parallel group).
+//   1. the block means of this rank's pieces' documents: its own key rows' exact sums,
+//      and within a context-parallel group the other holders' (plan_selected_keys);
+//   2. per task not run in place, the keys its rows read: its queries' own blocks
+//      causally ([first row's block start, last row]) and the blocks they select, merged
+//      per (server, document);
+//   3. with context parallelism, the other holders of a document told which of those
+//      spans each server reads (origin -> holder: server, document, begin, end);
+//   4. every holder's rows of what each server reads, and one exchange telling each
+//      server which rows (document, position, length) and which means (document, blocks)
+//      its requests bring, so that both sides lay out the request the same way.
+// Selection is deterministic (block_sparse.h), so the server's kernel, given the same
+// means, reads exactly the rows that came; the rest of its workspace is zeros.
+void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q, const float* k) {
+  const Plan& p = *L.plan;
+  const AttentionParams& prm = in.params;
+  Keys& ks = L.keys;
+  const size_t n = size_t(size_);
+  const int64_t B = prm.mask.block_size, KV = prm.num_kv_heads, K = prm.mask.top_blocks;
+  const int64_t kvd = KV * prm.head_dim;
+  ks.selected = true;
+
+  // 1.
+  plan_selected_keys(cp_comm_, in.batch.cp_rank, prm, in.batch, q, k, nullptr, ks.sel);
+  stats_.bytes_sent += ks.sel.bytes_sent;
+  stats_.exposed_seconds += ks.sel.exposed_seconds;
+
+  // 2.
+  std::map<std::pair<int32_t, int32_t>, KeySpans> spans;  // (server, document) -> spans
+  ks.means_out.assign(n, {});
+  std::vector<int32_t> selected;
+  std::vector<char> used;
+  for (const CadTask& t : p.plan.tasks) {
+    if (t.origin != rank_ || t.q_len <= 0 || in_place_row(p, t) >= 0) continue;
+    const size_t piece = piece_of(p, t);
+    const int32_t g = p.gdoc[piece];
+    const CadPiece& d = p.docs[piece];
+    const BlockMeans& means = ks.sel.means[size_t(t.doc)];
+    KeySpans& s = spans[{t.server, g}];
+    s.emplace_back(int64_t(t.q_begin) / B * B, int64_t(t.q_begin) + t.q_len);
+    const AttentionTask a = t.attention_task(int64_t(d.row) + (t.q_begin - d.pos), 0, p.doc_len[size_t(g)]);
+    for (int64_t lo = a.q_row, end = a.q_row + a.q_len; lo < end; lo += prm.chunk_rows) {
+      const int64_t hi = std::min(end, lo + prm.chunk_rows);
+      select_blocks(prm, a, lo, hi, q, nullptr, selected, &means);
+      used.assign(static_cast<size_t>(int64_t(t.q_begin + t.q_len - 1) / B), 0);
+      for (int64_t e = 0; e < (hi - lo) * KV * K; ++e)
+        if (const int32_t m = selected[size_t(e)]; m >= 0) used.at(size_t(m)) = 1;
+      for (size_t m = 0; m < used.size(); ++m)
+        if (used[m]) s.emplace_back(int64_t(m) * B, int64_t(m + 1) * B);
+      merge_spans(s);
+    }
+    auto& mo = ks.means_out[size_t(t.server)];  // (top_blocks 0 selects nothing: no means)
+    if (K > 0 && t.server != rank_ && std::none_of(mo.begin(), mo.end(), [&](const auto& x) { return x.first == g; }))
+      mo.push_back({g, size_t(t.doc)});
+  }
+
+  // 3.
+  if (cp_size_ > 1) {
+    std::vector<std::vector<int32_t>> told(n);
+    for (const auto& [key, s] : spans) {
+      std::vector<char> done(n, 0);
+      for (const auto& [h, i] : p.doc_pieces[size_t(key.second)])
+        if (h != rank_ && !done[size_t(h)]) {
+          done[size_t(h)] = 1;
+          for (const auto& [a, b] : s) told[size_t(h)].insert(told[size_t(h)].end(), {key.first, key.second, int32_t(a), int32_t(b)});
+        }
+    }
+    const auto got = exchange_ints(comm_, told, stats_.bytes_sent, stats_.exposed_seconds);
+    for (const std::vector<int32_t>& from : got)
+      for (size_t i = 0; i + 4 <= from.size(); i += 4) spans[{from[i], from[i + 1]}].emplace_back(from[i + 2], from[i + 3]);
+    for (auto& [key, s] : spans) merge_spans(s);
+  }
+
+  // 4.
+  ks.out.assign(n, {});
+  ks.own.clear();
+  for (const auto& [key, s] : spans) {
+    const auto [server, g] = key;
+    for (const auto& [h, i] : p.doc_pieces[size_t(g)]) {
+      if (h != rank_) continue;
+      const CadPiece& d = p.docs[i];
+      for (const auto& [a, b] : s) {
+        const int32_t lo = int32_t(std::max<int64_t>(a, d.pos)), hi = int32_t(std::min<int64_t>(b, d.pos + d.len));
+        if (lo < hi) (server == rank_ ? ks.own : ks.out[size_t(server)]).push_back({g, d.row + (lo - d.pos), lo, hi - lo});
+      }
+    }
+  }
+  std::vector<std::vector<int32_t>> head(n);
+  for (size_t s = 0; s < n; ++s) {
+    if (int(s) == rank_) continue;
+    std::vector<int32_t>& h = head[s];
+    h.push_back(int32_t(ks.out[s].size()));
+    for (const KvPiece& x : ks.out[s]) h.insert(h.end(), {x.gdoc, x.pos, x.len});
+    h.push_back(int32_t(ks.means_out[s].size()));
+    for (const auto& [g, piece] : ks.means_out[s]) h.insert(h.end(), {g, int32_t(ks.sel.means[piece].stride)});
+  }
+  const auto got = exchange_ints(comm_, head, stats_.bytes_sent, stats_.exposed_seconds);
+  ks.in.assign(n, {});
+  ks.means_in.assign(n, {});
+  ks.out_kv_rows.assign(n, 0);
+  ks.in_kv_rows.assign(n, 0);
+  ks.out_means_floats.assign(n, 0);
+  ks.in_means_floats.assign(n, 0);
+  const auto bad = [] { throw std::logic_error("CAD: a malformed block_sparse key header"); };
+  for (size_t o = 0; o < n; ++o) {
+    for (const KvPiece& x : ks.out[o]) ks.out_kv_rows[o] += x.len;
+    for (const auto& [g, piece] : ks.means_out[o]) ks.out_means_floats[o] += 2 * kvd * ks.sel.means[piece].stride;
+    if (int(o) == rank_) continue;
+    const std::vector<int32_t>& h = got[o];
+    size_t at = 0;
+    if (h.empty()) bad();
+    const int32_t pieces = h[at++];
+    if (pieces < 0 || h.size() < at + 3 * size_t(pieces) + 1) bad();
+    for (int32_t i = 0; i < pieces; ++i, at += 3) {
+      ks.in[o].push_back({h[at], -1, h[at + 1], h[at + 2]});
+      ks.in_kv_rows[o] += h[at + 2];
+    }
+    const int32_t means = h[at++];
+    if (means < 0 || h.size() != at + 2 * size_t(means)) bad();
+    for (int32_t i = 0; i < means; ++i, at += 2) {
+      ks.means_in[o].push_back({h[at], h[at + 1]});
+      ks.in_means_floats[o] += 2 * kvd * h[at + 1];
+    }
+  }
+}
+
+void CadAttention::run_forward(const Lane& L, std::span<const AttentionTask> tasks, int who, const float* q,
+                               const float* k, const float* v, float* out, float* lse) const {
+  if (L.keys.selected && L.params->mask.top_blocks > 0)  // (top_blocks 0 reads no means)
+    block_sparse_forward(*L.params, tasks, q, k, v, out, lse, L.keys.task_means[size_t(who)]);
+  else
+    attention_forward(*L.params, tasks, q, k, v, out, lse);
+}
+
+void CadAttention::run_backward(const Lane& L, std::span<const AttentionTask> tasks, int who, const float* q,
+                                const float* k, const float* v, const float* out, const float* lse,
+                                const float* dout, float* dq, float* dk, float* dv) const {
+  if (L.keys.selected && L.params->mask.top_blocks > 0)
+    block_sparse_backward(*L.params, tasks, q, k, v, out, lse, dout, dq, dk, dv, L.keys.task_means[size_t(who)]);
+  else
+    attention_backward(*L.params, tasks, q, k, v, out, lse, dout, dq, dk, dv);
 }
 
 // ---- one exchange ---------------------------------------------------------------------
@@ -348,17 +545,21 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
   for (const RowArray& a : q_arrays) L.in.q.push_back(a.width), L.in.q_bf16.push_back(a.bf16);
   for (const RowArray& a : kv_arrays) L.in.kv.push_back(a.width);
   L.in.kv_bf16 = L.params->precision == Precision::bf16;
+  const Keys& ks = L.keys;
+  const int64_t kvd = int64_t(L.params->num_kv_heads) * L.params->head_dim;
   L.send.clear();
   L.send_counts.assign(size_t(size_), 0);
   L.recv_counts.assign(size_t(size_), 0);
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
     const Flow& f = p.out[size_t(s)];
-    L.send_counts[size_t(s)] = count_of(message_floats(f, L.in));
-    L.recv_counts[size_t(s)] = count_of(message_floats(p.in[size_t(s)], L.in));
+    const int64_t rows_floats = message_floats(f.q_rows, ks.out_kv_rows[size_t(s)], L.in);
+    L.send_counts[size_t(s)] = count_of(rows_floats + ks.out_means_floats[size_t(s)]);
+    L.recv_counts[size_t(s)] = count_of(message_floats(p.in[size_t(s)].q_rows, ks.in_kv_rows[size_t(s)], L.in) +
+                                        ks.in_means_floats[size_t(s)]);
     const size_t base = L.send.size();
     L.send.resize(base + size_t(L.send_counts[size_t(s)]));
-    const std::vector<float*> dst = arrays_of(L.send.data() + base, f, L.in);
+    const std::vector<float*> dst = arrays_of(L.send.data() + base, f.q_rows, ks.out_kv_rows[size_t(s)], L.in);
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
       const CadTask& t = p.plan.tasks[size_t(i)];
@@ -371,13 +572,19 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
       q_row += t.q_len;
     }
     int64_t kv_row = 0;
-    for (const KvPiece& g : f.kv) {
+    for (const KvPiece& g : ks.out[size_t(s)]) {
       for (size_t x = 0; x < kv_arrays.size(); ++x) {
         const int64_t wd = kv_arrays[x].width;
         put_rows(kv_arrays[x].data + int64_t(g.row) * wd, int64_t(g.len) * wd, L.in.kv_bf16,
                  dst[q_arrays.size() + x], kv_row * wd);
       }
       kv_row += g.len;
+    }
+    float* means = L.send.data() + base + rows_floats;  // block_sparse: the block means, as doubles
+    for (const auto& [g, piece] : ks.means_out[size_t(s)]) {
+      const BlockMeans& m = ks.sel.means[piece];
+      std::memcpy(means, m.kbar, size_t(kvd * m.stride) * sizeof(double));
+      means += 2 * kvd * m.stride;
     }
   }
   start_alltoallv(L, L.send, L.send_counts, L.recv, L.recv_counts);
@@ -427,28 +634,59 @@ std::vector<std::vector<float*>> CadAttention::gather_keys(Lane& L) {
   const size_t nq = L.in.q.size();
   const size_t ws = size_t(p.ws_rows * kvd);
   if (L.ws_k.size() < ws) L.ws_k.resize(ws), L.ws_v.resize(ws);
-  for (const auto& [row, len] : p.ws_zero) {  // between sinks and a window: masked, never sent
-    std::fill_n(L.ws_k.data() + row * kvd, len * kvd, 0.0f);
-    std::fill_n(L.ws_v.data() + row * kvd, len * kvd, 0.0f);
+  Keys& ks = L.keys;
+  if (ks.selected) {  // block_sparse: every row no selection reads is a zero
+    std::fill_n(L.ws_k.data(), ws, 0.0f);
+    std::fill_n(L.ws_v.data(), ws, 0.0f);
+  } else {
+    for (const auto& [row, len] : p.ws_zero) {  // between sinks and a window: masked, never sent
+      std::fill_n(L.ws_k.data() + row * kvd, len * kvd, 0.0f);
+      std::fill_n(L.ws_v.data() + row * kvd, len * kvd, 0.0f);
+    }
   }
   const auto place = [&](const KvPiece& g, const float* k, const float* v, int64_t src_row, bool bf16) {
     const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
     get_rows(k, src_row * kvd, n, bf16, L.ws_k.data() + at);
     get_rows(v, src_row * kvd, n, bf16, L.ws_v.data() + at);
   };
-  for (const KvPiece& g : p.own_kv) place(g, L.k, L.v, g.row, false);
+  for (const KvPiece& g : ks.own) place(g, L.k, L.v, g.row, false);
   std::vector<std::vector<float*>> msg(static_cast<size_t>(size_));
+  ks.received.resize(size_t(size_));
+  ks.task_means.assign(size_t(size_), {});
   int64_t in_at = 0;
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
-    msg[size_t(o)] = arrays_of(L.recv.data() + in_at, p.in[size_t(o)], L.in);
+    const int64_t q_rows = p.in[size_t(o)].q_rows, kv_rows = ks.in_kv_rows[size_t(o)];
+    msg[size_t(o)] = arrays_of(L.recv.data() + in_at, q_rows, kv_rows, L.in);
     int64_t row = 0;
-    for (const KvPiece& g : p.in[size_t(o)].kv) {
+    for (const KvPiece& g : ks.in[size_t(o)]) {
       place(g, msg[size_t(o)][nq], msg[size_t(o)][nq + 1], row, L.in.kv_bf16);
       row += g.len;
     }
+    if (ks.selected && prm.mask.top_blocks > 0) {  // the origin's block means, then each served task's
+      std::vector<double>& means = ks.received[size_t(o)];
+      means.resize(size_t(ks.in_means_floats[size_t(o)] / 2));
+      std::memcpy(means.data(), L.recv.data() + in_at + message_floats(q_rows, kv_rows, L.in),
+                  means.size() * sizeof(double));
+      for (int32_t i : p.in[size_t(o)].tasks) {
+        const int32_t g = p.gdoc[piece_of(p, p.plan.tasks[size_t(i)])];
+        int64_t at = 0;
+        bool found = false;
+        for (const auto& [d, stride] : ks.means_in[size_t(o)]) {
+          if (d == g) {
+            ks.task_means[size_t(o)].push_back({means.data() + at, stride});
+            found = true;
+            break;
+          }
+          at += kvd * stride;
+        }
+        if (!found) throw std::logic_error("CAD: a served block_sparse task came without its block means");
+      }
+    }
     in_at += L.recv_counts[size_t(o)];
   }
+  if (ks.selected && prm.mask.top_blocks > 0)
+    for (int32_t i : p.own_ws_tasks) ks.task_means[size_t(rank_)].push_back(ks.sel.means[size_t(p.plan.tasks[size_t(i)].doc)]);
   if (L.backward) {
     L.ws_dk.assign(ws, 0.0f);  // every task's key gradient, summed per document
     L.ws_dv.assign(ws, 0.0f);
@@ -465,8 +703,9 @@ std::vector<std::vector<float*>> CadAttention::reply_arrays(Lane& L) {
   int64_t total = 0;
   for (int o = 0; o < size_; ++o)
     if (o != rank_) {
-      L.reply_counts[size_t(o)] = count_of(message_floats(p.in[size_t(o)], L.reply));
-      L.reply_recv_counts[size_t(o)] = count_of(message_floats(p.out[size_t(o)], L.reply));
+      L.reply_counts[size_t(o)] = count_of(message_floats(p.in[size_t(o)].q_rows, L.keys.in_kv_rows[size_t(o)], L.reply));
+      L.reply_recv_counts[size_t(o)] =
+          count_of(message_floats(p.out[size_t(o)].q_rows, L.keys.out_kv_rows[size_t(o)], L.reply));
       total += L.reply_counts[size_t(o)];
     }
   L.back.assign(size_t(total), 0.0f);  // kernels write (forward) or accumulate (backward)
@@ -474,7 +713,7 @@ std::vector<std::vector<float*>> CadAttention::reply_arrays(Lane& L) {
   int64_t back_at = 0;
   for (int o = 0; o < size_; ++o) {
     if (o == rank_) continue;
-    reply[size_t(o)] = arrays_of(L.back.data() + back_at, p.in[size_t(o)], L.reply);
+    reply[size_t(o)] = arrays_of(L.back.data() + back_at, p.in[size_t(o)].q_rows, L.keys.in_kv_rows[size_t(o)], L.reply);
     back_at += L.reply_counts[size_t(o)];
   }
   return reply;
@@ -489,7 +728,7 @@ void CadAttention::return_key_gradients(Lane& L, const std::vector<std::vector<f
     if (o == rank_) continue;
     int64_t row = 0;
     const Reply r = reply_of(reply[size_t(o)], true);
-    for (const KvPiece& g : p.in[size_t(o)].kv) {
+    for (const KvPiece& g : L.keys.in[size_t(o)]) {
       const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
       std::copy(L.ws_dk.data() + at, L.ws_dk.data() + at + n, r.dk + row * kvd);
       std::copy(L.ws_dv.data() + at, L.ws_dv.data() + at + n, r.dv + row * kvd);
@@ -533,19 +772,18 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
     const std::vector<AttentionTask>& tasks = o == rank_ ? p.own_ws : p.served[size_t(o)];
     if (tasks.empty()) continue;
     if (o == rank_ && L.backward)  // own queries on the workspace: dQ in place
-      attention_backward(prm, tasks, L.q, wk, wv, L.out_in, L.lse_in, L.dout, L.dq,
-                         L.ws_dk.data(), L.ws_dv.data());
+      run_backward(L, tasks, o, L.q, wk, wv, L.out_in, L.lse_in, L.dout, L.dq, L.ws_dk.data(), L.ws_dv.data());
     else if (o == rank_)
-      attention_forward(prm, tasks, L.q, wk, wv, L.out, L.lse);
+      run_forward(L, tasks, o, L.q, wk, wv, L.out, L.lse);
     else if (L.backward) {
       const Request x = request_of(widened(o), true);
-      attention_backward(prm, tasks, x.q, wk, wv, x.out, x.lse, x.dout, reply_of(reply[size_t(o)], true).dq,
-                         L.ws_dk.data(), L.ws_dv.data());
+      run_backward(L, tasks, o, x.q, wk, wv, x.out, x.lse, x.dout, reply_of(reply[size_t(o)], true).dq,
+                   L.ws_dk.data(), L.ws_dv.data());
     } else {
       const Request x = request_of(widened(o), false);
       const Reply r = reply_of(reply[size_t(o)], false);
       const bool out_bf16 = L.reply.q_bf16[0];
-      attention_forward(prm, tasks, x.q, wk, wv, out_bf16 ? wide_out : r.out, r.lse);
+      run_forward(L, tasks, o, x.q, wk, wv, out_bf16 ? wide_out : r.out, r.lse);
       if (out_bf16) put_rows(wide_out, p.in[size_t(o)].q_rows * L.reply.q[0], true, r.out, 0);
     }
     progress();
@@ -569,7 +807,7 @@ void CadAttention::finish_lane(Lane& L) {
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   };
   if (L.backward)  // key gradients of own rows from this rank's own workspace tasks first
-    for (const KvPiece& g : p.own_kv) {
+    for (const KvPiece& g : L.keys.own) {
       const int64_t at = p.ws_at(g.gdoc, g.pos) * kvd, n = int64_t(g.len) * kvd;
       add(L.dk + int64_t(g.row) * kvd, L.ws_dk.data() + at, n);
       add(L.dv + int64_t(g.row) * kvd, L.ws_dv.data() + at, n);
@@ -579,7 +817,8 @@ void CadAttention::finish_lane(Lane& L) {
   for (int s = 0; s < size_; ++s) {
     if (s == rank_) continue;
     const Flow& f = p.out[size_t(s)];
-    const Reply y = reply_of(arrays_of(L.back_recv.data() + at, f, L.reply), L.backward);
+    const Reply y =
+        reply_of(arrays_of(L.back_recv.data() + at, f.q_rows, L.keys.out_kv_rows[size_t(s)], L.reply), L.backward);
     at += L.reply_recv_counts[size_t(s)];
     int64_t q_row = 0;
     for (int32_t i : f.tasks) {
@@ -595,7 +834,7 @@ void CadAttention::finish_lane(Lane& L) {
     }
     if (!L.backward) continue;
     int64_t row = 0;
-    for (const KvPiece& g : f.kv) {
+    for (const KvPiece& g : L.keys.out[size_t(s)]) {
       add(L.dk + int64_t(g.row) * kvd, y.dk + row * kvd, int64_t(g.len) * kvd);
       add(L.dv + int64_t(g.row) * kvd, y.dv + row * kvd, int64_t(g.len) * kvd);
       row += g.len;
@@ -624,6 +863,8 @@ void CadAttention::forward_start(const AttentionInput& in, const float* q, const
     modelled_seconds_ += L.plan->plan.load_after[size_t(rank_)];  // this layer's, fwd + bwd
     ++layers_;
   }
+  if (in.params.mask.kind == MaskKind::block_sparse) select_keys(L, in, q, k);
+  else plan_keys(L);
   const bool bf16 = in.params.precision == Precision::bf16;  // Q, K, V and O travel in bf16
   L.reply = {{qd, H}, {}, {bf16, false}};                      // Reply: O, LSE
   start_lane(L, {{q, qd, bf16}}, {{k, kvd}, {v, kvd}});        // Request: Q; then K, V
@@ -645,6 +886,8 @@ void CadAttention::backward_start(const AttentionInput& in, const float* q, cons
   L.dq = dq, L.dk = dk, L.dv = dv;
   const int64_t H = in.params.num_heads, qd = H * in.params.head_dim,
                 kvd = int64_t(in.params.num_kv_heads) * in.params.head_dim;
+  if (in.params.mask.kind == MaskKind::block_sparse) select_keys(L, in, q, k);
+  else plan_keys(L);
   const bool bf16 = in.params.precision == Precision::bf16;  // Q, O, dO, K and V travel in bf16
   L.reply = {{qd}, {kvd, kvd}, {false}};                       // Reply: dQ; dK, dV (fp32)
   start_lane(L, {{q, qd, bf16}, {out, qd, bf16}, {dout, qd, bf16}, {lse, H}},  // Request: Q, O, dO, LSE

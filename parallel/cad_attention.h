@@ -28,6 +28,14 @@
 // compute the served tasks, send the replies, then the own tasks), finish (wait for the
 // replies, unpack), while the other lane's token-linear layers compute; each lane has
 // its own buffers and request, so both lanes' exchanges can be in flight at once.
+// Under attention.mask = block_sparse (MoBA) which keys a task reads depends on their
+// values: each layer, each origin computes its documents' block means (exact sums, within
+// its context-parallel group: parallel/selected_keys.h), selects the blocks of its
+// tasks' queries, tells the documents' other holders which spans each server reads (with
+// context parallelism), and one blocking exchange tells each server which key rows and
+// block means its requests bring; only the selected and own blocks move, the means ride
+// after K and V, the server's workspace is zeros elsewhere and its kernels select from
+// the means, reading exactly the rows that came (select_keys).
 // Every query row is in exactly one task and every task sees every key it reads, so O, LSE and the
 // gradients equal colocated attention. Works for any kernel (causal, DCA): positions
 // are in-document.
@@ -56,6 +64,7 @@
 
 #include "parallel/cad_cost.h"
 #include "parallel/cad_plan.h"
+#include "parallel/selected_keys.h"
 #include "model/attention_placement.h"
 #include "parallel/mpi_util.h"
 
@@ -69,8 +78,10 @@ class CadAttention final : public AttentionPlacement {
   // its tasks' modelled time, both scaled by its measured speed.
   // align_every_cut: cut every document only at multiples of the kernel's query tile
   // (CadPlanOptions::align_short_pieces), so that two plans give its rows the same bits.
+  // cp_comm: the context-parallel group of this rank (block_sparse's block means come
+  // from it; null without context parallelism).
   CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCostModel> cost = std::nullopt,
-               bool rank_speeds = false, bool align_every_cut = false);
+               bool rank_speeds = false, bool align_every_cut = false, MPI_Comm cp_comm = MPI_COMM_NULL);
 
   void forward(const AttentionInput& in, const float* q, const float* k, const float* v,
                float* out, float* lse) override;
@@ -134,9 +145,29 @@ class CadAttention final : public AttentionPlacement {
     int64_t ws_rows = 0;
     int64_t ws_at(int32_t gdoc, int32_t pos) const;  // the workspace row of a key
     std::vector<KvPiece> own_kv;
+    std::vector<int32_t> own_ws_tasks;     // indices into plan.tasks of own_ws
     std::vector<AttentionTask> own_local;  // own tasks whose keys are one local run
     std::vector<AttentionTask> own_ws;     // own tasks reading keys from the workspace
     std::vector<std::vector<AttentionTask>> served;  // [origin]: queries in its message
+  };
+  // The key rows one layer of a lane moves: the plan's (every key a task's mask lets it
+  // read), or under attention.mask = block_sparse the ones its queries select
+  // (select_keys): then a server's workspace is zeros but for what arrived, its kernels
+  // select from the block means the origins send with their queries, and each message
+  // ends with those means (doubles, after K and V).
+  struct Keys {
+    bool selected = false;
+    std::vector<std::vector<KvPiece>> out, in;  // [server] this rank's rows to it, [holder] its rows here
+    std::vector<KvPiece> own;                   // this rank's rows into its own workspace
+    std::vector<int64_t> out_kv_rows, in_kv_rows;
+    // block means: [server] the documents whose means go there, with this rank's piece
+    // of each; [origin] the (document, stride) of the means that come from there
+    std::vector<std::vector<std::pair<int32_t, size_t>>> means_out;
+    std::vector<std::vector<std::pair<int32_t, int64_t>>> means_in;
+    std::vector<int64_t> out_means_floats, in_means_floats;
+    SelectedKeys sel;                          // this rank's pieces' block means
+    std::vector<std::vector<double>> received;  // [origin] the means that came, in order
+    std::vector<std::vector<BlockMeans>> task_means;  // [origin] per served task; [rank] per own_ws task
   };
   // A message's arrays by name, in start_lane's order. Requests: forward Q (then K, V);
   // backward Q, O, dO, LSE (then K, V). Replies: forward O, LSE; backward dQ, dK, dV.
@@ -170,6 +201,7 @@ class CadAttention final : public AttentionPlacement {
     float *out = nullptr, *lse = nullptr;              // forward writes them
     float *dq = nullptr, *dk = nullptr, *dv = nullptr;
     Widths in, reply;  // what goes to the servers and what comes back
+    Keys keys;         // this layer's key rows
     std::vector<float> send, recv, back, back_recv;
     std::vector<float> ws_k, ws_v, ws_dk, ws_dv;  // the server's key workspace
     std::vector<float> wide;  // the server's fp32 copies of one message's bf16 query arrays
@@ -189,7 +221,17 @@ class CadAttention final : public AttentionPlacement {
   static size_t piece_of(const Plan& p, const CadTask& t);
   static int64_t in_place_row(const Plan& p, const CadTask& t);
   const Plan& plan_of(const AttentionInput& in) const;
-  int64_t message_floats(const Flow& f, const Widths& w) const;
+  // the plan's key rows (every mask), or block_sparse's selected ones (collective)
+  void plan_keys(Lane& L) const;
+  void select_keys(Lane& L, const AttentionInput& in, const float* q, const float* k);
+  // the kernels, with the lane's block means under block_sparse's selected keys
+  void run_forward(const Lane& L, std::span<const AttentionTask> tasks, int who, const float* q,
+                   const float* k, const float* v, float* out, float* lse) const;
+  void run_backward(const Lane& L, std::span<const AttentionTask> tasks, int who, const float* q,
+                    const float* k, const float* v, const float* out, const float* lse,
+                    const float* dout, float* dq, float* dk, float* dv) const;
+  // a message of q_rows query rows and kv_rows key rows laid out by w (means come after)
+  static int64_t message_floats(int64_t q_rows, int64_t kv_rows, const Widths& w);
 
   // The split phases of one lane (forward and backward alike):
   //   start_lane   this rank's rows packed and sent to their servers
@@ -209,13 +251,14 @@ class CadAttention final : public AttentionPlacement {
   void start_alltoallv(Lane& L, const std::vector<float>& send, const std::vector<int>& send_counts,
                        std::vector<float>& recv, const std::vector<int>& recv_counts);
   void wait(Lane& L);  // the lane's exchange in flight; the time blocked is exposed
-  // Pointers to each array of a message laid out by `w` for flow f, starting at base.
-  std::vector<float*> arrays_of(float* base, const Flow& f, const Widths& w) const;
+  // Pointers to each array of a message laid out by `w`, starting at base.
+  static std::vector<float*> arrays_of(float* base, int64_t q_rows, int64_t kv_rows, const Widths& w);
 
   MPI_Comm comm_;
+  MPI_Comm cp_comm_;  // MPI_COMM_SELF without context parallelism
   double tolerance_;
   std::optional<CadCostModel> cost_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, cp_size_ = 1;
   double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by round (AttentionInput::round) of the step
   bool rank_speeds_ = false;

@@ -23,6 +23,8 @@
 // `means`): the gathered K is filled only in the rows read, and a ring step holds one
 // rank's rows.
 //
+// CAD (parallel/cad_attention.h) takes step 1 only, within each context-parallel group,
+// and selects where the queries are before they travel to their servers.
 // The bytes of steps 1 and 3 count as exchange bytes, their waits as exposed time.
 // `lct simulate` cannot know the content, so it prices block_sparse's all-gather as the
 // causal superset (every key before a rank's last query), an estimate: a rank's union of

@@ -28,7 +28,10 @@ against causal attention and a sliding window of the same visible pairs.
    k = 3), each rank's bytes per step as lct train counts them (K and V rows, the
    returned dK/dV, and under block_sparse the block sums and the runs each rank asks for:
    parallel/selected_keys.h), against causal's (lct simulate prices block_sparse as the
-   causal superset: it cannot know the selection).
+   causal superset: it cannot know the selection). Then the same masks under CAD dp = 4
+   with 65,536-token sequences of the pretrain mix (CAD moves the tasks it rebalances;
+   under block_sparse only their selected and own blocks, with the block means and the
+   headers: parallel/cad_attention.h).
 
 LCT_BS_PARTS=quality,cost,step,bytes (the default: all) picks parts; LCT_SEEDS=1,2,3 the
 quality part's seeds.
@@ -158,17 +161,23 @@ def bytes_part(a, rows):
              "sliding_window": ["--attention.mask", "sliding_window", "--attention.window", W],
              "block_sparse k 8": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "8"],
              "block_sparse k 3": ["--attention.mask", "block_sparse", "--attention.block_size", B, "--attention.top_blocks", "3"]}
-    for comm in ("allgather", "ring"):
-        data = ["--data.seq_len", T, "--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
-                "--model.num_hidden_layers", "1", "--train.steps", "2", "--train.log_every", "1", "--parallel.dp", "1",
-                "--parallel.cp", str(cp), "--parallel.cp_comm", comm]
+    for comm in ("allgather", "ring", "cad"):
+        common_args = ["--data.seq_len", T, "--model.num_hidden_layers", "1", "--train.steps", "2",
+                       "--train.log_every", "1"]
+        if comm == "cad":  # dp = 4, a sequence of the pretrain mix per rank: CAD moves tasks
+            data = common_args + ["--data.doc_lengths", "pretrain", "--data.max_doc_len", T, "--parallel.dp", "4",
+                                  "--attention.placement", "cad"]
+        else:
+            data = common_args + ["--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
+                                  "--parallel.dp", "1", "--parallel.cp", str(cp), "--parallel.cp_comm", comm]
         sent = {}
         for mask, extra in masks.items():
             run = common.mpi_train(cp, data + extra, a.quick, a.config,
                                    os.path.join(a.out, f"bytes_{comm}_{mask.replace(' ', '_')}"))
             sent[mask] = [m["rank_exchange_bytes"] for m in run]
         for mask, steps in sent.items():
-            rows.append({"part": f"bytes T {T} cp {cp} {comm}", "mask": mask, "settings": " ".join(masks[mask][2:]),
+            layout = "CAD dp 4 pretrain mix" if comm == "cad" else f"cp {cp} {comm}"
+            rows.append({"part": f"bytes T {T} {layout}", "mask": mask, "settings": " ".join(masks[mask][2:]),
                          "tokens": int(T),
                          "mib_per_rank_step": statistics.mean(statistics.mean(s) for s in steps) / 2**20,
                          "max_mib_rank_step": max(max(s) for s in steps) / 2**20,
@@ -187,8 +196,8 @@ def write(a, steps, seeds, rows, losses, cost):
         f"seeds. Cost: attention forward + backward on one document, fp32, block_sparse B {B} k {k} against "
         f"sliding_window W {W}; GFLOP/s count the pairs read, against the same run's fp32 GEMM ceiling. Step: one "
         f"document through a one-layer model, seconds per step of steps 2-3 (medians and spread over 2 alternating "
-        f"rounds), block_sparse's over the window's (median of the rounds' ratios). Bytes: cp = 4 all-gather and ring, lct "
-        f"train's per-rank bytes per step (mean over ranks and 2 steps, and the largest), over causal's."))
+        f"rounds), block_sparse's over the window's (median of the rounds' ratios). Bytes: cp = 4 all-gather and ring "
+        f"(one document) and CAD dp = 4 (the pretrain mix), lct train's per-rank bytes per step (mean over ranks and 2 steps, and the largest), over causal's."))
     fig, ax = common.subplots(1, 2, figsize=(11, 4.2))
     names = [m for m in quality_masks(a.quick) if m in losses]
     for i, mask in enumerate(names):

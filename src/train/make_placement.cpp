@@ -13,7 +13,7 @@ PlacementChoice make_placement(const RunPlan& plan, const ProcessGrid& grid) {
     case Placement::cad: {
       if (!plan.machine.resolved) throw std::logic_error("make_placement: CAD needs the plan's machine choices");
       auto cad = std::make_unique<CadAttention>(grid.world(), plan.cad.tolerance, plan.machine.cad_cost,
-                                                plan.cad.rank_speeds, plan.cad_align_every_cut);
+                                                plan.cad.rank_speeds, plan.cad_align_every_cut, grid.cp());
       c.cad = cad.get();
       c.probed_bandwidth = cad->probe_bandwidth();
       c.placement = std::move(cad);

@@ -10,7 +10,8 @@
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
 # and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2, full recomputation,
 # cp = 2 (all-gather, Ulysses, ring; bf16 too), cp = 4 all-gather, ring, double ring and
-# hybrid, and CAD dp = 2. Then: a masked checkpoint resumes only
+# hybrid, CAD dp = 2 (ping-pong and bf16 too) and CAD dp = 2 x cp = 2, with the bytes
+# CAD moves under it. Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
 set -euo pipefail
@@ -103,13 +104,39 @@ assert chunked < b0 <= 1.1 * chunked and b0 < causal / 2, \
 print(f"ok   cp=4 allgather bytes: block_sparse top_blocks 0 {b0} (chunked {chunked}, causal {causal}), "
       f"block_sparse top_blocks 2 {sent('cp4_allgather_block_sparse')}")
 PY
-MB=1 train cad2_block_sparse 2 $bs --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
+# CAD: each origin selects for its queries and sends only the selected and own key
+# blocks with the block means (with cp = 2, the other holders are told what to send)
+cad="--attention.placement cad --attention.cad_profile pairs"
+MB=1 train cad2_block_sparse 2 $bs --parallel.dp 2 $cad
 compare "CAD dp=2, block_sparse" cad2_block_sparse ref_block_sparse
+MB=1 train cad2_pingpong_block_sparse 2 $bs --parallel.dp 2 $cad --attention.cad_pingpong true
+compare "CAD dp=2 ping-pong, block_sparse" cad2_pingpong_block_sparse ref_block_sparse
+MB=1 train cad_dp2cp2_block_sparse 4 $bs --parallel.dp 2 --parallel.cp 2 $cad
+compare "CAD dp=2 x cp=2, block_sparse" cad_dp2cp2_block_sparse ref_block_sparse
+MB=1 train cad2_block_sparse0 2 $bs0 --parallel.dp 2 $cad
+compare "CAD dp=2, block_sparse top_blocks 0 against chunked" cad2_block_sparse0 ref_block_chunked
+MB=1 train cad2_chunked16 2 --attention.mask chunked --attention.block_size 16 --parallel.dp 2 $cad
+MB=1 train cad2_causal 2 --parallel.dp 2 $cad
+/usr/bin/python3 - <<'PY'
+import json
+def sent(run):
+    return sum(sum(json.loads(l)["rank_exchange_bytes"]) for l in open(f"{run}/metrics.jsonl"))
+b0, b2, chunked, causal = (sent(r) for r in ("cad2_block_sparse0", "cad2_block_sparse", "cad2_chunked16", "cad2_causal"))
+# top_blocks 0 reads what chunked reads (plus the headers); every layout here plans
+# the same tasks (pairs balance: chunked's and block_sparse's pairs are the same)
+assert chunked <= b0 <= 1.1 * chunked and b0 < causal, \
+    f"FAIL: CAD block_sparse top_blocks 0 sent {b0} bytes, chunked {chunked}, causal {causal}"
+# (top_blocks 2 is printed, not bounded: at 128 tokens a task's rows together select
+# nearly every earlier block, and the means and headers come on top)
+print(f"ok   CAD dp=2 bytes: block_sparse top_blocks 0 {b0}, top_blocks 2 {b2} (chunked {chunked}, causal {causal})")
+PY
 train ref_block_sparse_bf16 0 $bs --train.precision bf16
 train cp2_allgather_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm allgather
 # (bf16 layouts differ within mpi_precision.sh's derived bounds: loss 1e-3, parameters
 # 1e-3 per SGD update, here eight; fp32 sums in another order flip bf16 roundings)
 compare "cp=2 allgather bf16, block_sparse" cp2_allgather_block_sparse_bf16 ref_block_sparse_bf16 1e-3 8e-3
+MB=1 train cad2_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp 2 $cad
+compare "CAD dp=2 bf16, block_sparse" cad2_block_sparse_bf16 ref_block_sparse_bf16 1e-3 8e-3
 # the rings: each rank gets the block means first; the ring moves the selected and own
 # rows and the double ring whole blocks, and each step's partial attention merges
 # (blocks cut between ranks contribute their rows on each); hybrid's ring runs over

@@ -52,6 +52,7 @@ CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCos
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_size(cp_comm_, &cp_size_);
+  MPI_Comm_rank(cp_comm_, &cp_rank_);
   bytes_per_second_ = probe_ring_bandwidth(comm_);
   reset_stats();
 }
@@ -376,8 +377,17 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
   const int64_t kvd = KV * prm.head_dim;
   ks.selected = true;
 
-  // 1.
-  plan_selected_keys(cp_comm_, in.batch.cp_rank, prm, in.batch, q, k, nullptr, ks.sel);
+  // 1. (a pipeline tick's dummy has no pieces and names no group: every rank of its
+  // group is at the same dummy, and takes part with nothing)
+  LocalBatch none;
+  const LocalBatch* batch = &in.batch;
+  if (int(in.batch.group_pieces.size()) != cp_size_) {
+    if (!in.batch.pieces.empty()) throw std::logic_error("CAD: a batch's context-parallel group is not the placement's");
+    none.group_pieces.assign(size_t(cp_size_), {});
+    none.cp_rank = cp_rank_;
+    batch = &none;
+  }
+  plan_selected_keys(cp_comm_, batch->cp_rank, prm, *batch, q, k, nullptr, ks.sel);
   stats_.bytes_sent += ks.sel.bytes_sent;
   stats_.exposed_seconds += ks.sel.exposed_seconds;
 
@@ -742,7 +752,6 @@ void CadAttention::serve_lane(Lane& L, bool with_own) {
   if (!L.plan) throw std::logic_error("CAD: serve before start");
   wait(L);  // the requests
   const Plan& p = *L.plan;
-  const AttentionParams& prm = *L.params;
   const size_t nq = L.in.q.size();  // forward: Q | K, V;  backward: Q, O, dO, LSE | K, V
 
   const std::vector<std::vector<float*>> msg = gather_keys(L);

@@ -258,7 +258,7 @@ class CadAttention final : public AttentionPlacement {
   MPI_Comm cp_comm_;  // MPI_COMM_SELF without context parallelism
   double tolerance_;
   std::optional<CadCostModel> cost_;
-  int rank_ = 0, size_ = 1, cp_size_ = 1;
+  int rank_ = 0, size_ = 1, cp_size_ = 1, cp_rank_ = 0;
   double bytes_per_second_ = 1;
   std::map<int, Plan> plans_;  // by round (AttentionInput::round) of the step
   bool rank_speeds_ = false;

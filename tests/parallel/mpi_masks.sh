@@ -10,7 +10,8 @@
 # prefix_lm and shared_question (per-document data from the packer) on the same layouts
 # and the contiguous split. block_sparse (MoBA) on dp = 2, pp = 2, full recomputation,
 # cp = 2 (all-gather, Ulysses, ring; bf16 too), cp = 4 all-gather, ring, double ring and
-# hybrid, CAD dp = 2 (ping-pong and bf16 too) and CAD dp = 2 x cp = 2, with the bytes
+# hybrid, CAD dp = 2 (ping-pong and bf16 too), pp = 2, pp = 2 x cp = 2 and dp = 2 x cp = 2,
+# with the bytes
 # CAD moves under it. Then: a masked checkpoint resumes only
 # under the same mask, `lct eval` can override the mask, and bad mask settings give one
 # line and exit 1.
@@ -111,6 +112,10 @@ MB=1 train cad2_block_sparse 2 $bs --parallel.dp 2 $cad
 compare "CAD dp=2, block_sparse" cad2_block_sparse ref_block_sparse
 MB=1 train cad2_pingpong_block_sparse 2 $bs --parallel.dp 2 $cad --attention.cad_pingpong true
 compare "CAD dp=2 ping-pong, block_sparse" cad2_pingpong_block_sparse ref_block_sparse
+train cad_pp2_block_sparse 2 $bs --parallel.dp 1 --parallel.pp 2 $cad
+compare "CAD pp=2, block_sparse" cad_pp2_block_sparse ref_block_sparse
+train cad_pp2cp2_block_sparse 4 $bs --parallel.dp 1 --parallel.pp 2 --parallel.cp 2 $cad
+compare "CAD pp=2 x cp=2, block_sparse" cad_pp2cp2_block_sparse ref_block_sparse
 MB=1 train cad_dp2cp2_block_sparse 4 $bs --parallel.dp 2 --parallel.cp 2 $cad
 compare "CAD dp=2 x cp=2, block_sparse" cad_dp2cp2_block_sparse ref_block_sparse
 MB=1 train cad2_block_sparse0 2 $bs0 --parallel.dp 2 $cad

@@ -1,6 +1,7 @@
 #include "parallel/context_parallel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -571,47 +572,84 @@ ContextParallelAttention::Block ContextParallelAttention::arrived(Slot& slot, in
   return {slot.wire_k.data(), slot.wire_v.data(), slot.k.data(), slot.v.data()};
 }
 
-// Sends the block in hand (K, V of n elements each) to rank dst and receives the block
-// of n_next elements from rank src into slot; tags tag, tag + 1; requests appended.
-void ContextParallelAttention::post_block(const Block& cur, int64_t n, int dst, int src, int64_t n_next,
-                                          Slot& slot, int tag, std::vector<MPI_Request>& requests) {
-  void *rk, *rv;
-  if (bf16_wire_) {
-    if (slot.wire_k.size() < size_t(n_next)) slot.wire_k.resize(size_t(n_next)), slot.wire_v.resize(size_t(n_next));
-    rk = slot.wire_k.data(), rv = slot.wire_v.data();
-  } else {
-    if (slot.k.size() < size_t(n_next)) slot.k.resize(size_t(n_next)), slot.v.resize(size_t(n_next));
-    rk = slot.k.data(), rv = slot.v.data();
+namespace {
+// The rows `spans` of a block of w values a row (es bytes each), back to back in out.
+void pack_rows(const void* block, const RowSpans& spans, int64_t w, size_t es, std::vector<unsigned char>& out) {
+  const auto* src = static_cast<const unsigned char*>(block);
+  out.resize(size_t(rows_in(spans) * w) * es);
+  size_t at = 0;
+  for (const auto& [a, b] : spans) {
+    const size_t n = size_t((b - a) * w) * es;
+    std::memcpy(out.data() + at, src + size_t(a * w) * es, n);
+    at += n;
   }
+}
+// The inverse, into a block of `rows` rows: zeros in the rows that did not come.
+template <typename T>
+void unpack_rows(const unsigned char* in, const RowSpans& spans, int64_t w, int64_t rows, std::vector<T>& block) {
+  if (block.size() < size_t(rows * w)) block.resize(size_t(rows * w));
+  int64_t row = 0;
+  for (const auto& [a, b] : spans) {
+    std::fill(block.begin() + row * w, block.begin() + a * w, T(0));
+    std::memcpy(block.data() + a * w, in, size_t((b - a) * w) * sizeof(T));
+    in += size_t((b - a) * w) * sizeof(T);
+    row = b;
+  }
+  std::fill(block.begin() + row * w, block.begin() + rows * w, T(0));
+}
+}  // namespace
+
+ContextParallelAttention::Block ContextParallelAttention::arrived_rows(Slot& slot, const RowSpans& rows,
+                                                                      int64_t block_rows, int64_t w) {
+  if (bf16_wire_) {
+    unpack_rows(slot.packed_k.data(), rows, w, block_rows, slot.wire_k);
+    unpack_rows(slot.packed_v.data(), rows, w, block_rows, slot.wire_v);
+  } else {
+    unpack_rows(slot.packed_k.data(), rows, w, block_rows, slot.k);
+    unpack_rows(slot.packed_v.data(), rows, w, block_rows, slot.v);
+  }
+  return arrived(slot, block_rows * w);
+}
+
+void ContextParallelAttention::post_block(const Block& cur, const RowSpans& send, int64_t w, int dst, int src,
+                                          const RowSpans& recv, Slot& slot, std::vector<unsigned char>& send_k,
+                                          std::vector<unsigned char>& send_v, int tag,
+                                          std::vector<MPI_Request>& requests) {
+  const size_t es = bf16_wire_ ? sizeof(uint16_t) : sizeof(float);
   const MPI_Datatype type = bf16_wire_ ? MPI_UINT16_T : MPI_FLOAT;
+  pack_rows(cur.k_wire, send, w, es, send_k);
+  pack_rows(cur.v_wire, send, w, es, send_v);
+  const int64_t n = rows_in(send) * w, n_next = rows_in(recv) * w;
+  slot.packed_k.resize(size_t(n_next) * es);
+  slot.packed_v.resize(size_t(n_next) * es);
   const size_t at = requests.size();
   requests.resize(at + 4);
-  MPI_Irecv(rk, count_of(n_next), type, src, tag, comm_, &requests[at]);
-  MPI_Irecv(rv, count_of(n_next), type, src, tag + 1, comm_, &requests[at + 1]);
-  MPI_Isend(cur.k_wire, count_of(n), type, dst, tag, comm_, &requests[at + 2]);
-  MPI_Isend(cur.v_wire, count_of(n), type, dst, tag + 1, comm_, &requests[at + 3]);
-  stats_.bytes_sent += 2 * n * int64_t(bf16_wire_ ? sizeof(uint16_t) : sizeof(float));
+  MPI_Irecv(slot.packed_k.data(), count_of(n_next), type, src, tag, comm_, &requests[at]);
+  MPI_Irecv(slot.packed_v.data(), count_of(n_next), type, src, tag + 1, comm_, &requests[at + 1]);
+  MPI_Isend(send_k.data(), count_of(n), type, dst, tag, comm_, &requests[at + 2]);
+  MPI_Isend(send_v.data(), count_of(n), type, dst, tag + 1, comm_, &requests[at + 3]);
+  stats_.bytes_sent += 2 * n * int64_t(es);
 }
 
 // Ring step s: the next block travels (inner pass, and at an outer step's first inner
-// step the outer pass) while the block in hand is computed. Returns the slot the next
-// block arrives in.
+// step the outer pass) while the block in hand is computed, each hop with the rows the
+// ranks ahead read (relay_). Returns the slot the next block arrives in.
 ContextParallelAttention::Slot& ContextParallelAttention::start_passes(const AttentionInput& in, int s,
                                                                        const Block& cur, int tag) {
-  const int o = s / inner_, i = s % inner_;
+  const int o = s / inner_;
   const int64_t w = kv_width(in.params);
-  const auto rows = [&](int block) { return rows_of(in.batch.group_pieces[size_t(block)]) * w; };
-  const int64_t n = rows(block_at(s));
+  const RelayStep& st = relay_.steps[size_t(s)];
   requests_.clear();
-  if (i + 1 < inner_)
-    post_block(cur, n, ring_rank(g_, u_ + 1), ring_rank(g_, u_ - 1), rows(block_at(s + 1)),
-               inner_slot_[(s + 1) & 1], tag, requests_);
-  if (i == 0 && o + 1 < outer_) {
+  if (st.inner)
+    post_block(cur, st.inner_rows, w, ring_rank(g_, u_ + 1), ring_rank(g_, u_ - 1), relay_.steps[size_t(s + 1)].arrive,
+               inner_slot_[(s + 1) & 1], inner_send_k_, inner_send_v_, tag, requests_);
+  if (st.outer) {
     outer_requests_.clear();
-    post_block(cur, n, ring_rank(g_ + 1, u_), ring_rank(g_ - 1, u_), rows(block_at(s + inner_)),
-               outer_slot_[(o + 1) & 1], kOuterTag + 2 * o, outer_requests_);
+    post_block(cur, st.outer_rows, w, ring_rank(g_ + 1, u_), ring_rank(g_ - 1, u_),
+               relay_.steps[size_t(s + inner_)].arrive, outer_slot_[(o + 1) & 1], outer_send_k_, outer_send_v_,
+               kOuterTag + 2 * o, outer_requests_);
   }
-  return i + 1 < inner_ ? inner_slot_[(s + 1) & 1] : outer_slot_[(o + 1) & 1];
+  return st.inner ? inner_slot_[(s + 1) & 1] : outer_slot_[(o + 1) & 1];
 }
 
 void ContextParallelAttention::relay_forward(const AttentionInput& in, const float* q,
@@ -621,6 +659,7 @@ void ContextParallelAttention::relay_forward(const AttentionInput& in, const flo
   const int64_t w = kv_width(prm);
   const int64_t T = rows_of(in.batch.pieces);
   begin_merge(prm, T, out, lse);
+  relay_ = plan_relay(in.batch.group_pieces, inner_, rank_, prm.mask);
   Block cur = own_block(in, k, v, T * w);
   for (int s = 0; s < size_; ++s) {
     const int j = block_at(s);
@@ -629,7 +668,9 @@ void ContextParallelAttention::relay_forward(const AttentionInput& in, const flo
     merge_calls(prm, q, cur, T, out, lse);
     finish(requests_);
     if ((s + 1) % inner_ == 0) finish(outer_requests_);
-    if (s + 1 < size_) cur = arrived(next, rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]) * w);
+    if (s + 1 < size_)
+      cur = arrived_rows(next, relay_.steps[size_t(s + 1)].arrive,
+                         rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]), w);
   }
 }
 
@@ -654,18 +695,31 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
     stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   };
+  relay_ = plan_relay(in.batch.group_pieces, inner_, rank_, prm.mask);
+  // adds packed accumulator rows (the spans' rows, back to back) into a whole block
+  const auto add_rows = [w](float* block, const float* packed, const RowSpans& spans) {
+    for (const auto& [a, b] : spans) {
+      float* dst = block + a * w;
+      const int64_t n = (b - a) * w;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t e = 0; e < n; ++e) dst[e] += packed[e];
+      packed += n;
+    }
+  };
   Block cur = own_block(in, k, v, rows_of(in.batch.pieces) * w);
   for (int s = 0; s < size_; ++s) {
     const int j = block_at(s);
+    const RelayStep& st = relay_.steps[size_t(s)];
     const int64_t n_j = rows_of(in.batch.group_pieces[size_t(j)]) * w;
     const int b = s & 1;
     Slot& next = start_passes(in, s, cur, 4 * s);  // the next block travels meanwhile
-    if (s > 0) {  // block j's accumulator, from the ranks that computed on it before
-      if (acc_in_k_.size() < size_t(n_j)) acc_in_k_.resize(size_t(n_j)), acc_in_v_.resize(size_t(n_j));
+    if (s > 0) {  // block j's accumulator rows, from the ranks that computed on it before
+      const int64_t n_in = rows_in(st.acc_arrive) * w;
+      if (acc_in_k_.size() < size_t(n_in)) acc_in_k_.resize(size_t(n_in)), acc_in_v_.resize(size_t(n_in));
       requests_.resize(requests_.size() + 2);
       MPI_Request* r = &requests_[requests_.size() - 2];
-      MPI_Irecv(acc_in_k_.data(), count_of(n_j), MPI_FLOAT, acc_source(s), 4 * s + 2, comm_, &r[0]);
-      MPI_Irecv(acc_in_v_.data(), count_of(n_j), MPI_FLOAT, acc_source(s), 4 * s + 3, comm_, &r[1]);
+      MPI_Irecv(acc_in_k_.data(), count_of(n_in), MPI_FLOAT, acc_source(s), 4 * s + 2, comm_, &r[0]);
+      MPI_Irecv(acc_in_v_.data(), count_of(n_in), MPI_FLOAT, acc_source(s), 4 * s + 3, comm_, &r[1]);
     }
     // this rank's contribution to block j's dK/dV
     wait_exposed(2, acc_sent[b]);
@@ -677,32 +731,39 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
     backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
     finish(requests_);
     if ((s + 1) % inner_ == 0) finish(outer_requests_);
-    if (s > 0) {  // upstream sum + this rank's part (a fixed order)
-#pragma omp parallel for schedule(static)
-      for (int64_t e = 0; e < n_j; ++e) {
-        ak[size_t(e)] += acc_in_k_[size_t(e)];
-        av[size_t(e)] += acc_in_v_[size_t(e)];
-      }
+    if (s > 0) {  // this rank's part + the upstream sum (a fixed order; rows that did not come are 0)
+      add_rows(ak.data(), acc_in_k_.data(), st.acc_arrive);
+      add_rows(av.data(), acc_in_v_.data(), st.acc_arrive);
     }
-    // on to the next visitor; after the last step that is block j's owner
-    MPI_Isend(ak.data(), count_of(n_j), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 2, comm_, &acc_sent[b][0]);
-    MPI_Isend(av.data(), count_of(n_j), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 3, comm_, &acc_sent[b][1]);
-    stats_.bytes_sent += 2 * n_j * int64_t(sizeof(float));
-    if (s + 1 < size_) cur = arrived(next, rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]) * w);
+    // on to the next visitor (after the last step, block j's owner), with the rows read so far
+    const RowSpans& send = st.acc_send;
+    std::vector<float>& pk = acc_send_k_[b];
+    std::vector<float>& pv = acc_send_v_[b];
+    const int64_t n_out = rows_in(send) * w;
+    pk.resize(size_t(n_out)), pv.resize(size_t(n_out));
+    int64_t at = 0;
+    for (const auto& [a0, a1] : send) {
+      std::copy(ak.begin() + a0 * w, ak.begin() + a1 * w, pk.begin() + at);
+      std::copy(av.begin() + a0 * w, av.begin() + a1 * w, pv.begin() + at);
+      at += (a1 - a0) * w;
+    }
+    MPI_Isend(pk.data(), count_of(n_out), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 2, comm_, &acc_sent[b][0]);
+    MPI_Isend(pv.data(), count_of(n_out), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 3, comm_, &acc_sent[b][1]);
+    stats_.bytes_sent += 2 * n_out * int64_t(sizeof(float));
+    if (s + 1 < size_)
+      cur = arrived_rows(next, relay_.steps[size_t(s + 1)].arrive,
+                         rows_of(in.batch.group_pieces[size_t(block_at(s + 1))]), w);
   }
-  // this rank's own block comes back with every rank's contribution
-  const int64_t n_mine = rows_of(in.batch.pieces) * w;
-  if (acc_in_k_.size() < size_t(n_mine)) acc_in_k_.resize(size_t(n_mine)), acc_in_v_.resize(size_t(n_mine));
+  // this rank's own block comes back with every rank's contribution to the rows read
+  const int64_t n_home = rows_in(relay_.home) * w;
+  if (acc_in_k_.size() < size_t(n_home)) acc_in_k_.resize(size_t(n_home)), acc_in_v_.resize(size_t(n_home));
   MPI_Request last[2];
-  MPI_Irecv(acc_in_k_.data(), count_of(n_mine), MPI_FLOAT, acc_source(size_), 4 * size_ + 2, comm_, &last[0]);
-  MPI_Irecv(acc_in_v_.data(), count_of(n_mine), MPI_FLOAT, acc_source(size_), 4 * size_ + 3, comm_, &last[1]);
+  MPI_Irecv(acc_in_k_.data(), count_of(n_home), MPI_FLOAT, acc_source(size_), 4 * size_ + 2, comm_, &last[0]);
+  MPI_Irecv(acc_in_v_.data(), count_of(n_home), MPI_FLOAT, acc_source(size_), 4 * size_ + 3, comm_, &last[1]);
   wait_exposed(2, last);
   for (auto& pair : acc_sent) wait_exposed(2, pair);
-#pragma omp parallel for schedule(static)
-  for (int64_t e = 0; e < n_mine; ++e) {
-    dk[e] += acc_in_k_[size_t(e)];
-    dv[e] += acc_in_v_[size_t(e)];
-  }
+  add_rows(dk, acc_in_k_.data(), relay_.home);
+  add_rows(dv, acc_in_v_.data(), relay_.home);
 }
 
 }  // namespace lct

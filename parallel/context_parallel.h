@@ -28,14 +28,16 @@
 //              ranks circulate in the inner ring while, from the outer step's first
 //              inner step on, the block of the next outer step travels over the outer
 //              ring (rank (g, u) to (g + 1, u)); an accumulator follows its block
-//              through the same visits. Every rank computes on every block once. A
-//              relay forwards whole blocks, so it moves the same bytes under every mask
-//              (the ring sends only what is read).
+//              through the same visits. Every rank computes on every block once. Each
+//              hop carries only the rows of the block some rank still to come reads,
+//              and each accumulator only the rows some rank before has read
+//              (data/relay_rows.h): a window's block stops travelling once no rank
+//              ahead reads it; the rows that do not travel are zeros on arrival.
 //
 // Under attention.mask = block_sparse every rank first gets the block means its queries
 // select from (parallel/selected_keys.h); the all-gather and the ring then move only the
-// key blocks the receiver's queries select and their own blocks, the double ring its
-// whole blocks, and the kernel computes each query's part of its attention in the rows
+// key blocks the receiver's queries select and their own blocks, the double ring the
+// rows the mask's causal shape lets later ranks read, and the kernel computes each query's part of its attention in the rows
 // in hand (attention/block_sparse.h), merged as under any mask.
 //
 // In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
@@ -56,6 +58,7 @@
 #include <vector>
 
 #include "data/key_runs.h"
+#include "data/relay_rows.h"
 #include "model/attention_placement.h"
 #include "parallel/layout.h"
 #include "parallel/selected_keys.h"
@@ -113,18 +116,24 @@ class ContextParallelAttention final : public AttentionPlacement {
   struct Slot {
     std::vector<float> k, v;
     std::vector<uint16_t> wire_k, wire_v;
+    std::vector<unsigned char> packed_k, packed_v;  // the double ring's rows as they arrive
   };
   int ring_rank(int g, int u) const;  // the rank at outer position g, inner position u (mod)
   int block_at(int s) const;          // whose block this rank computes on at ring step s
   Block own_block(const AttentionInput& in, const float* k, const float* v, int64_t n);
   Block arrived(Slot& slot, int64_t n);
+  // the double ring's block whose `rows` (of block_rows) arrived packed in slot
+  Block arrived_rows(Slot& slot, const RowSpans& rows, int64_t block_rows, int64_t w);
   Block direct_block(const AttentionInput& in, int s);
   // the kernel calls of calls_ (forward merged into out, lse; backward added)
   void begin_merge(const AttentionParams& prm, int64_t T, float* out, float* lse);
   void merge_calls(const AttentionParams& prm, const float* q, const Block& cur, int64_t T, float* out, float* lse);
   void backward_calls(const AttentionParams& prm, const float* q, const float* k, const float* v, const float* out,
                       const float* lse, const float* dout, float* dq, float* dk, float* dv);
-  void post_block(const Block& cur, int64_t n, int dst, int src, int64_t n_next, Slot& slot, int tag,
+  // Sends the rows `send` of the block in hand (w values a row) to dst, packed into
+  // send_k/send_v, and receives the rows `recv` of the next from src into slot (packed).
+  void post_block(const Block& cur, const RowSpans& send, int64_t w, int dst, int src, const RowSpans& recv,
+                  Slot& slot, std::vector<unsigned char>& send_k, std::vector<unsigned char>& send_v, int tag,
                   std::vector<MPI_Request>& requests);
   Slot& start_passes(const AttentionInput& in, int s, const Block& cur, int tag);
   void progress();
@@ -142,6 +151,9 @@ class ContextParallelAttention final : public AttentionPlacement {
   // grow-only buffers
   std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
   Slot inner_slot_[2], outer_slot_[2];
+  RelayPlan relay_;  // the double ring's rows of this call (data/relay_rows.h)
+  std::vector<unsigned char> inner_send_k_, inner_send_v_, outer_send_k_, outer_send_v_;
+  std::vector<float> acc_send_k_[2], acc_send_v_[2];
   std::vector<float> part_out_, part_lse_, acc_k_[2], acc_v_[2], acc_in_k_, acc_in_v_;
   std::vector<uint16_t> own_k_, own_v_, gathered16_;  // bf16 on the wire
   std::vector<std::vector<AttentionTask>> calls_;

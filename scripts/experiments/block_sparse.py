@@ -29,7 +29,7 @@ against causal attention and a sliding window of the same visible pairs.
    returned dK/dV, and under block_sparse the block sums and the runs each rank asks for:
    parallel/selected_keys.h), against causal's (lct simulate prices block_sparse as the
    causal superset: it cannot know the selection). Then the same masks under CAD dp = 4
-   with 65,536-token sequences of the pretrain mix (CAD moves the tasks it rebalances;
+   (balancing pairs) with 65,536-token sequences of the pretrain mix (CAD moves the tasks it rebalances;
    under block_sparse only their selected and own blocks, with the block means and the
    headers: parallel/cad_attention.h).
 
@@ -165,8 +165,9 @@ def bytes_part(a, rows):
         common_args = ["--data.seq_len", T, "--model.num_hidden_layers", "1", "--train.steps", "2",
                        "--train.log_every", "1"]
         if comm == "cad":  # dp = 4, a sequence of the pretrain mix per rank: CAD moves tasks
+            # balancing pairs, so that the plan (which tasks move) does not depend on timings
             data = common_args + ["--data.doc_lengths", "pretrain", "--data.max_doc_len", T, "--parallel.dp", "4",
-                                  "--attention.placement", "cad"]
+                                  "--attention.placement", "cad", "--attention.cad_profile", "pairs"]
         else:
             data = common_args + ["--data.doc_lengths", "fixed", "--data.min_doc_len", T, "--data.max_doc_len", T,
                                   "--parallel.dp", "1", "--parallel.cp", str(cp), "--parallel.cp_comm", comm]

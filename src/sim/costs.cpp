@@ -7,6 +7,7 @@
 #include "data/context_shards.h"
 #include "data/key_runs.h"
 #include "data/nano_batches.h"
+#include "data/relay_rows.h"
 #include "model/llama.h"
 
 namespace lct {
@@ -236,9 +237,11 @@ void ulysses_layer_cost(const RunPlan& plan, const std::vector<LocalBatch>& piec
 //   ring, allgather  to each other rank the rows of K and V it reads (data/key_runs.h),
 //                    in the wire precision, forward and again backward, and back the
 //                    dK/dV of the rows it read (fp32)
-//   double_ring      blocks relayed whole: a rank sends the block in hand at every inner
-//                    step but an outer step's last, and at an outer step's first the
-//                    outer pass; backward the same plus every step's dK/dV accumulator
+//   double_ring      blocks relayed: a rank sends the block in hand at every inner step
+//                    but an outer step's last, and at an outer step's first the outer
+//                    pass, each with the rows the ranks ahead read; backward the same
+//                    plus every step's dK/dV accumulator with the rows read so far
+//                    (data/relay_rows.h, the trainer's plan)
 std::vector<double> cp_rank_bytes(const RunPlan& plan, const std::vector<LocalBatch>& pieces) {
   const int cp = plan.layout.cp;
   const double w = double(plan.model.num_key_value_heads) * double(plan.model.head_dim());
@@ -258,17 +261,13 @@ std::vector<double> cp_rank_bytes(const RunPlan& plan, const std::vector<LocalBa
     }
     return out;
   }
-  const int inner = plan.cp_inner_ring, outer = cp / inner;
-  const auto rank = [&](int g, int u) { return ((g % outer + outer) % outer) * inner + (u % inner + inner) % inner; };
   for (int c = 0; c < cp; ++c) {
-    const int g = c / inner, u = c % inner;
+    const RelayPlan relay = plan_relay(group, plan.cp_inner_ring, c, mask);
     double kv = 0, acc = 0;
-    for (int s = 0; s < cp; ++s) {
-      const int o = s / inner, i = s % inner;
-      const double n = double(pieces[size_t(rank(g - o, u - i))].num_tokens()) * w;
-      if (i + 1 < inner) kv += 2.0 * n * wire;
-      if (i == 0 && o + 1 < outer) kv += 2.0 * n * wire;
-      acc += 2.0 * n * kF32;
+    for (const RelayStep& st : relay.steps) {
+      if (st.inner) kv += 2.0 * double(rows_in(st.inner_rows)) * w * wire;
+      if (st.outer) kv += 2.0 * double(rows_in(st.outer_rows)) * w * wire;
+      acc += 2.0 * double(rows_in(st.acc_send)) * w * kF32;
     }
     out[size_t(2 * c)] = kv;
     out[size_t(2 * c + 1)] = kv + acc;

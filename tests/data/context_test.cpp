@@ -12,6 +12,7 @@
 #include "data/context_shards.h"
 #include "data/key_runs.h"
 #include "data/nano_batches.h"
+#include "data/relay_rows.h"
 #include "tests/test_util.h"
 
 namespace lct::context_test {  // the file's own namespace: a unity build compiles test files together
@@ -315,6 +316,94 @@ TEST(KeyRuns, AWindowMovesAtMostWPlusAShareOfCausal) {
     EXPECT_GT(c[size_t(r)], 0);
     EXPECT_LE(double(w[size_t(r)]), bound * double(c[size_t(r)])) << "rank " << r;
   }
+}
+
+// The double ring's relay (data/relay_rows.h): every hop carries exactly the rows of its
+// block that the ranks still to come read (simulated hop by hop: what a rank holds after
+// a hop is what it got, and it must hold every row it reads), the two ends of every hop
+// and of every accumulator pass agree, the accumulator carries every row read so far,
+// and under a window the relay moves less than whole blocks.
+TEST(RelayRows, EachHopCarriesWhatTheRanksAheadRead) {
+  using Rows = std::vector<char>;  // [row of a block]: in the set
+  for (const AttentionMask& mask : {AttentionMask{}, AttentionMask{MaskKind::sliding_window, 37},
+                                    AttentionMask{MaskKind::chunked, 0, 0, 40}, AttentionMask{MaskKind::full_document}})
+    for (const auto& [cp, inner] : std::vector<std::pair<int, int>>{{4, 2}, {6, 3}, {6, 2}, {4, 4}, {8, 2}}) {
+      const PackedBatch b = packed({700, 3000, 5, 9, 1200});
+      std::vector<std::vector<DocPiece>> group;
+      for (int r = 0; r < cp; ++r) group.push_back(shard_sequence(b, cp, r, CpSplit::zigzag, {mask, 0.0}).pieces);
+      std::vector<RelayPlan> plans;
+      for (int r = 0; r < cp; ++r) plans.push_back(plan_relay(group, inner, r, mask));
+      const int outer = cp / inner;
+      const auto rank = [&](int g, int u) { return ((g % outer + outer) % outer) * inner + (u % inner + inner) % inner; };
+      const auto block_rows = [&](int j) {
+        int64_t n = 0;
+        for (const DocPiece& x : group[size_t(j)]) n += x.len;
+        return n;
+      };
+      std::vector<std::vector<Rows>> read(static_cast<size_t>(cp));  // [r][j]: rows of j's block r reads
+      for (int r = 0; r < cp; ++r)
+        for (int j = 0; j < cp; ++j) {
+          Rows x(size_t(block_rows(j)), 0);
+          std::vector<KeyRun> runs;
+          read_runs(group[size_t(j)], group[size_t(r)], mask, runs);
+          for (const KeyRun& k : runs) std::fill_n(x.begin() + k.row, k.len, 1);
+          read[size_t(r)].push_back(std::move(x));
+        }
+      const auto rows = [&](const RowSpans& s, int j) {
+        Rows out(size_t(block_rows(j)), 0);
+        for (const auto& [a, c] : s) std::fill(out.begin() + a, out.begin() + c, 1);
+        return out;
+      };
+      const auto unite = [](Rows& into, const Rows& x) {
+        for (size_t t = 0; t < x.size(); ++t) into[t] |= x[t];
+      };
+      const auto within = [](const Rows& x, const Rows& in) {  // x is a subset of in
+        for (size_t t = 0; t < x.size(); ++t)
+          if (x[t] && !in[t]) return false;
+        return true;
+      };
+      const std::string where = std::string(mask_kind_name(mask.kind)) + " cp " + std::to_string(cp) + " inner " +
+                                std::to_string(inner);
+      int64_t relayed = 0, whole = 0;
+      for (int r = 0; r < cp; ++r) {
+        const int g = r / inner, u = r % inner;
+        const RelayPlan& p = plans[size_t(r)];
+        for (int s = 0; s < cp; ++s) {
+          const RelayStep& st = p.steps[size_t(s)];
+          const int j = st.block, o = s / inner, i = s % inner;
+          ASSERT_EQ(j, rank(g - o, u - i)) << where;
+          const Rows arrived = s > 0 ? rows(st.arrive, j) : Rows(size_t(block_rows(j)), 1);
+          ASSERT_TRUE(within(read[size_t(r)][size_t(j)], arrived)) << where << " rank " << r << " step " << s;
+          if (st.inner) {  // the receiver's arrival is this hop; it carries what (g, u + 1 ...) read
+            EXPECT_EQ(plans[size_t(rank(g, u + 1))].steps[size_t(s + 1)].arrive, st.inner_rows) << where;
+            Rows ahead(size_t(block_rows(j)), 0);
+            for (int t = 1; t < inner - i; ++t) unite(ahead, read[size_t(rank(g, u + t))][size_t(j)]);
+            EXPECT_EQ(rows(st.inner_rows, j), ahead) << where;
+            EXPECT_TRUE(within(ahead, arrived)) << where << ": forwards a row it lacks";
+            relayed += rows_in(st.inner_rows), whole += block_rows(j);
+          }
+          if (st.outer) {
+            EXPECT_EQ(plans[size_t(rank(g + 1, u))].steps[size_t(s + inner)].arrive, st.outer_rows) << where;
+            Rows ahead(size_t(block_rows(j)), 0);
+            for (int a = 1; a < outer - o; ++a)
+              for (int v = 0; v < inner; ++v) unite(ahead, read[size_t(rank(g + a, v))][size_t(j)]);
+            EXPECT_EQ(rows(st.outer_rows, j), ahead) << where;
+            EXPECT_TRUE(within(ahead, arrived)) << where << ": forwards a row it lacks";
+            relayed += rows_in(st.outer_rows), whole += block_rows(j);
+          }
+          // the accumulator: the rows every visitor so far read, and the next visitor expects them
+          Rows acc(size_t(block_rows(j)), 0);
+          for (int t = 0; t <= s; ++t) unite(acc, read[size_t(rank(j / inner + t / inner, j % inner + t % inner))][size_t(j)]);
+          EXPECT_EQ(rows(st.acc_send, j), acc) << where;
+          if (s + 1 < cp)
+            EXPECT_EQ(plans[size_t(rank(j / inner + (s + 1) / inner, j % inner + (s + 1) % inner))].steps[size_t(s + 1)].acc_arrive,
+                      st.acc_send) << where;
+          else
+            EXPECT_EQ(plans[size_t(j)].home, st.acc_send) << where;
+        }
+      }
+      if (mask.kind == MaskKind::sliding_window || mask.kind == MaskKind::chunked) EXPECT_LT(relayed, whole) << where;
+    }
 }
 
 TEST(ContextShards, WholeSequenceIsOnePiecePerDocument) {

@@ -51,6 +51,9 @@ check cp4_window_bf16_full 4 --parallel.dp 1 --parallel.cp 4 --attention.mask sl
   --train.precision bf16 --train.recompute full
 check cp4_double_ring 4 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2 \
   --attention.mask chunked --attention.block_size 40
+# the relay's hops carry the rows the ranks ahead read (data/relay_rows.h), in bf16 here
+check cp4_double_ring_window_bf16 4 --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring \
+  --parallel.cp_inner_ring 2 --attention.mask sliding_window --attention.window 24 --train.precision bf16
 check cad2 2 --parallel.dp 2 --attention.placement cad --attention.cad_profile pairs
 # CAD's bytes too, in fp32 without context parallelism (each key row has one holder): a
 # window's tasks fetch only the keys they read; ping-pong's two nano-batches

@@ -30,10 +30,10 @@ RelayPlan plan_relay(const std::vector<std::vector<DocPiece>>& group, int inner,
     merge_spans(s);
     return RowSpans(s.begin(), s.end());
   };
-  // the ranks that compute on block j at steps [0, last]
+  // the ranks that compute on block j at steps [1, last] (its owner, at step 0, keeps its part)
   const auto visitors = [&](int j, int last) {
     std::vector<int> v;
-    for (int t = 0; t <= last; ++t) v.push_back(rank(j / inner + t / inner, j % inner + t % inner));
+    for (int t = 1; t <= last; ++t) v.push_back(rank(j / inner + t / inner, j % inner + t % inner));
     return v;
   };
   // after an inner hop that arrives at step with inner index i, at rank (g, u): (g, u + t), t < inner - i

@@ -13,9 +13,9 @@
 // i + 1 < inner (the inner hop), and at i = 0 also to (g + 1, u) while o + 1 < outer (the
 // outer hop). So after the inner hop at step s the block is read by (g, u + 1 + t), t <
 // inner - 1 - i; after the outer hop by every rank of groups g + 1 ... g + outer - 1 - o.
-// The visitors of block j (at (gj, uj)) in step order are (gj + s / inner, uj + s % inner):
-// its accumulator after step s carries the rows visitors 0 ... s read, and comes home with
-// the rows any visitor read.
+// The visitors of block j (at (gj, uj)) in step order are (gj + s / inner, uj + s % inner),
+// its owner first (s = 0), who adds its own part at home: the accumulator after step s
+// carries the rows visitors 1 ... s read, and comes home with the rows any other rank read.
 #pragma once
 
 #include <vector>
@@ -34,12 +34,12 @@ struct RelayStep {
   bool inner = false, outer = false;  // whether it travels on from here
   RowSpans inner_rows, outer_rows;    // the rows each hop carries
   RowSpans acc_arrive;    // s > 0 (backward): the accumulator rows that arrive with it
-  RowSpans acc_send;      // backward: the accumulator rows sent on after this step
+  RowSpans acc_send;      // backward: the accumulator rows sent on after this step (none at step 0)
 };
 
 struct RelayPlan {
   std::vector<RelayStep> steps;  // [cp]
-  RowSpans home;                 // backward: the rows of this rank's own accumulator coming back
+  RowSpans home;                 // backward: the rows of this rank's own accumulator coming back (other ranks' reads)
 };
 
 // The plan of rank `me` of a group of group.size() ranks in inner rings of `inner`.

@@ -728,7 +728,10 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
     ak.assign(size_t(n_j), 0.0f);
     av.assign(size_t(n_j), 0.0f);
     relay_tasks(in, j);
-    backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
+    if (s == 0)  // its own block: its part stays home, added into dk, dv directly
+      backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, dk, dv);
+    else
+      backward_calls(prm, q, cur.k, cur.v, out, lse, dout, dq, ak.data(), av.data());
     finish(requests_);
     if ((s + 1) % inner_ == 0) finish(outer_requests_);
     if (s > 0) {  // this rank's part + the upstream sum (a fixed order; rows that did not come are 0)

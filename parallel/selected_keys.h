@@ -1,8 +1,8 @@
 // attention.mask = block_sparse under context parallelism: each rank gets the block means
 // its queries select from, and under the all-gather and the direct ring only the key
 // blocks some query selects move (the "only selected key blocks move"), instead
-// of every key before each rank's last query. The double ring relays whole blocks (it
-// moves the same bytes under every mask) and takes only the means.
+// of every key before each rank's last query. The double ring relays what the causal
+// shape lets the ranks ahead read (data/relay_rows.h) and takes only the means.
 //
 // Which blocks a query selects depends on the block means of every earlier block of its
 // document, and those depend on keys held by other ranks. So, per exchange:

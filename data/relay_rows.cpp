@@ -11,19 +11,25 @@ int64_t rows_in(const RowSpans& spans) {
   return n;
 }
 
-RelayPlan plan_relay(const std::vector<std::vector<DocPiece>>& group, int inner, int me, const AttentionMask& mask) {
-  const int cp = int(group.size());
+RelayReads relay_reads(const std::vector<std::vector<DocPiece>>& group, const AttentionMask& mask) {
+  const size_t cp = group.size();
+  RelayReads reads(cp, std::vector<RowSpans>(cp));
+  std::vector<KeyRun> runs;
+  for (size_t r = 0; r < cp; ++r)
+    for (size_t j = 0; j < cp; ++j) {
+      read_runs(group[j], group[r], mask, runs);
+      for (const KeyRun& x : runs) reads[r][j].emplace_back(x.row, int64_t(x.row) + x.len);
+    }
+  return reads;
+}
+
+RelayPlan plan_relay(const RelayReads& reads, int inner, int me) {
+  const int cp = int(reads.size());
   if (inner < 1 || cp % inner != 0) throw std::invalid_argument("plan_relay: inner rings must divide the group");
+  for (const auto& row : reads)
+    if (int(row.size()) != cp) throw std::invalid_argument("plan_relay: reads must name every rank's block");
   const int outer = cp / inner;
   const auto rank = [&](int g, int u) { return ((g % outer + outer) % outer) * inner + (u % inner + inner) % inner; };
-  // reads[r][j]: the rows of rank j's block that rank r's queries read
-  std::vector<std::vector<RowSpans>> reads(static_cast<size_t>(cp), std::vector<RowSpans>(static_cast<size_t>(cp)));
-  std::vector<KeyRun> runs;
-  for (int r = 0; r < cp; ++r)
-    for (int j = 0; j < cp; ++j) {
-      read_runs(group[size_t(j)], group[size_t(r)], mask, runs);
-      for (const KeyRun& x : runs) reads[size_t(r)][size_t(j)].emplace_back(x.row, int64_t(x.row) + x.len);
-    }
   const auto read_by = [&](int j, const std::vector<int>& readers) {
     KeySpans s;
     for (int r : readers) s.insert(s.end(), reads[size_t(r)][size_t(j)].begin(), reads[size_t(r)][size_t(j)].end());

@@ -42,7 +42,17 @@ struct RelayPlan {
   RowSpans home;                 // backward: the rows of this rank's own accumulator coming back (other ranks' reads)
 };
 
-// The plan of rank `me` of a group of group.size() ranks in inner rings of `inner`.
-RelayPlan plan_relay(const std::vector<std::vector<DocPiece>>& group, int inner, int me, const AttentionMask& mask);
+// reads[r][j]: the rows of rank j's block that rank r's queries read.
+using RelayReads = std::vector<std::vector<RowSpans>>;
+// What the mask lets each rank read (read_runs; under block_sparse the causal shape,
+// a superset of any selection).
+RelayReads relay_reads(const std::vector<std::vector<DocPiece>>& group, const AttentionMask& mask);
+
+// The plan of rank `me` of a group of reads.size() ranks in inner rings of `inner`.
+RelayPlan plan_relay(const RelayReads& reads, int inner, int me);
+inline RelayPlan plan_relay(const std::vector<std::vector<DocPiece>>& group, int inner, int me,
+                            const AttentionMask& mask) {
+  return plan_relay(relay_reads(group, mask), inner, me);
+}
 
 }  // namespace lct

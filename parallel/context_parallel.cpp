@@ -79,16 +79,24 @@ bool ContextParallelAttention::selects(const AttentionInput& in) const {
   return in.params.mask.kind == MaskKind::block_sparse;
 }
 
-// The rows to move (exchange_), and under block_sparse the block means: the all-gather
-// and the direct ring move the rows their plan names (under block_sparse the selected
-// ones); the double ring relays whole blocks and plans no rows.
+// The rows to move, and under block_sparse the block means: the all-gather and the
+// direct ring move the rows their plan names (exchange_; under block_sparse the selected
+// ones), the double ring what its relay plan names (relay_: the rows the ranks ahead
+// read; under block_sparse the selected ones, every rank's reads gathered).
 void ContextParallelAttention::plan(const AttentionInput& in, const float* q, const float* k) {
   const bool relay = method_ == CpComm::double_ring;
   if (!selects(in)) {
-    if (!relay) exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
+    if (relay)
+      relay_ = plan_relay(in.batch.group_pieces, inner_, rank_, in.params.mask);
+    else
+      exchange_.plan(in.batch.group_pieces, rank_, in.params.mask);
     return;
   }
-  plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, relay ? nullptr : &exchange_, selected_);
+  plan_selected_keys(comm_, rank_, in.params, in.batch, q, k, &exchange_, selected_);
+  if (relay) {
+    gather_selected_reads(comm_, rank_, exchange_, relay_reads_, selected_);
+    relay_ = plan_relay(relay_reads_, inner_, rank_);
+  }
   stats_.bytes_sent += selected_.bytes_sent;
   stats_.exposed_seconds += selected_.exposed_seconds;
 }
@@ -659,7 +667,6 @@ void ContextParallelAttention::relay_forward(const AttentionInput& in, const flo
   const int64_t w = kv_width(prm);
   const int64_t T = rows_of(in.batch.pieces);
   begin_merge(prm, T, out, lse);
-  relay_ = plan_relay(in.batch.group_pieces, inner_, rank_, prm.mask);
   Block cur = own_block(in, k, v, T * w);
   for (int s = 0; s < size_; ++s) {
     const int j = block_at(s);
@@ -695,7 +702,6 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
     stats_.exposed_seconds += waited_since(t0, "context-parallel exchange");
   };
-  relay_ = plan_relay(in.batch.group_pieces, inner_, rank_, prm.mask);
   // adds packed accumulator rows (the spans' rows, back to back) into a whole block
   const auto add_rows = [w](float* block, const float* packed, const RowSpans& spans) {
     for (const auto& [a, b] : spans) {

@@ -37,7 +37,7 @@
 // Under attention.mask = block_sparse every rank first gets the block means its queries
 // select from (parallel/selected_keys.h); the all-gather and the ring then move only the
 // key blocks the receiver's queries select and their own blocks, the double ring the
-// rows the mask's causal shape lets later ranks read, and the kernel computes each query's part of its attention in the rows
+// selected and own rows of the ranks ahead (every rank's reads gathered), and the kernel computes each query's part of its attention in the rows
 // in hand (attention/block_sparse.h), merged as under any mask.
 //
 // In a bf16 run (AttentionParams::precision) K and V travel in bf16: the kernel rounds
@@ -152,6 +152,7 @@ class ContextParallelAttention final : public AttentionPlacement {
   std::vector<float> gathered_, ks_, vs_, dks_, dvs_, reduced_;
   Slot inner_slot_[2], outer_slot_[2];
   RelayPlan relay_;  // the double ring's rows of this call (data/relay_rows.h)
+  RelayReads relay_reads_;  // block_sparse: every rank's selected reads
   std::vector<unsigned char> inner_send_k_, inner_send_v_, outer_send_k_, outer_send_v_;
   std::vector<float> acc_send_k_[2], acc_send_v_[2];
   std::vector<float> part_out_, part_lse_, acc_k_[2], acc_v_[2], acc_in_k_, acc_in_v_;

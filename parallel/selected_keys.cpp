@@ -193,4 +193,36 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
   }
 }
 
+void gather_selected_reads(MPI_Comm comm, int me, const KeyExchange& exchange, RelayReads& reads, SelectedKeys& out) {
+  const int size = int(exchange.from.size());
+  // this rank's reads: per holder, a count and (row, len) per run
+  std::vector<int32_t> mine;
+  for (int j = 0; j < size; ++j) {
+    const std::vector<KeyRun>& runs = j == me ? std::vector<KeyRun>{} : exchange.from[size_t(j)];
+    mine.push_back(int32_t(runs.size()));
+    for (const KeyRun& r : runs) mine.insert(mine.end(), {r.row, r.len});
+  }
+  const int n = count_of(int64_t(mine.size()));
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  const auto t0 = SteadyClock::now();
+  MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  int64_t total = 0;
+  for (int r = 0; r < size; ++r) displs[size_t(r)] = count_of(total), total += counts[size_t(r)];
+  std::vector<int32_t> all(static_cast<size_t>(total));
+  MPI_Allgatherv(mine.data(), n, MPI_INT, all.data(), counts.data(), displs.data(), MPI_INT, comm);
+  out.exposed_seconds += waited_since(t0, "context-parallel exchange");
+  out.bytes_sent += int64_t(sizeof(int32_t)) * (int64_t(n) + 1) * (size - 1);
+  reads.assign(size_t(size), std::vector<RowSpans>(size_t(size)));
+  for (int r = 0; r < size; ++r) {
+    size_t at = size_t(displs[size_t(r)]);
+    const size_t end = at + size_t(counts[size_t(r)]);
+    for (int j = 0; j < size; ++j) {
+      if (at >= end) throw std::logic_error("block_sparse: a malformed gathered read list");
+      const int32_t runs = all[at++];
+      if (runs < 0 || at + 2 * size_t(runs) > end) throw std::logic_error("block_sparse: a malformed gathered read list");
+      for (int32_t i = 0; i < runs; ++i, at += 2) reads[size_t(r)][size_t(j)].emplace_back(all[at], int64_t(all[at]) + all[at + 1]);
+    }
+  }
+}
+
 }  // namespace lct

@@ -1,8 +1,9 @@
 // attention.mask = block_sparse under context parallelism: each rank gets the block means
 // its queries select from, and under the all-gather and the direct ring only the key
 // blocks some query selects move (the "only selected key blocks move"), instead
-// of every key before each rank's last query. The double ring relays what the causal
-// shape lets the ranks ahead read (data/relay_rows.h) and takes only the means.
+// of every key before each rank's last query. The double ring gathers every rank's
+// reads (gather_selected_reads) and relays the rows the ranks ahead read
+// (data/relay_rows.h).
 //
 // Which blocks a query selects depends on the block means of every earlier block of its
 // document, and those depend on keys held by other ranks. So, per exchange:
@@ -39,6 +40,7 @@
 #include "attention/block_sparse.h"
 #include "data/key_runs.h"
 #include "data/local_batch.h"
+#include "data/relay_rows.h"
 
 namespace lct {
 
@@ -58,5 +60,11 @@ struct SelectedKeys {
 // Collective over `comm`.
 void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, const LocalBatch& batch,
                         const float* q, const float* k, KeyExchange* exchange, SelectedKeys& out);
+
+// The double ring (data/relay_rows.h): every rank's reads of every other rank's rows, from
+// each rank's exchange.from (what plan_selected_keys found it reads), gathered with one
+// MPI_Allgather of counts and one MPI_Allgatherv, so that a relay hop carries the
+// selected and own rows of the ranks ahead. Adds its bytes and wait to out. Collective.
+void gather_selected_reads(MPI_Comm comm, int me, const KeyExchange& exchange, RelayReads& reads, SelectedKeys& out);
 
 }  // namespace lct

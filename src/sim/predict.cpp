@@ -147,9 +147,9 @@ Prediction simulate_model_parallel(const SimulateOptions& o, const RunPlan& plan
   double bubble_sum = 0;
   for (int64_t step = o.first_step; step < o.first_step + o.steps; ++step) {
     StepPrediction p = zero_step(n);
-    // block_sparse's all-gather and ring move the blocks the content selects (parallel/
-    // selected_keys.h) plus block sums and runs, the double ring whole blocks plus sums:
-    // priced as the causal superset (the double ring's blocks exactly), an estimate
+    // block_sparse's exchanges move the blocks the content selects (parallel/
+    // selected_keys.h) plus block sums and runs (the double ring every rank's reads):
+    // priced as the causal superset, an estimate
     if (layout.cp > 1 && plan.model.attention_mask.content_dependent()) p.rank_bytes_exact = false;
     std::vector<double> pairs(static_cast<size_t>(n), 0.0);
     std::vector<double> finish(static_cast<size_t>(n), 0.0);  // when each rank's last compute ends

@@ -152,6 +152,23 @@ train cp4_ring_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_
 compare "cp=4 ring, block_sparse" cp4_ring_block_sparse ref_block_sparse
 train cp4_double_ring_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2
 compare "cp=4 double_ring, block_sparse" cp4_double_ring_block_sparse ref_block_sparse
+# the relay carries the selected and own rows of the ranks ahead: with top_blocks 0,
+# chunked's rows (and the gathered reads)
+dr="--parallel.dp 1 --parallel.cp 4 --parallel.cp_comm double_ring --parallel.cp_inner_ring 2"
+train cp4_double_ring_block_sparse0 4 $bs0 $dr
+compare "cp=4 double_ring, block_sparse top_blocks 0 against chunked" cp4_double_ring_block_sparse0 ref_block_chunked
+train cp4_double_ring_chunked16 4 --attention.mask chunked --attention.block_size 16 $dr
+train cp4_double_ring_causal 4 $dr
+/usr/bin/python3 - <<'PY'
+import json
+def sent(run):
+    return sum(sum(json.loads(l)["rank_exchange_bytes"]) for l in open(f"{run}/metrics.jsonl"))
+b0, chunked, causal = (sent(r) for r in ("cp4_double_ring_block_sparse0", "cp4_double_ring_chunked16", "cp4_double_ring_causal"))
+assert chunked < b0 <= 1.2 * chunked and b0 < causal, \
+    f"FAIL: double ring block_sparse top_blocks 0 sent {b0} bytes, chunked {chunked}, causal {causal}"
+print(f"ok   cp=4 double_ring bytes: block_sparse top_blocks 0 {b0} (chunked {chunked}, causal {causal}), "
+      f"top_blocks 2 {sent('cp4_double_ring_block_sparse')}")
+PY
 train cp4_hybrid_block_sparse 4 $bs --parallel.dp 1 --parallel.cp 4 --parallel.cp_comm hybrid --parallel.cp_ulysses 2
 compare "cp=4 hybrid, block_sparse" cp4_hybrid_block_sparse ref_block_sparse
 train cp2_ring_block_sparse_bf16 2 $bs --train.precision bf16 --parallel.dp 1 --parallel.cp 2 --parallel.cp_comm ring

@@ -45,8 +45,8 @@ std::vector<std::vector<int32_t>> exchange_ints(MPI_Comm comm, const std::vector
 
 CadAttention::CadAttention(MPI_Comm comm, double tolerance, std::optional<CadCostModel> cost,
                            bool rank_speeds, bool align_every_cut, MPI_Comm cp_comm)
-    : comm_(comm), cp_comm_(cp_comm == MPI_COMM_NULL ? MPI_COMM_SELF : cp_comm), tolerance_(tolerance), cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_),
-      align_every_cut_(align_every_cut) {
+    : comm_(comm), cp_comm_(cp_comm == MPI_COMM_NULL ? MPI_COMM_SELF : cp_comm), tolerance_(tolerance),
+      cost_(std::move(cost)), rank_speeds_(rank_speeds && cost_), align_every_cut_(align_every_cut) {
   if (comm_ == MPI_COMM_NULL) throw std::invalid_argument("CAD needs a communicator");
   if (!(tolerance > 0)) throw std::invalid_argument("attention.cad_tolerance must be > 0");
   MPI_Comm_rank(comm_, &rank_);
@@ -593,7 +593,7 @@ void CadAttention::start_lane(Lane& L, const std::vector<RowArray>& q_arrays,
     float* means = L.send.data() + base + rows_floats;  // block_sparse: the block means, as doubles
     for (const auto& [g, piece] : ks.means_out[size_t(s)]) {
       const BlockMeans& m = ks.sel.means[piece];
-      std::memcpy(means, m.kbar, size_t(kvd * m.stride) * sizeof(double));
+      if (m.stride > 0) std::memcpy(means, m.kbar, size_t(kvd * m.stride) * sizeof(double));
       means += 2 * kvd * m.stride;
     }
   }
@@ -676,8 +676,9 @@ std::vector<std::vector<float*>> CadAttention::gather_keys(Lane& L) {
     if (ks.selected && prm.mask.top_blocks > 0) {  // the origin's block means, then each served task's
       std::vector<double>& means = ks.received[size_t(o)];
       means.resize(size_t(ks.in_means_floats[size_t(o)] / 2));
-      std::memcpy(means.data(), L.recv.data() + in_at + message_floats(q_rows, kv_rows, L.in),
-                  means.size() * sizeof(double));
+      if (!means.empty())  // (documents with no earlier block send none)
+        std::memcpy(means.data(), L.recv.data() + in_at + message_floats(q_rows, kv_rows, L.in),
+                    means.size() * sizeof(double));
       for (int32_t i : p.in[size_t(o)].tasks) {
         const int32_t g = p.gdoc[piece_of(p, p.plan.tasks[size_t(i)])];
         int64_t at = 0;

@@ -333,19 +333,24 @@ const CadAttention::Plan& CadAttention::plan_of(const AttentionInput& in) const 
 
 // ---- the key rows a layer moves ---------------------------------------------------------
 
+void CadAttention::Keys::reset(size_t ranks, bool selects) {
+  selected = selects;
+  out.assign(ranks, {});
+  in.assign(ranks, {});
+  own.clear();
+  out_kv_rows.assign(ranks, 0);
+  in_kv_rows.assign(ranks, 0);
+  means_out.assign(ranks, {});
+  means_in.assign(ranks, {});
+  out_means_floats.assign(ranks, 0);
+  in_means_floats.assign(ranks, 0);
+}
+
 void CadAttention::plan_keys(Lane& L) const {
   const Plan& p = *L.plan;
   Keys& ks = L.keys;
   const size_t n = size_t(size_);
-  ks.selected = false;
-  ks.out.assign(n, {});
-  ks.in.assign(n, {});
-  ks.out_kv_rows.assign(n, 0);
-  ks.in_kv_rows.assign(n, 0);
-  ks.out_means_floats.assign(n, 0);
-  ks.in_means_floats.assign(n, 0);
-  ks.means_out.assign(n, {});
-  ks.means_in.assign(n, {});
+  ks.reset(n, false);
   for (size_t r = 0; r < n; ++r) {
     ks.out[r] = p.out[r].kv, ks.out_kv_rows[r] = p.out[r].kv_rows;
     ks.in[r] = p.in[r].kv, ks.in_kv_rows[r] = p.in[r].kv_rows;
@@ -375,7 +380,7 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
   const size_t n = size_t(size_);
   const int64_t B = prm.mask.block_size, KV = prm.num_kv_heads, K = prm.mask.top_blocks;
   const int64_t kvd = KV * prm.head_dim;
-  ks.selected = true;
+  ks.reset(n, true);
 
   // 1. (a pipeline tick's dummy has no pieces and names no group: every rank of its
   // group is at the same dummy, and takes part with nothing)
@@ -393,7 +398,6 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
 
   // 2.
   std::map<std::pair<int32_t, int32_t>, KeySpans> spans;  // (server, document) -> spans
-  ks.means_out.assign(n, {});
   std::vector<int32_t> selected;
   std::vector<char> used;
   for (const CadTask& t : p.plan.tasks) {
@@ -438,8 +442,6 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
   }
 
   // 4.
-  ks.out.assign(n, {});
-  ks.own.clear();
   for (const auto& [key, s] : spans) {
     const auto [server, g] = key;
     for (const auto& [h, i] : p.doc_pieces[size_t(g)]) {
@@ -461,12 +463,6 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
     for (const auto& [g, piece] : ks.means_out[s]) h.insert(h.end(), {g, int32_t(ks.sel.means[piece].stride)});
   }
   const auto got = exchange_ints(comm_, head, stats_.bytes_sent, stats_.exposed_seconds);
-  ks.in.assign(n, {});
-  ks.means_in.assign(n, {});
-  ks.out_kv_rows.assign(n, 0);
-  ks.in_kv_rows.assign(n, 0);
-  ks.out_means_floats.assign(n, 0);
-  ks.in_means_floats.assign(n, 0);
   const auto bad = [] { throw std::logic_error("CAD: a malformed block_sparse key header"); };
   for (size_t o = 0; o < n; ++o) {
     for (const KvPiece& x : ks.out[o]) ks.out_kv_rows[o] += x.len;

@@ -168,6 +168,7 @@ class CadAttention final : public AttentionPlacement {
     SelectedKeys sel;                          // this rank's pieces' block means
     std::vector<std::vector<double>> received;  // [origin] the means that came, in order
     std::vector<std::vector<BlockMeans>> task_means;  // [origin] per served task; [rank] per own_ws task
+    void reset(size_t ranks, bool selects);  // no rows, no means, for `ranks` ranks
   };
   // A message's arrays by name, in start_lane's order. Requests: forward Q (then K, V);
   // backward Q, O, dO, LSE (then K, V). Replies: forward O, LSE; backward dQ, dK, dV.

@@ -745,17 +745,11 @@ void ContextParallelAttention::relay_backward(const AttentionInput& in, const fl
       add_rows(av.data(), acc_in_v_.data(), st.acc_arrive);
     }
     // on to the next visitor (after the last step, block j's owner), with the rows read so far
-    const RowSpans& send = st.acc_send;
-    std::vector<float>& pk = acc_send_k_[b];
-    std::vector<float>& pv = acc_send_v_[b];
-    const int64_t n_out = rows_in(send) * w;
-    pk.resize(size_t(n_out)), pv.resize(size_t(n_out));
-    int64_t at = 0;
-    for (const auto& [a0, a1] : send) {
-      std::copy(ak.begin() + a0 * w, ak.begin() + a1 * w, pk.begin() + at);
-      std::copy(av.begin() + a0 * w, av.begin() + a1 * w, pv.begin() + at);
-      at += (a1 - a0) * w;
-    }
+    std::vector<unsigned char>& pk = acc_send_k_[b];
+    std::vector<unsigned char>& pv = acc_send_v_[b];
+    pack_rows(ak.data(), st.acc_send, w, sizeof(float), pk);
+    pack_rows(av.data(), st.acc_send, w, sizeof(float), pv);
+    const int64_t n_out = rows_in(st.acc_send) * w;
     MPI_Isend(pk.data(), count_of(n_out), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 2, comm_, &acc_sent[b][0]);
     MPI_Isend(pv.data(), count_of(n_out), MPI_FLOAT, acc_dest(s), 4 * (s + 1) + 3, comm_, &acc_sent[b][1]);
     stats_.bytes_sent += 2 * n_out * int64_t(sizeof(float));

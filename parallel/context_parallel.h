@@ -154,7 +154,7 @@ class ContextParallelAttention final : public AttentionPlacement {
   RelayPlan relay_;  // the double ring's rows of this call (data/relay_rows.h)
   RelayReads relay_reads_;  // block_sparse: every rank's selected reads
   std::vector<unsigned char> inner_send_k_, inner_send_v_, outer_send_k_, outer_send_v_;
-  std::vector<float> acc_send_k_[2], acc_send_v_[2];
+  std::vector<unsigned char> acc_send_k_[2], acc_send_v_[2];  // fp32 rows, packed
   std::vector<float> part_out_, part_lse_, acc_k_[2], acc_v_[2], acc_in_k_, acc_in_v_;
   std::vector<uint16_t> own_k_, own_v_, gathered16_;  // bf16 on the wire
   std::vector<std::vector<AttentionTask>> calls_;

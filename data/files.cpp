@@ -60,9 +60,34 @@ void require_regular_file(const std::string& path, const std::string& what) {
   ::close(open_checked(path, what, st));
 }
 
+namespace {
+
+std::string read_open_file(int fd, const struct stat& st, const std::string& path, const std::string& what);
+
+}  // namespace
+
 std::string read_regular_file(const std::string& path, const std::string& what) {
   struct stat st {};
   const int fd = open_checked(path, what, st);
+  return read_open_file(fd, st, path, what);
+}
+
+std::string read_document_file(const std::string& path, const std::string& what) {
+  struct stat st {};
+  const int fd = open_checked(path, what, st);
+  if (int64_t(st.st_size) > kMaxDocumentBytes) {
+    ::close(fd);
+    throw std::runtime_error(what + " '" + path + "': " + std::to_string(st.st_size) +
+                             " bytes, more than a settings file can be (" + std::to_string(kMaxDocumentBytes >> 20) +
+                             " MiB)");
+  }
+  return read_open_file(fd, st, path, what);
+}
+
+namespace {
+
+// The whole of an opened regular file, to its size at open time (closes `fd`).
+std::string read_open_file(int fd, const struct stat& st, const std::string& path, const std::string& what) {
   std::string data(size_t(st.st_size), '\0');
   size_t got = 0;
   while (got < data.size()) {
@@ -80,6 +105,8 @@ std::string read_regular_file(const std::string& path, const std::string& what) 
                              std::to_string(got + (grew ? 1 : 0)) + (grew ? "+" : "") + " read)");
   return data;
 }
+
+}  // namespace
 
 uint64_t fnv1a64(const void* data, size_t bytes, uint64_t h) {
   const unsigned char* p = static_cast<const unsigned char*>(data);

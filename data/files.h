@@ -14,6 +14,13 @@ namespace lct {
 // std::runtime_error: "what 'path': not a regular file (a FIFO)", "... cannot open
 // (reason)", "... changed while it was read".
 std::string read_regular_file(const std::string& path, const std::string& what);
+// The largest settings document lct reads (a TOML config, run.toml, a CAD profile, a
+// calibration, a machine cache, a JSON config or bench report): none is near 64 MiB, and
+// a crafted 3 GiB one would otherwise be read whole into memory.
+constexpr int64_t kMaxDocumentBytes = int64_t(64) << 20;
+// read_regular_file, refused before reading when the file is larger than
+// kMaxDocumentBytes: "what 'path': 3221225472 bytes, more than a settings file can be (64 MiB)".
+std::string read_document_file(const std::string& path, const std::string& what);
 // Throws the same errors when `path` is not a regular file, without reading it (for
 // files another library opens by name, e.g. HDF5).
 void require_regular_file(const std::string& path, const std::string& what);

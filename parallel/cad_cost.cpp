@@ -50,7 +50,9 @@ std::string CadCostModel::problem() const {
   if (seconds_per_pair.size() != q_grid.size() * kv_grid.size())
     return "seconds_per_pair needs one row per q_grid entry with one value per kv_grid entry";
   for (double v : seconds_per_pair)
-    if (!(v > 0) || !std::isfinite(v)) return "seconds_per_pair values must be > 0";
+    // a time a real machine can measure for one query-key pair (a few FLOPs): a crafted
+    // 1e300 or a denormal would make every plan's costs inf or zero
+    if (!(v >= 1e-15 && v <= 1)) return "seconds_per_pair values must be from 1e-15 to 1 (seconds per pair)";
   if (heads < 1 || kv_heads < 1 || head_dim < 1 || kernel.empty())
     return "kernel, heads, kv_heads and head_dim are required";
   return "";

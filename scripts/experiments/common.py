@@ -64,8 +64,14 @@ def run(cmd, what, **kwargs):
     done = threading.Event()
 
     def beat():
-        while not done.wait(interval):
+        # waits of at most a second, as lct's own heartbeat: Event.wait of a huge interval
+        # (1e10 s) overflows, and any finite interval is a valid setting
+        due = start + interval
+        while not done.wait(max(0.0, min(1.0, due - time.monotonic()))):
             now = time.monotonic()
+            if now < due:
+                continue
+            due = now + interval
             print(f"{EXPERIMENT}: run {number} ({what}) | {duration_text(now - start)} in | "
                   f"the experiment {duration_text(now - _STARTED)} in", file=sys.stderr, flush=True)
 

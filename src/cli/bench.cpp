@@ -15,6 +15,7 @@
 #include "attention/core_attention.h"
 #include "model/rope.h"
 #include "src/io/output_files.h"
+#include "src/io/paths.h"
 #include "src/train/memory_budget.h"
 #include "src/train/trainer.h"
 #include "src/util/heartbeat.h"
@@ -202,7 +203,9 @@ Command add_bench_command(CLI::App& lct) {
   return {bench, [o] {
             const Config config = resolve_config(o->config);
             // outputs are checked before the work, not after it (a folder, a device)
-            if (!o->bench.profile_out.empty()) require_writable_output(o->bench.profile_out, "--profile-out");
+            NamedPaths inputs = config_inputs(config, o->config);
+            inputs.emplace_back("--ceilings-from", o->bench.ceilings_from);
+            check_outputs({{"--profile-out", o->bench.profile_out}}, inputs);
             if (!o->bench.ceilings_from.empty() && wants(o->bench, "ceilings"))
               throw std::invalid_argument("lct bench: --sections ceilings measures the ceilings and --ceilings-from " +
                                           o->bench.ceilings_from + " reads them: give one of the two");

@@ -202,7 +202,8 @@ void ceilings_from_file(const std::string& path, BenchResults& res) {
                                          openblas_get_corename()));
   const auto ceiling = [&](const char* key, bool may_be_zero = false) {
     const double v = field("ceilings", key, JsonKind::number).get<double>();
-    if (!(v > 0) && !(may_be_zero && v == 0))
+    // a rate a real CPU can show, 1 MFLOP/s to 1 EFLOP/s (a crafted 1e-320 gives inf fractions)
+    if (!(v >= 1e-3 && v <= 1e9) && !(may_be_zero && v == 0))
       throw std::runtime_error(fmt::format("{}: ceilings.{} is {}, not a measured ceiling (was the ceilings section "
                                            "run?)", where, key, v));
     return v;

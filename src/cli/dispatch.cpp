@@ -17,8 +17,26 @@
 #include "src/train/rank_agreement.h"
 #include "src/util/log.h"
 #include "src/util/machine.h"
+#include "src/util/printable.h"
 
 namespace lct {
+namespace {
+
+// An option given an empty value (`--grads-out ""`, `--continuation-tokens ""`) is refused
+// in one line, never read as the option not given: an empty path, list or text is a
+// mistake the user should hear of. A config key's empty value (the [section] groups) is
+// its parser's to judge, as in a TOML file.
+std::string empty_value_error(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands())
+    for (const CLI::Option* option : command->get_options()) {
+      if (option->count() == 0 || option->get_expected_min() == 0 || option->get_group().starts_with("[")) continue;
+      for (const std::string& value : option->results())
+        if (value.empty()) return option->get_name() + ": empty value: give one, or leave the option out";
+    }
+  return {};
+}
+
+}  // namespace
 
 int run_command(int argc, char** argv, int rank, int world) {
   CLI::App app{"lct: long-context transformer training on CPUs"};
@@ -67,6 +85,13 @@ int run_command(int argc, char** argv, int rank, int world) {
     if (help && rank == 0) app.exit(e);
     if (!help) parse_error = std::string(e.what()) + " (see --help)";
   }
+  if (!help && parse_error.empty()) {
+    parse_error = empty_value_error(app);
+    if (!parse_error.empty() && world <= 1) {
+      if (rank == 0) print_err("lct: error: {}\n", one_line(parse_error));
+      return 1;
+    }
+  }
   if (world > 1) {
     try {
       std::string command = help ? "--help" : "(none)";
@@ -74,7 +99,7 @@ int run_command(int argc, char** argv, int rank, int world) {
       // the same build on every rank (each host of a cluster loads its own copy)
       agree_across_ranks(parse_error, "command = " + command + "\n" + binary_identity_line(), world);
     } catch (const ConfigError& e) {
-      if (rank == 0) print_err("lct: error: {}\n", e.what());
+      if (rank == 0) print_err("lct: error: {}\n", one_line(e.what()));
       return 1;
     }
     if (help) return 0;
@@ -86,16 +111,16 @@ int run_command(int argc, char** argv, int rank, int world) {
   } catch (const ConfigError& e) {
     // configuration and layout errors are reached by every rank alike: rank 0 reports,
     // all ranks exit cleanly
-    if (rank == 0) print_err("lct: error: {}\n", e.what());
+    if (rank == 0) print_err("lct: error: {}\n", one_line(e.what()));
     return 1;
   } catch (const std::exception& e) {
     // anything else may be this rank's alone: report it with the rank and end the
     // whole job, so no other rank waits forever in a collective
     if (world > 1) {
-      print_err("lct: error (rank {} of {}, host {}): {}\n", rank, world, host_name(), e.what());
+      print_err("lct: error (rank {} of {}, host {}): {}\n", rank, world, host_name(), one_line(e.what()));
       mpi_abort_job(1);
     }
-    print_err("lct: error: {}\n", e.what());
+    print_err("lct: error: {}\n", one_line(e.what()));
     return 1;
   }
   return 0;

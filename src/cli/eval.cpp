@@ -1,10 +1,13 @@
 #include "src/cli/eval.h"
+
+#include <cmath>
 #include "src/cli/command.h"
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
 #include "src/train/memory_budget.h"
 
 #include <fmt/format.h>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -157,6 +160,17 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   const LlamaConfig& mc = model.config();
   r.attention = describe_attention_and_rope(mc);
 
+  // finite weights can still overflow (activations past float's range): a non-finite loss
+  // or gradient is refused, nothing written, as generate refuses non-finite logits
+  if (!std::isfinite(r.loss))
+    throw std::runtime_error(checkpoint_path + " on " + batch_path + ": the loss is not finite (" +
+                             fmt::format("{}", r.loss) + "): nothing written");
+  if (want_grads)
+    for (const TensorSpec& spec : model.table().specs())
+      for (int64_t i = 0; i < spec.numel; ++i)
+        if (!std::isfinite(model.grads[size_t(spec.offset + i)]))
+          throw std::runtime_error(checkpoint_path + " on " + batch_path + ": the gradient of " + spec.name +
+                                   " is not finite at element " + std::to_string(i) + ": nothing written");
   if (!options.per_position_out.empty())
     write_text_atomically(options.per_position_out, per_position_csv(batch, token_loss, options.position_bin));
   if (!options.per_document_out.empty()) write_text_atomically(options.per_document_out, per_document_csv(batch, token_loss, token_correct));
@@ -206,7 +220,8 @@ Command add_eval_command(CLI::App& lct) {
                    "write each document's loss and retrieval answers (CSV)");
   add_model_overrides(eval, o->overrides);
   return {eval, [o] {
-            refuse_aliasing({{"--grads-out", o->eval.grads_out},
+            // outputs are checked before the work, not after it (a folder, a device)
+            check_outputs({{"--grads-out", o->eval.grads_out},
                              {"--per-position-out", o->eval.per_position_out},
                              {"--per-document-out", o->eval.per_document_out}},
                             [&] {  // the model's files (a folder's, a safetensors file's config.json)
@@ -214,10 +229,6 @@ Command add_eval_command(CLI::App& lct) {
                               in.emplace_back("--batch-file", o->batch_file);
                               return in;
                             }());
-            // outputs are checked before the work, not after it (a folder, a device)
-            if (!o->eval.grads_out.empty()) require_writable_output(o->eval.grads_out, "--grads-out");
-            if (!o->eval.per_position_out.empty()) require_writable_output(o->eval.per_position_out, "--per-position-out");
-            if (!o->eval.per_document_out.empty()) require_writable_output(o->eval.per_document_out, "--per-document-out");
             configure_threads(o->threads);
             EvalOptions options = o->eval;
             options.adjust_model = o->overrides.adjuster();

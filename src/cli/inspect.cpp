@@ -478,7 +478,9 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
     for (const ConfigDifference& d : diffs) differences.push_back({{"key", d.key}, {"a", d.a}, {"b", d.b}});
     const Json o = {{"a", {{"file", a}, {"step", ra.header.state.step}, {"metrics", summary_json(sa)}}},
                     {"b", {{"file", b}, {"step", rb.header.state.step}, {"metrics", summary_json(sb)}}},
-                    {"tokens_per_s_ratio_b_over_a", sb["tokens_per_s"] / sa["tokens_per_s"]},
+                    {"tokens_per_s_ratio_b_over_a", sa["tokens_per_s"] > 0 && std::isfinite(sb["tokens_per_s"] / sa["tokens_per_s"])
+                                                        ? Json(sb["tokens_per_s"] / sa["tokens_per_s"])
+                                                        : Json(nullptr)},
                     {"config_differences", differences}};
     print_out("{}\n", json_text(o));
     return 0;
@@ -487,7 +489,11 @@ int compare_files(const std::string& a, const std::string& b, bool json) {
     print_out("{:<46} {:<22} {:<22} {}\n", label, x, y, note);
   };
   auto num = [](double v, fmt::format_string<double> f) { return fmt::vformat(f, fmt::make_format_args(v)); };
-  auto ratio = [](double x, double y) { return fmt::format("B/A {:.3f}x", y / x); };
+  // a ratio only of finite figures with A's non-zero: two runs without a figure (0 and 0)
+  // would print "-nanx", one without it inf
+  auto ratio = [](double x, double y) {
+    return std::isfinite(x) && std::isfinite(y) && x != 0 ? fmt::format("B/A {:.3f}x", y / x) : std::string("B/A n/a");
+  };
   print_out("A: {}\nB: {}\n\n", a, b);
   row("", "A", "B");
   row("attention", describe_attention(ra.model), describe_attention(rb.model));

@@ -80,8 +80,7 @@ Command add_make_batch_command(CLI::App& lct) {
   add_config_options(make_batch, o->config);
   return {make_batch, [o] {
             const Config config = resolve_config(o->config);
-            refuse_aliasing({{"--out", o->out}}, {{"--config", o->config.file}, {"data.path", config.data.path}});
-            require_writable_output(o->out, "--out");
+            check_outputs({{"--out", o->out}}, config_inputs(config, o->config));
             write_batch_from_config(config, o->first, o->sequences, o->out);
             print_out("wrote {}: {} sequences of {} tokens from sequence {}\n", o->out, o->sequences,
                       config.data.seq_len, o->first);

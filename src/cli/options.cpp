@@ -4,7 +4,9 @@
 
 #include "src/cli/command.h"
 #include "src/io/hf_model.h"
+#include "src/tune/cad_profile.h"
 #include "src/util/integer_text.h"
+#include "src/util/number_text.h"
 #include "src/util/log.h"
 #include "src/util/printable.h"
 
@@ -16,7 +18,11 @@ CLI::Validator at_least(double bound, bool strict) {
   return CLI::Validator(
       [bound, strict](std::string& text) -> std::string {
         double v = 0;
-        if (!CLI::detail::lexical_cast(text, v)) return "must be a number, got '" + text + "'";
+        // lct's one number parser: CLI11 alone takes hex ("0x10" as 16) and "inf"
+        if (!parse_number_text(text, v)) {
+          if (!CLI::detail::lexical_cast(text, v)) return "must be a number, got '" + printable(text) + "'";
+          if (std::isfinite(v)) return "must be a decimal number, got '" + printable(text) + "'";
+        }
         // inf, nan, denormals and magnitudes past 1e30 would only come back as inf or nan
         // (in printed JSON too): a finite, normal value of a sane size or exactly 0
         if (!std::isfinite(v) || std::fabs(v) > kLargest || (v != 0 && std::fabs(v) < kSmallest))
@@ -96,6 +102,10 @@ std::function<void(LlamaConfig&)> ModelOverrides::adjuster() const {
     Config c;
     c.model = m;
     apply_overrides(c, values);
+    // an override the model's attention cannot use is said, as lct train says it
+    std::set<std::string> given;
+    for (const auto& [key, text] : values) given.insert(key);
+    for (const std::string& w : inert_keys(c, &given)) log_warn(w);
     m = c.model;
   };
 }
@@ -148,6 +158,17 @@ Config resolve_config(const ConfigOptions& options) {
   validate_config(config);
   for (const std::string& w : inert_keys(config)) log_warn(w);
   return config;
+}
+
+std::vector<std::pair<std::string, std::string>> config_inputs(const Config& config, const ConfigOptions& options) {
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--config", options.file},
+      {"data.path", config.data.path},
+      {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
+      {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}};
+  if (!config.train.init_from.empty())
+    for (auto& in : model_inputs("train.init_from", config.train.init_from)) inputs.push_back(std::move(in));
+  return inputs;
 }
 
 }  // namespace lct

@@ -202,15 +202,11 @@ void add_simulate_options(CLI::App* simulate, SimulateOptions& s) {
 
 int run_simulate_command(const ConfigOptions& config_options, const SimulateOptions& s) {
   const Config config = resolve_config(config_options);
-  refuse_aliasing({{"--calibration-out", s.calibration_out}, {"trace.path", config.trace.path}},
-                  {{"--config", config_options.file},
-                   {"--calibration", s.calibration},
-                   {"--profile", s.profile},
-                   {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)},
-                   {"data.path", config.data.path}});
+  NamedPaths inputs = config_inputs(config, config_options);
+  inputs.emplace_back("--calibration", s.calibration);
+  inputs.emplace_back("--profile", s.profile);
   // outputs are checked before the work, not after it (a folder, a device)
-  if (!s.calibration_out.empty()) require_writable_output(s.calibration_out, "--calibration-out");
-  if (!config.trace.path.empty()) require_writable_output(config.trace.path, "trace.path", true);
+  check_outputs({{"--calibration-out", s.calibration_out}, {"trace.path", config.trace.path}}, inputs, {"trace.path"});
   if (s.ranks < 1) throw std::invalid_argument("lct simulate: --ranks must be >= 1");
   if (s.ranks % s.hosts != 0)
     throw std::invalid_argument("lct simulate: --hosts " + std::to_string(s.hosts) +

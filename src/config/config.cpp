@@ -12,6 +12,8 @@
 
 #include "data/files.h"
 #include "src/util/integer_text.h"
+#include "src/util/number_text.h"
+#include "src/util/printable.h"
 #include "src/util/log.h"
 
 namespace lct {
@@ -29,11 +31,8 @@ int64_t parse_int(const std::string& key, const std::string& text) {
 }
 
 double parse_number(const std::string& key, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
-    throw ConfigError(key + " must be a number, got '" + text + "'");
+  double v = 0;
+  if (!parse_number_text(text, v)) throw ConfigError(key + " must be a number, got '" + printable(text) + "'");
   return v;
 }
 
@@ -350,7 +349,7 @@ const ConfigKey* find_config_key(const std::string& name) {
 std::vector<std::string> apply_toml_file(Config& config, const std::string& path) {
   std::string text;
   try {
-    text = read_regular_file(path, "config file");
+    text = read_document_file(path, "config file");
   } catch (const std::runtime_error& e) {
     throw ConfigError(e.what());
   }
@@ -464,7 +463,7 @@ std::vector<std::string> apply_toml_text(Config& config, const std::string& text
     for (auto&& [key, value] : *table) {
       const std::string name = sec + "." + std::string(key.str());
       const ConfigKey* k = find_config_key(name);
-      if (!k) throw ConfigError("config file '" + origin + "': unknown key '" + name + "'");
+      if (!k) throw ConfigError("config file '" + origin + "': unknown key '" + printable(name) + "'");
       std::string text;
       switch (k->type) {
         case KeyType::integer:
@@ -522,7 +521,7 @@ std::vector<std::string> apply_toml_text(Config& config, const std::string& text
 void apply_overrides(Config& config, const std::map<std::string, std::string>& overrides) {
   for (const auto& [name, text] : overrides) {
     const ConfigKey* k = find_config_key(name);
-    if (!k) throw ConfigError("unknown key '" + name + "'");
+    if (!k) throw ConfigError("unknown key '" + printable(name) + "'");
     k->set(config, text);
   }
 }
@@ -608,12 +607,8 @@ void validate_data(const Config& c) {
 
 // train.*, the CAD and DCA settings, checkpoint.dir
 void validate_training(const Config& c) {
-  if (c.model.rope_scaling == RopeScaling::dynamic &&
-      (c.parallel.pp > 1 || c.parallel.cp > 1 || c.attention.placement == Placement::cad))
-    throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "
-                      "colocated without pipeline or context parallelism (parallel.pp = " +
-                      std::to_string(c.parallel.pp) + ", parallel.cp = " + std::to_string(c.parallel.cp) +
-                      ", attention.placement = " + placement_name(c.attention.placement) + ")");
+  // model.rope_scaling = dynamic needs no pp or cp: a rule of the resolved layout, checked in
+  // make_run_plan (src/train/run_plan.cpp) after parallel.* = -1 is inferred
   if (c.train.threads > kMaxThreads)
     throw ConfigError("train.threads = " + std::to_string(c.train.threads) + " is more than lct runs (at most " +
                       std::to_string(kMaxThreads) + "; 0 = all cores)");
@@ -652,7 +647,7 @@ void validate_training(const Config& c) {
 
 }  // namespace
 
-std::vector<std::string> inert_keys(const Config& c) {
+std::vector<std::string> inert_keys(const Config& c, const std::set<std::string>* given) {
   const Config d;
   const MaskKind mask = c.model.attention_mask.kind;
   const std::string mask_text = std::string("attention.mask = ") + mask_kind_name(mask);
@@ -689,7 +684,7 @@ std::vector<std::string> inert_keys(const Config& c) {
     if (r.acts) continue;
     const ConfigKey* k = find_config_key(r.key);
     if (!k) throw std::logic_error(std::string("inert_keys: no key ") + r.key);
-    if (k->get(c) != k->get(d)) out.push_back(std::string(r.key) + " = " + k->get(c) + " does nothing under " +
+    if (given ? given->count(r.key) > 0 : k->get(c) != k->get(d)) out.push_back(std::string(r.key) + " = " + k->get(c) + " does nothing under " +
                                                    r.why);
   }
   return out;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,9 @@ constexpr int64_t kMaxSeqLen = int64_t(1) << 30;
 // The keys set away from their defaults that cannot act under the resolved run (a bf16
 // kernel under fp32, a window without a windowed mask, DCA keys under causal attention,
 // ...), each as "key = value does nothing under <what>": a warning line each.
-std::vector<std::string> inert_keys(const Config& config);
+// With `given` (the keys a command line gave, as eval's and generate's overrides), the
+// keys of `given` that cannot act, whatever their value.
+std::vector<std::string> inert_keys(const Config& config, const std::set<std::string>* given = nullptr);
 struct ConfigDifference {
   std::string key, a, b;
   KeyScope scope;

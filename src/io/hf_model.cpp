@@ -324,13 +324,13 @@ LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& conf
     if (!files.weight_map.empty()) {
       const auto listed = files.weight_map.find(name);
       if (listed == files.weight_map.end())
-        throw std::runtime_error(at.first->path() + ": tensor '" + name + "' is not in " + files.index);
+        throw std::runtime_error(at.first->path() + ": tensor '" + printable(name) + "' is not in " + files.index);
       if (listed->second != at.first->path())
-        throw std::runtime_error(files.index + ": tensor '" + name + "' is listed in " + listed->second +
+        throw std::runtime_error(files.index + ": tensor '" + printable(name) + "' is listed in " + printable(listed->second) +
                                  " but is in " + at.first->path());
     }
   for (const auto& [name, file] : files.weight_map)
-    if (!t.where.count(name)) throw std::runtime_error(files.index + ": tensor '" + name + "' is in no shard");
+    if (!t.where.count(name)) throw std::runtime_error(files.index + ": tensor '" + printable(name) + "' is in no shard");
   std::set<std::string> wanted;
   for (const TensorSpec& s : table.specs()) wanted.insert(s.name);
   for (const auto& [name, at] : t.where) {
@@ -339,7 +339,7 @@ LocatedTensors locate_tensors(const HfModelFiles& files, const LlamaConfig& conf
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // checked when read
     const std::string why = name.ends_with(".bias") ? "a bias (lct's Llama has none)"
                                                     : "not a tensor of lct's Llama with this config.json";
-    throw std::runtime_error(at.first->path() + ": tensor '" + name + "': " + why);
+    throw std::runtime_error(at.first->path() + ": tensor '" + printable(name) + "': " + why);
   }
   for (const TensorSpec& s : table.specs()) {
     const auto it = t.where.find(s.name);

@@ -1,6 +1,5 @@
 #include "src/io/json_file.h"
 
-#include <sys/stat.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -9,16 +8,8 @@
 
 namespace lct {
 
-namespace {
-constexpr int64_t kMaxJsonBytes = 64 << 20;  // a config.json, an index or a bench report of that size is not one
-}  // namespace
-
 Json read_json_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > kMaxJsonBytes)
-    throw std::runtime_error(path + ": " + std::to_string(st.st_size) + " bytes, more than a JSON config can be (" +
-                             std::to_string(kMaxJsonBytes >> 20) + " MiB)");
-  const std::string text = read_regular_file(path, "the JSON file");
+  const std::string text = read_document_file(path, "the JSON file");
   refuse_json_nul(text, path);
   try {
     return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {

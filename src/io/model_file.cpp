@@ -1,5 +1,9 @@
 #include "src/io/model_file.h"
 
+#include <cmath>
+#include <stdexcept>
+
+#include "src/io/checkpoint.h"
 #include "src/io/params_io.h"
 
 namespace lct {
@@ -10,6 +14,11 @@ ModelFile::ModelFile(const std::string& path) : path_(path), hf_(is_hf_model_pat
     config_ = read_hf_config(files_.config);
   } else {
     h5_.emplace(H5File::open_read(path));
+    // a file of a later lct is refused here as resume and inspect refuse it: its tensors
+    // may mean something this lct does not know (a parameter file has no version)
+    if (const auto version = h5_->attr_int("/", "format_version"); version && *version != kCheckpointFormatVersion)
+      throw std::runtime_error(path + ": checkpoint format_version " + std::to_string(*version) +
+                               " is not supported (this lct reads " + std::to_string(kCheckpointFormatVersion) + ")");
     config_ = read_model_attrs(*h5_);
   }
 }
@@ -26,6 +35,15 @@ void ModelFile::check_params(const LlamaConfig& config, const TensorTable& table
 void ModelFile::read_params(const LlamaConfig& config, const TensorTable& table, float* arena) {
   if (hf_) read_hf_params(files_, config, table, arena);
   else read_tensors(*h5_, "/params", table, arena);
+  // A NaN or inf weight makes every figure computed from it meaningless (a NaN loss, NaN
+  // gradients, garbage tokens): every command that reads a model refuses it here, naming
+  // the first such tensor and element, as training refuses a non-finite gradient.
+  for (const TensorSpec& spec : table.specs())
+    for (int64_t i = 0; i < spec.numel; ++i)
+      if (!std::isfinite(arena[spec.offset + i]))
+        throw std::runtime_error(path_ + ": tensor " + spec.name + " holds a non-finite value (" +
+                                 std::to_string(arena[spec.offset + i]) + " at element " + std::to_string(i) +
+                                 "): a diverged or damaged model");
 }
 
 }  // namespace lct

@@ -17,6 +17,7 @@
 
 #include "data/files.h"
 #include "src/util/machine.h"
+#include "src/util/signals.h"
 
 namespace lct {
 
@@ -75,18 +76,30 @@ TempFile::TempFile(const std::string& target) : target_(target) {
   const std::string mark = std::string(kTempMark) + std::string(kTempRandom, 'X');
   name.insert(name.end(), mark.begin(), mark.end());
   name.push_back('\0');
-  // mkstemp: O_CREAT | O_EXCL (an existing name, symlinks included, is never opened)
-  fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+  // a signal that would end the process removes the temporary first (src/util/signals.h)
+  install_temporary_cleanup();
+  int err = 0;
+  {
+    // the file and its registry entry appear together for a signal handler
+    TemporaryRegistryLock lock;
+    // mkstemp: O_CREAT | O_EXCL (an existing name, symlinks included, is never opened)
+    fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+    err = errno;
+    if (fd_ >= 0) entry_ = lock.add(name.data());
+  }
   if (fd_ < 0)
     throw std::runtime_error(folder_of(target).string() + ": cannot create a file to write '" + target +
-                             "' in: " + std::strerror(errno));
+                             "' in: " + std::strerror(err));
   name_ = name.data();
   ::fchmod(fd_, 0644);  // mkstemp makes 0600; lct's outputs are readable like any file
 }
 
 TempFile::~TempFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(name_.c_str());
+  if (committed_) return;
+  TemporaryRegistryLock lock;
+  ::unlink(name_.c_str());
+  lock.remove(entry_);
 }
 
 void TempFile::write_all_and_close(const char* data, size_t size) {
@@ -98,9 +111,16 @@ void TempFile::write_all_and_close(const char* data, size_t size) {
 }
 
 void TempFile::commit() {
-  if (std::rename(name_.c_str(), target_.c_str()) != 0)
-    throw std::runtime_error("cannot rename '" + name_ + "' to '" + target_ + "': " + std::strerror(errno));
-  committed_ = true;
+  {
+    // renamed and forgotten together: a signal never removes the name after the rename
+    TemporaryRegistryLock lock;
+    if (std::rename(name_.c_str(), target_.c_str()) != 0) {
+      const int err = errno;
+      throw std::runtime_error("cannot rename '" + name_ + "' to '" + target_ + "': " + std::strerror(err));
+    }
+    lock.remove(entry_);
+    committed_ = true;
+  }
   sync_folder(target_);
 }
 

@@ -7,7 +7,9 @@
 // a symlink) under a name made unique when it is created (mkstemp): "<target>.lct-XXXXXX"
 // with six random characters. So no file a user owns, no symlink of any name and no
 // input of the command is ever opened for writing, truncated or removed by it; only the
-// target itself is replaced, by the rename.
+// target itself is replaced, by the rename. A signal that ends the process (SIGINT,
+// SIGTERM, SIGHUP, ...: src/util/signals.h) removes the temporaries it has open, so an
+// interrupted command leaves its targets as they were and no "<target>.lct-*" beside them.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +18,9 @@
 namespace lct {
 
 // A new, empty temporary file beside `target`, removed when this is destroyed unless
-// commit() renamed it into place. Throws one line naming the folder when it cannot be
-// created.
+// commit() renamed it into place, and by a signal that ends the process meanwhile (it is
+// in the process's registry of temporaries from its creation to its rename or removal:
+// src/util/signals.h). Throws one line naming the folder when it cannot be created.
 class TempFile {
  public:
   explicit TempFile(const std::string& target);
@@ -35,6 +38,7 @@ class TempFile {
  private:
   std::string target_, name_;
   int fd_ = -1;
+  int entry_ = -1;  // in the registry of temporaries (src/util/signals.h)
   bool committed_ = false;
 };
 

@@ -2,6 +2,7 @@
 
 #include "src/io/output_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
@@ -48,6 +49,13 @@ void refuse_aliasing(const NamedPaths& outputs, const NamedPaths& folder_inputs)
       if (!outputs[j].second.empty() && same_file(path, outputs[j].second))
         throw std::invalid_argument(what + " and " + outputs[j].first + " are the same file '" + path + "'");
   }
+}
+
+void check_outputs(const NamedPaths& outputs, const NamedPaths& inputs, const std::vector<std::string>& make_folder) {
+  refuse_aliasing(outputs, inputs);
+  for (const auto& [what, path] : outputs)
+    if (!path.empty())
+      require_writable_output(path, what, std::find(make_folder.begin(), make_folder.end(), what) != make_folder.end());
 }
 
 void refuse_run_folder_file(const std::string& what, const std::string& path, const std::string& dir) {

@@ -43,7 +43,7 @@ std::optional<RunIdentity> read_run_file(const std::string& path) {
   try {
     // a regular file, not a link (a FIFO would block, a link read a file lct does not own)
     if (fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
-    const std::string text = read_regular_file(path, "run.toml");
+    const std::string text = read_document_file(path, "run.toml");
     check_toml_nesting(text, path);
     const toml::table t = toml::parse(text, path);
     RunIdentity id;

@@ -148,7 +148,7 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string& text, 
     if (e->begin < at) throw std::runtime_error("tensor '" + printable(e->name) + "' overlaps the tensor before it in the data");
     if (e->begin > at)
       throw std::runtime_error("the data has a hole at bytes " + std::to_string(at) + "-" + std::to_string(e->begin) +
-                               " (before tensor '" + e->name + "')");
+                               " (before tensor '" + printable(e->name) + "')");
     at = e->end;
   }
   if (at != data_bytes)

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 #include <map>
 #include <stdexcept>
@@ -140,7 +141,7 @@ Calibration read_calibration(const std::string& path) {
   const std::string refused = "lct simulate: --calibration '" + path + "' is not a calibration written by --calibration-out";
   Calibration c;
   try {
-    const std::string text = read_regular_file(path, "--calibration");  // never a FIFO or a device
+    const std::string text = read_document_file(path, "--calibration");  // never a FIFO or a device
     check_toml_nesting(text, path);
     const toml::table t = toml::parse(text, path);
     const auto number = [&](const char* key) {
@@ -152,8 +153,17 @@ Calibration read_calibration(const std::string& path) {
     c.head_per_token = number("head_per_token");
     c.attention_per_pair_layer = number("attention_per_pair_layer");
     c.optimizer = number("optimizer");
-    c.tokens = int64_t(number("tokens"));
-    c.pairs = int64_t(number("pairs"));
+    // counts as whole numbers a real calibration can have (below 2^53, where a double
+    // still holds every integer), converted only once in range
+    const auto count = [&](const char* key) {
+      const double v = number(key);
+      if (!(v >= 0 && v < 9007199254740992.0) || v != std::floor(v))
+        throw std::invalid_argument(refused + " (" + key + " = " + fmt::format("{}", v) +
+                                    " is not a whole number from 0 to 2^53)");
+      return int64_t(v);
+    };
+    c.tokens = count("tokens");
+    c.pairs = count("pairs");
     c.linear_forward = number("linear_forward");
     c.attention_forward = number("attention_forward");
   } catch (const std::invalid_argument&) {
@@ -161,11 +171,15 @@ Calibration read_calibration(const std::string& path) {
   } catch (const std::exception& e) {  // unreadable, or not TOML
     throw std::invalid_argument(refused + " (" + e.what() + ")");
   }
-  if (!std::isfinite(c.linear_per_token_layer + c.head_per_token + c.attention_per_pair_layer + c.optimizer) ||
-      !(c.linear_per_token_layer > 0) || !(c.attention_per_pair_layer > 0) || !(c.head_per_token >= 0) ||
-      !(c.optimizer >= 0) || !(c.linear_forward > 0 && c.linear_forward < 1) ||
-      !(c.attention_forward > 0 && c.attention_forward < 1))
-    throw std::invalid_argument(refused + " (a cost out of range)");
+  // Costs a real machine can measure: per token or pair at least 1e-15 s (a PFLOP/s per
+  // core would be needed to go faster) and at most 1 s; an optimizer step at most a day.
+  // A crafted 1e300 or a denormal would otherwise give inf or absurd predictions.
+  const auto plausible = [](double v, bool may_be_zero) { return (v >= 1e-15 || (may_be_zero && v == 0)) && v <= 1; };
+  if (!plausible(c.linear_per_token_layer, false) || !plausible(c.attention_per_pair_layer, false) ||
+      !plausible(c.head_per_token, true) || !(c.optimizer >= 0 && c.optimizer <= 86400) ||
+      !(c.linear_forward > 0 && c.linear_forward < 1) || !(c.attention_forward > 0 && c.attention_forward < 1) ||
+      c.tokens < 1)
+    throw std::invalid_argument(refused + " (a cost out of range: per token or pair 1e-15 to 1 s, tokens >= 1)");
   return c;
 }
 

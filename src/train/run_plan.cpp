@@ -133,6 +133,13 @@ RunPlan make_run_plan(const Config& c, int world) {
                                            p.model.num_hidden_layers, c.data.seq_len, p.layout);
       !e.empty())
     throw ConfigError(e);
+  // checked on the resolved degrees: parallel.cp = -1 inferred as 2 is context parallelism too
+  if (p.model.rope_scaling == RopeScaling::dynamic &&
+      (p.layout.pp > 1 || p.layout.cp > 1 || c.attention.placement == Placement::cad))
+    throw ConfigError("model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document, so it runs "
+                      "colocated without pipeline or context parallelism (parallel.pp = " +
+                      std::to_string(p.layout.pp) + ", parallel.cp = " + std::to_string(p.layout.cp) +
+                      ", attention.placement = " + placement_name(c.attention.placement) + ")");
   if (const std::string e =
           split_pipeline_stages(p.model.num_hidden_layers, p.layout.pp, par.pp_layers, p.stages);
       !e.empty())

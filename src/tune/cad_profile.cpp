@@ -1,5 +1,7 @@
 #include "src/tune/cad_profile.h"
 
+#include "src/util/printable.h"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -76,7 +78,7 @@ CadCostModel parse_cad_cost_toml(const std::string& text, const std::string& ori
     const std::string k(key.str());
     if (k != "cpu" && k != "blas" && k != "kernel" && k != "threads" && k != "heads" && k != "kv_heads" &&
         k != "head_dim" && k != "q_grid" && k != "kv_grid" && k != "seconds_per_pair")
-      fail("unknown key '" + k + "'");
+      fail("unknown key '" + printable(k) + "'");
   }
   text_of("cpu", m.cpu);
   text_of("blas", m.blas);
@@ -161,7 +163,7 @@ CadCostChoice from_model(CadCostModel m, std::string description) {
 CadCostChoice from_file(const std::string& path, const LlamaConfig& m, int64_t longest) {
   std::string text;
   try {  // a FIFO or device is refused, never read
-    text = read_regular_file(path, "attention.cad_profile");
+    text = read_document_file(path, "attention.cad_profile");
   } catch (const std::runtime_error& e) {
     const bool missing = !std::filesystem::exists(path);
     throw ConfigError(missing ? "attention.cad_profile: cannot open '" + path + "'" : std::string(e.what()));

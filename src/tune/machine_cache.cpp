@@ -36,7 +36,7 @@ std::optional<std::string> cached_text(const std::string& file, const std::funct
     return std::nullopt;
   }
   try {
-    std::string text = read_regular_file(path, "the cache file");
+    std::string text = read_document_file(path, "the cache file");
     if (usable(text)) return text;
     log_warn("the cache entry " + path + " holds no usable measurement (unknown keys, or rates that are not finite "
              "and positive): ignored, measured again");

@@ -86,7 +86,10 @@ for name, edit in (("cpu", lambda j: j["machine"].update(cpu="another CPU")),
                    ("missing", lambda j: j["ceilings"].pop("stream_triad_gbps")),
                    ("type", lambda j: j["ceilings"].update(fma_gflops="100")),
                    ("zero", lambda j: j["ceilings"].update(sgemm_gflops=0)),
-                   ("size", lambda j: j["ceilings"].update(sgemm_n=0))):
+                   ("size", lambda j: j["ceilings"].update(sgemm_n=0)),
+                   # rates no CPU shows (issue 87: 1e-320 gave inf fractions)
+                   ("tiny", lambda j: j["ceilings"].update(sgemm_gflops=1e-320)),
+                   ("huge", lambda j: j["ceilings"].update(fma_gflops=1e300))):
     j = json.loads(json.dumps(first))
     edit(j)
     json.dump(j, open(f"{sys.argv[2]}.{name}", "w"))
@@ -95,7 +98,8 @@ print("bench_smoke: --ceilings-from ok")
 PY
 for c in "cpu|measured on 'another CPU'" "threads|threads and OpenBLAS core" "missing|ceilings.stream_triad_gbps must be present" \
          "type|ceilings.fma_gflops must be a number" "zero|ceilings.sgemm_gflops is 0, not a measured ceiling" \
-         "size|ceilings.sgemm_n is 0, not a size" "text|not valid JSON"; do
+         "size|ceilings.sgemm_n is 0, not a size" "text|not valid JSON" \
+         "tiny|ceilings.sgemm_gflops is 1e-320, not a measured ceiling" "huge|ceilings.fma_gflops is 1e+300, not a measured ceiling"; do
   name=${c%%|*} want=${c#*|}
   rc=0
   err=$("$LCT" bench --sections attention --attention-lengths 300 --ceilings-from "$first.$name" 2>&1 >/dev/null) || rc=$?

@@ -171,7 +171,7 @@ expect_error "model.rope_scaling: unknown RoPE scaling 'ntk'" train --model.rope
 expect_error "model.rope_scaling = yarn needs model.rope_original_length > 0" train --model.rope_scaling yarn --model.rope_scaling_factor 4
 expect_error "model.rope_scaling_factor must be in [1, 1e6]" train --model.rope_scaling linear --model.rope_scaling_factor 0.5
 expect_error "model.rope_scaling = dynamic rebuilds RoPE for each batch's longest document" \
-  train --model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp 2
+  train --model.rope_scaling dynamic --model.rope_original_length 64 --attention.placement cad
 expect_error "model.rope_scaling = yarn needs model.rope_original_length > 0" \
   eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --model.rope_scaling yarn
 expect_error "attention.kernel: unknown attention kernel 'flash'" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.kernel flash
@@ -463,6 +463,91 @@ if [[ -z ${LCT_SANITIZED:-} ]]; then
   expect_error "lct bench --sections step: not enough memory: a rank needs about" bench --sections step --data.seq_len 4194304 --data.max_doc_len 16384
   LCT=$LCT_UNLIMITED
 fi
+
+# ---- reliability round 5 (issue 87) ----
+# cause 1: one output rule for every command: no output may replace an input, whatever
+# the command (bench --profile-out replaced its --config, ceilings, corpus and profile)
+printf '[train]\nsteps = 1\n' > own.toml
+echo '{}' > ceil.json
+printf 'q_grid = [1]\n' > prof.toml
+cp own.toml own.bak
+expect_error "--profile-out 'own.toml' is the same file as --config 'own.toml'" \
+  bench --sections profile --config own.toml --profile-out own.toml
+expect_error "--profile-out 'ceil.json' is the same file as --ceilings-from 'ceil.json'" \
+  bench --sections profile --ceilings-from ceil.json --profile-out ceil.json
+expect_error "--profile-out 'ok.txt' is the same file as data.path 'ok.txt'" \
+  bench --sections profile --data.source text --data.path ok.txt --profile-out ok.txt
+expect_error "--out 'ok.txt' is the same file as data.path 'ok.txt'" \
+  make-batch --data.source text --data.path ok.txt --out ok.txt
+expect_error "--calibration-out 'ok.txt' is the same file as data.path 'ok.txt'" \
+  simulate --ranks 1 --data.source text --data.path ok.txt --calibration-out ok.txt
+cmp -s own.toml own.bak && [[ $(cat ceil.json) == '{}' && $(cat ok.txt) == "some text" ]] \
+  || { echo "FAIL: a refused command changed its input"; failures=$((failures + 1)); }
+# cause 14: an empty value is refused, never read as "not given"
+expect_error "--continuation-tokens: empty value" generate --checkpoint ck/step_00000001.h5 --prompt abc --continuation-tokens ""
+expect_error "--grads-out: empty value" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --grads-out ""
+expect_error "--calibration-out: empty value" simulate --ranks 1 --calibration-out ""
+expect_error "--out: empty value" make-batch --out ""
+# causes 2-3 and 15: a model with a NaN weight is refused by every command that reads
+# one, naming the tensor; a checkpoint of a later format version too
+"$LCT" export --checkpoint ck/step_00000001.h5 --out hf_nan > /dev/null || { echo "FAIL: export"; failures=$((failures + 1)); }
+/usr/bin/python3 - <<'PY'
+import json, struct
+path = "hf_nan/model.safetensors"
+data = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin = json.loads(data[8:8 + n])["model.layers.0.self_attn.q_proj.weight"]["data_offsets"][0]
+data[8 + n + begin + 12:8 + n + begin + 16] = struct.pack("<f", float("nan"))  # element 3
+open(path, "wb").write(data)
+PY
+nan_msg="tensor model.layers.0.self_attn.q_proj.weight holds a non-finite value (nan at element 3)"
+expect_error "$nan_msg" eval --checkpoint hf_nan --batch-file ok.h5 --grads-out nan_grads.h5
+[[ ! -e nan_grads.h5 ]] || { echo "FAIL: eval of a NaN model wrote its gradients"; failures=$((failures + 1)); }
+expect_error "$nan_msg" generate --checkpoint hf_nan --prompt abc
+expect_error "$nan_msg" export --checkpoint hf_nan --out hf_nan2
+/usr/bin/python3 - <<'PY'
+import numpy as np
+from crafted import edit
+edit("future.h5", lambda f: f.attrs.__setitem__("format_version", np.int64(2)))
+PY
+for cmd in "eval --checkpoint future.h5 --batch-file ok.h5" "generate --checkpoint future.h5 --prompt abc" \
+           "export --checkpoint future.h5 --out future_hf" "inspect future.h5"; do
+  # shellcheck disable=SC2086  # the command's words
+  expect_error "future.h5: checkpoint format_version 2 is not supported (this lct reads 1)" $cmd
+done
+# cause 12: settings files have a size limit (a sparse 3 GiB file: nothing is read)
+truncate -s 3G huge.toml
+expect_error "config file 'huge.toml': 3221225472 bytes, more than a settings file can be (64 MiB)" train --config huge.toml
+rm -f huge.toml
+# cause 13: an override that does nothing is said by eval and generate, as by train
+warn=$("$LCT" eval --checkpoint ck/step_00000001.h5 --batch-file ok.h5 --attention.window 8 --attention.dca_mscale 1.5 2>&1 >/dev/null)
+[[ $warn == *"attention.window = 8 does nothing under attention.mask = causal"* &&
+   $warn == *"attention.dca_mscale = 1.5 does nothing under attention.kernel = causal"* ]] \
+  || { echo "FAIL: eval's inert overrides: '$warn'"; failures=$((failures + 1)); }
+warn=$("$LCT" generate --checkpoint ck/step_00000001.h5 --prompt abc --max-new-tokens 1 --model.rope_scaling_factor 2 2>&1 >/dev/null)
+[[ $warn == *"model.rope_scaling_factor = 2"*"does nothing under model.rope_scaling = none"* ]] \
+  || { echo "FAIL: generate's inert override: '$warn'"; failures=$((failures + 1)); }
+# the one number parser: no hex, no '+' (CLI11 read --heartbeat-s 0x10 as 16)
+expect_error "--heartbeat-s: must be a decimal number, got '0x10'" generate --checkpoint ck/step_00000001.h5 --prompt abc --heartbeat-s 0x10
+expect_error "train.lr must be a number, got '0x1p-8'" train --train.lr 0x1p-8
+# cause 16: inspect --compare prints no nan for figures both runs lack
+"$LCT" inspect --compare ck/step_00000001.h5 ck/step_00000001.h5 > cmp.txt 2>&1 \
+  || { echo "FAIL: inspect --compare"; cat cmp.txt; failures=$((failures + 1)); }
+if grep -qi "nan" cmp.txt; then echo "FAIL: inspect --compare printed nan"; grep -i nan cmp.txt; failures=$((failures + 1)); fi
+# the NUL byte of a tensor name: printed escaped, the message whole
+"$LCT" export --checkpoint ck/step_00000001.h5 --out hf_nul > /dev/null || { echo "FAIL: export"; failures=$((failures + 1)); }
+/usr/bin/python3 - <<'PY'
+import json, struct
+path = "hf_nul/model.safetensors"
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+header["z\u0000x"] = header.pop("model.norm.weight")
+text = json.dumps(header).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+expect_error "tensor 'z\x00x': not a tensor of lct's Llama with this config.json" generate --checkpoint hf_nul --prompt abc
 
 if ls ck/*.lct-* >/dev/null 2>&1; then echo "FAIL: temporary file left behind"; failures=$((failures + 1)); fi
 

@@ -57,6 +57,8 @@ layouts=(
   "3|--parallel.dp 2"
   "3|--parallel.cp 3"
   "2|--parallel.pp 3"
+  "2|--model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp 2"
+  "2|--model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp -1"
 )
 accepted=0
 refused=0
@@ -73,6 +75,12 @@ for entry in "${layouts[@]}"; do
     [ "$t" = ok ] && accepted=$((accepted + 1)) || refused=$((refused + 1))
     echo "ok   -np $np $args: both ${t:0:90}"
   fi
+done
+# the rule is checked on the resolved layout: parallel.cp = -1 inferred as 2 is refused too
+for cp in 2 -1; do
+  t=$(train_verdict 2 --model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp $cp)
+  [[ $t == "model.rope_scaling = dynamic rebuilds RoPE"*"parallel.cp = 2"* ]] ||
+    fail "dynamic RoPE at parallel.cp = $cp on 2 ranks: '$t'"
 done
 [ "$accepted" -ge 8 ] && [ "$refused" -ge 5 ] || fail "the list should hold both kinds: $accepted accepted, $refused refused"
 

@@ -95,6 +95,16 @@ expect_error "--tflops replaces the calibration" --ranks 2 --tflops 100 --calibr
 expect_error "parallel.pp = 3 must divide model.num_hidden_layers = 2" --ranks 3 --parallel.pp 3
 expect_error "parallel.dp x parallel.pp x parallel.cp = 4 x 1 x 1 = 4" --ranks 2 --parallel.dp 4
 expect_error "attention.cad_profile: cannot open 'missing.txt'" --ranks 2 --profile missing.txt
+# a crafted calibration's counts and costs are range-checked (issue 87: tokens = nan was
+# converted to an integer, "on -9223372036854775808 tokens"; 1e300 costs accepted)
+for edit in "tokens|nan|tokens = nan is not a whole number" "tokens|1e300|tokens = 1e+300 is not a whole number" \
+            "tokens|2.5|tokens = 2.5 is not a whole number" "pairs|-1.0|pairs = -1 is not a whole number" \
+            "linear_per_token_layer|1e300|a cost out of range" "attention_per_pair_layer|1e-320|a cost out of range"; do
+  IFS='|' read -r key value want <<< "$edit"
+  sed "s/^$key = .*/$key = $value/" "$work/cal.txt" > "$work/crafted.txt"
+  grep -q "^$key = $value\$" "$work/crafted.txt" || fail "the calibration has no line '$key = ...'"
+  expect_error "$want" --ranks 2 --calibration "$work/crafted.txt"
+done
 # every layout and placement: pipeline ticks under CAD, CAD with context parallelism,
 # pipeline x context parallelism; each prediction's timeline is valid trace-event JSON
 # whose idle matches the predicted idle

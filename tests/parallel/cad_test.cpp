@@ -298,7 +298,10 @@ TEST(CadCost, RoundTripInterpolationAndErrors) {
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
            {"heads = 4\n", "q_grid and kv_grid are required"},
            {"q_grid = [4, 2]\nkv_grid = [1]\n", "ascending"},
-           {"q_grid = [1]\nkv_grid = [1]\nseconds_per_pair = [[-1.0]]\n", "must be > 0"},
+           {"q_grid = [1]\nkv_grid = [1]\nseconds_per_pair = [[-1.0]]\n", "must be from 1e-15 to 1"},
+           // a crafted profile's times a machine cannot measure (issue 87): inf costs, or 0
+           {"q_grid = [1]\nkv_grid = [1]\nseconds_per_pair = [[1e300]]\n", "must be from 1e-15 to 1"},
+           {"q_grid = [1]\nkv_grid = [1]\nseconds_per_pair = [[1e-320]]\n", "must be from 1e-15 to 1"},
            {"q_grid = [1]\nkv_grid = [1, 2]\nseconds_per_pair = [[1.0]]\n", "one value per kv_grid entry"},
            {"colour = 'blue'\n", "unknown key 'colour'"},
            {"heads = 'four'\n", "heads must be an integer"},

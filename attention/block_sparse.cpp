@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -79,14 +80,25 @@ void block_means(const AttentionParams& p, const Shape& s, const AttentionTask& 
 // its block means are read once per tile of rows).
 constexpr int64_t kScoreRows = 8, kScoreBlocks = 256;
 
+// How many blocks a query before block `blocks` selects at most: top_blocks, or all of
+// the earlier blocks when there are fewer (issue 87 item 7: a top_blocks beyond a document's
+// blocks is legal, and is causal, but must not size anything).
+int64_t selection_width(const Shape& s, int64_t blocks) { return std::min(s.k, std::max<int64_t>(blocks, 0)); }
+
 // The selection of query rows [q_lo, q_hi) of task t (select_blocks), given kbar over
-// the blocks before the last query's block. Each score is fma(qbar[x], kbar[x], .) over
-// x = 0, 1, ... in order: the same bits for any cut of the rows and on any machine.
-void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q_hi, const float* q,
-                 const BlockMeans& kbar, int64_t blocks, std::vector<int32_t>& selected) {
-  const int64_t n = q_hi - q_lo, K = s.k, R = kScoreRows;
+// the blocks before the last query's block, as [n][KV][selection_width(s, blocks)] (the
+// width returned): every query has at most that many earlier blocks, so with k =
+// top_blocks this is what the [n][KV][k] selection holds, its trailing -1s cut. Each
+// score is fma(qbar[x], kbar[x], .) over x = 0, 1, ... in order: the same bits for any
+// cut of the rows and on any machine. A query whose scores (for group g) are not all
+// finite, from a NaN or an infinity in its mean query or a given mean, selects nothing
+// and is marked kNonFiniteSelection (block_sparse.h): the comparisons would otherwise take
+// some blocks silently (NaN >= x is false).
+int64_t select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q_hi, const float* q,
+                    const BlockMeans& kbar, int64_t blocks, std::vector<int32_t>& selected) {
+  const int64_t n = q_hi - q_lo, K = selection_width(s, blocks), R = kScoreRows;
   selected.assign(size_t(n * s.KV * K), -1);
-  if (K == 0) return;
+  if (K == 0) return K;
 #pragma omp parallel
   {
     std::vector<double> qbar(size_t(R * s.hd)), score(size_t(R * std::max<int64_t>(blocks, 1)));
@@ -133,6 +145,12 @@ void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q
           // the k best, best first; a block beats another of higher score, or of equal
           // score and later (blocks come in increasing order: >= keeps the later)
           const double* sc = score.data() + i * blocks;
+          bool finite = true;
+          for (int64_t m = 0; m < b && finite; ++m) finite = std::isfinite(sc[m]);
+          if (!finite) {
+            out[0] = kNonFiniteSelection;
+            continue;
+          }
           int64_t kept = 0;
           for (int64_t m = 0; m < b; ++m) {
             const double v = sc[m];
@@ -150,6 +168,7 @@ void select_rows(const Shape& s, const AttentionTask& t, int64_t q_lo, int64_t q
       }
     }
   }
+  return K;
 }
 
 // The rows of a slice that selected each block, per group: rows[offset[g][m] ..
@@ -158,12 +177,12 @@ struct Lists {
   std::vector<int64_t> offset;  // [KV][blocks + 1]
   std::vector<int32_t> rows;
 };
-void invert(const Shape& s, const std::vector<int32_t>& selected, int64_t n, int64_t blocks, Lists& l) {
+void invert(const Shape& s, const std::vector<int32_t>& selected, int64_t n, int64_t blocks, int64_t width, Lists& l) {
   l.offset.assign(size_t(s.KV * (blocks + 1)), 0);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t g = 0; g < s.KV; ++g)
-      for (int64_t i = 0; i < s.k; ++i)
-        if (const int32_t m = selected[size_t((r * s.KV + g) * s.k + i)]; m >= 0) ++l.offset[size_t(g * (blocks + 1) + m + 1)];
+      for (int64_t i = 0; i < width; ++i)
+        if (const int32_t m = selected[size_t((r * s.KV + g) * width + i)]; m >= 0) ++l.offset[size_t(g * (blocks + 1) + m + 1)];
   int64_t total = 0;
   for (int64_t g = 0; g < s.KV; ++g)
     for (int64_t m = 0; m <= blocks; ++m) {
@@ -175,8 +194,8 @@ void invert(const Shape& s, const std::vector<int32_t>& selected, int64_t n, int
   std::vector<int64_t> fill(l.offset);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t g = 0; g < s.KV; ++g)
-      for (int64_t i = 0; i < s.k; ++i)
-        if (const int32_t m = selected[size_t((r * s.KV + g) * s.k + i)]; m >= 0)
+      for (int64_t i = 0; i < width; ++i)
+        if (const int32_t m = selected[size_t((r * s.KV + g) * width + i)]; m >= 0)
           l.rows[size_t(fill[size_t(g * (blocks + 1) + m)]++)] = int32_t(r);
 }
 
@@ -277,14 +296,15 @@ constexpr int64_t kBatchRows = 16384;
 
 // For each task, each query slice of at most chunk_rows rows (at in-document multiples
 // of chunk_rows), each group, and batches of its selected blocks in increasing order:
-// f(task, slice row0, group, parts, tasks of the batch's kernel call, its query rows).
-template <typename F>
+// f(task, slice row0, group, parts, tasks of the batch's kernel call, its query rows);
+// and non_finite(query row, group) for each query of a slice whose selection scores are
+// not finite (it selected nothing: select_rows).
+template <typename NonFinite, typename F>
 void for_each_batch(const AttentionParams& params, std::span<const AttentionTask> tasks, const float* q,
-                    const float* k, std::span<const BlockMeans> means, F&& f) {
+                    const float* k, std::span<const BlockMeans> means, NonFinite&& non_finite, F&& f) {
   const Shape s(params);
   Scratch& w = tls;
   const int64_t tile = attention_query_tile(part_params(params));
-  const int32_t q_pos = int32_t((s.B + tile - 1) / tile * tile);
   for (size_t ti = 0; ti < tasks.size(); ++ti) {
     const AttentionTask& t = tasks[ti];
     if (t.q_len <= 0) continue;
@@ -292,6 +312,9 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
     // the earlier blocks' keys the task holds: positions [key_lo, key_hi)
     const int64_t key_lo = t.kv_pos, key_hi = std::min<int64_t>(int64_t(t.kv_pos) + t.kv_len, blocks * s.B);
     if (key_hi <= key_lo) continue;  // none (or no earlier block)
+    // the parts' queries sit after their block's keys, at a multiple of the query tile
+    // (from here on B is below the task's last position: a huge B never gets here)
+    const int32_t q_pos = int32_t((s.B + tile - 1) / tile * tile);
     BlockMeans kbar;
     if (means.empty()) {
       block_means(params, s, t, k, blocks, w.kbar);
@@ -302,8 +325,11 @@ void for_each_batch(const AttentionParams& params, std::span<const AttentionTask
     for (int64_t lo = t.q_row, end = t.q_row + t.q_len; lo < end;) {
       const int64_t pos = int64_t(t.q_pos) + (lo - t.q_row);
       const int64_t hi = std::min(end, lo + ((pos / params.chunk_rows + 1) * params.chunk_rows - pos));
-      select_rows(s, t, lo, hi, q, kbar, blocks, w.selected);
-      invert(s, w.selected, hi - lo, blocks, w.lists);
+      const int64_t width = select_rows(s, t, lo, hi, q, kbar, blocks, w.selected);
+      for (int64_t r = 0; width > 0 && r < hi - lo; ++r)
+        for (int64_t g = 0; g < s.KV; ++g)
+          if (w.selected[size_t((r * s.KV + g) * width)] == kNonFiniteSelection) non_finite(lo + r, g);
+      invert(s, w.selected, hi - lo, blocks, width, w.lists);
       for (int64_t g = 0; g < s.KV; ++g) {
         w.parts.clear(), w.part_tasks.clear();
         int64_t rows = 0;
@@ -361,7 +387,8 @@ void add_key_sums(const AttentionParams& params, const float* k, int64_t rows, K
 double key_mean(KeySum sum, int64_t block_size) { return std::ldexp(double(sum), -64) / double(block_size); }
 
 void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
-                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given) {
+                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given,
+                   int64_t* width) {
   if (!given) check_task(t);
   check_head_dim(params);
   const Shape s(params);
@@ -375,7 +402,17 @@ void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_
     block_means(params, s, t, k, blocks, kbar);
     means = {kbar.data(), blocks};
   }
-  select_rows(s, t, q_lo, q_hi, q, means, blocks, selected);
+  if (width || selection_width(s, blocks) == s.k) {
+    const int64_t w = select_rows(s, t, q_lo, q_hi, q, means, blocks, selected);
+    if (width) *width = w;
+    return;
+  }
+  // the caller's [n][KV][top_blocks] from the narrower selection
+  std::vector<int32_t> narrow;
+  const int64_t w = select_rows(s, t, q_lo, q_hi, q, means, blocks, narrow), rows = (q_hi - q_lo) * s.KV;
+  selected.assign(size_t(rows * s.k), -1);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(narrow.begin() + r * w, w, selected.begin() + r * s.k);
 }
 
 namespace {
@@ -404,7 +441,13 @@ void block_sparse_forward(const AttentionParams& params, std::span<const Attenti
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
   const int64_t width = s.G * s.hd;
-  for_each_batch(params, tasks, q, k, means,
+  // a query with non-finite selection scores: NaN for the group's heads (it selected
+  // nothing, so no merge below touches it)
+  const auto non_finite = [&](int64_t row, int64_t g) {
+    std::fill_n(out + row * s.ldq + g * width, width, std::numeric_limits<float>::quiet_NaN());
+    std::fill_n(lse + row * s.H + g * s.G, s.G, std::numeric_limits<float>::quiet_NaN());
+  };
+  for_each_batch(params, tasks, q, k, means, non_finite,
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
                    gather_batch(s, t, row0, g, parts, rows, q, k, v, w);
@@ -436,7 +479,9 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
   const AttentionParams part = part_params(params);
   Scratch& w = tls;
   const int64_t width = s.G * s.hd;
-  for_each_batch(params, tasks, q, k, means,
+  // (a query with non-finite selection scores selected nothing; its own block's backward
+  // above, with its NaN LSE, made what it touches NaN)
+  for_each_batch(params, tasks, q, k, means, [](int64_t, int64_t) {},
                  [&](const AttentionTask& t, int64_t row0, int64_t g, std::span<const Part> parts,
                      std::span<const AttentionTask> part_tasks, int64_t rows) {
                    const int64_t keys = int64_t(parts.size()) * s.B;
@@ -466,16 +511,23 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
 int64_t block_sparse_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows) {
   if (params.mask.kind != MaskKind::block_sparse) return 0;
   const Shape s(params);
+  // Sized by what a document can select (issue 87 item 7), not by the settings: a
+  // document has at most key_rows rows, so a block holds at most B' = min(B, key_rows) of
+  // its keys and a query selects at most k' = min(k, (key_rows - 1) / B) earlier blocks
+  // (select_rows' width); a larger B or k allocates what B' and k' do.
+  const int64_t B = std::clamp<int64_t>(s.B, 1, std::max<int64_t>(key_rows, 1));
+  const int64_t k = std::min<int64_t>(s.k, std::max<int64_t>(key_rows - 1, 0) / s.B);
   const int64_t slice = std::min(query_rows, params.chunk_rows);
   // a batch: up to kBatchRows gathered rows (or one block's, at most a slice), each row
-  // gathered once per block it selected; up to kBatchRows keys (or one block)
-  const int64_t batch_rows = std::min(std::max(kBatchRows, slice), slice * std::max<int64_t>(1, s.k));
-  const int64_t batch_keys = std::max(kBatchRows, s.B);
+  // gathered once per block it selected; up to kBatchRows keys (or one block), at most
+  // the earlier blocks' keys of one document
+  const int64_t batch_rows = std::min(std::max(kBatchRows, slice), slice * std::max<int64_t>(1, k));
+  const int64_t batch_keys = std::min(std::max(kBatchRows, B), std::max<int64_t>(key_rows, 1));
   const int64_t keys = 4 * 4 * s.hd * batch_keys;                                   // K, V, dK, dV
   const int64_t gathered = 4 * (5 * s.G * s.hd + 3 * s.G) * (batch_rows + 2);       // Q, O, dO, dQ, part O; LSEs
-  const int64_t selection = 4 * s.KV * std::max<int64_t>(1, s.k) * 2 * (slice + 2);  // selection and its lists
-  const int64_t means = 8 * s.KV * s.hd * (key_rows / s.B + 1) + 16 * s.KV * (key_rows / s.B + 2);  // + offsets
-  const int64_t scores = 8 * int64_t(omp_get_max_threads()) * (kScoreRows * (key_rows / s.B + 1) + kScoreRows * s.hd);
+  const int64_t selection = 4 * s.KV * std::max<int64_t>(1, k) * 2 * (slice + 2);  // selection and its lists
+  const int64_t means = 8 * s.KV * s.hd * (key_rows / B + 1) + 16 * s.KV * (key_rows / B + 2);  // + offsets
+  const int64_t scores = 8 * int64_t(omp_get_max_threads()) * (kScoreRows * (key_rows / B + 1) + kScoreRows * s.hd);
   return keys + gathered + selection + means + scores;
 }
 

@@ -68,12 +68,27 @@ struct BlockMeans {
   int64_t stride = 0;
 };
 
+// A query whose selection scores for a group are not all finite (a NaN or an infinity in
+// its mean query, so in its Q; or in a given mean) selects no block: its first entry is
+// kNonFiniteSelection, and the kernel writes O = LSE = NaN for the group's heads of it
+// (core_attention.h: non-finite inputs never come out finite). Block means from K are
+// always finite (NaN counts as 0, infinities as 2^31, above), so a NaN key reaches a
+// query through attention, in its own block or a block it selected, never through the
+// scores; a query that reads neither gets what it gets with the key's value at 0 (or
+// +-2^31). A query that takes every earlier block (b <= top_blocks) scores none.
+constexpr int32_t kNonFiniteSelection = -2;
+
 // The blocks the query rows [q_lo, q_hi) of task t select (rows of Q and K as in
 // attention_forward): [q_hi - q_lo][KV][top_blocks] block indices in increasing order,
-// -1 after the last when a query has fewer than top_blocks earlier blocks. With `given`,
-// the means are the caller's and k is not read.
+// -1 after the last when a query has fewer than top_blocks earlier blocks (or
+// kNonFiniteSelection, then -1). With `given`, the means are the caller's and k is not
+// read. With `width`, the layout is [q_hi - q_lo][KV][*width] instead, *width =
+// min(top_blocks, the blocks before the last query's block): what a caller that only reads
+// the indices (placements planning which keys travel) takes, sized by what a document can
+// select whatever top_blocks is (the kernel's own selection is sized so too).
 void select_blocks(const AttentionParams& params, const AttentionTask& t, int64_t q_lo, int64_t q_hi,
-                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given = nullptr);
+                   const float* q, const float* k, std::vector<int32_t>& selected, const BlockMeans* given = nullptr,
+                   int64_t* width = nullptr);
 
 // attention_forward and attention_backward under attention.mask = block_sparse. With
 // `means` (one per task), the selection reads the caller's block means, K and V are read
@@ -88,7 +103,9 @@ void block_sparse_backward(const AttentionParams& params, std::span<const Attent
                            float* dq, float* dk, float* dv, std::span<const BlockMeans> means = {});
 
 // The scratch block_sparse adds to the kernel's for runs of query_rows and key_rows
-// (memory budgets; 0 under other masks).
+// (memory budgets; 0 under other masks). key_rows bounds the documents' lengths too (a
+// task holds its document's key prefix, or reads blocks before its last query), so a
+// block_size or top_blocks beyond what such a document has costs nothing more.
 int64_t block_sparse_workspace_bytes(const AttentionParams& params, int64_t query_rows, int64_t key_rows);
 
 }  // namespace lct

@@ -90,8 +90,9 @@ std::pair<const float*, const float*> rounded_keys(const Geometry& geo, const fl
 
 size_t forward_tile_floats(const Geometry& geo) {
   // Qp [3][mp, hd] (one per DCA rotation), S [mp, kKeyBlock], acc [mp, hd], row max and
-  // sum [mp]; padded to 64 B
-  return ((geo.mp * (4 * geo.hd + kKeyBlock + 2) + 15) / 16) * 16;
+  // sum [mp], a value block with its non-finite values zeroed [kKeyBlock, hd]
+  // (sanitize_values); padded to 64 B
+  return ((geo.mp * (4 * geo.hd + kKeyBlock + 2) + kKeyBlock * geo.hd + 15) / 16) * 16;
 }
 
 // Row stride of the native kernel's bf16 P tile: a leading zero column when the key
@@ -102,16 +103,32 @@ size_t forward_tile_halves(const Geometry& geo) {  // native: Qp and P in bf16
   return ((geo.mp * (geo.hd + kPStride) + 31) / 32) * 32;
 }
 
+size_t forward_tile_words(const Geometry& geo) {  // native: a value block's pair words, sanitized
+  return (((kPStride / 2) * geo.hd + 15) / 16) * 16;
+}
+
 // One row of a score tile through the online softmax. The row (query i of task t) reads
 // columns [0, s1) and [b0, b1) of the key block [j0, j0 + m) under the mask (causal:
 // [0, b1)): those become exp(s - the new running max), the others 0, and the running
-// max, sum and accumulator row are rescaled to the new max.
-inline void softmax_row(const Geometry& geo, const AttentionTask& t, int64_t i, int64_t j0, int64_t m,
-                        float* sr, float& row_max, float& row_sum, float* acc_row) {
+// max, sum and accumulator row are rescaled to the new max. Returns how many columns the
+// row reads.
+//
+// Non-finite scores (issue 87): the row's sum also adds s * 0 for every score it reads.
+// That is +-0 for a finite s, and e + 0 = e for the e > 0 fast_exp gives, so a finite row
+// keeps its bits; for a NaN or an infinity it is NaN, and row_sum then stays NaN in every
+// later block (NaN * correction + sum is NaN), which forward_tile turns into O = LSE = NaN
+// at the row's end. Neither the max nor the exponentials could tell: max_of's
+// `a > b ? a : b` drops a NaN that a number follows, -inf never wins it, fast_exp clamps
+// -inf to 1e-38 and its bit arithmetic may turn a NaN into a number. Once row_sum is NaN
+// the row's max, correction and P may be anything; they reach no other row (P's row r
+// feeds only acc's row r). The one extra multiply-add per score is free next to the
+// exponential and the two products of hd multiply-adds each.
+inline int64_t softmax_row(const Geometry& geo, const AttentionTask& t, int64_t i, int64_t j0, int64_t m,
+                           float* sr, float& row_max, float& row_sum, float* acc_row) {
   const RowColumns rc = row_columns(geo, t, i, j0, m);
   if (rc.count() == 0) {  // the row sees none of this block: P row is zero
     std::fill(sr, sr + m, 0.0f);
-    return;
+    return 0;
   }
   const float mx = max_of(sr + rc.b0, rc.b1 - rc.b0, max_of(sr, rc.s1, row_max));
   // online softmax: rescale the running sum and accumulator to the new max
@@ -119,15 +136,15 @@ inline void softmax_row(const Geometry& geo, const AttentionTask& t, int64_t i, 
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < rc.s1; ++c) {
-    const float e = fast_exp(sr[c] - mx);
+    const float x = sr[c], e = fast_exp(x - mx);
     sr[c] = e;
-    sum += e;
+    sum += e + x * 0.0f;
   }
 #pragma omp simd reduction(+ : sum)
   for (int64_t c = rc.b0; c < rc.b1; ++c) {
-    const float e = fast_exp(sr[c] - mx);
+    const float x = sr[c], e = fast_exp(x - mx);
     sr[c] = e;
-    sum += e;
+    sum += e + x * 0.0f;
   }
   std::fill(sr + rc.s1, sr + rc.b0, 0.0f);
   std::fill(sr + rc.b1, sr + m, 0.0f);
@@ -137,11 +154,103 @@ inline void softmax_row(const Geometry& geo, const AttentionTask& t, int64_t i, 
 #pragma omp simd
     for (int64_t d = 0; d < geo.hd; ++d) acc_row[d] *= correction;
   }
+  return rc.count();
+}
+
+// Non-finite values. A value row a tile's row reads enters its accumulator with weight P >
+// 0 (fast_exp never gives 0, nor a bf16 subnormal), so inf or NaN in it makes that row's
+// accumulator non-finite, which the row's end turns into O = LSE = NaN. But the product
+// acc += P V also multiplies every value row of the block by the P = 0 of the rows that do
+// not read it (masked columns, and the native kernel's pad rows), and 0 * inf = NaN would
+// reach them. So a block that some row of the tile reads only partly (or, natively, whose
+// pad rows are not its own) is checked for non-finite values first; they are rare, so the
+// check is all the common case pays (a pass over the block's values, next to the
+// products' M passes), and in the slow path below the product reads a copy with them
+// zeroed while every row that reads one of those keys gets row_sum = NaN (as if its score
+// were NaN). Blocks every row reads whole need no check: the row's end catches them.
+
+// Whether the rows x [rows, cols] (row stride ld) are all finite: x * 0 is 0 for a finite
+// x and NaN for inf and NaN, so their sum tells, without a branch in the loop.
+inline bool rows_finite(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+  float z = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * ld;
+#pragma omp simd reduction(+ : z)
+    for (int64_t c = 0; c < cols; ++c) z += row[c] * 0.0f;
+  }
+  return z == 0.0f;
+}
+
+// A bf16 value is an infinity or a NaN when its exponent bits are all ones.
+inline bool bf16_finite(uint32_t bits) { return (bits & 0x7f80u) != 0x7f80u; }
+
+// Whether n pair words hold only finite bf16 values in their low and / or high halves.
+inline bool words_finite(const uint32_t* w, int64_t n, bool low, bool high) {
+  const uint32_t lo = low ? 1u : 0u, hi = high ? 1u : 0u;
+  uint32_t bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = 0; i < n; ++i)
+    bad |= (uint32_t((w[i] & 0x7f80u) == 0x7f80u) & lo) | (uint32_t((w[i] & 0x7f800000u) == 0x7f800000u) & hi);
+  return bad == 0;
+}
+
+// Rows of the tile (query rows [i0, i0 + n) of task t) that read a key column c of the
+// block [j0, j0 + m) with bad[c] get row_sum = NaN.
+void mark_rows_reading(const Geometry& geo, const AttentionTask& t, int64_t i0, int64_t n, int64_t j0, int64_t m,
+                       const bool* bad, float* row_sum) {
+  for (int64_t r = 0; r < geo.G * n; ++r) {
+    const RowColumns rc = row_columns(geo, t, i0 + r % n, j0, m);
+    bool reads = false;
+    for (int64_t c = 0; c < rc.s1 && !reads; ++c) reads = bad[c];
+    for (int64_t c = rc.b0; c < rc.b1 && !reads; ++c) reads = bad[c];
+    if (reads) row_sum[r] = kNaN;
+  }
+}
+
+// fp32 and bf16_rounded: the value block vblk [m, hd] (row stride ldk) into vs [m, hd] with
+// its non-finite values 0, and the rows reading those keys marked.
+void sanitize_values(const Geometry& geo, const AttentionTask& t, int64_t i0, int64_t n, int64_t j0, int64_t m,
+                     const float* vblk, float* vs, float* row_sum) {
+  bool bad[kKeyBlock];
+  for (int64_t c = 0; c < m; ++c) {
+    const float* src = vblk + c * geo.ldk;
+    float* dst = vs + c * geo.hd;
+    bool b = false;
+    for (int64_t d = 0; d < geo.hd; ++d) {
+      const bool finite = std::isfinite(src[d]);
+      dst[d] = finite ? src[d] : 0.0f;
+      b = b || !finite;
+    }
+    bad[c] = b;
+  }
+  mark_rows_reading(geo, t, i0, n, j0, m, bad, row_sum);
+}
+
+// bf16_native: the block's value pair words src [pairs, hd] (the first pair's low half is
+// the key column -lead) into dst with non-finite halves 0, and the rows reading them marked.
+void sanitize_value_words(const Geometry& geo, const AttentionTask& t, int64_t i0, int64_t n, int64_t j0, int64_t m,
+                          const uint32_t* src, int64_t pairs, int64_t lead, uint32_t* dst, float* row_sum) {
+  bool bad[kKeyBlock] = {};
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int64_t d = 0; d < geo.hd; ++d) {
+      uint32_t lo = src[p * geo.hd + d] & 0xffffu, hi = src[p * geo.hd + d] >> 16;
+      const int64_t c_lo = 2 * p - lead, c_hi = c_lo + 1;  // their key columns (pads: -1, m)
+      if (!bf16_finite(lo)) {
+        lo = 0;
+        if (c_lo >= 0 && c_lo < m) bad[c_lo] = true;
+      }
+      if (!bf16_finite(hi)) {
+        hi = 0;
+        if (c_hi < m) bad[c_hi] = true;
+      }
+      dst[p * geo.hd + d] = lo | hi << 16;
+    }
+  mark_rows_reading(geo, t, i0, n, j0, m, bad, row_sum);
 }
 
 void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int64_t g, int64_t i0,
                   int64_t n, const float* q, const ForwardKeys& keys, float* out, float* lse,
-                  float* tile, uint16_t* tile16) {
+                  float* tile, uint16_t* tile16, uint32_t* tile32) {
   const int64_t hd = geo.hd, M = geo.G * n;
   const bool native = arith == Arith::bf16_native;
   uint16_t* qb = tile16;             // native: bf16 Qp [mp, hd]
@@ -151,6 +260,8 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
   float* acc = s + geo.mp * kKeyBlock;
   float* row_max = acc + geo.mp * hd;
   float* row_sum = row_max + geo.mp;
+  float* clean_v = row_sum + geo.mp;  // fp32, rounded: a value block, non-finite values zeroed
+  uint32_t* clean_vp = tile32;        // native: the same as pair words
 
   std::fill(row_max, row_max + M, kNegInf);
   std::fill(row_sum, row_sum + M, 0.0f);
@@ -209,41 +320,73 @@ void forward_tile(const Geometry& geo, Arith arith, const AttentionTask& t, int6
       // native: P in bf16 [M, kPStride], each row converted while it is in L1, shifted by
       // one column when the key block starts at an odd row (V pairs start at even rows)
       const int64_t row0 = t.kv_row + j0, lead = row0 & 1, width = lead + m + ((lead + m) & 1);
+      bool partial = false;  // some row of the tile reads only part of the block
       for (int64_t r = 0; r < M; ++r) {
         float* sr = s + r * kKeyBlock;
-        softmax_row(geo, t, i0 + r % n, j0, m, sr, row_max[r], row_sum[r], acc + r * hd);
+        partial |= softmax_row(geo, t, i0 + r % n, j0, m, sr, row_max[r], row_sum[r], acc + r * hd) < m;
         if (native) {
           uint16_t* pr = pb + r * kPStride;
           pr[0] = pr[width - 1] = 0;
           bf16_tiles::to_bf16(sr, m, 1.0f, pr + lead);
         }
       }
-      // acc [M, hd] += P V_blk
+      // acc [M, hd] += P V_blk, from a copy without non-finite values where a P of 0 would
+      // meet them (see sanitize_values)
       if (native) {
-        bf16_tiles::gemm(M, hd, width / 2, 1.0f, pb, kPStride,
-                         keys.vp + (g * keys.vp_pairs + (row0 - lead) / 2) * hd, hd, true, acc, hd);
+        const uint32_t* vp = keys.vp + (g * keys.vp_pairs + (row0 - lead) / 2) * hd;
+        const int64_t pairs = width / 2;
+        const bool trail = ((lead + m) & 1) != 0;  // the last pair's high half is a pad row
+        const bool finite = partial ? words_finite(vp, pairs * hd, true, true)
+                                    : (!lead || words_finite(vp, hd, true, false)) &&
+                                          (!trail || words_finite(vp + (pairs - 1) * hd, hd, false, true));
+        if (!finite) {
+          sanitize_value_words(geo, t, i0, n, j0, m, vp, pairs, lead, clean_vp, row_sum);
+          vp = clean_vp;
+        }
+        bf16_tiles::gemm(M, hd, pairs, 1.0f, pb, kPStride, vp, hd, true, acc, hd);
       } else {
         if (arith == Arith::bf16_rounded) round_rows(s, M, m, kKeyBlock);
+        const float* vb = vg + j0 * geo.ldk;
+        int64_t ldv = geo.ldk;
+        if (partial && !rows_finite(vb, m, hd, geo.ldk)) {
+          sanitize_values(geo, t, i0, n, j0, m, vb, clean_v, row_sum);
+          vb = clean_v, ldv = hd;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(hd), int(m), 1.0f, s,
-                    int(kKeyBlock), vg + j0 * geo.ldk, int(geo.ldk), 1.0f, acc, int(hd));
+                    int(kKeyBlock), vb, int(ldv), 1.0f, acc, int(hd));
       }
     }
   }
 
+  // A row's sum is > 0 when it read a key (each adds e >= 1e-38), 0 when it read none, NaN
+  // when it read a non-finite score or value (softmax_row, sanitize_values); a finite sum
+  // with a non-finite accumulator is a non-finite value it read (with weight P > 0). Both
+  // non-finite cases give O = LSE = NaN (issue 87: never the no-key branch's zeros).
   for (int64_t r = 0; r < M; ++r) {
     const int64_t i = r % n, h = g * geo.G + r / n;
     float* o = out + (t.q_row + i0 + i) * geo.ldq + h * hd;
     float* l = lse + (t.q_row + i0 + i) * geo.H + h;
-    if (row_sum[r] > 0.0f) {
-      const float inv = 1.0f / row_sum[r];
+    const float sum = row_sum[r];
+    if (sum > 0.0f) {
+      const float inv = 1.0f / sum;  // (sum is about 1 or more, the max's own term: o stays finite)
       const float* a = acc + r * hd;
-#pragma omp simd
-      for (int64_t d = 0; d < hd; ++d) o[d] = a[d] * inv;
-      *l = float(double(row_max[r]) + std::log(double(row_sum[r])));  // rounded once
-    } else {  // no visible key
+      float z = 0.0f;  // +-0, or NaN when a value is not finite
+#pragma omp simd reduction(+ : z)
+      for (int64_t d = 0; d < hd; ++d) {
+        o[d] = a[d] * inv;
+        z += o[d] * 0.0f;
+      }
+      if (z == 0.0f) {
+        *l = float(double(row_max[r]) + std::log(double(sum)));  // rounded once
+        continue;
+      }
+    } else if (sum == 0.0f) {  // no visible key
       std::fill(o, o + hd, 0.0f);
       *l = kNegInf;
+      continue;
     }
+    std::fill(o, o + hd, kNaN);
+    *l = kNaN;
   }
 }
 
@@ -343,10 +486,21 @@ void backward_key_block(const Geometry& geo, bool rounded, std::span<const Atten
         RowColumns rc = row_columns(geo, t, i0 + r % n, c0, mc);
         if (lse_p[r] == kNegInf) rc = {0, 0, 0};
         const float shift = lse_p[r];
+        // P = exp(S - LSE) + (S - LSE) * 0: NaN where the score or the row's LSE is not
+        // finite (a row whose forward read a non-finite score or value has LSE NaN), so the
+        // gradients the row touches are NaN, not fast_exp's number for -inf or a NaN; else
+        // exactly fast_exp's P (e + 0 = e). (A finite difference overflows only for scores
+        // beyond 1.7e38, where no fp32 softmax means anything.)
 #pragma omp simd
-        for (int64_t c = 0; c < rc.s1; ++c) pr[c] = fast_exp(pr[c] - shift);
+        for (int64_t c = 0; c < rc.s1; ++c) {
+          const float x = pr[c] - shift;
+          pr[c] = fast_exp(x) + x * 0.0f;
+        }
 #pragma omp simd
-        for (int64_t c = rc.b0; c < rc.b1; ++c) pr[c] = fast_exp(pr[c] - shift);
+        for (int64_t c = rc.b0; c < rc.b1; ++c) {
+          const float x = pr[c] - shift;
+          pr[c] = fast_exp(x) + x * 0.0f;
+        }
         std::fill(pr + rc.s1, pr + rc.b0, 0.0f);
         std::fill(pr + rc.b1, pr + mc, 0.0f);
       }
@@ -425,16 +579,19 @@ void blocked_attention_forward(const AttentionParams& params, std::span<const At
   const int threads = std::max(1, std::min<int>(omp_get_max_threads(), int(items.size())));
   const size_t per_thread = forward_tile_floats(geo);
   const size_t per_thread16 = arith == Arith::bf16_native ? forward_tile_halves(geo) : 0;
+  const size_t per_thread32 = arith == Arith::bf16_native ? forward_tile_words(geo) : 0;
   float* tiles = ws.tiles.get(per_thread * threads);
   uint16_t* tiles16 = per_thread16 ? ws.tiles16.get(per_thread16 * threads) : nullptr;
+  uint32_t* tiles32 = per_thread32 ? ws.tiles32.get(per_thread32 * threads) : nullptr;
 #pragma omp parallel num_threads(threads)
   {
     float* tile = tiles + per_thread * omp_get_thread_num();
     uint16_t* tile16 = tiles16 ? tiles16 + per_thread16 * omp_get_thread_num() : nullptr;
+    uint32_t* tile32 = tiles32 ? tiles32 + per_thread32 * omp_get_thread_num() : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (size_t w = 0; w < items.size(); ++w)
       forward_tile(geo, arith, tasks[items[w].task], items[w].kv_head, items[w].block_start,
-                   items[w].block_len, q, keys, out, lse, tile, tile16);
+                   items[w].block_len, q, keys, out, lse, tile, tile16, tile32);
   }
 }
 

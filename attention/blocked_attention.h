@@ -17,6 +17,11 @@
 // by a deterministic longest-first greedy, so results are bit-identical for a given
 // thread count.
 //
+// Non-finite inputs (core_attention.h): a row that reads a NaN or an infinity in a score
+// or a value gets O = LSE = NaN, decided at the row's end from its sum and accumulator
+// (softmax_row); a value block that holds one is multiplied from a copy without it where a
+// row of the tile must not read it; the backward's P is NaN where the score or LSE is.
+//
 // Threads: OpenMP over work items (train.threads / OMP_NUM_THREADS); block GEMMs are
 // single-threaded calls made from inside the parallel region: OpenBLAS in fp32, the
 // AVX512-BF16 microkernel in bf16 (compute/bf16_tiles.h; its backward computes the

@@ -174,20 +174,25 @@ void backward_key_block_bf16(const Geometry& geo, std::span<const AttentionTask>
           // causal: query i (tile-relative) sees key c iff i >= first
           const int64_t first =
               causal ? std::clamp<int64_t>(int64_t(t.kv_pos) + bc0 + c - t.q_pos - i0, 0, n) : 0;
+          // P = exp(S - LSE) + (S - LSE) * 0: NaN where the score or the row's LSE is not
+          // finite, else exactly fast_exp's P (the fp32 kernel's backward_key_block says why)
           for (int64_t hh = 0; hh < geo.G; ++hh) {
             float* seg = row + hh * n;
             const float* shift = lse_p + hh * n;
             std::fill(seg, seg + first, 0.0f);
             if (causal) {
 #pragma omp simd
-              for (int64_t i = first; i < n; ++i)
-                seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+              for (int64_t i = first; i < n; ++i) {
+                const float x = seg[i] - shift[i];
+                seg[i] = shift[i] == kNegInf ? 0.0f : fast_exp(x) + x * 0.0f;
+              }
             } else {
               const int32_t cc = int32_t(c);
 #pragma omp simd
               for (int64_t i = 0; i < n; ++i) {
                 const bool seen = cc < s1[i] || (cc >= b0[i] && cc < b1[i]);
-                seg[i] = !seen || shift[i] == kNegInf ? 0.0f : fast_exp(seg[i] - shift[i]);
+                const float x = seg[i] - shift[i];
+                seg[i] = !seen || shift[i] == kNegInf ? 0.0f : fast_exp(x) + x * 0.0f;
               }
             }
           }

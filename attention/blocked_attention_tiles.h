@@ -27,6 +27,9 @@ constexpr int64_t kKeyBlock = 256;
 // rounded ones one): its query tiles are packed once per item.
 constexpr int64_t kMaxSpanBlocks = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// What a row that reads a non-finite score or value gets for its O and LSE (and what a
+// NaN LSE turns the backward's P into): see softmax_row in blocked_attention.cpp.
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 struct Geometry {
   int64_t H, KV, hd, G, ldq, ldk;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "attention/block_sparse.h"
@@ -144,10 +145,19 @@ void merge_attention_partial(float* out, float* lse, const float* part_out,
     for (int h = 0; h < heads; ++h) {
       const int64_t i = r * heads + h;
       const float b = part_lse[i];
-      if (b == -INFINITY) continue;  // the part saw no key for this row
+      if (b == -INFINITY) continue;  // the part saw no key for this row: neutral, whatever its O
       const float a = lse[i];
       float* o = out + i * head_dim;
       const float* p = part_out + i * head_dim;
+      // A side that read a non-finite score or value has LSE NaN (core_attention.h), and
+      // so has the merged row, with O = NaN whatever either O holds: the arithmetic below
+      // keeps a NaN LSE, but would copy a NaN part's O over an empty row as it is. An LSE
+      // of +inf is no sum of finite terms either.
+      if (!(a < INFINITY) || !(b < INFINITY)) {
+        std::fill(o, o + head_dim, std::numeric_limits<float>::quiet_NaN());
+        lse[i] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       if (a == -INFINITY) {
         std::copy(p, p + head_dim, o);
         lse[i] = b;
@@ -370,8 +380,11 @@ int64_t attention_workspace_bytes(const AttentionParams& params, int64_t query_r
   const int64_t per_query = 4 * int64_t(params.num_heads) + 4 * int64_t(std::max(0, threads - 1)) * qdim;  // D, dQ partials
   // bf16 K, V, K^T and pair words; or rounded copies
   const int64_t per_key = params.precision == Precision::bf16 ? std::max<int64_t>(6 * kvdim + 4 * kvdim, 8 * kvdim) : 0;
-  // the threads' tiles: a generous bound on blocked_attention's (a few 64 x 64 blocks each)
-  const int64_t tiles = int64_t(std::max(1, threads)) * 64 * (4 * params.head_dim + 1024) * 4 * 4;
+  // the threads' tiles: a generous bound on blocked_attention's (a few 64 x 64 blocks each),
+  // and the forward's copy of a value block without its non-finite values (and its pair
+  // words) for the rare block that has some
+  const int64_t tiles = int64_t(std::max(1, threads)) *
+                        (64 * (4 * params.head_dim + 1024) * 4 * 4 + (blocked::kKeyBlock + 2) * params.head_dim * 8);
   return per_query * (query_rows + 2) + per_key * (key_rows + 2) + tiles +
          block_sparse_workspace_bytes(params, query_rows, key_rows);
 }

@@ -157,11 +157,22 @@ int64_t prefix_pairs(int64_t q_begin, int64_t q_len, const AttentionMask& mask =
 
 // Forward: writes O and LSE for every query row named by a task (rows not named by
 // any task are untouched). A query row with no visible key gets O = 0, LSE = -inf.
+// Non-finite inputs (issue 87), in every kernel, mask and precision: a query row (of one
+// head) that reads a NaN or an infinity, in its own Q, in the K of a key it reads (so in a
+// score it reads) or in the V of a key it reads (as the kernel reads them: their bf16
+// values under bf16), gets O = NaN and LSE = NaN; rows that read none of them get what
+// they would get with those values finite (the kernel never multiplies a value it hides
+// from a row into that row; under block_sparse, finite as its block means count them).
+// Under block_sparse a query whose selection scores are not finite (its mean query is
+// not) gets NaN for its whole head group (block_sparse.h).
 void attention_forward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                        const float* q, const float* k, const float* v, float* out, float* lse);
 
 // Backward by recomputation from O and LSE (never stores the score matrix).
-// Accumulates (+=) into dq, dk, dv; the caller zeroes them.
+// Accumulates (+=) into dq, dk, dv; the caller zeroes them. A row whose LSE is NaN (or
+// that reads a non-finite score) makes every gradient it touches NaN: its dQ and the dK
+// and dV of every key it reads. (Gradients of rows and keys sharing a tile product with
+// it may turn NaN too, 0 * NaN: a NaN forward row makes the loss NaN anyway.)
 void attention_backward(const AttentionParams& params, std::span<const AttentionTask> tasks,
                         const float* q, const float* k, const float* v, const float* out,
                         const float* lse, const float* dout, float* dq, float* dk, float* dv);
@@ -170,8 +181,10 @@ void attention_backward(const AttentionParams& params, std::span<const Attention
 //   lse = log(exp(lse_a) + exp(lse_b)),  O = exp(lse_a - lse) O_a + exp(lse_b - lse) O_b.
 // merge_attention_partial folds (part_out, part_lse) into (out, lse) for `rows` rows
 // [rows, heads, head_dim] / [rows, heads]. LSE = -inf means the row saw no key (its O
-// is 0); two such rows stay O = 0, LSE = -inf. The backward of each part, run with the
-// *merged* O and LSE, gives exact partial gradients that simply add up.
+// is 0); two such rows stay O = 0, LSE = -inf. A part with LSE = -inf changes nothing
+// (whatever its O); a side with LSE NaN (or +inf) makes the merged row O = LSE = NaN. The
+// backward of each part, run with the *merged* O and LSE, gives exact partial gradients
+// that simply add up.
 void merge_attention_partial(float* out, float* lse, const float* part_out,
                              const float* part_lse, int64_t rows, int heads, int head_dim);
 

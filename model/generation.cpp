@@ -91,6 +91,10 @@ Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, in
   return g;
 }
 
+double continuation_bytes(const LlamaConfig& config, int64_t tokens) {
+  return double(tokens) * double(config.vocab_size) * sizeof(float);
+}
+
 ContinuationScore score_continuation(KvCacheDecoder& decoder, const Generation& g,
                                      std::span<const int32_t> continuation) {
   using Clock = std::chrono::steady_clock;
@@ -108,11 +112,16 @@ ContinuationScore score_continuation(KvCacheDecoder& decoder, const Generation& 
   if (n > 1) decoder.append(continuation.first(size_t(n - 1)), logits.data() + V, true);
   ContinuationScore s;
   s.tokens = n;
+  const int64_t P = decoder.prompt_tokens();
   for (int64_t i = 0; i < n; ++i) {
     const float* row = logits.data() + i * V;
     check_finite(row, V, "continuation token " + std::to_string(i + 1));
+    const bool best = argmax(row, V) == continuation[size_t(i)];
+    s.argmax_tokens += best;
+    if (!decoder.trains_target(P + i)) continue;  // a target eval's loss skips
+    ++s.targets;
     s.log_likelihood += log_probability(row, V, continuation[size_t(i)]);
-    s.argmax += argmax(row, V) == continuation[size_t(i)];
+    s.argmax += best;
   }
   s.pairs = decoder.pairs() - pairs_before;
   s.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -54,16 +54,25 @@ Generation generate(KvCacheDecoder& decoder, std::span<const int32_t> prompt, in
 // A given continuation of the prompt scored by teacher forcing, as lm-evaluation-harness's
 // loglikelihood requests are: each of its tokens against the logits of the row before
 // it, the rows before it being the prompt and the continuation itself (not what was
-// generated).
+// generated). The scores count the tokens whose target the mask trains, those lct eval's
+// loss and recall count on the same document (KvCacheDecoder::trains_target): every one,
+// but under shared_question the first, which its question's last row predicts across
+// segments.
 struct ContinuationScore {
   int64_t tokens = 0;
-  double log_likelihood = 0;  // sum of log softmax(logits)[token], in double
-  int64_t argmax = 0;         // tokens that are their row's greedy choice (next_token at temperature 0)
+  int64_t targets = 0;        // the tokens scored: those whose target the mask trains
+  double log_likelihood = 0;  // sum of log softmax(logits)[token] over the targets, in double
+  int64_t argmax = 0;         // targets that are their row's greedy choice (next_token at temperature 0)
+  int64_t argmax_tokens = 0;  // tokens, targets or not, that are
   // the whole continuation is what greedy decoding writes (every token the argmax)
-  bool greedy() const { return argmax == tokens; }
+  bool greedy() const { return argmax_tokens == tokens; }
   double seconds = 0;
   int64_t pairs = 0;  // attention pairs of the continuation's forward
 };
+
+// What score_continuation allocates for a continuation of `tokens` tokens: a row of
+// logits for each (beside what the decoder holds for its append, KvCacheDecoder::bytes).
+double continuation_bytes(const LlamaConfig& config, int64_t tokens);
 
 // Scores `continuation` after generate(decoder, prompt, ...) has run: rewinds the decoder
 // to the prompt and appends the continuation's tokens but the last as one append, every

@@ -39,23 +39,37 @@ KvCacheDecoder::KvCacheDecoder(const LlamaConfig& config, const float* params, i
   v_cache_.assign(cache, 0.0f);
 }
 
-double KvCacheDecoder::bytes(const LlamaConfig& c, int64_t prompt_tokens, int64_t total_tokens, int threads) {
+double KvCacheDecoder::bytes(const LlamaConfig& c, int64_t prompt_tokens, int64_t total_tokens, int threads,
+                             int64_t append_rows) {
   const double f = sizeof(float);
   const double H = double(c.num_attention_heads), hd = double(c.head_dim());
   const double qdim = H * hd, kvdim = double(c.num_key_value_heads) * hd;
   const double C = double(c.hidden_size), I = double(c.intermediate_size);
-  const double L = double(total_tokens), P = double(prompt_tokens);
+  const double L = double(total_tokens);
   const double cache = 2.0 * double(c.num_hidden_layers) * L * kvdim * f;
-  const double rows = P * (C + 2.0 * qdim + H + 2.0) * f;  // x, q, attention output, lse, positions
-  const double tile = double(std::min<int64_t>(prompt_tokens, kTileTokens)) *
+  // ensure_rows: the rows of the longest append, grow-only (x, q, attention output, LSE,
+  // positions, key positions, logit scaling's factors), and one token tile of them. A
+  // vector growing from the prompt's rows to a longer append's takes max(2 old, new) (the
+  // standard library's growth) and holds the old ones beside them for a moment.
+  const auto grown = [](int64_t from, int64_t to) { return to > from ? std::max(2 * from, to) + from : from; };
+  const int64_t P = prompt_tokens, A = std::max<int64_t>(append_rows, 1);
+  const double rows = double(grown(P, A)) * (C + 2.0 * qdim + H + 2.0 + (c.logit_scaling.on() ? 1.0 : 0.0)) * f;
+  const double tile = double(grown(std::min(P, kTileTokens), std::min(std::max(P, A), kTileTokens))) *
                       (4.0 * C + qdim + 2.0 * kvdim + 3.0 * I + 2.0) * f;
   const double rope_rows = c.attention_kernel == AttentionKernel::dca
                                ? std::max(L, double(c.dca_chunk_size + 1))
                                : L;
   const double rope = rope_rows * hd * f;  // cos and sin, hd / 2 each
-  const double logits = double(c.vocab_size) * f;
   const double kernel = double(attention_workspace_bytes(attention_params_of(c), total_tokens, total_tokens, threads));
-  return cache + rows + tile + rope + logits + kernel;
+  return cache + rows + tile + rope + kernel;
+}
+
+bool KvCacheDecoder::trains_target(int64_t position) const {
+  switch (config_.attention_mask.kind) {
+    case MaskKind::prefix_lm: return position >= prompt_;
+    case MaskKind::shared_question: return position != prompt_;
+    default: return true;
+  }
 }
 
 void KvCacheDecoder::ensure_rows(int64_t n) {

@@ -57,10 +57,20 @@ class KvCacheDecoder {
   int64_t pairs() const { return pairs_; }
   const LlamaConfig& config() const { return config_; }
 
-  // Bytes the decoder allocates for a document (the cache, the prompt's rows, the token
-  // tiles, the RoPE table, the kernel's workspace on `threads` threads), not counting
-  // the parameters: what lct generate checks against the memory available up front.
-  static double bytes(const LlamaConfig& config, int64_t prompt_tokens, int64_t total_tokens, int threads);
+  // Whether the mask trains the next-token target at document position `position` (the
+  // token there, predicted by the row before it), as lct eval's loss and training decide
+  // (data/packing.h: drop_masked_targets) with the prompt as the document's structure:
+  // not inside prefix_lm's prefix (position < prompt), not across shared_question's
+  // question and its answer (position == prompt); every target under the other masks.
+  bool trains_target(int64_t position) const;
+
+  // Bytes the decoder allocates for a document (the cache; the rows of its longest append,
+  // the prompt or `append_rows` later rows at once: 1 when decoding, n - 1 when scoring a
+  // continuation of n tokens; their token tiles; the RoPE table; the kernel's workspace on
+  // `threads` threads), not counting the parameters or the caller's logits: what lct
+  // generate checks against the memory available up front.
+  static double bytes(const LlamaConfig& config, int64_t prompt_tokens, int64_t total_tokens, int threads,
+                      int64_t append_rows = 1);
 
   // Rows of the token tiles the token-linear steps (norms, products, MLP) run in: a
   // long prompt's intermediates never exist for all its rows at once.

@@ -411,9 +411,10 @@ void CadAttention::select_keys(Lane& L, const AttentionInput& in, const float* q
     const AttentionTask a = t.attention_task(int64_t(d.row) + (t.q_begin - d.pos), 0, p.doc_len[size_t(g)]);
     for (int64_t lo = a.q_row, end = a.q_row + a.q_len; lo < end; lo += prm.chunk_rows) {
       const int64_t hi = std::min(end, lo + prm.chunk_rows);
-      select_blocks(prm, a, lo, hi, q, nullptr, selected, &means);
+      int64_t width = 0;  // min(top_blocks, the blocks before), whatever top_blocks is
+      select_blocks(prm, a, lo, hi, q, nullptr, selected, &means, &width);
       used.assign(static_cast<size_t>(int64_t(t.q_begin + t.q_len - 1) / B), 0);
-      for (int64_t e = 0; e < (hi - lo) * KV * K; ++e)
+      for (int64_t e = 0; e < (hi - lo) * KV * width; ++e)
         if (const int32_t m = selected[size_t(e)]; m >= 0) used.at(size_t(m)) = 1;
       for (size_t m = 0; m < used.size(); ++m)
         if (used[m]) s.emplace_back(int64_t(m) * B, int64_t(m + 1) * B);

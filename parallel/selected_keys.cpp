@@ -150,9 +150,11 @@ void plan_selected_keys(MPI_Comm comm, int me, const AttentionParams& params, co
     const AttentionTask t = p.task(0, 0, p.end());
     for (int64_t lo = t.q_row, end = t.q_row + t.q_len; lo < end; lo += params.chunk_rows) {
       const int64_t hi = std::min(end, lo + params.chunk_rows);
-      select_blocks(params, t, lo, hi, q, nullptr, out.selected, &out.means[i]);
+      // sized by what the document can select, not by top_blocks (which may be any number)
+      int64_t width = 0;
+      select_blocks(params, t, lo, hi, q, nullptr, out.selected, &out.means[i], &width);
       used.assign(static_cast<size_t>(doc_blocks[d]), 0);
-      for (int64_t e = 0; e < (hi - lo) * KV * K; ++e)
+      for (int64_t e = 0; e < (hi - lo) * KV * width; ++e)
         if (const int32_t m = out.selected[size_t(e)]; m >= 0) used[size_t(m)] = 1;
       for (int64_t m = 0; m < doc_blocks[d]; ++m)
         if (used[size_t(m)]) s.emplace_back(m * B, (m + 1) * B);

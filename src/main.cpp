@@ -20,6 +20,15 @@
 
 using namespace lct;
 
+namespace {
+// glibc calls an executable's .preinit_array before any shared library's constructor:
+// OpenBLAS's maps a 128 MiB buffer for each of its threads and, under an address-space
+// limit those do not fit, retries forever (ignoring SIGTERM). So a limit lct cannot
+// start under is one line and exit 1 here, before any library runs (src/util/machine.h).
+void before_the_libraries(int, char**, char** envp) { refuse_address_space_below_start(envp); }
+__attribute__((section(".preinit_array"), used)) void (*preinit_entry)(int, char**, char**) = before_the_libraries;
+}  // namespace
+
 int main(int argc, char** argv) {
   choose_blas_kernels(argv);  // may re-execute lct once (src/util/machine.h)
   // Under mpirun every rank runs this; without a launcher there is no MPI at all.

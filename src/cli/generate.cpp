@@ -190,12 +190,14 @@ std::string token_text(const std::vector<int32_t>& tokens) {
 
 // The prompts' and continuations' sizes, each document within what one can hold.
 struct GenerateSizes {
-  int64_t longest = 0, longest_document = 0, longest_continuation = 0, prompt_tokens = 0;
+  int64_t longest = 0, longest_document = 0, longest_new = 0, prompt_tokens = 0, continuation_tokens = 0;
+  bool scoring = false;  // continuations are scored (teacher forcing: one append of all but their last token)
 };
 GenerateSizes generate_sizes(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& continuations,
                              const std::function<int64_t(size_t)>& new_tokens_of) {
   GenerateSizes z;
+  z.scoring = !continuations.empty();
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t P = int64_t(prompts[i].size()), n = new_tokens_of(i);
     if (n > INT32_MAX - P)  // (not P + n: that can wrap)
@@ -203,26 +205,48 @@ GenerateSizes generate_sizes(const std::vector<std::vector<int32_t>>& prompts,
                                (continuations.empty() ? "--max-new-tokens " : "a continuation of ") +
                                std::to_string(n) + ": more than a document can hold (2^31 - 1 tokens)");
     z.longest = std::max(z.longest, P), z.longest_document = std::max(z.longest_document, P + n);
+    z.longest_new = std::max(z.longest_new, n);
     z.prompt_tokens += P;
-    if (!continuations.empty()) z.longest_continuation = std::max(z.longest_continuation, n);
+    if (z.scoring) z.continuation_tokens += n;
   }
   return z;
 }
 
-// Everything the run allocates, before it allocates it (the longest prompt's decoder:
-// one at a time).
-void check_generate_memory(const LlamaConfig& config, const TensorTable& table, const GenerateSizes& z, int threads) {
-  const double bytes = double(table.total()) * sizeof(float) +
-                       KvCacheDecoder::bytes(config, z.longest, z.longest_document, threads) +
-                       double(z.prompt_tokens) * sizeof(int32_t) +
-                       double(z.longest_continuation) * double(config.vocab_size) * sizeof(float) +
-                       32.0 * 1048576 * threads;
+// A generation's --json line at most, a new token: its element of the tokens array (16
+// bytes), its byte of the text and that text escaped (6 bytes: \u00XX), its id printed
+// (10 digits and a comma), the line rendered and then copied for the write
+constexpr double kJsonBytesPerToken = 16 + 1 + 2 * (6 + 11);
+
+// Everything the run allocates, before it allocates it: the weights; every prompt's and
+// continuation's tokens; one decoder at a time, for the longest prompt and document, its
+// rows held for its longest append (a scored continuation's all but its last token, else
+// the prompt); a generation's tokens, its two rows of logits and its --json line; a scored
+// continuation's rows of logits; the libraries' working buffers (as lct train allows).
+double generate_bytes(const LlamaConfig& config, const TensorTable& table, const GenerateSizes& z, int threads) {
+  const double f = sizeof(float), V = double(config.vocab_size), n = double(z.longest_new);
+  const int64_t append_rows = z.scoring ? std::max<int64_t>(1, z.longest_new - 1) : 1;
+  return double(table.total()) * f + double(z.prompt_tokens + z.continuation_tokens) * sizeof(int32_t) +
+         KvCacheDecoder::bytes(config, z.longest, z.longest_document, threads, append_rows) +
+         n * (sizeof(int32_t) + kJsonBytesPerToken) + 2 * V * f +
+         (z.scoring ? continuation_bytes(config, z.longest_new) : 0.0) + 32.0 * 1048576 * threads;
+}
+
+// The estimate, checked against the memory available; returns what the process will hold
+// by it at its peak (what it holds now included), which the figures on stderr set beside
+// the peak measured.
+double check_generate_memory(const LlamaConfig& config, const TensorTable& table, const GenerateSizes& z, int threads) {
+  const double bytes = generate_bytes(config, table, z, threads);
   if (const std::string no = check_command_memory(
           "lct generate of " + std::to_string(z.longest) + " prompt and " +
               std::to_string(z.longest_document - z.longest) + " new tokens",
-          bytes, "the weights, the KV cache of every token, the prompt's rows", "shorten the prompt or --max-new-tokens");
+          bytes,
+          z.scoring ? "the weights, the KV cache of every token, the rows of the prompt and of the continuation, its "
+                      "logits"
+                    : "the weights, the KV cache of every token, the prompt's rows",
+          "shorten the prompt or --max-new-tokens");
       !no.empty())
     throw std::runtime_error(no);
+  return command_memory_bytes(bytes);
 }
 
 // A prompt's --json line: its tokens, the sampling, and the FLOPs by lct's convention
@@ -249,22 +273,25 @@ Json generation_json(const LlamaConfig& config, const Generation& g, int64_t P, 
 // the summary on stderr
 struct ContinuationTotals {
   double seconds = 0, log_likelihood = 0;
-  int64_t tokens = 0, greedy = 0;
+  int64_t targets = 0, greedy = 0;
   void add(const ContinuationScore& c, Json& j) {
     j["continuation_tokens"] = c.tokens;
+    j["continuation_targets"] = c.targets;
     j["continuation_log_likelihood"] = c.log_likelihood;
     j["continuation_argmax"] = c.argmax;
     j["continuation_greedy"] = c.greedy();
     j["continuation_seconds"] = c.seconds;
     seconds += c.seconds;
     log_likelihood += c.log_likelihood;
-    tokens += c.tokens;
+    targets += c.targets;
     greedy += c.greedy();
   }
   std::string summary(size_t continuations) const {
     return " | continuations: " + std::to_string(greedy) + " of " + std::to_string(continuations) +
-           " the greedy choice, log-likelihood " + std::to_string(log_likelihood / double(tokens)) + " nats/token, " +
-           std::to_string(seconds) + " s";
+           " the greedy choice, log-likelihood " +
+           (targets > 0 ? std::to_string(log_likelihood / double(targets)) + " nats/token"
+                        : std::string("of no token (no target the mask trains)")) +
+           ", " + std::to_string(seconds) + " s";
   }
 };
 
@@ -301,7 +328,7 @@ int run_generate(const Options& o) {
   const TensorTable table = build_llama_table(config);
   file.check_params(config, table);  // every tensor there (headers only) before sizing and allocating
   const int threads = omp_get_max_threads();
-  check_generate_memory(config, table, sizes, threads);
+  const double estimate = check_generate_memory(config, table, sizes, threads);
   std::vector<float> params(size_t(table.total()));
   file.read_params(config, table, params.data());
 
@@ -353,11 +380,14 @@ int run_generate(const Options& o) {
   // the figures on stderr, so that stdout is the continuations alone
   const double prompt_rate = prompt_seconds > 0 ? double(prompt_tokens) / prompt_seconds : 0.0;
   const double new_rate = decode_seconds > 0 ? double(new_tokens) / decode_seconds : 0.0;
+  // and the memory: the estimate checked before anything was allocated, the peak held
+  const int64_t peak = peak_rss_bytes();
   print_err("generate: {}{} prompt tokens in {:.3f} s ({:.1f} tokens/s) | {} new tokens in {:.3f} s "
-            "({:.1f} tokens/s) | {} | attention {} | {} threads{}\n",
+            "({:.1f} tokens/s) | {} | attention {} | {} threads{} | memory {} estimated, {} peak\n",
             prompts.size() > 1 ? std::to_string(prompts.size()) + " prompts, " : "", prompt_tokens, prompt_seconds,
             prompt_rate, new_tokens, decode_seconds, new_rate, how, attention, threads,
-            continuations.empty() ? "" : scores.summary(continuations.size()));
+            continuations.empty() ? "" : scores.summary(continuations.size()), bytes_text(estimate),
+            peak >= 0 ? bytes_text(double(peak)) : std::string("unknown"));
   return 0;
 }
 

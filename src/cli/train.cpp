@@ -1,5 +1,7 @@
 // lct train: start-up (config, run plan, rank agreement, memory budget), --dry-run, and
 // the training run itself (src/train/trainer.h).
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -18,9 +20,28 @@
 #include "src/train/run_plan.h"
 #include "src/train/trainer.h"
 #include "src/util/log.h"
+#include "src/util/printable.h"
 
 namespace lct {
 namespace {
+
+// --memory-gib: a positive, finite number of GiB, at most 1 PiB (2^20 GiB: more than any
+// machine a rank runs on), in the one-line convention of positive() (src/cli/command.h)
+constexpr int64_t kMaxMemoryGib = int64_t(1) << 20;
+const CLI::Validator& memory_gib_value() {
+  static const CLI::Validator v(
+      [](std::string& text) -> std::string {
+        double gib = 0;
+        if (!CLI::detail::lexical_cast(text, gib)) return "must be a number, got '" + printable(text) + "'";
+        if (!std::isfinite(gib)) return "must be a finite number, got " + printable(text);
+        if (!(gib > 0)) return "must be > 0, got " + printable(text);
+        if (gib > double(kMaxMemoryGib))
+          return "must be at most " + std::to_string(kMaxMemoryGib) + " (GiB: 1 PiB), got " + printable(text);
+        return {};
+      },
+      "GIB");
+  return v;
+}
 
 struct TrainOptions {
   ConfigOptions config;
@@ -87,8 +108,13 @@ int run_train(const TrainOptions& o, int rank, int world) {
     if (const std::string e = config.model.attention_mask.next_token_problem("lct train"); !e.empty()) throw ConfigError(e);
     refuse_overlapping_files(config, o.config.file);
     plan = make_run_plan(config, world);
+    // what the process holds already, measured here, at the same point of every lct
+    // train: the run's estimate, --dry-run's and every candidate of --max-seq-len count
+    // this one figure, before --dry-run opens the data (src/train/memory_budget.h)
+    process_resident_bytes();
     // the data as training opens it: --dry-run refuses what training would refuse
-    if (o.dry_run) {
+    // (with --max-seq-len, at the length it answers, below)
+    if (o.dry_run && !o.max_seq_len) {
       const DocumentStream stream(plan);
     }
     if (plan.run.resume.from == Resume::From::latest) latest = latest_checkpoint(plan.run.checkpoint.dir);
@@ -112,9 +138,22 @@ int run_train(const TrainOptions& o, int rank, int world) {
   MemoryAvailable available = available_memory(local ? std::atoi(local) : world);
   if (o.memory_gib > 0) available = {o.memory_gib * double(int64_t(1) << 30), fmt::format("--memory-gib {}", o.memory_gib)};
   if (o.max_seq_len) {
-    const LongestFit fit = longest_fitting_seq_len(config, plan, available);
-    if (rank == 0) print_out("{}\n", describe_longest_fit(fit, available));
-    return fit.seq_len > 0 ? 0 : 1;
+    // The answer fits with the part of the process's own figure that moves between runs
+    // to spare (process_headroom_bytes), so that --dry-run of it, another process, fits
+    // too: each counts the process once, measured at the same point of its start-up.
+    const double headroom = process_headroom_bytes();
+    MemoryAvailable for_fit = available;
+    for_fit.bytes = std::max(0.0, available.bytes - headroom);
+    for_fit.limit += ", less " + bytes_text(headroom) + " of headroom for the process's pages that move between runs";
+    const LongestFit fit = longest_fitting_seq_len(config, plan, for_fit);
+    if (rank == 0) print_out("{}\n", describe_longest_fit(fit, for_fit));
+    if (fit.seq_len == 0 || !o.dry_run) return fit.seq_len > 0 ? 0 : 1;
+    // with --dry-run: the plan and the estimate of the length answered, as --dry-run
+    // --data.seq_len <answer> prints them (the data opened at that length)
+    config.data.seq_len = fit.seq_len;
+    validate_config(config);
+    plan = make_run_plan(config, world);
+    const DocumentStream stream(plan);
   }
   const MemoryEstimate estimate = estimate_rank_memory(plan);
   const std::string memory_error = check_memory_budget(estimate, available);
@@ -148,10 +187,12 @@ Command add_train_command(CLI::App& lct, int rank, int world) {
                   "print the plan and the memory estimate per rank against the memory available, then exit");
   train->add_flag("--max-seq-len", o->max_seq_len,
                   "print the longest data.seq_len (a multiple of 1024) whose run fits the memory available by the "
-                  "--dry-run estimate, every other key as configured, in one line; trains nothing");
+                  "--dry-run estimate, with the process's own moving part to spare, every other key as configured, in "
+                  "one line; trains nothing (with --dry-run: then the plan and estimate of that length)");
   train->add_option("--memory-gib", o->memory_gib,
-                    "with --dry-run or --max-seq-len: the memory one rank may use, in GiB, instead of this machine's")
-      ->check(CLI::PositiveNumber);
+                    "with --dry-run or --max-seq-len: the memory one rank may use, in GiB (up to 1048576), instead of "
+                    "this machine's")
+      ->check(memory_gib_value());
   add_config_options(train, o->config);
   return {train, [o, rank, world] { return run_train(*o, rank, world); }};
 }

@@ -465,8 +465,9 @@ std::vector<std::string> write_hf_model(const std::string& out_dir, const LlamaC
   TempFile weights_file(weights), config_file(cfg);
   weights_file.write_all_and_close(bytes.data(), bytes.size());
   config_file.write_all_and_close(text.data(), text.size());
-  weights_file.commit();
-  config_file.commit();
+  // renamed under one block of the signals, so an interrupted export never pairs a new
+  // model.safetensors with an old config.json
+  TempFile::commit_all({&weights_file, &config_file});
   std::vector<std::string> out = {fmt::format("{}: {} tensors, {}, {:.1f} MiB", weights, tensors.size(),
                                               safetensors_dtype_name(dtype), double(bytes.size()) / 1048576.0), cfg + ": LlamaForCausalLM, " + describe_attention(config)};
   if (config.attention_kernel != AttentionKernel::causal || config.attention_mask.kind != MaskKind::causal ||

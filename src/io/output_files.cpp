@@ -110,18 +110,23 @@ void TempFile::write_all_and_close(const char* data, size_t size) {
   if (rc != 0) throw write_failure(target_, "closing failed", err);
 }
 
-void TempFile::commit() {
+void TempFile::commit() { commit_all({this}); }
+
+void TempFile::commit_all(std::initializer_list<TempFile*> files) {
   {
-    // renamed and forgotten together: a signal never removes the name after the rename
+    // renamed and forgotten together: a signal never removes a name after its rename,
+    // and never comes between two of these renames
     TemporaryRegistryLock lock;
-    if (std::rename(name_.c_str(), target_.c_str()) != 0) {
-      const int err = errno;
-      throw std::runtime_error("cannot rename '" + name_ + "' to '" + target_ + "': " + std::strerror(err));
+    for (TempFile* f : files) {
+      if (std::rename(f->name_.c_str(), f->target_.c_str()) != 0) {
+        const int err = errno;
+        throw std::runtime_error("cannot rename '" + f->name_ + "' to '" + f->target_ + "': " + std::strerror(err));
+      }
+      lock.remove(f->entry_);
+      f->committed_ = true;
     }
-    lock.remove(entry_);
-    committed_ = true;
   }
-  sync_folder(target_);
+  for (TempFile* f : files) sync_folder(f->target_);
 }
 
 std::string temporary_target(const std::string& name) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace lct {
@@ -34,6 +35,11 @@ class TempFile {
   void write_all_and_close(const char* data, size_t size);
   // Renames the temporary over the target and fsyncs the folder.
   void commit();
+  // Renames each of `files` over its target in turn, then fsyncs their folders; a signal
+  // that ends the process sees either none of the renames or all of them (lct export's
+  // model.safetensors and config.json). Throws at the first rename that fails (those
+  // before it are done).
+  static void commit_all(std::initializer_list<TempFile*> files);
 
  private:
   std::string target_, name_;

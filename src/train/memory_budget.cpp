@@ -191,10 +191,28 @@ MemoryEstimate estimate_rank_memory(const RunPlan& plan) {
   e.data = double(m) * T * 13 + corpus_bytes(plan.data);
   // rank 0 builds the checkpoint in memory (HDF5's copy and the image), then verifies it
   e.checkpoint = 2 * (params + (plan.optimizer.kind == OptimizerKind::adamw ? 2 * params : 0)) * f + params * f;
-  e.process = proc_kib_field("/proc/self/status", "VmRSS");
-  if (e.process < 0) e.process = 0;
+  e.process = process_resident_bytes();
   return e;
 }
+
+namespace {
+struct ProcessFigures {
+  double resident = 0, file_backed = 0;
+};
+const ProcessFigures& process_figures() {
+  static const ProcessFigures figures = [] {
+    ProcessFigures f;
+    f.resident = std::max(0.0, proc_kib_field("/proc/self/status", "VmRSS"));
+    const double file = proc_kib_field("/proc/self/status", "RssFile");
+    f.file_backed = file >= 0 ? file : f.resident / 4;  // (Linux before 4.5: a quarter of the whole)
+    return f;
+  }();
+  return figures;
+}
+}  // namespace
+
+double process_resident_bytes() { return process_figures().resident; }
+double process_headroom_bytes() { return process_figures().file_backed; }
 
 std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a) {
   std::ostringstream o;
@@ -225,12 +243,19 @@ std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& 
          "); reduce data.seq_len, train.micro_batches or the model, or add ranks (lct train --dry-run shows the estimate)";
 }
 
+double command_memory_bytes(double bytes) {
+  return bytes + std::max(0.0, proc_kib_field("/proc/self/status", "VmRSS"));
+}
+
 std::string check_command_memory(const std::string& what, double bytes, const std::string& parts,
                                  const std::string& advice) {
   const MemoryAvailable a = available_memory(1);
-  if (!(bytes > a.bytes)) return "";
-  return "not enough memory: " + what + " needs about " + bytes_text(bytes) + " (" + parts + ") but " +
-         bytes_text(a.bytes) + " is available (" + a.limit + "); " + advice;
+  // (the process's own part as available_memory counts it: both hold it)
+  const double need = command_memory_bytes(bytes);
+  if (!(need > a.bytes)) return "";
+  return "not enough memory: " + what + " needs about " + bytes_text(need) + " (" + parts + ", and the " +
+         bytes_text(need - bytes) + " the process holds) but " + bytes_text(a.bytes) + " is available (" + a.limit +
+         "); " + advice;
 }
 
 double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int64_t L) {

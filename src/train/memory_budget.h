@@ -19,8 +19,10 @@
 //   data         the step's packed micro-batches, a text corpus held in memory
 //   checkpoint   rank 0: the checkpoint built in memory, its image and the verify pass
 //   libraries    BLAS and oneDNN working buffers per thread, MPI's shared memory (an allowance)
-//   process      what the process holds already (libraries, MPI), measured
-// Available: available_memory (src/util/machine.h).
+//   process      what the process holds already (libraries, MPI), measured once
+//                (process_resident_bytes)
+// Available: available_memory (src/util/machine.h): resident memory, and an address-space
+// limit less what is mapped (the allocations counted here map their sizes).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,19 @@ struct MemoryEstimate {
 // The largest rank's estimate (rank 0 carries the checkpoint image).
 MemoryEstimate estimate_rank_memory(const RunPlan& plan);
 
+// What the process holds already, the estimates' `process` part: its resident size
+// (VmRSS), measured once, at the first call. lct train makes that call at one point of
+// its start-up, before --dry-run opens the data and --max-seq-len plans its candidates, so
+// that --dry-run, --max-seq-len and the run itself count the same figure.
+double process_resident_bytes();
+// The part of that figure which moves between two runs of the same command line: its
+// file-backed pages (RssFile, measured with it). Which of the program's and libraries'
+// pages the kernel maps around each fault depends on where they load (ASLR) and on the
+// page cache, while the anonymous pages repeat to the page (0.3 MiB of movement was seen
+// on about 20 MiB of them). lct train --max-seq-len answers the longest length that fits
+// with this much to spare, so that --dry-run of the answer, in another process, fits too.
+double process_headroom_bytes();
+
 // One line per component, for --dry-run.
 std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a);
 
@@ -56,10 +71,14 @@ std::string describe_estimate(const MemoryEstimate& e, const MemoryAvailable& a)
 std::string check_memory_budget(const MemoryEstimate& e, const MemoryAvailable& a);
 
 // The other commands' budgets, checked before they allocate (the same one-line refusal,
-// never std::bad_alloc or the OOM killer). `what` names the work, `parts` what the bytes
-// are, `advice` what to change; "" when it fits the memory available to one process.
+// never std::bad_alloc or the OOM killer). `what` names the work, `bytes` and `parts`
+// what it allocates, `advice` what to change; "" when that and what the process holds
+// already fit the memory available to one process.
 std::string check_command_memory(const std::string& what, double bytes, const std::string& parts,
                                  const std::string& advice);
+// What a command holds at its peak by such an estimate: `bytes` and what the process
+// holds now (VmRSS), the figure check_command_memory compares.
+double command_memory_bytes(double bytes);
 // lct eval: the forward and backward of one packed batch of T tokens (longest document
 // L) with the model's weights and gradients (what LlamaModel allocates for them).
 double eval_bytes(const LlamaConfig& model, Precision precision, int64_t T, int64_t L);

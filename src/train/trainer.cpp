@@ -37,7 +37,11 @@ namespace fs = std::filesystem;
 std::atomic<int> g_stop_signal{0};
 
 namespace {
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+// the first signal is the one the run stops for (and exits 128 + it with)
+void on_stop_signal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+}
 }  // namespace
 
 void install_stop_signal_handlers() {
@@ -559,6 +563,17 @@ int Trainer::run() {
     timeline.trace.reset();
   };
 
+  // A SIGINT/SIGTERM on any rank stops the run at the next point where the ranks agree
+  // on it: the step's all-reduce (then a checkpoint of that step is written), or right
+  // after a periodic checkpoint (a signal during its write stops the run there, not a
+  // whole step later).
+  const auto stop = [&](int64_t step, const std::string& checkpoint) {
+    const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+    log_info("stopped by signal {} after step {}; checkpoint: {}", sig, step, checkpoint);
+    log_info("resume with: --train.resume auto --checkpoint.dir {}", plan_.run.checkpoint.dir);
+    write_timeline();
+    return 128 + sig;
+  };
   while (state_.step < plan_.run.steps) {
     const StepRecord r = train_step();
     if (r.step % plan_.run.log_every == 0 || r.step == plan_.run.steps || r.step == 1) {
@@ -572,16 +587,18 @@ int Trainer::run() {
       write_metrics_json(row, r);
       metrics_.append(row.str());
     }
-    if (stop_requested_) {
-      const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
-      log_info("stopped by signal {} after step {}; checkpoint: {}", sig, r.step, save_checkpoint());
-      log_info("resume with: --train.resume auto --checkpoint.dir {}", plan_.run.checkpoint.dir);
-      write_timeline();
-      return 128 + sig;
-    }
+    if (stop_requested_) return stop(r.step, save_checkpoint());
     if (plan_.run.checkpoint.every > 0 && r.step % plan_.run.checkpoint.every == 0 &&
-        r.step != plan_.run.steps)
-      log_info("checkpoint: {}", save_checkpoint());
+        r.step != plan_.run.steps) {
+      const std::string checkpoint = save_checkpoint();
+      log_info("checkpoint: {}", checkpoint);
+      // a signal during the write: every rank agrees now (one small all-reduce, on
+      // checkpoint steps only) and the run stops at this complete checkpoint
+      double stop_asked = g_stop_signal.load() != 0 ? 1.0 : 0.0;
+      allreduce_sum(&stop_asked, 1, grid_.world(), nullptr);
+      stop_requested_ = stop_asked > 0;
+      if (stop_requested_) return stop(r.step, checkpoint);
+    }
   }
   // every rank counted the same global targets: a run that learned nothing fails alike
   if (run_targets_ == 0)

@@ -30,8 +30,12 @@
 
 namespace lct {
 
-// SIGINT/SIGTERM handling: the handler records the signal; the training loop checks it
-// at each step boundary, writes a checkpoint and returns 128 + signal.
+// SIGINT/SIGTERM handling: the handler records the (first) signal; the ranks agree on it
+// in each step's all-reduce and again right after each periodic checkpoint. Seen in a
+// step, the loop writes a checkpoint of that step; seen after a periodic checkpoint (a
+// signal during its write), it stops at that checkpoint without training another step.
+// Either way run() returns 128 + signal. Installed over any disposition (SIG_IGN too);
+// the other signals that end the process remove its temporaries first (src/util/signals.h).
 void install_stop_signal_handlers();
 extern std::atomic<int> g_stop_signal;
 
@@ -123,7 +127,7 @@ class Trainer {
   std::vector<std::string> own_checkpoints_;  // rank 0: this run's files in checkpoint.dir, oldest first
   std::vector<StepRecord> history_;
   std::vector<LocalBatch> local_;  // this rank's share of this step's micro-batches
-  bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step)
+  bool stop_requested_ = false;  // some rank got SIGINT/SIGTERM (agreed on every step and after each checkpoint)
   int64_t run_targets_ = 0;      // global targets of this run's steps (not a resumed run's earlier ones)
   std::string no_targets_reason() const;
   AppendFile metrics_;  // rank 0: metrics.jsonl

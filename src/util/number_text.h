@@ -15,8 +15,10 @@ namespace lct {
 // True, with `value` set, when `text` is wholly a finite decimal number.
 inline bool parse_number_text(std::string_view text, double& value) {
   if (text.empty()) return false;
-  for (char c : text)  // std::from_chars also takes "inf", "nan" and "infinity"
-    if (!((c >= '0' && c <= '9') || c == '.' || c == '-' || c == 'e' || c == 'E')) return false;
+  // std::from_chars also takes "inf", "nan" and "infinity"; it refuses a leading '+', so
+  // a '+' passes here only to stand in an exponent ("1e+38")
+  for (char c : text)
+    if (!((c >= '0' && c <= '9') || c == '.' || c == '-' || c == '+' || c == 'e' || c == 'E')) return false;
   double v = 0;
   const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
   if (err != std::errc() || end != text.data() + text.size() || !std::isfinite(v)) return false;

@@ -24,4 +24,18 @@ inline std::string printable(std::string_view bytes) {
   return out;
 }
 
+// A message as one line: its control bytes (a line break, a tab, DEL) as \xNN, every
+// other byte kept, so text escaped by printable() before is not escaped twice. What every
+// "lct: error:" line passes through (src/cli/dispatch.cpp), whatever built the message.
+inline std::string one_line(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += ch;
+  }
+  return out;
+}
+
 }  // namespace lct

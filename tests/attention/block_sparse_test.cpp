@@ -3,9 +3,11 @@
 // pair counts): the selection against its definition, its limits (top_blocks 0 is the
 // chunked mask, every block is causal), no leak from later tokens, and query slices.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -307,6 +309,65 @@ TEST(BlockSparse, KeyRangesMergeToTheWholePrefix) {
   std::fill(plse.begin(), plse.end(), -INFINITY);
   block_sparse_forward(p, {&none, 1}, q.data(), k.data(), v.data(), po.data(), plse.data(), means);
   for (int64_t h = 0; h < H; ++h) EXPECT_EQ(plse[size_t(1090 * H + h)], -INFINITY);
+}
+
+// A top_blocks or block_size beyond what any document has is legal (issue 87 item 7) and
+// is its clamped value bit for bit: top_blocks 2,147,483,647 selects every earlier block,
+// as k = 7 does for the 247-token document (its last query's block is 7), and a block of
+// 2,147,483,647 positions is one block per document, as one of 247 is; both at once too.
+// (Before, the kernel allocated a selection entry per query, group and top block: 4 TiB.)
+TEST(BlockSparse, HugeKeysAreTheirClampedValues) {
+  constexpr int32_t kHuge = std::numeric_limits<int32_t>::max();
+  const std::vector<int32_t> docs = {0, 20, 52, 53, 300};
+  const auto same = [](const KernelRun& a, const KernelRun& b, const char* what) {
+    EXPECT_EQ(a.o, b.o) << what;
+    EXPECT_EQ(a.lse, b.lse) << what;
+    EXPECT_EQ(a.dq, b.dq) << what;
+    EXPECT_EQ(a.dk, b.dk) << what;
+    EXPECT_EQ(a.dv, b.dv) << what;
+  };
+  Problem pr = sparse(7, docs);
+  const KernelRun clamped_k = run_kernel(pr, 17);
+  pr.mask.top_blocks = kHuge;
+  same(run_kernel(pr, 17), clamped_k, "top_blocks");
+  pr.mask = {MaskKind::block_sparse, 1, 0, 247, 2};
+  const KernelRun clamped_b = run_kernel(pr, 17);
+  pr.mask.block_size = kHuge;
+  same(run_kernel(pr, 17), clamped_b, "block_size");
+  pr.mask.top_blocks = kHuge;
+  same(run_kernel(pr, 17), clamped_b, "both");
+}
+
+// The workspace estimate is sized by what a document can select, not by the settings: for a
+// 256-token run (key rows bound the documents) at the default block of 8,192, no query has
+// an earlier block, so top_blocks 2,147,483,647 estimates exactly as top_blocks 0 (it was
+// 8,256 GiB); at blocks of 16, as 15, the most a 256-token document's queries can select.
+// The bound, from the kernel's buffers for 256 rows of G = 4 heads, hd = 64: K, V, dK, dV
+// of 256 keys (16 hd 256 B = 256 KiB), Q, O, dO, dQ, part O and 3 LSEs of 258 gathered
+// rows (4 (5 G hd + 3 G) 258 B = 1.3 MB), the selection, means and offsets (a few KiB),
+// and each thread's scores (8 (8 (256 / B + 1) + 8 hd) B = 4.2 KiB): under 2 MiB and 8 KiB
+// a thread. A block of 2,147,483,647 positions for 4 tokens (lct generate's, refused as 512
+// GiB before) is a block of 4: under 1 MiB and 8 KiB a thread.
+TEST(BlockSparse, WorkspaceIsSizedByWhatADocumentSelects) {
+  constexpr int32_t kHuge = std::numeric_limits<int32_t>::max();
+  AttentionParams p;
+  p.num_heads = 8, p.num_kv_heads = 2, p.head_dim = 64, p.scale = 0.125f;
+  p.mask = {MaskKind::block_sparse, 1, 0, 8192, kHuge};
+  const int64_t huge = block_sparse_workspace_bytes(p, 256, 256);
+  EXPECT_LE(huge, 2 * 1048576 + 8192 * int64_t(omp_get_max_threads()));
+  p.mask.top_blocks = 0;
+  EXPECT_EQ(huge, block_sparse_workspace_bytes(p, 256, 256));
+  p.mask = {MaskKind::block_sparse, 1, 0, 16, kHuge};
+  const int64_t small_blocks = block_sparse_workspace_bytes(p, 256, 256);
+  p.mask.top_blocks = 15;
+  EXPECT_EQ(small_blocks, block_sparse_workspace_bytes(p, 256, 256));
+  p.mask = {MaskKind::block_sparse, 1, 0, kHuge, 3};
+  const int64_t huge_block = block_sparse_workspace_bytes(p, 4, 4);
+  EXPECT_LE(huge_block, 1048576 + 8192 * int64_t(omp_get_max_threads()));
+  p.mask.block_size = 4;
+  EXPECT_EQ(huge_block, block_sparse_workspace_bytes(p, 4, 4));
+  p.mask.block_size = kHuge, p.mask.top_blocks = kHuge;
+  EXPECT_LE(attention_workspace_bytes(p, 256, 256, 2), 16 * 1048576);  // the whole kernel's, 2 threads
 }
 
 // Tasks without their document's key prefix (a context-parallel piece) are refused,

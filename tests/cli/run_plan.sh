@@ -58,7 +58,7 @@ layouts=(
   "3|--parallel.cp 3"
   "2|--parallel.pp 3"
   "2|--model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp 2"
-  "2|--model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp -1"
+  "2|--model.rope_scaling dynamic --model.rope_original_length 64 --parallel.dp 1 --parallel.cp -1"
 )
 accepted=0
 refused=0
@@ -78,7 +78,7 @@ for entry in "${layouts[@]}"; do
 done
 # the rule is checked on the resolved layout: parallel.cp = -1 inferred as 2 is refused too
 for cp in 2 -1; do
-  t=$(train_verdict 2 --model.rope_scaling dynamic --model.rope_original_length 64 --parallel.cp $cp)
+  t=$(train_verdict 2 --model.rope_scaling dynamic --model.rope_original_length 64 --parallel.dp 1 --parallel.cp $cp)
   [[ $t == "model.rope_scaling = dynamic rebuilds RoPE"*"parallel.cp = 2"* ]] ||
     fail "dynamic RoPE at parallel.cp = $cp on 2 ranks: '$t'"
 done

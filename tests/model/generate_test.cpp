@@ -4,6 +4,9 @@
 // carries; the sampler's distribution; seeded reproducibility.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -208,10 +211,13 @@ TEST(KvCacheDecoder, RefusesWhatItCannotDo) {
 // continuation through the training model. The continuation's rows are replayed on a
 // second decoder by the same two appends (prompt, then the continuation but its last
 // token, every row), which gives the same floats and so each row's logits: the score's
-// log-likelihood is minus the sum of those rows' losses (to double rounding), and each
-// row's loss is the full forward's within check_decoding's tolerance, 2 K u (1 + the
-// row's largest |logit|). The greedy continuation scores every token as the argmax (its
-// own decoding decided each margin); one that differs from it in its third token does not.
+// log-likelihood is minus the sum of the losses of those rows whose target the mask
+// trains (to double rounding), the targets lct eval's loss counts (drop_masked_targets
+// on the same document: under shared_question not the first token, which the question's
+// last row predicts across segments), and each row's loss is the full forward's within
+// check_decoding's tolerance, 2 K u (1 + the row's largest |logit|). The greedy
+// continuation scores every token as the argmax (its own decoding decided each margin);
+// one that differs from it in its third token does not.
 void check_scoring(const LlamaConfig& config, int64_t prompt_len, int64_t n, uint64_t seed) {
   LlamaModel model(config);
   randomize_params(model.table(), model.params, seed);
@@ -219,18 +225,21 @@ void check_scoring(const LlamaConfig& config, int64_t prompt_len, int64_t n, uin
   const int64_t V = config.vocab_size, L = prompt_len + n;
   const int64_t K = std::max({config.hidden_size, config.intermediate_size, L});
   const double rel = double(3 * config.num_hidden_layers + 1) * double(K) * std::ldexp(1.0, -24);
+  const int64_t skipped = config.attention_mask.kind == MaskKind::shared_question ? 1 : 0;
   KvCacheDecoder decoder(config, model.params.data(), prompt_len, L);
   const Generation g = generate(decoder, prompt, n, {});
   const ContinuationScore greedy = score_continuation(decoder, g, g.tokens);
   EXPECT_EQ(greedy.tokens, n);
-  EXPECT_EQ(greedy.argmax, n);
+  EXPECT_EQ(greedy.targets, n - skipped);
+  EXPECT_EQ(greedy.argmax, n - skipped);
+  EXPECT_EQ(greedy.argmax_tokens, n);
   EXPECT_TRUE(greedy.greedy());
   EXPECT_EQ(decoder.length(), L - 1);
   std::vector<int32_t> other = g.tokens;
   other[2] = (other[2] + 1) % int32_t(V);
   const ContinuationScore wrong = score_continuation(decoder, g, other);
   EXPECT_FALSE(wrong.greedy());
-  EXPECT_LE(wrong.argmax, n - 1);
+  EXPECT_LE(wrong.argmax, n - skipped - 1);
   for (const auto& [continuation, score] : {std::pair{g.tokens, greedy}, std::pair{other, wrong}}) {
     KvCacheDecoder replay(config, model.params.data(), prompt_len, L);
     std::vector<float> rows(size_t(n * V));
@@ -242,18 +251,29 @@ void check_scoring(const LlamaConfig& config, int64_t prompt_len, int64_t n, uin
     batch.cu_seqlens = {0, int32_t(L)};
     derive_targets_and_positions(batch);
     if (config.attention_mask.kind == MaskKind::prefix_lm) batch.prefix_lens = {int32_t(prompt_len)};
+    if (config.attention_mask.kind == MaskKind::shared_question) {
+      batch.segment_ids.assign(size_t(L), 1);
+      std::fill(batch.segment_ids.begin(), batch.segment_ids.begin() + prompt_len, 0);
+    }
+    drop_masked_targets(batch);  // the targets eval's loss counts
     std::vector<double> full_loss(size_t(L), 0.0);
     std::vector<uint8_t> correct(size_t(L), 0);
     model.forward_backward(batch, 1.0f, false, full_loss.data(), correct.data());
     double replayed = 0.0;
+    int64_t targets = 0;
     for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = prompt_len - 1 + i;
+      EXPECT_EQ(batch.targets[size_t(r)] >= 0, decoder.trains_target(prompt_len + i)) << "token " << i;
+      if (batch.targets[size_t(r)] < 0) continue;
       const float* row = rows.data() + i * V;
       const double loss = token_loss(row, V, continuation[size_t(i)]);
       replayed += loss;
+      ++targets;
       double magnitude = 0.0;
       for (int64_t v = 0; v < V; ++v) magnitude = std::max(magnitude, double(std::fabs(row[v])));
-      EXPECT_NEAR(loss, full_loss[size_t(prompt_len - 1 + i)], 2.0 * rel * (1.0 + magnitude)) << "token " << i;
+      EXPECT_NEAR(loss, full_loss[size_t(r)], 2.0 * rel * (1.0 + magnitude)) << "token " << i;
     }
+    EXPECT_EQ(score.targets, targets);
     EXPECT_NEAR(-score.log_likelihood, replayed, 1e-12 * (1.0 + replayed));
   }
 }
@@ -272,6 +292,49 @@ TEST(KvCacheDecoder, ScoresAContinuationAsTheFullForward) {
   c = base_config();
   c.attention_mask = AttentionMask{MaskKind::prefix_lm, 0, 0, 0};
   check_scoring(c, 12, 10, 24);
+  // the question's last row predicts the answer's first token across segments: eval's
+  // loss skips that target, and so does the score (issue 87)
+  c.attention_mask = AttentionMask{MaskKind::shared_question, 0, 0, 0};
+  check_scoring(c, 12, 10, 25);
+}
+
+// The heap (glibc's in-use bytes, arenas and mapped chunks) a generation and then the
+// scoring of a continuation far longer than the prompt hold with the decoder alive:
+// within KvCacheDecoder::bytes for an append of the continuation's rows but its last
+// token, beside the generation's tokens and logits rows. The rows of that append (x, q,
+// the attention output, LSE, positions: 12 KiB a token at a width of 1024, issue 87)
+// were counted for the prompt only. (Under AddressSanitizer glibc's heap is not the one
+// in use, and the figure is ~0: the bound then holds trivially.)
+size_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+TEST(KvCacheDecoder, BytesBoundTheScoringOfALongContinuation) {
+  const LlamaConfig c = llama_shape(kVocab, 256, 32, 1, 4, 1);
+  std::vector<float> params(size_t(build_llama_table(c).total()));
+  {
+    LlamaModel model(c);
+    randomize_params(model.table(), model.params, 31);
+    params = model.params;
+  }
+  const int64_t P = 4, n = 3000, V = c.vocab_size;
+  const std::vector<int32_t> prompt = random_tokens(P, 32), continuation = random_tokens(n, 33);
+  const int threads = omp_get_max_threads();
+  const size_t before = heap_in_use();
+  KvCacheDecoder decoder(c, params.data(), P, P + n);
+  const Generation g = generate(decoder, prompt, n, {});
+  const ContinuationScore s = score_continuation(decoder, g, continuation);
+  EXPECT_EQ(s.targets, n);
+  const double held = double(heap_in_use()) - double(before);
+  const double generation = double(g.tokens.capacity()) * sizeof(int32_t) + double(V) * sizeof(float);
+  const double bound = KvCacheDecoder::bytes(c, P, P + n, threads, n - 1) + generation + 65536;
+  EXPECT_LE(held, bound) << "the decoder and the generation hold " << held << " bytes";
+  // the append's rows are most of it: the bound without them falls short
+  const double rows = double(n - 1) * double(c.hidden_size + 2 * c.hidden_size + c.num_attention_heads + 2) * 4;
+  EXPECT_GT(KvCacheDecoder::bytes(c, P, P + n, threads, n - 1) - KvCacheDecoder::bytes(c, P, P + n, threads), 0.99 * rows);
+  // and what score_continuation allocates besides: a row of logits a token
+  EXPECT_EQ(continuation_bytes(c, n), double(n) * double(V) * sizeof(float));
 }
 
 TEST(KvCacheDecoder, RewindsOnlyWithinTheDocument) {

@@ -203,7 +203,7 @@ Command add_bench_command(CLI::App& lct) {
   return {bench, [o] {
             const Config config = resolve_config(o->config);
             // outputs are checked before the work, not after it (a folder, a device)
-            NamedPaths inputs = config_inputs(config, o->config);
+            NamedPaths inputs = config_inputs(config, o->config.file);
             inputs.emplace_back("--ceilings-from", o->bench.ceilings_from);
             check_outputs({{"--profile-out", o->bench.profile_out}}, inputs);
             if (!o->bench.ceilings_from.empty() && wants(o->bench, "ceilings"))

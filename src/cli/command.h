@@ -40,10 +40,10 @@ void add_config_options(CLI::App* command, ConfigOptions& options);
 // Defaults, then the file, then the overrides; validated (throws ConfigError).
 Config resolve_config(const ConfigOptions& options);
 // Every file a command given this config reads, as check_outputs (src/io/paths.h)
-// compares inputs: --config, data.path, train.resume's path, attention.cad_profile's file
+// compares inputs: --config (`config_file`, "" for none), data.path, train.resume's path, attention.cad_profile's file
 // and train.init_from's model files. Every config-taking command that writes passes
 // these, so no output of any command can replace what its config reads.
-std::vector<std::pair<std::string, std::string>> config_inputs(const Config& config, const ConfigOptions& options);
+std::vector<std::pair<std::string, std::string>> config_inputs(const Config& config, const std::string& config_file);
 
 // The attention and RoPE-scaling overrides of a command that reads a model (eval,
 // generate): every key of function scope (attention.*, model.rope_scaling*) as

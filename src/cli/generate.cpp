@@ -192,6 +192,10 @@ std::string token_text(const std::vector<int32_t>& tokens) {
 struct GenerateSizes {
   int64_t longest = 0, longest_document = 0, longest_new = 0, prompt_tokens = 0, continuation_tokens = 0;
   bool scoring = false;  // continuations are scored (teacher forcing: one append of all but their last token)
+  // each prompt's (P, n): each gets a decoder of its own, whose growth from P rows to P + n
+  // is not monotone in them (the longest prompt and the longest continuation may be
+  // different prompts'), so the KV cache's peak is the largest over the prompts
+  std::vector<std::pair<int64_t, int64_t>> documents;
 };
 GenerateSizes generate_sizes(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& continuations,
@@ -208,6 +212,7 @@ GenerateSizes generate_sizes(const std::vector<std::vector<int32_t>>& prompts,
     z.longest_new = std::max(z.longest_new, n);
     z.prompt_tokens += P;
     if (z.scoring) z.continuation_tokens += n;
+    z.documents.emplace_back(P, n);
   }
   return z;
 }
@@ -224,9 +229,11 @@ constexpr double kJsonBytesPerToken = 16 + 1 + 2 * (6 + 11);
 // continuation's rows of logits; the libraries' working buffers (as lct train allows).
 double generate_bytes(const LlamaConfig& config, const TensorTable& table, const GenerateSizes& z, int threads) {
   const double f = sizeof(float), V = double(config.vocab_size), n = double(z.longest_new);
-  const int64_t append_rows = z.scoring ? std::max<int64_t>(1, z.longest_new - 1) : 1;
-  return double(table.total()) * f + double(z.prompt_tokens + z.continuation_tokens) * sizeof(int32_t) +
-         KvCacheDecoder::bytes(config, z.longest, z.longest_document, threads, append_rows) +
+  double kv = 0;
+  for (const auto& [P, n_i] : z.documents)
+    kv = std::max(kv, KvCacheDecoder::bytes(config, P, P + n_i, threads,
+                                            z.scoring ? std::max<int64_t>(1, n_i - 1) : 1));
+  return double(table.total()) * f + double(z.prompt_tokens + z.continuation_tokens) * sizeof(int32_t) + kv +
          n * (sizeof(int32_t) + kJsonBytesPerToken) + 2 * V * f +
          (z.scoring ? continuation_bytes(config, z.longest_new) : 0.0) + 32.0 * 1048576 * threads;
 }

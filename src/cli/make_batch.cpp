@@ -80,7 +80,7 @@ Command add_make_batch_command(CLI::App& lct) {
   add_config_options(make_batch, o->config);
   return {make_batch, [o] {
             const Config config = resolve_config(o->config);
-            check_outputs({{"--out", o->out}}, config_inputs(config, o->config));
+            check_outputs({{"--out", o->out}}, config_inputs(config, o->config.file));
             write_batch_from_config(config, o->first, o->sequences, o->out);
             print_out("wrote {}: {} sequences of {} tokens from sequence {}\n", o->out, o->sequences,
                       config.data.seq_len, o->first);

@@ -160,9 +160,9 @@ Config resolve_config(const ConfigOptions& options) {
   return config;
 }
 
-std::vector<std::pair<std::string, std::string>> config_inputs(const Config& config, const ConfigOptions& options) {
+std::vector<std::pair<std::string, std::string>> config_inputs(const Config& config, const std::string& config_file) {
   std::vector<std::pair<std::string, std::string>> inputs = {
-      {"--config", options.file},
+      {"--config", config_file},
       {"data.path", config.data.path},
       {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
       {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}};

@@ -202,7 +202,7 @@ void add_simulate_options(CLI::App* simulate, SimulateOptions& s) {
 
 int run_simulate_command(const ConfigOptions& config_options, const SimulateOptions& s) {
   const Config config = resolve_config(config_options);
-  NamedPaths inputs = config_inputs(config, config_options);
+  NamedPaths inputs = config_inputs(config, config_options.file);
   inputs.emplace_back("--calibration", s.calibration);
   inputs.emplace_back("--profile", s.profile);
   // outputs are checked before the work, not after it (a folder, a device)

@@ -20,6 +20,7 @@
 #include "src/train/run_plan.h"
 #include "src/train/trainer.h"
 #include "src/util/log.h"
+#include "src/util/number_text.h"
 #include "src/util/printable.h"
 
 namespace lct {
@@ -32,8 +33,12 @@ const CLI::Validator& memory_gib_value() {
   static const CLI::Validator v(
       [](std::string& text) -> std::string {
         double gib = 0;
-        if (!CLI::detail::lexical_cast(text, gib)) return "must be a number, got '" + printable(text) + "'";
-        if (!std::isfinite(gib)) return "must be a finite number, got " + printable(text);
+        // lct's one number parser (src/util/number_text.h): no hex, no '+', no inf or nan
+        if (!parse_number_text(text, gib)) {
+          if (!CLI::detail::lexical_cast(text, gib)) return "must be a number, got '" + printable(text) + "'";
+          if (std::isfinite(gib)) return "must be a decimal number, got '" + printable(text) + "'";
+          return "must be a finite number, got " + printable(text);
+        }
         if (!(gib > 0)) return "must be > 0, got " + printable(text);
         if (gib > double(kMaxMemoryGib))
           return "must be at most " + std::to_string(kMaxMemoryGib) + " (GiB: 1 PiB), got " + printable(text);
@@ -64,12 +69,7 @@ void refuse_overlapping_files(const Config& config, const std::string& config_fi
     refuse_run_folder_file("trace.path", config.trace.path, config.checkpoint.dir);
     refuse_run_folder_file("--config", config_file, config.checkpoint.dir);
     refuse_run_folder_file("data.path", config.data.path, config.checkpoint.dir);
-    NamedPaths inputs = {{"--config", config_file},
-                         {"data.path", config.data.path},
-                         {"train.resume", config.train.resume.from == Resume::From::path ? config.train.resume.path : ""},
-                         {"attention.cad_profile", cad_profile_file(config.attention.cad.profile)}};
-    if (!config.train.init_from.empty())
-      for (auto& in : model_inputs("train.init_from", config.train.init_from)) inputs.push_back(std::move(in));
+    const NamedPaths inputs = config_inputs(config, config_file);  // every command's one list
     refuse_aliasing({{"trace.path", config.trace.path}}, inputs);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(e.what());

@@ -168,6 +168,7 @@ CheckpointContents read_checkpoint_header(const H5File& f) {
 
 void load_checkpoint_tensors(const H5File& f, LlamaModel& model, Optimizer* optimizer) {
   read_tensors(f, "/params", model.table(), model.params.data());
+  refuse_non_finite_params(model.table(), model.params.data(), f.path());
   if (!optimizer) return;
   const auto kind = f.attr_string("/optim", "kind");
   if (!kind) throw std::runtime_error(f.path() + ": missing optimizer state /optim");

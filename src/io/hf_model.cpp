@@ -1,4 +1,5 @@
 #include "src/io/hf_model.h"
+#include "src/io/params_io.h"
 #include "src/util/printable.h"
 
 #include <fmt/format.h>
@@ -370,6 +371,7 @@ void read_hf_params(const HfModelFiles& files, const LlamaConfig& config, const 
     const auto& [file, entry] = where.at(s.name);
     file->read_f32(*entry, arena + s.offset);
   }
+  refuse_non_finite_params(table, arena, files.weights.size() == 1 ? files.weights[0] : files.index);
   // a tied model's lm_head, when a file carries it, must be the embedding
   if (const auto it = where.find("lm_head.weight"); it != where.end() && config.tie_word_embeddings) {
     const TensorSpec& emb = table.get("model.embed_tokens.weight");

@@ -1,6 +1,5 @@
 #include "src/io/model_file.h"
 
-#include <cmath>
 #include <stdexcept>
 
 #include "src/io/checkpoint.h"
@@ -33,17 +32,12 @@ void ModelFile::check_params(const LlamaConfig& config, const TensorTable& table
 }
 
 void ModelFile::read_params(const LlamaConfig& config, const TensorTable& table, float* arena) {
-  if (hf_) read_hf_params(files_, config, table, arena);
-  else read_tensors(*h5_, "/params", table, arena);
-  // A NaN or inf weight makes every figure computed from it meaningless (a NaN loss, NaN
-  // gradients, garbage tokens): every command that reads a model refuses it here, naming
-  // the first such tensor and element, as training refuses a non-finite gradient.
-  for (const TensorSpec& spec : table.specs())
-    for (int64_t i = 0; i < spec.numel; ++i)
-      if (!std::isfinite(arena[spec.offset + i]))
-        throw std::runtime_error(path_ + ": tensor " + spec.name + " holds a non-finite value (" +
-                                 std::to_string(arena[spec.offset + i]) + " at element " + std::to_string(i) +
-                                 "): a diverged or damaged model");
+  if (hf_) {
+    read_hf_params(files_, config, table, arena);
+  } else {
+    read_tensors(*h5_, "/params", table, arena);
+    refuse_non_finite_params(table, arena, path_);  // (read_hf_params refuses them itself)
+  }
 }
 
 }  // namespace lct

@@ -1,5 +1,7 @@
 #include "src/io/params_io.h"
 
+#include <cmath>
+
 #include "src/config/config_text.h"
 #include "src/config/sections.h"
 
@@ -166,6 +168,15 @@ void read_tensors(const H5File& f, const std::string& root, const TensorTable& t
     }
     std::copy(v.begin(), v.end(), arena + s.offset);
   }
+}
+
+void refuse_non_finite_params(const TensorTable& table, const float* arena, const std::string& path) {
+  for (const TensorSpec& spec : table.specs())
+    for (int64_t i = 0; i < spec.numel; ++i)
+      if (!std::isfinite(arena[spec.offset + i]))
+        throw std::runtime_error(path + ": tensor " + spec.name + " holds a non-finite value (" +
+                                 std::to_string(arena[spec.offset + i]) + " at element " + std::to_string(i) +
+                                 "): a diverged or damaged model");
 }
 
 }  // namespace lct

@@ -26,5 +26,10 @@ void write_tensors(H5File& file, const std::string& root, const TensorTable& tab
 void check_tensors(const H5File& file, const std::string& root, const TensorTable& table);
 void read_tensors(const H5File& file, const std::string& root, const TensorTable& table,
                   float* arena);
+// A NaN or inf weight makes every figure computed from it meaningless (a NaN loss, NaN
+// gradients, garbage tokens), so every reader of a model's weights refuses one (eval,
+// generate, export, train.init_from, resume): throws std::runtime_error naming `path`,
+// the first such tensor and its element, as training refuses a non-finite gradient.
+void refuse_non_finite_params(const TensorTable& table, const float* arena, const std::string& path);
 
 }  // namespace lct

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <fcntl.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -185,8 +186,13 @@ void refuse_address_space_below_start(char** envp) {
   const double mapped = status_vm_size();
   if (mapped < 0) return;
   // OpenBLAS's threads at load (0.3.21, OpenMP build): OMP_NUM_THREADS as atoi reads it
-  // (the first number of a list), else all, at most the configured CPUs
-  const long cpus = sysconf(_SC_NPROCESSORS_CONF) > 0 ? sysconf(_SC_NPROCESSORS_CONF) : 2;
+  // (the first number of a list), else all, at most the CPUs it may run on, which it
+  // counts as this does: the affinity mask (a cpuset or taskset of 4 CPUs on a 128-CPU
+  // host is 4), the configured CPUs when the mask cannot be read
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const long configured = sysconf(_SC_NPROCESSORS_CONF) > 0 ? sysconf(_SC_NPROCESSORS_CONF) : 2;
+  const long cpus = sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) > 0 ? CPU_COUNT(&mask) : configured;
   const char* omp = loader_env(envp, "OMP_NUM_THREADS");
   const long asked = omp ? std::atol(omp) : 0;
   const int threads = int(asked > 0 ? std::min(asked, cpus) : cpus);

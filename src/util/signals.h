@@ -12,8 +12,10 @@
 //     SIGINT), and one with a handler of its own keeps it: lct train's SIGINT/SIGTERM
 //     handler (src/train/trainer.h) stops at a step boundary with a checkpoint, and its
 //     temporaries are removed as they are after any write (committed or unlinked).
-//   - A second signal while the handler runs waits (these signals are blocked in it) and
-//     ends nothing more: the first one ends the process.
+//   - A second signal to the thread whose handler runs waits (these signals are blocked
+//     in it): the first one ends the process. One that another thread takes meanwhile
+//     waits for the registry's flag as below, so it may end the process before the
+//     first handler has removed every temporary (at most 2 s later).
 //   - Only this process's own names are removed: each entry carries the pid that
 //     created it, so a forked child's handler leaves its parent's temporaries alone.
 //   - Faults of the process itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP,

@@ -505,6 +505,7 @@ expect_error "$nan_msg" eval --checkpoint hf_nan --batch-file ok.h5 --grads-out 
 [[ ! -e nan_grads.h5 ]] || { echo "FAIL: eval of a NaN model wrote its gradients"; failures=$((failures + 1)); }
 expect_error "$nan_msg" generate --checkpoint hf_nan --prompt abc
 expect_error "$nan_msg" export --checkpoint hf_nan --out hf_nan2
+expect_error "$nan_msg" train "${TINY[@]}" --train.init_from hf_nan --checkpoint.dir nan_init
 /usr/bin/python3 - <<'PY'
 import numpy as np
 from crafted import edit

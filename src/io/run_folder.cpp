@@ -220,8 +220,14 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
 }
 
 bool lock_seen_in(const std::string& dir, const std::string& token) {
-  std::ifstream in(fs::path(dir) / "run.lock");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // read as every settings file is: a regular file of a bounded size (a FIFO put in its
+  // place would block an ifstream, a huge file fill the memory), else not seen
+  std::string text;
+  try {
+    text = read_document_file((fs::path(dir) / "run.lock").string(), "run.lock");
+  } catch (const std::runtime_error&) {
+    return false;
+  }
   return !token.empty() && parse_lock_text(text).token == token;
 }
 

@@ -168,12 +168,10 @@ EvalResult run_eval(const std::string& checkpoint_path, const std::string& batch
   if (!std::isfinite(r.loss))
     throw std::runtime_error(checkpoint_path + " on " + batch_path + ": the loss is not finite (" +
                              fmt::format("{}", r.loss) + "): nothing written");
-  if (want_grads)
-    for (const TensorSpec& spec : model.table().specs())
-      for (int64_t i = 0; i < spec.numel; ++i)
-        if (!std::isfinite(model.grads[size_t(spec.offset + i)]))
-          throw std::runtime_error(checkpoint_path + " on " + batch_path + ": the gradient of " + spec.name +
-                                   " is not finite at element " + std::to_string(i) + ": nothing written");
+  int64_t element = 0;
+  if (const TensorSpec* spec = want_grads ? first_non_finite(model.table(), model.grads.data(), element) : nullptr)
+    throw std::runtime_error(checkpoint_path + " on " + batch_path + ": the gradient of " + spec->name +
+                             " is not finite at element " + std::to_string(element) + ": nothing written");
   if (!options.per_position_out.empty())
     write_text_atomically(options.per_position_out, per_position_csv(batch, token_loss, options.position_bin));
   if (!options.per_document_out.empty()) write_text_atomically(options.per_document_out, per_document_csv(batch, token_loss, token_correct));

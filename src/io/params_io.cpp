@@ -170,13 +170,22 @@ void read_tensors(const H5File& f, const std::string& root, const TensorTable& t
   }
 }
 
-void refuse_non_finite_params(const TensorTable& table, const float* arena, const std::string& path) {
+const TensorSpec* first_non_finite(const TensorTable& table, const float* arena, int64_t& element) {
   for (const TensorSpec& spec : table.specs())
     for (int64_t i = 0; i < spec.numel; ++i)
-      if (!std::isfinite(arena[spec.offset + i]))
-        throw std::runtime_error(path + ": tensor " + spec.name + " holds a non-finite value (" +
-                                 std::to_string(arena[spec.offset + i]) + " at element " + std::to_string(i) +
-                                 "): a diverged or damaged model");
+      if (!std::isfinite(arena[spec.offset + i])) {
+        element = i;
+        return &spec;
+      }
+  return nullptr;
+}
+
+void refuse_non_finite_params(const TensorTable& table, const float* arena, const std::string& path) {
+  int64_t i = 0;
+  if (const TensorSpec* spec = first_non_finite(table, arena, i))
+    throw std::runtime_error(path + ": tensor " + spec->name + " holds a non-finite value (" +
+                             std::to_string(arena[spec->offset + i]) + " at element " + std::to_string(i) +
+                             "): a diverged or damaged model");
 }
 
 }  // namespace lct

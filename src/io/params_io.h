@@ -31,5 +31,9 @@ void read_tensors(const H5File& file, const std::string& root, const TensorTable
 // generate, export, train.init_from, resume): throws std::runtime_error naming `path`,
 // the first such tensor and its element, as training refuses a non-finite gradient.
 void refuse_non_finite_params(const TensorTable& table, const float* arena, const std::string& path);
+// The first tensor of `table` holding a NaN or inf in `arena` and the element's index
+// within it, or null: the scan behind refuse_non_finite_params, for other arenas of the
+// same layout (eval's gradients).
+const TensorSpec* first_non_finite(const TensorTable& table, const float* arena, int64_t& element);
 
 }  // namespace lct

@@ -11,7 +11,6 @@
 #include "src/io/checkpoint.h"
 #include "src/io/hf_model.h"
 #include "src/io/paths.h"
-#include "src/tune/cad_profile.h"
 #include "src/train/longest_fit.h"
 #include "src/train/machine_choices.h"
 #include "src/train/memory_budget.h"
